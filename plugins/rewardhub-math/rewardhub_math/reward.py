@@ -1,0 +1,92 @@
+"""The ``math_verify`` reward: final-answer checking with math-verify, safe in any thread."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rewardhub.decorator import reward
+
+__all__ = ["math_verify", "extract_gold"]
+
+_GSM8K = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_DELIMITED = re.compile(r"^\s*(\$|\\\(|\\\[)")
+
+_mv: Any = None
+
+
+def _math_verify() -> Any:
+    """Import math-verify once, with its signal-based timeouts and their warnings off."""
+    global _mv
+    if _mv is None:
+        import math_verify
+        from math_verify import grader
+        from math_verify import parser
+
+        # We pass timeouts of None (signal.alarm raises off the main thread); rewardhub's
+        # execution policy enforces the time limit instead, so the "you must time it out
+        # yourself" log line is moot.
+        parser.TIMEOUT_WARNING_SHOWN = True
+        grader.TIMEOUT_WARNING_SHOWN = True
+        _mv = math_verify
+    return _mv
+
+
+def extract_gold(ground_truth: Any) -> str:
+    """Normalise a gold answer: GSM8K ``#### n`` tails, lists (first item), numbers."""
+    if isinstance(ground_truth, (list, tuple)):
+        ground_truth = ground_truth[0] if ground_truth else ""
+    text = str(ground_truth).strip()
+    m = _GSM8K.search(text)
+    if m:
+        text = m.group(1).replace(",", "").strip()
+    return text
+
+
+def _parse(text: str) -> list[Any]:
+    mv = _math_verify()
+    return list(mv.parse(text, parsing_timeout=None))
+
+
+def _parse_gold(gold: str) -> list[Any]:
+    if not _DELIMITED.match(gold) and "\\boxed" not in gold:
+        parsed = _parse(f"${gold}$")
+        if parsed:
+            return parsed
+    return _parse(gold)
+
+
+def _last_number(text: str) -> str | None:
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
+@reward(name="math_verify", executor="process", timeout_s=10.0)
+def math_verify(*, response: str, ground_truth: Any, prompt: Any = None, data_source: Any = None,
+                extra_info: Any = None, **kwargs: Any) -> dict[str, float]:
+    """1.0 when the response's final answer equals the gold answer (math-verify), else 0.0.
+
+    Returns ``{"score", "extracted"}``: ``extracted`` is 1.0 when an answer was found at all.
+
+    Example:
+
+        >>> math_verify(response="so \\\\boxed{\\\\frac{1}{2}}", ground_truth="0.5")["score"]
+        1.0
+        >>> math_verify(response="The answer is 41.", ground_truth="#### 42")["score"]
+        0.0
+    """
+    mv = _math_verify()
+    gold_text = extract_gold(ground_truth)
+    gold = _parse_gold(gold_text)
+    if not gold:
+        raise ValueError(f"math_verify: cannot parse the gold answer {gold_text!r}")
+    text = response or ""
+    pred = _parse(text)
+    if not pred:
+        number = _last_number(text)
+        pred = _parse(number) if number is not None else []
+    if not pred:
+        return {"score": 0.0, "extracted": 0.0}
+    ok = mv.verify(gold, pred, timeout_seconds=None)
+    return {"score": 1.0 if ok else 0.0, "extracted": 1.0}

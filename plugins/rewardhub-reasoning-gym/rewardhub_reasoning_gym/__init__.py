@@ -1,0 +1,1 @@
+"""rewardhub-reasoning-gym: one reward per reasoning-gym dataset."""

@@ -1,0 +1,69 @@
+"""The pluggy plugin: registers one reward spec per reasoning-gym dataset, without importing it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+
+from rewardhub import RewardSpec
+from rewardhub import hookimpl
+from rewardhub.types import ExecutionPolicy
+
+__all__ = ["dataset_names", "rewardhub_register_rewards"]
+
+_HERE = Path(__file__).parent
+_TARGET = "rewardhub_reasoning_gym.scoring:score"
+_POLICY = ExecutionPolicy(executor="inline", timeout_s=None)
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rewardhub"
+
+
+def dataset_names() -> list[str]:
+    """The dataset names of the installed reasoning-gym (shipped list, else a cached one)."""
+    version = importlib.metadata.version("reasoning-gym")
+    for path in (_HERE / f"datasets-{version}.txt", _cache_dir() / f"reasoning-gym-{version}.txt"):
+        if path.is_file():
+            return [n for n in path.read_text().split() if n]
+    import reasoning_gym  # not shipped for this version: compute once, then cache
+
+    names = sorted(reasoning_gym.factory.DATASETS)
+    try:
+        cache = _cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cache / f".reasoning-gym-{version}.{os.getpid()}"
+        tmp.write_text("\n".join(names) + "\n")
+        tmp.replace(cache / f"reasoning-gym-{version}.txt")
+    except OSError:
+        pass
+    return names
+
+
+@hookimpl
+def rewardhub_register_rewards() -> list[RewardSpec]:
+    version = importlib.metadata.version("rewardhub-reasoning-gym")
+    common = dict(source="plugin", dist="rewardhub-reasoning-gym", version=version,
+                  plugin="reasoning_gym", policy=_POLICY)
+    specs = [
+        RewardSpec(
+            name="reasoning_gym",
+            target=_TARGET,
+            summary="reasoning-gym score_answer of the dataset named by the sample's data_source",
+            **common,  # type: ignore[arg-type]
+        )
+    ]
+    for name in dataset_names():
+        specs.append(
+            RewardSpec(
+                name=f"reasoning_gym.{name}",
+                target=_TARGET,
+                params=(("dataset", name),),
+                data_sources=(name, f"reasoning_gym/{name}"),
+                summary=f"reasoning-gym {name!r} score_answer",
+                **common,  # type: ignore[arg-type]
+            )
+        )
+    return specs

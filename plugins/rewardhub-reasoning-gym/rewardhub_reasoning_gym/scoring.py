@@ -1,0 +1,58 @@
+"""Scoring with reasoning-gym's own ``score_answer`` functions."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+__all__ = ["extract", "score"]
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+
+
+@functools.lru_cache(maxsize=None)
+def _scorer(dataset: str) -> Any:
+    import reasoning_gym
+
+    if dataset not in reasoning_gym.factory.DATASETS:
+        raise ValueError(
+            f"unknown reasoning-gym dataset {dataset!r}; "
+            f"known: {', '.join(sorted(reasoning_gym.factory.DATASETS)[:20])}, ..."
+        )
+    return reasoning_gym.get_score_answer_fn(dataset)
+
+
+def extract(response: str) -> str:
+    """The answer part of a response: ``<answer>`` tag, else last ``\\boxed{}``, else all of it."""
+    found = _ANSWER.findall(response or "")
+    if found:
+        return found[-1].strip()
+    boxed = _BOXED.findall(response or "")
+    if boxed:
+        return boxed[-1].strip()
+    return (response or "").strip()
+
+
+def _dataset_of(data_source: Any, extra_info: Any) -> str:
+    if isinstance(extra_info, dict):
+        meta = extra_info.get("metadata") or {}
+        if isinstance(meta, dict) and meta.get("source_dataset"):
+            return str(meta["source_dataset"])
+    if not data_source:
+        raise ValueError("reasoning_gym: the sample has no data_source naming its dataset")
+    return str(data_source).removeprefix("reasoning_gym/")
+
+
+def score(*, response: str, ground_truth: Any, prompt: Any = None, data_source: Any = None,
+          extra_info: Any = None, dataset: str | None = None, **kwargs: Any) -> float:
+    """Score one response with the dataset's ``score_answer`` (0.0 to 1.0)."""
+    name = dataset or _dataset_of(data_source, extra_info)
+    entry: dict[str, Any] = {"question": prompt, "answer": ground_truth, "metadata": {}}
+    if isinstance(extra_info, dict):
+        if isinstance(extra_info.get("entry"), dict):
+            entry = dict(extra_info["entry"])
+        elif isinstance(extra_info.get("metadata"), dict):
+            entry["metadata"] = extra_info["metadata"]
+    return float(_scorer(name)(extract(response), entry))

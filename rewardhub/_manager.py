@@ -1,0 +1,131 @@
+"""The plugin manager: rewardhub's load order, written as code you can read."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from ._discovery import PLUGIN_GROUP
+from ._discovery import EntryPointInfo
+
+__all__ = ["DEFAULT_PLUGINS", "RewardhubPluginManager", "env_autoload", "env_plugins"]
+
+#: built-in plugin modules, registered first and always
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "rewardhub.builtin.format",
+    "rewardhub.builtin.length",
+    "rewardhub.builtin.match",
+)
+
+
+def env_autoload() -> bool:
+    """False when ``REWARDHUB_DISABLE_PLUGIN_AUTOLOAD`` is set to a non-empty value."""
+    return not os.environ.get("REWARDHUB_DISABLE_PLUGIN_AUTOLOAD")
+
+
+def env_plugins() -> tuple[str, ...]:
+    """Plugin names forced by ``REWARDHUB_PLUGINS`` (comma separated)."""
+    raw = os.environ.get("REWARDHUB_PLUGINS", "")
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+class RewardhubPluginManager(pluggy.PluginManager):
+    """A pluggy manager with rewardhub's hookspecs and a record of what failed to load.
+
+    :ivar broken: plugin name -> (dist label or None, error text).
+    :ivar plugin_dists: plugin name -> (dist, version) for entry-point plugins.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("rewardhub")
+        self.add_hookspecs(hookspecs)
+        self.broken: dict[str, tuple[str | None, str | None, str]] = {}
+        self.plugin_dists: dict[str, tuple[str | None, str | None]] = {}
+        if os.environ.get("REWARDHUB_TRACE"):
+            self.trace.root.setwriter(lambda s: sys.stderr.write(s))
+            self.enable_tracing()
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith("rewardhub_") and callable(getattr(plugin, name, None)):
+            # unmarked functions with our prefix count too, so a typo is caught by check_pending
+            return {}
+        return opts
+
+    def load_defaults(self) -> None:
+        for modname in DEFAULT_PLUGINS:
+            self.register(importlib.import_module(modname), name=modname)
+
+    def load_entry_point(self, ep: EntryPointInfo) -> None:
+        """Import one ``rewardhub`` entry point; a failure is recorded, not raised."""
+        if self.has_plugin(ep.name) or ep.name in self.broken:
+            return
+        try:
+            plugin = ep.load()
+            self.register(plugin, name=ep.name)
+        except Exception as exc:  # a broken plugin must not break the others
+            self.broken[ep.name] = (ep.dist, ep.version, f"{type(exc).__name__}: {exc}")
+            return
+        self.plugin_dists[ep.name] = (ep.dist, ep.version)
+
+    def load_module(self, modname: str) -> None:
+        """Force-load a plugin module by import name (``REWARDHUB_PLUGINS``, ``reward.plugins.load``)."""
+        if self.has_plugin(modname) or modname in self.broken:
+            return
+        try:
+            self.register(importlib.import_module(modname), name=modname)
+        except Exception as exc:
+            self.broken[modname] = (None, None, f"{type(exc).__name__}: {exc}")
+
+    def load_plugins(
+        self,
+        eps: Iterable[EntryPointInfo],
+        *,
+        autoload: bool,
+        load: Iterable[str] = (),
+        block: Iterable[str] = (),
+    ) -> None:
+        """Load built-ins, then entry points (when autoloading), then forced plugins."""
+        blocked = set(block)
+        for name in blocked:
+            self.set_blocked(name)
+        self.load_defaults()
+        plugin_eps = [ep for ep in eps if ep.group == PLUGIN_GROUP]
+        by_name = {ep.name: ep for ep in plugin_eps}
+        if autoload:
+            for ep in plugin_eps:
+                if ep.name not in blocked and (ep.dist or "") not in blocked:
+                    self.load_entry_point(ep)
+        for name in load:
+            if name in blocked:
+                continue
+            if name in by_name:
+                self.load_entry_point(by_name[name])
+            else:
+                self.load_module(name)
+        self._check_pending()
+
+    def _check_pending(self) -> None:
+        """Turn each plugin with a misspelled ``rewardhub_*`` hook into a broken plugin."""
+        while True:
+            try:
+                self.check_pending()
+                return
+            except pluggy.PluginValidationError as exc:
+                name = self.get_name(exc.plugin) or str(exc.plugin)
+                dist, version = self.plugin_dists.get(name, (None, None))
+                self.unregister(exc.plugin)
+                self.broken[name] = (dist, version, str(exc))
+
+    def hooks_of(self, name: str) -> list[str]:
+        """Sorted hook names a registered plugin implements."""
+        plugin = self.get_plugin(name)
+        if plugin is None:
+            return []
+        return sorted(c.name for c in (self.get_hookcallers(plugin) or []))

@@ -1,0 +1,120 @@
+"""The ``rewardhub`` command line: one place that turns errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import RewardhubError
+from .errors import UsageError
+
+__all__ = ["ExitCode", "main", "BUILTIN_COMMANDS"]
+
+#: subcommand modules shipped with the core, in help order
+BUILTIN_COMMANDS: tuple[str, ...] = (
+    "rewardhub._commands.list",
+    "rewardhub._commands.show",
+    "rewardhub._commands.migrate",
+    "rewardhub._commands.check",
+    "rewardhub._commands.score",
+    "rewardhub._commands.doctor",
+)
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    ERROR = 1
+    USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print usage + exit 2 itself
+        raise UsageError(f"{message}\nsee `{self.prog} --help`")
+
+
+def _command_modules() -> list[Any]:
+    mods = []
+    for name in BUILTIN_COMMANDS:
+        try:
+            mods.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    from ._discovery import COMMAND_GROUP
+    from ._discovery import scan_entry_points
+
+    for ep in scan_entry_points((COMMAND_GROUP,)):
+        try:
+            mods.append(ep.load())
+        except Exception as exc:
+            mods.append(_BrokenCommand(ep.name, f"{ep.dist} {ep.version}", exc))
+    return mods
+
+
+class _BrokenCommand:
+    HELP = "(broken: see `rewardhub list --plugins`)"
+
+    def __init__(self, name: str, dist: str, exc: Exception) -> None:
+        self.NAME = name
+        self._msg = f"command {name!r} from {dist} failed to load: {type(exc).__name__}: {exc}"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise RewardhubError(self._msg)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rewardhub", description="Reward functions for LLM RL: list, check, score, train.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for mod in _command_modules():
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage error)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] in (["--version"], ["-V"]):
+        from .registry import core_version
+
+        print(f"rewardhub {core_version()}")
+        return ExitCode.OK
+    try:
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        if args.version:
+            from .registry import core_version
+
+            print(f"rewardhub {core_version()}")
+            return ExitCode.OK
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return ExitCode.USAGE_ERROR
+        return int(args._run(args) or 0)
+    except UsageError as exc:
+        _print_error(exc)
+        return ExitCode.USAGE_ERROR
+    except RewardhubError as exc:
+        _print_error(exc)
+        return ExitCode.ERROR
+    except KeyboardInterrupt:
+        print("ERROR: interrupted", file=sys.stderr)
+        return ExitCode.ERROR
+    except BrokenPipeError:
+        return ExitCode.OK
+
+
+def _print_error(exc: BaseException) -> None:
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    print(f"ERROR: {lines[0]}", file=sys.stderr)
+    for line in lines[1:]:
+        print(f"  {line}", file=sys.stderr)

@@ -1,0 +1,113 @@
+"""Exception and warning classes of rewardhub, each carrying its context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "BrokenRewardError",
+    "DuplicateRewardError",
+    "PluginLoadError",
+    "RewardExecutionError",
+    "RewardhubDeprecationWarning",
+    "RewardhubError",
+    "RewardhubWarning",
+    "UnknownRewardError",
+    "UsageError",
+]
+
+
+class RewardhubError(Exception):
+    """Base class of every error rewardhub raises on purpose."""
+
+    __module__ = "rewardhub"
+
+
+class UsageError(RewardhubError):
+    """Bad configuration or command-line input; the CLI prints it and exits with 2."""
+
+    __module__ = "rewardhub"
+
+
+class PluginLoadError(RewardhubError):
+    """A plugin or reward entry point could not be imported.
+
+    :param plugin_name: the entry point or plugin name.
+    :param dist: ``"name version"`` of the distribution that declared it, if known.
+    """
+
+    __module__ = "rewardhub"
+
+    def __init__(self, message: str, *, plugin_name: str, dist: str | None = None) -> None:
+        super().__init__(message)
+        self.plugin_name = plugin_name
+        self.dist = dist
+
+
+class BrokenRewardError(PluginLoadError):
+    """A reward that was listed but cannot be loaded was used."""
+
+    __module__ = "rewardhub"
+
+
+class DuplicateRewardError(RewardhubError, ValueError):
+    """Two sources register a reward under the same name."""
+
+    __module__ = "rewardhub"
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        super().__init__(
+            f"reward {name!r} registered twice: {first} and {second}\n"
+            "rename one, or block one plugin with reward.plugins.block / "
+            "REWARDHUB_PLUGINS"
+        )
+        self.name = name
+        self.first = first
+        self.second = second
+
+
+class UnknownRewardError(RewardhubError, LookupError):
+    """A reward name that no source registers."""
+
+    __module__ = "rewardhub"
+
+    def __init__(self, name: str, available: Sequence[str], where: str | None = None) -> None:
+        import difflib
+
+        self.name = name
+        self.available = tuple(sorted(available))
+        self.close = tuple(difflib.get_close_matches(name, self.available, n=3, cutoff=0.6))
+        lines = [f"unknown reward {name!r}" + (f" {where}" if where else "")]
+        if self.close:
+            lines.append("did you mean: " + ", ".join(repr(c) for c in self.close) + "?")
+        shown = ", ".join(repr(a) for a in self.available[:30])
+        if len(self.available) > 30:
+            shown += f", ... ({len(self.available)} in all)"
+        lines.append(f"available: {shown or '(none)'} (see `rewardhub list`)")
+        super().__init__("\n".join(lines))
+
+    def __str__(self) -> str:  # LookupError would not quote, but be explicit
+        return str(self.args[0])
+
+
+class RewardExecutionError(RewardhubError):
+    """A reward failed on a sample and its policy is ``on_failure: raise``."""
+
+    __module__ = "rewardhub"
+
+    def __init__(self, message: str, *, reward: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.reward = reward
+        self.index = index
+
+
+class RewardhubWarning(UserWarning):
+    """Base class of rewardhub's warnings."""
+
+    __module__ = "rewardhub"
+
+
+class RewardhubDeprecationWarning(RewardhubWarning, DeprecationWarning):
+    """A legacy key or API that still works but has a new spelling."""
+
+    __module__ = "rewardhub"

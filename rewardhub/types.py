@@ -1,0 +1,99 @@
+"""RewardSpec and ExecutionPolicy: the small, picklable things that cross process boundaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import Any
+from typing import Literal
+
+__all__ = ["KINDS", "ON_FAILURE", "EXECUTORS", "SOURCES", "ExecutionPolicy", "RewardSpec"]
+
+#: reward kinds
+KINDS = ("function", "batched", "group", "model")
+#: what a failed sample gets
+ON_FAILURE = ("zero", "nan", "drop", "raise")
+#: where a reward runs
+EXECUTORS = ("inline", "thread", "process", "ray")
+#: where a spec came from
+SOURCES = ("builtin", "entry-point", "plugin", "config")
+
+Kind = Literal["function", "batched", "group", "model"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionPolicy:
+    """How one reward runs; a config term overrides any field it sets.
+
+    ``timeout_s`` ``None`` means no limit; ``max_concurrency`` ``None`` means the executor's default.
+    """
+
+    executor: str = "inline"
+    timeout_s: float | None = None
+    max_concurrency: int | None = None
+    retries: int = 0
+    on_failure: str = "zero"
+
+    def merged(self, **overrides: Any) -> ExecutionPolicy:
+        """Return a copy with every override that is not ``None`` applied."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass(frozen=True, slots=True)
+class RewardSpec:
+    """Everything needed to find a reward again in another process, and nothing live.
+
+    :param name: the registry name.
+    :param target: ``"package.module:attr"``, or ``"/abs/file.py:attr"`` for a file target.
+    :param source: builtin | entry-point | plugin | config.
+    :param dist: the distribution that provides it (``None`` for a loose file).
+    :param version: that distribution's version.
+    :param sha256: content hash of a file target.
+    :param kind: function | batched | group | model.
+    :param capabilities: e.g. ``("async",)``.
+    :param summary: first line of the docstring, shown by ``rewardhub list``.
+    :param policy: the reward's default execution policy.
+    :param params: keyword arguments bound to the target at call time (sorted pairs).
+    :param data_sources: default routing: the data sources this reward applies to (empty: all).
+    :param plugin: name of the plugin (entry point or module) that registered it.
+    :param status: ``ok`` or ``broken``.
+    :param error: why it is broken.
+    """
+
+    name: str
+    target: str
+    source: str = "plugin"
+    dist: str | None = None
+    version: str | None = None
+    sha256: str | None = None
+    kind: str = "function"
+    capabilities: tuple[str, ...] = ()
+    summary: str = ""
+    policy: ExecutionPolicy = field(default_factory=ExecutionPolicy)
+    params: tuple[tuple[str, Any], ...] = ()
+    data_sources: tuple[str, ...] = ()
+    plugin: str | None = None
+    status: str = "ok"
+    error: str | None = None
+
+    @property
+    def is_file_target(self) -> bool:
+        """True when the target names a Python file rather than a module."""
+        module = self.target.rpartition(":")[0]
+        return module.endswith(".py") or "/" in module or "\\" in module
+
+    @property
+    def origin(self) -> str:
+        """Human description of where the spec came from (used in error messages)."""
+        if self.source == "builtin":
+            return "builtin"
+        if self.dist:
+            return f"{self.dist} {self.version} ({self.plugin or self.target})"
+        if self.source == "config":
+            return f"config ({self.target})"
+        return f"plugin {self.plugin!r}"
+
+    def with_(self, **changes: Any) -> RewardSpec:
+        """Return a copy with ``changes`` applied."""
+        return replace(self, **changes)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The demo: what is registered, then scoring the example data with a config.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RH=.venv/bin/rewardhub
+echo "== rewardhub list"
+$RH list
+echo
+echo "== rewardhub check examples/score.yaml"
+$RH check examples/score.yaml
+echo
+echo "== rewardhub score examples/score.yaml examples/math_samples.jsonl"
+$RH score examples/score.yaml examples/math_samples.jsonl -o "${TMPDIR:-/tmp}/rewardhub-demo-scores.jsonl"
+if [ -f examples/arithmetic.yaml ] && $RH train --help >/dev/null 2>&1; then
+  echo
+  echo "== rewardhub train examples/arithmetic.yaml"
+  $RH train examples/arithmetic.yaml --output "${TMPDIR:-/tmp}/rewardhub-demo-run"
+fi

@@ -1,0 +1,59 @@
+"""Fixtures of the trainer's tests: one local Ray for the whole session, the tiny model's config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ray: starts (or uses) the session's local Ray")
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny models are built once per session into a private cache."""
+    cache = tmp_path_factory.mktemp("rewardhub-cache")
+    old = os.environ.get("REWARDHUB_CACHE")
+    os.environ["REWARDHUB_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("REWARDHUB_CACHE", None)
+    else:
+        os.environ["REWARDHUB_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def ray_session(model_cache: Path):
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path):
+    """Write a small variant of examples/tiny.yaml; returns a function(overrides) -> path."""
+
+    def make(**sections: dict) -> str:
+        cfg = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+        cfg["trainer"].update(total_steps=6, checkpoint_every=0)
+        cfg["rollout"].update(n=4, prompts_per_step=2, max_new_tokens=8)
+        for name, values in sections.items():
+            if values is None:
+                cfg.pop(name, None)
+            else:
+                cfg.setdefault(name, {}).update(values)
+        path = tmp_path / f"config-{len(list(tmp_path.glob('config-*.yaml')))}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return str(path)
+
+    return make

@@ -1,0 +1,157 @@
+"""End-to-end runs on the session's local Ray with the tiny model: both modes, faults, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rewardhub_trainer.cli import train
+
+pytestmark = pytest.mark.ray
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _check_accounting(summary: dict, samples_per_step: int) -> None:
+    assert summary["samples_generated"] == (summary["samples_trained"] + summary["samples_dropped_stale"]
+                                            + summary["samples_unused_at_end"])
+    assert summary["accounting_exact"] is True
+    assert summary["samples_trained"] == summary["steps"] * samples_per_step
+    assert summary["max_staleness_seen"] <= summary["staleness_limit"]
+
+
+def _check_fingerprints(summary: dict) -> None:
+    roles = {w["role"] for w in summary["workers"]}
+    assert {"learner", "rollouter", "reward_worker"} <= roles
+    assert summary["driver_fingerprint"]
+    for w in summary["workers"]:
+        assert w["registry_fingerprint"] == summary["driver_fingerprint"], w
+        assert w["pid"] != summary["driver_pid"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "fully_async"])
+def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode):
+    out = tmp_path / mode
+    summary = train(tiny_config(trainer={"mode": mode, "total_steps": 6}), output=str(out))
+    assert summary["mode"] == mode and summary["steps"] == 6
+    _check_accounting(summary, 8)
+    _check_fingerprints(summary)
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert [r["batch_index"] for r in rows] == list(range(6))
+    for r in rows:
+        assert r["staleness"] <= summary["staleness_limit"]
+        assert "rewards/regex_match/mean" in r and 0.0 <= r["reward/mean"] <= 1.0
+        for key in ("loss/policy", "kl", "throughput/samples_per_s", "idle/rollouter", "idle/learner"):
+            assert key in r
+    if mode == "sync":
+        assert summary["weight_syncs"] == 5 and all(r["staleness"] == 0 for r in rows)
+    else:
+        assert summary["weight_syncs"] == 5  # sync_interval 1, none after the last step
+        assert any(r["staleness"] == 1 for r in rows)  # generation really overlapped training
+    assert (out / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert (out / "checkpoints" / "step_000006" / "trainer_state.json").exists()
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+
+
+def test_stale_samples_are_dropped_and_counted(ray_session, tiny_config, tmp_path):
+    """Without the staleness gate and a sync every 3 steps, some batches arrive too old."""
+    cfg = tiny_config(trainer={"mode": "fully_async", "total_steps": 8, "staleness_limit": 0,
+                               "sync_interval": 3, "staleness_gate": False, "queue_size": 2})
+    summary = train(cfg, output=str(tmp_path / "o"))
+    assert summary["samples_dropped_stale"] > 0
+    assert summary["samples_dropped_stale"] % 8 == 0  # whole batches
+    _check_accounting(summary, 8)
+    assert summary["max_staleness_seen"] == 0
+    rows = _rows(tmp_path / "o")
+    assert all(r["staleness"] == 0 for r in rows)
+    assert rows[-1]["samples/dropped_stale"] == summary["samples_dropped_stale"]
+
+
+def _killer(role: str, at_step: int, killed: list):
+    def on_step(step, metrics, run):
+        if step != at_step:
+            return
+        pid = next(w["pid"] for w in run.workers if w["role"] == role)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        killed.append(pid)
+
+    return on_step
+
+
+@pytest.mark.parametrize(("role", "mode"), [("reward_worker", "fully_async"), ("rollouter", "fully_async"),
+                                            ("rollouter", "sync")])
+def test_killed_worker_is_replaced_and_nothing_is_lost(ray_session, tiny_config, tmp_path, role, mode):
+    killed: list[int] = []
+    cfg = tiny_config(trainer={"mode": mode, "total_steps": 6})
+    summary = train(cfg, output=str(tmp_path / "o"), callbacks=[_killer(role, 2, killed)])
+    assert len(killed) == 1
+    assert summary["steps"] == 6
+    _check_accounting(summary, 8)
+    _check_fingerprints(summary)
+    assert summary["restarts"][role] >= 1 and summary["lost_calls"][role] >= 1
+    now = [w["pid"] for w in summary["workers"] if w["role"] == role]
+    assert killed[0] not in now  # a new process serves the role
+    rows = _rows(tmp_path / "o")
+    assert [r["batch_index"] for r in rows] == list(range(6))  # no batch skipped or repeated
+    if role == "reward_worker":
+        assert killed[0] in summary["reward_pids"] and set(now) & set(summary["reward_pids"])
+
+
+def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tmp_path):
+    first = tmp_path / "first"
+    s1 = train(tiny_config(trainer={"mode": "sync", "total_steps": 3}), output=str(first))
+    assert s1["steps"] == 3
+    resumed = tmp_path / "resumed"
+    s2 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(resumed),
+               resume=str(first))
+    assert s2["resumed_from_step"] == 3 and s2["steps"] == 6
+    assert s2["samples_trained_this_run"] == 3 * 8
+    _check_accounting(s2, 8)
+    whole = tmp_path / "whole"
+    train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(whole))
+    got, want = _rows(resumed), _rows(whole)
+    assert [r["step"] for r in got] == list(range(1, 7))
+    assert [(r["batch_index"], r["dataset_indices"]) for r in got] == \
+        [(r["batch_index"], r["dataset_indices"]) for r in want]
+    # the policy continued from the checkpoint: the same weights produce the same batch rewards
+    assert [r["policy_version"] for r in got] == list(range(6))
+
+
+def test_legacy_custom_reward_runs_on_workers(ray_session, tiny_config, tmp_path):
+    log = tmp_path / "pids.log"
+    reward_file = tmp_path / "my_reward.py"
+    reward_file.write_text(
+        "import os\n"
+        f"LOG = {str(log)!r}\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+        "    with open(LOG, 'a') as f:\n"
+        "        f.write(f'{os.getpid()}\\n')\n"
+        "    return float(any(ch.isdigit() for ch in solution_str))\n"
+    )
+    cfg = tiny_config(trainer={"mode": "fully_async", "total_steps": 4}, reward=None)
+    summary = train(cfg, [f"custom_reward_function.path={reward_file}"], output=str(tmp_path / "o"))
+    _check_accounting(summary, 8)
+    _check_fingerprints(summary)
+    pids = {int(p) for p in log.read_text().split()}
+    workers = {w["pid"] for w in summary["workers"] if w["role"] == "reward_worker"}
+    assert pids and summary["driver_pid"] not in pids
+    assert pids <= workers | set(summary["reward_pids"])
+    assert len(log.read_text().split()) >= summary["samples_trained"]
+    rows = _rows(tmp_path / "o")
+    assert any(k.startswith("rewards/") for k in rows[0])

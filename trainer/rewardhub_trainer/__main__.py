@@ -1,0 +1,3 @@
+from rewardhub_trainer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,238 @@
+"""The run's processes: rollouter, reward worker, learner and the bounded message queue.
+
+Each is a plain class (testable without Ray) that :mod:`rewardhub_trainer.loop` wraps with
+``ray.remote``. Only plain data crosses between them: prompt batches, :class:`Rollout` records
+tagged with the policy version that produced them, weight dicts, and the ``reward:`` config.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+__all__ = ["Learner", "MessageQueue", "PromptBatch", "RewardWorker", "Rollout", "Rollouter"]
+
+
+@dataclass
+class PromptBatch:
+    index: int  #: position in the run's data order
+    prompts: list[Any]  #: data.Prompt
+    dataset_indices: list[int]
+
+
+@dataclass
+class Rollout:
+    """One generated batch: ``prompts_per_step`` groups of ``n`` completions."""
+
+    batch: PromptBatch
+    version: int  #: policy version of the weights that generated it
+    groups: list[list[Any]]  #: engine.Completion
+    gen_s: float
+    rollouter_pid: int
+    rewards: list[list[float]] | None = None
+    terms: list[list[dict[str, float]]] | None = None
+    reward_metrics: dict[str, float] = field(default_factory=dict)
+    score_s: float = 0.0
+    reward_pid: int | None = None
+
+    @property
+    def num_samples(self) -> int:
+        return sum(len(g) for g in self.groups)
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set in this process
+            pass
+
+
+def _where() -> dict[str, Any]:
+    node = socket.gethostname()
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray
+        pass
+    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid()}
+
+
+def _fingerprint(reward_cfg: Mapping[str, Any]) -> str | None:
+    from .rewards import registry_fingerprint
+
+    try:
+        return registry_fingerprint(reward_cfg)
+    except Exception:  # noqa: BLE001 - reported as missing, compared by the driver
+        return None
+
+
+class Rollouter:
+    """Formats prompts, samples ``n`` completions each with the current policy version."""
+
+    def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any],
+                 reward_cfg: Mapping[str, Any], *, dtype: str = "float32", threads: int = 0,
+                 seed: int = 0) -> None:
+        _set_threads(threads)
+        from .engine import make_engine
+
+        self.rollout = dict(rollout)
+        self.template = data.get("template", "auto")
+        self.instruction = data.get("instruction", "")
+        self.system = data.get("system", "")
+        self.seed = seed
+        self.fingerprint = _fingerprint(reward_cfg)
+        self.engine = make_engine(self.rollout["engine"], model_path, dtype=dtype)
+
+    def info(self) -> dict[str, Any]:
+        return {"role": "rollouter", **_where(), "registry_fingerprint": self.fingerprint,
+                "version": self.engine.version}
+
+    def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
+        self.engine.load_weights(state_dict, version)
+        return version
+
+    def generate(self, batch: PromptBatch) -> Rollout:
+        t0 = time.perf_counter()
+        texts = [self.engine.format_prompt(p.question + self.instruction, self.template,
+                                           self.system)
+                 for p in batch.prompts]
+        version = self.engine.version
+        groups = self.engine.generate(
+            texts, n=int(self.rollout["n"]), max_new_tokens=int(self.rollout["max_new_tokens"]),
+            temperature=float(self.rollout["temperature"]), top_p=float(self.rollout["top_p"]),
+            seed=self.seed * 1_000_003 + batch.index)
+        return Rollout(batch=batch, version=version, groups=groups,
+                       gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
+
+
+class RewardWorker:
+    """Scores rollouts with a registry and runner built in this process from ``reward:``."""
+
+    def __init__(self, reward_cfg: Mapping[str, Any], *, backend: Any = None) -> None:
+        from .rewards import RunnerBackend
+
+        self.backend = backend if backend is not None else RunnerBackend(reward_cfg)
+        self.fingerprint = self.backend.fingerprint()
+
+    def info(self) -> dict[str, Any]:
+        return {"role": "reward_worker", **_where(), "registry_fingerprint": self.fingerprint}
+
+    def score(self, rollout: Rollout) -> Rollout:
+        t0 = time.perf_counter()
+        samples = []
+        for prompt, group in zip(rollout.batch.prompts, rollout.groups):
+            for c in group:
+                samples.append({"prompt": prompt.question, "response": c.text,
+                                "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
+                                "extra_info": dict(prompt.extra_info)})
+        res = self.backend.score(samples)
+        rewards, terms, k = [], [], 0
+        for group in rollout.groups:
+            rewards.append(res.scores[k:k + len(group)])
+            terms.append(res.terms[k:k + len(group)])
+            k += len(group)
+        rollout.rewards, rollout.terms, rollout.reward_metrics = rewards, terms, res.metrics
+        rollout.score_s = time.perf_counter() - t0
+        rollout.reward_pid = os.getpid()
+        return rollout
+
+
+class Learner:
+    """GRPO learner: advantages per group, one optimizer step per batch (per PPO epoch)."""
+
+    def __init__(self, model_path: str, settings: Mapping[str, Any], reward_cfg: Mapping[str, Any], *,
+                 seed: int = 0, threads: int = 0, scale_advantages: bool = True,
+                 init_from: str | None = None) -> None:
+        _set_threads(threads)
+        from .learner import GRPOLearner
+        from .learner import LearnerSettings
+
+        self.fingerprint = _fingerprint(reward_cfg)
+        self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed)
+        self.scale = scale_advantages
+        if init_from:
+            self.impl.load(init_from)
+
+    def info(self) -> dict[str, Any]:
+        return {"role": "learner", **_where(), "registry_fingerprint": self.fingerprint,
+                "version": self.impl.version}
+
+    def train(self, rollout: Rollout) -> dict[str, float]:
+        import torch
+
+        from .learner import TrainSample
+        from .learner import group_advantages
+
+        t0 = time.perf_counter()
+        assert rollout.rewards is not None, "rollout was not scored"
+        matrix = torch.tensor(rollout.rewards, dtype=torch.float32)
+        adv = group_advantages(matrix, scale=self.scale)
+        samples = [TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j]))
+                   for i, group in enumerate(rollout.groups) for j, c in enumerate(group)]
+        stats = self.impl.train_step(samples)
+        stats["version"] = float(self.impl.version)
+        stats["train_s"] = time.perf_counter() - t0
+        return stats
+
+    def get_weights(self) -> dict[str, Any]:
+        return self.impl.state_dict()
+
+    def save(self, path: str) -> str:
+        self.impl.save(path)
+        return path
+
+
+class MessageQueue:
+    """A bounded FIFO of scored rollouts; hands the learner only samples within the staleness bound.
+
+    ``get(current_version)`` drops (and reports) every rollout whose version is more than
+    ``staleness_limit`` behind ``current_version`` before returning the first fresh one.
+    """
+
+    def __init__(self, maxsize: int, staleness_limit: int) -> None:
+        self.maxsize = maxsize
+        self.staleness_limit = staleness_limit
+        self._items: deque[Rollout] = deque()
+        self.max_size_seen = 0
+
+    def put(self, rollout: Rollout) -> int:
+        if len(self._items) >= self.maxsize:
+            raise RuntimeError(f"message queue full ({self.maxsize}); the driver must apply backpressure")
+        self._items.append(rollout)
+        self.max_size_seen = max(self.max_size_seen, len(self._items))
+        return len(self._items)
+
+    def get(self, current_version: int) -> tuple[Rollout | None, list[dict[str, int]]]:
+        dropped = []
+        while self._items:
+            item = self._items.popleft()
+            staleness = current_version - item.version
+            if staleness > self.staleness_limit:
+                dropped.append({"batch_index": item.batch.index, "version": item.version,
+                                "staleness": staleness, "samples": item.num_samples})
+                continue
+            return item, dropped
+        return None, dropped
+
+    def size(self) -> int:
+        return len(self._items)
+
+    def drain(self) -> list[Rollout]:
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+    def info(self) -> dict[str, Any]:
+        return {"role": "message_queue", **_where(), "registry_fingerprint": None}

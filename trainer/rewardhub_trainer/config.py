@@ -1,0 +1,266 @@
+"""The trainer's sections of the config (``trainer``, ``model``, ``rollout``, ``data``): schema and validation.
+
+The whole config is read by :func:`rewardhub.config.load_config` (the one loader, which applies the
+legacy shim and validates ``reward:``); this module only turns the sections it owns into frozen,
+picklable dataclasses and rejects bad values *before* Ray starts, naming the key and the fix.
+Nothing here imports Ray or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from rewardhub.errors import UsageError
+
+__all__ = [
+    "MODES",
+    "DataConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "parse_config",
+]
+
+MODES = ("sync", "fully_async")
+ENGINES = ("transformers", "vllm")
+DATA_SOURCES = ("builtin", "reasoning_gym")
+BUILTIN_MODELS = ("smollm2-135m",)
+TINY_ARCHS = ("qwen2", "llama")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """``trainer:`` — how the run is orchestrated and optimised."""
+
+    mode: str = "sync"
+    total_steps: int = 10
+    staleness_limit: int = 1
+    sync_interval: int = 1
+    seed: int = 0
+    lr: float = 1e-5
+    kl_coef: float = 0.0
+    clip_eps: float = 0.2
+    ppo_epochs: int = 1
+    micro_batch_size: int = 8
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    checkpoint_every: int = 0  #: 0: only at the end of the run
+    queue_size: int = 2  #: batches the message queue holds at most
+    num_rollouters: int = 1
+    num_reward_workers: int = 1
+    max_restarts: int = 3
+    torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
+    scale_advantages: bool = True
+    autocast: str = "none"  #: learner matmuls: none (fp32) | bfloat16 (fp32 master weights)
+    #: fully_async: start a batch only if it will still be within staleness_limit when trained
+    staleness_gate: bool = True
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``model:`` — exactly one of ``path``, ``builtin`` or ``tiny``."""
+
+    path: str | None = None
+    builtin: str | None = None
+    tiny: Mapping[str, Any] | None = None
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``rollout:`` — generation settings."""
+
+    engine: str = "transformers"
+    n: int = 4
+    prompts_per_step: int = 4
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    dtype: str = "float32"  #: generation weights: float32 | bfloat16 (synced weights are cast)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``data:`` — where prompts come from and how they are shown to the model."""
+
+    source: str = "builtin"
+    dataset: str = "basic_arithmetic"
+    size: int = 64
+    seed: int = 0
+    template: str = "auto"  #: auto | chat | plain
+    instruction: str = ""  #: appended to every question
+    system: str = ""  #: chat template: a system message (else the template's default)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs, as plain picklable values (the reward section stays a plain dict)."""
+
+    trainer: TrainerConfig
+    model: ModelConfig
+    rollout: RolloutConfig
+    data: DataConfig
+    reward: Mapping[str, Any]
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.rollout.n * self.rollout.prompts_per_step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trainer": dataclasses.asdict(self.trainer),
+            "model": dataclasses.asdict(self.model),
+            "rollout": dataclasses.asdict(self.rollout),
+            "data": dataclasses.asdict(self.data),
+            "reward": _plain(self.reward),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf node or mapping as plain dicts/lists."""
+    try:
+        from omegaconf import DictConfig
+        from omegaconf import ListConfig
+        from omegaconf import OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf ships with rewardhub
+        pass
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _section(cls: type, raw: Any, key: str) -> Any:
+    """Build dataclass ``cls`` from mapping ``raw``, rejecting unknown keys and wrong types."""
+    raw = _plain(raw) if raw is not None else {}
+    if not isinstance(raw, Mapping):
+        raise UsageError(f"{key}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in fields:
+            import difflib
+
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"did you mean {key}.{close[0]}? " if close else ""
+            raise UsageError(
+                f"{key}.{name}: unknown key\n{hint}valid keys: "
+                + ", ".join(repr(f) for f in sorted(fields))
+            )
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        values[name] = _coerce(value, default, f"{key}.{name}")
+    return cls(**values)
+
+
+def _coerce(value: Any, default: Any, key: str) -> Any:
+    if isinstance(default, Mapping):
+        if not isinstance(value, Mapping):
+            raise UsageError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if default is None or isinstance(default, str) or value is None:
+        if isinstance(default, str) and not isinstance(value, str):
+            raise UsageError(f"{key}: expected a string, got {value!r}")
+        return value
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise UsageError(f"{key}: expected true or false, got {value!r}")
+    kind = type(default)
+    try:
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{key}: expected {kind.__name__}, got {value!r}") from None
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise UsageError(f"{key}: {message}")
+
+
+def _choice(value: str, choices: tuple[str, ...], key: str) -> None:
+    if value not in choices:
+        raise UsageError(
+            f"{key}: unknown value {value!r}\nchoose one of: "
+            + ", ".join(repr(c) for c in choices)
+            + f" (e.g. {key}={choices[-1]})"
+        )
+
+
+def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
+    """Validate the trainer's sections of ``cfg`` (the result of ``load_config``).
+
+    :raises UsageError: naming the key and the fix. Rewards are checked separately by
+        :func:`rewardhub_trainer.rewards.validate_rewards`.
+    """
+    trainer = _section(TrainerConfig, cfg.get("trainer"), "trainer")
+    model = _section(ModelConfig, cfg.get("model"), "model")
+    rollout = _section(RolloutConfig, cfg.get("rollout"), "rollout")
+    data = _section(DataConfig, cfg.get("data"), "data")
+    reward = _plain(cfg.get("reward"))
+    if not reward or not reward.get("rewards"):
+        raise UsageError(
+            "reward.rewards: no reward terms configured\n"
+            "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)"
+        )
+
+    _choice(trainer.mode, MODES, "trainer.mode")
+    for name in ("total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size",
+                 "num_rollouters", "num_reward_workers"):
+        _require(getattr(trainer, name) >= 1, f"trainer.{name}", "must be at least 1")
+    for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads"):
+        _require(getattr(trainer, name) >= 0, f"trainer.{name}", "must be 0 or more")
+    _require(trainer.lr > 0, "trainer.lr", "must be positive")
+    _require(trainer.kl_coef >= 0, "trainer.kl_coef", "must be 0 or more (0 turns the KL term off)")
+    _require(0 < trainer.clip_eps < 1, "trainer.clip_eps", "must be between 0 and 1")
+    given = [k for k in ("path", "builtin", "tiny") if getattr(model, k)]
+    if len(given) != 1:
+        raise UsageError(
+            "model: set exactly one of model.path (a local Hugging Face folder), "
+            f"model.builtin ({', '.join(BUILTIN_MODELS)}) or model.tiny ({{arch: qwen2}})"
+            + (f"\ngot: {', '.join('model.' + g for g in given)}" if given else "")
+        )
+    if model.path:
+        path = os.path.expanduser(model.path)
+        _require(os.path.isdir(path), "model.path",
+                 f"no such folder {model.path!r}\npoint it at a local model folder (config.json + "
+                 "weights), or use model.builtin=smollm2-135m or model.tiny.arch=qwen2")
+        _require(os.path.isfile(os.path.join(path, "config.json")), "model.path",
+                 f"{model.path!r} has no config.json; it must be a saved Hugging Face model folder")
+    if model.builtin:
+        _choice(model.builtin, BUILTIN_MODELS, "model.builtin")
+    if model.tiny:
+        _choice(str(model.tiny.get("arch", "qwen2")), TINY_ARCHS, "model.tiny.arch")
+    _choice(model.dtype, ("float32", "bfloat16"), "model.dtype")
+
+    _choice(trainer.autocast, ("none", "bfloat16"), "trainer.autocast")
+    _choice(rollout.dtype, ("float32", "bfloat16"), "rollout.dtype")
+    _choice(rollout.engine, ENGINES, "rollout.engine")
+    if rollout.engine == "vllm":
+        raise UsageError("rollout.engine: the vllm engine is not available yet\n"
+                         "use rollout.engine=transformers")
+    _require(rollout.n >= 2, "rollout.n", "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)")
+    _require(rollout.prompts_per_step >= 1, "rollout.prompts_per_step", "must be at least 1")
+    _require(rollout.max_new_tokens >= 1, "rollout.max_new_tokens", "must be at least 1")
+    _require(rollout.temperature > 0, "rollout.temperature", "must be positive (GRPO samples)")
+    _require(0 < rollout.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+
+    _choice(data.source, DATA_SOURCES, "data.source")
+    _choice(data.template, ("auto", "chat", "plain"), "data.template")
+    _require(data.size >= 1, "data.size", "must be at least 1")
+    return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward)

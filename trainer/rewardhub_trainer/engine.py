@@ -1,0 +1,137 @@
+"""Generation engines: the interface the rollouter talks to, and the transformers implementation.
+
+An engine turns prompts into ``n`` sampled responses each, with the log-probability of every
+sampled token under the sampling policy (PPO's "old" log-probs), and takes new weights from the
+learner. A vLLM engine (a later issue) implements the same :class:`GenerationEngine` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from typing import Protocol
+
+__all__ = ["Completion", "GenerationEngine", "TransformersEngine", "format_prompt", "make_engine"]
+
+
+@dataclass
+class Completion:
+    """One sampled response to one prompt."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]  #: includes the end-of-sequence token when the model produced one
+    logprobs: list[float]  #: one per response token, under the sampling policy (temperature applied)
+    text: str  #: the response decoded without special tokens
+    finished: bool  #: ended with end-of-sequence (not cut by max_new_tokens)
+
+
+class GenerationEngine(Protocol):
+    """What a rollouter needs from an inference engine."""
+
+    version: int  #: the policy version of the weights now loaded
+
+    def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
+                 top_p: float, seed: int) -> list[list[Completion]]:
+        """``n`` completions for each already-formatted prompt, in prompt order."""
+        ...
+
+    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Replace the weights with the learner's, now at ``version``."""
+        ...
+
+    def format_prompt(self, question: str, template: str, system: str = "") -> str:
+        """The text the model sees for ``question`` (chat template or plain)."""
+        ...
+
+
+def format_prompt(tokenizer: Any, question: str, template: str = "auto", system: str = "") -> str:
+    """Format ``question`` with the tokenizer's chat template (``chat``/``auto``) or as plain text."""
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    if template == "chat" or (template == "auto" and has_chat):
+        if not has_chat:
+            raise ValueError("data.template=chat but the tokenizer has no chat template")
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": question})
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    return f"Question: {question}\nAnswer:"
+
+
+class TransformersEngine:
+    """Batched sampling with ``model.generate`` on CPU (or one GPU), KV-cached."""
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from .models import load_tokenizer
+
+        self.device = torch.device(device)
+        self.tokenizer = load_tokenizer(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.version = 0
+
+    def format_prompt(self, question: str, template: str, system: str = "") -> str:
+        return format_prompt(self.tokenizer, question, template, system)
+
+    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        import torch
+
+        with torch.no_grad():
+            missing, unexpected = self.model.load_state_dict(dict(state_dict), strict=False)
+        missing = [k for k in missing if not k.endswith("lm_head.weight")]
+        if missing or unexpected:
+            raise RuntimeError(f"weight sync: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.version = int(version)
+
+    def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
+                 top_p: float, seed: int) -> list[list[Completion]]:
+        import torch
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        input_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(self.device)
+        attention = enc["attention_mask"].repeat_interleave(n, dim=0).to(self.device)
+        eos = tok.eos_token_id
+        config = GenerationConfig(
+            do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+            max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=eos,
+            return_dict_in_generate=True, output_logits=True)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention,
+                                      generation_config=config)
+        width = input_ids.shape[1]
+        new = out.sequences[:, width:]
+        # Raw logits (before warpers), so the log-probs match the learner's log_softmax(logits / T).
+        logits = torch.stack(out.logits, dim=1).float() / temperature
+        steps = min(new.shape[1], logits.shape[1])
+        token_lp = torch.log_softmax(logits[:, :steps], dim=-1).gather(
+            -1, new[:, :steps].unsqueeze(-1)).squeeze(-1)
+        del logits
+        result: list[list[Completion]] = []
+        for i in range(len(prompts)):
+            prompt_ids = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
+            group = []
+            for j in range(n):
+                row = i * n + j
+                ids = new[row, :steps].tolist()
+                finished = eos in ids
+                length = ids.index(eos) + 1 if finished else len(ids)
+                response = ids[:length]
+                group.append(Completion(
+                    prompt_ids=prompt_ids, response_ids=response,
+                    logprobs=token_lp[row, :length].tolist(),
+                    text=tok.decode(response, skip_special_tokens=True), finished=finished))
+            result.append(group)
+        return result
+
+
+def make_engine(name: str, model_path: str, *, dtype: str = "float32") -> GenerationEngine:
+    """The engine called ``name`` (``rollout.engine``)."""
+    if name == "transformers":
+        return TransformersEngine(model_path, dtype=dtype)
+    raise ValueError(f"unknown rollout engine {name!r}")
