@@ -13,6 +13,8 @@ _GSM8K = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _DELIMITED = re.compile(r"^\s*(\$|\\\(|\\\[)")
 
+import math_verify as _math_verify_module  # imported up front: forked workers inherit it
+
 _mv: Any = None
 
 

@@ -1,0 +1,122 @@
+"""Calling conventions: rewardhub's own, verl's and TRL's, detected once per reward."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = ["ADAPTERS", "Invoker", "make_invoker", "sample_kwargs"]
+
+ADAPTERS = ("auto", "rewardhub", "verl", "trl")
+FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
+
+
+def _params(fn: Any) -> tuple[set[str], bool]:
+    target = fn
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or isinstance(fn, functools.partial)):
+        target = getattr(fn, "__call__", fn)
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return set(), True
+    names = {p.name for p in sig.parameters.values()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    return names, var_kw
+
+
+def is_async_callable(fn: Any) -> bool:
+    base = fn.func if isinstance(fn, functools.partial) else fn
+    if inspect.iscoroutinefunction(base):
+        return True
+    call = getattr(base, "__call__", None)
+    return call is not None and not inspect.isfunction(base) and inspect.iscoroutinefunction(call)
+
+
+def detect_adapter(fn: Any, kind: str) -> str:
+    names, _ = _params(fn)
+    if "solution_str" in names or "solution_strs" in names:
+        return "verl"
+    if "completions" in names and "response" not in names and "responses" not in names:
+        return "trl"
+    return "rewardhub"
+
+
+def sample_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: sample.get(k) for k in FIELDS}
+
+
+@dataclass
+class Invoker:
+    """Calls one reward with samples, whatever its signature.
+
+    ``kind`` is how rewardhub drives it: ``function`` (one sample per call) or ``batched`` /
+    ``group`` (lists per call).
+    """
+
+    fn: Any
+    kind: str
+    adapter: str
+    is_async: bool
+    names: set[str]
+    var_kw: bool
+
+    def _filter(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.var_kw:
+            return kwargs
+        return {k: v for k, v in kwargs.items() if k in self.names}
+
+    # per sample ---------------------------------------------------------------
+    def call_one(self, sample: Mapping[str, Any], kwargs: Mapping[str, Any]) -> Any:
+        if self.adapter == "verl":
+            call = {"data_source": sample.get("data_source"), "solution_str": sample.get("response"),
+                    "ground_truth": sample.get("ground_truth"), "extra_info": sample.get("extra_info")}
+        else:
+            call = sample_kwargs(sample)
+        call.update(kwargs)
+        return self.fn(**self._filter(call))
+
+    # lists --------------------------------------------------------------------
+    def call_many(self, samples: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> Any:
+        cols = {k: [s.get(k) for s in samples] for k in FIELDS}
+        if self.adapter == "trl":
+            call: dict[str, Any] = {"prompts": cols["prompt"], "completions": cols["response"],
+                                    "ground_truth": cols["ground_truth"], "data_source": cols["data_source"],
+                                    "extra_info": cols["extra_info"]}
+            # TRL passes every dataset column as a list keyword; extra_info keys play that role
+            for key in {k for s in samples if isinstance(s.get("extra_info"), dict) for k in s["extra_info"]}:
+                if key not in call and key not in ("prompts", "completions"):
+                    call[key] = [(s.get("extra_info") or {}).get(key) for s in samples]
+        elif self.adapter == "verl":
+            call = {"data_sources": cols["data_source"], "solution_strs": cols["response"],
+                    "ground_truths": cols["ground_truth"], "extra_infos": cols["extra_info"]}
+        else:
+            call = {"prompts": cols["prompt"], "responses": cols["response"],
+                    "ground_truths": cols["ground_truth"], "data_sources": cols["data_source"],
+                    "extra_infos": cols["extra_info"]}
+        call.update(kwargs)
+        return self.fn(**self._filter(call))
+
+
+def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> Invoker:
+    """Build the :class:`Invoker` for a loaded reward.
+
+    :raises UsageError: for an unknown adapter, or a signature that fits none.
+    """
+    if adapter not in ADAPTERS:
+        raise UsageError(f"adapter={adapter!r} for reward {name!r} is not valid\nallowed: {', '.join(ADAPTERS)}")
+    if adapter == "auto":
+        adapter = detect_adapter(fn, kind)
+    names, var_kw = _params(fn)
+    if adapter == "trl" or (adapter == "verl" and "solution_strs" in names):
+        if kind == "function":
+            kind = "batched"
+    if kind == "model":
+        kind = "batched"
+    return Invoker(fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names, var_kw=var_kw)

@@ -1,0 +1,84 @@
+"""One reward call's outcome, and checking what a reward returned."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+__all__ = ["Outcome", "check_value"]
+
+#: outcome statuses
+OK, NOT_APPLICABLE, ERROR, TIMEOUT = "ok", "na", "error", "timeout"
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one term gave one sample.
+
+    :ivar value: the score, ``None`` when not applicable (or dropped after a failure).
+    :ivar status: ok | na | error | timeout.
+    """
+
+    value: float | None
+    status: str = OK
+    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    latency_s: float = 0.0
+    attempts: int = 1
+
+    def to_wire(self) -> tuple[Any, ...]:
+        return (self.value, self.status, self.extra, self.error, self.latency_s, self.attempts)
+
+    @classmethod
+    def from_wire(cls, t: tuple[Any, ...]) -> Outcome:
+        return cls(*t)
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return float(x)
+    if isinstance(x, (int, float)) and not isinstance(x, complex):
+        f = float(x)
+        return f if math.isfinite(f) else None
+    try:  # numpy / torch scalars
+        import numbers
+
+        if isinstance(x, numbers.Real):
+            f = float(x)
+            return f if math.isfinite(f) else None
+    except (TypeError, ValueError):
+        pass
+    return None
+
+
+def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
+    """Turn a reward's return value into an :class:`Outcome`; anything but a finite score is an error.
+
+    ``None`` means not applicable; a dict must carry a finite ``score`` and its other keys become
+    extra metrics.
+    """
+    where = f"reward {reward!r} on sample {index}" if index is not None else f"reward {reward!r}"
+    if raw is None:
+        return Outcome(None, NOT_APPLICABLE)
+    if isinstance(raw, dict):
+        if "score" not in raw:
+            return Outcome(None, ERROR, error=f"{where} returned a dict without 'score': {_short(raw)}")
+        score = raw["score"]
+        if score is None:
+            return Outcome(None, NOT_APPLICABLE, extra={k: v for k, v in raw.items() if k != "score"})
+        value = _finite(score)
+        if value is None:
+            return Outcome(None, ERROR, error=f"{where} returned score {_short(score)}: not a finite number")
+        return Outcome(value, OK, extra={k: v for k, v in raw.items() if k != "score"})
+    value = _finite(raw)
+    if value is None:
+        return Outcome(None, ERROR, error=f"{where} returned {_short(raw)}: not a finite number "
+                                          "or a dict with a finite 'score'")
+    return Outcome(value, OK)
+
+
+def _short(x: Any) -> str:
+    r = repr(x)
+    return r if len(r) <= 80 else r[:77] + "..."
