@@ -1,0 +1,86 @@
+"""Helpers for plugin authors' tests: registries from inline plugins, fake installed distributions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .registry import RewardRegistry
+from .registry import _specs_from_hook_result
+
+__all__ = ["make_registry", "write_distribution"]
+
+
+def make_registry(*plugins: Any, include_builtins: bool = True) -> RewardRegistry:
+    """A registry from plugin objects (modules or classes with ``rewardhub_register_rewards``), no install.
+
+    Example::
+
+        >>> import rewardhub
+        >>> from rewardhub.testing import make_registry
+        >>> def shout(*, response, **kw):
+        ...     "1.0 for upper-case responses."
+        ...     return float(response.isupper())
+        >>> class Plugin:
+        ...     @rewardhub.hookimpl
+        ...     def rewardhub_register_rewards(self):
+        ...         return [shout]
+        >>> make_registry(Plugin()).get_reward("shout").summary
+        '1.0 for upper-case responses.'
+    """
+    from ._manager import RewardhubPluginManager
+
+    pm = RewardhubPluginManager()
+    if include_builtins:
+        pm.load_defaults()
+    for i, plugin in enumerate(plugins):
+        pm.register(plugin, name=getattr(plugin, "__name__", None) or f"plugin-{i}")
+    pm.check_pending()
+    registry = RewardRegistry()
+    for impl in pm.hook.rewardhub_register_rewards.get_hookimpls():
+        source = "builtin" if impl.plugin_name.startswith("rewardhub.builtin.") else "plugin"
+        for spec in _specs_from_hook_result(impl.function(), impl.plugin_name, None, None, source):
+            registry.add(spec)
+    return registry
+
+
+def write_distribution(
+    root: str | os.PathLike[str],
+    name: str,
+    version: str = "0.1.0",
+    entry_points: Mapping[str, Mapping[str, str]] | None = None,
+    modules: Mapping[str, str] | None = None,
+) -> Path:
+    """Write an installed-looking distribution (a ``.dist-info`` folder plus modules) under ``root``.
+
+    Put ``root`` on ``PYTHONPATH`` (or ``sys.path``) and ``importlib.metadata`` finds it, exactly
+    as it finds a ``pip install --target`` folder.
+
+    :param entry_points: group -> {entry point name: "module:attr"}.
+    :param modules: dotted module name -> source; packages get ``__init__.py`` files.
+    :returns: the dist-info folder.
+    """
+    root = Path(root)
+    norm = name.replace("-", "_")
+    info = root / f"{norm}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = []
+    for group, eps in (entry_points or {}).items():
+        lines.append(f"[{group}]")
+        lines.extend(f"{k} = {v}" for k, v in eps.items())
+        lines.append("")
+    (info / "entry_points.txt").write_text("\n".join(lines))
+    for mod, source in (modules or {}).items():
+        parts = mod.split(".")
+        for k in range(1, len(parts)):
+            pkg = root.joinpath(*parts[:k])
+            pkg.mkdir(parents=True, exist_ok=True)
+            (pkg / "__init__.py").touch()
+        path = root.joinpath(*parts[:-1], parts[-1] + ".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    (info / "RECORD").write_text("")
+    return info

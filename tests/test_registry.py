@@ -1,0 +1,176 @@
+"""The registry: sources, duplicates, unknown and broken rewards, fingerprints, file targets."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import rewardhub
+from rewardhub import RewardSpec
+from rewardhub.errors import BrokenRewardError
+from rewardhub.errors import DuplicateRewardError
+from rewardhub.errors import UnknownRewardError
+from rewardhub.errors import UsageError
+from rewardhub.registry import build_registry
+from rewardhub.testing import make_registry
+from rewardhub.testing import write_distribution
+
+BUILTINS = {"exact_match", "overlong_penalty", "regex_match", "think_format"}
+
+
+def test_builtins_always_present_even_without_autoload():
+    reg = build_registry(autoload=False)
+    assert BUILTINS <= set(reg.names())
+    assert all(reg.get_reward(n).source == "builtin" for n in BUILTINS)
+    assert "math_verify" not in reg
+
+
+def test_installed_plugins_have_dist_and_version():
+    reg = build_registry()
+    mv = reg.get_reward("math_verify")
+    assert (mv.source, mv.dist, mv.version) == ("entry-point", "rewardhub-math", "0.1.0")
+    rg = reg.get_reward("reasoning_gym.basic_arithmetic")
+    assert (rg.source, rg.dist, rg.plugin) == ("plugin", "rewardhub-reasoning-gym", "reasoning_gym")
+    assert rg.data_sources == ("basic_arithmetic", "reasoning_gym/basic_arithmetic")
+
+
+def test_unknown_reward_suggests_close_names():
+    reg = build_registry(autoload=False)
+    with pytest.raises(UnknownRewardError, match=r"unknown reward 'exact_mach'\ndid you mean: 'exact_match'") as e:
+        reg.get_reward("exact_mach")
+    assert "rewardhub list" in str(e.value)
+    assert isinstance(e.value, LookupError)
+
+
+def test_duplicate_names_both_sources():
+    def exact_match(*, response, **kw):
+        return 1.0
+
+    class Dup:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [exact_match]
+
+    with pytest.raises(DuplicateRewardError, match=r"'exact_match' registered twice: builtin and plugin"):
+        make_registry(Dup())
+
+
+def test_hook_returning_functions_and_specs():
+    @rewardhub.reward(name="shout", timeout_s=3, executor="thread")
+    def shout_fn(*, response, **kw):
+        """1.0 for upper case."""
+        return float(response.isupper())
+
+    class P:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [shout_fn, RewardSpec(name="spec_one", target="rewardhub.builtin.match:exact_match")]
+
+    reg = make_registry(P())
+    spec = reg.get_reward("shout")
+    assert spec.summary == "1.0 for upper case."
+    assert spec.policy.timeout_s == 3 and spec.policy.executor == "thread"
+    assert reg.load("spec_one")(response="a", ground_truth="A") == 1.0
+
+
+def test_misspelled_hook_is_a_broken_plugin(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "typo-plugin", "1.2.3", {"rewardhub": {"typo": "typo_mod"}},
+                       {"typo_mod": "def rewardhub_register_reward():\n    return []\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = build_registry()
+    spec = reg.get_reward("typo")
+    assert spec.status == "broken"
+    assert "rewardhub_register_reward" in spec.error and spec.dist == "typo-plugin"
+
+
+def test_broken_plugin_does_not_break_others(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "bad-plugin", "0.3.1", {"rewardhub": {"bad": "bad_mod"}},
+                       {"bad_mod": "import no_such_dependency_xyz\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = build_registry()
+    bad = reg.get_reward("bad")
+    assert bad.status == "broken" and "no_such_dependency_xyz" in bad.error
+    assert reg.get_reward("math_verify").status == "ok"
+    with pytest.raises(BrokenRewardError, match=r"reward 'bad' is broken: ModuleNotFoundError.*no_such_dependency_xyz"):
+        reg.load("bad")
+    with pytest.raises(BrokenRewardError, match="bad-plugin 0.3.1"):
+        reg.term_spec({"name": "bad"})
+
+
+def test_env_autoload_off_and_forced_plugin(monkeypatch):
+    monkeypatch.setenv("REWARDHUB_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reg = build_registry()
+    assert "math_verify" not in reg and "reasoning_gym" not in reg
+    monkeypatch.setenv("REWARDHUB_PLUGINS", "reasoning_gym,math_verify")
+    reg = build_registry()
+    assert "reasoning_gym" in reg and "math_verify" in reg
+
+
+def test_config_block_and_load():
+    reg = build_registry({"plugins": {"block": ["reasoning_gym", "math_verify"]}})
+    assert "reasoning_gym" not in reg and "math_verify" not in reg
+    reg = build_registry({"plugins": {"autoload": False, "load": ["math_verify"]}})
+    assert "math_verify" in reg and "reasoning_gym" not in reg
+
+
+def test_file_term_gets_deterministic_module_and_pickles(tmp_path):
+    f = tmp_path / "my_reward.py"
+    f.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                 "    return float(solution_str.strip() == ground_truth)\n")
+    reg = build_registry({"rewards": [{"path": str(f)}]}, autoload=False)
+    spec = reg.get_reward("compute_score")
+    assert spec.source == "config" and spec.sha256 and spec.target.endswith("my_reward.py:compute_score")
+    fn = reg.load(spec)
+    assert fn.__module__.startswith("_rewardhub_files.my_reward_") and fn.__module__ in sys.modules
+    # the same file gives the same module name in another process, and pickling by reference works there
+    code = textwrap.dedent(f"""
+        import pickle, sys
+        from rewardhub.registry import build_registry
+        reg = build_registry({{"rewards": [{{"path": {str(f)!r}}}]}}, autoload=False)
+        fn = reg.load("compute_score")
+        print(fn.__module__)
+        sys.stdout.flush()
+        g = pickle.loads(sys.stdin.buffer.read())
+        print(g is fn, g("x", "4", "4"))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(fn), capture_output=True, check=True)
+    lines = out.stdout.decode().split()
+    assert lines == [fn.__module__, "True", "1.0"]
+
+
+def test_file_and_module_term_errors(tmp_path):
+    reg = build_registry(autoload=False)
+    with pytest.raises(UsageError, match=r"reward file '.*nope.py' does not exist"):
+        reg.term_spec({"path": str(tmp_path / "nope.py")})
+    with pytest.raises(UsageError, match=r"reward module 'no_such_mod_abc' cannot be imported"):
+        reg.term_spec({"module": "no_such_mod_abc", "function": "f"})
+    with pytest.raises(UsageError, match="neither 'name' nor 'path'"):
+        reg.term_spec({"weight": 1})
+
+
+def test_fingerprint_same_across_processes_and_changes_with_installation(tmp_path, monkeypatch):
+    here = build_registry().fingerprint()
+    code = "from rewardhub.registry import build_registry; print(build_registry().fingerprint())"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert here == other
+    write_distribution(tmp_path, "extra-rewards", "2.0", {"rewardhub.rewards": {"extra_r": "extra_mod:f"}},
+                       {"extra_mod": "def f(**kw):\n    return 1.0\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = build_registry()
+    assert reg.fingerprint() != here
+    assert reg.fingerprint_items()["extra_r"] == "extra-rewards==2.0"
+
+
+def test_require_lists_every_missing_name():
+    reg = build_registry(autoload=False)
+    with pytest.raises(UsageError, match=r"missing rewards on worker n1: 'a', 'b'"):
+        reg.require(["exact_match", "a", "b"], where="on worker n1")
+
+
+def test_decorator_validates_its_arguments():
+    with pytest.raises(UsageError, match=r"executor='gpu' is not valid\nallowed: inline, thread, process, ray"):
+        rewardhub.reward(executor="gpu")
