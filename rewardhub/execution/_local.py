@@ -138,7 +138,7 @@ def run_threads(calls: list[Call], timeout_s: float | None, max_concurrency: int
     failed: list[int] = []
     queue = list(range(len(calls)))[::-1]
     with cond:
-        while queue or running:
+        while queue or running or failed:
             while queue and len(running) < limit:
                 i = queue.pop()
                 attempts[i] += 1
