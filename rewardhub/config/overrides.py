@@ -1,0 +1,311 @@
+"""Command-line overrides as users type them (``a.b=c``, Hydra's ``+a.b=c`` / ``++a.b=c`` / ``~a.b``),
+and shell launch scripts that carry them.
+
+:func:`parse_overrides` reads argv-style tokens (the shell has already removed its quotes);
+:func:`shell_words` splits a script's text the way a POSIX shell would, remembering where each word
+is, so that a rewrite can replace override tokens and leave every other byte alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ..errors import UsageError
+
+__all__ = [
+    "Override",
+    "ShellWord",
+    "apply_overrides",
+    "format_value",
+    "is_override_word",
+    "parse_override",
+    "parse_overrides",
+    "parse_value",
+    "shell_words",
+]
+
+_KEY = r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*"
+_OVERRIDE_RE = re.compile(rf"^(\+\+|\+|~)?({_KEY})(?:=(.*))?$", re.S)
+_INT_RE = re.compile(r"^[+-]?\d+$")
+_FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Override:
+    """One parsed override: ``op`` is ``=``, ``+``, ``++`` or ``~`` (delete)."""
+
+    key: str
+    value: Any
+    op: str = "="
+    text: str = ""
+
+
+def _unquote(text: str) -> tuple[str, bool]:
+    """Strip one pair of Hydra quotes; returns (text, was_quoted)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        body = text[1:-1]
+        q = text[0]
+        return body.replace("\\" + q, q), True
+    return text, False
+
+
+def parse_value(text: str) -> Any:
+    """Hydra's value grammar, the common part: quoted strings, null, booleans, numbers, [lists], {dicts}."""
+    text = text.strip()
+    body, quoted = _unquote(text)
+    if quoted:
+        return body
+    low = text.lower()
+    if text == "" :
+        return ""
+    if low in ("null", "~"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    if _INT_RE.match(text):
+        return int(text)
+    if _FLOAT_RE.match(text) or low in ("inf", "+inf", "-inf", "nan"):
+        return float(text) if low != "nan" else math.nan
+    if text[0] in "[{":
+        try:
+            # Hydra writes {a:1}; YAML needs a space after the colon
+            loaded = yaml.safe_load(re.sub(r":(?=\S)", ": ", text) if text[0] == "{" else text)
+        except yaml.YAMLError:
+            return text
+        return _convert_nested(loaded)
+    return text
+
+
+def _convert_nested(x: Any) -> Any:
+    if isinstance(x, list):
+        return [_convert_nested(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): _convert_nested(v) for k, v in x.items()}
+    if isinstance(x, str):
+        return parse_value(x)
+    return x
+
+
+def format_value(value: Any) -> str:
+    """An override's value text that :func:`parse_value` reads back as ``value``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        if value != "" and parse_value(value) == value and not re.search(r"[\s'\"\\,\[\]{}$`]", value):
+            return value
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def parse_override(token: str) -> Override:
+    """Parse one override token (already shell-unquoted)."""
+    m = _OVERRIDE_RE.match(token.strip())
+    if not m:
+        raise UsageError(f"override {token!r} is not valid\nexpected KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY "
+                         "(KEY dotted, e.g. reward.aggregation=weighted_sum)")
+    prefix, key, value = m.group(1) or "", m.group(2), m.group(3)
+    if prefix == "~":
+        return Override(key, None if value is None else parse_value(value), "~", token)
+    if value is None:
+        raise UsageError(f"override {token!r} has no value\nwrite {key}=VALUE (or ~{key} to delete it)")
+    return Override(key, parse_value(value), prefix or "=", token)
+
+
+def parse_overrides(tokens: Iterable[str]) -> list[Override]:
+    """Parse argv-style override tokens; a token is one ``KEY=VALUE`` as the program receives it."""
+    if isinstance(tokens, str):
+        tokens = [tokens]
+    return [parse_override(t) for t in tokens]
+
+
+def is_override_word(text: str) -> bool:
+    """Whether a shell word (unquoted) is a Hydra override of a dotted key (or a ``+``/``~`` one)."""
+    m = _OVERRIDE_RE.match(text)
+    if not m:
+        return False
+    prefix, key, value = m.group(1), m.group(2), m.group(3)
+    if prefix == "~":
+        return "." in key or value is None
+    return value is not None and ("." in key or bool(prefix))
+
+
+def _segments(key: str) -> list[str]:
+    return key.split(".")
+
+
+def apply_overrides(config: Mapping[str, Any], overrides: Iterable[Override | str]) -> dict[str, Any]:
+    """Return a copy of ``config`` with the overrides applied (intermediate mappings are created;
+    a numeric segment indexes a list, and the index one past the end appends)."""
+    import copy
+
+    out: dict[str, Any] = copy.deepcopy(dict(config))
+    for ov in overrides:
+        if isinstance(ov, str):
+            ov = parse_override(ov)
+        parts = _segments(ov.key)
+        node: Any = out
+        for i, part in enumerate(parts[:-1]):
+            nxt = parts[i + 1]
+            node = _child(node, part, ov.key, want_list=nxt.isdigit())
+        last = parts[-1]
+        if ov.op == "~":
+            _delete(node, last)
+        else:
+            _set(node, last, copy.deepcopy(ov.value), ov.key)
+    return out
+
+
+def _child(node: Any, part: str, key: str, want_list: bool) -> Any:
+    if isinstance(node, list):
+        if not part.isdigit() or int(part) > len(node):
+            raise UsageError(f"override {key!r}: {part!r} is not an index of a list of {len(node)}")
+        idx = int(part)
+        if idx == len(node):
+            node.append([] if want_list else {})
+        if not isinstance(node[idx], (dict, list)):
+            node[idx] = [] if want_list else {}
+        return node[idx]
+    if not isinstance(node.get(part), (dict, list)):
+        node[part] = [] if want_list else {}
+    return node[part]
+
+
+def _set(node: Any, last: str, value: Any, key: str) -> None:
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) > len(node):
+            raise UsageError(f"override {key!r}: {last!r} is not an index of a list of {len(node)}")
+        if int(last) == len(node):
+            node.append(value)
+        else:
+            node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _delete(node: Any, last: str) -> None:
+    if isinstance(node, list):
+        if last.isdigit() and int(last) < len(node):
+            del node[int(last)]
+    else:
+        node.pop(last, None)
+
+
+# ---- shell scripts ------------------------------------------------------------------------------
+
+@dataclass
+class ShellWord:
+    """One word of a shell script: its text with the shell's quoting removed and ``$VAR`` expanded
+    as far as the script itself says, its span in the script, and the command it belongs to."""
+
+    raw: str
+    text: str
+    start: int
+    end: int
+    command: int
+    position: int  #: 0 for the first word of its command
+
+
+_ENV_RE = re.compile(r"\$(\{(\w+)(:?-([^}]*))?\}|(\w+))")
+
+
+def _expand(text: str, variables: Mapping[str, str]) -> str:
+    """Expand ``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` with the script's own assignments; a
+    variable the script does not set becomes OmegaConf's ``${oc.env:NAME}`` (resolved at load time)."""
+
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(2) or m.group(5)
+        if name in variables:
+            return variables[name]
+        if m.group(3) is not None:
+            default = m.group(4) or ""
+            return "${oc.env:" + name + (f",{default}" if default else ",''") + "}"
+        return "${oc.env:" + name + "}"
+
+    return _ENV_RE.sub(repl, text)
+
+
+def shell_words(script: str) -> list[ShellWord]:
+    """Split ``script`` into words like a POSIX shell: quotes, backslashes, ``\\``-newline
+    continuations, ``#`` comments and command separators (newline, ``;``, ``&``, ``|``)."""
+    words: list[ShellWord] = []
+    variables: dict[str, str] = {}
+    i, n = 0, len(script)
+    command, position = 0, 0
+    while i < n:
+        c = script[i]
+        if c == "\\" and i + 1 < n and script[i + 1] == "\n":
+            i += 2
+            continue
+        if c in " \t\r":
+            i += 1
+            continue
+        if c in "\n;&|()":
+            if position:
+                command += 1
+                position = 0
+            i += 1
+            continue
+        if c == "#":
+            while i < n and script[i] != "\n":
+                i += 1
+            continue
+        start = i
+        parts: list[str] = []
+        while i < n and script[i] not in " \t\r\n;&|()":
+            c = script[i]
+            if c == "\\":
+                if i + 1 < n and script[i + 1] == "\n":
+                    i += 2
+                    continue
+                parts.append(script[i + 1: i + 2])
+                i += 2
+            elif c == "'":
+                j = script.find("'", i + 1)
+                j = n if j < 0 else j
+                parts.append(script[i + 1: j].replace("$", "\x00"))  # no expansion inside '...'
+                i = j + 1
+            elif c == '"':
+                j, buf = i + 1, []
+                while j < n and script[j] != '"':
+                    if script[j] == "\\" and j + 1 < n and script[j + 1] in '"\\$`\n':
+                        if script[j + 1] != "\n":
+                            buf.append(script[j + 1].replace("$", "\x00"))
+                        j += 2
+                        continue
+                    buf.append(script[j])
+                    j += 1
+                parts.append("".join(buf))
+                i = j + 1
+            else:
+                parts.append(c)
+                i += 1
+        raw = script[start:i]
+        text = _expand("".join(parts), variables).replace("\x00", "$")
+        if position == 0 and text == "export":
+            i_word = ShellWord(raw, text, start, i, command, position)
+            words.append(i_word)
+            continue  # 'export A=b': A=b is still an assignment
+        m = re.match(r"^([A-Za-z_]\w*)=(.*)$", text, re.S)
+        if m and (position == 0 or (words and words[-1].command == command and words[-1].text == "export"
+                                    and words[-1].position == position - 1)):
+            variables[m.group(1)] = m.group(2)
+            words.append(ShellWord(raw, text, start, i, command, position))
+            continue  # assignments before the command word do not make it a command yet
+        words.append(ShellWord(raw, text, start, i, command, position))
+        position += 1
+    return words
