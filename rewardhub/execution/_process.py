@@ -127,7 +127,8 @@ class ProcessPool:
     :ivar kills: workers killed for a timeout. :ivar crashes: workers that died by themselves.
     """
 
-    def __init__(self, size: int, start_method: str | None = None) -> None:
+    def __init__(self, size: int, start_method: str | None = None, stuck_after_s: float = 0.2,
+                 max_spares: int | None = None) -> None:
         if start_method is None:
             start_method = "fork" if sys.platform.startswith("linux") else "spawn"
         self._ctx = multiprocessing.get_context(start_method)
@@ -136,6 +137,12 @@ class ProcessPool:
         self._payloads: dict[str, WorkerPayload] = {}
         self.kills = 0
         self.crashes = 0
+        #: a task running longer than this is "stuck": a spare worker takes its place in the
+        #: rotation (at most ``max_spares``; a stuck task that sleeps then costs no throughput,
+        #: one that burns CPU still costs its core until the timeout) until it finishes or its timeout kills it
+        self.stuck_after_s = stuck_after_s
+        self.spares_started = 0
+        self.max_spares = 8 * self.size if max_spares is None else max_spares
 
     def register(self, key: str, payload: WorkerPayload) -> None:
         self._payloads[key] = payload
@@ -150,7 +157,8 @@ class ProcessPool:
     def _replace(self, w: _Worker) -> None:
         self._workers.remove(w)
         w.kill()
-        self._workers.append(_Worker(self._ctx))
+        if len(self._workers) < self.size:
+            self._workers.append(_Worker(self._ctx))
 
     def _send(self, w: _Worker, task: Task) -> None:
         payload = None if task.key in w.known else self._payloads[task.key]
@@ -187,7 +195,16 @@ class ProcessPool:
             if not busy:
                 continue
             now = time.monotonic()
+            if queue and len(self._workers) < self.size + self.max_spares:
+                stuck = sum(now - w.started > self.stuck_after_s for w in busy)
+                if len(self._workers) - stuck < self.size:
+                    self._workers.append(_Worker(self._ctx))
+                    self.spares_started += 1
+                    continue
+            stuck_deadlines = [w.started + self.stuck_after_s - now for w in busy
+                               if queue and now - w.started <= self.stuck_after_s]
             deadlines = [w.started + w.task.timeout_s - now for w in busy if w.task and w.task.timeout_s]
+            deadlines += stuck_deadlines
             wait_s = max(0.0, min(deadlines)) if deadlines else None
             waitables: list[Any] = [w.conn for w in busy] + [w.proc.sentinel for w in busy]
             ready = set(multiprocessing.connection.wait(waitables, timeout=wait_s))
@@ -216,7 +233,25 @@ class ProcessPool:
                     self._finish(w, ("timeout", f"timed out after {task.timeout_s:g}s; worker killed", elapsed),
                                  queue, done)
                     self._replace(w)
+        self._trim()
         return tasks
+
+    def _trim(self) -> None:
+        """Retire idle spare workers so the pool is back to ``size``."""
+        while len(self._workers) > self.size:
+            idle = next((w for w in self._workers if w.task is None), None)
+            if idle is None:
+                return
+            self._workers.remove(idle)
+            try:
+                idle.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            idle.proc.join(2)
+            if idle.proc.is_alive():
+                idle.kill()
+            else:
+                idle.conn.close()
 
     def close(self) -> None:
         for w in self._workers:

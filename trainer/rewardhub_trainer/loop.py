@@ -369,7 +369,11 @@ class Run:
                     train = None
                     self.stats.busy("learner", result["train_s"])
                     self._trained(item, staleness, result)
-                    if self.step % t.sync_interval == 0 and self.step < t.total_steps:
+                    synced = self._weights[1] if self._weights is not None else self.resumed_from or 0
+                    # sync every sync_interval steps, and whenever the rollouters' weights are so old
+                    # that everything they generate would be dropped (else the run could not progress)
+                    if self.step < t.total_steps and (self.step % t.sync_interval == 0
+                                                      or self.step - synced > t.staleness_limit):
                         self._sync_weights()
         # the end: whatever is still in flight was generated (or will be) but not trained
         leftovers: list[Rollout] = []

@@ -1,0 +1,35 @@
+"""`rewardhub list --json` wall time as a ratio of `python -c pass` (goal <= 6x), and registry.get()."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import timeit
+
+from _util import report
+from _util import wall
+
+from rewardhub.registry import build_registry
+from rewardhub.testing import write_distribution
+
+
+def main() -> None:
+    base = wall([sys.executable, "-c", "pass"])
+    t = wall([sys.executable, "-m", "rewardhub", "list", "--json"])
+    report("rewardhub list --json (first-party plugins)", t, base, goal="<= 6x")
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(200):
+            write_distribution(d, f"gen-reward-{i}", "1.0", {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
+                               {f"gen_mod_{i}": f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"})
+        t200 = wall([sys.executable, "-m", "rewardhub", "list", "--json"], env={"PYTHONPATH": d})
+        report("rewardhub list --json (+200 entry points)", t200, base, goal="<= 6x")
+    reg = build_registry()
+    n = 1_000_000
+    per = timeit.timeit(lambda: reg.get("math_verify"), number=n) / n
+    empty = timeit.timeit(lambda: None, number=n) / n
+    print(f"registry.get(name): {per * 1e6:.3f} us per call (empty lambda call {empty * 1e6:.3f} us; "
+          f"ratio {per / empty:.2f}x) (goal <= 2 us)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""First stage of a sandboxed run: a tiny launcher executed as ``python -I -S _launch.py SPEC``.
+
+It runs in the child, after ``fork`` and ``exec`` (so the scoring process never needs a
+thread-unsafe ``preexec_fn``), and before any untrusted code:
+
+1. joins the run's cgroups (so that every later fork is counted from the start),
+2. sets the resource limits (inherited by everything it executes),
+3. then either ``exec``\\ s bubblewrap (``mode == "bwrap"``), or, in ``native`` mode, unshares
+   network/mount/IPC/UTS namespaces itself, puts private tmpfs mounts over the world-writable
+   directories, copies the program files into a private working directory, drops to the
+   unprivileged uid and ``exec``\\ s the interpreter.
+
+Only the standard library is used, and nothing from ``rewardhub``. Failures print a line
+starting with ``rhc-launch:`` to stderr and exit with status 125.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_SIGKILL = 9
+
+_LIMITS = {
+    "cpu": resource.RLIMIT_CPU,
+    "as": resource.RLIMIT_AS,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nproc": resource.RLIMIT_NPROC,
+    "nofile": resource.RLIMIT_NOFILE,
+    "core": resource.RLIMIT_CORE,
+    "stack": resource.RLIMIT_STACK,
+}
+
+
+def _die(msg: str) -> None:
+    os.write(2, f"rhc-launch: {msg}\n".encode())
+    os._exit(125)
+
+
+def _libc():  # type: ignore[no-untyped-def]
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc, ctypes
+
+
+def _check(ret: int, what: str, ctypes) -> None:  # type: ignore[no-untyped-def]
+    if ret != 0:
+        _die(f"{what} failed: {os.strerror(ctypes.get_errno())}")
+
+
+def _native(spec: dict) -> None:
+    """Namespaces, private tmpfs, privilege drop, exec (used when bubblewrap is not available)."""
+    libc, ctypes = _libc()
+    src = os.open(spec["workdir"], os.O_RDONLY | os.O_DIRECTORY)
+    root = os.geteuid() == 0
+    flags = _CLONE_NEWNET | _CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWUTS
+    if not root:
+        flags |= _CLONE_NEWUSER
+    if spec.get("namespaces", True):
+        _check(libc.unshare(flags), "unshare", ctypes)
+        if not root:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{os.getuid()} {os.getuid()} 1"),
+                               ("gid_map", f"{os.getgid()} {os.getgid()} 1")):
+                with open(f"/proc/self/{name}", "w") as fh:
+                    fh.write(text)
+        _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /", ctypes)
+        size = int(spec["tmpfs_bytes"])
+        for d in spec["tmpfs"]:
+            if os.path.isdir(d):
+                opts = f"size={size},mode=1777".encode()
+                _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts),
+                       f"mount tmpfs on {d}", ctypes)
+    work = spec["cwd"]
+    os.makedirs(work, mode=0o777, exist_ok=True)
+    os.chmod(work, 0o777)
+    for name in spec["files"]:
+        fd = os.open(name, os.O_RDONLY, dir_fd=src)
+        with os.fdopen(fd, "rb") as fin, open(os.path.join(work, name), "wb") as fout:
+            fout.write(fin.read())
+    os.close(src)
+    os.chdir(work)
+    uid, gid = spec.get("uid"), spec.get("gid")
+    if uid is not None and root:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    # after the credential change, which clears it: die with the scoring thread
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    if os.getppid() != spec["parent"]:
+        _die("parent exited")
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    argv = spec["argv"]
+    os.execve(argv[0], argv, spec["env"])
+
+
+def main() -> None:
+    """Read the JSON spec in ``argv[1]`` and run it."""
+    spec = json.loads(sys.argv[1])
+    pid = str(os.getpid()).encode()
+    for procs in spec.get("cgroups", ()):
+        try:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            _die(f"cannot join cgroup {procs}: {exc}")
+    for key, value in spec.get("rlimits", {}).items():
+        try:
+            resource.setrlimit(_LIMITS[key], (int(value), int(value)))
+        except (OSError, ValueError) as exc:
+            _die(f"setrlimit {key}={value}: {exc}")
+    if spec["mode"] == "bwrap":
+        argv = spec["argv"]
+        os.execve(argv[0], argv, spec["env"])
+    _native(spec)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - report anything as a launcher failure
+        _die(f"{type(exc).__name__}: {exc}")

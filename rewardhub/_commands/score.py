@@ -1,0 +1,133 @@
+"""``rewardhub score CONFIG DATA.jsonl``: score a file of samples, one output row per input row."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from ..errors import UsageError
+from ._common import table
+
+NAME = "score"
+HELP = "score a JSONL file of samples with the config's rewards; prints a per-reward summary"
+CHUNK = 4096
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
+    parser.add_argument("data", help="JSONL file: prompt, response, ground_truth, data_source, extra_info")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. reward.aggregation=normalize_then_sum")
+    parser.add_argument("-o", "--output", help="write scored rows here (default: stdout)")
+    parser.add_argument("--summary-json", help="also write the metrics as JSON to this file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read data file {path!r}: {exc.strerror}") from None
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})\neach line must be one JSON object") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{n}: a JSON {type(row).__name__}, not an object")
+            if "response" not in row:
+                raise UsageError(f"{path}:{n}: no 'response' field\n"
+                                 "rows need prompt, response, ground_truth, data_source, extra_info")
+            rows.append(row)
+    return rows
+
+
+class Progress:
+    """A one-line progress bar on stderr, only when it is a terminal."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.start, self.last = max(total, 1), enabled, time.monotonic(), 0.0
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and done < self.total:
+            return
+        self.last = now
+        frac = min(done / self.total, 1.0)
+        rate = done / max(now - self.start, 1e-9)
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\rscoring [{bar:<30}] {done}/{self.total} {rate:,.0f}/s")
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _fmt(x: float, scale: float = 1.0, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.{digits}f}"
+
+
+def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
+    rows = []
+    for t in terms:
+        m = {k.rsplit("/", 1)[1]: v for k, v in metrics.items() if k.startswith(f"rewards/{t}/")}
+        rows.append([t, _fmt(m.get("mean")), _fmt(m.get("std")), str(int(m.get("count", 0))),
+                     str(int(m.get("errors", 0))), str(int(m.get("timeouts", 0))),
+                     _fmt(m.get("latency_p50"), 1000, 2), _fmt(m.get("latency_p99"), 1000, 2)])
+    rows.append(["(aggregate)", _fmt(metrics.get("reward/mean")), _fmt(metrics.get("reward/std")),
+                 str(int(metrics.get("reward/count", 0))), "", "", "", ""])
+    return table(rows, ["reward", "mean", "std", "count", "errors", "timeouts", "p50 ms", "p99 ms"])
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from ..execution import Runner
+    from ..execution.metrics import aggregate_metrics
+    from ..execution.metrics import term_metrics
+
+    cfg = load_config(args.config, args.overrides)
+    rows = read_jsonl(args.data)
+    start = time.monotonic()
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    progress = Progress(len(rows), sys.stderr.isatty() and not args.no_progress)
+    with Runner.from_config(cfg.reward) as runner:
+        names = [t.name for t in runner.terms]
+        outcomes: dict[str, list[Any]] = {n: [] for n in names}
+        scores: list[Any] = []
+        try:
+            for k in range(0, max(len(rows), 1), CHUNK):
+                chunk = rows[k:k + CHUNK]
+                if not chunk:
+                    break
+                res = runner.score(chunk, progress=lambda d, t, k=k: progress(k + d * len(chunk) // max(t, 1)))
+                for row in res.rows(chunk):
+                    out.write(json.dumps(row, sort_keys=True, default=str, allow_nan=True) + "\n")
+                for n in names:
+                    outcomes[n].extend(res.outcomes[n])
+                scores.extend(res.scores)
+        finally:
+            progress.finish()
+            if out is not sys.stdout:
+                out.close()
+    metrics = aggregate_metrics(scores)
+    for n in names:
+        metrics.update(term_metrics(n, outcomes[n]))
+    wall = time.monotonic() - start
+    err = sys.stdout if args.output else sys.stderr
+    print(summary_table(metrics, names), file=err)
+    print(f"\n{len(rows)} samples scored in {wall:.2f}s ({len(rows) / max(wall, 1e-9):,.0f}/s)"
+          + (f"; rows written to {args.output}" if args.output else ""), file=err)
+    if args.summary_json:
+        with open(args.summary_json, "w", encoding="utf-8") as f:
+            json.dump({"metrics": metrics, "samples": len(rows), "wall_s": wall}, f, indent=2, sort_keys=True)
+    return 0
