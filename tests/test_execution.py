@@ -80,8 +80,13 @@ def test_hang_is_killed_pool_heals_no_orphans(tmp_path):
     # the healed pool serves the next batch
     again = runner.score(samples_of("ok:5", "ok:6"))
     assert again.scores == [5.0, 6.0]
+    pids = runner.worker_pids()
+    before = set(_children(os.getpid()))
+    assert set(pids) <= before
     runner.close()
-    assert _children(os.getpid()) == []
+    time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+    assert not set(pids) & set(_children(os.getpid()))
 
 
 @pytest.mark.parametrize(
