@@ -6,6 +6,8 @@ import ast
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import hashlib
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ PLUGIN_GROUP = "rewardhub"
 REWARD_GROUP = "rewardhub.rewards"
 #: entry-point group of extra CLI subcommands
 COMMAND_GROUP = "rewardhub.commands"
+ALL_GROUPS = (PLUGIN_GROUP, REWARD_GROUP, COMMAND_GROUP)
+_ORIGINAL_DISTRIBUTIONS = importlib.metadata.distributions
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,10 @@ class EntryPointInfo:
         return self.value.partition(":")[2].strip()
 
     def load(self) -> Any:
-        return self.entry_point.load()
+        ep = self.entry_point
+        if ep is None:
+            ep = importlib.metadata.EntryPoint(self.name, self.value, self.group)
+        return ep.load()
 
 
 def _dist_name(dist: importlib.metadata.Distribution) -> str | None:
@@ -51,12 +58,58 @@ def _dist_name(dist: importlib.metadata.Distribution) -> str | None:
         return None
 
 
+def _cache_file() -> str | None:
+    if os.environ.get("REWARDHUB_NO_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256("\0".join([sys.executable, *sys.path]).encode()).hexdigest()[:20]
+    return os.path.join(base, "rewardhub", f"entry-points-{key}.json")
+
+
+def _path_state() -> list[list[Any]]:
+    """(entry, mtime_ns) of every sys.path folder: installing or removing a dist changes one."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append([entry, os.stat(entry or ".").st_mtime_ns])
+        except OSError:
+            state.append([entry, None])
+    return state
+
+
 def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) -> list[EntryPointInfo]:
     """Read the entry points of every installed distribution once, without importing them.
 
     A distribution found twice on ``sys.path`` counts once (the first, as the import system
-    would use it).
+    would use it). The scan is cached on disk, keyed by ``sys.path`` and the modification times
+    of its folders (``REWARDHUB_NO_CACHE=1`` turns the cache off); a monkeypatched
+    ``importlib.metadata.distributions`` (as tests do) is always honoured.
     """
+    patched = importlib.metadata.distributions is not _ORIGINAL_DISTRIBUTIONS
+    path = None if patched else _cache_file()
+    state = _path_state() if path else None
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                cached = json.load(f)
+            if cached.get("state") == state:
+                return [EntryPointInfo(g, n, v, d, ver, None) for g, n, v, d, ver in cached["eps"] if g in groups]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    found = _scan(ALL_GROUPS if path else groups)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"state": state, "eps": [[e.group, e.name, e.value, e.dist, e.version] for e in found]}, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return [e for e in found if e.group in groups]
+
+
+def _scan(groups: tuple[str, ...]) -> list[EntryPointInfo]:
     seen: set[str] = set()
     found: list[EntryPointInfo] = []
     for dist in importlib.metadata.distributions():
