@@ -88,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"rewardhub {core_version()}")
         return ExitCode.OK
+    import warnings
+
+    from .errors import RewardhubDeprecationWarning
+
+    warnings.simplefilter("default", RewardhubDeprecationWarning)  # users must see every migrated key
     try:
         parser = build_parser()
         args = parser.parse_args(args_list)

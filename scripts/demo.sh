@@ -6,9 +6,11 @@ RH=.venv/bin/rewardhub
 echo "== rewardhub list"
 $RH list
 echo
-echo "== rewardhub check examples/score.yaml"
-$RH check examples/score.yaml
-echo
+if $RH check --help >/dev/null 2>&1; then
+  echo "== rewardhub check examples/score.yaml"
+  $RH check examples/score.yaml
+  echo
+fi
 echo "== rewardhub score examples/score.yaml examples/math_samples.jsonl"
 $RH score examples/score.yaml examples/math_samples.jsonl -o "${TMPDIR:-/tmp}/rewardhub-demo-scores.jsonl"
 if [ -f examples/arithmetic.yaml ] && $RH train --help >/dev/null 2>&1; then

@@ -1,0 +1,78 @@
+"""`rewardhub score` end to end: one row per input row in order, summary table, legacy keys, hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_score_example_data(cli, tmp_path):
+    out = tmp_path / "out.jsonl"
+    res = cli("score", os.path.join(REPO, "examples/score.yaml"), os.path.join(REPO, "examples/math_samples.jsonl"),
+              "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    inputs = [json.loads(line) for line in open(os.path.join(REPO, "examples/math_samples.jsonl"))]
+    assert len(rows) == len(inputs) == 200
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in inputs]
+    for r in rows:
+        style = r["extra_info"]["style"]
+        assert r["rewards"]["math_verify"] == (0.0 if style in ("wrong", "none") else 1.0), r
+        assert r["score"] == r["rewards"]["math_verify"] + 0.1 * r["rewards"]["boxed_format"]
+    assert "math_verify" in res.stdout and "timeouts" in res.stdout and "200 samples scored" in res.stdout
+
+
+def test_legacy_custom_reward_function_through_score(cli, tmp_path):
+    reward = tmp_path / "my_reward.py"
+    reward.write_text(textwrap.dedent("""
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return 1.0 if solution_str.strip().endswith(str(ground_truth)) else 0.0
+    """))
+    cfg = tmp_path / "legacy.yaml"
+    cfg.write_text("custom_reward_function:\n  path: my_reward.py\ntrainer:\n  total_epochs: 1\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": "q", "response": r, "ground_truth": "42"})
+                              for r in ["it is 42", "it is 41", "42"]) + "\n")
+    out = tmp_path / "o.jsonl"
+    res = cli("score", str(cfg), str(data), "-o", str(out), cwd=str(tmp_path.parent))
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(x)["score"] for x in out.read_text().splitlines()] == [1.0, 0.0, 1.0]
+    assert "custom_reward_function" in res.stderr  # the deprecation is visible
+
+
+def test_hang_is_timed_out_and_counted(cli, tmp_path):
+    reward = tmp_path / "hang.py"
+    reward.write_text("import time\ndef compute_score(*, response, **kw):\n"
+                      "    if response == 'hang':\n        time.sleep(3600)\n    return 1.0\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {reward}\n      timeout_s: 2\n      executor: process\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"response": r}) for r in ["a", "hang", "b"]) + "\n")
+    out = tmp_path / "o.jsonl"
+    res = cli("score", str(cfg), str(data), "-o", str(out), timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(x)["score"] for x in out.read_text().splitlines()] == [1.0, 0.0, 1.0]
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("compute_score"))
+    assert line.split()[5] == "1"  # the timeouts column
+
+
+def test_bad_inputs(cli, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - name: math_verfy\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"response": "x"}\nnot json\n')
+    res = cli("score", str(cfg), str(data))
+    assert res.returncode in (1, 2) and "Traceback" not in res.stderr
+    assert "math_verfy" in res.stderr or "not valid JSON" in res.stderr
+    cfg.write_text("reward:\n  rewards:\n    - name: math_verfy\n")
+    data.write_text('{"response": "x"}\n')
+    res = cli("score", str(cfg), str(data))
+    assert res.returncode == 1 and "did you mean: 'math_verify'" in res.stderr
+    cfg.write_text("reward:\n  rewards:\n    - name: math_verify\n")
+    data.write_text('{"response": "x"}\nnot json\n')
+    res = cli("score", str(cfg), str(data))
+    assert res.returncode == 2 and f"{data}:2: not valid JSON" in res.stderr
