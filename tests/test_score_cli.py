@@ -16,7 +16,8 @@ def test_score_example_data(cli, tmp_path):
               "-o", str(out))
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    inputs = [json.loads(line) for line in open(os.path.join(REPO, "examples/math_samples.jsonl"))]
+    with open(os.path.join(REPO, "examples/math_samples.jsonl")) as f:
+        inputs = [json.loads(line) for line in f]
     assert len(rows) == len(inputs) == 200
     assert [r["prompt"] for r in rows] == [r["prompt"] for r in inputs]
     for r in rows:
