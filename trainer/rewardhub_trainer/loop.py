@@ -28,6 +28,12 @@ from .stats import StepStats
 
 __all__ = ["Run", "start_ray"]
 
+# Ray is imported here (not by config/prepare): this module is loaded only once the config is valid.
+from ray.exceptions import ActorUnavailableError  # noqa: E402
+from ray.exceptions import RayActorError  # noqa: E402
+
+_ACTOR_ERRORS = (RayActorError, ActorUnavailableError)
+
 StepCallback = Callable[[int, Mapping[str, Any], "Run"], None]
 
 
@@ -178,8 +184,16 @@ class Run:
         self._weights = (ref, self.step)
         acks = [h.set_weights.remote(ref, self.step) for h in self.rollouters.handles]
         self.weight_syncs += 1
-        if wait:
-            ray.get(acks)
+        if not wait:
+            return  # a failed ack shows up as a failed generate on that actor, handled there
+        for i, ack in enumerate(acks):
+            while True:
+                try:
+                    ray.get(ack)
+                    break
+                except _ACTOR_ERRORS:
+                    self.lost_calls["rollouter"] += 1
+                    ack = self.rollouters.failed(i).set_weights.remote(ref, self.step)
 
     def _resubmit_generate(self, i: int, batch: PromptBatch) -> Any:
         handle = self.rollouters.failed(i)
@@ -257,13 +271,12 @@ class Run:
 
     def _call(self, pool: Any, i: int, method: str, arg: Any) -> Any:
         import ray
-        from ray.exceptions import RayActorError
 
         while True:
             handle = pool.handles[i]
             try:
                 return ray.get(getattr(handle, method).remote(arg))
-            except RayActorError:
+            except _ACTOR_ERRORS:
                 self.lost_calls[pool.role] += 1
                 handle = pool.failed(i)
                 if pool.role == "rollouter" and self._weights is not None:
@@ -292,7 +305,6 @@ class Run:
 
     def _run_async(self) -> list[Rollout]:
         import ray
-        from ray.exceptions import RayActorError
 
         t = self.t
         gen: dict[Any, tuple[int, PromptBatch]] = {}
@@ -344,7 +356,7 @@ class Run:
                     i, batch = gen.pop(ref)
                     try:
                         rollout = ray.get(ref)
-                    except RayActorError:
+                    except _ACTOR_ERRORS:
                         gen[self._resubmit_generate(i, batch)] = (i, batch)
                         continue
                     idle_roll.add(i)
@@ -355,7 +367,7 @@ class Run:
                     w, item = score.pop(ref)
                     try:
                         scored = ray.get(ref)
-                    except RayActorError:
+                    except _ACTOR_ERRORS:
                         self.lost_calls["reward_worker"] += 1
                         handle = self.reward_workers.failed(w)
                         score[handle.score.remote(item)] = (w, item)
@@ -380,7 +392,7 @@ class Run:
         for ref, (i, batch) in list(gen.items()):
             try:
                 rollout = ray.get(ref)
-            except RayActorError:
+            except _ACTOR_ERRORS:
                 continue  # never produced: not generated
             self.counts["generated"] += rollout.num_samples
             self.stats.busy("rollouter", rollout.gen_s)
@@ -389,7 +401,7 @@ class Run:
             leftovers.append(item)
             try:
                 ray.get(ref)
-            except RayActorError:
+            except _ACTOR_ERRORS:
                 pass
         leftovers += waiting_score + list(ready.values())
         leftovers += ray.get(self.queue.drain.remote())
