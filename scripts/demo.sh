@@ -13,8 +13,4 @@ if $RH check --help >/dev/null 2>&1; then
 fi
 echo "== rewardhub score examples/score.yaml examples/math_samples.jsonl"
 $RH score examples/score.yaml examples/math_samples.jsonl -o "${TMPDIR:-/tmp}/rewardhub-demo-scores.jsonl"
-if [ -f examples/arithmetic.yaml ] && $RH train --help >/dev/null 2>&1; then
-  echo
-  echo "== rewardhub train examples/arithmetic.yaml"
-  $RH train examples/arithmetic.yaml --output "${TMPDIR:-/tmp}/rewardhub-demo-run"
-fi
+# Training (rewardhub train examples/arithmetic.yaml) joins the demo once the trainer issue lands.
