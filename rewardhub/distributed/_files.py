@@ -1,0 +1,91 @@
+"""The worker's side of reward files: write the shipped bytes, check every hash, point the config at them.
+
+A shipped file is written content-addressed (``<cache>/<sha256[:16]>/<original name>``), so its
+stem and hash, and therefore its module name ``_rewardhub_files.<stem>_<sha16>``, are the
+driver's; the copy is re-hashed before it is used.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from .._targets import file_sha256
+from ._setup import ShippedFile
+
+__all__ = ["files_dir", "materialize"]
+
+
+def files_dir() -> str:
+    """Where this node keeps shipped reward files (``REWARDHUB_WORKER_FILES`` overrides it)."""
+    base = os.environ.get("REWARDHUB_WORKER_FILES")
+    if base:
+        return base
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"rewardhub-files-{uid}")
+
+
+def _write(f: ShippedFile) -> str:
+    assert f.data is not None
+    folder = os.path.join(files_dir(), f.sha256[:16])
+    dest = os.path.join(folder, os.path.basename(f.path))
+    if os.path.isfile(dest) and file_sha256(dest) == f.sha256:
+        return dest
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".incoming-")
+    with os.fdopen(fd, "wb") as out:
+        out.write(f.data)
+    os.replace(tmp, dest)
+    return dest
+
+
+def materialize(files: Sequence[ShippedFile], reward_cfg: dict[str, Any]
+                ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """Give every file term of ``reward_cfg`` a local, hash-checked file.
+
+    A shipped file is written to :func:`files_dir`; a file that was not shipped must exist here at
+    the driver's path with the driver's hash.
+
+    :returns: the config with local paths, the problems (dicts as in :func:`diff_items`, plus
+        ``detail``), and reward name -> ``"shipped <path>"`` / ``"local <path>"``.
+    """
+    cfg = copy.deepcopy(reward_cfg)
+    by_path = {f.path: f for f in files}
+    problems: list[dict[str, Any]] = []
+    info: dict[str, str] = {}
+    for term in cfg.get("rewards") or ():
+        path = term.get("path")
+        f = by_path.get(os.path.abspath(os.path.expanduser(str(path)))) if path else None
+        if f is None:
+            continue
+        if f.data is not None:
+            if hashlib.sha256(f.data).hexdigest() != f.sha256:
+                problems.append({"reward": f.reward, "kind": "file_hash", "driver": f"sha256:{f.sha256}",
+                                 "worker": f"sha256:{hashlib.sha256(f.data).hexdigest()}",
+                                 "detail": "the shipped bytes were corrupted in transit", "fatal": True})
+                continue
+            local = _write(f)
+            got = file_sha256(local)
+            if got != f.sha256:
+                problems.append({"reward": f.reward, "kind": "file_hash", "driver": f"sha256:{f.sha256}",
+                                 "worker": f"sha256:{got}", "detail": f"copy written to {local}",
+                                 "fatal": True})
+                continue
+            term["path"] = local
+            info[f.reward] = f"shipped {local}"
+        elif not os.path.isfile(f.path):
+            problems.append({"reward": f.reward, "kind": "file_missing", "driver": f"sha256:{f.sha256}",
+                             "worker": None, "detail": f.path, "fatal": True})
+        else:
+            got = file_sha256(f.path)
+            if got != f.sha256:
+                problems.append({"reward": f.reward, "kind": "file_hash", "driver": f"sha256:{f.sha256}",
+                                 "worker": f"sha256:{got}", "detail": f"node's copy at {f.path}",
+                                 "fatal": True})
+            else:
+                info[f.reward] = f"local {f.path}"
+    return cfg, problems, info

@@ -1,0 +1,181 @@
+"""The driver's side of start-up: what a reward worker receives (names, config, file bytes, fingerprint).
+
+Nothing here imports Ray or a reward's code: the driver resolves *specs* only.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from .._discovery import find_module_file
+from .._targets import file_sha256
+from ._errors import DriverOnlyRewardError
+
+__all__ = ["ShippedFile", "WorkerSetup", "check_items", "normalize_reward_cfg", "prepare_setup", "used_names"]
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """A reward file named by the config, with its bytes when the driver ships it."""
+
+    reward: str
+    path: str
+    sha256: str
+    data: bytes | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """Everything a reward worker needs, and nothing live: plain config, names, hashes, file bytes.
+
+    :param reward_cfg: the ``reward:`` section as plain data, with the driver's plugin environment
+        (``REWARDHUB_PLUGINS``, ``REWARDHUB_DISABLE_PLUGIN_AUTOLOAD``) folded into ``plugins``.
+    :param driver_items: the driver's :meth:`RewardRegistry.fingerprint_items` (see :func:`check_items`).
+    :param used: the registry names the config's terms use.
+    """
+
+    reward_cfg: dict[str, Any]
+    pool: str
+    driver_items: dict[str, str]
+    driver_fingerprint: str
+    used: tuple[str, ...]
+    files: tuple[ShippedFile, ...] = ()
+    strict: bool = False
+    driver_host: str = field(default_factory=socket.gethostname)
+
+
+def _plain(x: Any) -> Any:
+    if hasattr(x, "_get_node") or type(x).__name__ in ("DictConfig", "ListConfig"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(x, resolve=True)
+    return copy.deepcopy(x)
+
+
+def normalize_reward_cfg(reward_cfg: Any) -> dict[str, Any]:
+    """A ``reward:`` section (dict or DictConfig) validated and with defaults, as plain data."""
+    from omegaconf import OmegaConf
+
+    from ..config.schema import validate_reward
+
+    plain = _plain(reward_cfg) if reward_cfg is not None else {}
+    return dict(OmegaConf.to_container(validate_reward(plain), resolve=True))  # type: ignore[arg-type]
+
+
+def _fold_env(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Make the driver's plugin environment part of the config, so every worker loads the same."""
+    from .._manager import env_autoload
+    from .._manager import env_plugins
+
+    plugins = dict(cfg.get("plugins") or {})
+    load = list(env_plugins()) + [p for p in plugins.get("load") or () if p not in env_plugins()]
+    plugins["load"] = load
+    plugins["autoload"] = bool(plugins.get("autoload", True)) and env_autoload()
+    plugins.setdefault("block", [])
+    cfg["plugins"] = plugins
+    return cfg
+
+
+def _is_name_term(term: Mapping[str, Any]) -> bool:
+    return term.get("path") is None and term.get("module") is None
+
+
+def used_names(registry: Any, cfg: Mapping[str, Any]) -> list[str]:
+    """The registry name each term of ``cfg`` uses (a file/module term registers under its alias)."""
+    return [registry.term_spec(t).name for t in cfg.get("rewards") or ()]
+
+
+def check_items(registry: Any, cfg: Mapping[str, Any]) -> dict[str, str]:
+    """:meth:`fingerprint_items`, with a config ``module:`` term's item extended by its file's hash.
+
+    A module has no version of its own, so two nodes with different copies of ``my_rewards.py``
+    on their ``PYTHONPATH`` are told apart by the file's sha256.
+    """
+    items = dict(registry.fingerprint_items())
+    for term in cfg.get("rewards") or ():
+        if term.get("module") is None:
+            continue
+        spec = registry.term_spec(term)
+        file = find_module_file(str(term["module"]))
+        if file and os.path.isfile(file):
+            items[spec.name] = f"{items.get(spec.name, '')} sha256:{file_sha256(file)}"
+    return items
+
+
+def check_driver_only(name: str) -> None:
+    """Explain a term name that only an ``@reward`` decorator in this process declares."""
+    from ..decorator import decorated_in_process
+
+    for qualname, rname in decorated_in_process().items():
+        if rname != name:
+            continue
+        module, _, fn = qualname.partition(":")
+        if module == "__main__":
+            script = getattr(sys.modules.get("__main__"), "__file__", None) or "the driver script"
+            raise DriverOnlyRewardError(
+                f"reward {name!r} is registered only by @reward in the driver's own script "
+                f"(__main__, {script}); reward workers never import that script\n"
+                f"put it in a module or file the config names, e.g. reward.rewards: "
+                f"[{{path: {script}, function: {fn}}}], or move it to a module and use "
+                f"{{module: my_rewards, function: {fn}}} (importable on every node)",
+                reward=name, module=module)
+        raise DriverOnlyRewardError(
+            f"reward {name!r} is declared with @reward in module {module!r}, but no source registers it "
+            "(a decorator alone does not, and workers would never import that module)\n"
+            f"put it in a module or file the config names: reward.rewards: "
+            f"[{{module: {module}, function: {fn}}}], or declare a 'rewardhub.rewards' entry point",
+            reward=name, module=module)
+
+
+def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool = True,
+                  strict: bool = False) -> tuple[WorkerSetup, Any]:
+    """Resolve every term's spec in the driver and build the :class:`WorkerSetup` (no reward is imported).
+
+    :returns: the setup and the driver's registry.
+    :raises UsageError: a term names an unknown reward (a ``__main__``-only reward is explained).
+    """
+    from ..registry import build_registry
+
+    cfg = _fold_env(normalize_reward_cfg(reward_cfg))
+    if pool is not None:
+        cfg.setdefault("workers", {})["pool"] = pool
+    pool_name = str((cfg.get("workers") or {}).get("pool") or "reward")
+    for term in cfg.get("rewards") or ():
+        if term.get("module") == "__main__":
+            check_driver_only(str(term.get("function") or term.get("alias") or "compute_score"))
+            raise DriverOnlyRewardError(
+                f"reward term module '__main__' names the driver's own script; workers cannot import it\n"
+                "use path: <the script's file> instead", reward=str(term.get("alias")), module="__main__")
+    registry = build_registry(cfg)
+    for term in cfg.get("rewards") or ():
+        if _is_name_term(term) and term.get("name") and not registry.has_reward(str(term["name"])):
+            check_driver_only(str(term["name"]))
+    used = used_names(registry, cfg)  # raises UnknownRewardError / BrokenRewardError
+    files = []
+    for name in used:
+        spec = registry.get_reward(name)
+        if spec.source == "config" and spec.sha256 and spec.is_file_target:
+            path = spec.target.rpartition(":")[0]
+            data = None
+            if ship_files:
+                with open(path, "rb") as f:
+                    data = f.read()
+                import hashlib
+
+                if hashlib.sha256(data).hexdigest() != spec.sha256:
+                    from ..errors import UsageError
+
+                    raise UsageError(f"reward file {path!r} (reward {name!r}) changed while starting the "
+                                     "workers\nstart again once it is saved")
+            files.append(ShippedFile(name, path, spec.sha256, data))
+    setup = WorkerSetup(reward_cfg=cfg, pool=pool_name, driver_items=check_items(registry, cfg),
+                        driver_fingerprint=registry.fingerprint(), used=tuple(used), files=tuple(files),
+                        strict=strict)
+    return setup, registry
