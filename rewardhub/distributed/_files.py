@@ -50,42 +50,46 @@ def materialize(files: Sequence[ShippedFile], reward_cfg: dict[str, Any]
     A shipped file is written to :func:`files_dir`; a file that was not shipped must exist here at
     the driver's path with the driver's hash.
 
-    :returns: the config with local paths, the problems (dicts as in :func:`diff_items`, plus
-        ``detail``), and reward name -> ``"shipped <path>"`` / ``"local <path>"``.
+    :returns: the config with local paths (a term whose file failed is left out, so the rest can
+        still be checked), the problems (dicts as in :func:`diff_items`, plus ``detail``), and
+        reward name -> ``"shipped <path>"`` / ``"local <path>"``.
     """
     cfg = copy.deepcopy(reward_cfg)
     by_path = {f.path: f for f in files}
     problems: list[dict[str, Any]] = []
     info: dict[str, str] = {}
+    keep = []
     for term in cfg.get("rewards") or ():
         path = term.get("path")
         f = by_path.get(os.path.abspath(os.path.expanduser(str(path)))) if path else None
-        if f is None:
-            continue
-        if f.data is not None:
-            if hashlib.sha256(f.data).hexdigest() != f.sha256:
-                problems.append({"reward": f.reward, "kind": "file_hash", "driver": f"sha256:{f.sha256}",
-                                 "worker": f"sha256:{hashlib.sha256(f.data).hexdigest()}",
-                                 "detail": "the shipped bytes were corrupted in transit", "fatal": True})
-                continue
-            local = _write(f)
-            got = file_sha256(local)
-            if got != f.sha256:
-                problems.append({"reward": f.reward, "kind": "file_hash", "driver": f"sha256:{f.sha256}",
-                                 "worker": f"sha256:{got}", "detail": f"copy written to {local}",
-                                 "fatal": True})
-                continue
-            term["path"] = local
-            info[f.reward] = f"shipped {local}"
-        elif not os.path.isfile(f.path):
-            problems.append({"reward": f.reward, "kind": "file_missing", "driver": f"sha256:{f.sha256}",
-                             "worker": None, "detail": f.path, "fatal": True})
+        problem = _place(f, term, info) if f is not None else None
+        if problem is None:
+            keep.append(term)
         else:
-            got = file_sha256(f.path)
-            if got != f.sha256:
-                problems.append({"reward": f.reward, "kind": "file_hash", "driver": f"sha256:{f.sha256}",
-                                 "worker": f"sha256:{got}", "detail": f"node's copy at {f.path}",
-                                 "fatal": True})
-            else:
-                info[f.reward] = f"local {f.path}"
+            problems.append({"reward": f.reward, "driver": f"sha256:{f.sha256}", "fatal": True,  # type: ignore[union-attr]
+                             **problem})
+    cfg["rewards"] = keep
     return cfg, problems, info
+
+
+def _place(f: ShippedFile, term: dict[str, Any], info: dict[str, str]) -> dict[str, Any] | None:
+    """Point ``term`` at a good local copy of ``f``; returns a problem or ``None``."""
+    if f.data is not None:
+        sent = hashlib.sha256(f.data).hexdigest()
+        if sent != f.sha256:
+            return {"kind": "file_hash", "worker": f"sha256:{sent}",
+                    "detail": "the shipped bytes were corrupted in transit"}
+        local = _write(f)
+        got = file_sha256(local)
+        if got != f.sha256:
+            return {"kind": "file_hash", "worker": f"sha256:{got}", "detail": f"copy written to {local}"}
+        term["path"] = local
+        info[f.reward] = f"shipped {local}"
+        return None
+    if not os.path.isfile(f.path):
+        return {"kind": "file_missing", "worker": None, "detail": f.path}
+    got = file_sha256(f.path)
+    if got != f.sha256:
+        return {"kind": "file_hash", "worker": f"sha256:{got}", "detail": f"node's copy at {f.path}"}
+    info[f.reward] = f"local {f.path}"
+    return None

@@ -148,7 +148,10 @@ class Runner:
                              "e.g. reward: {rewards: [{name: math_verify}]} (see `rewardhub list`)")
         terms = [resolve_term(registry, t, i) for i, t in enumerate(terms_cfg)]
         workers = _get(reward_cfg, "workers")
-        ray_options = _plain(workers) if workers is not None else None
+        ray_options = dict(_plain(workers)) if workers is not None else {}
+        plugins = _get(reward_cfg, "plugins")
+        if plugins is not None:  # reward workers rebuild the registry from the same plugin sources
+            ray_options["plugins"] = _plain(plugins)
         return cls(terms, _get(reward_cfg, "aggregation", "weighted_sum"), ray_options=ray_options, **kwargs)
 
     # ---- scoring ------------------------------------------------------------------------

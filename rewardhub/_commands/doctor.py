@@ -1,0 +1,75 @@
+"""``rewardhub doctor [CONFIG] [KEY=VALUE ...]``: check that every Ray node resolves the same rewards."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ._common import dump_json
+
+NAME = "doctor"
+HELP = "cluster preflight: on every Ray node, build the registry and resolve the config's rewards"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("args", nargs="*", metavar="[CONFIG] [KEY=VALUE ...]",
+                        help="a YAML config with a reward: section, then overrides (no config: every "
+                             "registered reward is compared)")
+    parser.add_argument("--address", help="Ray cluster to check (default: reward.workers.address, else a "
+                                          "local Ray is started)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (sorted keys)")
+    parser.add_argument("--no-ship-files", action="store_true",
+                        help="do not ship reward files: each node must have them at the same path")
+    parser.add_argument("--strict", action="store_true",
+                        help="a difference in any reward is a problem, not only in those the config uses")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each node")
+
+
+def _split(args: list[str]) -> tuple[str | None, list[str]]:
+    if args and "=" not in args[0] and (args[0].endswith((".yaml", ".yml", ".json")) or os.path.isfile(args[0])):
+        return args[0], args[1:]
+    return None, args
+
+
+def _human(report: dict[str, Any]) -> str:
+    lines = [f"driver fingerprint {report['fingerprint']} ({report['registry_size']} rewards; config uses: "
+             f"{', '.join(report['rewards']) or '(none: every reward is compared)'})"]
+    for n in report["nodes"]:
+        state = "ok" if n["ok"] else f"{len(n['problems'])} problem(s)"
+        lines.append(f"node {n['ip']}  id {n['node_id'][:12]}{'  head' if n['is_head'] else ''}  "
+                     f"fingerprint {n['fingerprint'] or '-'}  pools: {', '.join(n['pools']) or '-'}  {state}")
+        lines += [f"    {p}" for p in n["problems"]]
+        lines += [f"    note: {p}" for p in n["notes"]]
+    for p in report["pools"]:
+        needs = ", ".join(f"{k}={v:g}" for k, v in sorted(p["needs"].items())) or "nothing"
+        where = ", ".join(x[:12] for x in p["nodes"]) or "NO alive node"
+        lines.append(f"pool {p['pool']!r} (each worker needs {needs}): {where}{'' if p['ok'] else '  PROBLEM'}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from ..distributed import check_cluster
+
+    config, overrides = _split(list(args.args))
+    cfg = load_config(config, overrides)
+    report = check_cluster(cfg.reward, address=args.address, ship_files=not args.no_ship_files,
+                           strict=args.strict, timeout_s=args.timeout)
+    if args.json:
+        dump_json(report)
+    else:
+        print(_human(report))
+    if report["ok"]:
+        return 0
+    bad = sorted({p.split("'")[1] for n in report["nodes"] for p in n["problems"] if "'" in p})
+    nodes = [n for n in report["nodes"] if not n["ok"]]
+    pools = [p["pool"] for p in report["pools"] if not p["nodes"]]
+    msg = f"ERROR: {len(nodes)} of {len(report['nodes'])} nodes differ from the driver"
+    if bad:
+        msg += f" in reward(s) {', '.join(map(repr, bad))}"
+    if pools:
+        msg += f"; pool(s) {', '.join(map(repr, pools))} fit no alive node"
+    print(msg, file=sys.stderr)
+    return 1

@@ -1,0 +1,33 @@
+"""Reward workers on Ray: every worker rebuilds the driver's registry from names, and proves it.
+
+Ray is imported only inside this package, and only when a pool starts: importing
+``rewardhub.distributed`` is as light as importing ``rewardhub``.
+"""
+
+from __future__ import annotations
+
+from ._doctor import check_cluster
+from ._errors import DriverOnlyRewardError
+from ._errors import RegistryMismatchError
+from ._errors import WorkerFailedError
+from ._executor import RayExecutor
+from ._fingerprint import diff_items
+from ._pool import RewardWorkerPool
+from ._setup import ShippedFile
+from ._setup import WorkerSetup
+from ._setup import prepare_setup
+from ._worker import RewardWorker
+
+__all__ = [
+    "DriverOnlyRewardError",
+    "RayExecutor",
+    "RegistryMismatchError",
+    "RewardWorker",
+    "RewardWorkerPool",
+    "ShippedFile",
+    "WorkerFailedError",
+    "WorkerSetup",
+    "check_cluster",
+    "diff_items",
+    "prepare_setup",
+]

@@ -1,0 +1,103 @@
+"""The cluster preflight behind ``rewardhub doctor``: one probe per alive node, one line per pool."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import describe_problem
+from ._pool import ensure_ray
+from ._setup import prepare_setup
+from ._worker import probe
+
+__all__ = ["check_cluster", "configured_pools"]
+
+_MISSING = ("missing", "file_missing")
+_MISMATCHED = ("version", "file_hash", "mismatched")
+
+
+def configured_pools(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The resource pools a config asks for: name and what each of its workers needs."""
+    pools = []
+    w = cfg.get("workers") or {}
+    needs = {"CPU": float(w.get("num_cpus") or 0), "GPU": float(w.get("num_gpus") or 0),
+             **{str(k): float(v) for k, v in (w.get("resources") or {}).items()}}
+    pools.append({"pool": str(w.get("pool") or "reward"), "needs": {k: v for k, v in needs.items() if v > 0}})
+    rm = cfg.get("reward_model") or {}
+    if rm.get("enable"):
+        gpus = float(rm.get("n_gpus_per_node") or 0)
+        pools.append({"pool": str(rm.get("pool") or "reward_model"), "needs": {"GPU": gpus} if gpus else {}})
+    return pools
+
+
+def _fits(node: Mapping[str, Any], needs: Mapping[str, float]) -> bool:
+    have = node.get("Resources") or {}
+    return all(have.get(k, 0.0) >= v for k, v in needs.items())
+
+
+def _node_report(node: Mapping[str, Any], info: Mapping[str, Any], pools: list[dict[str, Any]]) -> dict[str, Any]:
+    problems = list(info.get("problems") or ())
+    resources = {k: v for k, v in (node.get("Resources") or {}).items()
+                 if not k.startswith(("node:", "memory", "object_store_memory"))}
+    return {
+        "node": node["NodeID"], "node_id": node["NodeID"], "ip": node.get("NodeManagerAddress"),
+        "hostname": info.get("hostname") or node.get("NodeManagerHostname"), "pid": info.get("pid"),
+        "is_head": "node:__internal_head__" in (node.get("Resources") or {}),
+        "fingerprint": info.get("fingerprint"),
+        "missing": sorted(str(p["reward"]) for p in problems if p.get("kind") in _MISSING),
+        "mismatched": [{k: p.get(k) for k in ("reward", "kind", "driver", "worker")}
+                       for p in problems if p.get("kind") in _MISMATCHED],
+        "broken": [{"reward": p.get("reward"), "detail": p.get("detail")} for p in problems
+                   if p.get("kind") == "broken"],
+        "problems": [describe_problem(p) for p in problems],
+        "notes": [describe_problem(p) for p in info.get("notes") or ()],
+        "pools": [p["pool"] for p in pools if _fits(node, p["needs"])],
+        "files": dict(info.get("files") or {}), "resources": resources, "ok": not problems,
+    }
+
+
+def check_cluster(reward_cfg: Any = None, *, address: str | None = None, ship_files: bool = True,
+                  strict: bool = False, timeout_s: float = 180.0) -> dict[str, Any]:
+    """On every alive node, build the registry, resolve every reward the config names, compare.
+
+    Without a config (or with no terms) every reward of the driver's registry must match.
+    Starts a local Ray when none is running and ``address`` is not given.
+
+    :returns: ``{"fingerprint", "rewards", "nodes": [...], "pools": [...], "ok"}``.
+    """
+    setup, registry = prepare_setup(reward_cfg or {}, ship_files=ship_files, strict=strict)
+    ray, started = ensure_ray(address or (setup.reward_cfg.get("workers") or {}).get("address"))
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: n["NodeID"])
+        pools = configured_pools(setup.reward_cfg)
+        remote = ray.remote(num_cpus=0, max_retries=0)(probe)
+        ref = ray.put(setup)
+        refs = [remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(ref) for n in nodes]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        reports = []
+        for node, r in zip(nodes, refs):
+            if r not in ready:
+                ray.cancel(r, force=True)
+                info: dict[str, Any] = {"problems": [{"kind": "error", "detail": f"probe did not finish in "
+                                                                                 f"{timeout_s:g}s"}]}
+            else:
+                try:
+                    info = ray.get(r)
+                except Exception as exc:  # noqa: BLE001 - a node that cannot run the probe
+                    info = {"problems": [{"kind": "error", "detail": f"{type(exc).__name__}: "
+                                                                     f"{str(exc).strip().splitlines()[0]}"}]}
+            reports.append(_node_report(node, info, pools))
+        pool_reports = []
+        for p in pools:
+            where = [r["node_id"] for r in reports if p["pool"] in r["pools"]]
+            pool_reports.append({**p, "nodes": where, "ok": bool(where) and all(
+                r["ok"] for r in reports if r["node_id"] in where)})
+        return {"fingerprint": setup.driver_fingerprint, "rewards": list(setup.used),
+                "registry_size": len(registry), "nodes": reports, "pools": pool_reports,
+                "ok": bool(reports) and all(r["ok"] for r in reports) and all(p["ok"] for p in pool_reports)}
+    finally:
+        if started:
+            ray.shutdown()

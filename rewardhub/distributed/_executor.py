@@ -1,0 +1,85 @@
+"""RayExecutor: the runner's ``executor: ray`` -- its terms scored by a :class:`RewardWorkerPool`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from .._targets import split_target
+from ..execution import Outcome
+from ._errors import DriverOnlyRewardError
+from ._pool import RewardWorkerPool
+
+__all__ = ["RayExecutor", "term_config"]
+
+_WORKER_KEYS = ("num_workers", "pool", "resources", "num_cpus", "num_gpus", "dispatch", "address")
+
+
+def term_config(term: Any) -> dict[str, Any]:
+    """A config term that resolves, in a worker, to the same reward and policy as ``term``.
+
+    Only names and plain values: a registry name, or the file / module and function of a config
+    reward; the worker runs it inline (or in its own process pool when it has a timeout).
+    """
+    spec, pol = term.spec, term.policy
+    module = spec.target.rpartition(":")[0]
+    if module == "__main__":
+        raise DriverOnlyRewardError(
+            f"reward {term.name!r} is defined in the driver's own script (__main__): reward workers cannot "
+            "import it\nput it in a module or file the config names (reward.rewards: [{path: file.py, "
+            "function: fn}])", reward=term.name, module=module)
+    cfg: dict[str, Any] = {
+        "alias": term.name, "weight": term.weight, "kwargs": dict(term.kwargs), "timeout_s": pol.timeout_s,
+        "executor": "inline", "max_concurrency": pol.max_concurrency, "retries": pol.retries,
+        "on_failure": pol.on_failure, "data_sources": list(term.data_sources), "tags": list(term.tags),
+        "kind": term.invoker.kind, "adapter": term.adapter,
+    }
+    if spec.source == "config":
+        module, fn = split_target(spec.target)
+        cfg["path" if spec.is_file_target else "module"] = module
+        cfg["function"] = fn
+    else:
+        cfg["name"] = spec.name
+    return cfg
+
+
+class RayExecutor:
+    """Scores the runner's ``executor: ray`` terms on reward workers (started at the first call).
+
+    :param terms: the runner's resolved terms; only those with ``executor: ray`` are sent, as names.
+    :param ray_options: the ``reward.workers`` section; its ``plugins`` key, when the runner passes
+        one, is the config's ``reward.plugins`` so the workers load the same plugins.
+    """
+
+    def __init__(self, terms: Sequence[Any], ray_options: Mapping[str, Any] | None = None) -> None:
+        opts = dict(ray_options or {})
+        plugins = opts.pop("plugins", None)
+        self.terms = [t for t in terms if t.policy.executor == "ray"]
+        rewards = [term_config(t) for t in self.terms]
+        if plugins is None:  # a runner built by hand: force the plugins the specs came from
+            load = sorted({t.spec.plugin for t in self.terms if t.spec.source == "plugin" and t.spec.plugin}
+                          | {t.spec.dist for t in self.terms if t.spec.source == "entry-point" and t.spec.dist})
+            plugins = {"autoload": True, "load": load, "block": []}
+        workers = {k: opts[k] for k in _WORKER_KEYS if opts.get(k) is not None}
+        workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))
+        self.reward_cfg = {"rewards": rewards, "plugins": plugins, "workers": workers}
+        self.extra = {k: v for k, v in opts.items() if k not in _WORKER_KEYS}
+        self._pool: RewardWorkerPool | None = None
+
+    @property
+    def pool(self) -> RewardWorkerPool:
+        if self._pool is None:
+            self._pool = RewardWorkerPool(self.reward_cfg, **{k: v for k, v in self.extra.items()
+                                                             if k in ("runtime_env", "ship_files", "strict")})
+        return self._pool
+
+    def score_term(self, term_name: str, samples: Sequence[Mapping[str, Any]],
+                   indices: Sequence[int]) -> list[Outcome]:
+        """Raw outcomes of one term for ``samples`` (``indices``: their places in the runner's batch)."""
+        return self.pool.score_outcomes(samples, [term_name], indices)[term_name]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

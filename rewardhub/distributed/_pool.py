@@ -1,0 +1,384 @@
+"""RewardWorkerPool: reward workers on a Ray resource pool, verified at start-up, healed when they die."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections import deque
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..execution import Outcome
+from ..execution import Runner
+from ..execution import ScoreResult
+from ..execution import Term
+from ..execution._outcome import ERROR
+from ..types import ExecutionPolicy
+from ..types import RewardSpec
+from ._errors import RegistryMismatchError
+from ._errors import WorkerFailedError
+from ._setup import prepare_setup
+from ._worker import RewardWorker
+
+__all__ = ["DISPATCH", "RewardWorkerPool"]
+
+log = logging.getLogger("rewardhub.distributed")
+
+#: how work is handed to workers
+DISPATCH = ("least_loaded", "round_robin")
+_actor_cls: Any = None
+
+
+def ensure_ray(address: str | None = None) -> tuple[Any, bool]:
+    """Connect to Ray (``address``), or start a local Ray; returns (ray, whether we started it)."""
+    import ray
+
+    if ray.is_initialized():
+        return ray, False
+    opts: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    ray.init(address=address, **opts) if address else ray.init(**opts)
+    return ray, True
+
+
+def _actor_errors() -> tuple[type[BaseException], ...]:
+    from ray import exceptions as rex
+
+    return tuple(getattr(rex, n) for n in ("RayActorError", "WorkerCrashedError", "ObjectLostError",
+                                           "RuntimeEnvSetupError") if hasattr(rex, n))
+
+
+@dataclass
+class _Slot:
+    index: int
+    actor: Any = None
+    generation: int = 0
+    inflight: int = 0
+    alive: bool = False
+    starting: Any = None  #: the pending hello() of a (re)started actor
+    info: dict[str, Any] | None = None
+    restarts: int = 0
+    gone: bool = False  #: out of restarts
+
+
+def group_key(sample: Mapping[str, Any]) -> str:
+    info = sample.get("extra_info") if isinstance(sample.get("extra_info"), Mapping) else {}
+    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
+    return repr(key) if key is not None else repr(sample.get("prompt"))
+
+
+def make_chunks(batch: Sequence[Mapping[str, Any]], size: int, groups: bool) -> list[list[int]]:
+    """Split positions into chunks of about ``size``; with ``groups`` a prompt's group stays whole."""
+    if groups:
+        by: dict[str, list[int]] = {}
+        for i, s in enumerate(batch):
+            by.setdefault(group_key(s), []).append(i)
+        units = list(by.values())
+    else:
+        units = [[i] for i in range(len(batch))]
+    chunks: list[list[int]] = []
+    for unit in units:
+        if chunks and len(chunks[-1]) + len(unit) <= size:
+            chunks[-1].extend(unit)
+        else:
+            chunks.append(list(unit))
+    return chunks
+
+
+class RewardWorkerPool:
+    """``num_workers`` reward workers (Ray actors) on a named pool; the trainer's reward backend.
+
+    Every worker builds the registry from the same sources as the driver and proves it by its
+    fingerprint before any scoring; any difference in a reward the config uses raises
+    :class:`RegistryMismatchError` naming the reward, the node, the pool and the difference.
+
+    :param reward_cfg: the ``reward:`` section (dict or DictConfig); ``reward.workers`` gives the
+        defaults of every option below.
+    :param resources: custom Ray resources each worker needs (placement on a pool of nodes).
+    :param dispatch: ``least_loaded`` (default) or ``round_robin``.
+    :param runtime_env: a Ray runtime_env for the workers.
+    :param ship_files: send reward files' bytes to the workers (else a node must have the file).
+    :param strict: any registry difference is fatal, not only in the rewards the config uses.
+    :param max_restarts: restarts per worker slot; a dead worker's in-flight samples are re-scored.
+    """
+
+    def __init__(self, reward_cfg: Any, *, num_workers: int | None = None, pool: str | None = None,
+                 resources: Mapping[str, float] | None = None, num_cpus: float | None = None,
+                 num_gpus: float | None = None, dispatch: str | None = None, address: str | None = None,
+                 runtime_env: Mapping[str, Any] | None = None, ship_files: bool = True, strict: bool = False,
+                 max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
+                 max_inflight: int = 2, start_timeout_s: float = 300.0) -> None:
+        self.setup, _ = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict)
+        w = self.setup.reward_cfg.get("workers") or {}
+        self.pool = self.setup.pool
+        self.num_workers = int(num_workers if num_workers is not None else w.get("num_workers") or 0)
+        if self.num_workers < 1:
+            raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got {self.num_workers}\n"
+                             "set reward.workers.num_workers (0 means: score in-process with a Runner)")
+        self.dispatch = dispatch or w.get("dispatch") or "least_loaded"
+        if self.dispatch not in DISPATCH:
+            raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(DISPATCH)}")
+        self.resources = {str(k): float(v) for k, v in dict(resources if resources is not None
+                                                              else w.get("resources") or {}).items()}
+        self.num_cpus = float(num_cpus if num_cpus is not None else w.get("num_cpus", 1.0))
+        self.num_gpus = float(num_gpus if num_gpus is not None else w.get("num_gpus", 0.0))
+        self.runtime_env = dict(runtime_env) if runtime_env else None
+        self.max_restarts, self.max_attempts = max_restarts, max(1, max_attempts)
+        self.chunk_size, self.max_inflight = chunk_size, max(1, max_inflight)
+        self.restarts = 0
+        self.rescored_samples = 0
+        self._rr = 0
+        self._ray, self._started_ray = ensure_ray(address or w.get("address"))
+        self._check_placeable()
+        self._setup_ref = self._ray.put(self.setup)
+        self._slots = [_Slot(i) for i in range(self.num_workers)]
+        try:
+            self._start_all(start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        info = self._slots[0].info or {}
+        self.terms = [Term(name=t["name"], spec=RewardSpec(name=t["reward"], target="(on the workers)"),
+                           policy=ExecutionPolicy(on_failure=t["on_failure"]), invoker=None,  # type: ignore[arg-type]
+                           weight=t["weight"]) for t in info.get("terms", [])]
+        self._kinds = {t["name"]: t["kind"] for t in info.get("terms", [])}
+        self._agg = Runner(self.terms, str(self.setup.reward_cfg.get("aggregation") or "weighted_sum"))
+
+    # ---- start-up ----------------------------------------------------------------------
+    def _needs(self) -> dict[str, float]:
+        return {k: v for k, v in {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}.items() if v > 0}
+
+    def _check_placeable(self) -> None:
+        needs = self._needs()
+        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
+        if any(all(n["Resources"].get(k, 0.0) >= v for k, v in needs.items()) for n in nodes):
+            return
+        shown = "\n".join(f"  node {n['NodeManagerAddress']} (node id {n['NodeID'][:12]}): " + ", ".join(
+            f"{k}={v:g}" for k, v in sorted(n["Resources"].items()) if not k.startswith(("node:", "memory",
+                                                                                      "object_store")))
+            for n in nodes)
+        raise UsageError(f"reward worker pool {self.pool!r} cannot be placed: each worker needs "
+                         f"{needs}, and no alive node has that\n{shown}\n"
+                         "change reward.workers.resources / num_cpus / num_gpus, or add such a node")
+
+    def _new_actor(self, slot: _Slot) -> None:
+        global _actor_cls
+        if _actor_cls is None:
+            _actor_cls = self._ray.remote(RewardWorker)
+        opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_restarts": 0,
+                                "name": None}
+        if self.resources:
+            opts["resources"] = self.resources
+        if self.runtime_env:
+            opts["runtime_env"] = self.runtime_env
+        slot.actor = _actor_cls.options(**opts).remote(self._setup_ref, slot.index)
+        slot.starting = slot.actor.hello.remote()
+        slot.alive = False
+
+    def _start_all(self, timeout_s: float) -> None:
+        for slot in self._slots:
+            self._new_actor(slot)
+        refs = [s.starting for s in self._slots]
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        infos = []
+        for slot in self._slots:
+            if slot.starting not in ready:
+                infos.append({"pool": self.pool, "index": slot.index, "problems": [{
+                    "kind": "error", "detail": f"did not start within {timeout_s:g}s (needs {self._needs()}; "
+                                               "is the cluster big enough for num_workers?)"}]})
+                continue
+            infos.append(self._hello(slot))
+        if any(i.get("problems") for i in infos):
+            raise RegistryMismatchError(self.pool, self.setup.driver_fingerprint, infos)
+        for i in infos:
+            if i.get("notes"):
+                log.warning("reward worker %s of pool %r on node %s: registry differs in rewards the config "
+                            "does not use: %s", i["index"], self.pool, i.get("ip"),
+                            ", ".join(sorted(str(n["reward"]) for n in i["notes"])))
+
+    def _hello(self, slot: _Slot) -> dict[str, Any]:
+        """Collect a (re)started worker's hello(); a worker without problems becomes alive."""
+        ref, slot.starting = slot.starting, None
+        try:
+            info = self._ray.get(ref)
+        except _actor_errors() as exc:
+            return {"pool": self.pool, "index": slot.index,
+                    "problems": [{"kind": "error", "detail": f"died while starting: {_short(exc)}"}]}
+        slot.info = info
+        slot.alive = not info.get("problems")
+        return info
+
+    # ---- scoring -----------------------------------------------------------------------
+    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
+        """Score a batch on the workers: one row per sample, in input order, each scored once."""
+        batch = [_check_sample(s, i) for i, s in enumerate(samples)]
+        outcomes = self.score_outcomes(batch)
+        for term in self.terms:
+            self._agg._apply_policy(term, outcomes[term.name])
+        res = self._agg._aggregate(batch, outcomes)
+        res.metrics[f"reward_workers/{self.pool}/restarts"] = float(self.restarts)
+        res.metrics[f"reward_workers/{self.pool}/rescored_samples"] = float(self.rescored_samples)
+        return res
+
+    def score_outcomes(self, samples: Sequence[Mapping[str, Any]], terms: Sequence[str] | None = None,
+                       indices: Sequence[int] | None = None) -> dict[str, list[Outcome]]:
+        """Each term's raw outcomes (``on_failure`` not applied), per sample in input order."""
+        batch = list(samples)
+        names = list(terms) if terms else [t.name for t in self.terms]
+        idx = list(indices) if indices is not None else list(range(len(batch)))
+        groups = any(self._kinds.get(n) == "group" for n in names)
+        size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.num_workers)))
+        chunks = make_chunks(batch, size, groups)
+        results = self._dispatch(batch, chunks, list(terms) if terms else None, idx)
+        out = {n: [Outcome(None)] * len(batch) for n in names}
+        for cid, chunk in enumerate(chunks):
+            res = results[cid]
+            for n in names:
+                if "failed" in res:
+                    for i in chunk:
+                        out[n][i] = Outcome(None, ERROR, error=f"reward {n!r} on sample {idx[i]}: {res['failed']}")
+                    continue
+                for i, wire in zip(chunk, res["outcomes"][n]):
+                    out[n][i] = Outcome.from_wire(wire)
+        return out
+
+    def _dispatch(self, batch: list[dict[str, Any]], chunks: list[list[int]], terms: list[str] | None,
+                  idx: list[int]) -> dict[int, dict[str, Any]]:
+        ray = self._ray
+        todo = deque(range(len(chunks)))
+        done: dict[int, dict[str, Any]] = {}
+        fails: Counter[int] = Counter()
+        pending: dict[Any, tuple[str, int, _Slot, int]] = {
+            s.starting: ("hello", -1, s, s.generation) for s in self._slots if s.starting is not None}
+        while todo or any(kind == "score" for kind, *_ in pending.values()):
+            while todo:
+                slot = self._pick()
+                if slot is None:
+                    break
+                cid = todo.popleft()
+                ref = slot.actor.score.remote([batch[i] for i in chunks[cid]], [idx[i] for i in chunks[cid]], terms)
+                slot.inflight += 1
+                pending[ref] = ("score", cid, slot, slot.generation)
+            if not pending:
+                raise WorkerFailedError(f"every reward worker of pool {self.pool!r} is gone (after "
+                                        f"{self.restarts} restarts); {len(todo)} chunks left unscored\n"
+                                        "see the Ray logs of the workers for why they died", pool=self.pool)
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                kind, cid, slot, gen = pending.pop(ref)
+                if kind == "hello":
+                    info = self._hello(slot)
+                    if info.get("problems") and slot.info is info:
+                        raise RegistryMismatchError(self.pool, self.setup.driver_fingerprint, [info])
+                    if not slot.alive:
+                        self._died(slot, info["problems"][0]["detail"], pending)
+                    continue
+                if gen == slot.generation:
+                    slot.inflight -= 1
+                try:
+                    res = ray.get(ref)
+                except _actor_errors() as exc:
+                    fails[cid] += 1
+                    if gen == slot.generation:
+                        self._died(slot, _short(exc), pending)
+                    if fails[cid] >= self.max_attempts:
+                        done[cid] = {"failed": f"reward workers died {fails[cid]} times scoring it "
+                                               f"(last: {_short(exc)})"}
+                    else:
+                        self.rescored_samples += len(chunks[cid])
+                        todo.appendleft(cid)
+                    continue
+                except Exception as exc:
+                    where = slot.info or {}
+                    raise WorkerFailedError(
+                        f"reward worker {slot.index} of pool {self.pool!r} on node {where.get('ip')} "
+                        f"(node id {str(where.get('node_id'))[:12]}) failed: {exc}", pool=self.pool,
+                        node_id=where.get("node_id")) from exc
+                done.setdefault(cid, res)
+        return done
+
+    def _pick(self) -> _Slot | None:
+        free = [s for s in self._slots if s.alive and s.inflight < self.max_inflight]
+        if not free:
+            return None
+        if self.dispatch == "least_loaded":
+            return min(free, key=lambda s: (s.inflight, s.index))
+        n = len(self._slots)
+        for k in range(n):
+            s = self._slots[(self._rr + k) % n]
+            if s in free:
+                self._rr = (s.index + 1) % n
+                return s
+        return None
+
+    def _died(self, slot: _Slot, why: str, pending: dict[Any, tuple[str, int, _Slot, int]]) -> None:
+        where = slot.info or {}
+        slot.alive, slot.inflight = False, 0
+        if slot.restarts >= self.max_restarts:
+            slot.gone = True
+            log.error("reward worker %d of pool %r died (%s); out of restarts", slot.index, self.pool, why)
+            return
+        log.warning("reward worker %d of pool %r on node %s (pid %s) died: %s; restarting it", slot.index,
+                    self.pool, where.get("ip"), where.get("pid"), why)
+        try:
+            self._ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+        slot.restarts += 1
+        slot.generation += 1
+        self.restarts += 1
+        self._new_actor(slot)
+        pending[slot.starting] = ("hello", -1, slot, slot.generation)
+
+    # ---- facts and lifetime --------------------------------------------------------------
+    def workers_info(self) -> list[dict[str, Any]]:
+        """One dict per worker: role, pool, index, node (node id), ip, pid, registry_fingerprint, restarts."""
+        out = []
+        for slot in self._slots:
+            if slot.starting is not None:
+                self._hello(slot)
+            i = slot.info or {}
+            out.append({"role": "reward_worker", "pool": self.pool, "index": slot.index,
+                        "node": i.get("node_id"), "node_id": i.get("node_id"), "ip": i.get("ip"),
+                        "hostname": i.get("hostname"), "pid": i.get("pid"),
+                        "registry_fingerprint": i.get("fingerprint"), "restarts": slot.restarts,
+                        "alive": slot.alive, "start_s": i.get("start_s"), "files": i.get("files", {})})
+        return out
+
+    def fingerprint(self) -> str:
+        return self.setup.driver_fingerprint
+
+    def close(self) -> None:
+        """Stop the workers (and the local Ray, when this pool started it)."""
+        for slot in getattr(self, "_slots", []):
+            if slot.actor is not None:
+                try:
+                    self._ray.kill(slot.actor, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+                slot.actor, slot.alive, slot.starting = None, False, None
+        if getattr(self, "_started_ray", False):
+            self._ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self) -> RewardWorkerPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _check_sample(s: Any, i: int) -> dict[str, Any]:
+    if not isinstance(s, Mapping):
+        raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
+    if "response" not in s:
+        raise UsageError(f"sample {i} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})")
+    return dict(s)

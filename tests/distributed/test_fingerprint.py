@@ -1,0 +1,178 @@
+"""Reward-worker logic without Ray: fingerprint diffs, file shipping, start-up problems, explanations."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import rewardhub
+from rewardhub._targets import file_module_name
+from rewardhub.distributed import DriverOnlyRewardError
+from rewardhub.distributed import RegistryMismatchError
+from rewardhub.distributed import RewardWorker
+from rewardhub.distributed import ShippedFile
+from rewardhub.distributed import diff_items
+from rewardhub.distributed import prepare_setup
+from rewardhub.distributed._files import materialize
+from rewardhub.distributed._pool import make_chunks
+
+REWARD_FILE = '''
+import os
+def length(*, response, **kwargs):
+    """Length of the response."""
+    return {"score": float(len(response)), "pid": os.getpid()}
+'''
+
+
+def test_diff_kinds_and_which_are_fatal():
+    driver = {"a": "pkg==1.0", "b": "sha256:aa", "c": "x==1", "d": "q==1", "used_broken": "m==1"}
+    worker = {"a": "pkg==2.0", "b": "sha256:bb", "d": "q==1", "e": "new==1", "used_broken": "m==1 (broken)"}
+    diffs = {d["reward"]: d for d in diff_items(driver, worker, ["a", "b", "used_broken"])}
+    assert sorted(diffs) == ["a", "b", "c", "e", "used_broken"]
+    assert diffs["a"] == {"reward": "a", "kind": "version", "driver": "pkg==1.0", "worker": "pkg==2.0", "fatal": True}
+    assert diffs["b"]["kind"] == "file_hash" and diffs["b"]["fatal"]
+    assert diffs["c"]["kind"] == "missing" and not diffs["c"]["fatal"]  # the config does not use it
+    assert diffs["e"]["kind"] == "extra" and not diffs["e"]["fatal"]
+    assert diffs["used_broken"]["kind"] == "broken"
+    strict = {d["reward"]: d["fatal"] for d in diff_items(driver, worker, ["a"], strict=True)}
+    assert strict == {"a": True, "b": True, "c": True, "e": False, "used_broken": True}
+    # nothing named (doctor without a config): every reward counts
+    assert all(d["fatal"] for d in diff_items(driver, worker, []) if d["kind"] != "extra")
+    assert diff_items(driver, dict(driver), ["a"]) == []
+
+
+def test_mismatch_error_names_reward_node_pool_and_difference():
+    worker = {"pool": "rm", "index": 1, "ip": "10.0.0.7", "node_id": "f00dcafe" * 7,
+              "problems": [{"reward": "math_verify", "kind": "version", "driver": "rewardhub-math==0.1.0",
+                            "worker": "rewardhub-math==0.2.0"}]}
+    err = RegistryMismatchError("rm", "abc123", [worker])
+    text = str(err)
+    for part in ("'math_verify'", "rewardhub-math==0.1.0", "rewardhub-math==0.2.0", "10.0.0.7", "f00dcafef00d",
+                 "pool 'rm'", "worker 1", "abc123"):
+        assert part in text
+    assert err.rewards == ["math_verify"] and err.problems[0]["node_id"] == "f00dcafe" * 7
+    assert isinstance(err, rewardhub.RewardhubError)
+
+
+@pytest.fixture
+def reward_file(tmp_path):
+    path = tmp_path / "driver_only" / "lengths.py"
+    path.parent.mkdir()
+    path.write_text(REWARD_FILE)
+    return path
+
+
+def test_shipped_file_keeps_its_module_name(reward_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("REWARDHUB_WORKER_FILES", str(tmp_path / "node"))
+    setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length"}]})
+    (shipped,) = setup.files
+    assert shipped.data == reward_file.read_bytes() and shipped.sha256 == hashlib.sha256(shipped.data).hexdigest()
+    cfg, problems, info = materialize(setup.files, setup.reward_cfg)
+    local = cfg["rewards"][0]["path"]
+    assert problems == [] and local.startswith(str(tmp_path / "node")) and info["length"] == f"shipped {local}"
+    assert file_module_name(local) == file_module_name(str(reward_file))
+
+
+def test_file_problems_are_named(reward_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("REWARDHUB_WORKER_FILES", str(tmp_path / "node"))
+    setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length"}]})
+    f = setup.files[0]
+    corrupt = ShippedFile(f.reward, f.path, f.sha256, f.data + b"#")
+    _, problems, _ = materialize([corrupt], setup.reward_cfg)
+    assert problems[0]["kind"] == "file_hash" and "corrupted" in problems[0]["detail"]
+    not_shipped = ShippedFile(f.reward, f.path, f.sha256, None)
+    reward_file.write_text(REWARD_FILE + "\n# edited on this node\n")
+    cfg, problems, _ = materialize([not_shipped], setup.reward_cfg)
+    assert problems[0]["kind"] == "file_hash" and problems[0]["reward"] == "length" and cfg["rewards"] == []
+    reward_file.unlink()
+    _, problems, _ = materialize([not_shipped], setup.reward_cfg)
+    assert problems[0]["kind"] == "file_missing" and problems[0]["detail"] == str(reward_file)
+
+
+def test_worker_reports_a_version_difference(reward_file):
+    setup, _ = prepare_setup({"rewards": [{"name": "math_verify"}]})
+    items = dict(setup.driver_items, math_verify="rewardhub-math==9.9")
+    worker = RewardWorker(setup.__class__(**{**setup.__dict__, "driver_items": items}))
+    hello = worker.hello()
+    assert not hello["ok"] and hello["terms"] == []  # nothing is loaded after a mismatch
+    (p,) = hello["problems"]
+    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == ("math_verify", "version", "rewardhub-math==9.9",
+                                                                  "rewardhub-math==0.1.0")
+    with pytest.raises(RegistryMismatchError, match="math_verify"):
+        worker.score([{"response": "1"}])
+
+
+def test_worker_scores_in_process(reward_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("REWARDHUB_WORKER_FILES", str(tmp_path / "node"))
+    setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length", "on_failure": "raise"}]})
+    worker = RewardWorker(setup)
+    assert worker.hello()["ok"], worker.hello()["problems"]
+    assert worker.hello()["terms"][0]["on_failure"] == "raise"  # the driver applies it
+    out = worker.score([{"response": "abc"}, {"response": "hello"}], indices=[10, 11])
+    assert [o[0] for o in out["outcomes"]["length"]] == [3.0, 5.0]
+    worker.close()
+
+
+@rewardhub.reward(name="only_decorated_here")
+def only_decorated_here(*, response, **kwargs):
+    return 1.0
+
+
+def test_decorator_without_a_source_is_explained():
+    with pytest.raises(DriverOnlyRewardError, match=r"(?s)'only_decorated_here'.*no source registers it.*"
+                                                    r"module: .*test_fingerprint"):
+        prepare_setup({"rewards": [{"name": "only_decorated_here"}]})
+
+
+def test_decorator_in_main_script_is_explained(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import rewardhub
+        from rewardhub.distributed import RewardWorkerPool
+
+        @rewardhub.reward(name="script_reward")
+        def script_reward(*, response, **kwargs):
+            return 1.0
+
+        try:
+            RewardWorkerPool({"rewards": [{"name": "script_reward"}]}, num_workers=1)
+        except rewardhub.UsageError as exc:
+            print(exc)
+        print("ray imported:", "ray" in sys.modules)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "'script_reward' is registered only by @reward in the driver's own script" in out
+    assert str(script) in out and "put it in a module or file the config names" in out
+    assert "ray imported: False" in out  # found before anything starts
+
+
+def test_chunks_keep_groups_whole():
+    batch = [{"prompt": p, "response": "x"} for p in "aabbbcd"]
+    assert make_chunks(batch, 2, groups=True) == [[0, 1], [2, 3, 4], [5, 6]]
+    assert make_chunks(batch, 3, groups=False) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_term_config_round_trip(reward_file):
+    from rewardhub.distributed._executor import term_config
+    from rewardhub.execution import Runner
+    from rewardhub.registry import build_registry
+
+    cfg = {"rewards": [{"name": "math_verify", "alias": "mv", "weight": 2.0, "executor": "ray"},
+                       {"path": str(reward_file), "function": "length", "executor": "ray", "timeout_s": 5}]}
+    with Runner.from_config(cfg) as runner:
+        terms = [term_config(t) for t in runner.terms]
+    assert terms[0]["name"] == "math_verify" and terms[0]["alias"] == "mv" and terms[0]["weight"] == 2.0
+    assert terms[1]["path"] == str(reward_file) and terms[1]["function"] == "length" and terms[1]["timeout_s"] == 5
+    with Runner.from_config({"rewards": terms}, build_registry({"rewards": terms})) as again:
+        assert [t.name for t in again.terms] == ["mv", "length"]
+        assert all(t.policy.executor != "ray" for t in again.terms)
+
+
+def test_import_is_light():
+    code = "import rewardhub.distributed, rewardhub._commands.doctor, sys; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
