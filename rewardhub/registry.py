@@ -192,19 +192,17 @@ class RewardRegistry:
         if spec.params:
             obj = functools.partial(obj, **dict(spec.params))
         meta = getattr(obj, "__rewardhub__", None)
-        full = spec
-        if meta is not None or not spec.summary:
-            probe = spec_from_object(obj, target=spec.target, source=spec.source, name=spec.name)
-            full = spec.with_(
-                summary=spec.summary or probe.summary,
-                kind=meta.get("kind", spec.kind) if meta and spec.kind == "function" else spec.kind,
-                policy=probe.policy if meta else spec.policy,
-                capabilities=tuple(sorted(set(spec.capabilities) | set(probe.capabilities))),
+        probe = spec_from_object(obj, target=spec.target, source=spec.source, name=spec.name)
+        full = spec.with_(
+            summary=spec.summary or probe.summary,
+            capabilities=tuple(sorted(set(spec.capabilities) | set(probe.capabilities))),
+        )
+        if meta:  # @reward metadata fills what the spec left at its defaults
+            full = full.with_(
+                kind=meta.get("kind", spec.kind) if spec.kind == "function" else spec.kind,
+                policy=probe.policy,
                 data_sources=spec.data_sources or probe.data_sources,
             )
-        else:
-            probe = spec_from_object(obj, target=spec.target, source=spec.source, name=spec.name)
-            full = spec.with_(capabilities=tuple(sorted(set(spec.capabilities) | set(probe.capabilities))))
         self._loaded[spec.name] = (full, obj)
         return full, obj
 

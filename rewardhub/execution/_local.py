@@ -21,19 +21,24 @@ def _err(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _call_once(call: Call) -> Result:
+    """One sync call (an awaitable result is run to completion); a raised exception is data."""
+    start = time.perf_counter()
+    try:
+        raw = call()
+        if inspect.isawaitable(raw):
+            raw = _run_coro(raw)
+        return ("ok", raw, time.perf_counter() - start)
+    except Exception as exc:  # a bad reward is data
+        return ("error", _err(exc), time.perf_counter() - start)
+
+
 def run_inline(calls: list[Call], retries: int) -> list[Result]:
     """Call one after another in this thread (no timeout can interrupt a sync call here)."""
     out: list[Result] = []
     for call in calls:
         for attempt in range(retries + 1):
-            start = time.perf_counter()
-            try:
-                raw = call()
-                if inspect.isawaitable(raw):
-                    raw = _run_coro(raw)
-                res: Result = ("ok", raw, time.perf_counter() - start)
-            except Exception as exc:  # a bad reward is data
-                res = ("error", _err(exc), time.perf_counter() - start)
+            res = _call_once(call)
             if res[0] == "ok" or attempt == retries:
                 break
         out.append(res)
@@ -118,14 +123,7 @@ def run_threads(calls: list[Call], timeout_s: float | None, max_concurrency: int
     abandoned = 0
 
     def worker(i: int, call: Call) -> None:
-        start = time.perf_counter()
-        try:
-            raw = call()
-            if inspect.isawaitable(raw):
-                raw = _run_coro(raw)
-            res: Result = ("ok", raw, time.perf_counter() - start)
-        except Exception as exc:
-            res = ("error", _err(exc), time.perf_counter() - start)
+        res = _call_once(call)
         with cond:
             if i in running:  # not timed out meanwhile
                 del running[i]

@@ -105,6 +105,18 @@ class _Worker:
         self.task: Task | None = None
         self.started = 0.0
 
+    def stop(self) -> None:
+        """Ask the worker to exit; kill it if it does not within 2 s."""
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(2)
+        if self.proc.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
     def kill(self) -> None:
         pid = self.proc.pid
         if pid is not None:
@@ -243,28 +255,16 @@ class ProcessPool:
             if idle is None:
                 return
             self._workers.remove(idle)
-            try:
-                idle.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            idle.proc.join(2)
-            if idle.proc.is_alive():
-                idle.kill()
-            else:
-                idle.conn.close()
+            idle.stop()
 
     def close(self) -> None:
-        for w in self._workers:
+        for w in self._workers:  # ask all first, so they exit in parallel
             try:
                 w.conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
         for w in self._workers:
-            w.proc.join(2)
-            if w.proc.is_alive():
-                w.kill()
-            else:
-                w.conn.close()
+            w.stop()
         self._workers.clear()
 
     def __enter__(self) -> ProcessPool:
