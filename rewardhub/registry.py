@@ -62,6 +62,8 @@ class RewardRegistry:
         self._loaded: dict[str, tuple[RewardSpec, Any]] = {}
         self.plugins: list[dict[str, Any]] = []
         self.blocked: frozenset[str] = frozenset()
+        #: old reward name -> (current name, plugin that declared it), from ``rewardhub_legacy_aliases``
+        self.aliases: dict[str, tuple[str, str]] = {}
 
     # ---- lookup -------------------------------------------------------------
     def get_reward(self, name: str) -> RewardSpec:
@@ -72,9 +74,36 @@ class RewardRegistry:
         try:
             return self._name2spec[name]
         except KeyError:
+            if name in self.aliases and self.aliases[name][0] in self._name2spec:
+                import warnings
+
+                from .deprecated import REWARD_ALIAS
+                from .errors import RewardhubDeprecationWarning
+
+                new, plugin = self.aliases[name]
+                warnings.warn(REWARD_ALIAS.format(old=name, new=new, plugin=plugin), RewardhubDeprecationWarning,
+                              stacklevel=2)
+                return self._name2spec[new]
             raise UnknownRewardError(name, self._name2spec) from None
 
     get = get_reward
+
+    def collect_aliases(self, pm: Any) -> None:
+        """Merge the ``rewardhub_legacy_aliases`` of every plugin; an alias mapped two ways breaks the
+        second plugin (recorded like any broken plugin)."""
+        for impl in pm.hook.rewardhub_legacy_aliases.get_hookimpls():
+            try:
+                result = dict(impl.function() or {})
+            except Exception as exc:
+                pm.broken[impl.plugin_name] = (None, None, f"rewardhub_legacy_aliases: {type(exc).__name__}: {exc}")
+                continue
+            for old, new in result.items():
+                seen = self.aliases.get(str(old))
+                if seen is not None and seen[0] != str(new):
+                    pm.broken[impl.plugin_name] = (None, None, f"alias {old!r} -> {new!r} conflicts with "
+                                                   f"{old!r} -> {seen[0]!r} from {seen[1]}")
+                    continue
+                self.aliases[str(old)] = (str(new), impl.plugin_name)
 
     def has_reward(self, name: str) -> bool:
         return name in self._name2spec
@@ -146,7 +175,8 @@ class RewardRegistry:
             if not os.path.isfile(path):
                 raise UsageError(
                     f"reward file {path!r} does not exist (reward term {alias!r})\n"
-                    "fix the term's path (relative paths are resolved against the config file)"
+                    "fix the term's path (a relative path in a YAML config is resolved against the file's folder; "
+                    "one given as an override or in a launch script, against the working directory)"
                 )
             sha = file_sha256(path)
             target = f"{path}:{function}"
@@ -288,6 +318,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None) -> R
     eps = scan_entry_points()
     pm = RewardhubPluginManager()
     pm.load_plugins(eps, autoload=autoload, load=load, block=block)
+    registry.collect_aliases(pm)
 
     for impl in pm.hook.rewardhub_register_rewards.get_hookimpls():
         name = impl.plugin_name

@@ -39,6 +39,7 @@ def make_registry(*plugins: Any, include_builtins: bool = True) -> RewardRegistr
         pm.register(plugin, name=getattr(plugin, "__name__", None) or f"plugin-{i}")
     pm.check_pending()
     registry = RewardRegistry()
+    registry.collect_aliases(pm)
     for impl in pm.hook.rewardhub_register_rewards.get_hookimpls():
         source = "builtin" if impl.plugin_name.startswith("rewardhub.builtin.") else "plugin"
         for spec in _specs_from_hook_result(impl.function(), impl.plugin_name, None, None, source):

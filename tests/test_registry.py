@@ -174,3 +174,42 @@ def test_require_lists_every_missing_name():
 def test_decorator_validates_its_arguments():
     with pytest.raises(UsageError, match=r"executor='gpu' is not valid\nallowed: inline, thread, process, ray"):
         rewardhub.reward(executor="gpu")
+
+
+def test_hook_rewardhub_legacy_aliases():
+    from rewardhub._manager import RewardhubPluginManager
+    from rewardhub.errors import RewardhubDeprecationWarning
+    from rewardhub.execution import Runner
+    from rewardhub.registry import RewardRegistry
+
+    class Renamed:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [RewardSpec(name="exact_answer", target="rewardhub.builtin.match:exact_match")]
+
+        @rewardhub.hookimpl
+        def rewardhub_legacy_aliases(self):
+            return {"old_exact": "exact_answer"}
+
+    reg = make_registry(Renamed())
+    with pytest.warns(RewardhubDeprecationWarning, match="'old_exact' is deprecated: it is now 'exact_answer'"):
+        assert reg.get_reward("old_exact").name == "exact_answer"
+    with pytest.warns(RewardhubDeprecationWarning):
+        with Runner.from_config({"rewards": [{"name": "old_exact"}]}, registry=reg) as runner:
+            assert runner.score([{"response": "A", "ground_truth": "a"}]).scores == [1.0]
+    with pytest.raises(UnknownRewardError):
+        reg.get_reward("never_was")
+
+    class Clash:
+        @rewardhub.hookimpl
+        def rewardhub_legacy_aliases(self):
+            return {"old_exact": "something_else"}
+
+    pm = RewardhubPluginManager()
+    pm.register(Renamed(), name="renamed")
+    pm.register(Clash(), name="clash")
+    fresh = RewardRegistry()
+    fresh.collect_aliases(pm)
+    assert "clash" in pm.broken or "renamed" in pm.broken
+    broken = pm.broken.get("clash") or pm.broken.get("renamed")
+    assert "old_exact" in broken[2] and "conflicts" in broken[2]

@@ -1,0 +1,147 @@
+"""``rewardhub check CONFIG [KEY=VALUE ...]``: migrate, validate, resolve every term; run nothing.
+
+Every problem is listed (not only the first), and the exit status is 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import warnings
+from typing import Any
+
+from ..errors import RewardhubError
+from ..errors import UsageError
+from ._common import dump_json
+
+NAME = "check"
+HELP = "check a config: migrate legacy keys, validate, resolve every reward term (nothing is run)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="YAML config or launch script")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides (Hydra's +key=value too)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
+    """The check's findings: ``terms`` (resolved), ``problems``, ``migration``, ``warnings``."""
+    from ..config import load_config_with_report
+    from ..execution.runner import resolve_term
+    from ..registry import build_registry
+
+    problems: list[str] = []
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg, report = load_config_with_report(path, overrides)
+    notes.extend(str(w.message) for w in caught if w.category.__name__ != "RewardhubDeprecationWarning")
+    reward = cfg.reward
+    terms_cfg = list(reward.rewards)
+    if not terms_cfg:
+        problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.to_container(reward, resolve=True)
+    base["rewards"] = []  # file and module terms are registered one by one below, each problem kept
+    registry = build_registry(base)
+    for spec in (s for s in registry.list_rewards() if s.status == "broken"):
+        notes.append(f"plugin {spec.name} ({spec.dist or '?'} {spec.version or ''}) is broken: {spec.error}")
+    terms: list[dict[str, Any]] = []
+    for i, term_cfg in enumerate(terms_cfg):
+        where = f"reward.rewards[{i}]"
+        try:
+            term = resolve_term(registry, term_cfg, i)
+        except RewardhubError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        except Exception as exc:  # a reward module that fails to import, say
+            problems.append(f"{where}: {type(exc).__name__}: {exc}")
+            continue
+        spec = term.spec
+        bad, maybe = _kwargs_problems(term)
+        problems.extend(f"{where}.kwargs: {p}" for p in bad)
+        notes.extend(f"{where}.kwargs: {p}" for p in maybe)
+        terms.append({"index": i, "name": term.name, "reward": spec.name, "source": spec.source, "dist": spec.dist,
+                      "version": spec.version, "target": spec.target, "kind": spec.kind,
+                      "executor": term.policy.executor, "timeout_s": term.policy.timeout_s,
+                      "on_failure": term.policy.on_failure, "weight": term.weight})
+    rm = reward.reward_model
+    if rm.enable and not rm.model_path:
+        problems.append("reward.reward_model.enable is true but reward.reward_model.model_path is not set\n"
+                        "set reward.reward_model.model_path (legacy: reward_model.model.path)")
+    elif rm.enable and rm.model_path and not str(rm.model_path).startswith("${") \
+            and os.path.isabs(str(rm.model_path)) and not os.path.exists(str(rm.model_path)):
+        notes.append(f"reward.reward_model.model_path {rm.model_path!r} does not exist on this machine")
+    if reward.sandbox.url and not any("sandbox" in _caps(registry, t) for t in terms):
+        notes.append("reward.sandbox.url is set but no reward term uses the sandbox (add code_tests or code_io "
+                     "from rewardhub-code)")
+    return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
+            "migration": {"moved": report.moved, "dropped": report.dropped}}
+
+
+def _caps(registry: Any, term: dict[str, Any]) -> tuple[str, ...]:
+    try:
+        return tuple(registry.get_reward(term["reward"]).capabilities)
+    except Exception:
+        return ()
+
+
+_SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}
+
+
+def _kwargs_problems(term: Any) -> tuple[list[str], list[str]]:
+    """(problems, notes) about term kwargs the reward function does not name."""
+    import difflib
+
+    fn = getattr(term.invoker, "fn", None)
+    if not term.kwargs or fn is None:
+        return [], []
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return [], []
+    named = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    unknown = sorted(set(term.kwargs) - named)
+    if not unknown:
+        return [], []
+    out = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(named - _SAMPLE_KEYS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        out.append(f"{term.name} has no parameter {key!r}{hint}; it takes: "
+                   f"{', '.join(sorted(named - _SAMPLE_KEYS)) or 'no keyword arguments'}")
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return [], [o + " (it accepts **kwargs, so the value is passed but may be unused)" for o in out]
+    return out, []
+
+
+def run(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.config):
+        raise UsageError(f"config file {args.config!r} does not exist")
+    result = check_config(args.config, list(args.overrides))
+    if args.json:
+        dump_json(result)
+        return 1 if result["problems"] else 0
+    mig = result["migration"]
+    if mig["moved"] or mig["dropped"]:
+        print(f"legacy keys: {len(mig['moved'])} moved, {len(mig['dropped'])} dropped "
+              f"(see `rewardhub migrate {args.config}`)")
+    for t in result["terms"]:
+        origin = f"{t['source']} {t['dist']} {t['version']}" if t["dist"] else t["source"]
+        print(f"ok  reward.rewards[{t['index']}] {t['name']}: {t['reward']} ({origin}), executor "
+              f"{t['executor'] or 'inline'}, timeout {t['timeout_s'] or 'none'}, weight {t['weight']:g}")
+    for note in result["notes"]:
+        print(f"note: {note}")
+    if result["problems"]:
+        print(f"{len(result['problems'])} problem(s):", file=sys.stderr)
+        for p in result["problems"]:
+            lines = p.splitlines()
+            print(f"  - {lines[0]}", file=sys.stderr)
+            for line in lines[1:]:
+                print(f"    {line}", file=sys.stderr)
+        return 1
+    print(f"{args.config}: OK ({len(result['terms'])} reward term(s))")
+    return 0

@@ -1,0 +1,264 @@
+"""``rewardhub migrate [FILE] [KEY=VALUE ...] [--report json] [--write]``: legacy reward keys -> ``reward:``.
+
+FILE is a YAML config or a shell launch script (or a file of overrides, one per line). The migrated
+config is printed as YAML (comments of a YAML file kept), or with ``--report json`` as
+``{"config", "moved", "dropped", "notes"}``. ``--write`` rewrites FILE in place after saving
+``FILE.bak``: a YAML file keeps its comments and the order of untouched keys; in a shell script
+only the legacy override words change, every other byte stays as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import UsageError
+
+NAME = "migrate"
+HELP = "move legacy (verl-style) reward keys of a config or launch script to the reward: schema"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("items", nargs="*", metavar="[FILE] [KEY=VALUE ...]",
+                        help="a YAML config or shell launch script, then overrides (Hydra's +key=value too)")
+    parser.add_argument("--report", choices=["json"], help="print the config and the moved/dropped keys as JSON")
+    parser.add_argument("--write", action="store_true", help="rewrite FILE in place (a backup FILE.bak is kept)")
+
+
+def split_items(items: list[str]) -> tuple[str | None, list[str]]:
+    """The optional FILE, then the override tokens."""
+    from ..config.overrides import is_override_word
+
+    if items and (os.path.exists(items[0]) or not is_override_word(items[0])):
+        path, rest = items[0], items[1:]
+        if not os.path.exists(path):
+            raise UsageError(f"config file {path!r} does not exist\n"
+                             "pass an existing YAML file or launch script, or only KEY=VALUE overrides")
+        return path, rest
+    return None, list(items)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config.loader import _read_text
+    from ..config.loader import config_file_kind
+    from ..config.loader import read_and_migrate
+    from ..config.schema import validate_reward
+
+    path, overrides = split_items(args.items)
+    if args.write and not path:
+        raise UsageError("--write needs a FILE to rewrite\nrewardhub migrate FILE --write")
+    if args.write and overrides:
+        raise UsageError("--write rewrites FILE alone; overrides would not be saved\n"
+                         "put them into FILE first, or drop --write to print the result")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the report below lists every key once
+        cfg, report = read_and_migrate(path, overrides)
+    validate_reward(cfg.get("reward"))  # a migrated config must also be a valid one
+
+    kind = config_file_kind(path, _read_text(path)) if path else "yaml"
+    if args.write:
+        assert path is not None
+        text = _read_text(path)
+        new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, cfg)
+        if new_text != text:
+            backup = _backup(path)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new_text)
+            print(f"rewrote {path} (backup: {backup})", file=sys.stderr)
+        else:
+            print(f"{path}: nothing to migrate", file=sys.stderr)
+    if args.report == "json":
+        out = {"config": cfg, **report.as_dict()}
+        sys.stdout.write(json.dumps(out, indent=2, sort_keys=True, default=str) + "\n")
+    elif not args.write:
+        if path and kind == "yaml":
+            sys.stdout.write(yaml_roundtrip(_read_text(path), cfg) if not overrides else _dump(cfg))
+        else:
+            sys.stdout.write(_dump(cfg))
+    if args.report != "json":
+        _print_summary(report)
+    return 0
+
+
+def _print_summary(report: Any) -> None:
+    err = sys.stderr
+    if not report:
+        print("no legacy reward keys: nothing to migrate", file=err)
+        return
+    print(f"moved {len(report.moved)} legacy key(s), dropped {len(report.dropped)}:", file=err)
+    for m in report.moved:
+        print(f"  {m['from']} -> {m['to']}", file=err)
+    for d in report.dropped:
+        print(f"  {d['key']}={d['value']!r} dropped: {d['reason']}", file=err)
+    for note in report.notes:
+        print(f"  note: {note}", file=err)
+
+
+def _dump(cfg: Mapping[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _backup(path: str) -> str:
+    backup, n = path + ".bak", 1
+    while os.path.exists(backup):
+        backup, n = f"{path}.bak.{n}", n + 1
+    shutil.copy2(path, backup)
+    return backup
+
+
+# ---- YAML, comments kept ------------------------------------------------------------------------
+
+def yaml_roundtrip(text: str, new: Mapping[str, Any]) -> str:
+    """``text`` edited in place to equal ``new``: untouched keys keep their comments and order."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    doc = yaml.load(text)
+    if doc is None:
+        doc = {}
+    _sync(doc, new)
+    buf = io.StringIO()
+    yaml.dump(doc, buf)
+    return buf.getvalue()
+
+
+def _sync(node: Any, new: Any) -> Any:
+    """Make ``node`` (a ruamel container) equal to ``new``, reusing nodes that already agree."""
+    if isinstance(node, Mapping) and isinstance(new, Mapping):
+        for key in [k for k in node if k not in new]:
+            del node[key]
+        for key, value in new.items():
+            if key in node:
+                node[key] = _sync(node[key], value)
+            else:
+                node[key] = value
+        return node
+    if isinstance(node, list) and isinstance(new, list):
+        for i, value in enumerate(new):
+            if i < len(node):
+                node[i] = _sync(node[i], value)
+            else:
+                node.append(value)
+        del node[len(new):]
+        return node
+    return node if node == new and type(node) is type(new) else new
+
+
+# ---- shell scripts: only override words change ---------------------------------------------------
+
+_SEP_RE = re.compile(r"^(?:[ \t]|\\\n|\n)*$")
+
+
+def rewrite_script(text: str, path: str = "<script>") -> str:
+    """Replace a script's legacy override words by ``reward.*`` ones; every other byte is kept.
+
+    The new words go where the first legacy word was, separated the way the script separates its
+    words there (`` \\<newline>    `` in a multi-line command); the other legacy words are removed
+    with the whitespace before them.
+    """
+    from ..config.loader import script_overrides
+    from ..config.overrides import apply_overrides
+    from ..config.overrides import format_value
+    from ..config.overrides import parse_override
+    from ..config.shim import is_legacy_key
+    from ..config.shim import migrate
+
+    words = script_overrides(text)
+    parsed = [parse_override(w.text) for w in words]
+    legacy = [i for i, ov in enumerate(parsed) if is_legacy_key(ov.key)]
+    if not legacy:
+        return text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = migrate(apply_overrides({}, [ov for i, ov in enumerate(parsed) if i not in legacy]))[0]
+        after, report = migrate(apply_overrides({}, parsed))
+    old_leaves = dict(_leaves(before.get("reward") or {}, "reward"))
+    new_leaves = [(k, v) for k, v in _leaves(after.get("reward") or {}, "reward") if old_leaves.get(k, _MISSING) != v]
+
+    # a moved key keeps the exact text its value had in the script ($HOME, quotes and all)
+    raw_value: dict[str, str] = {}
+    by_key = {parsed[i].key: i for i in legacy}
+    for m in report.moved:
+        i = by_key.get(m["from"])
+        if i is None:
+            continue
+        raw = words[i].raw
+        head = raw.split("=", 1)[0]
+        if "=" in raw and head.lstrip("+~") == parsed[i].key:
+            raw_value[_dotted(m["to"])] = (raw.split("=", 1)[1], parsed[i].value)
+    tokens = []
+    for key, value in new_leaves:
+        kept = raw_value.get(key)
+        if kept is not None and kept[1] == value:
+            tokens.append(f"{key}={kept[0]}")
+        else:
+            token = f"{key}={format_value(value)}"
+            tokens.append(token if re.fullmatch(r"[\w.+=:/,\-@%]*", token) else shlex.quote(token))
+
+    first = words[legacy[0]]
+    index_of = {id(w): n for n, w in enumerate(words)}
+    sep = _separator(text, words, index_of[id(first)])
+    out, pos = [], 0
+    for n, i in enumerate(legacy):
+        w = words[i]
+        if n == 0:
+            out.append(text[pos:w.start])
+            out.append(sep.join(tokens))
+            pos = w.end
+            continue
+        prev_end = words[i - 1].end if i > 0 else 0
+        gap = text[prev_end:w.start]
+        if i > 0 and _SEP_RE.match(gap) and prev_end >= pos:
+            out.append(text[pos:prev_end])
+        else:
+            out.append(text[pos:w.start])
+        pos = w.end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+_MISSING = object()
+
+
+def _separator(text: str, words: list[Any], i: int) -> str:
+    """The whitespace between word ``i`` and its neighbour (the one before, else after)."""
+    if i > 0:
+        gap = text[words[i - 1].end:words[i].start]
+        if _SEP_RE.match(gap) and gap:
+            return gap
+    if i + 1 < len(words):
+        gap = text[words[i].end:words[i + 1].start]
+        if _SEP_RE.match(gap) and gap:
+            return gap
+    return " "
+
+
+def _dotted(key: str) -> str:
+    return re.sub(r"\[(\d+)\]", r".\1", key)
+
+
+def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(node, Mapping) and node:
+        out: list[tuple[str, Any]] = []
+        for k, v in node.items():
+            out.extend(_leaves(v, f"{prefix}.{k}"))
+        return out
+    if isinstance(node, list) and node and all(isinstance(x, Mapping) for x in node):
+        out = []
+        for i, v in enumerate(node):
+            out.extend(_leaves(v, f"{prefix}.{i}"))
+        return out
+    return [(prefix, node)]

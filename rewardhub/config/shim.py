@@ -1,0 +1,561 @@
+"""The legacy-key shim: verl-style reward settings -> the ``reward:`` schema.
+
+:func:`migrate` is pure: it returns a new config and a :class:`MigrationReport`; the input is never
+touched. Every legacy key is either *moved* (``{"from", "to"}``) or *dropped* with a reason; no
+legacy node is left in the result, so migrating the result again changes nothing and reports
+nothing. Each key also gives one :class:`~rewardhub.RewardhubDeprecationWarning` naming old and new.
+
+The spellings covered are the ones verl shipped over its versions:
+
+* ``custom_reward_function.{path,name,reward_kwargs}`` (top level, and ``reward.`` in newer verl):
+  a reward term ``{path, function, kwargs}``; ``name`` defaults to ``compute_score``;
+* ``reward_model.reward_manager`` / ``reward_manager.{source,name,module}`` /
+  ``reward.reward_manager.*`` / ``reward_model.reward_loop_{source,module_path,class_name}``: the
+  manager's behaviour becomes the custom term's execution policy (``prime``: process pool,
+  ``batch``: a batched reward, ``remote``: Ray workers, ``rate_limited``: bounded threads; ``dapo``:
+  plus the overlong penalty), and its name is kept in ``reward.manager``;
+* ``reward_model.reward_kwargs.*`` / ``reward.reward_kwargs.*``: DAPO's ``overlong_buffer_cfg`` with
+  ``max_resp_len`` becomes the built-in ``overlong_penalty`` term, other kwargs go to the custom term;
+* ``reward_model.{enable, enable_resource_pool, n_gpus_per_node, nnodes, num_workers, model.path,
+  model.external_lib, model.trust_remote_code, max_length, micro_batch_size_per_gpu, rollout.*}``:
+  ``reward.reward_model``; its FSDP/training settings are dropped with the reason;
+* ``sandbox_fusion.*`` (top level, under ``reward_model.`` and under ``reward.``): ``reward.sandbox``;
+* ``reward.num_workers``: ``reward.workers.num_workers``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Final
+
+from ..deprecated import LEGACY_KEY_DROPPED
+from ..deprecated import LEGACY_KEY_MOVED
+from ..errors import RewardhubDeprecationWarning
+from ..errors import UsageError
+
+__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate"]
+
+#: verl's default name of the function in a custom reward file
+DEFAULT_FUNCTION = "compute_score"
+
+#: verl reward manager -> what it means for the custom reward term's execution policy
+KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
+    "naive": {},
+    "dapo": {},
+    "batch": {"kind": "batched"},
+    "prime": {"executor": "process"},
+    "remote": {"executor": "ray"},
+    "rate_limited": {"executor": "thread"},
+    "limit": {"executor": "thread"},
+}
+
+_RM_FIELDS = frozenset({
+    "enable", "model_path", "trust_remote_code", "external_lib", "kind", "engine", "pool", "num_workers",
+    "n_gpus_per_node", "nnodes", "batch_size", "max_length", "rollout", "enable_resource_pool", "legacy",
+})
+
+_FSDP = ("a training/FSDP setting of verl's reward-model worker; rewardhub runs reward models for "
+         "inference only")
+_LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: write the scoring as a "
+               "reward function and list it in reward.rewards (see `rewardhub show`)")
+
+# (legacy namespace, pattern relative to the node) -> ("move", new key) | ("drop", reason) | (special,)
+# Patterns are dotted; "*" matches one or more segments. First match wins.
+_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "reward_model": [
+        ("enable", ("move", "reward.reward_model.enable")),
+        ("enable_resource_pool", ("move", "reward.reward_model.enable_resource_pool")),
+        ("n_gpus_per_node", ("move", "reward.reward_model.n_gpus_per_node")),
+        ("nnodes", ("move", "reward.reward_model.nnodes")),
+        ("num_workers", ("move", "reward.reward_model.num_workers")),
+        ("model.path", ("move", "reward.reward_model.model_path")),
+        ("model.external_lib", ("move", "reward.reward_model.external_lib")),
+        ("model.trust_remote_code", ("move", "reward.reward_model.trust_remote_code")),
+        ("model.input_tokenizer", ("drop", "rewardhub tokenizes with the reward model's own tokenizer")),
+        ("max_length", ("move", "reward.reward_model.max_length")),
+        ("micro_batch_size_per_gpu", ("move", "reward.reward_model.batch_size")),
+        ("rollout.name", ("engine",)),
+        ("rollout.*", ("move", "reward.reward_model.rollout.*")),
+        ("reward_manager", ("manager",)),
+        ("reward_kwargs.*", ("kwargs",)),
+        ("sandbox_fusion.*", ("sandbox",)),
+        ("use_reward_loop", ("drop", "rewardhub always scores through its own runner (verl's reward loop "
+                                     "is the default there)")),
+        ("launch_reward_fn_async", ("drop", "reward scoring overlaps training in rewardhub's trainer with "
+                                            "trainer.mode=fully_async")),
+        ("reward_loop_source", ("drop", "rewardhub resolves rewards through its registry")),
+        ("reward_loop_module_path", ("drop", _LOOP_CLASS)),
+        ("reward_loop_class_name", ("drop", _LOOP_CLASS)),
+        ("model.*", ("drop", _FSDP)),
+        ("strategy", ("drop", _FSDP)),
+        ("micro_batch_size", ("drop", "verl's global micro batch (superseded by micro_batch_size_per_gpu, "
+                                      "which maps to reward.reward_model.batch_size)")),
+        ("mini_batch_size", ("drop", _FSDP)),
+        ("use_dynamic_bsz", ("drop", _FSDP)),
+        ("forward_max_token_len_per_gpu", ("drop", _FSDP)),
+        ("ulysses_sequence_parallel_size", ("drop", _FSDP)),
+        ("optim.*", ("drop", _FSDP)),
+        ("fsdp_config.*", ("drop", _FSDP)),
+        ("profiler.*", ("drop", "verl's profiler settings have no meaning here")),
+        ("*", ("drop", "not a reward setting rewardhub knows")),
+    ],
+    "custom_reward_function": [
+        ("path", ("crf",)),
+        ("name", ("crf",)),
+        ("reward_kwargs.*", ("crf",)),
+        ("*", ("drop", "not a custom_reward_function setting (path, name, reward_kwargs)")),
+    ],
+    "reward_manager": [
+        ("name", ("manager",)),
+        ("source", ("drop", "rewardhub resolves rewards through its registry (no register/importlib "
+                            "source)")),
+        ("module.*", ("drop", _LOOP_CLASS)),
+        ("*", ("drop", "not a reward_manager setting rewardhub knows")),
+    ],
+    "reward_kwargs": [("*", ("kwargs",))],
+    "sandbox_fusion": [("*", ("sandbox",))],
+}
+
+#: the one-to-one moves, old (``*`` = any sub-key) -> new; the rest of the mapping is in ``_RULES``
+LEGACY_KEYS: Final[Mapping[str, str]] = {
+    **{f"{ns}.{pattern}": action[1] for ns, rules in _RULES.items() for pattern, action in rules
+       if action[0] == "move"},
+    **{f"{root}sandbox_fusion.{k}": f"reward.sandbox.{k}" for root in ("", "reward_model.", "reward.")
+       for k in ("url", "max_concurrent", "memory_limit_mb")},
+    "custom_reward_function.path": "reward.rewards[].path",
+    "custom_reward_function.name": "reward.rewards[].function",
+    "custom_reward_function.reward_kwargs.*": "reward.rewards[].kwargs.*",
+    "reward_model.reward_manager": "reward.manager (+ the custom term's executor/kind)",
+    "reward_manager.name": "reward.manager",
+    "reward_model.reward_kwargs.overlong_buffer_cfg.*": "reward.rewards[] {name: overlong_penalty}",
+    "reward.num_workers": "reward.workers.num_workers",
+}
+
+_SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
+_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
+_KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
+
+
+@dataclass
+class MigrationReport:
+    """What :func:`migrate` did: ``moved`` ``{"from", "to"}`` pairs and ``dropped`` ``{"key", "reason",
+    "value"}`` entries (the value, so that nothing is lost); ``notes`` explain choices made."""
+
+    moved: list[dict[str, str]] = field(default_factory=list)
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.moved or self.dropped)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"moved": list(self.moved), "dropped": list(self.dropped), "notes": list(self.notes)}
+
+
+@dataclass
+class _Leaf:
+    key: str  #: the full dotted legacy key, e.g. "reward_model.reward_kwargs.max_resp_len"
+    ns: str  #: the rule namespace
+    rel: str  #: the key relative to the namespace's node
+    value: Any
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    if type(config).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.to_container(config, resolve=False)
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise UsageError(f"a config must be a mapping at the top level, not {type(config).__name__}")
+    return copy.deepcopy(dict(config))
+
+
+def _flatten(node: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(node, Mapping) and node:
+        out: list[tuple[str, Any]] = []
+        for k, v in node.items():
+            out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return [(prefix, node)]
+
+
+def _match(pattern: str, rel: str) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.endswith(".*"):
+        head = pattern[:-2]
+        return rel == head or rel.startswith(head + ".")
+    return rel == pattern
+
+
+def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
+    """Every legacy key of ``cfg``, in a stable order; the nodes holding them are removed from ``cfg``."""
+    leaves: list[_Leaf] = []
+
+    def take(holder: dict[str, Any], key: str, ns: str, prefix: str) -> None:
+        if key not in holder:
+            return
+        node = holder.pop(key)
+        if ns in ("reward_kwargs", "sandbox_fusion") and not isinstance(node, Mapping):
+            leaves.append(_Leaf(prefix, "drop", "", node))
+            return
+        if not isinstance(node, Mapping):
+            if ns == "reward_manager" and isinstance(node, str):
+                # verl <= 0.5: `reward_manager: naive` at the top level
+                leaves.append(_Leaf(prefix, "reward_manager", "name", node))
+            else:
+                leaves.append(_Leaf(prefix, "drop", "", node))
+            return
+        for rel, value in _flatten(node, ""):
+            leaves.append(_Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
+
+    take(cfg, "custom_reward_function", "custom_reward_function", "custom_reward_function")
+    take(cfg, "reward_manager", "reward_manager", "reward_manager")
+    take(cfg, "reward_model", "reward_model", "reward_model")
+    take(cfg, "sandbox_fusion", "sandbox_fusion", "sandbox_fusion")
+    reward = cfg.get("reward")
+    if isinstance(reward, Mapping):
+        reward = cfg["reward"] = dict(reward)
+        take(reward, "custom_reward_function", "custom_reward_function", "reward.custom_reward_function")
+        take(reward, "reward_manager", "reward_manager", "reward.reward_manager")
+        take(reward, "reward_kwargs", "reward_kwargs", "reward.reward_kwargs")
+        take(reward, "sandbox_fusion", "sandbox_fusion", "reward.sandbox_fusion")
+        if "num_workers" in reward:
+            leaves.append(_Leaf("reward.num_workers", "num_workers", "", reward.pop("num_workers")))
+        rm = reward.get("reward_model")
+        if isinstance(rm, Mapping):
+            rm = reward["reward_model"] = dict(rm)
+            for k in [k for k in rm if k not in _RM_FIELDS]:
+                node = rm.pop(k)
+                for rel, value in _flatten(node, str(k)):
+                    leaves.append(_Leaf(f"reward.reward_model.{rel}", "reward_model", rel, value))
+    return leaves
+
+
+_LEGACY_ROOTS = frozenset({"custom_reward_function", "reward_manager", "reward_model", "sandbox_fusion"})
+_LEGACY_IN_REWARD = frozenset({"custom_reward_function", "reward_manager", "reward_kwargs", "num_workers",
+                               "sandbox_fusion"})
+
+
+def is_legacy_key(key: str) -> bool:
+    """Whether a dotted key (as in an override) is one the shim migrates."""
+    parts = key.split(".")
+    if parts[0] in _LEGACY_ROOTS:
+        return True
+    if parts[0] != "reward" or len(parts) < 2:
+        return False
+    if parts[1] in _LEGACY_IN_REWARD:
+        return True
+    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in _RM_FIELDS
+
+
+def legacy_keys(config: Any) -> list[str]:
+    """The dotted legacy keys in ``config`` (empty when it needs no migration)."""
+    return [leaf.key for leaf in _legacy_leaves(_plain(config))]
+
+
+def _rule(leaf: _Leaf) -> tuple[str, ...]:
+    if leaf.ns in ("drop", "num_workers"):
+        return ("drop", "not a mapping of settings") if leaf.ns == "drop" else ("move", "reward.workers.num_workers")
+    if leaf.rel.split(".")[-1] == "_target_":
+        return ("drop", "a verl dataclass target; no meaning here")
+    for pattern, action in _RULES[leaf.ns]:
+        if _match(pattern, leaf.rel):
+            return action
+    raise AssertionError(leaf)  # every namespace ends with "*"
+
+
+class _Migration:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.report = MigrationReport()
+        reward = cfg.get("reward")
+        if reward is None:
+            reward = {}
+        elif not isinstance(reward, Mapping):
+            raise UsageError(f"reward={reward!r} is not valid\nexpected a mapping (the reward: section)")
+        self.reward: dict[str, Any] = dict(reward)
+        #: new dotted key -> (value, legacy key that set it)
+        self.sets: dict[str, tuple[Any, str]] = {}
+        self.crf: dict[str, tuple[Any, str]] = {}  # path / name -> (value, key)
+        self.crf_kwargs: dict[str, tuple[Any, str]] = {}
+        self.kwargs: dict[str, tuple[Any, str]] = {}  # reward_kwargs.* (rel without prefix)
+        self.managers: list[tuple[str, str]] = []  # (name, key)
+        self.pending: list[tuple[_Leaf, str]] = []  # leaves whose destination is decided at the end
+
+    # ---- recording ------------------------------------------------------------------------------
+    def moved(self, key: str, to: str) -> None:
+        self.report.moved.append({"from": key, "to": to})
+        warnings.warn(LEGACY_KEY_MOVED.format(old=key, new=to), RewardhubDeprecationWarning, stacklevel=4)
+
+    def dropped(self, key: str, reason: str, value: Any) -> None:
+        self.report.dropped.append({"key": key, "reason": reason, "value": value})
+        warnings.warn(LEGACY_KEY_DROPPED.format(old=key, value=value, reason=reason), RewardhubDeprecationWarning,
+                      stacklevel=4)
+
+    def put(self, new: str, value: Any, key: str) -> None:
+        """Set a new dotted key (under ``reward.``) from a legacy key, checking for conflicts."""
+        if new in self.sets and self.sets[new][0] != value:
+            other_value, other = self.sets[new]
+            raise UsageError(f"{other}={other_value!r} and {key}={value!r} both set {new} to different "
+                             "values\nkeep one of them")
+        self.sets[new] = (value, key)
+        self.moved(key, new)
+
+    # ---- the walk -------------------------------------------------------------------------------
+    def run(self, leaves: list[_Leaf]) -> None:
+        for leaf in leaves:
+            if isinstance(leaf.value, str) and _KEY_INTERP.match(leaf.value):
+                self.dropped(leaf.key, f"an interpolation of another key of verl's config ({leaf.value}); "
+                                       "write the value itself if it matters here", leaf.value)
+                continue
+            action = _rule(leaf)
+            kind = action[0]
+            if kind == "drop":
+                self.dropped(leaf.key, action[1], leaf.value)
+            elif kind == "move":
+                target = action[1]
+                if target.endswith(".*"):
+                    head = leaf.rel.split(".", 1)
+                    target = target[:-2] + ("." + head[1] if len(head) > 1 else "")
+                self.put(target, leaf.value, leaf.key)
+            elif kind == "engine":
+                engine = _ENGINES.get(str(leaf.value).lower()) if leaf.value is not None else None
+                if engine:
+                    self.put("reward.reward_model.engine", engine, leaf.key)
+                else:
+                    self.put("reward.reward_model.rollout.name", leaf.value, leaf.key)
+                    self.report.notes.append(
+                        f"{leaf.key}={leaf.value!r}: rewardhub serves reward models with transformers or vllm; "
+                        "the name is kept in reward.reward_model.rollout.name")
+            elif kind == "manager":
+                if leaf.value is None:
+                    self.dropped(leaf.key, "unset", leaf.value)
+                else:
+                    self.managers.append((str(leaf.value), leaf.key))
+            elif kind == "crf":
+                if leaf.rel.startswith("reward_kwargs."):
+                    self._once(self.crf_kwargs, leaf.rel[len("reward_kwargs."):], leaf)
+                elif leaf.rel == "reward_kwargs":  # an empty mapping
+                    self.dropped(leaf.key, "empty", leaf.value)
+                else:
+                    self._once(self.crf, leaf.rel, leaf)
+            elif kind == "kwargs":
+                rel = leaf.rel[len("reward_kwargs."):] if leaf.ns == "reward_model" else leaf.rel
+                if rel in ("", "reward_kwargs"):
+                    self.dropped(leaf.key, "empty", leaf.value)
+                else:
+                    self._once(self.kwargs, rel, leaf)
+            elif kind == "sandbox":
+                rel = leaf.rel[len("sandbox_fusion."):] if leaf.ns == "reward_model" else leaf.rel
+                if rel in _SANDBOX_KEYS:
+                    self.put(f"reward.sandbox.{_SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
+                else:
+                    self.dropped(leaf.key, "not a sandbox setting rewardhub has (url, max_concurrent, "
+                                           "memory_limit_mb)", leaf.value)
+        self._finish()
+
+    def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: _Leaf) -> None:
+        if rel in table and table[rel][0] != leaf.value:
+            other_value, other = table[rel]
+            raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
+        table[rel] = (leaf.value, leaf.key)
+
+    # ---- decisions that need every key ----------------------------------------------------------
+    def _finish(self) -> None:
+        manager = self._manager()
+        terms = self.reward.get("rewards")
+        terms = [] if terms is None else list(terms)
+        if not isinstance(self.reward.get("rewards", []) or [], (list, tuple)):
+            raise UsageError(f"reward.rewards={self.reward['rewards']!r} is not valid\nexpected a list of terms")
+        self.terms: list[Any] = [copy.deepcopy(t) for t in terms]
+
+        custom_index = self._custom_term(manager)
+        self._overlong()
+        # the remaining reward_kwargs go to the custom term
+        for rel, (value, key) in list(self.kwargs.items()):
+            if custom_index is None:
+                self.dropped(key, "no custom_reward_function to pass it to", value)
+            else:
+                self._term_put(custom_index, f"kwargs.{rel}", value, key)
+        if self.terms or "rewards" in self.reward:
+            self.reward["rewards"] = self.terms
+        for new, (value, key) in self.sets.items():
+            self._apply(new, value, key)
+        if self.reward or "reward" in self.cfg:
+            self.cfg["reward"] = self.reward
+
+    def _manager(self) -> str | None:
+        names = {}
+        for name, key in self.managers:
+            names.setdefault(name, key)
+        if len(names) > 1:
+            shown = " and ".join(f"{k}={n!r}" for n, k in names.items())
+            raise UsageError(f"{shown} name different reward managers\nkeep one of them")
+        if not names:
+            return None
+        (name, key), = names.items()
+        for _, k in self.managers:
+            self.put("reward.manager", name, k)
+        if name not in KNOWN_MANAGERS:
+            self.report.notes.append(
+                f"{key}={name!r} is a custom verl reward manager: rewardhub scores the reward.rewards terms "
+                "itself; register the manager's scoring function as a reward")
+        return name
+
+    def _custom_term(self, manager: str | None) -> int | None:
+        path = self.crf.pop("path", (None, None))
+        name = self.crf.pop("name", (None, None))
+        if path[0] in (None, ""):
+            for value, key in (path, name):
+                if key:
+                    self.dropped(key, "custom_reward_function.path is not set, so there is no custom function",
+                                 value)
+            for rel, (value, key) in self.crf_kwargs.items():
+                self.dropped(key, "custom_reward_function.path is not set, so there is no custom function", value)
+            return None
+        function = name[0] if name[0] not in (None, "") else DEFAULT_FUNCTION
+        index = next((i for i, t in enumerate(self.terms) if isinstance(t, Mapping)
+                      and t.get("path") == path[0] and (t.get("function") or DEFAULT_FUNCTION) == function), None)
+        if index is None:
+            index = len(self.terms)
+            self.terms.append({"path": path[0], "function": function})
+            existed = False
+        else:
+            self.terms[index] = dict(self.terms[index])
+            self.terms[index].setdefault("function", function)
+            existed = True
+        self.moved(path[1], f"reward.rewards[{index}].path")
+        if name[1]:
+            self.moved(name[1], f"reward.rewards[{index}].function")
+        elif not existed:
+            self.report.notes.append(f"{path[1]} has no name: the function is verl's default {DEFAULT_FUNCTION!r}")
+        for rel, (value, key) in self.crf_kwargs.items():
+            self._term_put(index, f"kwargs.{rel}", value, key)
+        for field_name, value in KNOWN_MANAGERS.get(manager or "", {}).items():
+            self._term_put(index, field_name, value, f"the {manager!r} reward manager", report=False)
+            self.report.notes.append(f"the {manager!r} reward manager sets reward.rewards[{index}].{field_name}="
+                                     f"{value}")
+        if manager in ("rate_limited", "limit"):
+            for rel, field_name in (("max_concurrent", "max_concurrency"), ("timeout", "timeout_s")):
+                if rel in self.kwargs:
+                    value, key = self.kwargs.pop(rel)
+                    self._term_put(index, field_name, value, key)
+            for rel in ("max_rpm", "max_tpm"):
+                if rel in self.kwargs:
+                    value, key = self.kwargs.pop(rel)
+                    self.dropped(key, "per-minute rate limits are not implemented; max_concurrent bounds the "
+                                      "calls in flight", value)
+        return index
+
+    def _overlong(self) -> None:
+        cfg_keys = {k: v for k, v in self.kwargs.items() if k.startswith("overlong_buffer_cfg.")}
+        if not cfg_keys:
+            return
+        for k in cfg_keys:
+            del self.kwargs[k]
+        enable = cfg_keys.get("overlong_buffer_cfg.enable", (False, None))
+        max_len = self.kwargs.pop("max_resp_len", None)
+        if not _truthy(enable[0]):
+            reason = "overlong_buffer_cfg.enable is not true, so there is no overlong penalty"
+            for value, key in [*cfg_keys.values(), *([max_len] if max_len else [])]:
+                self.dropped(key, reason, value)
+            return
+        if max_len is None:
+            data_len = (self.cfg.get("data") or {}).get("max_response_length")
+            if data_len is None:
+                raise UsageError(f"{enable[1]}=true needs the maximum response length\nset "
+                                 f"{enable[1].rsplit('.', 2)[0]}.max_resp_len (or data.max_response_length)")
+            max_len = (data_len, "data.max_response_length")
+            self.report.notes.append("the overlong penalty's max_resp_len is data.max_response_length "
+                                     f"({data_len})")
+        index = next((i for i, t in enumerate(self.terms)
+                      if isinstance(t, Mapping) and t.get("name") == "overlong_penalty"), None)
+        if index is None:
+            index = len(self.terms)
+            self.terms.append({"name": "overlong_penalty"})
+        else:
+            self.terms[index] = dict(self.terms[index])
+        self.moved(enable[1], f"reward.rewards[{index}]")
+        if max_len[1] != "data.max_response_length":
+            self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1])
+        else:
+            self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1], report=False)
+        for k, (value, key) in cfg_keys.items():
+            rel = k[len("overlong_buffer_cfg."):]
+            if rel == "enable":
+                continue
+            if rel == "len":
+                self._term_put(index, "kwargs.overlong_buffer_len", value, key)
+            elif rel == "penalty_factor":
+                self._term_put(index, "kwargs.penalty_factor", value, key)
+            elif rel == "log":
+                self.dropped(key, "the penalty is always reported as a per-reward metric", value)
+            else:
+                self.dropped(key, "not an overlong_buffer_cfg setting (enable, len, penalty_factor, log)", value)
+
+    def _term_put(self, index: int, dotted: str, value: Any, key: str, report: bool = True) -> None:
+        term = self.terms[index]
+        node = term
+        parts = dotted.split(".")
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, Mapping):
+                nxt = {}
+            node[p] = nxt = dict(nxt)
+            node = nxt
+        last = parts[-1]
+        if last in node and node[last] is not None and node[last] != value:
+            raise UsageError(f"{key}={value!r} conflicts with reward.rewards[{index}].{dotted}={node[last]!r}\n"
+                             "keep one of them (reward.rewards is the new key)")
+        node[last] = value
+        if report:
+            self.moved(key, f"reward.rewards[{index}].{dotted}")
+
+    def _apply(self, new: str, value: Any, key: str) -> None:
+        parts = new.split(".")[1:]  # under reward.
+        node: dict[str, Any] = self.reward
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = {}
+            if not isinstance(nxt, Mapping):
+                raise UsageError(f"{key} moves to {new}, but reward.{p}={nxt!r} is not a mapping")
+            node[p] = nxt = dict(nxt)
+            node = nxt
+        last = parts[-1]
+        if last in node and node[last] != value:
+            raise UsageError(f"{key}={value!r} and {new}={node[last]!r} are both set, to different values\n"
+                             f"keep one of them ({new} is the new key)")
+        node[last] = value
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
+    """Move every legacy reward key of ``config`` to the ``reward:`` schema.
+
+    :param config: a whole trainer config (mapping or ``DictConfig``); it is not modified.
+    :returns: ``(new_config, report)``; ``new_config`` is a plain dict with no legacy node left and
+        every other section untouched.
+    :raises UsageError: when a legacy key and a new key (or two legacy spellings) set different values.
+    """
+    cfg = _plain(config)
+    leaves = _legacy_leaves(cfg)
+    if not leaves:
+        return cfg, MigrationReport()
+    m = _Migration(cfg)
+    m.run(leaves)
+    return m.cfg, m.report

@@ -1,0 +1,279 @@
+"""`rewardhub migrate` and `rewardhub check` as a user runs them, on the real legacy examples."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rewardhub.config.loader import read_config_file
+from rewardhub.config.overrides import is_override_word
+from rewardhub.config.overrides import shell_words
+from rewardhub.config.shim import is_legacy_key
+from rewardhub.config.shim import migrate
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "legacy-examples"
+
+VERL_REWARD = '''\
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """verl's signature: 1.0 when the last word of the response is the answer."""
+    words = solution_str.strip().split()
+    return 1.0 if words and words[-1] == str(ground_truth) else 0.0
+
+
+def aer_gui_reward_function(data_source, solution_str, ground_truth, extra_info=None):
+    return 0.5 if str(ground_truth) in solution_str else 0.0
+'''
+
+
+def example_files():
+    return sorted(p for p in SHARED.glob("*") if p.suffix in (".yaml", ".overrides"))
+
+
+@pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
+def test_migrate_report_json_matches_the_library(cli, path):
+    r = cli("migrate", str(path), "--report", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) >= {"config", "moved", "dropped"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected, report = migrate(read_config_file(str(path)))
+    assert out["config"] == json.loads(json.dumps(expected))
+    assert out["moved"] == report.moved
+    assert [d["key"] for d in out["dropped"]] == [d["key"] for d in report.dropped]
+    assert all(set(m) == {"from", "to"} for m in out["moved"])
+    assert all({"key", "reason"} <= set(d) for d in out["dropped"])
+    assert r.stdout == json.dumps(out, indent=2, sort_keys=True) + "\n"  # stable, sorted
+
+
+def test_migrate_prints_yaml_and_a_summary(cli):
+    r = cli("migrate", str(SHARED / "path-only-default-name.overrides"))
+    assert r.returncode == 0, r.stderr
+    assert yaml.safe_load(r.stdout) == {"reward": {"rewards": [{"path": "my_reward.py", "function": "compute_score"}]}}
+    assert "custom_reward_function.path -> reward.rewards[0].path" in r.stderr
+    assert "compute_score" in r.stderr  # the default name is said, not silently assumed
+
+
+def test_migrate_overrides_alone_including_hydra_plus(cli):
+    r = cli("migrate", "custom_reward_function.path=r.py", "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=10", "++reward_model.reward_kwargs.max_resp_len=100",
+            "--report", "json")
+    assert r.returncode == 0, r.stderr
+    terms = json.loads(r.stdout)["config"]["reward"]["rewards"]
+    assert terms == [{"path": "r.py", "function": "compute_score"},
+                     {"name": "overlong_penalty", "kwargs": {"max_resp_len": 100, "overlong_buffer_len": 10}}]
+
+
+def test_migrate_yaml_with_overrides(cli):
+    r = cli("migrate", str(SHARED / "top-level-custom-fn.yaml"), "custom_reward_function.name=other", "--report", "json")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads(r.stdout)["config"]
+    assert cfg["reward"]["rewards"] == [{"path": "recipe/deepeyes/deepeyes.py", "function": "other"}]
+    assert cfg["data"] == {"train_batch_size": 256} and cfg["trainer"] == {"total_epochs": 1}
+
+
+def test_write_yaml_keeps_comments_and_a_backup(cli, tmp_path):
+    src = tmp_path / "run.yaml"
+    text = """\
+# my experiment
+data:
+  train_batch_size: 256   # prompts per step
+custom_reward_function:   # the old spelling
+  path: rewards.py
+  name: score
+reward_model:
+  reward_manager: prime
+trainer:
+  # one epoch is enough
+  total_epochs: 1
+"""
+    src.write_text(text)
+    r = cli("migrate", str(src), "--write")
+    assert r.returncode == 0, r.stderr
+    new = src.read_text()
+    assert (tmp_path / "run.yaml.bak").read_text() == text
+    for comment in ("# my experiment", "# prompts per step", "# one epoch is enough"):
+        assert comment in new
+    cfg = yaml.safe_load(new)
+    assert cfg["reward"] == {"rewards": [{"path": "rewards.py", "function": "score", "executor": "process"}],
+                             "manager": "prime"}
+    assert "custom_reward_function" not in cfg and "reward_model" not in cfg
+    assert cfg["data"] == {"train_batch_size": 256}
+    # a second run has nothing to do and leaves the file (and the backups) alone
+    r2 = cli("migrate", str(src), "--write")
+    assert r2.returncode == 0 and "nothing to migrate" in r2.stderr
+    assert src.read_text() == new and not (tmp_path / "run.yaml.bak.1").exists()
+
+
+SCRIPT = r"""#!/usr/bin/env bash
+set -xeuo pipefail
+# a DAPO run; custom_reward_function.path=in/a/comment.py stays a comment
+MODEL=${MODEL:-$HOME/models/qwen}
+python3 -m verl.trainer.main_ppo \
+    data.train_batch_size=256 \
+    reward_model.reward_manager=dapo \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.enable=True \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.len=4096 \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.log=False \
+    +reward_model.reward_kwargs.max_resp_len=20480 \
+    actor_rollout_ref.model.path="$MODEL" \
+    custom_reward_function.path="$HOME/recipe/my reward.py" \
+    custom_reward_function.name=compute_score_dapo \
+    trainer.total_epochs=1 "$@"
+echo done   # trailing comment
+"""
+
+
+def non_override_text(script: str) -> list[str]:
+    """The script's bytes outside legacy override words, as the pieces between them."""
+    pieces, pos = [], 0
+    for w in shell_words(script):
+        if is_override_word(w.text) and is_legacy_key(w.text.lstrip("+~").split("=", 1)[0]):
+            pieces.append(script[pos:w.start])
+            pos = w.end
+    pieces.append(script[pos:])
+    return pieces
+
+
+def test_write_shell_script_rewrites_only_the_override_words(cli, tmp_path):
+    src = tmp_path / "run_dapo.sh"
+    src.write_text(SCRIPT)
+    before = read_config_file(str(src))
+    r = cli("migrate", str(src), "--write")
+    assert r.returncode == 0, r.stderr
+    new = src.read_text()
+    assert (tmp_path / "run_dapo.sh.bak").read_text() == SCRIPT
+    # every line without a legacy word is there, byte for byte, in order
+    kept = [line for line in SCRIPT.splitlines(keepends=True)
+            if not any(is_legacy_key(t.lstrip("+").split("=", 1)[0]) for t in line.split() if "=" in t)]
+    it = iter(new.splitlines(keepends=True))
+    assert all(any(line == other for other in it) for line in kept)
+    assert "$HOME/recipe/my reward.py" in new and '"$MODEL"' in new  # the value's own text is kept
+    # the new words mean the same as the old ones
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = migrate(before)[0]
+    after = read_config_file(str(src))
+    assert migrate(after)[0] == expected
+    assert not [w for w in shell_words(new) if is_override_word(w.text) and is_legacy_key(w.text.lstrip("+").split("=")[0])]
+    # the script still parses as the same command for the shell
+    words_old = [w.text for w in shell_words(SCRIPT) if not is_override_word(w.text)]
+    words_new = [w.text for w in shell_words(new) if not is_override_word(w.text)]
+    assert words_old == words_new
+    assert "reward_model.reward_kwargs.overlong_buffer_cfg.log" in r.stderr  # dropped, and said so
+    r2 = cli("migrate", str(src), "--write")
+    assert r2.returncode == 0 and src.read_text() == new
+
+
+@pytest.mark.parametrize("path", [p for p in example_files() if p.suffix == ".overrides"], ids=lambda p: p.name)
+def test_write_overrides_files(cli, tmp_path, path):
+    dst = tmp_path / path.name
+    shutil.copy(path, dst)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = migrate(read_config_file(str(path)))[0]
+    r = cli("migrate", str(dst), "--write")
+    assert r.returncode == 0, r.stderr
+    text = dst.read_text()
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        assert not is_legacy_key(shlex.split(line)[0].lstrip("+").split("=")[0]), line
+    assert read_config_file(str(dst)) == expected
+
+
+@pytest.mark.parametrize("args,message", [
+    (["no-such-file.yaml"], "does not exist"),
+    (["--write"], "--write needs a FILE"),
+    (["custom_reward_function.path=a.py", "reward.custom_reward_function.path=b.py"],
+     "custom_reward_function.path='a.py' and reward.custom_reward_function.path='b.py'"),
+    (["reward_model.reward_manager=prime", "reward.manager=naive"], "reward.manager"),
+    (["custom_reward_function.path=r.py", "reward.aggregation=avg"], "allowed: weighted_sum, normalize_then_sum"),
+])
+def test_migrate_bad_input_is_a_clear_error(cli, tmp_path, args, message):
+    r = cli("migrate", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.startswith("ERROR: ") and message in r.stderr and "Traceback" not in r.stderr
+
+
+# ---- check -----------------------------------------------------------------------------------------
+
+def test_check_a_legacy_config_resolves_the_verl_reward_file(cli, tmp_path):
+    (tmp_path / "recipe" / "infigui-g1").mkdir(parents=True)
+    (tmp_path / "recipe" / "infigui-g1" / "reward_fn.py").write_text(VERL_REWARD)
+    shutil.copy(SHARED / "relative-path.overrides", tmp_path)
+    r = cli("check", "relative-path.overrides", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "aer_gui_reward_function" in r.stdout and "OK (1 reward term" in r.stdout
+    r = cli("check", "relative-path.overrides", "--json", cwd=tmp_path)
+    out = json.loads(r.stdout)
+    assert out["problems"] == [] and out["terms"][0]["target"].endswith("reward_fn.py:aer_gui_reward_function")
+    assert out["migration"]["moved"][0]["from"] == "custom_reward_function.path"
+
+
+def test_check_lists_every_problem(cli, tmp_path):
+    (tmp_path / "r.py").write_text(VERL_REWARD)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"reward": {"rewards": [
+        {"name": "math_verfy"},
+        {"path": "missing.py"},
+        {"path": "r.py", "function": "nope"},
+        {"path": "r.py", "function": "compute_score", "alias": "verl_fn", "kwargs": {"scale": 2}},
+        {"name": "exact_match"},
+    ]}}))
+    r = cli("check", str(cfg))
+    assert r.returncode == 1
+    err = r.stderr
+    assert "4 problem(s)" in err
+    assert "reward.rewards[0]" in err and "did you mean: 'math_verify'" in err
+    assert "reward.rewards[1]" in err and "missing.py" in err
+    assert "reward.rewards[2]" in err and "nope" in err
+    assert "reward.rewards[3].kwargs" in err and "'scale'" in err
+    assert "ok  reward.rewards[4] exact_match" in r.stdout
+    assert "Traceback" not in err
+
+
+def test_check_invalid_value_names_key_and_allowed(cli, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - name: exact_match\n      on_failure: ignore\n")
+    r = cli("check", str(cfg))
+    assert r.returncode == 2
+    assert "reward.rewards[0].on_failure='ignore'" in r.stderr and "zero, nan, drop, raise" in r.stderr
+
+
+def test_check_reward_model_without_a_path(cli, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward_model:\n  enable: true\nreward:\n  rewards: [exact_match]\n")
+    r = cli("check", str(cfg))
+    assert r.returncode == 1 and "reward.reward_model.model_path" in r.stderr
+    assert "reward_model.model.path" in r.stderr  # the legacy spelling too
+
+
+def test_relative_paths_from_file_and_from_command_line(cli, tmp_path):
+    conf = tmp_path / "conf"
+    work = tmp_path / "work"
+    conf.mkdir()
+    work.mkdir()
+    (conf / "r.py").write_text(VERL_REWARD)
+    (work / "w.py").write_text(VERL_REWARD)
+    (conf / "c.yaml").write_text("custom_reward_function:\n  path: r.py\n")
+    r = cli("check", str(conf / "c.yaml"), "--json", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["terms"][0]["target"] == f"{conf / 'r.py'}:compute_score"
+    # typed on the command line: relative to the working directory
+    r = cli("check", str(conf / "c.yaml"), "custom_reward_function.path=w.py", "--json", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["terms"][0]["target"] == f"{work / 'w.py'}:compute_score"
+    # both exist: the file's folder wins for a path written in the file, and the choice is said
+    (work / "r.py").write_text(VERL_REWARD)
+    r = cli("check", str(conf / "c.yaml"), "--json", cwd=work)
+    out = json.loads(r.stdout)
+    assert out["terms"][0]["target"] == f"{conf / 'r.py'}:compute_score"
+    assert any("exists relative to both" in n and str(conf / "r.py") in n for n in out["notes"])
+    assert os.path.exists(work / "r.py")

@@ -1,0 +1,179 @@
+"""Every entry point reads config through the one loader, so legacy keys can never be skipped.
+
+The bug this guards against: a trainer entry point that forgot the legacy migration, so a user's
+``custom_reward_function`` was silently not registered.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+import rewardhub.config.loader as loader
+from rewardhub.cli import build_parser
+from rewardhub.cli import main
+from rewardhub.errors import RewardhubDeprecationWarning
+from rewardhub.errors import UsageError
+
+#: subcommands that read no config at all (they only look at the installed registry)
+CONFIG_FREE = {"list", "show"}
+
+VERL_REWARD = '''\
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """verl's signature; 1.0 for the right final answer, 0.1 for a wrong one."""
+    return 1.0 if solution_str.strip().endswith(str(ground_truth)) else 0.1
+'''
+
+
+class _Sentinel(UsageError):
+    pass
+
+
+@pytest.fixture
+def sentinel_loader(monkeypatch):
+    """Make the loader record its callers and stop there."""
+    calls = []
+
+    def fake(path=None, overrides=()):
+        calls.append((path, list(overrides)))
+        raise _Sentinel("SENTINEL: the one loader was reached")
+
+    monkeypatch.setattr(loader, "read_and_migrate", fake)
+    return calls
+
+
+def subcommands() -> list[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sorted(sub.choices)
+
+
+def test_the_known_subcommands_are_all_there():
+    assert {"list", "show", "migrate", "check", "score", "doctor"} <= set(subcommands())
+
+
+@pytest.mark.parametrize("command", sorted(set(subcommands()) - CONFIG_FREE))
+def test_every_config_reading_subcommand_goes_through_the_loader(command, sentinel_loader, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("custom_reward_function:\n  path: r.py\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"response": "x"}\n')
+    argv = {"score": [str(cfg), str(data)], "train": [str(cfg), "--output", str(tmp_path / "out")]}.get(
+        command, [str(cfg)])
+    code = main([command, *argv])
+    err = capsys.readouterr().err
+    assert "SENTINEL" in err, (command, err)
+    assert code == 2
+    assert sentinel_loader and sentinel_loader[0][0] == str(cfg)
+
+
+def test_config_free_subcommands_take_no_config():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name in CONFIG_FREE:
+        dests = {a.dest for a in sub.choices[name]._actions}
+        assert not dests & {"config", "items", "args"}, name
+
+
+def console_scripts():
+    return sorted((ep.name, ep.value) for ep in entry_points(group="console_scripts")
+                  if ep.value.split(".")[0].split(":")[0].startswith("rewardhub"))
+
+
+def test_console_scripts_are_known():
+    names = {n for n, _ in console_scripts()}
+    assert "rewardhub" in names
+
+
+@pytest.mark.parametrize("name,value", console_scripts())
+def test_every_console_script_goes_through_the_loader(name, value, sentinel_loader, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("custom_reward_function:\n  path: r.py\n")
+    ep = next(ep for ep in entry_points(group="console_scripts") if ep.name == name)
+    fn = ep.load()
+    argv = ["check", str(cfg)] if name == "rewardhub" else [str(cfg), "--output", str(tmp_path / "out")]
+    try:
+        code = fn(argv)
+    except SystemExit as exc:
+        code = exc.code
+    except _Sentinel:
+        code = 2
+    assert sentinel_loader, f"console script {name} ({value}) did not read its config through load_config"
+    assert code not in (0, None)
+
+
+def test_load_config_counts_and_migrates(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("custom_reward_function:\n  path: r.py\n")
+    (tmp_path / "r.py").write_text(VERL_REWARD)
+    before = loader.LOAD_CALLS[0]
+    with pytest.warns(RewardhubDeprecationWarning, match="custom_reward_function.path"):
+        whole = loader.load_config(str(cfg))
+    assert loader.LOAD_CALLS[0] == before + 1
+    term = whole.reward.rewards[0]
+    assert term.path == str(tmp_path / "r.py") and term.function == "compute_score"
+
+
+def test_a_verl_reward_file_named_by_legacy_keys_scores_through_score(cli, tmp_path):
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "my_reward.py").write_text(VERL_REWARD)
+    rows = [{"prompt": "1+1?", "response": "it is 2", "ground_truth": "2", "data_source": "toy"},
+            {"prompt": "2+2?", "response": "it is 5", "ground_truth": "4", "data_source": "toy"}]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = tmp_path / "run.sh"
+    script.write_text("python3 -m verl.trainer.main_ppo \\\n    custom_reward_function.path=recipe/my_reward.py \\\n"
+                      "    trainer.total_epochs=1\n")
+    out = tmp_path / "out.jsonl"
+    # the launch script itself as the config, and the same keys typed as overrides to an empty config
+    (tmp_path / "empty.yaml").write_text("{}\n")
+    for args in ([str(script), str(data)], ["empty.yaml", str(data), "custom_reward_function.path=recipe/my_reward.py"]):
+        r = cli("score", *args, "-o", str(out), "--no-progress", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        scored = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [s["score"] for s in scored] == [1.0, 0.1]
+        assert [s["rewards"] for s in scored] == [{"compute_score": 1.0}, {"compute_score": 0.1}]
+        assert "custom_reward_function.path" in r.stderr  # the deprecation is visible
+
+
+def test_a_verl_reward_file_scores_through_the_runner(tmp_path):
+    from rewardhub.execution import Runner
+
+    (tmp_path / "r.py").write_text(VERL_REWARD)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("custom_reward_function:\n  path: r.py\nreward_model:\n  reward_manager: prime\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RewardhubDeprecationWarning)
+        whole = loader.load_config(str(cfg))
+    assert whole.reward.rewards[0].executor == "process"  # what verl's prime manager meant
+    with Runner.from_config(whole.reward) as runner:
+        res = runner.score([{"response": "a 3", "ground_truth": "3"}, {"response": "b", "ground_truth": "3"}])
+    assert res.scores == [1.0, 0.1]
+
+
+def test_dapo_overlong_penalty_scores_like_verl(tmp_path):
+    """verl's DAPO: min(-(len - (max_resp_len - buffer)) / buffer * factor, 0), added to the score."""
+    from rewardhub.config.overrides import apply_overrides
+    from rewardhub.execution import Runner
+
+    (tmp_path / "r.py").write_text(VERL_REWARD)
+    overrides = ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+                 "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4096",
+                 "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                 "+reward_model.reward_kwargs.max_resp_len=20480",
+                 f"custom_reward_function.path={tmp_path / 'r.py'}"]
+    assert apply_overrides({}, overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RewardhubDeprecationWarning)
+        whole = loader.load_config(None, overrides)
+    lengths = [100, 16384, 18000, 20480]
+    samples = [{"response": "x 7", "ground_truth": "7", "extra_info": {"response_length": n}} for n in lengths]
+    with Runner.from_config(whole.reward) as runner:
+        res = runner.score(samples)
+    expected = [1.0 + min(-(n - (20480 - 4096)) / 4096 * 1.0, 0.0) for n in lengths]
+    assert res.scores == pytest.approx(expected)
+    assert [r["overlong_penalty"] for r in res.rewards] == pytest.approx([e - 1.0 for e in expected])
