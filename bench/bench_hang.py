@@ -1,4 +1,10 @@
-"""1% of samples hang: process-executor throughput stays within 2x of the clean run, nothing lost."""
+"""1% of samples hang: process-executor throughput stays within 2x of the clean run, nothing lost.
+
+Each hung call sleeps forever and is killed at its timeout (1 s); while it waits, a spare worker
+keeps the throughput up. A run cannot end before its last hang's timeout, so the batch must be
+long enough for 1 s to matter little: with the last hang at 90 % of the batch, the best possible
+slowdown is ``0.9 + timeout / clean_time`` (printed as "floor").
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ def maybe_hang(*, response, ground_truth, extra_info=None, **kw):
 '''
 
 
-def main(n: int = 1000, timeout_s: float = 1.0) -> None:
+def main(n: int = 3000, timeout_s: float = 1.0, repeat: int = 2) -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     from make_samples import samples
 
@@ -32,21 +38,29 @@ def main(n: int = 1000, timeout_s: float = 1.0) -> None:
                             "max_concurrency": 2}]}
         clean = samples(n, seed=2)
         hung = [dict(s, extra_info=dict(s["extra_info"], hang=(i % 100 == 7))) for i, s in enumerate(clean)]
+        t_clean, t_hung = [], []
         with Runner.from_config(cfg) as r:
-            r.score(clean[:20])
-            t = time.perf_counter()
-            a = r.score(clean)
-            t_clean = time.perf_counter() - t
-            t = time.perf_counter()
-            b = r.score(hung)
-            t_hung = time.perf_counter() - t
+            r.score(clean[:50])  # workers started and warm
+            for _ in range(repeat):  # alternate, so that load from elsewhere hits both alike
+                t = time.perf_counter()
+                a = r.score(clean)
+                t_clean.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                b = r.score(hung)
+                t_hung.append(time.perf_counter() - t)
+            pool = r._pool
+            kills, spares = (pool.kills, pool.spares_started) if pool else (0, 0)
         lost = sum(s is None for s in b.scores)
         timeouts = b.metrics["rewards/maybe_hang/timeouts"]
         same = sum(x == y for x, y, h in zip(a.scores, b.scores, hung) if not h["extra_info"]["hang"])
-        print(f"{n} samples, 1% hang (timeout {timeout_s}s): clean {n / t_clean:.0f}/s, with hangs "
-              f"{n / t_hung:.0f}/s -> slowdown {t_hung / t_clean:.2f}x (goal <= 2x); timeouts {timeouts:.0f}, "
-              f"rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}")
+        tc, th = min(t_clean), min(t_hung)
+        last = max(i for i, h in enumerate(hung) if h["extra_info"]["hang"]) / n
+        print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s ({n / tc:.0f}/s), "
+              f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 2x; floor "
+              f"{last + timeout_s / tc:.2f}x); timeouts {timeouts:.0f}, workers killed {kills}, spares started "
+              f"{spares}, rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
+              f"load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from types import SimpleNamespace
 
 import pytest
@@ -54,3 +59,67 @@ def test_verl_compute_score_signature_and_values():
                         extra_info={"index": 0})
     assert got == {"score": 1.0, "extracted": 1.0}
     assert to_verl("exact_match")("x", "paris", "Paris") == 1.0
+
+
+VERL_COMPAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat")
+
+VERL_CHECK = r'''
+import json, os, sys
+from omegaconf import OmegaConf
+from verl.trainer.ppo.reward import get_custom_reward_fn
+from verl.workers.reward_manager.naive import NaiveRewardManager
+
+# verl loads the exported reward from a file, exactly as a user's custom_reward_function
+cfg = OmegaConf.create({"reward": {"custom_reward_function": {"path": sys.argv[1], "name": "compute_score",
+                                                              "reward_kwargs": {}}}})
+fn = get_custom_reward_fn(cfg)
+manager = NaiveRewardManager(tokenizer=None, num_examine=0, compute_score=fn)
+out = []
+# the keyword call NaiveRewardManager makes for every sample
+for solution, gold in [("so the answer is \\boxed{72}", "72"), ("it is 71", "72")]:
+    out.append(manager.compute_score(data_source="openai/gsm8k", solution_str=solution, ground_truth=gold,
+                                     extra_info={"index": 0, "num_turns": None, "rollout_reward_scores": {}}))
+print(json.dumps(out))
+'''
+
+
+def _verl_env():
+    if not os.path.isdir(os.path.join(VERL_COMPAT, "verl")):
+        pytest.skip("verl's reward modules are not installed (make install puts them in .venv/verl-compat)")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([VERL_COMPAT, os.environ.get("PYTHONPATH", "")]),
+                RAY_USAGE_STATS_ENABLED="0")
+
+
+def test_to_verl_inside_real_verl(tmp_path):
+    """Real verl loads ``compute_score = to_verl(...)`` through its custom_reward_function loader."""
+    env = _verl_env()
+    module = tmp_path / "my_reward.py"
+    module.write_text("from rewardhub.adapters import to_verl\ncompute_score = to_verl('math_verify', executor='inline')\n")
+    check = tmp_path / "check.py"
+    check.write_text(VERL_CHECK)
+    res = subprocess.run([sys.executable, str(check), str(module)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [{"score": 1.0, "extracted": 1.0},
+                                                               {"score": 0.0, "extracted": 1.0}]
+
+
+def test_real_verl_compute_score_runs_unchanged(tmp_path):
+    """verl's own gsm8k ``compute_score(solution_str, ground_truth, ...)`` as a rewardhub term."""
+    env = _verl_env()
+    script = textwrap.dedent("""
+        import json
+        from rewardhub.execution import Runner
+        terms = [{"module": "verl.utils.reward_score.gsm8k", "function": "compute_score", "alias": "gsm8k"},
+                 {"module": "verl.utils.reward_score.gsm8k", "function": "compute_score", "alias": "gsm8k_p",
+                  "executor": "process", "timeout_s": 30}]
+        with Runner.from_config({"rewards": terms}) as r:
+            rows = [{"response": "so #### 72", "ground_truth": "72"}, {"response": "#### 7", "ground_truth": "72"}]
+            res = r.score(rows)
+            print(json.dumps([res.rewards, [d["adapter"] for d in r.describe()]]))
+    """)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rewards, adapters = json.loads(res.stdout.strip().splitlines()[-1])
+    assert rewards == [{"gsm8k": 1.0, "gsm8k_p": 1.0}, {"gsm8k": 0.0, "gsm8k_p": 0.0}]
+    assert adapters == ["verl", "verl"]

@@ -77,3 +77,49 @@ def test_bad_inputs(cli, tmp_path):
     data.write_text('{"response": "x"}\nnot json\n')
     res = cli("score", str(cfg), str(data))
     assert res.returncode == 2 and f"{data}:2: not valid JSON" in res.stderr
+
+
+def test_progress_bar_on_a_terminal_and_errors_in_the_table(tmp_path):
+    import pty
+    import subprocess
+
+    reward = tmp_path / "r.py"
+    reward.write_text("def compute_score(*, response, **kw):\n"
+                      "    if response == 'bad':\n        raise ValueError('no')\n    return 1.0\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {reward}\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"response": r}) for r in ["a", "bad", "b", "bad"]) + "\n")
+    out = tmp_path / "o.jsonl"
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "rewardhub", "score", str(cfg), str(data), "-o", str(out)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                got = os.read(leader, 65536)
+            except OSError:
+                break
+            if not got:
+                break
+            chunks.append(got)
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    tty = b"".join(chunks).decode()
+    assert proc.returncode == 0
+    assert "\rscoring [" in tty and "4/4" in tty
+    table = proc.stdout.decode()
+    line = next(ln for ln in table.splitlines() if ln.startswith("compute_score"))
+    assert line.split()[4:6] == ["2", "0"]  # errors, timeouts
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["score"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
+    assert "ValueError: no" in rows[1]["errors"]["compute_score"]
+    # no terminal: no bar
+    res = subprocess.run([sys.executable, "-m", "rewardhub", "score", str(cfg), str(data), "-o", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert "scoring [" not in res.stderr

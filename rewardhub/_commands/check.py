@@ -67,7 +67,8 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         terms.append({"index": i, "name": term.name, "reward": spec.name, "source": spec.source, "dist": spec.dist,
                       "version": spec.version, "target": spec.target, "kind": spec.kind,
                       "executor": term.policy.executor, "timeout_s": term.policy.timeout_s,
-                      "on_failure": term.policy.on_failure, "weight": term.weight})
+                      "on_failure": term.policy.on_failure, "weight": term.weight,
+                      "capabilities": sorted(spec.capabilities)})
     rm = reward.reward_model
     if rm.enable and not rm.model_path:
         problems.append("reward.reward_model.enable is true but reward.reward_model.model_path is not set\n"
@@ -75,18 +76,11 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     elif rm.enable and rm.model_path and not str(rm.model_path).startswith("${") \
             and os.path.isabs(str(rm.model_path)) and not os.path.exists(str(rm.model_path)):
         notes.append(f"reward.reward_model.model_path {rm.model_path!r} does not exist on this machine")
-    if reward.sandbox.url and not any("sandbox" in _caps(registry, t) for t in terms):
+    if reward.sandbox.url and not any("sandbox" in t["capabilities"] for t in terms):
         notes.append("reward.sandbox.url is set but no reward term uses the sandbox (add code_tests or code_io "
                      "from rewardhub-code)")
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}}
-
-
-def _caps(registry: Any, term: dict[str, Any]) -> tuple[str, ...]:
-    try:
-        return tuple(registry.get_reward(term["reward"]).capabilities)
-    except Exception:
-        return ()
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}

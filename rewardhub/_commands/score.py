@@ -92,8 +92,9 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..execution import Runner
-    from ..execution.metrics import aggregate_metrics
-    from ..execution.metrics import term_metrics
+    from ..execution._columns import Column
+    from ..execution._columns import column_metrics
+    from ..execution._columns import stats
 
     cfg = load_config(args.config, args.overrides)
     rows = read_jsonl(args.data)
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(len(rows), sys.stderr.isatty() and not args.no_progress)
     with Runner.from_config(cfg.reward) as runner:
         names = [t.name for t in runner.terms]
-        outcomes: dict[str, list[Any]] = {n: [] for n in names}
+        columns: dict[str, Column] = {n: Column(0) for n in names}
         scores: list[Any] = []
         try:
             for k in range(0, max(len(rows), 1), CHUNK):
@@ -113,15 +114,16 @@ def run(args: argparse.Namespace) -> int:
                 for row in res.rows(chunk):
                     out.write(json.dumps(row, sort_keys=True, default=str, allow_nan=True) + "\n")
                 for n in names:
-                    outcomes[n].extend(res.outcomes[n])
+                    columns[n].extend(res.columns[n])
                 scores.extend(res.scores)
         finally:
             progress.finish()
             if out is not sys.stdout:
                 out.close()
-    metrics = aggregate_metrics(scores)
+    mean, std, count = stats(scores)
+    metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:
-        metrics.update(term_metrics(n, outcomes[n]))
+        metrics.update(column_metrics(n, columns[n]))
     wall = time.monotonic() - start
     err = sys.stdout if args.output else sys.stderr
     print(summary_table(metrics, names), file=err)

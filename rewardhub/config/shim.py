@@ -380,6 +380,7 @@ class _Migration:
 
         custom_index = self._custom_term(manager)
         self._overlong()
+        self._reward_model_term(custom_index)
         # the remaining reward_kwargs go to the custom term
         for rel, (value, key) in list(self.kwargs.items()):
             if custom_index is None:
@@ -455,6 +456,24 @@ class _Migration:
                     self.dropped(key, "per-minute rate limits are not implemented; max_concurrent bounds the "
                                       "calls in flight", value)
         return index
+
+    def _reward_model_term(self, custom_index: int | None) -> None:
+        """verl scores with the reward model alone when it is enabled and no custom function is given."""
+        enable = self.sets.get("reward.reward_model.enable")
+        if enable is None or not _truthy(enable[0]):
+            return
+        if custom_index is not None:
+            self.report.notes.append(
+                f"{enable[1]}=true with a custom reward function: verl serves the model to that function; rewardhub "
+                "does not start a model server for it. To score with the model itself add a term "
+                "{name: reward_model} (a classifier) or {name: judge} (a generative judge)")
+            return
+        if any(isinstance(t, Mapping) and t.get("name") in ("reward_model", "judge") for t in self.terms):
+            return
+        self.terms.append({"name": "reward_model"})
+        self.report.notes.append(f"{enable[1]}=true and no custom reward function: the reward model scores every "
+                                 f"sample (reward.rewards[{len(self.terms) - 1}] {{name: reward_model}}, from "
+                                 "rewardhub-models)")
 
     def _overlong(self) -> None:
         cfg_keys = {k: v for k, v in self.kwargs.items() if k.startswith("overlong_buffer_cfg.")}

@@ -130,6 +130,8 @@ class RewardWorkerPool:
         self.chunk_size, self.max_inflight = chunk_size, max(1, max_inflight)
         self.restarts = 0
         self.rescored_samples = 0
+        #: pids of the workers that scored the last batch (a killed worker's re-scored chunk counts once)
+        self.last_pids: set[int] = set()
         self._rr = 0
         self._ray, self._started_ray = ensure_ray(address or w.get("address"))
         self._check_placeable()
@@ -251,6 +253,7 @@ class RewardWorkerPool:
         todo = deque(range(len(chunks)))
         done: dict[int, dict[str, Any]] = {}
         fails: Counter[int] = Counter()
+        self.last_pids = set()
         pending: dict[Any, tuple[str, int, _Slot, int]] = {
             s.starting: ("hello", -1, s, s.generation) for s in self._slots if s.starting is not None}
         while todo or any(kind == "score" for kind, *_ in pending.values()):
@@ -297,6 +300,8 @@ class RewardWorkerPool:
                         f"reward worker {slot.index} of pool {self.pool!r} on node {where.get('ip')} "
                         f"(node id {str(where.get('node_id'))[:12]}) failed: {exc}", pool=self.pool,
                         node_id=where.get("node_id")) from exc
+                if cid not in done and isinstance(res.get("pid"), int):
+                    self.last_pids.add(res["pid"])
                 done.setdefault(cid, res)
         return done
 

@@ -93,10 +93,14 @@ class RewardWorker:
 
     def _resolve(self, registry: Any, cfg: Mapping[str, Any]) -> None:
         from ..execution import resolve_term
+        from ..execution.runner import sandbox_settings
 
+        sandbox = sandbox_settings(cfg)
+        rm = cfg.get("reward_model")
         for i, term_cfg in enumerate(cfg.get("rewards") or ()):
             try:
-                term = resolve_term(registry, term_cfg, i)
+                term = resolve_term(registry, term_cfg, i, sandbox=sandbox,
+                                    reward_model=dict(rm) if isinstance(rm, Mapping) else None)
             except Exception as exc:  # noqa: BLE001 - an import error on this node
                 name = term_cfg.get("alias") or term_cfg.get("name") or term_cfg.get("function")
                 self.problems.append({"reward": name, "kind": "broken", "fatal": True,

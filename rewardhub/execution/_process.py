@@ -1,13 +1,20 @@
-"""A process pool whose hung or crashed workers are killed and replaced: the pool heals."""
+"""A process pool whose hung or crashed workers are killed and replaced: the pool heals.
+
+Work goes to the workers in chunks (one message carries many calls, so a worker never waits for
+the parent between calls), and each call's result comes back on its own as soon as it is done, so
+timeouts stay per call: the parent knows which call a worker is running and since when.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import inspect
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
 import sys
 import time
@@ -17,6 +24,29 @@ from dataclasses import field
 from typing import Any
 
 __all__ = ["ProcessPool", "Task", "WorkerPayload"]
+
+#: a chunk aims at about this much work, so a worker is told what to do ~20 times a second at most
+_CHUNK_TARGET_S = 0.05
+_CHUNK_MAX = 256
+#: a second chunk is queued behind the running one only when its message is this small (a large
+#: message could block the parent on a full pipe while that worker hangs)
+_PIPELINE_MAX_BYTES = 48 * 1024
+#: how long a stuck worker is watched to tell a call that waits (sleep, I/O) from one that computes
+_PROBE_S = 0.03
+#: a call is "stuck" after this many times the reward's mean call time (within the bounds below)
+_STUCK_FACTOR = 30.0
+_STUCK_MIN_S = 0.025
+try:
+    _HZ = float(os.sysconf("SC_CLK_TCK"))
+except (AttributeError, ValueError, OSError):
+    _HZ = 100.0
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -33,7 +63,11 @@ class WorkerPayload:
 
 @dataclass
 class Task:
-    """One call: a sample (``mode == "one"``) or a list of samples (``"many"``)."""
+    """One call: a sample (``mode == "one"``) or a list of samples (``"many"``).
+
+    :ivar attempts: how many times it was actually started.
+    :ivar result: ``(status, value or error text, latency seconds)`` once done.
+    """
 
     key: str
     mode: str
@@ -43,7 +77,7 @@ class Task:
     retries: int = 0
     attempts: int = 0
     tag: Any = None  # the caller's bookkeeping (indices)
-    result: tuple[str, Any, float] | None = field(default=None)  # (status, value|error, latency)
+    result: tuple[str, Any, float] | None = field(default=None)
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -59,10 +93,36 @@ def _build(payload: WorkerPayload) -> Any:
     return make_invoker(fn, payload.kind, payload.adapter, payload.name)
 
 
-def _worker_main(conn: Any) -> None:
+def _call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
+    raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
+    if inspect.isawaitable(raw):
+        raw = asyncio.run(_await(raw))
+    return raw
+
+
+def _die_with_parent() -> None:
+    """On Linux, have the kernel SIGKILL this worker when the parent dies (no orphan outlives a killed run)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before we got here
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
+    """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
+    parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
     os.setpgrp()  # its own process group, so a kill takes whatever it started
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     invokers: dict[str, Any] = {}
+    clock = time.perf_counter
     while True:
         try:
             msg = conn.recv()
@@ -70,23 +130,33 @@ def _worker_main(conn: Any) -> None:
             return
         if msg is None:
             return
-        key, payload, mode, data, kwargs = msg
-        start = time.perf_counter()
-        try:
-            if key not in invokers:
+        key, payload, kwargs, seq, items = msg
+        build_error = None
+        if key not in invokers:
+            try:
                 invokers[key] = _build(payload)
-            inv = invokers[key]
-            raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
-            if inspect.isawaitable(raw):
-                raw = asyncio.run(_await(raw))
-            reply: tuple[str, Any, float] = ("ok", raw, time.perf_counter() - start)
-        except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-            reply = ("error", f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
-        try:
-            conn.send(reply)
-        except Exception as exc:  # an unpicklable return value
-            conn.send(("error", f"return value cannot be sent back: {type(exc).__name__}: {exc}",
-                       time.perf_counter() - start))
+            except BaseException as exc:  # noqa: BLE001 - reported per call below
+                build_error = f"cannot load the reward in the worker: {type(exc).__name__}: {exc}"
+        inv = invokers.get(key)
+        for j, (mode, data) in enumerate(items, seq):
+            with lock:
+                if claim[1] <= j < claim[2]:
+                    continue  # taken back while we were busy with an earlier call
+                claim[0] = j
+            start = clock()
+            if inv is None:
+                reply: tuple[Any, ...] = ("error", build_error, 0.0, time.monotonic())
+            else:
+                try:
+                    raw = _call(inv, mode, data, kwargs)
+                    reply = ("ok", raw, clock() - start, time.monotonic())
+                except BaseException as exc:  # noqa: BLE001 - a bad reward is data
+                    reply = ("error", f"{type(exc).__name__}: {exc}", clock() - start, time.monotonic())
+            try:
+                conn.send(reply)
+            except Exception as exc:  # an unpicklable return value
+                conn.send(("error", f"return value cannot be sent back: {type(exc).__name__}: {exc}",
+                           reply[2], reply[3]))
 
 
 async def _await(aw: Any) -> Any:
@@ -97,13 +167,53 @@ async def _await(aw: Any) -> Any:
 class _Worker:
     def __init__(self, ctx: Any) -> None:
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="rewardhub-worker")
+        #: [number of the call it runs, first and end number taken back]; read and written under lock
+        self.claim = ctx.RawArray("q", [-1, 0, 0])
+        self.lock = ctx.Lock()
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.claim, self.lock), daemon=True,
+                                name="rewardhub-worker")
         self.proc.start()
         child.close()
         self.conn = parent
         self.known: set[str] = set()
-        self.task: Task | None = None
-        self.started = 0.0
+        #: tasks sent and not yet answered, in the order the worker runs them
+        self.inflight: collections.deque[Task] = collections.deque()
+        self.seqs: collections.deque[int] = collections.deque()  # their call numbers
+        self.chunk_of: collections.deque[int] = collections.deque()  # their chunk numbers
+        self.sent = 0  # calls sent so far (the next call's number)
+        self.chunks_sent = 0
+        self.started = 0.0  # when the running call (inflight[0]) started, monotonic
+        #: while stuck: (when, CPU seconds then) of the first look, and whether it is idle-waiting
+        self.probe: tuple[float, float] | None = None
+        self.idle: bool | None = None
+
+    def state(self) -> str | None:
+        """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                return f.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds this worker has used (Linux ``/proc``); ``None`` where unknown."""
+        try:
+            with open(f"/proc/{self.proc.pid}/schedstat", "rb") as f:
+                ns = int(f.read().split()[0])
+            if ns:  # 0 where the kernel keeps no schedstats
+                return ns / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _HZ
+        except (OSError, IndexError, ValueError):
+            return None
+
+    @property
+    def task(self) -> Task | None:
+        return self.inflight[0] if self.inflight else None
 
     def stop(self) -> None:
         """Ask the worker to exit; kill it if it does not within 2 s."""
@@ -130,13 +240,14 @@ class _Worker:
 
 
 class ProcessPool:
-    """``size`` worker processes; each runs one task at a time.
+    """``size`` worker processes; each runs one call at a time, from chunks of calls sent to it.
 
-    A task past its ``timeout_s`` gets its worker's whole process group killed; a worker that
-    dies (SIGKILL, segfault, ``os._exit``) fails only its current task. Either way a new worker
-    takes its place before the next task.
+    A call past its ``timeout_s`` gets its worker's whole process group killed; a worker that
+    dies (SIGKILL, segfault, ``os._exit``) fails only its current call. Either way the calls
+    queued behind it go back to the queue, and a new worker takes its place: the pool heals.
 
     :ivar kills: workers killed for a timeout. :ivar crashes: workers that died by themselves.
+    :ivar spares_started: extra workers started because others were stuck.
     """
 
     def __init__(self, size: int, start_method: str | None = None, stuck_after_s: float = 0.2,
@@ -149,12 +260,17 @@ class ProcessPool:
         self._payloads: dict[str, WorkerPayload] = {}
         self.kills = 0
         self.crashes = 0
-        #: a task running longer than this is "stuck": a spare worker takes its place in the
-        #: rotation (at most ``max_spares``; a stuck task that sleeps then costs no throughput,
-        #: one that burns CPU still costs its core until the timeout) until it finishes or its timeout kills it
+        #: a call running longer than this (or 30 times the reward's mean call time, if less; at
+        #: least 25 ms) is "stuck": the calls queued behind it go to other workers, and if it
+        #: waits rather than computes, a spare worker takes its place in the rotation (at most
+        #: ``max_spares``) until it finishes or its timeout kills it
         self.stuck_after_s = stuck_after_s
         self.spares_started = 0
+        #: calls taken back from stuck workers and run elsewhere
+        self.taken_back = 0
         self.max_spares = 8 * self.size if max_spares is None else max_spares
+        self._latency: dict[str, float] = {}  # per key: running mean seconds per call
+        self._done: Callable[[Task], None] = lambda t: None
 
     def register(self, key: str, payload: WorkerPayload) -> None:
         self._payloads[key] = payload
@@ -166,92 +282,250 @@ class ProcessPool:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers if w.proc.pid is not None]
 
-    def _replace(self, w: _Worker) -> None:
-        self._workers.remove(w)
-        w.kill()
-        if len(self._workers) < self.size:
-            self._workers.append(_Worker(self._ctx))
+    # ---- dispatch ----------------------------------------------------------------------
+    def _chunk_size(self, key: str, remaining: int) -> int:
+        est = self._latency.get(key)
+        cap = 2 if est is None else max(1, min(_CHUNK_MAX, int(_CHUNK_TARGET_S / max(est, 1e-6))))
+        # guided: big chunks while much is left, small ones at the end so workers finish together
+        return max(1, min(cap, math.ceil(remaining / (4 * self.size))))
 
-    def _send(self, w: _Worker, task: Task) -> None:
-        payload = None if task.key in w.known else self._payloads[task.key]
-        task.attempts += 1
-        w.task, w.started = task, time.monotonic()
-        w.conn.send((task.key, payload, task.mode, task.payload, task.kwargs))
-        w.known.add(task.key)
+    def _take(self, queue: collections.deque[Task]) -> list[Task]:
+        first = queue.popleft()
+        chunk = [first]
+        size = self._chunk_size(first.key, len(queue) + 1)
+        while queue and len(chunk) < size:
+            t = queue[0]
+            if t.key != first.key or t.kwargs is not first.kwargs:
+                break
+            chunk.append(queue.popleft())
+        return chunk
 
-    def _finish(self, w: _Worker, result: tuple[str, Any, float], queue: collections.deque[Task],
+    def _encode(self, w: _Worker, chunk: list[Task]) -> bytes:
+        key = chunk[0].key
+        payload = None if key in w.known else self._payloads[key]
+        return pickle.dumps((key, payload, chunk[0].kwargs, w.sent, [(t.mode, t.payload) for t in chunk]),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+    def _send(self, w: _Worker, chunk: list[Task], data: bytes, now: float) -> None:
+        w.conn.send_bytes(data)
+        w.known.add(chunk[0].key)
+        if not w.inflight:
+            w.started = now
+        w.inflight.extend(chunk)
+        w.seqs.extend(range(w.sent, w.sent + len(chunk)))
+        w.chunk_of.extend([w.chunks_sent] * len(chunk))
+        w.sent += len(chunk)
+        w.chunks_sent += 1
+
+    @staticmethod
+    def _pop(w: _Worker) -> Task:
+        w.seqs.popleft()
+        w.chunk_of.popleft()
+        return w.inflight.popleft()
+
+    def _requeue_unstarted(self, w: _Worker, queue: collections.deque[Task]) -> None:
+        """The calls a dead worker never started go back to the front of the queue, in order."""
+        rest = list(w.inflight)[1:]
+        w.inflight.clear()
+        w.seqs.clear()
+        w.chunk_of.clear()
+        queue.extendleft(reversed(rest))
+
+    def _take_back(self, w: _Worker, queue: collections.deque[Task]) -> None:
+        """A stuck worker's calls that it has not started go back to the queue, for the others."""
+        if len(w.inflight) < 2 or not w.lock.acquire(timeout=0.05):
+            return
+        try:
+            running = w.claim[0]
+            if running < w.seqs[0]:  # not yet started on these at all: slow to start, not stuck
+                return
+            first, end = running + 1, w.seqs[-1] + 1
+            if first >= end:
+                return
+            w.claim[1], w.claim[2] = first, end
+        finally:
+            w.lock.release()
+        keep = sum(1 for q in w.seqs if q < first)
+        back = list(w.inflight)[keep:]
+        for _ in back:
+            w.inflight.pop()
+            w.seqs.pop()
+            w.chunk_of.pop()
+        self.taken_back += len(back)
+        queue.extendleft(reversed(back))
+
+    def _finish(self, task: Task, result: tuple[str, Any, float], queue: collections.deque[Task],
                 done: Callable[[Task], None]) -> None:
-        task = w.task
-        assert task is not None
-        w.task = None
+        task.attempts += 1
         if result[0] != "ok" and task.attempts <= task.retries:
             queue.appendleft(task)
             return
         task.result = result
         done(task)
 
+    def _replace(self, w: _Worker) -> None:
+        self._workers.remove(w)
+        w.kill()
+        if len(self._workers) < self.size:
+            self._workers.append(_Worker(self._ctx))
+
+    def _stuck_after(self, w: _Worker) -> float:
+        est = self._latency.get(w.inflight[0].key) if w.inflight else None
+        if est is None:
+            return self.stuck_after_s
+        return min(self.stuck_after_s, max(_STUCK_MIN_S, _STUCK_FACTOR * est))
+
+    def _stuck(self, w: _Worker, now: float) -> bool:
+        return bool(w.inflight) and now - w.started > self._stuck_after(w)
+
+    def _want_spare(self, now: float) -> bool:
+        """Whether to start a spare worker: one is stuck, and a spare would not just fight it for a core.
+
+        A stuck worker is watched for :data:`_PROBE_S`: one that waits (sleeps, blocks on I/O)
+        is replaced at once; one that computes (maybe a slow first call that builds caches) is
+        only when there are more cores than workers computing.
+        """
+        if len(self._workers) >= self.size + self.max_spares:
+            return False
+        active, computing = 0, 0
+        for w in self._workers:
+            if not self._stuck(w, now):
+                active += 1
+                continue
+            if w.probe is None:
+                cpu = w.cpu_s()
+                w.probe = (now, cpu if cpu is not None else math.nan)
+                if w.state() in ("S", "D"):  # asleep right now: waiting, not computing
+                    w.idle = True
+            elif w.idle is None and now - w.probe[0] >= _PROBE_S:
+                cpu = w.cpu_s()
+                used = math.nan if cpu is None else (cpu - w.probe[1]) / (now - w.probe[0])
+                w.idle = not used >= 0.1  # unknown (no /proc) counts as idle
+            if not w.idle:
+                computing += 1
+        return active < self.size and active + computing < _cpus()
+
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order."""
         self._ensure()
+        self._done = done
         queue = collections.deque(tasks)
-        while queue or any(w.task is not None for w in self._workers):
-            for w in self._workers:
-                if w.task is None and queue:
-                    try:
-                        self._send(w, queue[0])
-                        queue.popleft()
-                    except (BrokenPipeError, OSError):  # died while idle
-                        self.crashes += 1
-                        self._replace(w)
-            busy = [w for w in self._workers if w.task is not None]
+        while queue or any(w.inflight for w in self._workers):
+            now = time.monotonic()
+            self._dispatch(queue, now)
+            busy = [w for w in self._workers if w.inflight]
             if not busy:
                 continue
-            now = time.monotonic()
-            if queue and len(self._workers) < self.size + self.max_spares:
-                stuck = sum(now - w.started > self.stuck_after_s for w in busy)
-                if len(self._workers) - stuck < self.size:
-                    self._workers.append(_Worker(self._ctx))
-                    self.spares_started += 1
-                    continue
-            stuck_deadlines = [w.started + self.stuck_after_s - now for w in busy
-                               if queue and now - w.started <= self.stuck_after_s]
-            deadlines = [w.started + w.task.timeout_s - now for w in busy if w.task and w.task.timeout_s]
-            deadlines += stuck_deadlines
-            wait_s = max(0.0, min(deadlines)) if deadlines else None
-            waitables: list[Any] = [w.conn for w in busy] + [w.proc.sentinel for w in busy]
-            ready = set(multiprocessing.connection.wait(waitables, timeout=wait_s))
             for w in busy:
-                if w.conn in ready:
-                    try:
-                        result = w.conn.recv()
-                    except (EOFError, OSError):
-                        result = None
-                    if result is not None:
-                        self._finish(w, result, queue, done)
-                        continue
-                if w.conn in ready or w.proc.sentinel in ready:
-                    w.proc.join(1)
-                    code = w.proc.exitcode
-                    how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-                    self.crashes += 1
-                    self._finish(w, ("error", f"reward worker process died ({how})",
-                                     time.monotonic() - w.started), queue, done)
-                    self._replace(w)
-                    continue
+                if len(w.inflight) > 1 and self._stuck(w, now):
+                    self._take_back(w, queue)
+            busy = [w for w in busy if w.inflight]
+            if not busy:
+                continue
+            if queue and self._want_spare(now):
+                self._workers.append(_Worker(self._ctx))
+                self.spares_started += 1
+                continue
+            deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
+            deadlines += [w.started + self._stuck_after(w) for w in busy
+                          if (queue or len(w.inflight) > 1) and not self._stuck(w, now)]
+            if queue:
+                deadlines += [w.probe[0] + _PROBE_S for w in busy if w.probe is not None and w.idle is None]
+            wait_s = max(0.0, min(deadlines) - now) if deadlines else None
+            ready = set(multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
+                                                        timeout=wait_s))
+            for w in busy:
+                self._collect(w, w.conn in ready or w.proc.sentinel in ready, queue, done)
+            now = time.monotonic()
+            for w in list(self._workers):
                 task = w.task
-                if task is not None and task.timeout_s and time.monotonic() - w.started >= task.timeout_s:
+                if task is not None and task.timeout_s and now - w.started >= task.timeout_s:
+                    self._collect(w, True, queue, done)  # an answer that came in just now wins
+                    if w not in self._workers or w.task is not task:
+                        continue
                     self.kills += 1
-                    elapsed = time.monotonic() - w.started
-                    self._finish(w, ("timeout", f"timed out after {task.timeout_s:g}s; worker killed", elapsed),
-                                 queue, done)
+                    self._requeue_unstarted(w, queue)
+                    self._finish(task, ("timeout", f"timed out after {task.timeout_s:g}s; worker killed",
+                                        now - w.started), queue, done)
                     self._replace(w)
         self._trim()
         return tasks
 
+    def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
+        for w in list(self._workers):
+            if not queue:
+                return
+            if w.inflight and (w.chunk_of[0] != w.chunk_of[-1] or self._stuck(w, now)):
+                continue  # one chunk waiting behind the running one is enough
+            chunk = self._take(queue)
+            try:
+                data = self._encode(w, chunk)
+            except Exception as exc:  # a sample that cannot be pickled fails alone
+                self._unsendable(chunk, exc, queue)
+                continue
+            if w.inflight and len(data) > _PIPELINE_MAX_BYTES:
+                queue.extendleft(reversed(chunk))
+                continue
+            try:
+                self._send(w, chunk, data, now)
+            except (BrokenPipeError, OSError):  # died while idle
+                queue.extendleft(reversed(chunk))
+                if not w.inflight:
+                    self.crashes += 1
+                    self._replace(w)
+
+    def _unsendable(self, chunk: list[Task], exc: Exception, queue: collections.deque[Task]) -> None:
+        if len(chunk) > 1:  # find the culprit: the others go back one by one
+            for t in reversed(chunk):
+                queue.appendleft(t)
+            queue[0].kwargs = dict(queue[0].kwargs)  # a chunk of its own
+            return
+        task = chunk[0]
+        task.attempts = task.retries  # no retry can help
+        self._finish(task, ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}",
+                            0.0), queue, self._done)
+
+    def _collect(self, w: _Worker, ready: bool, queue: collections.deque[Task],
+                 done: Callable[[Task], None]) -> None:
+        """Take every answer the worker has sent; handle its death."""
+        if not ready:
+            return
+        dead = False
+        while w.inflight:
+            try:
+                if not w.conn.poll():
+                    break
+                reply = w.conn.recv()
+            except (EOFError, OSError):
+                dead = True
+                break
+            status, value, latency, ended = reply
+            task = self._pop(w)
+            w.started = max(w.started, ended)
+            w.probe, w.idle = None, None
+            est = self._latency.get(task.key)
+            self._latency[task.key] = latency if est is None else 0.8 * est + 0.2 * latency
+            self._finish(task, (status, value, latency), queue, done)
+        if not dead and w.proc.is_alive():
+            return
+        if not w.inflight:
+            if w.proc.sentinel is not None and not w.proc.is_alive():
+                self._replace(w)
+            return
+        w.proc.join(1)
+        code = w.proc.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        self.crashes += 1
+        task = w.inflight[0]
+        self._requeue_unstarted(w, queue)
+        self._finish(task, ("error", f"reward worker process died ({how})", time.monotonic() - w.started),
+                     queue, done)
+        self._replace(w)
+
     def _trim(self) -> None:
         """Retire idle spare workers so the pool is back to ``size``."""
         while len(self._workers) > self.size:
-            idle = next((w for w in self._workers if w.task is None), None)
+            idle = next((w for w in self._workers if not w.inflight), None)
             if idle is None:
                 return
             self._workers.remove(idle)

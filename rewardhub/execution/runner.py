@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import operator
 import os
-import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from itertools import repeat
 from typing import Any
 
 from ..errors import RewardExecutionError
@@ -20,21 +23,22 @@ from ..types import ExecutionPolicy
 from ..types import RewardSpec
 from ._calls import Invoker
 from ._calls import make_invoker
+from ._columns import Column
+from ._columns import column_metrics
+from ._columns import stats
+from ._fast import fast_eligible
+from ._fast import run_fast
 from ._local import run_async
 from ._local import run_inline
 from ._local import run_threads
 from ._outcome import ERROR
-from ._outcome import NOT_APPLICABLE
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
-from ._outcome import check_value
 from ._process import ProcessPool
 from ._process import Task
 from ._process import WorkerPayload
-from .metrics import aggregate_metrics
-from .metrics import term_metrics
 
-__all__ = ["AGGREGATIONS", "Runner", "ScoreResult", "Term"]
+__all__ = ["AGGREGATIONS", "Runner", "ScoreResult", "Term", "resolve_term", "sandbox_settings"]
 
 AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
 Progress = Callable[[int, int], None]
@@ -70,6 +74,11 @@ class Term:
     tags: tuple[str, ...] = ()
     adapter: str = "auto"
 
+    @property
+    def routed(self) -> bool:
+        """Whether the term applies to some samples only (by data source or tag)."""
+        return bool(self.data_sources or self.tags)
+
     def applies(self, sample: Mapping[str, Any]) -> bool:
         if self.data_sources and sample.get("data_source") not in self.data_sources:
             return False
@@ -87,27 +96,56 @@ class Term:
                              self.invoker.adapter, self.name)
 
 
-@dataclass
 class ScoreResult:
-    """Scores of one batch: one row per input sample, in input order, plus metrics."""
+    """Scores of one batch: one row per input sample, in input order, plus metrics.
 
-    scores: list[float | None]
-    rewards: list[dict[str, float | None]]
-    extra: list[dict[str, dict[str, Any]]]
-    errors: list[dict[str, str]]
-    metrics: dict[str, float]
-    outcomes: dict[str, list[Outcome]]
+    ``scores`` and ``metrics`` are computed by :meth:`Runner.score`; ``rewards`` (term name ->
+    score per sample), ``extra``, ``errors`` and ``outcomes`` are built from the per-term columns
+    the first time they are read.
+    """
+
+    def __init__(self, scores: list[float | None], columns: dict[str, Column], metrics: dict[str, float]) -> None:
+        self.scores = scores
+        self.columns = columns
+        self.metrics = metrics
+
+    @functools.cached_property
+    def rewards(self) -> list[dict[str, float | None]]:
+        names = list(self.columns)
+        cols = [c.values for c in self.columns.values()]
+        return [dict(zip(names, vs)) for vs in zip(*cols)] if cols else [{} for _ in self.scores]
+
+    @functools.cached_property
+    def extra(self) -> list[dict[str, dict[str, Any]]]:
+        out: list[dict[str, dict[str, Any]]] = [{} for _ in self.scores]
+        for name, col in self.columns.items():
+            for i, ex in sorted(col.extra.items()):
+                out[i][name] = ex
+        return out
+
+    @functools.cached_property
+    def errors(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = [{} for _ in self.scores]
+        for name, col in self.columns.items():
+            for i, err in sorted(col.errors.items()):
+                out[i][name] = err
+        return out
+
+    @functools.cached_property
+    def outcomes(self) -> dict[str, list[Outcome]]:
+        return {name: col.outcomes() for name, col in self.columns.items()}
 
     def rows(self, samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Each input row plus ``score``, ``rewards`` and ``extra`` (and ``errors`` when any)."""
         out = []
+        rewards, extra, errors = self.rewards, self.extra, self.errors
         for i, s in enumerate(samples):
             row = dict(s)
             row["score"] = self.scores[i]
-            row["rewards"] = self.rewards[i]
-            row["extra"] = self.extra[i]
-            if self.errors[i]:
-                row["errors"] = self.errors[i]
+            row["rewards"] = rewards[i]
+            row["extra"] = extra[i]
+            if errors[i]:
+                row["errors"] = errors[i]
             out.append(row)
         return out
 
@@ -146,7 +184,10 @@ class Runner:
         if not terms_cfg:
             raise UsageError("reward.rewards is empty: name at least one reward term\n"
                              "e.g. reward: {rewards: [{name: math_verify}]} (see `rewardhub list`)")
-        terms = [resolve_term(registry, t, i) for i, t in enumerate(terms_cfg)]
+        sandbox = sandbox_settings(reward_cfg)
+        rm_section = _get(reward_cfg, "reward_model")
+        rm = dict(_plain(rm_section)) if rm_section is not None else None
+        terms = [resolve_term(registry, t, i, sandbox=sandbox, reward_model=rm) for i, t in enumerate(terms_cfg)]
         workers = _get(reward_cfg, "workers")
         ray_options = dict(_plain(workers)) if workers is not None else {}
         plugins = _get(reward_cfg, "plugins")
@@ -157,27 +198,36 @@ class Runner:
     # ---- scoring ------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None) -> ScoreResult:
         """Score every sample with every term that applies to it; never loses a sample."""
-        batch = [_check_sample(s, i) for i, s in enumerate(samples)]
+        batch = samples if type(samples) is list else list(samples)
         n = len(batch)
-        outcomes: dict[str, list[Outcome]] = {}
+        fast = {t.name: self._is_fast(t) for t in self.terms}
+        if not all(fast.values()):  # the fast loop checks samples as it goes; others need it first
+            batch = [_check_sample(s, i) for i, s in enumerate(batch)]
+        columns: dict[str, Column] = {}
         total = n * len(self.terms)
         done_units = 0
         process_jobs: list[tuple[Term, list[Task]]] = []
         for term in self.terms:
-            idx = [i for i, s in enumerate(batch) if term.applies(s)]
-            outs = [Outcome(None, NOT_APPLICABLE) for _ in range(n)]
-            outcomes[term.name] = outs
-            if not idx:
-                continue
-            executor = self._executor_of(term)
-            if executor == "process":
-                process_jobs.append((term, self._tasks(term, batch, idx)))
-                continue
-            if executor == "ray":
-                self._run_ray(term, batch, idx, outs)
+            if fast[term.name]:
+                col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries)
+                columns[term.name] = col
             else:
-                self._run_local(term, executor, batch, idx, outs)
-            self._apply_policy(term, outs)
+                idx = [i for i, s in enumerate(batch) if term.applies(s)] if term.routed else list(range(n))
+                col = columns[term.name] = Column(n)
+                if len(idx) < n:
+                    col.not_applicable(sorted(set(range(n)) - set(idx)))
+                if not idx:
+                    done_units += n
+                    continue
+                executor = self._executor_of(term)
+                if executor == "process":
+                    process_jobs.append((term, self._tasks(term, batch, idx)))
+                    continue
+                if executor == "ray":
+                    self._run_ray(term, batch, idx, col)
+                else:
+                    self._run_local(term, executor, batch, idx, col)
+            self._apply(term, col)
             done_units += n
             if progress:
                 progress(done_units, total)
@@ -193,12 +243,15 @@ class Runner:
 
             pool.run(all_tasks, tick)
             for term, tasks in process_jobs:
-                outs = outcomes[term.name]
+                col = columns[term.name]
                 for task in tasks:
                     assert task.result is not None
-                    self._store(term, task.tag[1], task.mode, task.result, outs, task.attempts)
-                self._apply_policy(term, outs)
-        return self._aggregate(batch, outcomes)
+                    self._store(term, task.tag[1], task.mode, task.result, col, task.attempts)
+                self._apply(term, col)
+        return self._combine(n, columns)
+
+    def _is_fast(self, term: Term) -> bool:
+        return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
 
     def _executor_of(self, term: Term) -> str:
         ex = term.policy.executor
@@ -206,7 +259,7 @@ class Runner:
             return "process"  # a sync call can only be timed out by killing its process
         return ex
 
-    def _tasks(self, term: Term, batch: list[dict[str, Any]], idx: list[int]) -> list[Task]:
+    def _tasks(self, term: Term, batch: list[Any], idx: list[int]) -> list[Task]:
         pool = self._get_pool()
         pool.register(term.name, term.payload)
         pol = term.policy
@@ -217,7 +270,7 @@ class Runner:
                      tag=(term.name, chunk)) for chunk in self._chunks(term, batch, idx, pool.size)]
 
     @staticmethod
-    def _chunks(term: Term, batch: list[dict[str, Any]], idx: list[int], parts: int) -> list[list[int]]:
+    def _chunks(term: Term, batch: list[Any], idx: list[int], parts: int) -> list[list[int]]:
         if term.invoker.kind == "group":
             groups: dict[Any, list[int]] = {}
             for i in idx:
@@ -230,8 +283,7 @@ class Runner:
         size = max(1, math.ceil(len(idx) / max(1, parts)))
         return [idx[k:k + size] for k in range(0, len(idx), size)]
 
-    def _run_local(self, term: Term, executor: str, batch: list[dict[str, Any]], idx: list[int],
-                   outs: list[Outcome]) -> None:
+    def _run_local(self, term: Term, executor: str, batch: list[Any], idx: list[int], col: Column) -> None:
         inv, kw, pol = term.invoker, term.kwargs, term.policy
         if inv.kind == "function":
             units = [[i] for i in idx]
@@ -248,77 +300,101 @@ class Runner:
             results = run_inline(calls, pol.retries)
         mode = "one" if inv.kind == "function" else "many"
         for unit, res in zip(units, results):
-            self._store(term, unit, mode, res, outs, 1)
+            self._store(term, unit, mode, res, col, 1)
 
-    def _run_ray(self, term: Term, batch: list[dict[str, Any]], idx: list[int], outs: list[Outcome]) -> None:
+    def _run_ray(self, term: Term, batch: list[Any], idx: list[int], col: Column) -> None:
         if self._ray is None:
             from ..distributed import RayExecutor
 
             self._ray = RayExecutor(self.terms, self._ray_options)
         for i, out in zip(idx, self._ray.score_term(term.name, [batch[i] for i in idx], idx)):
-            outs[i] = out
+            col.put_outcome(i, out)
 
-    def _store(self, term: Term, unit: list[int], mode: str, res: tuple[str, Any, float],
-               outs: list[Outcome], attempts: int) -> None:
+    @staticmethod
+    def _store(term: Term, unit: list[int], mode: str, res: tuple[str, Any, float], col: Column,
+               attempts: int) -> None:
         status, value, latency = res
         if status != "ok":
             for i in unit:
-                outs[i] = Outcome(None, TIMEOUT if status == "timeout" else ERROR,
-                                  error=f"reward {term.name!r} on sample {i}: {value}",
-                                  latency_s=latency / max(1, len(unit)), attempts=attempts)
+                col.fail(i, TIMEOUT if status == "timeout" else ERROR, f"reward {term.name!r} on sample {i}: {value}",
+                         latency / max(1, len(unit)), attempts)
             return
         if mode == "one":
-            o = check_value(value, term.name, unit[0])
-            o.latency_s, o.attempts = latency, attempts
-            outs[unit[0]] = o
+            col.put(unit[0], value, term.name, latency, attempts)
             return
         if not isinstance(value, (list, tuple)) or len(value) != len(unit):
             got = f"{type(value).__name__} of length {len(value)}" if isinstance(value, (list, tuple)) \
                 else repr(value)[:60]
             for i in unit:
-                outs[i] = Outcome(None, ERROR, error=f"batched reward {term.name!r} returned {got} for "
-                                                     f"{len(unit)} samples (sample {i})",
-                                  latency_s=latency / len(unit))
+                col.fail(i, ERROR, f"batched reward {term.name!r} returned {got} for {len(unit)} samples "
+                                   f"(sample {i})", latency / len(unit), attempts)
             return
         for i, raw in zip(unit, value):
-            o = check_value(raw, term.name, i)
-            o.latency_s, o.attempts = latency / len(unit), attempts
-            outs[i] = o
+            col.put(i, raw, term.name, latency / len(unit), attempts)
+
+    @staticmethod
+    def _apply(term: Term, col: Column) -> None:
+        """Give every failed sample its ``on_failure`` value (or raise, naming the first)."""
+        how = term.policy.on_failure
+        failed = col.failures()
+        if not failed:
+            return
+        if how == "raise":
+            i = failed[0]
+            raise RewardExecutionError(
+                f"{col.errors[i]}\n(on_failure: raise for reward {term.name!r}; use zero, nan or drop to go on)",
+                reward=term.name, index=i)
+        value = 0.0 if how == "zero" else math.nan if how == "nan" else None
+        for i in failed:
+            col.values[i] = value
 
     @staticmethod
     def _apply_policy(term: Term, outs: list[Outcome]) -> None:
-        how = term.policy.on_failure
-        for i, o in enumerate(outs):
-            if o.status not in (ERROR, TIMEOUT):
-                continue
-            if how == "raise":
-                raise RewardExecutionError(
-                    f"{o.error}\n(on_failure: raise for reward {term.name!r}; use zero, nan or drop to go on)",
-                    reward=term.name, index=i)
-            o.value = 0.0 if how == "zero" else math.nan if how == "nan" else None
+        """:meth:`_apply` for a list of :class:`Outcome` (changed in place)."""
+        col = Column.from_outcomes(outs)
+        Runner._apply(term, col)
+        for i in col.failures():
+            outs[i].value = col.values[i]
 
-    def _aggregate(self, batch: list[dict[str, Any]], outcomes: dict[str, list[Outcome]]) -> ScoreResult:
-        n = len(batch)
-        values = {t.name: [o.value for o in outcomes[t.name]] for t in self.terms}
+    def _aggregate(self, batch: Sequence[Any], outcomes: dict[str, list[Outcome]]) -> ScoreResult:
+        """Combine per-term :class:`Outcome` lists (one per sample) into a :class:`ScoreResult`."""
+        return self._combine(len(batch), {t.name: Column.from_outcomes(outcomes[t.name]) for t in self.terms})
+
+    def _combine(self, n: int, columns: dict[str, Column]) -> ScoreResult:
+        terms = [(t.weight, columns[t.name]) for t in self.terms]
+        term_stats = {t.name: stats(columns[t.name].values, columns[t.name].has_none()) for t in self.terms}
+        values = [c.values for _, c in terms]
         if self.aggregation == "normalize_then_sum":
-            for name, vs in values.items():
-                xs = [v for v in vs if v is not None and not math.isnan(v)]
-                mean = sum(xs) / len(xs) if xs else 0.0
-                std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) if xs else 0.0
-                values[name] = [None if v is None else (v - mean) / std if std > 1e-12 else v - mean for v in vs]
-        scores: list[float | None] = []
-        for i in range(n):
-            parts = [(t.weight, values[t.name][i]) for t in self.terms if values[t.name][i] is not None]
-            scores.append(sum(w * v for w, v in parts) if parts else None)
-        rewards = [{t.name: outcomes[t.name][i].value for t in self.terms} for i in range(n)]
-        extra = [{t.name: outcomes[t.name][i].extra for t in self.terms if outcomes[t.name][i].extra}
-                 for i in range(n)]
-        errors = [{t.name: outcomes[t.name][i].error for t in self.terms
-                   if outcomes[t.name][i].error is not None} for i in range(n)]
-        metrics: dict[str, float] = aggregate_metrics(scores)
+            normed = []
+            for t, vs in zip(self.terms, values):
+                mean, std, _ = term_stats[t.name]
+                mean = 0.0 if math.isnan(mean) else mean
+                normed.append([None if v is None else (v - mean) / std if std > 1e-12 else v - mean for v in vs])
+            values = normed
+        simple = not any(c.has_none() for _, c in terms)
+        if simple and len(terms) == 1:  # one term, a value for every sample: no per-sample work
+            w = terms[0][0]
+            scores: list[float | None] = list(values[0]) if w == 1.0 else list(map(operator.mul, values[0],
+                                                                                    repeat(w, n)))
+        elif simple and terms:
+            ws = [w for w, _ in terms]
+            scores = [sum(map(operator.mul, vs, ws)) for vs in zip(*values)]
+        else:
+            weights = [w for w, _ in terms]
+            scores = []
+            for vs in zip(*values) if values else ((),) * n:
+                parts = [w * v for w, v in zip(weights, vs) if v is not None]
+                scores.append(sum(parts) if parts else None)
+        if len(terms) == 1 and simple and self.aggregation == "weighted_sum":
+            mean, std, count = term_stats[self.terms[0].name]
+            w = terms[0][0]
+            agg = (mean * w, std * abs(w), count)
+        else:
+            agg = stats(scores)
+        metrics: dict[str, float] = {"reward/mean": agg[0], "reward/std": agg[1], "reward/count": float(agg[2])}
         for t in self.terms:
-            metrics.update(term_metrics(t.name, outcomes[t.name]))
-        return ScoreResult(scores, rewards, extra, errors, metrics, outcomes)
+            metrics.update(column_metrics(t.name, columns[t.name], term_stats[t.name]))
+        return ScoreResult(scores, columns, metrics)
 
     # ---- resources ----------------------------------------------------------------------
     def _get_pool(self) -> ProcessPool:
@@ -361,6 +437,8 @@ class Runner:
 
 
 def _check_sample(s: Any, i: int) -> dict[str, Any]:
+    if type(s) is dict and "response" in s:
+        return s
     if not isinstance(s, Mapping):
         raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
     if "response" not in s:
@@ -369,8 +447,30 @@ def _check_sample(s: Any, i: int) -> dict[str, Any]:
     return dict(s)
 
 
-def resolve_term(registry: Any, term_cfg: Any, index: int = 0) -> Term:
-    """Turn one config term into a :class:`Term`: the spec, the loaded callable, the merged policy."""
+def sandbox_settings(reward_cfg: Any) -> dict[str, Any] | None:
+    """The ``reward.sandbox`` section as a plain dict (``None`` when the config has none)."""
+    section = _get(reward_cfg, "sandbox")
+    if section is None:
+        return None
+    if dataclasses.is_dataclass(section) and not isinstance(section, type):
+        return dataclasses.asdict(section)
+    section = _plain(section)
+    if not isinstance(section, Mapping):
+        raise UsageError(f"reward.sandbox must be a mapping (url, max_concurrent, memory_limit_mb, timeout_s, "
+                         f"language), got {section!r}")
+    return dict(section)
+
+
+def resolve_term(registry: Any, term_cfg: Any, index: int = 0, *, sandbox: Mapping[str, Any] | None = None,
+                 reward_model: Mapping[str, Any] | None = None) -> Term:
+    """Turn one config term into a :class:`Term`: the spec, the loaded callable, the merged policy.
+
+    :param sandbox: the ``reward.sandbox`` settings; a reward whose spec has the ``sandbox``
+        capability gets them as the keyword argument ``sandbox`` (a plain dict), unless the
+        term's own ``kwargs`` set ``sandbox``.
+    :param reward_model: the ``reward.reward_model`` settings, passed the same way (keyword
+        ``reward_model``) to rewards with the ``reward_model`` capability.
+    """
     term_cfg = _plain(term_cfg)
     if isinstance(term_cfg, str):
         term_cfg = {"name": term_cfg}
@@ -399,6 +499,11 @@ def resolve_term(registry: Any, term_cfg: Any, index: int = 0) -> Term:
     except (TypeError, ValueError):
         raise UsageError(f"reward.rewards[{index}].weight={weight!r} is not a number") from None
     data_sources = tuple(_get(term_cfg, "data_sources", ()) or ()) or spec.data_sources
+    kwargs = dict(_get(term_cfg, "kwargs", {}) or {})
+    if sandbox is not None and "sandbox" in spec.capabilities and "sandbox" not in kwargs:
+        kwargs["sandbox"] = dict(sandbox)
+    if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:
+        kwargs["reward_model"] = dict(reward_model)
     return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=weight,
-                kwargs=dict(_get(term_cfg, "kwargs", {}) or {}), data_sources=data_sources,
+                kwargs=kwargs, data_sources=data_sources,
                 tags=tuple(_get(term_cfg, "tags", ()) or ()), adapter=adapter)

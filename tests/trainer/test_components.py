@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -181,7 +182,7 @@ def test_plot_writes_a_png(tmp_path):
 
     rows = [{"step": i, "reward/mean": i / 5, "throughput/samples_per_s": 3.0} for i in range(1, 6)]
     png = plot_metrics(rows, tmp_path / "m.png")
-    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_stats_fifths():

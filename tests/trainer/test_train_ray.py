@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub_trainer.cli import train
 
 pytestmark = pytest.mark.ray
@@ -36,13 +37,21 @@ def _check_fingerprints(summary: dict) -> None:
         assert w["pid"] != summary["driver_pid"]
 
 
-@pytest.mark.parametrize("mode", ["sync", "fully_async"])
-def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode):
+@pytest.mark.parametrize(("mode", "extra"), [
+    ("sync", {}),
+    ("fully_async", {}),
+    # two batches scored at once, each by its own client and pool of two reward workers
+    ("fully_async", {"score_concurrency": 2, "num_reward_workers": 2, "staleness_limit": 2, "queue_size": 3}),
+], ids=["sync", "fully_async", "fully_async-score2"])
+def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode, extra):
     out = tmp_path / mode
-    summary = train(tiny_config(trainer={"mode": mode, "total_steps": 6}), output=str(out))
+    summary = train(tiny_config(trainer={"mode": mode, "total_steps": 6, **extra}), output=str(out))
     assert summary["mode"] == mode and summary["steps"] == 6
     _check_accounting(summary, 8)
     _check_fingerprints(summary)
+    reward_workers = [w for w in summary["workers"] if w["role"] == "reward_worker"]
+    assert len(reward_workers) == extra.get("score_concurrency", 1) * extra.get("num_reward_workers", 1)
+    assert len({w["pid"] for w in reward_workers}) == len(reward_workers)
     rows = _rows(out)
     assert [r["step"] for r in rows] == list(range(1, 7))
     assert [r["batch_index"] for r in rows] == list(range(6))
@@ -55,7 +64,7 @@ def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_pa
         assert summary["weight_syncs"] == 5 and all(r["staleness"] == 0 for r in rows)
     else:
         assert summary["weight_syncs"] == 5  # sync_interval 1, none after the last step
-        assert any(r["staleness"] == 1 for r in rows)  # generation really overlapped training
+        assert any(r["staleness"] >= 1 for r in rows)  # generation really overlapped training
     assert (out / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert (out / "checkpoints" / "step_000006" / "trainer_state.json").exists()
@@ -104,7 +113,11 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_session, tiny_config,
     assert summary["steps"] == 6
     _check_accounting(summary, 8)
     _check_fingerprints(summary)
-    assert summary["restarts"][role] >= 1 and summary["lost_calls"][role] >= 1
+    assert summary["restarts"][role] >= 1
+    if role == "rollouter":
+        assert summary["lost_calls"]["rollouter"] >= 1  # the driver resubmitted the lost batch
+    else:
+        assert summary["rescored_samples"] >= 1  # the pool re-scored the dead worker's chunk, once
     now = [w["pid"] for w in summary["workers"] if w["role"] == role]
     assert killed[0] not in now  # a new process serves the role
     rows = _rows(tmp_path / "o")
@@ -145,7 +158,9 @@ def test_legacy_custom_reward_runs_on_workers(ray_session, tiny_config, tmp_path
         "    return float(any(ch.isdigit() for ch in solution_str))\n"
     )
     cfg = tiny_config(trainer={"mode": "fully_async", "total_steps": 4}, reward=None)
-    summary = train(cfg, [f"custom_reward_function.path={reward_file}"], output=str(tmp_path / "o"))
+    with pytest.warns(RewardhubDeprecationWarning, match="custom_reward_function.path"):
+        summary = train(cfg, [f"custom_reward_function.path={reward_file}"], output=str(tmp_path / "o"))
+    assert summary["mode"] == "fully_async"
     _check_accounting(summary, 8)
     _check_fingerprints(summary)
     pids = {int(p) for p in log.read_text().split()}

@@ -1,4 +1,4 @@
-"""The run's processes: rollouter, reward worker, learner and the bounded message queue.
+"""The run's processes: rollouter, reward client (of the reward workers), learner and the bounded message queue.
 
 Each is a plain class (testable without Ray) that :mod:`rewardhub_trainer.loop` wraps with
 ``ray.remote``. Only plain data crosses between them: prompt batches, :class:`Rollout` records
@@ -7,6 +7,7 @@ tagged with the policy version that produced them, weight dicts, and the ``rewar
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Learner", "MessageQueue", "PromptBatch", "RewardWorker", "Rollout", "Rollouter"]
+__all__ = ["Learner", "MessageQueue", "PromptBatch", "RewardClient", "Rollout", "Rollouter"]
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Rollout:
     terms: list[list[dict[str, float]]] | None = None
     reward_metrics: dict[str, float] = field(default_factory=dict)
     score_s: float = 0.0
-    reward_pid: int | None = None
+    reward_pids: list[int] = field(default_factory=list)  #: the reward workers that scored it
 
     @property
     def num_samples(self) -> int:
@@ -117,17 +118,33 @@ class Rollouter:
                        gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
 
 
-class RewardWorker:
-    """Scores rollouts with a registry and runner built in this process from ``reward:``."""
+class RewardClient:
+    """Scores rollouts on a :class:`rewardhub.distributed.RewardWorkerPool` (the reward workers).
 
-    def __init__(self, reward_cfg: Mapping[str, Any], *, backend: Any = None) -> None:
-        from .rewards import RunnerBackend
+    The pool's workers rebuild the registry from the ``reward:`` config and prove it by their
+    fingerprint before scoring; a worker that dies mid-batch is restarted by the pool and its
+    samples re-scored once. Scores and ``rewards/<term>/...`` metrics come from the execution engine.
+    """
 
-        self.backend = backend if backend is not None else RunnerBackend(reward_cfg)
-        self.fingerprint = self.backend.fingerprint()
+    def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
+                 num_cpus: float = 0.0, batch_size: int | None = None) -> None:
+        from rewardhub.distributed import RewardWorkerPool
+
+        # one chunk per worker and batch (groups kept whole): the fewest round trips
+        chunk = math.ceil(batch_size / num_workers) if batch_size else None
+        self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
+                                     max_restarts=max_restarts, chunk_size=chunk)
+        self.fingerprint = self.pool.fingerprint()
 
     def info(self) -> dict[str, Any]:
-        return {"role": "reward_worker", **_where(), "registry_fingerprint": self.fingerprint}
+        return {"role": "reward_client", **_where(), "registry_fingerprint": self.fingerprint}
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The pool's reward workers: role, node, pid, registry_fingerprint (and more)."""
+        return self.pool.workers_info()
+
+    def counters(self) -> dict[str, int]:
+        return {"restarts": self.pool.restarts, "rescored_samples": self.pool.rescored_samples}
 
     def score(self, rollout: Rollout) -> Rollout:
         t0 = time.perf_counter()
@@ -137,16 +154,33 @@ class RewardWorker:
                 samples.append({"prompt": prompt.question, "response": c.text,
                                 "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
                                 "extra_info": dict(prompt.extra_info)})
-        res = self.backend.score(samples)
-        rewards, terms, k = [], [], 0
+        res = self.pool.score(samples)
+        scores = [_nan(v) for v in res.scores]
+        terms = [{k: _nan(v) for k, v in dict(r).items()} for r in res.rewards]
+        rewards, per_term, k = [], [], 0
         for group in rollout.groups:
-            rewards.append(res.scores[k:k + len(group)])
-            terms.append(res.terms[k:k + len(group)])
+            rewards.append(scores[k:k + len(group)])
+            per_term.append(terms[k:k + len(group)])
             k += len(group)
-        rollout.rewards, rollout.terms, rollout.reward_metrics = rewards, terms, res.metrics
+        rollout.rewards, rollout.terms = rewards, per_term
+        rollout.reward_metrics = {key: float(v) for key, v in dict(res.metrics).items()
+                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
         rollout.score_s = time.perf_counter() - t0
-        rollout.reward_pid = os.getpid()
+        rollout.reward_pids = sorted(self.pool.last_pids)
         return rollout
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _nan(value: Any) -> float:
+    """A reward that does not apply or failed (``None``) is NaN: left out of its group's statistics."""
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 class Learner:

@@ -53,7 +53,10 @@ class TrainerConfig:
     checkpoint_every: int = 0  #: 0: only at the end of the run
     queue_size: int = 2  #: batches the message queue holds at most
     num_rollouters: int = 1
-    num_reward_workers: int = 1
+    num_reward_workers: int = 1  #: reward workers per pool (reward.workers.num_workers wins when set)
+    #: fully_async: batches scored at the same time, each by its own client and pool of reward workers
+    #: (an I/O-bound reward, e.g. an LLM judge, then overlaps across batches too)
+    score_concurrency: int = 1
     max_restarts: int = 3
     torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
     scale_advantages: bool = True
@@ -221,7 +224,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
 
     _choice(trainer.mode, MODES, "trainer.mode")
     for name in ("total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size",
-                 "num_rollouters", "num_reward_workers"):
+                 "num_rollouters", "num_reward_workers", "score_concurrency"):
         _require(getattr(trainer, name) >= 1, f"trainer.{name}", "must be at least 1")
     for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads"):
         _require(getattr(trainer, name) >= 0, f"trainer.{name}", "must be 0 or more")
@@ -252,8 +255,13 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _choice(rollout.dtype, ("float32", "bfloat16"), "rollout.dtype")
     _choice(rollout.engine, ENGINES, "rollout.engine")
     if rollout.engine == "vllm":
-        raise UsageError("rollout.engine: the vllm engine is not available yet\n"
-                         "use rollout.engine=transformers")
+        from .vllm_engine import vllm_available
+
+        reason = vllm_available()
+        if reason:
+            raise UsageError(f"rollout.engine=vllm but {reason}\n"
+                             "run `bash scripts/install-vllm.sh .venv-vllm` and train from that venv, or use "
+                             "rollout.engine=transformers")
     _require(rollout.n >= 2, "rollout.n", "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)")
     _require(rollout.prompts_per_step >= 1, "rollout.prompts_per_step", "must be at least 1")
     _require(rollout.max_new_tokens >= 1, "rollout.max_new_tokens", "must be at least 1")

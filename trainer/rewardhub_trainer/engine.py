@@ -134,4 +134,8 @@ def make_engine(name: str, model_path: str, *, dtype: str = "float32") -> Genera
     """The engine called ``name`` (``rollout.engine``)."""
     if name == "transformers":
         return TransformersEngine(model_path, dtype=dtype)
+    if name == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_path, dtype=dtype)
     raise ValueError(f"unknown rollout engine {name!r}")

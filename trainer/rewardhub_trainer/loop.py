@@ -2,9 +2,11 @@
 
 The driver owns the bookkeeping, so the accounting is exact: a sample is *generated* when its
 rollout comes back from a rollouter, and then ends as *trained*, *dropped as stale* (by the message
-queue, counted here) or *unused at the end*. A rollouter or reward worker that dies mid-call is
-restarted by Ray (``max_restarts``) or re-created, gets the current weights again, and the same
-batch is resubmitted: a lost call never produced samples, so nothing is lost or counted twice.
+queue, counted here) or *unused at the end*. A rollouter that dies mid-call is restarted by Ray
+(``max_restarts``) or re-created, gets the current weights again, and the same batch is resubmitted:
+a lost call never produced samples, so nothing is lost or counted twice. A reward worker that dies
+is restarted by its :class:`rewardhub.distributed.RewardWorkerPool`, which re-scores only the
+samples that worker had not returned, so each sample is still scored once.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class Run:
         self.consumed = 0  # next batch index the queue will hand out (trained or dropped)
         self.max_staleness = 0
         self.weight_syncs = 0
-        self.lost_calls = {"rollouter": 0, "reward_worker": 0}
+        self.lost_calls = {"rollouter": 0, "reward_client": 0}
         self.resumed_from: int | None = None
         if self.resume_ckpt is not None:
             state = read_state(self.resume_ckpt)
@@ -131,22 +133,26 @@ class Run:
 
         from .actors import Learner
         from .actors import MessageQueue
-        from .actors import RewardWorker
+        from .actors import RewardClient
         from .actors import Rollouter
 
         cfg, t = self.cfg, self.t
         reward = dict(cfg.reward)
         opts = {"max_restarts": t.max_restarts, "max_task_retries": 0, "num_cpus": 0}
         roll_cls = ray.remote(Rollouter).options(**opts)
-        reward_cls = ray.remote(RewardWorker).options(**opts)
+        client_cls = ray.remote(RewardClient).options(**opts)
         rollout = dataclasses.asdict(cfg.rollout)
         data = dataclasses.asdict(cfg.data)
         path, threads = self.prep.model_path, self._threads()
         self.rollouters = _Pool("rollouter", lambda: roll_cls.remote(
             path, rollout, data, reward, dtype=cfg.rollout.dtype, threads=threads, seed=t.seed),
             t.num_rollouters, t.max_restarts)
-        self.reward_workers = _Pool("reward_worker", lambda: reward_cls.remote(reward),
-                                    t.num_reward_workers, t.max_restarts)
+        # the reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
+        # (so that scoring overlaps generation and training); the pool heals its own workers
+        workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
+        self.reward_client = _Pool("reward_client", lambda: client_cls.remote(
+            reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step),
+            t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
@@ -164,8 +170,11 @@ class Run:
     def _infos(self) -> list[dict[str, Any]]:
         import ray
 
-        handles = [self.learner, *self.rollouters.handles, *self.reward_workers.handles]
-        return ray.get([h.info.remote() for h in handles], timeout=600)
+        handles = [self.learner, *self.rollouters.handles, *self.reward_client.handles]
+        infos = ray.get([h.info.remote() for h in handles], timeout=600)
+        for h in self.reward_client.handles:
+            infos += ray.get(h.workers.remote(), timeout=600)
+        return infos
 
     def _check_fingerprints(self, infos: list[dict[str, Any]]) -> None:
         from rewardhub.errors import UsageError
@@ -290,7 +299,7 @@ class Run:
             rollout = self._call(self.rollouters, 0, "generate", self._next_batch())
             self.counts["generated"] += rollout.num_samples
             self.stats.busy("rollouter", rollout.gen_s)
-            rollout = self._call(self.reward_workers, 0, "score", rollout)
+            rollout = self._call(self.reward_client, 0, "score", rollout)
             ray.get(self.queue.put.remote(rollout))
             item, dropped = ray.get(self.queue.get.remote(self.step))
             self._dropped(dropped)
@@ -314,7 +323,8 @@ class Run:
         queued = 0
         train: tuple[Any, Rollout, int] | None = None
         idle_roll = set(range(t.num_rollouters))
-        idle_rw = list(range(t.num_reward_workers))
+        # each reward client scores one batch at a time, spread over its pool's workers
+        idle_rw = list(range(len(self.reward_client.handles)))
         waiting_score: list[Rollout] = []
 
         def outstanding() -> int:
@@ -331,7 +341,7 @@ class Run:
             while waiting_score and idle_rw:
                 w = idle_rw.pop()
                 item = waiting_score.pop(0)
-                score[self.reward_workers.handles[w].score.remote(item)] = (w, item)
+                score[self.reward_client.handles[w].score.remote(item)] = (w, item)
             # 2. move scored rollouts into the queue in batch order
             while next_put in ready:
                 queued = ray.get(self.queue.put.remote(ready.pop(next_put)))
@@ -368,8 +378,8 @@ class Run:
                     try:
                         scored = ray.get(ref)
                     except _ACTOR_ERRORS:
-                        self.lost_calls["reward_worker"] += 1
-                        handle = self.reward_workers.failed(w)
+                        self.lost_calls["reward_client"] += 1
+                        handle = self.reward_client.failed(w)
                         score[handle.score.remote(item)] = (w, item)
                         continue
                     idle_rw.append(w)
@@ -415,6 +425,9 @@ class Run:
         totals = self._totals()
         workers = self._infos()
         self._check_fingerprints(workers)
+        counters = {"restarts": 0, "rescored_samples": 0}
+        for c in ray.get([h.counters.remote() for h in self.reward_client.handles]):
+            counters = {k: counters[k] + c[k] for k in counters}
         summary = {
             "mode": self.t.mode,
             "samples_generated": totals["generated"],
@@ -433,16 +446,22 @@ class Run:
             "driver_fingerprint": self.prep.fingerprint,
             "workers": [{k: w[k] for k in ("role", "node", "pid", "registry_fingerprint")}
                         for w in workers],
-            "restarts": {"rollouter": self.rollouters.restarts,
-                         "reward_worker": self.reward_workers.restarts},
+            "restarts": {"rollouter": self.rollouters.restarts, "reward_client": self.reward_client.restarts,
+                         "reward_worker": counters["restarts"]},
             "recreated": {"rollouter": self.rollouters.recreated,
-                          "reward_worker": self.reward_workers.recreated},
+                          "reward_client": self.reward_client.recreated},
+            "rescored_samples": counters["rescored_samples"],
             "lost_calls": dict(self.lost_calls),
             "reward_pids": sorted(self.stats.reward_pids),
             "model_path": self.prep.model_path,
             **self.stats.summary(),
         }
-        for h in [self.learner, self.queue, *self.rollouters.handles, *self.reward_workers.handles]:
+        for h in self.reward_client.handles:
+            try:
+                ray.get(h.close.remote(), timeout=60)
+            except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
+                pass
+        for h in [self.learner, self.queue, *self.rollouters.handles, *self.reward_client.handles]:
             try:
                 ray.kill(h, no_restart=True)
             except Exception:  # noqa: BLE001

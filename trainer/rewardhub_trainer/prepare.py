@@ -7,6 +7,7 @@ neither Ray nor the actors, so a bad config fails fast and cheaply.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,8 @@ def prepare(raw: Mapping[str, Any]) -> Prepared:
     from .rewards import validate_rewards
 
     cfg = parse_config(raw)
-    fingerprint = validate_rewards(cfg.reward)
+    reward, fingerprint = validate_rewards(cfg.reward)
+    cfg = dataclasses.replace(cfg, reward=reward)
     dataset = load_dataset(cfg.data)
     model_path = materialize(cfg.model)
     return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=fingerprint)

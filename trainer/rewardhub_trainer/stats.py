@@ -68,8 +68,7 @@ class StepStats:
              totals: Mapping[str, int], *, queue_size: int = 0) -> dict[str, Any]:
         now = time.perf_counter()
         self.trained_here += item.num_samples
-        if item.reward_pid is not None:
-            self.reward_pids.add(int(item.reward_pid))
+        self.reward_pids.update(int(p) for p in item.reward_pids)
         flat = [r for g in (item.rewards or []) for r in g]
         good = [r for r in flat if not math.isnan(r)]
         mean = _finite_mean(flat)

@@ -7,7 +7,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-__all__ = ["CGROUP_ROOT", "RunCgroup", "controller_usable", "pids_of_uid", "kill_pids"]
+__all__ = ["CGROUP_ROOT", "RunCgroup", "controller_usable", "pids_of_uid", "kill_pids", "tasks_of_uid"]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 _PARENT = "rewardhub-code"
@@ -44,8 +44,9 @@ def kill_pids(pids: Iterable[int]) -> int:
     return n
 
 
-def pids_of_uid(uid: int) -> list[int]:
-    """Pids of processes whose real, effective or saved uid is ``uid`` (scans ``/proc``)."""
+def pids_of_uid(uid: int | Iterable[int]) -> list[int]:
+    """Pids of processes whose real, effective or saved uid is ``uid`` (or one of them; scans ``/proc``)."""
+    wanted = {str(uid).encode()} if isinstance(uid, int) else {str(u).encode() for u in uid}
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -54,12 +55,23 @@ def pids_of_uid(uid: int) -> list[int]:
             with open(f"/proc/{name}/status", "rb") as fh:
                 for line in fh:
                     if line.startswith(b"Uid:"):
-                        if str(uid).encode() in line.split()[1:4]:
+                        if wanted.intersection(line.split()[1:4]):
                             out.append(int(name))
                         break
         except OSError:
             continue
     return out
+
+
+def tasks_of_uid(uid: int) -> int:
+    """How many threads run under real uid ``uid`` (what ``RLIMIT_NPROC`` counts)."""
+    n = 0
+    for pid in pids_of_uid(uid):
+        try:
+            n += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            continue
+    return n
 
 
 class RunCgroup:

@@ -26,7 +26,10 @@ _CLONE_NEWUTS = 0x04000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
+_MS_RDONLY = 1
 _MS_NOSUID = 2
+_MS_REMOUNT = 32
+_MS_BIND = 4096
 _MS_NODEV = 4
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -78,12 +81,24 @@ def _native(spec: dict) -> None:
                 with open(f"/proc/self/{name}", "w") as fh:
                     fh.write(text)
         _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /", ctypes)
+        # opened in the new mount namespace, before the tmpfs mounts cover them
+        bind_fds = [(d, os.open(d, os.O_PATH | os.O_DIRECTORY)) for d in spec.get("binds", ())]
         size = int(spec["tmpfs_bytes"])
         for d in spec["tmpfs"]:
             if os.path.isdir(d):
                 opts = f"size={size},mode=1777".encode()
                 _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts),
                        f"mount tmpfs on {d}", ctypes)
+        for d in spec.get("hide", ()):
+            _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1m,mode=0755"),
+                   f"mount tmpfs on {d}", ctypes)
+        for d, fd in bind_fds:  # e.g. the Python installation under a hidden /root
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            _check(libc.mount(f"/proc/self/fd/{fd}".encode(), d.encode(), None, _MS_BIND | _MS_REC, None),
+                   f"bind {d}", ctypes)
+            os.close(fd)
+            _check(libc.mount(None, d.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None),
+                   f"remount {d} read-only", ctypes)
     work = spec["cwd"]
     os.makedirs(work, mode=0o777, exist_ok=True)
     os.chmod(work, 0o777)
@@ -122,7 +137,9 @@ def main() -> None:
             _die(f"cannot join cgroup {procs}: {exc}")
     for key, value in spec.get("rlimits", {}).items():
         try:
-            resource.setrlimit(_LIMITS[key], (int(value), int(value)))
+            # CPU: SIGXCPU at the soft limit, SIGKILL a second later for a program that catches it
+            hard = int(value) + 1 if key == "cpu" else int(value)
+            resource.setrlimit(_LIMITS[key], (int(value), hard))
         except (OSError, ValueError) as exc:
             _die(f"setrlimit {key}={value}: {exc}")
     if spec["mode"] == "bwrap":

@@ -15,7 +15,7 @@ import random
 import tempfile
 import time
 
-__all__ = ["Slot", "acquire_slot", "lock_dir"]
+__all__ = ["Slot", "acquire_slot", "lock_dir", "try_slot"]
 
 
 def lock_dir() -> str:
@@ -50,6 +50,17 @@ class Slot:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def try_slot(uid: int) -> Slot | None:
+    """Lock ``uid``'s slot if no one holds it (without waiting), else ``None``."""
+    fd = os.open(os.path.join(lock_dir(), f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return Slot(uid, fd)
 
 
 def acquire_slot(uids: range, wait_s: float = 60.0) -> Slot:

@@ -3,10 +3,12 @@
 Every run gets a fresh session (process group), a private working directory on a size-limited
 tmpfs, resource limits (CPU time, address space, file size, open files, processes), a clean
 environment, a wall-clock deadline after which everything it started is killed, and capped
-stdout/stderr. As root it also gets its own unprivileged uid (one per concurrent run), a
-cgroup-v1 ``pids`` and ``memory`` group, and new network/PID/IPC/UTS/mount namespaces with a
-read-only root filesystem (through bubblewrap when installed, else natively). What is actually
-enforced on this machine is reported by :func:`isolation_report`; nothing is claimed that is not.
+stdout/stderr. As root it also gets its own unprivileged uid (one per concurrent run) and a
+cgroup-v1 ``pids`` and ``memory`` group. With bubblewrap it runs in new network/PID/IPC/UTS/mount
+namespaces on a read-only root filesystem; without it, the launcher's own network/IPC/UTS/mount
+namespaces (no PID namespace, root filesystem left writable to file permissions). What is
+actually enforced on this machine is reported by :func:`isolation_report`; nothing is claimed
+that is not.
 
 This module deliberately does not import ``rewardhub``.
 """
@@ -29,8 +31,9 @@ from typing import Any
 
 from . import _cgroup
 from ._slots import acquire_slot
+from ._slots import try_slot
 
-__all__ = ["SandboxConfig", "RunResult", "run_python", "isolation_report", "SANDBOX_CWD"]
+__all__ = ["SandboxConfig", "RunResult", "run_python", "isolation_report", "reap_stale", "SANDBOX_CWD"]
 
 #: the working directory programs see
 SANDBOX_CWD = "/tmp/sandbox"
@@ -51,10 +54,14 @@ class SandboxConfig:
     :param file_size_mb: largest file the program may write (``RLIMIT_FSIZE``).
     :param tmpfs_mb: size of the private working directory (and of each private tmpfs).
     :param max_output_bytes: cap per stream; a program writing more is killed.
-    :param python: interpreter for the program (default: the scoring one).
+    :param python: interpreter for the program (default: the base interpreter of the scoring one,
+        i.e. the same Python without the virtual environment's packages).
     :param uids: pool of unprivileged uids, one per concurrent run (root only).
     :param use_bwrap: ``None`` auto-detects bubblewrap; ``False`` uses the native launcher.
     :param use_cgroups: ``None`` auto-detects writable cgroup-v1 ``pids``/``memory`` hierarchies.
+    :param python_flags: interpreter options before the program (``-I``: isolated mode).
+    :param use_namespaces: ``False`` runs without any namespace (``plain`` mode: only for testing
+        the degraded path, or where namespaces are unavailable anyway).
     :param drop_privileges: run as a uid from ``uids`` when root (never turn off in production).
     :param hide_paths: directories replaced by an empty tmpfs inside the sandbox.
     """
@@ -66,10 +73,12 @@ class SandboxConfig:
     file_size_mb: int = 16
     tmpfs_mb: int = 64
     max_output_bytes: int = 1 << 20
-    python: str = sys.executable
+    python: str = ""
     uids: range = range(0x7A000000, 0x7A000000 + 64)
     use_bwrap: bool | None = None
     use_cgroups: bool | None = None
+    use_namespaces: bool | None = None
+    python_flags: tuple[str, ...] = ("-I",)
     drop_privileges: bool = True
     hide_paths: tuple[str, ...] = ("/root", "/home", "/mnt", "/srv", "/media")
 
@@ -108,7 +117,9 @@ def _bwrap_works(drop: bool) -> str | None:
     bwrap = shutil.which("bwrap", path=_PATH)
     if not bwrap:
         return None
-    argv = [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    # no user namespace: as root the uid drop below needs the host's uids mapped
+    argv = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--ro-bind", "/", "/",
+            "--proc", "/proc", "--dev", "/dev"]
     if drop and os.geteuid() == 0:
         setpriv = shutil.which("setpriv", path=_PATH)
         if not setpriv:
@@ -140,10 +151,11 @@ def _plan(config: SandboxConfig) -> dict[str, Any]:
     root = os.geteuid() == 0
     drop = root and config.drop_privileges
     cgroups = _cgroups_available() if config.use_cgroups is not False else ()
-    bwrap = _bwrap_works(drop) if config.use_bwrap is not False else None
+    want_bwrap = config.use_bwrap is not False and config.use_namespaces is not False
+    bwrap = _bwrap_works(drop) if want_bwrap else None
     if bwrap:
         mode = "bwrap"
-    elif _native_namespaces_work():
+    elif config.use_namespaces is not False and _native_namespaces_work():
         mode = "native"
     else:
         mode = "plain"
@@ -169,12 +181,12 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
         "clean_environment": True,
         "private_workdir": True,
         "unprivileged_uid": p["drop"],
-        "process_count_rlimit": p["drop"],
+        "process_count_rlimit": p["drop"] or not p["root"],
         "pids_cgroup": "pids" in p["cgroups"],
         "memory_cgroup": "memory" in p["cgroups"],
         "network_namespace": ns,
         "private_tmp": ns,
-        "read_only_root_fs": p["mode"] == "bwrap" or (ns and p["drop"]),
+        "read_only_root_fs": p["mode"] == "bwrap",
         "pid_namespace": p["mode"] == "bwrap",
         "ipc_uts_namespaces": ns,
     }
@@ -182,21 +194,75 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
     if not p["root"]:
         notes.append("not running as root: the program runs as the scoring user (it can signal the "
                      "scorer's other processes unless in a PID namespace), no per-run uid, no cgroups; "
-                     "RLIMIT_NPROC counts all of that user's processes, so it is not set")
+                     "RLIMIT_NPROC counts all of that user's threads, so it is set to the user's count "
+                     "at launch plus pids_max: shared by concurrent runs and the scorer's own threads")
     elif not p["drop"]:
         notes.append("drop_privileges=False: the program runs as root")
     if not p["cgroups"]:
         notes.append("no writable cgroup-v1 pids/memory hierarchy: no per-run process or total-memory "
                      "limit beyond rlimits")
     if p["mode"] == "native":
-        notes.append("bubblewrap not available: native namespaces (network, mount, IPC, UTS) without a "
-                     "PID namespace; the root filesystem is read-only only through file permissions "
-                     "of the unprivileged uid, world-writable directories get a private tmpfs")
+        notes.append("bubblewrap not used: native namespaces (network, mount, IPC, UTS) without a PID "
+                     "namespace; the root filesystem is not mounted read-only, so only file permissions "
+                     "keep the unprivileged uid from writing (world-writable directories get a "
+                     "private tmpfs)")
     if p["mode"] == "plain":
-        notes.append("namespaces unavailable: the program CAN use the network and write wherever its uid "
-                     "may write")
+        notes.append("no namespaces: the program CAN use the network (loopback included), see the host's "
+                     "/tmp and write wherever its uid may write")
     notes.append("files readable by 'other' (the installed Python, the repository) stay readable")
     return {"mode": p["mode"], "enforced": enforced, "notes": notes}
+
+
+# --------------------------------------------------------------------------- stale runs
+
+#: how often (seconds) a process looks for runs whose scorer died (see :func:`reap_stale`)
+REAP_EVERY_S = 30.0
+_last_reap = -REAP_EVERY_S
+
+
+def _workdir_prefix(uid: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"rhc-{uid}-")
+
+
+def _clean_slot(uid: int, cgroups: tuple[str, ...], *, scan: bool = True) -> None:
+    """Remove what an earlier holder of ``uid``'s slot left behind (the caller holds the slot).
+
+    :param scan: look for processes of ``uid`` in ``/proc`` (not needed when a pids cgroup holds them).
+    """
+    if scan and os.geteuid() == 0:
+        _cgroup.kill_pids(_cgroup.pids_of_uid(uid))
+    if cgroups:
+        _cgroup.RunCgroup(f"slot-{uid}", cgroups).destroy()
+    prefix = _workdir_prefix(uid)
+    base = os.path.dirname(prefix)
+    for name in os.listdir(base):
+        if name.startswith(os.path.basename(prefix)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def reap_stale(config: SandboxConfig | None = None) -> int:
+    """Clean up after runs whose scorer was killed mid-run (a reward worker past its timeout, say).
+
+    The programs themselves die with their scorer (bubblewrap's ``--die-with-parent``, and the
+    launcher's parent-death signal), but an empty cgroup and the working directory stay. For
+    every slot no one holds, this kills any process of its uid and removes its cgroups and
+    working directories. :func:`run_python` calls it every :data:`REAP_EVERY_S` seconds.
+
+    :returns: how many slots were checked.
+    """
+    global _last_reap
+    config = config or SandboxConfig()
+    _last_reap = time.monotonic()
+    cgroups = _cgroups_available() if config.use_cgroups is not False else ()
+    n = 0
+    for uid in config.uids:
+        slot = try_slot(uid)
+        if slot is None:
+            continue
+        with slot:
+            _clean_slot(uid, cgroups)
+            n += 1
+    return n
 
 
 # --------------------------------------------------------------------------- running
@@ -207,17 +273,45 @@ def _clean_env() -> dict[str, str]:
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+def _interpreter(config: SandboxConfig) -> tuple[str, str]:
+    """(interpreter path, installation prefix to make visible inside the sandbox)."""
+    if config.python:
+        path = os.path.realpath(config.python)
+        return path, os.path.dirname(os.path.dirname(path))
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(base), os.path.realpath(sys.base_prefix)
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Whether a uid with no special rights can execute ``path`` (every parent searchable)."""
+    d = os.path.dirname(path)
+    while True:
+        if not os.stat(d).st_mode & 0o001:
+            return False
+        if d == "/":
+            break
+        d = os.path.dirname(d)
+    return bool(os.stat(path).st_mode & 0o001)
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
 def _bwrap_argv(bwrap: str, config: SandboxConfig, workdir: str, files: list[str], uid: int | None,
                 inner: list[str]) -> list[str]:
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--ro-bind", "/", "/",
             "--dev", "/dev", "--proc", "/proc"]
     size = str(config.tmpfs_mb << 20)
-    python_dir = os.path.realpath(config.python)
+    _, prefix = _interpreter(config)
+    hidden = False
     for d in _TMPFS + tuple(config.hide_paths):
-        if os.path.isdir(d) and not python_dir.startswith(d.rstrip("/") + "/") \
-                and not os.path.abspath(config.python).startswith(d.rstrip("/") + "/"):
+        if os.path.isdir(d):
             argv += ["--perms", "1777" if d in _TMPFS else "0755", "--size", size, "--tmpfs", d]
+            hidden = hidden or _under(prefix, d)
+    if hidden:  # e.g. a pyenv Python under /root: bring back just the installation, read-only
+        argv += ["--ro-bind", prefix, prefix]
     argv += ["--perms", "0777", "--dir", SANDBOX_CWD]
     for name in files:
         argv += ["--ro-bind", os.path.join(workdir, name), f"{SANDBOX_CWD}/{name}"]
@@ -227,6 +321,31 @@ def _bwrap_argv(bwrap: str, config: SandboxConfig, workdir: str, files: list[str
         argv += [setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--no-new-privs",
                  "--inh-caps=-all", "--bounding-set=-all"]
     return argv + inner
+
+
+# The fast first stage for bubblewrap mode: a POSIX shell joins the cgroups (its pid is the one
+# that execs), then prlimit sets the limits and execs bubblewrap; no second Python start-up.
+_SH_LAUNCH = ('n=$1; shift; while [ "$n" -gt 0 ]; do printf %s "$$" > "$1" || '
+              '{ echo "rhc-launch: cannot join cgroup $1" >&2; exit 125; }; '
+              'shift; n=$((n-1)); done; exec "$@"')
+_TOOL_ERRORS = ("bwrap: ", "setpriv: ", "prlimit: ")
+_PRLIMIT_FLAGS = {"cpu": "--cpu", "as": "--as", "fsize": "--fsize", "nproc": "--nproc", "nofile": "--nofile",
+                  "core": "--core", "stack": "--stack"}
+
+
+def _shell_launch(spec: dict[str, Any]) -> list[str] | None:
+    """argv for the shell launcher, or ``None`` (native/plain modes, or no ``prlimit``: the Python one)."""
+    prlimit = shutil.which("prlimit", path=_PATH)
+    sh = shutil.which("sh", path=_PATH)
+    if spec["mode"] != "bwrap" or not prlimit or not sh:
+        return None
+    limits = []
+    for key, value in spec["rlimits"].items():
+        hard = int(value) + 1 if key == "cpu" else int(value)  # SIGXCPU first, SIGKILL a second later
+        limits.append(f"{_PRLIMIT_FLAGS[key]}={int(value)}:{hard}")
+    cgroups = list(spec["cgroups"])
+    return [sh, "-c", _SH_LAUNCH, "rhc-launch", str(len(cgroups)), *cgroups, prlimit, *limits, "--",
+            *spec["argv"]]
 
 
 def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[bytes, bytes, str | None]:
@@ -278,6 +397,8 @@ def _kill_everything(proc: subprocess.Popen[bytes], cg: _cgroup.RunCgroup | None
         pass
     if cg is not None:
         cg.kill_all()
+        if "pids" in cg.paths:
+            return  # every process of the run is in its pids group (an unprivileged uid cannot leave it)
     if uid is not None:
         for _ in range(50):
             if not _cgroup.kill_pids(_cgroup.pids_of_uid(uid)):
@@ -300,13 +421,15 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"bad sandbox file name {name!r}")
     started = time.monotonic()
+    if started - _last_reap > REAP_EVERY_S:
+        reap_stale(config)
     slot = acquire_slot(config.uids)
     uid = slot.uid if plan["drop"] else None
     cg: _cgroup.RunCgroup | None = None
-    workdir = tempfile.mkdtemp(prefix="rhc-")
+    # anything a killed earlier holder of this slot left behind (its cgroup is emptied below)
+    _clean_slot(slot.uid, (), scan="pids" not in plan["cgroups"])
+    workdir = tempfile.mkdtemp(prefix=os.path.basename(_workdir_prefix(slot.uid)))
     try:
-        if uid is not None:  # anything a crashed earlier holder of this uid left behind
-            _cgroup.kill_pids(_cgroup.pids_of_uid(uid))
         if plan["cgroups"]:
             cg = _cgroup.RunCgroup(f"slot-{slot.uid}", plan["cgroups"])
             cg.create(pids_max=config.pids_max, memory_bytes=config.memory_mb << 20)
@@ -321,21 +444,33 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
                    "nofile": 256, "core": 0}
         if uid is not None:
             rlimits["nproc"] = config.pids_max
-        inner = [config.python, "-I", main, *args]
+        elif not plan["root"]:  # bounds a fork bomb to about pids_max more tasks of this user
+            rlimits["nproc"] = _cgroup.tasks_of_uid(os.getuid()) + config.pids_max
+        inner = [_interpreter(config)[0], *config.python_flags, main, *args]
         env = _clean_env()
         spec: dict[str, Any] = {"mode": plan["mode"], "cgroups": cg.procs_files if cg else [],
                                 "rlimits": rlimits, "env": env}
         if plan["mode"] == "bwrap":
             spec["argv"] = _bwrap_argv(plan["bwrap"], config, workdir, list(files), uid, inner)
         else:
+            prefix = _interpreter(config)[1]
+            hide = [d for d in config.hide_paths if os.path.isdir(d)]
             spec.update(namespaces=plan["mode"] == "native", workdir=workdir, cwd=SANDBOX_CWD,
-                        files=list(files), tmpfs=[d for d in _TMPFS if os.path.isdir(d)],
+                        files=list(files), tmpfs=[d for d in _TMPFS if os.path.isdir(d)], hide=hide,
+                        binds=[prefix] if any(_under(prefix, d) for d in hide) else [],
                         tmpfs_bytes=config.tmpfs_mb << 20, uid=uid, gid=uid, parent=os.getpid(),
                         argv=inner)
             if plan["mode"] == "plain":
                 spec["cwd"] = os.path.join(workdir, "sandbox")
+                os.chmod(workdir, 0o711)
+                if uid is not None and not _reachable_by_others(inner[0]):
+                    return RunResult(status="sandbox_error", stderr=(
+                        f"rhc-sandbox: interpreter {inner[0]!r} is not readable by other users, and without "
+                        "namespaces it cannot be mounted in: set local.python (SandboxConfig.python) to one "
+                        "that is, e.g. /usr/bin/python3"), extra={"mode": "plain"})
+        launch = _shell_launch(spec) or [sys.executable, "-I", "-S", _LAUNCH, json.dumps(spec)]
         with open(stdin_path, "rb") as fin:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", _LAUNCH, json.dumps(spec)], stdin=fin,
+            proc = subprocess.Popen(launch, stdin=fin,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                     cwd=workdir, start_new_session=True, close_fds=True)
         try:
@@ -352,6 +487,8 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
         oom = bool(cg and cg.memory_events())
         if reason is None and rc == 125 and stderr.startswith("rhc-launch:"):
             status = "sandbox_error"
+        elif reason is None and rc != 0 and plan["mode"] == "bwrap" and stderr.startswith(_TOOL_ERRORS):
+            status = "sandbox_error"  # bubblewrap, setpriv or prlimit refused before the program started
         elif reason:
             status = reason
         elif rc == 0:

@@ -92,3 +92,17 @@ def math_verify(*, response: str, ground_truth: Any, prompt: Any = None, data_so
         return {"score": 0.0, "extracted": 0.0}
     ok = mv.verify(gold, pred, timeout_seconds=None)
     return {"score": 1.0 if ok else 0.0, "extracted": 1.0}
+
+
+def _warm_up() -> None:
+    """Run a few checks at import: math-verify builds its parser caches on first use (~0.1 s),
+    and a worker forked after this import starts with them built instead of paying it again."""
+    for response, gold in (("so \\boxed{\\frac{1}{2}}", "0.5"), ("Answer: 17", "#### 17"),
+                           ("The value is $\\frac{8}{2}$", "4")):
+        try:
+            math_verify(response=response, ground_truth=gold)
+        except Exception:  # noqa: BLE001 - warming up is best effort
+            pass
+
+
+_warm_up()

@@ -1,0 +1,44 @@
+"""The code reward on Ray reward workers (a real local Ray cluster): hostile programs included."""
+
+from __future__ import annotations
+
+import pytest
+from code_tasks import TASKS
+from code_tasks import fenced
+from rewardhub_code import sandbox
+
+from rewardhub.execution import Runner
+
+ray = pytest.importorskip("ray")
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+@pytest.fixture(scope="module")
+def local_ray():
+    assert not ray.is_initialized(), "another test left Ray running"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+def test_a_batch_on_ray_reward_workers(local_ray):
+    hostile = ["while True:\n    pass", "x = bytearray(10 << 30)",
+               "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)"]
+    if sandbox.isolation_report()["enforced"]["pids_cgroup"]:
+        hostile.append("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
+    samples = []
+    for _, gt, good, bad in TASKS[:3] + TASKS[-2:]:
+        samples += [{"response": fenced(good), "ground_truth": gt, "extra_info": {"want": 1.0}},
+                    {"response": fenced(bad), "ground_truth": gt, "extra_info": {"want": 0.0}}]
+    samples += [{"response": fenced(p), "ground_truth": ["assert add(1, 2) == 3"], "extra_info": {"want": 0.0}}
+                for p in hostile]
+    cfg = {"rewards": [{"name": "code_tests", "executor": "ray", "kwargs": {"all_or_nothing": True}}],
+           "sandbox": {"timeout_s": 1.5}, "workers": {"num_workers": 2}}
+    with Runner.from_config(cfg) as runner:
+        res = runner.score(samples)
+        again = runner.score(samples[:2])  # the same workers are still there and still score
+    assert [e for e in res.errors if e] == []
+    assert res.scores == [s["extra_info"]["want"] for s in samples]
+    assert again.scores == [1.0, 0.0]
+    ran_on = {e["code_tests"]["backend"] for e in res.extra}
+    assert ran_on == {"local"}

@@ -1,0 +1,7 @@
+"""Model-backed rewards for rewardhub: a discriminative reward model and a generative judge."""
+
+from __future__ import annotations
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"

@@ -1,0 +1,195 @@
+"""One term's results on one batch, stored column-wise: values in a list, everything rare in sparse dicts."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
+
+from ._outcome import ERROR
+from ._outcome import NOT_APPLICABLE
+from ._outcome import OK
+from ._outcome import TIMEOUT
+from ._outcome import Outcome
+from ._outcome import check_value
+
+__all__ = ["Column", "column_metrics", "stats"]
+
+#: above this many values, std is taken in one pass (last-bit rounding may differ from two passes)
+_ONE_PASS_FROM = 10_000
+
+
+class Column:
+    """What one term gave each sample of a batch.
+
+    ``values[i]`` is the score (``None``: not applicable, or dropped after a failure). Samples
+    missing from ``status`` are ``ok``; ``errors``, ``extra`` and ``attempts`` hold only the
+    samples that have one. ``runs`` lists ``(seconds per sample, samples)`` for every timed call
+    or block of calls (what the latency percentiles are taken over).
+    """
+
+    __slots__ = ("values", "status", "errors", "extra", "latency", "runs", "attempts")
+
+    def __init__(self, n: int) -> None:
+        self.values: list[float | None] = [None] * n
+        self.status: dict[int, str] = {}
+        self.errors: dict[int, str] = {}
+        self.extra: dict[int, dict[str, Any]] = {}
+        self.latency: list[float] = [0.0] * n
+        self.runs: list[tuple[float, int]] = []
+        self.attempts: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    # ---- filling ------------------------------------------------------------------------
+    def not_applicable(self, indices: Iterable[int]) -> None:
+        for i in indices:
+            self.status[i] = NOT_APPLICABLE
+
+    def put(self, i: int, raw: Any, reward: str, latency: float, attempts: int = 1) -> None:
+        """Check one returned value and store it (anything but a finite score is an error)."""
+        o = check_value(raw, reward, i)
+        self.values[i] = o.value
+        if o.status != OK:
+            self.status[i] = o.status
+        if o.error is not None:
+            self.errors[i] = o.error
+        if o.extra:
+            self.extra[i] = o.extra
+        self.latency[i] = latency
+        self.runs.append((latency, 1))
+        if attempts != 1:
+            self.attempts[i] = attempts
+
+    def fail(self, i: int, status: str, error: str, latency: float, attempts: int = 1) -> None:
+        self.values[i] = None
+        self.status[i] = status
+        self.errors[i] = error
+        self.latency[i] = latency
+        self.runs.append((latency, 1))
+        if attempts != 1:
+            self.attempts[i] = attempts
+
+    def put_outcome(self, i: int, o: Outcome) -> None:
+        self.values[i] = o.value
+        if o.status != OK:
+            self.status[i] = o.status
+        if o.error is not None:
+            self.errors[i] = o.error
+        if o.extra:
+            self.extra[i] = o.extra
+        self.latency[i] = o.latency_s
+        if o.attempts != 1:
+            self.attempts[i] = o.attempts
+        if o.status != NOT_APPLICABLE or o.latency_s:
+            self.runs.append((o.latency_s, 1))
+
+    @classmethod
+    def from_outcomes(cls, outs: Sequence[Outcome]) -> Column:
+        col = cls(len(outs))
+        for i, o in enumerate(outs):
+            col.put_outcome(i, o)
+        return col
+
+    def outcomes(self) -> list[Outcome]:
+        st, er, ex, at, lat = self.status, self.errors, self.extra, self.attempts, self.latency
+        return [Outcome(v, st.get(i, OK), ex.get(i, {}), er.get(i), lat[i], at.get(i, 1))
+                for i, v in enumerate(self.values)]
+
+    def extend(self, other: Column) -> None:
+        """Append another batch's column (indices shift by this one's length)."""
+        off = len(self.values)
+        self.values.extend(other.values)
+        self.latency.extend(other.latency)
+        self.runs.extend(other.runs)
+        for mine, theirs in ((self.status, other.status), (self.errors, other.errors),
+                             (self.extra, other.extra), (self.attempts, other.attempts)):
+            mine.update({i + off: v for i, v in theirs.items()})  # type: ignore[attr-defined]
+
+    # ---- policy -------------------------------------------------------------------------
+    def failures(self) -> list[int]:
+        return sorted(i for i, s in self.status.items() if s in (ERROR, TIMEOUT))
+
+    def has_none(self) -> bool:
+        """Whether some value is ``None`` (not applicable or dropped)."""
+        values = self.values
+        return any(values[i] is None for i in self.status)
+
+
+def _runs_percentile(runs: list[tuple[float, int]], q: float) -> float:
+    """Linear-interpolated percentile of values given as (value, count) runs."""
+    total = sum(c for _, c in runs)
+    if not total:
+        return math.nan
+    k = (total - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    found: dict[int, float] = {}
+    seen = 0
+    for value, count in sorted(runs):
+        while len(found) < 2 and (lo if not found else hi) < seen + count:
+            found[len(found)] = value
+        seen += count
+        if len(found) == 2:
+            break
+    a, b = found[0], found.get(1, found[0])
+    return a if lo == hi else a + (b - a) * (k - lo)
+
+
+def stats(values: list[Any], may_have_none: bool = True) -> tuple[float, float, int]:
+    """Mean and (population) std of the non-None values, NaN skipped; and how many are not None."""
+    vals = [v for v in values if v is not None] if may_have_none else values
+    count = len(vals)
+    if not count:
+        return math.nan, math.nan, 0
+    try:
+        total = sum(vals)
+    except TypeError:
+        total = math.nan
+    if not math.isfinite(total):  # NaN (or inf) among them: take the finite way
+        finite = [float(v) for v in vals if not math.isnan(v)]
+        if not finite:
+            return math.nan, math.nan, count
+        mean = math.fsum(finite) / len(finite)
+        return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / len(finite)), count
+    mean = total / count
+    if count > _ONE_PASS_FROM:  # one pass in C (hypot is the root of the sum of squares)
+        var = math.hypot(*vals) ** 2 / count - mean * mean
+        if var > 1e-9 * mean * mean and var != math.inf:
+            return mean, math.sqrt(var), count
+    # two passes: exact to the last bits, and safe from cancellation
+    var = sum(d * d for d in map(operator.sub, vals, repeat(mean, count))) / count
+    return mean, math.sqrt(max(var, 0.0)), count
+
+
+def column_metrics(name: str, col: Column, precomputed: tuple[float, float, int] | None = None) -> dict[str, float]:
+    """Flat ``rewards/<name>/<metric>`` values: mean, std, count, errors, timeouts, latency p50/p99.
+
+    ``mean``/``std``/``count`` cover the values the samples got (failure values included, NaN
+    skipped); latencies are seconds per call; numeric extra keys are averaged over ok samples.
+    """
+    mean, std, count = precomputed or stats(col.values, col.has_none())
+    statuses = list(col.status.values())
+    m: dict[str, float] = {
+        "mean": mean,
+        "std": std,
+        "count": float(count),
+        "errors": float(statuses.count(ERROR)),
+        "timeouts": float(statuses.count(TIMEOUT)),
+        "latency_p50": _runs_percentile(col.runs, 50),
+        "latency_p99": _runs_percentile(col.runs, 99),
+    }
+    extras: dict[str, list[float]] = {}
+    for i, ex in col.extra.items():
+        if i in col.status:
+            continue
+        for k, v in ex.items():
+            if isinstance(v, (int, float)):
+                extras.setdefault(str(k), []).append(float(v))
+    for k, vs in extras.items():
+        if k not in m:
+            m[k] = sum(vs) / len(vs)
+    return {f"rewards/{name}/{k}": v for k, v in m.items()}

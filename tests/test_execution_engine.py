@@ -1,0 +1,241 @@
+"""The engine's newer parts: the inline fast path, chunked process pool (take-back, spares,
+overlapping timeouts, workers that die with their parent), and the ``reward.sandbox`` contract."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rewardhub.errors import RewardExecutionError
+from rewardhub.errors import UsageError
+from rewardhub.execution import Runner
+
+REWARDS = '''
+import math, os, time
+from rewardhub.decorator import reward
+
+def plain(*, response, **kwargs):
+    if response == "raise":
+        raise RuntimeError("boom")
+    if response == "int":
+        return 2
+    if response == "bool":
+        return True
+    if response == "nan":
+        return math.nan
+    if response == "none":
+        return None
+    if response == "dict":
+        return {"score": 0.5, "n": 3}
+    return float(len(response))
+
+def needs_gt(*, ground_truth, **kwargs):
+    return 1.0 if ground_truth else 0.0
+
+def scaled(*, response, factor=1.0):
+    return factor * len(response)
+
+def verl(data_source, solution_str, ground_truth, extra_info=None):
+    return 1.0 if solution_str == ground_truth else 0.0
+
+def flaky_once(*, response, extra_info, **kwargs):
+    path = extra_info["counter"]
+    first = not os.path.exists(path)
+    open(path, "a").close()
+    if first:
+        raise RuntimeError("first call fails")
+    return 1.0
+
+def sleepy(*, response, **kwargs):
+    if response.startswith("sleep:"):
+        time.sleep(float(response[6:]))
+    elif response == "hang":
+        while True:
+            time.sleep(1)
+    return 1.0
+
+def hang_with_pidfile(*, response, extra_info, **kwargs):
+    with open(extra_info["pidfile"], "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+@reward(name="sandboxed", capabilities=("sandbox",))
+def sandboxed(*, response, sandbox=None, **kwargs):
+    return {"score": 1.0, "has_sandbox": float(sandbox is not None),
+            "max_concurrent": float((sandbox or {}).get("max_concurrent", -1))}
+'''
+
+
+@pytest.fixture
+def rfile(tmp_path):
+    path = tmp_path / "engine_rewards.py"
+    path.write_text(REWARDS)
+    return str(path)
+
+
+def term(rfile, function, **kw):
+    return {"path": rfile, "function": function, **kw}
+
+
+def samples_of(*responses, **info):
+    return [{"prompt": "p", "response": r, "ground_truth": "g", "data_source": "d", "extra_info": dict(info)}
+            for r in responses]
+
+
+def score(terms, batch, **cfg):
+    with Runner.from_config({"rewards": terms, **cfg}) as r:
+        return r.score(batch), r
+
+
+# ---- the inline fast path -------------------------------------------------------------------
+def test_fast_path_values_failures_and_extras(rfile):
+    res, _ = score([term(rfile, "plain")], samples_of("abc", "raise", "int", "bool", "nan", "none", "dict", "xy"))
+    assert res.rewards[0]["plain"] == 3.0 and res.rewards[7]["plain"] == 2.0
+    assert res.rewards[2]["plain"] == 2.0 and type(res.rewards[2]["plain"]) is float
+    assert res.rewards[3]["plain"] == 1.0 and type(res.rewards[3]["plain"]) is float
+    assert res.rewards[1]["plain"] == 0.0 and "reward 'plain' on sample 1: RuntimeError: boom" in res.errors[1]["plain"]
+    assert res.rewards[4]["plain"] == 0.0 and "returned nan" in res.errors[4]["plain"]
+    assert res.rewards[5]["plain"] is None and res.scores[5] is None
+    assert res.extra[6] == {"plain": {"n": 3}}
+    m = res.metrics
+    assert m["rewards/plain/errors"] == 2.0 and m["rewards/plain/count"] == 7.0 and m["rewards/plain/n"] == 3.0
+    assert len(res.scores) == 8
+
+
+def test_fast_path_matches_the_general_path(rfile):
+    batch = samples_of(*[f"{'x' * (i % 5)}" for i in range(300)], "raise", "none", "dict")
+    fast, _ = score([term(rfile, "plain", weight=2.0)], batch)
+    slow, _ = score([term(rfile, "plain", weight=2.0, executor="thread", max_concurrency=1)], batch)
+    assert fast.scores == slow.scores and fast.rewards == slow.rewards and fast.extra == slow.extra
+    assert fast.errors == slow.errors
+    for key in ("mean", "std", "count", "errors", "timeouts"):
+        a, b = fast.metrics[f"rewards/plain/{key}"], slow.metrics[f"rewards/plain/{key}"]
+        assert a == pytest.approx(b), key
+    assert fast.metrics["reward/mean"] == pytest.approx(slow.metrics["reward/mean"])
+
+
+def test_fast_path_optional_fields_missing_and_bad_samples(rfile):
+    res, _ = score([term(rfile, "plain")], [{"response": "abcd"}, {"response": "a", "prompt": "p"}])
+    assert res.scores == [4.0, 1.0]
+    res, _ = score([term(rfile, "needs_gt")], [{"response": "x", "ground_truth": "g"}, {"response": "y"}])
+    assert res.scores == [1.0, 0.0]
+    with pytest.raises(UsageError, match=r"sample 1 has no 'response'"):
+        score([term(rfile, "needs_gt")], [{"response": "x", "ground_truth": "g"}, {"ground_truth": "g"}])
+    with pytest.raises(UsageError, match=r"sample 0 is a str, not a mapping"):
+        score([term(rfile, "plain")], ["just text"])
+
+
+def test_fast_path_kwargs_verl_retries_and_raise(rfile, tmp_path):
+    res, _ = score([term(rfile, "scaled", kwargs={"factor": 0.5})], samples_of("abcd"))
+    assert res.scores == [2.0]
+    res, _ = score([term(rfile, "verl")], [{"response": "g", "ground_truth": "g"}, {"response": "h", "ground_truth": "g"}])
+    assert res.scores == [1.0, 0.0]
+    res, _ = score([term(rfile, "flaky_once", retries=1)], samples_of("a", counter=str(tmp_path / "c")))
+    assert res.scores == [1.0] and res.outcomes["flaky_once"][0].attempts == 2
+    with pytest.raises(RewardExecutionError, match=r"reward 'plain' on sample 2: RuntimeError: boom"):
+        score([term(rfile, "plain", on_failure="raise")], samples_of("a", "b", "raise"))
+
+
+# ---- the process pool -------------------------------------------------------------------------
+def test_calls_behind_a_slow_one_are_not_held_up(rfile):
+    """One worker; a call that sleeps 3 s: the calls queued behind it go to a spare worker."""
+    batch = samples_of("sleep:3", *["x"] * 30)
+    start = time.monotonic()
+    seen: list[float] = []
+    with Runner.from_config({"rewards": [term(rfile, "sleepy", executor="process", max_concurrency=1)]}) as r:
+        res = r.score(batch, progress=lambda done, total: seen.append(time.monotonic() - start))
+        pool = r._pool
+        assert res.scores == [1.0] * 31 and res.errors == [{}] * 31  # the slow one was not killed
+        assert pool.taken_back >= 1 and pool.spares_started >= 1
+    # every fast call was done well before the slow one ended
+    assert len(seen) >= 30 and seen[29] < 2.5
+
+
+def test_timeouts_overlap(rfile):
+    """Six calls that hang, timeout 1 s, two workers: spares run them side by side, not 6 s in a row."""
+    batch = samples_of(*(["hang", "x", "x"] * 6))
+    start = time.monotonic()
+    res, _ = score([term(rfile, "sleepy", executor="process", timeout_s=1, max_concurrency=2)], batch)
+    took = time.monotonic() - start
+    assert res.metrics["rewards/sleepy/timeouts"] == 6.0
+    assert res.scores == [0.0, 1.0, 1.0] * 6
+    assert took < 4.5, took
+
+
+def test_workers_die_with_their_parent(rfile, tmp_path):
+    """A scoring process killed with SIGKILL leaves no worker behind (its hung worker included)."""
+    pidfile = tmp_path / "pid"
+    script = textwrap.dedent(f"""
+        from rewardhub.execution import Runner
+        r = Runner.from_config({{"rewards": [{{"path": {rfile!r}, "function": "hang_with_pidfile",
+                                               "executor": "process", "timeout_s": 600}}]}})
+        r.score([{{"response": "x", "extra_info": {{"pidfile": {str(pidfile)!r}}}}}])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = int(pidfile.read_text())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(worker)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_results_come_back_in_order_with_many_chunks(rfile):
+    batch = samples_of(*["x" * (i % 9) for i in range(2000)])
+    res, _ = score([term(rfile, "plain", executor="process", max_concurrency=2)], batch)
+    assert res.scores == [float(i % 9) for i in range(2000)]
+
+
+# ---- reward.sandbox --------------------------------------------------------------------------
+def test_sandbox_settings_reach_rewards_with_the_capability(rfile):
+    cfg = {"sandbox": {"url": None, "max_concurrent": 3, "memory_limit_mb": 512, "timeout_s": 5,
+                       "language": "python"}}
+    res, r = score([term(rfile, "sandboxed"), term(rfile, "plain")], samples_of("ab"), **cfg)
+    assert res.extra[0]["sandboxed"] == {"has_sandbox": 1.0, "max_concurrent": 3.0}
+    assert "sandbox" not in r.terms[1].kwargs  # only rewards with the capability get it
+    assert r.terms[0].kwargs["sandbox"] == cfg["sandbox"]
+    # the term's own kwargs win
+    res, _ = score([term(rfile, "sandboxed", kwargs={"sandbox": {"max_concurrent": 9}})], samples_of("ab"), **cfg)
+    assert res.extra[0]["sandboxed"]["max_concurrent"] == 9.0
+    # and it reaches a process worker too
+    res, _ = score([term(rfile, "sandboxed", executor="process")], samples_of("ab"), **cfg)
+    assert res.extra[0]["sandboxed"]["max_concurrent"] == 3.0
+    # no section: no keyword
+    res, _ = score([term(rfile, "sandboxed")], samples_of("ab"))
+    assert res.extra[0]["sandboxed"]["has_sandbox"] == 0.0
+
+
+def test_sandbox_from_the_loaded_config(rfile, tmp_path):
+    from rewardhub.config import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {rfile}\n      function: sandboxed\n"
+                   "  sandbox:\n    max_concurrent: 4\n")
+    with Runner.from_config(load_config(str(cfg)).reward) as r:
+        sb = r.terms[0].kwargs["sandbox"]
+        res = r.score(samples_of("x"))
+    assert type(sb) is dict and sb["max_concurrent"] == 4 and "url" in sb and "memory_limit_mb" in sb
+    assert not math.isnan(res.scores[0])
+    assert os.path.exists(rfile)

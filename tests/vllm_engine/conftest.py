@@ -1,0 +1,71 @@
+"""Fixtures of the vLLM engine's tests: tiny random models (built offline) and one shared engine.
+
+Every test here is skipped, with the import error as the reason, where ``vllm`` does not import
+(the main ``.venv``); ``bash scripts/install-vllm.sh VENV`` makes a venv where they run.
+vLLM's CPU attention needs head sizes of at least 32, so the tiny models use hidden_size 128 with
+4 heads (the trainer's default tiny model has head size 16).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# vLLM reads its logging level when it is first imported (by vllm_available() below)
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+from rewardhub_trainer.vllm_engine import vllm_available  # noqa: E402
+
+VLLM_MISSING = vllm_available()
+#: the tiny models: 2 layers, hidden 128, 4 query / 2 key-value heads (head size 32)
+TINY = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 512}
+
+
+#: warnings that vLLM's start-up raises from code we do not control (each names its module)
+THIRD_PARTY_NOISE = (
+    "ignore::DeprecationWarning:torch.jit._script",  # torch.utils.mkldnn, imported by inductor
+    "ignore::FutureWarning:vllm.triton_utils.dispatcher",  # torch.distributed.reduce_op
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    skip = pytest.mark.skip(reason=f"{VLLM_MISSING}; run scripts/install-vllm.sh VENV and "
+                                   "VENV/bin/pytest tests/vllm_engine")
+    for item in items:
+        if here not in Path(str(item.fspath)).parents:
+            continue
+        if VLLM_MISSING is not None:
+            item.add_marker(skip)
+        for noise in THIRD_PARTY_NOISE:
+            item.add_marker(pytest.mark.filterwarnings(noise))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """arch -> folder of a seeded random model, built through the trainer's own materialize()."""
+    from rewardhub_trainer.config import ModelConfig
+    from rewardhub_trainer.models import materialize
+
+    cache = tmp_path_factory.mktemp("vllm-models")
+    old = os.environ.get("REWARDHUB_CACHE")
+    os.environ["REWARDHUB_CACHE"] = str(cache)
+    try:
+        return {arch: materialize(ModelConfig(tiny={"arch": arch, **TINY}))
+                for arch in ("qwen2", "llama")}
+    finally:
+        if old is None:
+            os.environ.pop("REWARDHUB_CACHE", None)
+        else:
+            os.environ["REWARDHUB_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_models):
+    """One in-process VLLMEngine on the tiny Qwen2 for the whole session (start-up ~10-20 s)."""
+    from rewardhub_trainer.vllm_engine import VLLMEngine
+
+    return VLLMEngine(tiny_models["qwen2"], max_model_len=256, kv_cache_bytes=32 * 2**20)
