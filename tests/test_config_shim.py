@@ -19,7 +19,7 @@ from rewardhub.config.shim import migrate
 from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "legacy-examples"
+SHARED = Path(__file__).resolve().parent / "data" / "legacy-examples"  # a copy of ../shared/legacy-examples
 OWN = Path(__file__).resolve().parent / "data" / "legacy"
 
 

@@ -18,7 +18,7 @@ from rewardhub.config.overrides import shell_words
 from rewardhub.config.shim import is_legacy_key
 from rewardhub.config.shim import migrate
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "legacy-examples"
+SHARED = Path(__file__).resolve().parent / "data" / "legacy-examples"  # a copy of ../shared/legacy-examples
 
 VERL_REWARD = '''\
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
