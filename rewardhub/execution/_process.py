@@ -115,12 +115,21 @@ def _die_with_parent() -> None:
         pass
 
 
+def _single_threaded_torch() -> None:
+    """A forked worker of a parent that has run torch ops must keep torch to one thread: torch's
+    OpenMP thread pool does not survive fork, and a child that uses more threads hangs for ever."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(1)
+
+
 def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
     """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
     parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
     os.setpgrp()  # its own process group, so a kill takes whatever it started
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _single_threaded_torch()
     invokers: dict[str, Any] = {}
     clock = time.perf_counter
     while True:

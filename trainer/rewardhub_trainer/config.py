@@ -259,7 +259,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
 
         reason = vllm_available()
         if reason:
-            raise UsageError(f"rollout.engine=vllm but {reason}\n"
+            raise UsageError(f"rollout.engine: vllm was asked for but {reason}\n"
                              "run `bash scripts/install-vllm.sh .venv-vllm` and train from that venv, or use "
                              "rollout.engine=transformers")
     _require(rollout.n >= 2, "rollout.n", "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)")
