@@ -473,7 +473,8 @@ class _Migration:
         self.terms.append({"name": "reward_model"})
         self.report.notes.append(f"{enable[1]}=true and no custom reward function: the reward model scores every "
                                  f"sample (reward.rewards[{len(self.terms) - 1}] {{name: reward_model}}, from "
-                                 "rewardhub-models)")
+                                 "rewardhub-models), on Ray reward workers of the pool reward.reward_model.pool "
+                                 "(give the term executor: inline to score in-process)")
 
     def _overlong(self) -> None:
         cfg_keys = {k: v for k, v in self.kwargs.items() if k.startswith("overlong_buffer_cfg.")}

@@ -73,6 +73,8 @@ class Term:
     data_sources: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     adapter: str = "auto"
+    #: for ``executor: ray``: the Ray pool it runs on (``None``: ``reward.workers``' pool)
+    pool: str | None = None
 
     @property
     def routed(self) -> bool:
@@ -157,7 +159,8 @@ class Runner:
     """
 
     def __init__(self, terms: Sequence[Term], aggregation: str = "weighted_sum", *,
-                 process_workers: int | None = None, ray_options: Mapping[str, Any] | None = None) -> None:
+                 process_workers: int | None = None, ray_options: Mapping[str, Any] | None = None,
+                 ray_pools: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         if aggregation not in AGGREGATIONS:
             raise UsageError(f"reward.aggregation={aggregation!r} is not valid\nallowed: {', '.join(AGGREGATIONS)}")
         names = [t.name for t in terms]
@@ -169,7 +172,9 @@ class Runner:
         self._process_workers = process_workers
         self._pool: ProcessPool | None = None
         self._ray_options = dict(ray_options or {})
-        self._ray: Any = None
+        #: options of the Ray pools that terms name (``Term.pool``), over ``ray_options``
+        self._ray_pools = {k: dict(v) for k, v in (ray_pools or {}).items()}
+        self._ray: dict[str | None, Any] = {}  # pool name -> RayExecutor
         self.abandoned_threads = 0
 
     # ---- construction -----------------------------------------------------------------
@@ -193,7 +198,16 @@ class Runner:
         plugins = _get(reward_cfg, "plugins")
         if plugins is not None:  # reward workers rebuild the registry from the same plugin sources
             ray_options["plugins"] = _plain(plugins)
-        return cls(terms, _get(reward_cfg, "aggregation", "weighted_sum"), ray_options=ray_options, **kwargs)
+        ray_pools = {}
+        if rm and rm.get("enable"):
+            rm_pool = reward_model_pool(rm, ray_options)
+            for term, term_cfg in zip(terms, terms_cfg):
+                if "reward_model" in term.spec.capabilities and _get(_plain(term_cfg), "executor") is None:
+                    term.policy = term.policy.merged(executor="ray")
+                    term.pool = rm_pool["pool"]
+                    ray_pools[term.pool] = rm_pool
+        return cls(terms, _get(reward_cfg, "aggregation", "weighted_sum"), ray_options=ray_options,
+                   ray_pools=ray_pools, **kwargs)
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None) -> ScoreResult:
@@ -303,11 +317,14 @@ class Runner:
             self._store(term, unit, mode, res, col, 1)
 
     def _run_ray(self, term: Term, batch: list[Any], idx: list[int], col: Column) -> None:
-        if self._ray is None:
+        executor = self._ray.get(term.pool)
+        if executor is None:
             from ..distributed import RayExecutor
 
-            self._ray = RayExecutor(self.terms, self._ray_options)
-        for i, out in zip(idx, self._ray.score_term(term.name, [batch[i] for i in idx], idx)):
+            opts = self._ray_pools.get(term.pool, self._ray_options) if term.pool else self._ray_options
+            mine = [t for t in self.terms if t.policy.executor == "ray" and t.pool == term.pool]
+            executor = self._ray[term.pool] = RayExecutor(mine, opts)
+        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx], idx)):
             col.put_outcome(i, out)
 
     @staticmethod
@@ -415,13 +432,18 @@ class Runner:
                  "on_failure": t.policy.on_failure, "retries": t.policy.retries, "weight": t.weight,
                  "kind": t.invoker.kind, "adapter": t.invoker.adapter} for t in self.terms]
 
+    def ray_workers(self) -> list[dict[str, Any]]:
+        """The Ray reward workers started so far, pool by pool (role, pool, node, pid, fingerprint)."""
+        return [w for executor in self._ray.values() if executor._pool is not None
+                for w in executor.pool.workers_info()]
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
-        if self._ray is not None:
-            self._ray.close()
-            self._ray = None
+        for executor in self._ray.values():
+            executor.close()
+        self._ray.clear()
 
     def __enter__(self) -> Runner:
         return self
@@ -459,6 +481,23 @@ def sandbox_settings(reward_cfg: Any) -> dict[str, Any] | None:
         raise UsageError(f"reward.sandbox must be a mapping (url, max_concurrent, memory_limit_mb, timeout_s, "
                          f"language), got {section!r}")
     return dict(section)
+
+
+def reward_model_pool(rm: Mapping[str, Any], workers: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray pool options for reward-model terms, from ``reward.reward_model`` (verl's ``reward_model.*``).
+
+    ``num_workers`` actors on the pool named ``rm["pool"]``; each gets an equal share of
+    ``n_gpus_per_node * nnodes`` GPUs (none on a CPU machine). The Ray address and the plugin
+    sources are those of ``reward.workers``.
+    """
+    num_workers = max(1, int(rm.get("num_workers") or 1))
+    gpus = float(rm.get("n_gpus_per_node") or 0) * max(1, int(rm.get("nnodes") or 1))
+    opts: dict[str, Any] = {"pool": str(rm.get("pool") or "reward_model"), "num_workers": num_workers,
+                            "num_cpus": 1.0, "num_gpus": gpus / num_workers}
+    for key in ("address", "plugins"):
+        if workers.get(key) is not None:
+            opts[key] = workers[key]
+    return opts
 
 
 def resolve_term(registry: Any, term_cfg: Any, index: int = 0, *, sandbox: Mapping[str, Any] | None = None,

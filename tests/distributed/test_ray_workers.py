@@ -125,7 +125,7 @@ def test_runner_ray_executor_round_robin(cluster, reward_file, tmp_path):
     samples[3]["response"] = "raise"
     with Runner.from_config(cfg) as runner:
         res = runner.score(samples)
-        pool = runner._ray.pool
+        pool = runner._ray[None].pool
         assert pool.dispatch == "round_robin" and len(pool.workers_info()) == 2
     probe = [r["probe"] for r in res.rewards]
     assert probe[3] != probe[3] and probe[:3] == [18.0] * 3  # NaN: on_failure applied by the driver

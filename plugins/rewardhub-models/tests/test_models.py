@@ -4,6 +4,7 @@ scores are parsed from real generations, legacy `reward_model.*` keys land on th
 from __future__ import annotations
 
 import math
+import os
 import warnings
 
 import pytest
@@ -56,10 +57,11 @@ def test_reward_model_matches_a_plain_forward_pass(tiny_rm, executor):
     assert res.metrics["rewards/reward_model/count"] == len(SAMPLES)
 
 
-def test_legacy_reward_model_keys_score_through_the_registry(tiny_rm):
+def test_legacy_reward_model_keys_score_on_a_reward_model_pool(tiny_rm, local_ray):
+    """verl's ``reward_model.*`` keys: the classifier runs on its own Ray pool, from the registry."""
     from rewardhub.config import load_config
 
-    overrides = ["reward_model.enable=True", f"reward_model.model.path={tiny_rm}",
+    overrides = ["reward_model.enable=True", f"reward_model.model.path={tiny_rm}", "reward_model.num_workers=2",
                  "reward_model.micro_batch_size_per_gpu=2", "reward_model.model.fsdp_config.param_offload=True"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RewardhubDeprecationWarning)
@@ -68,6 +70,21 @@ def test_legacy_reward_model_keys_score_through_the_registry(tiny_rm):
     assert cfg.reward.reward_model.batch_size == 2
     with Runner.from_config(cfg.reward) as runner:
         res = runner.score(SAMPLES)
+        workers = runner.ray_workers()
+    assert res.scores == pytest.approx(direct_scores(tiny_rm, SAMPLES), abs=1e-5)
+    assert len(workers) == 2 and {w["pool"] for w in workers} == {"reward_model"}
+    assert os.getpid() not in {w["pid"] for w in workers}
+    assert len({w["registry_fingerprint"] for w in workers}) == 1
+    assert res.metrics["rewards/reward_model/count"] == len(SAMPLES)
+
+
+def test_reward_model_term_can_stay_in_process(tiny_rm):
+    """An explicit executor on the term wins over the reward-model pool."""
+    cfg = {"reward_model": {"enable": True, "model_path": tiny_rm},
+           "rewards": [{"name": "reward_model", "executor": "inline"}]}
+    with Runner.from_config(cfg) as runner:
+        res = runner.score(SAMPLES)
+        assert runner.ray_workers() == []
     assert res.scores == pytest.approx(direct_scores(tiny_rm, SAMPLES), abs=1e-5)
 
 
