@@ -31,19 +31,31 @@ class Column:
     or block of calls (what the latency percentiles are taken over).
     """
 
-    __slots__ = ("values", "status", "errors", "extra", "latency", "runs", "attempts")
+    __slots__ = ("values", "status", "errors", "extra", "_latency", "runs", "attempts")
 
     def __init__(self, n: int) -> None:
         self.values: list[float | None] = [None] * n
         self.status: dict[int, str] = {}
         self.errors: dict[int, str] = {}
         self.extra: dict[int, dict[str, Any]] = {}
-        self.latency: list[float] = [0.0] * n
+        self._latency: list[float] | None = [0.0] * n
         self.runs: list[tuple[float, int]] = []
         self.attempts: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.values)
+
+    @property
+    def latency(self) -> list[float]:
+        """Seconds per sample; a column whose ``runs`` are in sample order (the inline fast
+        path's blocks) builds it from them when first asked."""
+        if self._latency is None:
+            self._latency = [x for x, m in self.runs for _ in range(m)]
+        return self._latency
+
+    def latency_from_runs(self) -> None:
+        """Declare ``runs`` to cover the samples in order, one run after another."""
+        self._latency = None
 
     # ---- filling ------------------------------------------------------------------------
     def not_applicable(self, indices: Iterable[int]) -> None:

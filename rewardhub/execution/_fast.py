@@ -28,7 +28,7 @@ BLOCK = 64
 _VERL = {"data_source": "data_source", "solution_str": "response", "ground_truth": "ground_truth",
          "extra_info": "extra_info"}
 _TEMPLATE = """
-def loop(fn, batch, out, lat, runs, kw, pc, B):
+def loop(fn, batch, out, runs, kw, pc, B):
     ap = out.append
     n = len(batch)
     k = len(out)
@@ -39,16 +39,13 @@ def loop(fn, batch, out, lat, runs, kw, pc, B):
                 {check}ap(fn({args}))
             t2 = pc()
             m = len(out) - k
-            x = (t2 - t) / m
-            lat.extend([x] * m)
-            runs.append((x, m))
+            runs.append(((t2 - t) / m, m))
             k += m
             t = t2
     except Exception as exc:
         m = len(out) - k
         x = (pc() - t) / (m + 1)
         if m:
-            lat.extend([x] * m)
             runs.append((x, m))
         return exc, x
     return None, 0.0
@@ -101,12 +98,11 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
     n = len(batch)
     col = Column(0)
     out: list[Any] = []
-    lat: list[float] = []
     runs = col.runs
     failed: dict[int, tuple[str, int]] = {}  # index -> (error, attempts)
     retried: dict[int, int] = {}  # index -> attempts, for calls that succeeded on a retry
     while True:
-        exc, x = loop(fn, batch, out, lat, runs, constants, pc, BLOCK)
+        exc, x = loop(fn, batch, out, runs, constants, pc, BLOCK)
         if exc is None:
             break
         i = len(out)
@@ -127,9 +123,7 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
                 break
             except Exception as again:
                 error = f"{type(again).__name__}: {again}"
-        took = pc() - start
-        lat.append(took)
-        runs.append((took, 1))
+        runs.append((pc() - start, 1))
         if error is None:
             out.append(raw)
             if attempts != 1:
@@ -137,7 +131,7 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
         else:
             out.append(_FAILED)
             failed[i] = (f"reward {name!r} on sample {i}: {error}", attempts)
-    col.latency = lat
+    col.latency_from_runs()  # one run per block or slow-path call, in sample order
     col.attempts.update(retried)
     try:
         total = sum(out)

@@ -202,7 +202,7 @@ class Runner:
         if rm and rm.get("enable"):
             rm_pool = reward_model_pool(rm, ray_options)
             for term, term_cfg in zip(terms, terms_cfg):
-                if "reward_model" in term.spec.capabilities and _get(_plain(term_cfg), "executor") is None:
+                if "reward_model" in term.spec.capabilities and _term_executor(term_cfg) in (None, "ray"):
                     term.policy = term.policy.merged(executor="ray")
                     term.pool = rm_pool["pool"]
                     ray_pools[term.pool] = rm_pool
@@ -481,6 +481,10 @@ def sandbox_settings(reward_cfg: Any) -> dict[str, Any] | None:
         raise UsageError(f"reward.sandbox must be a mapping (url, max_concurrent, memory_limit_mb, timeout_s, "
                          f"language), got {section!r}")
     return dict(section)
+
+
+def _term_executor(term_cfg: Any) -> Any:
+    return None if isinstance(term_cfg, str) else _get(_plain(term_cfg), "executor")
 
 
 def reward_model_pool(rm: Mapping[str, Any], workers: Mapping[str, Any]) -> dict[str, Any]:
