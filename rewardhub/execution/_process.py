@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import inspect
 import math
 import multiprocessing
@@ -181,7 +182,13 @@ class _Worker:
         self.lock = ctx.Lock()
         self.proc = ctx.Process(target=_worker_main, args=(child, self.claim, self.lock), daemon=True,
                                 name="rewardhub-worker")
-        self.proc.start()
+        # a forked child's garbage collector would walk (and so copy, page by page) every object it
+        # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
+        gc.freeze()
+        try:
+            self.proc.start()
+        finally:
+            gc.unfreeze()
         child.close()
         self.conn = parent
         self.known: set[str] = set()
