@@ -97,7 +97,6 @@ def test_trainer_runs_on_vllm_with_exact_accounting_and_weight_syncs(ray_local, 
     monkeypatch.setenv("REWARDHUB_CACHE", str(tmp_path / "cache"))
     cfg = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
     cfg["trainer"].update(mode=mode, total_steps=4, checkpoint_every=0)
-    cfg["model"]["tiny"].update(hidden_size=128, num_attention_heads=4, num_key_value_heads=2)
     cfg["rollout"].update(engine="vllm", n=4, prompts_per_step=2, max_new_tokens=8)
     path = tmp_path / "vllm.yaml"
     path.write_text(yaml.safe_dump(cfg))
