@@ -103,6 +103,10 @@ class RewardWorkerPool:
     :param ship_files: send reward files' bytes to the workers (else a node must have the file).
     :param strict: any registry difference is fatal, not only in the rewards the config uses.
     :param max_restarts: restarts per worker slot; a dead worker's in-flight samples are re-scored.
+    :param split_models: with ``reward.reward_model.enable``, reward-model terms (capability
+        ``reward_model``, executor unset or ``ray``) get a pool of their own, from
+        ``reward.reward_model`` (see :func:`~rewardhub.execution.runner.reward_model_pool`); this
+        pool then scores the other terms, or is that pool itself when there are none.
     """
 
     def __init__(self, reward_cfg: Any, *, num_workers: int | None = None, pool: str | None = None,
@@ -110,8 +114,32 @@ class RewardWorkerPool:
                  num_gpus: float | None = None, dispatch: str | None = None, address: str | None = None,
                  runtime_env: Mapping[str, Any] | None = None, ship_files: bool = True, strict: bool = False,
                  max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
-                 max_inflight: int = 2, start_timeout_s: float = 300.0) -> None:
-        self.setup, _ = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict)
+                 max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True) -> None:
+        self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict)
+        #: the reward-model pool, when this one scores other terms too
+        self.sub: RewardWorkerPool | None = None
+        positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms
+        rm_idx = _reward_model_terms(self.setup.reward_cfg, registry) if split_models else []
+        if rm_idx:
+            from ..execution.runner import reward_model_pool
+
+            cfg = self.setup.reward_cfg
+            opts = reward_model_pool(cfg["reward_model"], cfg.get("workers") or {})
+            rm_workers = {**(cfg.get("workers") or {}),
+                          **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}}
+            rest = [t for i, t in enumerate(cfg["rewards"]) if i not in rm_idx]
+            if rest:
+                self.sub = RewardWorkerPool(
+                    {**cfg, "rewards": [cfg["rewards"][i] for i in rm_idx], "workers": rm_workers},
+                    runtime_env=runtime_env, ship_files=ship_files, strict=strict, max_restarts=max_restarts,
+                    max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
+                    split_models=False)
+                positions = [i for i in positions if i not in rm_idx]
+                self.setup, _ = prepare_setup({**cfg, "rewards": rest}, pool=pool, ship_files=ship_files,
+                                              strict=strict)
+            else:  # only reward-model terms: this is their pool
+                self.setup, _ = prepare_setup({**cfg, "workers": rm_workers}, ship_files=ship_files, strict=strict)
+                num_workers, num_cpus, num_gpus = opts["num_workers"], opts["num_cpus"], opts["num_gpus"]
         w = self.setup.reward_cfg.get("workers") or {}
         self.pool = self.setup.pool
         self.num_workers = int(num_workers if num_workers is not None else w.get("num_workers") or 0)
@@ -146,7 +174,11 @@ class RewardWorkerPool:
         self.terms = [Term(name=t["name"], spec=RewardSpec(name=t["reward"], target="(on the workers)"),
                            policy=ExecutionPolicy(on_failure=t["on_failure"]), invoker=None,  # type: ignore[arg-type]
                            weight=t["weight"]) for t in info.get("terms", [])]
+        self._own = [t.name for t in self.terms]
         self._kinds = {t["name"]: t["kind"] for t in info.get("terms", [])}
+        if self.sub is not None:  # every term, in the config's order
+            placed = list(zip(positions, self.terms)) + list(zip(rm_idx, self.sub.terms))
+            self.terms = [t for _, t in sorted(placed, key=lambda p: p[0])]
         self._agg = Runner(self.terms, str(self.setup.reward_cfg.get("aggregation") or "weighted_sum"))
 
     # ---- start-up ----------------------------------------------------------------------
@@ -221,9 +253,14 @@ class RewardWorkerPool:
         for term in self.terms:
             self._agg._apply_policy(term, outcomes[term.name])
         res = self._agg._aggregate(batch, outcomes)
-        res.metrics[f"reward_workers/{self.pool}/restarts"] = float(self.restarts)
-        res.metrics[f"reward_workers/{self.pool}/rescored_samples"] = float(self.rescored_samples)
+        for pool in self.pools():
+            res.metrics[f"reward_workers/{pool.pool}/restarts"] = float(pool.restarts)
+            res.metrics[f"reward_workers/{pool.pool}/rescored_samples"] = float(pool.rescored_samples)
         return res
+
+    def pools(self) -> list[RewardWorkerPool]:
+        """This pool, and the reward-model pool when it has one."""
+        return [self] if self.sub is None else [self, self.sub]
 
     def score_outcomes(self, samples: Sequence[Mapping[str, Any]], terms: Sequence[str] | None = None,
                        indices: Sequence[int] | None = None) -> dict[str, list[Outcome]]:
@@ -231,6 +268,21 @@ class RewardWorkerPool:
         batch = list(samples)
         names = list(terms) if terms else [t.name for t in self.terms]
         idx = list(indices) if indices is not None else list(range(len(batch)))
+        if self.sub is not None:
+            theirs = [n for n in names if n not in self._own]
+            mine = [n for n in names if n in self._own]
+            out = self._score_own(batch, mine, idx) if mine else {}
+            pids = set(self.last_pids) if mine else set()
+            if theirs:
+                out.update(self.sub.score_outcomes(batch, theirs, idx))
+                pids |= self.sub.last_pids
+            self.last_pids = pids
+            return {n: out[n] for n in names}
+        return self._score_own(batch, names, idx, all_terms=not terms)
+
+    def _score_own(self, batch: list[Any], names: list[str], idx: list[int],
+                   all_terms: bool = False) -> dict[str, list[Outcome]]:
+        terms = None if all_terms else names
         groups = any(self._kinds.get(n) == "group" for n in names)
         size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.num_workers)))
         chunks = make_chunks(batch, size, groups)
@@ -351,13 +403,23 @@ class RewardWorkerPool:
                         "hostname": i.get("hostname"), "pid": i.get("pid"),
                         "registry_fingerprint": i.get("fingerprint"), "restarts": slot.restarts,
                         "alive": slot.alive, "start_s": i.get("start_s"), "files": i.get("files", {})})
-        return out
+        return out + (self.sub.workers_info() if self.sub is not None else [])
 
     def fingerprint(self) -> str:
         return self.setup.driver_fingerprint
 
     def close(self) -> None:
         """Stop the workers (and the local Ray, when this pool started it)."""
+        sub, self.sub = getattr(self, "sub", None), None
+        if sub is not None:  # it started first, so it may own the local Ray: closed last
+            try:
+                self._close_own()
+            finally:
+                sub.close()
+            return
+        self._close_own()
+
+    def _close_own(self) -> None:
         for slot in getattr(self, "_slots", []):
             if slot.actor is not None:
                 try:
@@ -374,6 +436,15 @@ class RewardWorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _reward_model_terms(cfg: Mapping[str, Any], registry: Any) -> list[int]:
+    """Indices of the terms that go to the reward-model pool (none unless ``reward_model.enable``)."""
+    if not (cfg.get("reward_model") or {}).get("enable"):
+        return []
+    # capabilities come with the reward's own declaration: its module is imported (as the runner does)
+    return [i for i, term in enumerate(cfg.get("rewards") or ()) if term.get("executor") in (None, "ray")
+            and "reward_model" in registry.load_full(registry.term_spec(term))[0].capabilities]
 
 
 def _short(exc: BaseException) -> str:

@@ -37,6 +37,25 @@ def _check_fingerprints(summary: dict) -> None:
         assert w["pid"] != summary["driver_pid"]
 
 
+def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_path):
+    """verl's reward_model.enable: the classifier gets a Ray pool of its own next to the reward workers."""
+    tiny = pytest.importorskip("rewardhub_models.tiny")
+    rm_path = tiny.build_tiny_reward_model(tmp_path / "rm")
+    out = tmp_path / "run"
+    summary = train(tiny_config(trainer={"mode": "fully_async", "total_steps": 3},
+                                reward={"reward_model": {"enable": True, "model_path": rm_path},
+                                        "rewards": [{"name": "regex_match", "kwargs": {"pattern": "[0-9]"}},
+                                                    {"name": "reward_model", "weight": 0.5}]}),
+                    output=str(out))
+    _check_accounting(summary, 8)
+    _check_fingerprints(summary)
+    pools = sorted(w.get("pool") for w in summary["workers"] if w["role"] == "reward_worker")
+    assert pools == ["reward", "reward_model"]
+    for r in _rows(out):
+        assert r["rewards/reward_model/count"] == 8 and r["rewards/reward_model/errors"] == 0
+        assert "rewards/regex_match/mean" in r
+
+
 @pytest.mark.parametrize(("mode", "extra"), [
     ("sync", {}),
     ("fully_async", {}),

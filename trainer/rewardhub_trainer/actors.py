@@ -144,7 +144,8 @@ class RewardClient:
         return self.pool.workers_info()
 
     def counters(self) -> dict[str, int]:
-        return {"restarts": self.pool.restarts, "rescored_samples": self.pool.rescored_samples}
+        pools = self.pool.pools()  # the reward pool, and the reward-model pool when there is one
+        return {"restarts": sum(p.restarts for p in pools), "rescored_samples": sum(p.rescored_samples for p in pools)}
 
     def score(self, rollout: Rollout) -> Rollout:
         t0 = time.perf_counter()

@@ -444,8 +444,8 @@ class Run:
             "weight_syncs": self.weight_syncs,
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
-            "workers": [{k: w[k] for k in ("role", "node", "pid", "registry_fingerprint")}
-                        for w in workers],
+            "workers": [{**{k: w[k] for k in ("role", "node", "pid", "registry_fingerprint")},
+                         **({"pool": w["pool"]} if "pool" in w else {})} for w in workers],
             "restarts": {"rollouter": self.rollouters.restarts, "reward_client": self.reward_client.restarts,
                          "reward_worker": counters["restarts"]},
             "recreated": {"rollouter": self.rollouters.recreated,

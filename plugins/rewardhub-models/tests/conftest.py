@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-def save_byt5(tok, path):
-    """Save a ByT5 tokenizer so that AutoTokenizer reloads it as one (its config names the class)."""
-    import json
-
-    tok.save_pretrained(path)
-    cfg_file = path / "tokenizer_config.json"
-    cfg = json.loads(cfg_file.read_text())
-    cfg["tokenizer_class"] = "ByT5Tokenizer"
-    cfg_file.write_text(json.dumps(cfg))
-
+from rewardhub_models.tiny import save_byt5
 
 #: a short rubric keeps the judge's prompts (bytes, for ByT5) short and its training quick
 SHORT_RUBRIC = "Rate {low}-{high}. Reply: Score: N"
@@ -40,21 +31,9 @@ def judge_rubric():
 
 @pytest.fixture(scope="session")
 def tiny_rm(tmp_path_factory):
-    import torch
-    from transformers import ByT5Tokenizer
-    from transformers import Qwen2Config
-    from transformers import Qwen2ForSequenceClassification
+    from rewardhub_models.tiny import build_tiny_reward_model
 
-    path = tmp_path_factory.mktemp("tiny-rm")
-    torch.manual_seed(0)
-    tok = ByT5Tokenizer()
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, num_labels=1, pad_token_id=tok.pad_token_id,
-                         max_position_embeddings=512)
-    model = Qwen2ForSequenceClassification(config)
-    model.save_pretrained(path)
-    save_byt5(tok, path)
-    return str(path)
+    return build_tiny_reward_model(tmp_path_factory.mktemp("tiny-rm"))
 
 
 @pytest.fixture(scope="session")

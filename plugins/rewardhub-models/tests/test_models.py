@@ -129,3 +129,25 @@ def test_parse_score(text, low, high, expected):
 
     got = parse_score(text, low, high)
     assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_reward_worker_pool_puts_the_reward_model_on_its_own_pool(tiny_rm, local_ray):
+    """The trainer's backend: other terms on the reward pool, the classifier on the reward-model pool."""
+    from rewardhub.distributed import RewardWorkerPool
+
+    cfg = {"reward_model": {"enable": True, "model_path": tiny_rm, "num_workers": 1},
+           "rewards": [{"name": "reward_model", "weight": 2.0},
+                       {"name": "regex_match", "kwargs": {"pattern": "[0-9]"}}],
+           "workers": {"num_workers": 1, "num_cpus": 0}}
+    with RewardWorkerPool(cfg) as pool:
+        res = pool.score(SAMPLES)
+        workers = pool.workers_info()
+        pids = pool.last_pids
+    rm = direct_scores(tiny_rm, SAMPLES)
+    digits = [1.0 if any(ch.isdigit() for ch in s["response"]) else 0.0 for s in SAMPLES]
+    assert [r["reward_model"] for r in res.rewards] == pytest.approx(rm, abs=1e-5)
+    assert [r["regex_match"] for r in res.rewards] == digits
+    assert res.scores == pytest.approx([2 * a + b for a, b in zip(rm, digits)], abs=1e-5)
+    assert sorted(w["pool"] for w in workers) == ["reward", "reward_model"]
+    assert pids == {w["pid"] for w in workers} and os.getpid() not in pids
+    assert "reward_workers/reward_model/restarts" in res.metrics
