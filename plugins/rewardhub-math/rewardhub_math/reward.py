@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import re
 from typing import Any
 
@@ -52,11 +54,18 @@ def _parse(text: str) -> list[Any]:
 
 
 def _parse_gold(gold: str) -> list[Any]:
+    return list(_parse_gold_once(gold))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold_once(gold: str) -> tuple[Any, ...]:
+    """Parsed once per gold answer and process: GRPO scores every gold n times, once per response
+    of its group (the parsed values are sympy expressions and strings, never changed by verify)."""
     if not _DELIMITED.match(gold) and "\\boxed" not in gold:
         parsed = _parse(f"${gold}$")
         if parsed:
-            return parsed
-    return _parse(gold)
+            return tuple(parsed)
+    return tuple(_parse(gold))
 
 
 def _last_number(text: str) -> str | None:
