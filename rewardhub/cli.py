@@ -36,7 +36,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}\nsee `{self.prog} --help`")
 
 
-def _command_modules() -> list[Any]:
+def _command_modules(wanted: str | None = None) -> list[Any]:
+    """Every subcommand's module; only ``wanted``'s when it names a builtin command (plugin commands
+    are found through entry points, which takes a scan of every installed distribution)."""
+    for name in BUILTIN_COMMANDS:
+        if wanted and name.rpartition(".")[2] == wanted:
+            return [importlib.import_module(name)]
     mods = []
     for name in BUILTIN_COMMANDS:
         try:
@@ -69,11 +74,13 @@ class _BrokenCommand:
         raise RewardhubError(self._msg)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``wanted`` (the command asked for), built for that command alone when
+    it is a builtin one."""
     parser = _Parser(prog="rewardhub", description="Reward functions for LLM RL: list, check, score, train.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for mod in _command_modules():
+    for mod in _command_modules(wanted):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
@@ -94,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.simplefilter("default", RewardhubDeprecationWarning)  # users must see every migrated key
     try:
-        parser = build_parser()
+        parser = build_parser(args_list[0] if args_list else None)
         args = parser.parse_args(args_list)
         if args.version:
             from .registry import core_version
