@@ -64,18 +64,7 @@ class Column:
 
     def put(self, i: int, raw: Any, reward: str, latency: float, attempts: int = 1) -> None:
         """Check one returned value and store it (anything but a finite score is an error)."""
-        o = check_value(raw, reward, i)
-        self.values[i] = o.value
-        if o.status != OK:
-            self.status[i] = o.status
-        if o.error is not None:
-            self.errors[i] = o.error
-        if o.extra:
-            self.extra[i] = o.extra
-        self.latency[i] = latency
-        self.runs.append((latency, 1))
-        if attempts != 1:
-            self.attempts[i] = attempts
+        self._store(i, check_value(raw, reward, i), latency, attempts, timed=True)
 
     def fail(self, i: int, status: str, error: str, latency: float, attempts: int = 1) -> None:
         self.values[i] = None
@@ -87,6 +76,10 @@ class Column:
             self.attempts[i] = attempts
 
     def put_outcome(self, i: int, o: Outcome) -> None:
+        self._store(i, o, o.latency_s, o.attempts, timed=o.status != NOT_APPLICABLE or bool(o.latency_s))
+
+    def _store(self, i: int, o: Outcome, latency: float, attempts: int, timed: bool) -> None:
+        """``o``'s value, status, error and extra at ``i``; ``timed``: its latency counts in ``runs``."""
         self.values[i] = o.value
         if o.status != OK:
             self.status[i] = o.status
@@ -94,11 +87,11 @@ class Column:
             self.errors[i] = o.error
         if o.extra:
             self.extra[i] = o.extra
-        self.latency[i] = o.latency_s
-        if o.attempts != 1:
-            self.attempts[i] = o.attempts
-        if o.status != NOT_APPLICABLE or o.latency_s:
-            self.runs.append((o.latency_s, 1))
+        self.latency[i] = latency
+        if timed:
+            self.runs.append((latency, 1))
+        if attempts != 1:
+            self.attempts[i] = attempts
 
     @classmethod
     def from_outcomes(cls, outs: Sequence[Outcome]) -> Column:
