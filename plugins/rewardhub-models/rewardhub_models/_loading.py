@@ -30,11 +30,14 @@ def settings(section: Mapping[str, Any] | None, **explicit: Any) -> dict[str, An
     return out
 
 
-def cached(key: tuple[Any, ...], build: Any) -> Any:
-    """``build()`` once per ``key`` in this process (thread-safe)."""
+def load_once(cls: Any, model_path: str, trust_remote_code: bool = False, dtype: str = "float32",
+              device: str = "cpu") -> Any:
+    """``cls(model_path, ...)`` built once per process and settings (thread-safe): each model is
+    loaded once, whichever batch or thread asks for it first."""
+    key = (cls.__module__, cls.__qualname__, model_path, trust_remote_code, dtype, device)
     with _LOCK:
         if key not in _CACHE:
-            _CACHE[key] = build()
+            _CACHE[key] = cls(model_path, trust_remote_code=trust_remote_code, dtype=dtype, device=device)
         return _CACHE[key]
 
 

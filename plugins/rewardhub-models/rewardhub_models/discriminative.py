@@ -8,7 +8,7 @@ from typing import Any
 
 from rewardhub.decorator import reward
 
-from ._loading import cached
+from ._loading import load_once
 from ._loading import load_tokenizer
 from ._loading import join_text
 from ._loading import settings
@@ -54,13 +54,6 @@ class RewardModel:
         return out
 
 
-def load_reward_model(model_path: str, trust_remote_code: bool = False, dtype: str = "float32",
-                      device: str = "cpu") -> RewardModel:
-    """The process's :class:`RewardModel` for ``model_path`` (loaded once)."""
-    return cached(("rm", model_path, trust_remote_code, dtype, device),
-                  lambda: RewardModel(model_path, trust_remote_code=trust_remote_code, dtype=dtype, device=device))
-
-
 @reward(name="reward_model", kind="model", capabilities=("reward_model",))
 def reward_model(*, prompts: Sequence[Any], responses: Sequence[str], reward_model: Mapping[str, Any] | None = None,
                  model_path: str | None = None, batch_size: int | None = None, max_length: int | None = None,
@@ -69,6 +62,6 @@ def reward_model(*, prompts: Sequence[Any], responses: Sequence[str], reward_mod
     """Score each response with a sequence-classification reward model (its logit, or P(label))."""
     cfg = settings(reward_model, model_path=model_path, batch_size=batch_size, max_length=max_length,
                    trust_remote_code=trust_remote_code)
-    rm = load_reward_model(cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
+    rm = load_once(RewardModel, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
     return rm.score(prompts, responses, batch_size=int(cfg.get("batch_size") or 8),
                     max_length=cfg.get("max_length"), template=template, label=label)

@@ -11,7 +11,7 @@ from typing import Any
 
 from rewardhub.decorator import reward
 
-from ._loading import cached
+from ._loading import load_once
 from ._loading import load_tokenizer
 from ._loading import settings
 
@@ -89,13 +89,6 @@ class Judge:
         return out
 
 
-def load_judge(model_path: str, trust_remote_code: bool = False, dtype: str = "float32",
-               device: str = "cpu") -> Judge:
-    """The process's :class:`Judge` for ``model_path`` (loaded once)."""
-    return cached(("judge", model_path, trust_remote_code, dtype, device),
-                  lambda: Judge(model_path, trust_remote_code=trust_remote_code, dtype=dtype, device=device))
-
-
 @reward(name="judge", kind="model", capabilities=("reward_model",))
 def judge(*, prompts: Sequence[Any], responses: Sequence[str], ground_truths: Sequence[Any] | None = None,
           reward_model: Mapping[str, Any] | None = None, model_path: str | None = None,
@@ -108,6 +101,6 @@ def judge(*, prompts: Sequence[Any], responses: Sequence[str], ground_truths: Se
         raise ValueError(f"judge high={high!r} must be above low={low!r}")
     gts = list(ground_truths) if ground_truths is not None else [None] * len(responses)
     texts = [build_prompt(rubric, p, r, g, low, high) for p, r, g in zip(prompts, responses, gts)]
-    model = load_judge(cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
+    model = load_once(Judge, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
     answers = model.answer(texts, max_new_tokens=max_new_tokens, batch_size=int(cfg.get("batch_size") or 8))
     return [parse_score(a, low, high) for a in answers]
