@@ -29,14 +29,9 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ray_session(model_cache: Path):
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    if started:
-        ray.shutdown()
+def ray_session(model_cache: Path, local_ray):
+    """The session's local Ray, started after the model cache is set (its workers inherit it)."""
+    return local_ray
 
 
 @pytest.fixture

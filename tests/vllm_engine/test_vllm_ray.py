@@ -15,17 +15,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TEMPERATURE = 1.0
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 def _hf(path: str):
     from transformers import AutoModelForCausalLM
 
@@ -41,11 +30,11 @@ def _reference_logprobs(model, completion) -> list[float]:
     return torch.log_softmax(logits, -1).gather(-1, target[:, None]).squeeze(-1).tolist()
 
 
-def test_engine_in_a_ray_actor_syncs_weights_from_an_object_ref(ray_local, tiny_models):
+def test_engine_in_a_ray_actor_syncs_weights_from_an_object_ref(local_ray, tiny_models):
     """A Llama this time: the engine runs in its own actor process, weights arrive as an ObjectRef."""
     from rewardhub_trainer.vllm_engine import VLLMEngine
 
-    ray = ray_local
+    ray = local_ray
     path = tiny_models["llama"]
     actor = ray.remote(VLLMEngine).options(num_cpus=0).remote(
         path, max_model_len=128, kv_cache_bytes=16 * 2**20)
@@ -87,7 +76,7 @@ def _trainer_has_vllm() -> str | None:
 
 
 @pytest.mark.parametrize("mode", ["fully_async"])
-def test_trainer_runs_on_vllm_with_exact_accounting_and_weight_syncs(ray_local, tmp_path, mode,
+def test_trainer_runs_on_vllm_with_exact_accounting_and_weight_syncs(local_ray, tmp_path, mode,
                                                                      monkeypatch):
     reason = _trainer_has_vllm()
     if reason:

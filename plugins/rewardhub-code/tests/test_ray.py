@@ -12,17 +12,6 @@ from rewardhub.execution import Runner
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """The session's local Ray when one is up (the trainer tests keep one), else our own."""
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
 
 def test_a_batch_on_ray_reward_workers(local_ray):
     hostile = ["while True:\n    pass", "x = bytearray(10 << 30)",

@@ -10,20 +10,6 @@ from rewardhub_models.tiny import save_byt5
 SHORT_RUBRIC = "Rate {low}-{high}. Reply: Score: N"
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """The session's local Ray when one is up (the trainer tests keep one), else our own."""
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        if started:
-            ray.shutdown()
-
-
 @pytest.fixture(scope="session")
 def judge_rubric():
     return SHORT_RUBRIC
