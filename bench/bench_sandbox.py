@@ -54,12 +54,7 @@ def _plain(code: str, n: int, workers: int) -> float:
                                  start_new_session=True)
             return res.returncode == 0
 
-        t = time.perf_counter()
-        with ThreadPoolExecutor(workers) as ex:
-            ok = list(ex.map(one, range(n)))
-        elapsed = time.perf_counter() - t
-    assert all(ok)
-    return n / elapsed
+        return _rate(one, n, workers)
 
 
 def _sandboxed(code: str, n: int, workers: int) -> float:
@@ -68,6 +63,11 @@ def _sandboxed(code: str, n: int, workers: int) -> float:
     def one(_: int) -> bool:
         return sandbox.run_python({"main.py": code}, "main.py", config=cfg).status == "ok"
 
+    return _rate(one, n, workers)
+
+
+def _rate(one, n: int, workers: int) -> float:
+    """Programs per second: ``one(i)`` for ``i < n``, ``workers`` at a time; every run must succeed."""
     t = time.perf_counter()
     with ThreadPoolExecutor(workers) as ex:
         ok = list(ex.map(one, range(n)))
