@@ -29,9 +29,9 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ray_session(model_cache: Path, local_ray):
+def ray_session(model_cache: Path, session_ray):
     """The session's local Ray, started after the model cache is set (its workers inherit it)."""
-    return local_ray
+    return session_ray
 
 
 @pytest.fixture
