@@ -440,11 +440,15 @@ class RewardWorkerPool:
 
 def _reward_model_terms(cfg: Mapping[str, Any], registry: Any) -> list[int]:
     """Indices of the terms that go to the reward-model pool (none unless ``reward_model.enable``)."""
-    if not (cfg.get("reward_model") or {}).get("enable"):
+    from ..execution.runner import on_reward_model_pool
+
+    rm = cfg.get("reward_model")
+    if not (rm and rm.get("enable")):
         return []
     # capabilities come with the reward's own declaration: its module is imported (as the runner does)
-    return [i for i, term in enumerate(cfg.get("rewards") or ()) if term.get("executor") in (None, "ray")
-            and "reward_model" in registry.load_full(registry.term_spec(term))[0].capabilities]
+    return [i for i, term in enumerate(cfg.get("rewards") or ())
+            if on_reward_model_pool(rm, registry.load_full(registry.term_spec(term))[0].capabilities,
+                                    term.get("executor"))]
 
 
 def _short(exc: BaseException) -> str:

@@ -199,13 +199,13 @@ class Runner:
         if plugins is not None:  # reward workers rebuild the registry from the same plugin sources
             ray_options["plugins"] = _plain(plugins)
         ray_pools = {}
-        if rm and rm.get("enable"):
-            rm_pool = reward_model_pool(rm, ray_options)
-            for term, term_cfg in zip(terms, terms_cfg):
-                if "reward_model" in term.spec.capabilities and _term_executor(term_cfg) in (None, "ray"):
-                    term.policy = term.policy.merged(executor="ray")
-                    term.pool = rm_pool["pool"]
-                    ray_pools[term.pool] = rm_pool
+        rm_pool = reward_model_pool(rm, ray_options) if rm and rm.get("enable") else {}
+        for term, term_cfg in zip(terms, terms_cfg):
+            executor = None if isinstance(term_cfg, str) else _get(_plain(term_cfg), "executor")
+            if on_reward_model_pool(rm, term.spec.capabilities, executor):
+                term.policy = term.policy.merged(executor="ray")
+                term.pool = rm_pool["pool"]
+                ray_pools[term.pool] = rm_pool
         return cls(terms, _get(reward_cfg, "aggregation", "weighted_sum"), ray_options=ray_options,
                    ray_pools=ray_pools, **kwargs)
 
@@ -321,7 +321,7 @@ class Runner:
         if executor is None:
             from ..distributed import RayExecutor
 
-            opts = self._ray_pools.get(term.pool, self._ray_options) if term.pool else self._ray_options
+            opts = self._ray_pools.get(term.pool, self._ray_options)  # term.pool None: reward.workers
             mine = [t for t in self.terms if t.policy.executor == "ray" and t.pool == term.pool]
             executor = self._ray[term.pool] = RayExecutor(mine, opts)
         for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx], idx)):
@@ -483,8 +483,10 @@ def sandbox_settings(reward_cfg: Any) -> dict[str, Any] | None:
     return dict(section)
 
 
-def _term_executor(term_cfg: Any) -> Any:
-    return None if isinstance(term_cfg, str) else _get(_plain(term_cfg), "executor")
+def on_reward_model_pool(rm: Mapping[str, Any] | None, capabilities: Sequence[str], executor: str | None) -> bool:
+    """Whether a term runs on the reward-model pool: ``reward.reward_model.enable`` is set, its
+    reward has the ``reward_model`` capability and the term names no executor but ``ray``."""
+    return bool(rm and rm.get("enable")) and "reward_model" in capabilities and executor in (None, "ray")
 
 
 def reward_model_pool(rm: Mapping[str, Any], workers: Mapping[str, Any]) -> dict[str, Any]:
