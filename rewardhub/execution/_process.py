@@ -32,11 +32,17 @@ _CHUNK_MAX = 256
 #: a second chunk is queued behind the running one only when its message is this small (a large
 #: message could block the parent on a full pipe while that worker hangs)
 _PIPELINE_MAX_BYTES = 48 * 1024
-#: how long a stuck worker is watched to tell a call that waits (sleep, I/O) from one that computes
-_PROBE_S = 0.03
 #: a call is "stuck" after this many times the reward's mean call time (within the bounds below)
 _STUCK_FACTOR = 30.0
 _STUCK_MIN_S = 0.025
+#: a worker whose call has run this many times the mean call time (at least _LOOK_MIN_S) is looked
+#: at: asleep at two looks _PROBE_S apart, with no CPU used between them, it waits (sleep, I/O)
+#: rather than computes, and is stuck at once
+_LOOK_FACTOR = 3.0
+_LOOK_MIN_S = 0.002
+_PROBE_S = 0.002
+#: a worker that computes is looked at again after this, doubling up to _LOOK_MAX_S
+_LOOK_MAX_S = 0.05
 try:
     _HZ = float(os.sysconf("SC_CLK_TCK"))
 except (AttributeError, ValueError, OSError):
@@ -199,9 +205,11 @@ class _Worker:
         self.sent = 0  # calls sent so far (the next call's number)
         self.chunks_sent = 0
         self.started = 0.0  # when the running call (inflight[0]) started, monotonic
-        #: while stuck: (when, CPU seconds then) of the first look, and whether it is idle-waiting
-        self.probe: tuple[float, float] | None = None
+        #: the running call's last look: (when, CPU seconds then, asleep then); whether it waits
+        #: rather than computes (None: not known yet); when to look next
+        self.probe: tuple[float, float, bool] | None = None
         self.idle: bool | None = None
+        self.next_look = 0.0
 
     def state(self) -> str | None:
         """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
@@ -243,7 +251,9 @@ class _Worker:
         else:
             self.conn.close()
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL the worker's process group; with ``wait=False`` the caller reaps it later
+        (the kernel takes ~10 ms to tear a forked worker down, which the pool need not wait for)."""
         pid = self.proc.pid
         if pid is not None:
             for sig_target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
@@ -251,7 +261,8 @@ class _Worker:
                     sig_target()
                 except (ProcessLookupError, PermissionError):
                     pass
-        self.proc.join(5)
+        if wait:
+            self.proc.join(5)
         self.conn.close()
 
 
@@ -286,6 +297,7 @@ class ProcessPool:
         self.taken_back = 0
         self.max_spares = 8 * self.size if max_spares is None else max_spares
         self._latency: dict[str, float] = {}  # per key: running mean seconds per call
+        self._dying: list[_Worker] = []  # killed, not yet reaped
         self._done: Callable[[Task], None] = lambda t: None
 
     def register(self, key: str, payload: WorkerPayload) -> None:
@@ -381,9 +393,16 @@ class ProcessPool:
 
     def _replace(self, w: _Worker) -> None:
         self._workers.remove(w)
-        w.kill()
+        w.kill(wait=False)
+        self._dying.append(w)
         if len(self._workers) < self.size:
             self._workers.append(_Worker(self._ctx))
+
+    def _reap(self) -> None:
+        """Wait for the killed workers (dead by now, or within moments: SIGKILL cannot be caught)."""
+        for w in self._dying:
+            w.proc.join(5)
+        self._dying.clear()
 
     def _stuck_after(self, w: _Worker) -> float:
         est = self._latency.get(w.inflight[0].key) if w.inflight else None
@@ -392,14 +411,43 @@ class ProcessPool:
         return min(self.stuck_after_s, max(_STUCK_MIN_S, _STUCK_FACTOR * est))
 
     def _stuck(self, w: _Worker, now: float) -> bool:
-        return bool(w.inflight) and now - w.started > self._stuck_after(w)
+        return bool(w.inflight) and (w.idle is True or now - w.started > self._stuck_after(w))
+
+    def _look_after(self, w: _Worker) -> float:
+        est = self._latency.get(w.inflight[0].key)
+        first = self.stuck_after_s if est is None else max(_LOOK_MIN_S, _LOOK_FACTOR * est)
+        return min(first, self._stuck_after(w))
+
+    def _look(self, w: _Worker, now: float) -> None:
+        """Tell a long call that waits (sleep, I/O: its worker can be stood in for at once) from
+        one that computes. Waiting = asleep at two looks :data:`_PROBE_S` apart with under 10 % of
+        a CPU used between them; where ``/proc`` says nothing, a stuck call counts as waiting."""
+        if not w.inflight or w.idle is not None or now < w.next_look:
+            return
+        if now - w.started < self._look_after(w):
+            w.next_look = w.started + self._look_after(w)
+            return
+        cpu, state = w.cpu_s(), w.state()
+        if cpu is None or state is None:
+            if self._stuck(w, now):
+                w.idle = True
+            else:
+                w.next_look = w.started + self._stuck_after(w)
+            return
+        asleep = state in ("S", "D")
+        if w.probe is not None and asleep and w.probe[2]:
+            if (cpu - w.probe[1]) / max(now - w.probe[0], 1e-9) < 0.1:
+                w.idle = True
+                return
+        last = w.probe[0] if w.probe is not None else w.started
+        w.probe = (now, cpu, asleep)
+        w.next_look = now + (_PROBE_S if asleep else min(_LOOK_MAX_S, max(_PROBE_S, now - last)))
 
     def _want_spare(self, now: float) -> bool:
         """Whether to start a spare worker: one is stuck, and a spare would not just fight it for a core.
 
-        A stuck worker is watched for :data:`_PROBE_S`: one that waits (sleeps, blocks on I/O)
-        is replaced at once; one that computes (maybe a slow first call that builds caches) is
-        only when there are more cores than workers computing.
+        A stuck worker that waits is stood in for at once; one that computes (maybe a slow first
+        call that builds caches) only when there are more cores than workers computing.
         """
         if len(self._workers) >= self.size + self.max_spares:
             return False
@@ -407,17 +455,7 @@ class ProcessPool:
         for w in self._workers:
             if not self._stuck(w, now):
                 active += 1
-                continue
-            if w.probe is None:
-                cpu = w.cpu_s()
-                w.probe = (now, cpu if cpu is not None else math.nan)
-                if w.state() in ("S", "D"):  # asleep right now: waiting, not computing
-                    w.idle = True
-            elif w.idle is None and now - w.probe[0] >= _PROBE_S:
-                cpu = w.cpu_s()
-                used = math.nan if cpu is None else (cpu - w.probe[1]) / (now - w.probe[0])
-                w.idle = not used >= 0.1  # unknown (no /proc) counts as idle
-            if not w.idle:
+            elif not w.idle:
                 computing += 1
         return active < self.size and active + computing < _cpus()
 
@@ -433,6 +471,8 @@ class ProcessPool:
             if not busy:
                 continue
             for w in busy:
+                if queue or len(w.inflight) > 1:
+                    self._look(w, now)
                 if len(w.inflight) > 1 and self._stuck(w, now):
                     self._take_back(w, queue)
             busy = [w for w in busy if w.inflight]
@@ -443,10 +483,9 @@ class ProcessPool:
                 self.spares_started += 1
                 continue
             deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
-            deadlines += [w.started + self._stuck_after(w) for w in busy
-                          if (queue or len(w.inflight) > 1) and not self._stuck(w, now)]
-            if queue:
-                deadlines += [w.probe[0] + _PROBE_S for w in busy if w.probe is not None and w.idle is None]
+            watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self._stuck(w, now)]
+            deadlines += [w.started + self._stuck_after(w) for w in watched]
+            deadlines += [w.next_look for w in watched if w.idle is None]
             wait_s = max(0.0, min(deadlines) - now) if deadlines else None
             ready = set(multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
                                                         timeout=wait_s))
@@ -465,6 +504,7 @@ class ProcessPool:
                                         now - w.started), queue, done)
                     self._replace(w)
         self._trim()
+        self._reap()
         return tasks
 
     def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
@@ -518,7 +558,7 @@ class ProcessPool:
             status, value, latency, ended = reply
             task = self._pop(w)
             w.started = max(w.started, ended)
-            w.probe, w.idle = None, None
+            w.probe, w.idle, w.next_look = None, None, 0.0
             est = self._latency.get(task.key)
             self._latency[task.key] = latency if est is None else 0.8 * est + 0.2 * latency
             self._finish(task, (status, value, latency), queue, done)
@@ -556,6 +596,7 @@ class ProcessPool:
         for w in self._workers:
             w.stop()
         self._workers.clear()
+        self._reap()
 
     def __enter__(self) -> ProcessPool:
         return self
