@@ -49,7 +49,7 @@ def main(n: int = 3000, timeout_s: float = 1.0, repeat: int = 2) -> None:
                 b = r.score(hung)
                 t_hung.append(time.perf_counter() - t)
             pool = r._pool
-            kills, spares = (pool.kills, pool.spares_started) if pool else (0, 0)
+            kills, spares, warm = (pool.kills, pool.spares_started, pool.warm_started) if pool else (0, 0, 0)
         lost = sum(s is None for s in b.scores)
         timeouts = b.metrics["rewards/maybe_hang/timeouts"]
         same = sum(x == y for x, y, h in zip(a.scores, b.scores, hung) if not h["extra_info"]["hang"])
@@ -58,7 +58,7 @@ def main(n: int = 3000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s ({n / tc:.0f}/s), "
               f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 2x; floor "
               f"{last + timeout_s / tc:.2f}x); timeouts {timeouts:.0f}, workers killed {kills}, spares started "
-              f"{spares}, rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
+              f"{spares} ({warm} warm), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
               f"load average {os.getloadavg()[0]:.1f}")
 
 

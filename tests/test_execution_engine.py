@@ -67,6 +67,19 @@ def hang_with_pidfile(*, response, extra_info, **kwargs):
     while True:
         time.sleep(1)
 
+_seen = set()
+
+def remembers(*, response, **kwargs):
+    """Says whether this process has scored the response before (a per-process cache)."""
+    if response == "hang":
+        while True:
+            time.sleep(1)
+    if response == "sigkill":
+        os.kill(os.getpid(), 9)
+    hit = response in _seen
+    _seen.add(response)
+    return {"score": 1.0, "seen": float(hit), "pid": float(os.getpid())}
+
 @reward(name="sandboxed", capabilities=("sandbox",))
 def sandboxed(*, response, sandbox=None, **kwargs):
     return {"score": 1.0, "has_sandbox": float(sandbox is not None),
@@ -200,6 +213,67 @@ def _alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_spares_come_warm_from_a_template(rfile):
+    """Once a fast reward has a history, new workers are forked by a template that replayed it:
+    they start with the reward's caches, and the pool heals and cleans up as before."""
+    known = [f"r{i}" for i in range(100)]
+    runner = Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
+                                                  max_concurrency=2)]})
+    first = runner.score(samples_of(*known))
+    old_pids = {e["remembers"]["pid"] for e in first.extra}
+    pool = runner._pool
+    assert pool._template is None and pool.warm_started == 0  # no hang yet: no template
+    batch = [x for i, r in enumerate(known) for x in (["hang", r] if i % 25 == 0 else [r])]
+    res = runner.score(samples_of(*batch))
+    assert len(res.scores) == len(batch) and res.metrics["rewards/remembers/timeouts"] == 4.0
+    assert [res.scores[i] for i, r in enumerate(batch) if r != "hang"] == [1.0] * 100
+    template = pool._template
+    assert template is not None and template.state == "ready" and pool.warm_started >= 1
+    warm = [e["remembers"] for e in res.extra if e.get("remembers") and e["remembers"]["pid"] not in old_pids
+            and _alive(int(e["remembers"]["pid"])) and _ppid(int(e["remembers"]["pid"])) == template.proc.pid]
+    assert warm and all(e["seen"] == 1.0 for e in warm)  # replayed in the template: cached already
+    # a warm worker that dies is reported as any other
+    assert all(_ppid(p) == template.proc.pid for p in runner.worker_pids())
+    died = runner.score(samples_of("r1", "sigkill", "r2"))
+    assert "reward worker process died (signal 9)" in died.errors[1]["remembers"]
+    assert died.scores[0] == died.scores[2] == 1.0
+    pids = runner.worker_pids() + [template.proc.pid]
+    runner.close()
+    time.sleep(0.2)
+    assert not any(_alive(p) for p in pids)
+
+
+def test_pool_outlives_its_template(rfile):
+    """The template killed (and with it the workers it forked): the pool forks its own again."""
+    runner = Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
+                                                  max_concurrency=2)]})
+    with runner:
+        runner.score(samples_of(*[f"r{i}" for i in range(60)]))
+        runner.score(samples_of("hang", *[f"s{i}" for i in range(30)], "hang", *[f"t{i}" for i in range(30)]))
+        template = runner._pool._template
+        assert template is not None and template.state == "ready"
+        os.kill(template.proc.pid, signal.SIGKILL)
+        res = runner.score(samples_of(*[f"u{i}" for i in range(40)], "hang", *[f"v{i}" for i in range(40)]))
+        assert len(res.scores) == 81 and res.scores.count(1.0) == 80
+        assert res.metrics["rewards/remembers/timeouts"] == 1.0
+        assert template.state == "broken"
+        assert all(_ppid(p) == os.getpid() for p in runner.worker_pids())
+
+
+def test_no_template_when_turned_off(rfile):
+    with Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
+                                                  max_concurrency=2)]}, warm_spares=False) as runner:
+        runner.score(samples_of(*[f"r{i}" for i in range(60)]))
+        res = runner.score(samples_of("hang", *[f"r{i}" for i in range(60)]))
+        assert res.scores.count(1.0) == 60 and runner._pool._template is None
+        assert runner._pool.warm_started == 0 and runner._pool.spares_started >= 1
 
 
 def test_results_come_back_in_order_with_many_chunks(rfile):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from . import _template
+
 __all__ = ["ProcessPool", "Task", "WorkerPayload"]
 
 #: a chunk aims at about this much work, so a worker is told what to do ~20 times a second at most
@@ -181,22 +183,12 @@ async def _await(aw: Any) -> Any:
 
 # ---------------------------------------------------------------------------- parent side
 class _Worker:
-    def __init__(self, ctx: Any) -> None:
-        parent, child = ctx.Pipe()
+    def __init__(self, conn: Any, claim: Any, lock: Any, proc: Any) -> None:
+        self.conn = conn
         #: [number of the call it runs, first and end number taken back]; read and written under lock
-        self.claim = ctx.RawArray("q", [-1, 0, 0])
-        self.lock = ctx.Lock()
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.claim, self.lock), daemon=True,
-                                name="rewardhub-worker")
-        # a forked child's garbage collector would walk (and so copy, page by page) every object it
-        # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
-        gc.freeze()
-        try:
-            self.proc.start()
-        finally:
-            gc.unfreeze()
-        child.close()
-        self.conn = parent
+        self.claim = claim
+        self.lock = lock
+        self.proc = proc  # a multiprocessing.Process, or a _template._Foreign
         self.known: set[str] = set()
         #: tasks sent and not yet answered, in the order the worker runs them
         self.inflight: collections.deque[Task] = collections.deque()
@@ -235,9 +227,31 @@ class _Worker:
         except (OSError, IndexError, ValueError):
             return None
 
+    @classmethod
+    def fork(cls, ctx: Any) -> _Worker:
+        """A new worker forked from this process."""
+        parent, child = ctx.Pipe()
+        claim, lock = ctx.RawArray("q", [-1, 0, 0]), ctx.Lock()
+        proc = ctx.Process(target=_worker_main, args=(child, claim, lock), daemon=True, name="rewardhub-worker")
+        # a forked child's garbage collector would walk (and so copy, page by page) every object it
+        # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
+        gc.freeze()
+        try:
+            proc.start()
+        finally:
+            gc.unfreeze()
+        child.close()
+        return cls(parent, claim, lock, proc)
+
     @property
     def task(self) -> Task | None:
         return self.inflight[0] if self.inflight else None
+
+    def reaped(self) -> None:
+        """The worker is dead and waited for: let go of what tracked it."""
+        release = getattr(self.proc, "release", None)
+        if release is not None:
+            release()
 
     def stop(self) -> None:
         """Ask the worker to exit; kill it if it does not within 2 s."""
@@ -250,6 +264,7 @@ class _Worker:
             self.kill()
         else:
             self.conn.close()
+            self.reaped()
 
     def kill(self, wait: bool = True) -> None:
         """SIGKILL the worker's process group; with ``wait=False`` the caller reaps it later
@@ -261,9 +276,10 @@ class _Worker:
                     sig_target()
                 except (ProcessLookupError, PermissionError):
                     pass
+        self.conn.close()
         if wait:
             self.proc.join(5)
-        self.conn.close()
+            self.reaped()
 
 
 class ProcessPool:
@@ -278,7 +294,7 @@ class ProcessPool:
     """
 
     def __init__(self, size: int, start_method: str | None = None, stuck_after_s: float = 0.2,
-                 max_spares: int | None = None) -> None:
+                 max_spares: int | None = None, warm_spares: bool = True) -> None:
         if start_method is None:
             start_method = "fork" if sys.platform.startswith("linux") else "spawn"
         self._ctx = multiprocessing.get_context(start_method)
@@ -295,7 +311,16 @@ class ProcessPool:
         self.spares_started = 0
         #: calls taken back from stuck workers and run elsewhere
         self.taken_back = 0
-        self.max_spares = 8 * self.size if max_spares is None else max_spares
+        #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
+        #: 1 s at 1,300 calls/s, 13 at a time)
+        self.max_spares = max(32, 8 * self.size) if max_spares is None else max_spares
+        #: new workers come from a warmed template process (see :mod:`._template`)
+        self.warm_spares = warm_spares and _template.supported(self._ctx)
+        self._template: _template.Template | None = None
+        self._recent: dict[str, collections.deque[tuple[str, Any]]] = {}  # per key: recent ok calls
+        self._recent_kwargs: dict[str, dict[str, Any]] = {}
+        #: workers handed over by the template
+        self.warm_started = 0
         self._latency: dict[str, float] = {}  # per key: running mean seconds per call
         self._dying: list[_Worker] = []  # killed, not yet reaped
         self._done: Callable[[Task], None] = lambda t: None
@@ -305,7 +330,26 @@ class ProcessPool:
 
     def _ensure(self) -> None:
         while len(self._workers) < self.size:
-            self._workers.append(_Worker(self._ctx))
+            self._workers.append(self._new_worker())
+
+    def _new_worker(self) -> _Worker:
+        """A warm worker from the template where there is one ready, else one forked here."""
+        self._reap(wait=False)  # frees the template's slots of workers killed a moment ago
+        t = self._template
+        if t is None and self.warm_spares:
+            work = [(key, self._payloads[key], self._recent_kwargs[key], list(calls))
+                    for key, calls in self._recent.items()
+                    if len(calls) >= _template.WARM_MIN_CALLS
+                    and self._latency.get(key, math.inf) <= _template.WARM_MAX_CALL_S]
+            if work:
+                self._template = t = _template.Template(self._ctx, self.size + self.max_spares + 8, work)
+                self._recent.clear()
+        if t is not None:
+            got = t.take()
+            if got is not None:
+                self.warm_started += 1
+                return _Worker(*got)
+        return _Worker.fork(self._ctx)
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers if w.proc.pid is not None]
@@ -396,13 +440,19 @@ class ProcessPool:
         w.kill(wait=False)
         self._dying.append(w)
         if len(self._workers) < self.size:
-            self._workers.append(_Worker(self._ctx))
+            self._workers.append(self._new_worker())
 
-    def _reap(self) -> None:
-        """Wait for the killed workers (dead by now, or within moments: SIGKILL cannot be caught)."""
+    def _reap(self, wait: bool = True) -> None:
+        """Wait for the killed workers (dead by now, or within moments: SIGKILL cannot be caught);
+        with ``wait=False`` only for those already gone."""
+        left = []
         for w in self._dying:
-            w.proc.join(5)
-        self._dying.clear()
+            if wait or w.proc.exitcode is not None:
+                w.proc.join(5 if wait else 0.01)
+                w.reaped()
+            else:
+                left.append(w)
+        self._dying[:] = left
 
     def _stuck_after(self, w: _Worker) -> float:
         est = self._latency.get(w.inflight[0].key) if w.inflight else None
@@ -479,7 +529,7 @@ class ProcessPool:
             if not busy:
                 continue
             if queue and self._want_spare(now):
-                self._workers.append(_Worker(self._ctx))
+                self._workers.append(self._new_worker())
                 self.spares_started += 1
                 continue
             deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
@@ -561,12 +611,24 @@ class ProcessPool:
             w.probe, w.idle, w.next_look = None, None, 0.0
             est = self._latency.get(task.key)
             self._latency[task.key] = latency if est is None else 0.8 * est + 0.2 * latency
+            if status == "ok" and self._template is None and self.warm_spares:
+                calls = self._recent.get(task.key)
+                if calls is None:
+                    calls = self._recent[task.key] = collections.deque(maxlen=_template.WARM_CALLS)
+                calls.append((task.mode, task.payload))
+                self._recent_kwargs[task.key] = task.kwargs
             self._finish(task, (status, value, latency), queue, done)
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:
             if w.proc.sentinel is not None and not w.proc.is_alive():
                 self._replace(w)
+            return
+        if getattr(w.proc, "orphaned", False):  # killed with its template, not by its call: run it again
+            task = w.inflight[0]
+            self._requeue_unstarted(w, queue)
+            queue.appendleft(task)
+            self._replace(w)
             return
         w.proc.join(1)
         code = w.proc.exitcode
@@ -597,6 +659,9 @@ class ProcessPool:
             w.stop()
         self._workers.clear()
         self._reap()
+        if self._template is not None:
+            self._template.close()
+            self._template = None
 
     def __enter__(self) -> ProcessPool:
         return self

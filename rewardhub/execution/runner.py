@@ -160,7 +160,7 @@ class Runner:
 
     def __init__(self, terms: Sequence[Term], aggregation: str = "weighted_sum", *,
                  process_workers: int | None = None, ray_options: Mapping[str, Any] | None = None,
-                 ray_pools: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 ray_pools: Mapping[str, Mapping[str, Any]] | None = None, warm_spares: bool = True) -> None:
         if aggregation not in AGGREGATIONS:
             raise UsageError(f"reward.aggregation={aggregation!r} is not valid\nallowed: {', '.join(AGGREGATIONS)}")
         names = [t.name for t in terms]
@@ -170,6 +170,9 @@ class Runner:
         self.terms = list(terms)
         self.aggregation = aggregation
         self._process_workers = process_workers
+        #: the process pool's new workers come from a template that replayed recent calls of fast
+        #: rewards (see rewardhub.execution._template); False where a reward must not run twice
+        self._warm_spares = warm_spares
         self._pool: ProcessPool | None = None
         self._ray_options = dict(ray_options or {})
         #: options of the Ray pools that terms name (``Term.pool``), over ``ray_options``
@@ -419,7 +422,7 @@ class Runner:
             sizes = [t.policy.max_concurrency for t in self.terms
                      if self._executor_of(t) == "process" and t.policy.max_concurrency]
             size = self._process_workers or (max(sizes) if sizes else (os.cpu_count() or 2))
-            self._pool = ProcessPool(size)
+            self._pool = ProcessPool(size, warm_spares=self._warm_spares)
         return self._pool
 
     def worker_pids(self) -> list[int]:

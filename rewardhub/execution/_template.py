@@ -1,0 +1,237 @@
+"""Warm spares: a template process that has run a reward forks the process pool's new workers.
+
+A worker forked from the pool's own process starts cold: the reward's caches (sympy's, a parser's,
+its ``lru_cache`` s) are empty, and math_verify's first hundred calls in it cost ~30 ms more than a
+long-lived worker's. When hung calls keep replacing workers, nearly every worker is new, and that is
+most of what a hang costs beyond its timeout. So once a fast reward has answered enough calls, the
+pool forks one template process, which replays up to :data:`WARM_CALLS` of those recent calls
+(results dropped) and from then on forks each new worker in the pool's stead: warm, and without the
+pool's loop waiting on a fork, as the template keeps one forked standby ready.
+
+Only rewards whose mean call takes at most :data:`WARM_MAX_CALL_S` are replayed (those for which
+a cold start weighs); a reward that must not run twice on a sample turns this off with
+``ProcessPool(warm_spares=False)``. Linux only (``pidfd_open`` and the ``fork`` start method).
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing.connection
+import os
+import signal
+import socket
+import time
+from multiprocessing import reduction
+from typing import Any
+
+__all__ = ["Template", "WARM_CALLS", "WARM_MAX_CALL_S", "supported"]
+
+#: recent calls of a reward replayed in the template, and the fewest worth a template
+WARM_CALLS = 256
+WARM_MIN_CALLS = 32
+#: only rewards this fast on average are replayed
+WARM_MAX_CALL_S = 0.01
+#: a template that has not warmed up by then is given up (a replayed call that hangs)
+WARM_LIMIT_S = 10.0
+#: how long the pool waits for the template to hand over a standby
+TAKE_LIMIT_S = 1.0
+_RUNNING = -(1 << 40)  # exit code slot: not exited (or not yet reaped)
+
+
+def supported(ctx: Any) -> bool:
+    return hasattr(os, "pidfd_open") and ctx.get_start_method() == "fork"
+
+
+# ---------------------------------------------------------------------------- template side
+def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -> None:
+    from ._process import _build
+    from ._process import _call
+    from ._process import _die_with_parent
+    from ._process import _single_threaded_torch
+    from ._process import _worker_main
+
+    os.setpgrp()
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _single_threaded_torch()
+    pool_pid = os.getppid()
+    try:
+        _, work, slot = conn.recv()
+    except (EOFError, OSError):
+        return
+    for key, payload, kwargs, items in work:
+        try:
+            inv = _build(payload)
+        except BaseException:  # noqa: BLE001 - the workers report it, per call
+            continue
+        for mode, data in items:
+            try:
+                _call(inv, mode, data, kwargs)
+            except BaseException:  # noqa: BLE001 - a replayed call's outcome is dropped
+                pass
+    gc.collect()
+    gc.freeze()  # what the workers inherit is never walked (so never copied) by their collectors
+    kids: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, slot)
+
+    def fork_standby(slot: int) -> tuple[int, int, socket.socket]:
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # the new worker
+            try:
+                conn.close()
+                ours.close()
+                for fd in kids:
+                    os.close(fd)
+                _worker_main(multiprocessing.connection.Connection(theirs.detach()), claims[slot], locks[slot])
+            finally:
+                os._exit(0)
+        theirs.close()
+        kids[os.pidfd_open(pid)] = (pid, slot)
+        return pid, slot, ours
+
+    standby = fork_standby(slot)
+    conn.send(("ready",))
+    while True:
+        for obj in multiprocessing.connection.wait([conn, *kids]):
+            if obj is conn:
+                continue
+            pid, kid_slot = kids.pop(obj)  # a worker exited: reap it, say how
+            _, status = os.waitpid(pid, 0)
+            codes[kid_slot] = os.waitstatus_to_exitcode(status)
+            os.close(obj)
+        if not conn.poll():
+            continue
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        pid, kid_slot, ours = standby
+        conn.send((pid, kid_slot))
+        reduction.send_handle(conn, ours.fileno(), pool_pid)
+        ours.close()
+        standby = fork_standby(msg[1])
+
+
+# ---------------------------------------------------------------------------- pool side
+class _Foreign:
+    """The pool's view of a worker the template forked: what ``multiprocessing.Process`` offers,
+    through a pidfd (the worker is the template's child, not the pool's)."""
+
+    def __init__(self, template: Template, pid: int, slot: int) -> None:
+        self.pid, self.slot, self._template = pid, slot, template
+        self.sentinel: int | None = os.pidfd_open(pid)  # OSError: gone already (take() says so)
+
+    def is_alive(self) -> bool:
+        return self.sentinel is not None and not multiprocessing.connection.wait([self.sentinel], 0)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.sentinel is None:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not multiprocessing.connection.wait([self.sentinel], timeout):
+            return
+        while self._template.codes[self.slot] == _RUNNING and self._template.alive():
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(0.001)
+
+    @property
+    def orphaned(self) -> bool:
+        """Whether the template is gone (its workers die with it, whatever they were doing)."""
+        return not self._template.proc.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        if self.is_alive():
+            return None
+        code = self._template.codes[self.slot]
+        return None if code == _RUNNING else int(code)
+
+    def release(self) -> None:
+        """After the worker is dead: close the pidfd; its slot is reused once the template reaped it."""
+        if self.sentinel is not None:
+            os.close(self.sentinel)
+            self.sentinel = None
+            if self._template.codes[self.slot] != _RUNNING:
+                self._template.free.append(self.slot)
+
+
+class Template:
+    """The pool's handle on its template process (see the module's text)."""
+
+    def __init__(self, ctx: Any, slots: int, work: list[tuple[str, Any, dict[str, Any], list[Any]]]) -> None:
+        #: each worker's claim array and lock (see ``_worker_main``), made here so that the
+        #: template's children inherit them; a slot is reused once its last worker was reaped
+        self.claims = [ctx.RawArray("q", [-1, 0, 0]) for _ in range(slots)]
+        self.locks = [ctx.Lock() for _ in range(slots)]
+        self.codes = ctx.RawArray("q", [_RUNNING] * slots)
+        self.free = list(range(slots - 1, 0, -1))
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_template_main, args=(child, self.claims, self.locks, self.codes),
+                                daemon=True, name="rewardhub-template")
+        gc.freeze()
+        try:
+            self.proc.start()
+        finally:
+            gc.unfreeze()
+        child.close()
+        self.conn = parent
+        self.state = "warming"  # -> "ready", or "broken" for good
+        self.since = time.monotonic()
+        self.conn.send(("warm", work, 0))
+
+    def alive(self) -> bool:
+        return self.state != "broken" and self.proc.is_alive()
+
+    def ready(self) -> bool:
+        if self.state == "warming":
+            try:
+                if self.conn.poll():
+                    self.state = "ready" if self.conn.recv() == ("ready",) else "broken"
+                elif not self.proc.is_alive() or time.monotonic() - self.since > WARM_LIMIT_S:
+                    self.state = "broken"
+            except (EOFError, OSError):
+                self.state = "broken"
+            if self.state == "broken":
+                self.close()
+        return self.state == "ready"
+
+    def take(self) -> tuple[Any, Any, Any, _Foreign] | None:
+        """The standby worker (connection, claim, lock, process) for the pool; None: fork it yourself."""
+        if not self.ready() or not self.free:
+            return None
+        nxt = self.free.pop()
+        self.claims[nxt][:] = [-1, 0, 0]
+        self.codes[nxt] = _RUNNING
+        try:
+            self.conn.send(("take", nxt))
+            if not self.conn.poll(TAKE_LIMIT_S):
+                raise TimeoutError
+            pid, slot = self.conn.recv()
+            fd = reduction.recv_handle(self.conn)
+        except (EOFError, OSError, TimeoutError):
+            self.state = "broken"
+            self.close()
+            return None
+        conn = multiprocessing.connection.Connection(fd)
+        try:
+            proc = _Foreign(self, pid, slot)
+        except OSError:  # died before it was handed over: the template reaps it; fork one here
+            conn.close()
+            return None
+        return conn, self.claims[slot], self.locks[slot], proc
+
+    def close(self) -> None:
+        if self.state != "broken":
+            self.state = "broken"
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self.proc.join(2)
+        if self.proc.is_alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.join(2)
+        self.conn.close()
