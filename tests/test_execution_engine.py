@@ -220,6 +220,16 @@ def _ppid(pid):
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
+def _ready(template, within=30.0):
+    """The template, once it has warmed up (it does so while the pool goes on without it)."""
+    assert template is not None
+    deadline = time.monotonic() + within
+    while not template.ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert template.state == "ready"
+    return template
+
+
 def test_spares_come_warm_from_a_template(rfile):
     """Once a fast reward has a history, new workers are forked by a template that replayed it:
     they start with the reward's caches, and the pool heals and cleans up as before."""
@@ -230,12 +240,13 @@ def test_spares_come_warm_from_a_template(rfile):
     old_pids = {e["remembers"]["pid"] for e in first.extra}
     pool = runner._pool
     assert pool._template is None and pool.warm_started == 0  # no hang yet: no template
+    runner.score(samples_of("hang", "r0"))  # a spare is needed: the template starts warming up
+    template = _ready(pool._template)
     batch = [x for i, r in enumerate(known) for x in (["hang", r] if i % 25 == 0 else [r])]
     res = runner.score(samples_of(*batch))
     assert len(res.scores) == len(batch) and res.metrics["rewards/remembers/timeouts"] == 4.0
     assert [res.scores[i] for i, r in enumerate(batch) if r != "hang"] == [1.0] * 100
-    template = pool._template
-    assert template is not None and template.state == "ready" and pool.warm_started >= 1
+    assert pool.warm_started >= 4
     warm = [e["remembers"] for e in res.extra if e.get("remembers") and e["remembers"]["pid"] not in old_pids
             and _alive(int(e["remembers"]["pid"])) and _ppid(int(e["remembers"]["pid"])) == template.proc.pid]
     assert warm and all(e["seen"] == 1.0 for e in warm)  # replayed in the template: cached already
@@ -256,9 +267,10 @@ def test_pool_outlives_its_template(rfile):
                                                   max_concurrency=2)]})
     with runner:
         runner.score(samples_of(*[f"r{i}" for i in range(60)]))
-        runner.score(samples_of("hang", *[f"s{i}" for i in range(30)], "hang", *[f"t{i}" for i in range(30)]))
-        template = runner._pool._template
-        assert template is not None and template.state == "ready"
+        runner.score(samples_of("hang", *[f"s{i}" for i in range(30)]))
+        template = _ready(runner._pool._template)
+        runner.score(samples_of("hang", *[f"t{i}" for i in range(30)], "hang", *[f"w{i}" for i in range(30)]))
+        assert runner._pool.warm_started >= 2
         os.kill(template.proc.pid, signal.SIGKILL)
         res = runner.score(samples_of(*[f"u{i}" for i in range(40)], "hang", *[f"v{i}" for i in range(40)]))
         assert len(res.scores) == 81 and res.scores.count(1.0) == 80

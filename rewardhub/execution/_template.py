@@ -44,11 +44,11 @@ def supported(ctx: Any) -> bool:
 
 # ---------------------------------------------------------------------------- template side
 def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -> None:
-    from ._process import _build
-    from ._process import _call
-    from ._process import _die_with_parent
-    from ._process import _single_threaded_torch
-    from ._process import _worker_main
+    from ._worker import _build
+    from ._worker import _call
+    from ._worker import _die_with_parent
+    from ._worker import _single_threaded_torch
+    from ._worker import _worker_main
 
     os.setpgrp()
     _die_with_parent()

@@ -1,0 +1,223 @@
+"""The process pool's workers: the loop a worker runs, and the pool's handle on one.
+
+A worker runs chunks of calls sent over its connection; before each call it claims the call's
+number in a small shared array, so that the pool can take back the calls it has not started (see
+:meth:`ProcessPool._take_back <rewardhub.execution._process.ProcessPool>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import inspect
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:
+    from ._process import Task
+    from ._process import WorkerPayload
+
+
+try:
+    _HZ = float(os.sysconf("SC_CLK_TCK"))
+except (AttributeError, ValueError, OSError):
+    _HZ = 100.0
+
+
+
+# ---------------------------------------------------------------------------- worker side
+def _build(payload: WorkerPayload) -> Any:
+    import functools
+
+    from .._targets import load_target
+    from ._calls import make_invoker
+
+    fn = load_target(payload.target, payload.sha256)
+    if payload.params:
+        fn = functools.partial(fn, **dict(payload.params))
+    return make_invoker(fn, payload.kind, payload.adapter, payload.name)
+
+
+def _call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
+    raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
+    if inspect.isawaitable(raw):
+        raw = asyncio.run(_await(raw))
+    return raw
+
+
+def _die_with_parent() -> None:
+    """On Linux, have the kernel SIGKILL this worker when the parent dies (no orphan outlives a killed run)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before we got here
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def _single_threaded_torch() -> None:
+    """A forked worker of a parent that has run torch ops must keep torch to one thread: torch's
+    OpenMP thread pool does not survive fork, and a child that uses more threads hangs for ever."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(1)
+
+
+def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
+    """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
+    parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
+    os.setpgrp()  # its own process group, so a kill takes whatever it started
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _single_threaded_torch()
+    invokers: dict[str, Any] = {}
+    clock = time.perf_counter
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        key, payload, kwargs, seq, items = msg
+        build_error = None
+        if key not in invokers:
+            try:
+                invokers[key] = _build(payload)
+            except BaseException as exc:  # noqa: BLE001 - reported per call below
+                build_error = f"cannot load the reward in the worker: {type(exc).__name__}: {exc}"
+        inv = invokers.get(key)
+        for j, (mode, data) in enumerate(items, seq):
+            with lock:
+                if claim[1] <= j < claim[2]:
+                    continue  # taken back while we were busy with an earlier call
+                claim[0] = j
+            start = clock()
+            if inv is None:
+                reply: tuple[Any, ...] = ("error", build_error, 0.0, time.monotonic())
+            else:
+                try:
+                    raw = _call(inv, mode, data, kwargs)
+                    reply = ("ok", raw, clock() - start, time.monotonic())
+                except BaseException as exc:  # noqa: BLE001 - a bad reward is data
+                    reply = ("error", f"{type(exc).__name__}: {exc}", clock() - start, time.monotonic())
+            try:
+                conn.send(reply)
+            except Exception as exc:  # an unpicklable return value
+                conn.send(("error", f"return value cannot be sent back: {type(exc).__name__}: {exc}",
+                           reply[2], reply[3]))
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+# ---------------------------------------------------------------------------- parent side
+class _Worker:
+    def __init__(self, conn: Any, claim: Any, lock: Any, proc: Any) -> None:
+        self.conn = conn
+        #: [number of the call it runs, first and end number taken back]; read and written under lock
+        self.claim = claim
+        self.lock = lock
+        self.proc = proc  # a multiprocessing.Process, or a _template._Foreign
+        self.known: set[str] = set()
+        #: tasks sent and not yet answered, in the order the worker runs them
+        self.inflight: collections.deque[Task] = collections.deque()
+        self.seqs: collections.deque[int] = collections.deque()  # their call numbers
+        self.chunk_of: collections.deque[int] = collections.deque()  # their chunk numbers
+        self.sent = 0  # calls sent so far (the next call's number)
+        self.chunks_sent = 0
+        self.started = 0.0  # when the running call (inflight[0]) started, monotonic
+        #: the running call's last look: (when, CPU seconds then, asleep then); whether it waits
+        #: rather than computes (None: not known yet); when to look next
+        self.probe: tuple[float, float, bool] | None = None
+        self.idle: bool | None = None
+        self.next_look = 0.0
+
+    def state(self) -> str | None:
+        """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                return f.read().rsplit(b")", 1)[1].split()[0].decode()
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds this worker has used (Linux ``/proc``); ``None`` where unknown."""
+        try:
+            with open(f"/proc/{self.proc.pid}/schedstat", "rb") as f:
+                ns = int(f.read().split()[0])
+            if ns:  # 0 where the kernel keeps no schedstats
+                return ns / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _HZ
+        except (OSError, IndexError, ValueError):
+            return None
+
+    @classmethod
+    def fork(cls, ctx: Any) -> _Worker:
+        """A new worker forked from this process."""
+        parent, child = ctx.Pipe()
+        claim, lock = ctx.RawArray("q", [-1, 0, 0]), ctx.Lock()
+        proc = ctx.Process(target=_worker_main, args=(child, claim, lock), daemon=True, name="rewardhub-worker")
+        # a forked child's garbage collector would walk (and so copy, page by page) every object it
+        # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
+        gc.freeze()
+        try:
+            proc.start()
+        finally:
+            gc.unfreeze()
+        child.close()
+        return cls(parent, claim, lock, proc)
+
+    @property
+    def task(self) -> Task | None:
+        return self.inflight[0] if self.inflight else None
+
+    def reaped(self) -> None:
+        """The worker is dead and waited for: let go of what tracked it."""
+        release = getattr(self.proc, "release", None)
+        if release is not None:
+            release()
+
+    def stop(self) -> None:
+        """Ask the worker to exit; kill it if it does not within 2 s."""
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(2)
+        if self.proc.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+            self.reaped()
+
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL the worker's process group; with ``wait=False`` the caller reaps it later
+        (the kernel takes ~10 ms to tear a forked worker down, which the pool need not wait for)."""
+        pid = self.proc.pid
+        if pid is not None:
+            for sig_target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    sig_target()
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.conn.close()
+        if wait:
+            self.proc.join(5)
+            self.reaped()
