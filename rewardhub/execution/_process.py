@@ -22,6 +22,7 @@ from typing import Any
 
 from . import _template
 from ._worker import _Worker
+from ._worker import tell_to_stop
 
 __all__ = ["ProcessPool", "Task", "WorkerPayload"]
 
@@ -449,10 +450,7 @@ class ProcessPool:
 
     def close(self) -> None:
         for w in self._workers:  # ask all first, so they exit in parallel
-            try:
-                w.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            tell_to_stop(w.conn)
         for w in self._workers:
             w.stop()
         self._workers.clear()

@@ -24,6 +24,13 @@ import time
 from multiprocessing import reduction
 from typing import Any
 
+from ._worker import _build
+from ._worker import _call
+from ._worker import _detach
+from ._worker import _worker_main
+from ._worker import next_message
+from ._worker import tell_to_stop
+
 __all__ = ["Template", "WARM_CALLS", "WARM_MAX_CALL_S", "supported"]
 
 #: recent calls of a reward replayed in the template, and the fewest worth a template
@@ -44,21 +51,12 @@ def supported(ctx: Any) -> bool:
 
 # ---------------------------------------------------------------------------- template side
 def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -> None:
-    from ._worker import _build
-    from ._worker import _call
-    from ._worker import _die_with_parent
-    from ._worker import _single_threaded_torch
-    from ._worker import _worker_main
-
-    os.setpgrp()
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _single_threaded_torch()
+    _detach()
     pool_pid = os.getppid()
-    try:
-        _, work, slot = conn.recv()
-    except (EOFError, OSError):
+    first = next_message(conn)
+    if first is None:
         return
+    _, work, slot = first
     for key, payload, kwargs, items in work:
         try:
             inv = _build(payload)
@@ -101,10 +99,7 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
             os.close(obj)
         if not conn.poll():
             continue
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
+        msg = next_message(conn)
         if msg is None:
             return
         pid, kid_slot, ours = standby
@@ -226,10 +221,7 @@ class Template:
     def close(self) -> None:
         if self.state != "broken":
             self.state = "broken"
-            try:
-                self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            tell_to_stop(self.conn)
             self.proc.join(2)
         if self.proc.is_alive():
             os.kill(self.proc.pid, signal.SIGKILL)

@@ -73,20 +73,39 @@ def _single_threaded_torch() -> None:
         torch.set_num_threads(1)
 
 
-def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
-    """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
-    parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
-    os.setpgrp()  # its own process group, so a kill takes whatever it started
+def _detach() -> None:
+    """A pool process's start: its own process group (so a kill takes whatever it started), killed
+    with its parent, deaf to the terminal's Ctrl-C (the parent handles it), torch on one thread."""
+    os.setpgrp()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _single_threaded_torch()
+
+
+def tell_to_stop(conn: Any) -> None:
+    """Ask a pool process to exit (it may be gone already)."""
+    try:
+        conn.send(None)
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def next_message(conn: Any) -> Any:
+    """The next message from the pool; None when told to stop or when the pool is gone."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
+    """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
+    parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
+    _detach()
     invokers: dict[str, Any] = {}
     clock = time.perf_counter
     while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
+        msg = next_message(conn)
         if msg is None:
             return
         key, payload, kwargs, seq, items = msg
@@ -196,10 +215,7 @@ class _Worker:
 
     def stop(self) -> None:
         """Ask the worker to exit; kill it if it does not within 2 s."""
-        try:
-            self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
+        tell_to_stop(self.conn)
         self.proc.join(2)
         if self.proc.is_alive():
             self.kill()
