@@ -43,6 +43,8 @@ _LOOK_MIN_S = 0.002
 _PROBE_S = 0.002
 #: a worker that computes is looked at again after this, doubling up to _LOOK_MAX_S
 _LOOK_MAX_S = 0.05
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -273,8 +275,9 @@ class ProcessPool:
         a CPU used between them; where ``/proc`` says nothing, a stuck call counts as waiting."""
         if not w.inflight or w.idle is not None or now < w.next_look:
             return
-        if now - w.started < self._look_after(w):
-            w.next_look = w.started + self._look_after(w)
+        first_look = w.started + self._look_after(w)
+        if now < first_look:
+            w.next_look = first_look
             return
         cpu, state = w.cpu_s(), w.state()
         if cpu is None or state is None:

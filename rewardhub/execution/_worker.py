@@ -29,7 +29,6 @@ except (AttributeError, ValueError, OSError):
     _HZ = 100.0
 
 
-
 # ---------------------------------------------------------------------------- worker side
 def _build(payload: WorkerPayload) -> Any:
     import functools
