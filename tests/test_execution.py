@@ -124,6 +124,27 @@ def test_on_failure_raise_names_reward_and_sample():
 
 
 @pytest.mark.parametrize("executor", ["inline", "thread", "process"])
+def test_outcomes_carry_the_callers_sample_index(executor):
+    """A part of a larger batch (what a Ray reward worker scores) names the samples by their
+    place in that batch, in messages and as the outcomes' ``index``."""
+    with Runner.from_config({"rewards": [term("misbehave", executor=executor, on_failure="nan"),
+                                         term("bad_batched", kind="batched", executor=executor)]}) as r:
+        res = r.score(samples_of("ok:1", "raise", "string"), indices=[40, 41, 42])
+    outs = res.outcomes["misbehave"]
+    assert [o.index for o in outs] == [40, 41, 42]
+    assert "reward 'misbehave' on sample 41: RuntimeError: boom" in res.errors[1]["misbehave"]
+    assert "reward 'misbehave' on sample 42 returned '0.5'" in res.errors[2]["misbehave"]
+    assert "(sample 40)" in res.errors[0]["bad_batched"]
+    assert "sample 1" not in res.errors[1]["misbehave"]
+
+
+def test_ray_terms_need_a_ray_executor():
+    with Runner.from_config({"rewards": [term("misbehave", executor="ray")]}) as r:
+        with pytest.raises(UsageError, match="runner_from_config"):
+            r.score(samples_of("ok:1"))
+
+
+@pytest.mark.parametrize("executor", ["inline", "thread", "process"])
 def test_retries_recover_a_flaky_reward(tmp_path, executor):
     res, _ = run([term("flaky", executor=executor, retries=1)],
                  samples_of("a", counter=str(tmp_path / "c")))

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     """The check's findings: ``terms`` (resolved), ``problems``, ``migration``, ``warnings``."""
     from ..config import load_config_with_report
-    from ..execution.runner import resolve_term
+    from ..execution import resolve_term
     from ..registry import build_registry
 
     problems: list[str] = []

@@ -91,7 +91,7 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
-    from ..execution import Runner
+    from ..distributed import runner_from_config
     from ..execution._columns import Column
     from ..execution._columns import column_metrics
     from ..execution._columns import stats
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     progress = Progress(len(rows), sys.stderr.isatty() and not args.no_progress)
-    with Runner.from_config(cfg.reward) as runner:
+    with runner_from_config(cfg.reward) as runner:
         names = [t.name for t in runner.terms]
         columns: dict[str, Column] = {n: Column(0) for n in names}
         scores: list[Any] = []

@@ -11,16 +11,19 @@ from ._errors import DriverOnlyRewardError
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
 from ._executor import RayExecutor
+from ._executor import RayExecutors
+from ._executor import runner_from_config
 from ._fingerprint import diff_items
 from ._pool import RewardWorkerPool
 from ._setup import ShippedFile
 from ._setup import WorkerSetup
 from ._setup import prepare_setup
-from ._worker import RewardWorker
+from ._reward_worker import RewardWorker
 
 __all__ = [
     "DriverOnlyRewardError",
     "RayExecutor",
+    "RayExecutors",
     "RegistryMismatchError",
     "RewardWorker",
     "RewardWorkerPool",
@@ -30,4 +33,5 @@ __all__ = [
     "check_cluster",
     "diff_items",
     "prepare_setup",
+    "runner_from_config",
 ]

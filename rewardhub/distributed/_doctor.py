@@ -8,7 +8,7 @@ from typing import Any
 from ._errors import describe_problem
 from ._pool import ensure_ray
 from ._setup import prepare_setup
-from ._worker import probe
+from ._reward_worker import probe
 
 __all__ = ["check_cluster", "configured_pools"]
 

@@ -8,10 +8,16 @@ from typing import Any
 
 from .._targets import split_target
 from ..execution import Outcome
+from ..execution import Runner
+from ..execution import Term
+from ..execution import config_value
+from ..execution import plain
+from ..execution import resolve_terms
 from ._errors import DriverOnlyRewardError
+from ._placement import place_reward_models
 from ._pool import RewardWorkerPool
 
-__all__ = ["RayExecutor", "term_config"]
+__all__ = ["RayExecutor", "RayExecutors", "runner_from_config", "term_config"]
 
 _WORKER_KEYS = ("num_workers", "pool", "resources", "num_cpus", "num_gpus", "dispatch", "address")
 
@@ -65,21 +71,66 @@ class RayExecutor:
         workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))
         self.reward_cfg = {"rewards": rewards, "plugins": plugins, "workers": workers}
         self.extra = {k: v for k, v in opts.items() if k not in _WORKER_KEYS}
-        self._pool: RewardWorkerPool | None = None
+        self._workers: RewardWorkerPool | None = None
 
     @property
-    def pool(self) -> RewardWorkerPool:
-        if self._pool is None:
-            self._pool = RewardWorkerPool(self.reward_cfg, **{k: v for k, v in self.extra.items()
-                                                             if k in ("runtime_env", "ship_files", "strict")})
-        return self._pool
+    def workers(self) -> RewardWorkerPool:
+        """The reward workers, started at the first use."""
+        if self._workers is None:
+            self._workers = RewardWorkerPool(self.reward_cfg, **{k: v for k, v in self.extra.items()
+                                                                if k in ("runtime_env", "ship_files", "strict")})
+        return self._workers
+
+    def workers_info(self) -> list[dict[str, Any]]:
+        """Facts of the reward workers (none before the first score)."""
+        return self._workers.workers_info() if self._workers is not None else []
 
     def score_term(self, term_name: str, samples: Sequence[Mapping[str, Any]],
                    indices: Sequence[int]) -> list[Outcome]:
         """Raw outcomes of one term for ``samples`` (``indices``: their places in the runner's batch)."""
-        return self.pool.score_outcomes(samples, [term_name], indices)[term_name]
+        return self.workers.score_outcomes(samples, [term_name], indices)[term_name]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+
+
+class RayExecutors:
+    """The runner's ``ray`` executor factory: a :class:`RayExecutor` per named Ray pool.
+
+    :param ray_options: the ``reward.workers`` options (and ``plugins``), for the default pool.
+    :param pools: options of the other pools that terms name (``Term.pool``), e.g. the reward-model pool.
+    """
+
+    def __init__(self, ray_options: Mapping[str, Any] | None = None,
+                 pools: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.ray_options = dict(ray_options or {})
+        self.pools = {k: dict(v) for k, v in (pools or {}).items()}
+
+    def __call__(self, pool: str | None, terms: list[Term]) -> RayExecutor:
+        # a term's pool None: reward.workers' pool
+        return RayExecutor(terms, self.pools.get(pool, self.ray_options) if pool is not None else self.ray_options)
+
+
+def ray_options_of(reward_cfg: Any) -> dict[str, Any]:
+    """``reward.workers`` as Ray options, with ``reward.plugins`` so the workers load the same plugins."""
+    workers = config_value(reward_cfg, "workers")
+    opts = dict(plain(workers)) if workers is not None else {}
+    plugins = config_value(reward_cfg, "plugins")
+    if plugins is not None:
+        opts["plugins"] = plain(plugins)
+    return opts
+
+
+def runner_from_config(reward_cfg: Any, registry: Any = None, **kwargs: Any) -> Runner:
+    """A :class:`~rewardhub.execution.Runner` for a ``reward:`` section, ``executor: ray`` included.
+
+    Reward-model terms (``reward.reward_model.enable``) are placed on their own Ray pool; the
+    Ray workers start when a term that runs there is first scored.
+    """
+    terms = resolve_terms(reward_cfg, registry)
+    opts = ray_options_of(reward_cfg)
+    pools = place_reward_models(reward_cfg, terms, opts)
+    return Runner(terms, config_value(reward_cfg, "aggregation", "weighted_sum"),
+                  executors={"ray": RayExecutors(opts, pools)}, **kwargs)

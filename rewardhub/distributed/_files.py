@@ -17,7 +17,7 @@ from typing import Any
 from .._targets import file_sha256
 from ._setup import ShippedFile
 
-__all__ = ["files_dir", "materialize"]
+__all__ = ["files_dir", "place_files"]
 
 
 def files_dir() -> str:
@@ -43,7 +43,7 @@ def _write(f: ShippedFile) -> str:
     return dest
 
 
-def materialize(files: Sequence[ShippedFile], reward_cfg: dict[str, Any]
+def place_files(files: Sequence[ShippedFile], reward_cfg: dict[str, Any]
                 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
     """Give every file term of ``reward_cfg`` a local, hash-checked file.
 

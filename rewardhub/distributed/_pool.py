@@ -13,18 +13,19 @@ from typing import Any
 
 from ..errors import UsageError
 from ..execution import Outcome
-from ..execution import Runner
 from ..execution import ScoreResult
-from ..execution import Term
+from ..execution import aggregate
+from ..execution import apply_on_failure_to_outcomes
+from ..execution import check_aggregation
 from ..execution._outcome import ERROR
-from ..types import ExecutionPolicy
-from ..types import RewardSpec
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
+from ._placement import on_reward_model_pool
+from ._placement import reward_model_pool
+from ._reward_worker import RewardWorker
 from ._setup import prepare_setup
-from ._worker import RewardWorker
 
-__all__ = ["DISPATCH", "RewardWorkerPool"]
+__all__ = ["DISPATCH", "RewardWorkerPool", "WorkerTerm"]
 
 log = logging.getLogger("rewardhub.distributed")
 
@@ -49,6 +50,16 @@ def _actor_errors() -> tuple[type[BaseException], ...]:
 
     return tuple(getattr(rex, n) for n in ("RayActorError", "WorkerCrashedError", "ObjectLostError",
                                            "RuntimeEnvSetupError") if hasattr(rex, n))
+
+
+@dataclass(frozen=True)
+class WorkerTerm:
+    """A term as the workers resolved it: what the driver needs to finish a batch."""
+
+    name: str
+    reward: str
+    weight: float
+    on_failure: str
 
 
 @dataclass
@@ -105,7 +116,7 @@ class RewardWorkerPool:
     :param max_restarts: restarts per worker slot; a dead worker's in-flight samples are re-scored.
     :param split_models: with ``reward.reward_model.enable``, reward-model terms (capability
         ``reward_model``, executor unset or ``ray``) get a pool of their own, from
-        ``reward.reward_model`` (see :func:`~rewardhub.execution.runner.reward_model_pool`); this
+        ``reward.reward_model`` (see :func:`~rewardhub.distributed._placement.reward_model_pool`); this
         pool then scores the other terms, or is that pool itself when there are none.
     """
 
@@ -121,8 +132,6 @@ class RewardWorkerPool:
         positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms
         rm_idx = _reward_model_terms(self.setup.reward_cfg, registry) if split_models else []
         if rm_idx:
-            from ..execution.runner import reward_model_pool
-
             cfg = self.setup.reward_cfg
             opts = reward_model_pool(cfg["reward_model"], cfg.get("workers") or {})
             rm_workers = {**(cfg.get("workers") or {}),
@@ -171,15 +180,15 @@ class RewardWorkerPool:
             self.close()
             raise
         info = self._slots[0].info or {}
-        self.terms = [Term(name=t["name"], spec=RewardSpec(name=t["reward"], target="(on the workers)"),
-                           policy=ExecutionPolicy(on_failure=t["on_failure"]), invoker=None,  # type: ignore[arg-type]
-                           weight=t["weight"]) for t in info.get("terms", [])]
+        self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
+                      for t in info.get("terms", [])]
         self._own = [t.name for t in self.terms]
         self._kinds = {t["name"]: t["kind"] for t in info.get("terms", [])}
         if self.sub is not None:  # every term, in the config's order
             placed = list(zip(positions, self.terms)) + list(zip(rm_idx, self.sub.terms))
             self.terms = [t for _, t in sorted(placed, key=lambda p: p[0])]
-        self._agg = Runner(self.terms, str(self.setup.reward_cfg.get("aggregation") or "weighted_sum"))
+        self.aggregation = str(self.setup.reward_cfg.get("aggregation") or "weighted_sum")
+        check_aggregation(self.aggregation)
 
     # ---- start-up ----------------------------------------------------------------------
     def _needs(self) -> dict[str, float]:
@@ -251,8 +260,8 @@ class RewardWorkerPool:
         batch = [_check_sample(s, i) for i, s in enumerate(samples)]
         outcomes = self.score_outcomes(batch)
         for term in self.terms:
-            self._agg._apply_policy(term, outcomes[term.name])
-        res = self._agg._aggregate(batch, outcomes)
+            apply_on_failure_to_outcomes(term.name, term.on_failure, outcomes[term.name])
+        res = aggregate([(t.name, t.weight) for t in self.terms], self.aggregation, outcomes, len(batch))
         for pool in self.pools():
             res.metrics[f"reward_workers/{pool.pool}/restarts"] = float(pool.restarts)
             res.metrics[f"reward_workers/{pool.pool}/rescored_samples"] = float(pool.rescored_samples)
@@ -440,8 +449,6 @@ class RewardWorkerPool:
 
 def _reward_model_terms(cfg: Mapping[str, Any], registry: Any) -> list[int]:
     """Indices of the terms that go to the reward-model pool (none unless ``reward_model.enable``)."""
-    from ..execution.runner import on_reward_model_pool
-
     rm = cfg.get("reward_model")
     if not (rm and rm.get("enable")):
         return []

@@ -31,9 +31,9 @@ class Column:
     or block of calls (what the latency percentiles are taken over).
     """
 
-    __slots__ = ("values", "status", "errors", "extra", "_latency", "runs", "attempts")
+    __slots__ = ("values", "status", "errors", "extra", "_latency", "runs", "attempts", "labels")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, labels: Sequence[int] | None = None) -> None:
         self.values: list[float | None] = [None] * n
         self.status: dict[int, str] = {}
         self.errors: dict[int, str] = {}
@@ -41,6 +41,13 @@ class Column:
         self._latency: list[float] | None = [0.0] * n
         self.runs: list[tuple[float, int]] = []
         self.attempts: dict[int, int] = {}
+        #: the samples' positions in the caller's batch (``None``: the same as here), named in
+        #: error messages and carried by :meth:`outcomes`
+        self.labels = labels
+
+    def label(self, i: int) -> int:
+        """Sample ``i``'s position in the caller's batch."""
+        return i if self.labels is None else self.labels[i]
 
     def __len__(self) -> int:
         return len(self.values)
@@ -64,7 +71,7 @@ class Column:
 
     def put(self, i: int, raw: Any, reward: str, latency: float, attempts: int = 1) -> None:
         """Check one returned value and store it (anything but a finite score is an error)."""
-        self._store(i, check_value(raw, reward, i), latency, attempts, timed=True)
+        self._store(i, check_value(raw, reward, self.label(i)), latency, attempts, timed=True)
 
     def fail(self, i: int, status: str, error: str, latency: float, attempts: int = 1) -> None:
         self.values[i] = None
@@ -102,7 +109,7 @@ class Column:
 
     def outcomes(self) -> list[Outcome]:
         st, er, ex, at, lat = self.status, self.errors, self.extra, self.attempts, self.latency
-        return [Outcome(v, st.get(i, OK), ex.get(i, {}), er.get(i), lat[i], at.get(i, 1))
+        return [Outcome(v, st.get(i, OK), ex.get(i, {}), er.get(i), lat[i], at.get(i, 1), self.label(i))
                 for i, v in enumerate(self.values)]
 
     def extend(self, other: Column) -> None:

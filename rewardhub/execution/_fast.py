@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError
@@ -91,13 +92,17 @@ def _check_sample(s: Any, i: int) -> None:
 _FAILED = object()
 
 
-def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int) -> Column:
-    """Call ``inv`` on every sample of ``batch`` in this thread; one column of results."""
+def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int,
+             labels: Sequence[int] | None = None) -> Column:
+    """Call ``inv`` on every sample of ``batch`` in this thread; one column of results.
+
+    :param labels: the samples' positions in the caller's batch (see :attr:`Column.labels`).
+    """
     pairs, constants = _plan(inv, kwargs)
     loop = _compile(pairs, bool(constants), lenient=False)
     fn, pc = inv.fn, time.perf_counter
     n = len(batch)
-    col = Column(0)
+    col = Column(0, labels)
     out: list[Any] = []
     runs = col.runs
     failed: dict[int, tuple[str, int]] = {}  # index -> (error, attempts)
@@ -109,7 +114,7 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
         i = len(out)
         s = batch[i]
         if not isinstance(s, Mapping) or any(field not in s for _, field in pairs):
-            _check_sample(s, i)  # a bad sample stops the batch with its name
+            _check_sample(s, col.label(i))  # a bad sample stops the batch with its name
             loop = _compile(pairs, bool(constants), lenient=True)  # optional fields may be missing
             attempts, start = 0, pc()
             error = None
@@ -131,7 +136,7 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
                 retried[i] = attempts
         else:
             out.append(_FAILED)
-            failed[i] = (f"reward {name!r} on sample {i}: {error}", attempts)
+            failed[i] = (f"reward {name!r} on sample {col.label(i)}: {error}", attempts)
     col.latency_from_runs()  # one run per block or slow-path call, in sample order
     col.attempts.update(retried)
     try:
@@ -154,7 +159,7 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
         if type(raw) is float and raw - raw == 0.0:
             values[i] = raw
             continue
-        o = check_value(raw, name, i)
+        o = check_value(raw, name, col.label(i))
         values[i] = o.value
         if o.status != OK:
             status[i] = o.status

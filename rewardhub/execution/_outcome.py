@@ -19,6 +19,8 @@ class Outcome:
 
     :ivar value: the score, ``None`` when not applicable (or dropped after a failure).
     :ivar status: ok | na | error | timeout.
+    :ivar index: the sample's position in the batch of whoever asked for the scores (a Ray reward
+        worker scores a part of the driver's batch: these are the driver's positions).
     """
 
     value: float | None
@@ -27,9 +29,10 @@ class Outcome:
     error: str | None = None
     latency_s: float = 0.0
     attempts: int = 1
+    index: int | None = None
 
     def to_wire(self) -> tuple[Any, ...]:
-        return (self.value, self.status, self.extra, self.error, self.latency_s, self.attempts)
+        return (self.value, self.status, self.extra, self.error, self.latency_s, self.attempts, self.index)
 
     @classmethod
     def from_wire(cls, t: tuple[Any, ...]) -> Outcome:

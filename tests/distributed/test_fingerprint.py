@@ -17,7 +17,7 @@ from rewardhub.distributed import RewardWorker
 from rewardhub.distributed import ShippedFile
 from rewardhub.distributed import diff_items
 from rewardhub.distributed import prepare_setup
-from rewardhub.distributed._files import materialize
+from rewardhub.distributed._files import place_files
 from rewardhub.distributed._pool import make_chunks
 
 REWARD_FILE = '''
@@ -71,7 +71,7 @@ def test_shipped_file_keeps_its_module_name(reward_file, tmp_path, monkeypatch):
     setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length"}]})
     (shipped,) = setup.files
     assert shipped.data == reward_file.read_bytes() and shipped.sha256 == hashlib.sha256(shipped.data).hexdigest()
-    cfg, problems, info = materialize(setup.files, setup.reward_cfg)
+    cfg, problems, info = place_files(setup.files, setup.reward_cfg)
     local = cfg["rewards"][0]["path"]
     assert problems == [] and local.startswith(str(tmp_path / "node")) and info["length"] == f"shipped {local}"
     assert file_module_name(local) == file_module_name(str(reward_file))
@@ -82,14 +82,14 @@ def test_file_problems_are_named(reward_file, tmp_path, monkeypatch):
     setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length"}]})
     f = setup.files[0]
     corrupt = ShippedFile(f.reward, f.path, f.sha256, f.data + b"#")
-    _, problems, _ = materialize([corrupt], setup.reward_cfg)
+    _, problems, _ = place_files([corrupt], setup.reward_cfg)
     assert problems[0]["kind"] == "file_hash" and "corrupted" in problems[0]["detail"]
     not_shipped = ShippedFile(f.reward, f.path, f.sha256, None)
     reward_file.write_text(REWARD_FILE + "\n# edited on this node\n")
-    cfg, problems, _ = materialize([not_shipped], setup.reward_cfg)
+    cfg, problems, _ = place_files([not_shipped], setup.reward_cfg)
     assert problems[0]["kind"] == "file_hash" and problems[0]["reward"] == "length" and cfg["rewards"] == []
     reward_file.unlink()
-    _, problems, _ = materialize([not_shipped], setup.reward_cfg)
+    _, problems, _ = place_files([not_shipped], setup.reward_cfg)
     assert problems[0]["kind"] == "file_missing" and problems[0]["detail"] == str(reward_file)
 
 
@@ -158,13 +158,14 @@ def test_chunks_keep_groups_whole():
 
 
 def test_term_config_round_trip(reward_file):
+    from rewardhub.distributed import runner_from_config
     from rewardhub.distributed._executor import term_config
     from rewardhub.execution import Runner
     from rewardhub.registry import build_registry
 
     cfg = {"rewards": [{"name": "math_verify", "alias": "mv", "weight": 2.0, "executor": "ray"},
                        {"path": str(reward_file), "function": "length", "executor": "ray", "timeout_s": 5}]}
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         terms = [term_config(t) for t in runner.terms]
     assert terms[0]["name"] == "math_verify" and terms[0]["alias"] == "mv" and terms[0]["weight"] == 2.0
     assert terms[1]["path"] == str(reward_file) and terms[1]["function"] == "length" and terms[1]["timeout_s"] == 5

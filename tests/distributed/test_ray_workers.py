@@ -19,6 +19,7 @@ from rewardhub._targets import file_module_name
 from rewardhub.cli import main
 from rewardhub.distributed import RegistryMismatchError
 from rewardhub.distributed import RewardWorkerPool
+from rewardhub.distributed import runner_from_config
 from rewardhub.errors import UsageError
 from rewardhub.execution import Runner
 
@@ -123,9 +124,9 @@ def test_runner_ray_executor_round_robin(cluster, reward_file, tmp_path):
     samples = [{"prompt": "1+1", "response": "<answer>2</answer>", "ground_truth": "2",
                 "data_source": "basic_arithmetic", "extra_info": {"i": i}} for i in range(8)]
     samples[3]["response"] = "raise"
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         res = runner.score(samples)
-        pool = runner._ray[None].pool
+        pool = runner._remote[None].workers
         assert pool.dispatch == "round_robin" and len(pool.workers_info()) == 2
     probe = [r["probe"] for r in res.rewards]
     assert probe[3] != probe[3] and probe[:3] == [18.0] * 3  # NaN: on_failure applied by the driver

@@ -7,7 +7,7 @@ from code_tasks import TASKS
 from code_tasks import fenced
 from rewardhub_code import sandbox
 
-from rewardhub.execution import Runner
+from rewardhub.distributed import runner_from_config
 
 ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -26,7 +26,7 @@ def test_a_batch_on_ray_reward_workers(local_ray):
                 for p in hostile]
     cfg = {"rewards": [{"name": "code_tests", "executor": "ray", "kwargs": {"all_or_nothing": True}}],
            "sandbox": {"timeout_s": 1.5}, "workers": {"num_workers": 2}}
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         res = runner.score(samples)
         again = runner.score(samples[:2])  # the same workers are still there and still score
     assert [e for e in res.errors if e] == []

@@ -11,7 +11,7 @@ import pytest
 
 from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
-from rewardhub.execution import Runner
+from rewardhub.distributed import runner_from_config
 from rewardhub.registry import build_registry
 
 SAMPLES = [
@@ -50,7 +50,7 @@ def test_both_are_registered_with_kind_model():
 def test_reward_model_matches_a_plain_forward_pass(tiny_rm, executor):
     cfg = {"rewards": [{"name": "reward_model", "executor": executor,
                         "kwargs": {"model_path": tiny_rm, "batch_size": 3}}]}
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         res = runner.score(SAMPLES)
     assert res.scores == pytest.approx(direct_scores(tiny_rm, SAMPLES), abs=1e-5)
     assert len(set(round(s, 6) for s in res.scores)) > 1  # a real model, not a constant
@@ -68,7 +68,7 @@ def test_legacy_reward_model_keys_score_on_a_reward_model_pool(tiny_rm, local_ra
         cfg = load_config(None, overrides)
     assert [t.name for t in cfg.reward.rewards] == ["reward_model"]
     assert cfg.reward.reward_model.batch_size == 2
-    with Runner.from_config(cfg.reward) as runner:
+    with runner_from_config(cfg.reward) as runner:
         res = runner.score(SAMPLES)
         workers = runner.ray_workers()
     assert res.scores == pytest.approx(direct_scores(tiny_rm, SAMPLES), abs=1e-5)
@@ -82,14 +82,14 @@ def test_reward_model_term_can_stay_in_process(tiny_rm):
     """An explicit executor on the term wins over the reward-model pool."""
     cfg = {"reward_model": {"enable": True, "model_path": tiny_rm},
            "rewards": [{"name": "reward_model", "executor": "inline"}]}
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         res = runner.score(SAMPLES)
         assert runner.ray_workers() == []
     assert res.scores == pytest.approx(direct_scores(tiny_rm, SAMPLES), abs=1e-5)
 
 
 def test_reward_model_without_a_model_names_the_keys():
-    with Runner.from_config({"rewards": [{"name": "reward_model", "on_failure": "raise"}]}) as runner:
+    with runner_from_config({"rewards": [{"name": "reward_model", "on_failure": "raise"}]}) as runner:
         with pytest.raises(Exception) as info:
             runner.score(SAMPLES[:1])
     assert "reward.reward_model.model_path" in str(info.value) and "reward_model.model.path" in str(info.value)
@@ -105,7 +105,7 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
 def test_judge_scores_from_real_generations(tiny_judge, judge_rubric):
     cfg = {"rewards": [{"name": "judge", "kwargs": {"model_path": tiny_judge, "rubric": judge_rubric,
                                                     "batch_size": 2}}]}
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         res = runner.score(SAMPLES)
     assert res.scores == pytest.approx([0.7] * len(SAMPLES))
 
@@ -114,7 +114,7 @@ def test_judge_without_a_score_fails_that_sample_by_policy(tiny_judge, judge_rub
     # one new token: "S", no number -> NaN -> the term's on_failure value, counted as an error
     cfg = {"rewards": [{"name": "judge", "on_failure": "zero",
                         "kwargs": {"model_path": tiny_judge, "rubric": judge_rubric, "max_new_tokens": 1}}]}
-    with Runner.from_config(cfg) as runner:
+    with runner_from_config(cfg) as runner:
         res = runner.score(SAMPLES[:2])
     assert res.scores == [0.0, 0.0]
     assert res.metrics["rewards/judge/errors"] == 2

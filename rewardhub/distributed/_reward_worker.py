@@ -8,7 +8,6 @@ scores with a :class:`~rewardhub.execution.Runner` of its own, each term under i
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 import time
@@ -16,15 +15,12 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from ._files import materialize
+from ._files import place_files
 from ._fingerprint import diff_items
 from ._setup import WorkerSetup
 from ._setup import check_items
 
 __all__ = ["RewardWorker", "probe", "where"]
-
-_SAMPLE = re.compile(r"on sample (\d+)")
-
 
 def where() -> dict[str, Any]:
     """This process's node id, IP, hostname and pid (node id ``None`` outside Ray)."""
@@ -75,7 +71,7 @@ class RewardWorker:
     def _start(self, load: bool) -> None:
         from ..registry import build_registry
 
-        cfg, problems, self.files = materialize(self.setup.files, self.setup.reward_cfg)
+        cfg, problems, self.files = place_files(self.setup.files, self.setup.reward_cfg)
         self.problems.extend(problems)
         bad = {p["reward"] for p in problems}
         registry = build_registry(cfg)
@@ -93,7 +89,7 @@ class RewardWorker:
 
     def _resolve(self, registry: Any, cfg: Mapping[str, Any]) -> None:
         from ..execution import resolve_term
-        from ..execution.runner import sandbox_settings
+        from ..execution import sandbox_settings
 
         sandbox = sandbox_settings(cfg)
         rm = cfg.get("reward_model")
@@ -134,21 +130,15 @@ class RewardWorker:
               terms: Sequence[str] | None = None) -> dict[str, Any]:
         """Score ``samples`` with every term (or those named); outcomes in wire form, per term.
 
-        ``indices`` are the samples' positions in the driver's batch, used in error messages.
+        ``indices`` are the samples' positions in the driver's batch: the outcomes carry them, and
+        error messages name them.
         """
         if self.problems:
             from ._errors import RegistryMismatchError
 
             raise RegistryMismatchError(self.setup.pool, self.setup.driver_fingerprint, [self.hello()])
-        res = self._runner(terms).score(list(samples))
-        out: dict[str, list[tuple[Any, ...]]] = {}
-        for name, outs in res.outcomes.items():
-            wire = []
-            for o in outs:
-                if o.error and indices is not None:
-                    o.error = _SAMPLE.sub(lambda m: f"on sample {indices[int(m.group(1))]}", o.error, count=1)
-                wire.append(o.to_wire())
-            out[name] = wire
+        res = self._runner(terms).score(list(samples), indices=indices)
+        out = {name: [o.to_wire() for o in outs] for name, outs in res.outcomes.items()}
         self.scored += len(samples)
         return {"outcomes": out, "pid": os.getpid()}
 

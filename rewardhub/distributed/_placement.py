@@ -1,0 +1,59 @@
+"""Where reward-model terms run: a Ray pool of their own, sized from ``reward.reward_model`` (verl's keys)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from ..execution import Term
+from ..execution import config_value
+from ..execution import plain
+
+__all__ = ["on_reward_model_pool", "place_reward_models", "reward_model_pool"]
+
+
+def on_reward_model_pool(rm: Mapping[str, Any] | None, capabilities: Sequence[str], executor: str | None) -> bool:
+    """Whether a term runs on the reward-model pool: ``reward.reward_model.enable`` is set, its
+    reward has the ``reward_model`` capability and the term names no executor but ``ray``."""
+    return bool(rm and rm.get("enable")) and "reward_model" in capabilities and executor in (None, "ray")
+
+
+def reward_model_pool(rm: Mapping[str, Any], workers: Mapping[str, Any]) -> dict[str, Any]:
+    """Ray pool options for reward-model terms, from ``reward.reward_model`` (verl's ``reward_model.*``).
+
+    ``num_workers`` actors on the pool named ``rm["pool"]``; each gets an equal share of
+    ``n_gpus_per_node * nnodes`` GPUs (none on a CPU machine). The Ray address and the plugin
+    sources are those of ``reward.workers``.
+    """
+    num_workers = max(1, int(rm.get("num_workers") or 1))
+    gpus = float(rm.get("n_gpus_per_node") or 0) * max(1, int(rm.get("nnodes") or 1))
+    opts: dict[str, Any] = {"pool": str(rm.get("pool") or "reward_model"), "num_workers": num_workers,
+                            "num_cpus": 1.0, "num_gpus": gpus / num_workers}
+    for key in ("address", "plugins"):
+        if workers.get(key) is not None:
+            opts[key] = workers[key]
+    return opts
+
+
+def place_reward_models(reward_cfg: Any, terms: Sequence[Term], workers: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Move the reward-model terms of ``reward_cfg`` to their Ray pool (``executor: ray``, ``pool``).
+
+    :param terms: the config's resolved terms, in its order (changed in place).
+    :param workers: the Ray options of ``reward.workers`` (address and plugin sources are shared).
+    :returns: pool name -> Ray pool options, for the pools placed here (none unless
+        ``reward.reward_model.enable``).
+    """
+    section = config_value(reward_cfg, "reward_model")
+    rm = dict(plain(section)) if section is not None else None
+    if not (rm and rm.get("enable")):
+        return {}
+    pool = reward_model_pool(rm, workers)
+    pools: dict[str, dict[str, Any]] = {}
+    for term, term_cfg in zip(terms, config_value(reward_cfg, "rewards", []) or []):
+        executor = None if isinstance(term_cfg, str) else config_value(plain(term_cfg), "executor")
+        if on_reward_model_pool(rm, term.spec.capabilities, executor):
+            term.policy = term.policy.merged(executor="ray")
+            term.pool = pool["pool"]
+            pools[term.pool] = pool
+    return pools

@@ -1,0 +1,153 @@
+"""After scoring: each term's ``on_failure`` policy, then the weighted aggregation into a :class:`ScoreResult`.
+
+Public functions, so that whoever scores the terms elsewhere (the Ray reward workers) finishes a
+batch exactly as the runner does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
+
+from ..errors import RewardExecutionError
+from ..errors import UsageError
+from ._columns import Column
+from ._columns import column_metrics
+from ._columns import stats
+from ._outcome import Outcome
+
+__all__ = ["AGGREGATIONS", "ScoreResult", "aggregate", "apply_on_failure", "apply_on_failure_to_outcomes",
+           "check_aggregation", "combine"]
+
+AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
+
+
+def check_aggregation(aggregation: str) -> None:
+    """Raise :class:`UsageError` for an aggregation that is not one of :data:`AGGREGATIONS`."""
+    if aggregation not in AGGREGATIONS:
+        raise UsageError(f"reward.aggregation={aggregation!r} is not valid\nallowed: {', '.join(AGGREGATIONS)}")
+
+
+class ScoreResult:
+    """Scores of one batch: one row per input sample, in input order, plus metrics.
+
+    ``scores`` and ``metrics`` are computed by :func:`combine`; ``rewards`` (term name ->
+    score per sample), ``extra``, ``errors`` and ``outcomes`` are built from the per-term columns
+    the first time they are read.
+    """
+
+    def __init__(self, scores: list[float | None], columns: dict[str, Column], metrics: dict[str, float]) -> None:
+        self.scores = scores
+        self.columns = columns
+        self.metrics = metrics
+
+    @functools.cached_property
+    def rewards(self) -> list[dict[str, float | None]]:
+        names = list(self.columns)
+        cols = [c.values for c in self.columns.values()]
+        return [dict(zip(names, vs)) for vs in zip(*cols)] if cols else [{} for _ in self.scores]
+
+    @functools.cached_property
+    def extra(self) -> list[dict[str, dict[str, Any]]]:
+        out: list[dict[str, dict[str, Any]]] = [{} for _ in self.scores]
+        for name, col in self.columns.items():
+            for i, ex in sorted(col.extra.items()):
+                out[i][name] = ex
+        return out
+
+    @functools.cached_property
+    def errors(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = [{} for _ in self.scores]
+        for name, col in self.columns.items():
+            for i, err in sorted(col.errors.items()):
+                out[i][name] = err
+        return out
+
+    @functools.cached_property
+    def outcomes(self) -> dict[str, list[Outcome]]:
+        return {name: col.outcomes() for name, col in self.columns.items()}
+
+    def rows(self, samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Each input row plus ``score``, ``rewards`` and ``extra`` (and ``errors`` when any)."""
+        out = []
+        rewards, extra, errors = self.rewards, self.extra, self.errors
+        for i, s in enumerate(samples):
+            row = dict(s)
+            row["score"] = self.scores[i]
+            row["rewards"] = rewards[i]
+            row["extra"] = extra[i]
+            if errors[i]:
+                row["errors"] = errors[i]
+            out.append(row)
+        return out
+
+
+def apply_on_failure(name: str, on_failure: str, col: Column) -> None:
+    """Give every failed sample of term ``name`` its ``on_failure`` value (or raise, naming the first)."""
+    failed = col.failures()
+    if not failed:
+        return
+    if on_failure == "raise":
+        i = failed[0]
+        raise RewardExecutionError(
+            f"{col.errors[i]}\n(on_failure: raise for reward {name!r}; use zero, nan or drop to go on)",
+            reward=name, index=col.label(i))
+    value = 0.0 if on_failure == "zero" else math.nan if on_failure == "nan" else None
+    for i in failed:
+        col.values[i] = value
+
+
+def apply_on_failure_to_outcomes(name: str, on_failure: str, outs: list[Outcome]) -> None:
+    """:func:`apply_on_failure` for a list of :class:`Outcome` (changed in place)."""
+    col = Column.from_outcomes(outs)
+    apply_on_failure(name, on_failure, col)
+    for i in col.failures():
+        outs[i].value = col.values[i]
+
+
+def aggregate(weights: Sequence[tuple[str, float]], aggregation: str,
+              outcomes: Mapping[str, Sequence[Outcome]], n: int) -> ScoreResult:
+    """:func:`combine` for per-term :class:`Outcome` lists (one outcome per sample, ``n`` samples)."""
+    return combine(weights, aggregation, n, {name: Column.from_outcomes(outcomes[name]) for name, _ in weights})
+
+
+def combine(weights: Sequence[tuple[str, float]], aggregation: str, n: int,
+            columns: Mapping[str, Column]) -> ScoreResult:
+    """Aggregate the terms' columns (``weights``: term name and weight, in the config's order)."""
+    cols = [(w, columns[name]) for name, w in weights]
+    term_stats = {name: stats(columns[name].values, columns[name].has_none()) for name, _ in weights}
+    values = [c.values for _, c in cols]
+    if aggregation == "normalize_then_sum":
+        values = [_normalized(vs, term_stats[name]) for (name, _), vs in zip(weights, values)]
+    simple = not any(c.has_none() for _, c in cols)
+    ws = [w for w, _ in cols]
+    scores: list[float | None]
+    if simple and len(cols) == 1:  # one term, a value for every sample: no per-sample work
+        scores = list(values[0]) if ws[0] == 1.0 else list(map(operator.mul, values[0], repeat(ws[0], n)))
+    elif simple and cols:
+        scores = [sum(map(operator.mul, vs, ws)) for vs in zip(*values)]
+    else:
+        scores = []
+        for vs in zip(*values) if values else ((),) * n:
+            parts = [w * v for w, v in zip(ws, vs) if v is not None]
+            scores.append(sum(parts) if parts else None)
+    if len(cols) == 1 and simple and aggregation == "weighted_sum":
+        mean, std, count = term_stats[weights[0][0]]
+        agg = (mean * ws[0], std * abs(ws[0]), count)
+    else:
+        agg = stats(scores)
+    metrics: dict[str, float] = {"reward/mean": agg[0], "reward/std": agg[1], "reward/count": float(agg[2])}
+    for name, _ in weights:
+        metrics.update(column_metrics(name, columns[name], term_stats[name]))
+    return ScoreResult(scores, dict(columns), metrics)
+
+
+def _normalized(vs: list[float | None], term_stats: tuple[float, float, int]) -> list[float | None]:
+    mean, std, _ = term_stats
+    mean = 0.0 if math.isnan(mean) else mean
+    return [None if v is None else (v - mean) / std if std > 1e-12 else v - mean for v in vs]
