@@ -6,6 +6,9 @@ import importlib
 import os
 import sys
 from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pluggy
@@ -35,17 +38,21 @@ def env_plugins() -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
 
 
+_Broken = tuple[str | None, str | None, str]  # dist, version, error text
+
+
 class RewardhubPluginManager(pluggy.PluginManager):
     """A pluggy manager with rewardhub's hookspecs and a record of what failed to load.
 
-    :ivar broken: plugin name -> (dist label or None, error text).
-    :ivar plugin_dists: plugin name -> (dist, version) for entry-point plugins.
+    Hooks are called through pluggy, one plugin at a time (:meth:`call_each`), so that one
+    plugin's error breaks that plugin only, and ``REWARDHUB_TRACE=1`` shows every call.
     """
 
     def __init__(self) -> None:
         super().__init__("rewardhub")
         self.add_hookspecs(hookspecs)
-        self.broken: dict[str, tuple[str | None, str | None, str]] = {}
+        self._broken: dict[str, _Broken] = {}
+        #: plugin name -> (dist, version) for entry-point plugins
         self.plugin_dists: dict[str, tuple[str | None, str | None]] = {}
         if os.environ.get("REWARDHUB_TRACE"):
             self.trace.root.setwriter(lambda s: sys.stderr.write(s))
@@ -62,6 +69,18 @@ class RewardhubPluginManager(pluggy.PluginManager):
         for modname in DEFAULT_PLUGINS:
             self.register(importlib.import_module(modname), name=modname)
 
+    def load_given(self, plugins: Iterable[Any], *, builtins: bool = True) -> None:
+        """Register plugin objects given by the caller (tests), after the built-ins when ``builtins``.
+
+        :raises pluggy.PluginValidationError: a misspelled ``rewardhub_*`` hook (a test should fail
+            on it, where an installed plugin is only marked broken).
+        """
+        if builtins:
+            self.load_defaults()
+        for i, plugin in enumerate(plugins):
+            self.register(plugin, name=getattr(plugin, "__name__", None) or f"plugin-{i}")
+        self.check_pending()
+
     def load_entry_point(self, ep: EntryPointInfo) -> None:
         """Import one ``rewardhub`` entry point; a failure is recorded, not raised."""
         if self.has_plugin(ep.name) or ep.name in self.broken:
@@ -70,7 +89,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
             plugin = ep.load()
             self.register(plugin, name=ep.name)
         except Exception as exc:  # a broken plugin must not break the others
-            self.broken[ep.name] = (ep.dist, ep.version, f"{type(exc).__name__}: {exc}")
+            self.mark_broken(ep.name, f"{type(exc).__name__}: {exc}", ep.dist, ep.version)
             return
         self.plugin_dists[ep.name] = (ep.dist, ep.version)
 
@@ -81,7 +100,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
         try:
             self.register(importlib.import_module(modname), name=modname)
         except Exception as exc:
-            self.broken[modname] = (None, None, f"{type(exc).__name__}: {exc}")
+            self.mark_broken(modname, f"{type(exc).__name__}: {exc}")
 
     def load_plugins(
         self,
@@ -119,9 +138,8 @@ class RewardhubPluginManager(pluggy.PluginManager):
                 return
             except pluggy.PluginValidationError as exc:
                 name = self.get_name(exc.plugin) or str(exc.plugin)
-                dist, version = self.plugin_dists.get(name, (None, None))
                 self.unregister(exc.plugin)
-                self.broken[name] = (dist, version, str(exc))
+                self.mark_broken(name, str(exc), *self.dist_of(name))
 
     def hooks_of(self, name: str) -> list[str]:
         """Sorted hook names a registered plugin implements."""
@@ -129,3 +147,39 @@ class RewardhubPluginManager(pluggy.PluginManager):
         if plugin is None:
             return []
         return sorted(c.name for c in (self.get_hookcallers(plugin) or []))
+
+    # ---- broken plugins ---------------------------------------------------------------------
+    @property
+    def broken(self) -> Mapping[str, _Broken]:
+        """Plugin name -> (dist, version, error text) of every plugin that failed (read-only)."""
+        return MappingProxyType(self._broken)
+
+    def mark_broken(self, name: str, error: str, dist: str | None = None, version: str | None = None) -> None:
+        """Record plugin ``name`` as broken (its rewards are listed with this error)."""
+        self._broken[name] = (dist, version, error)
+
+    def dist_of(self, name: str) -> tuple[str | None, str | None]:
+        """(dist, version) of an entry-point plugin; ``(None, None)`` for others."""
+        return self.plugin_dists.get(name, (None, None))
+
+    # ---- calling hooks ----------------------------------------------------------------------
+    def call_each(self, hook_name: str, error_prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Call a hook once per plugin, through pluggy; yields (plugin name, its result).
+
+        Each call goes through a subset of the hook's caller holding that plugin's
+        implementation (and every wrapper), so pluggy's tracing and ``wrapper=True``
+        implementations work as in a plain hook call. A plugin whose call raises is marked
+        broken (``error_prefix`` + the error) and skipped.
+        """
+        impls = getattr(self.hook, hook_name).get_hookimpls()
+        plain = [i for i in impls if not (i.hookwrapper or i.wrapper)]
+        for impl in plain:
+            others = [i.plugin for i in plain if i is not impl]
+            caller = self.subset_hook_caller(hook_name, remove_plugins=others)
+            try:
+                results = caller()
+            except Exception as exc:  # one plugin's error must not break the others
+                self.mark_broken(impl.plugin_name, f"{error_prefix}{type(exc).__name__}: {exc}",
+                                 *self.dist_of(impl.plugin_name))
+                continue
+            yield impl.plugin_name, results[0] if results else None

@@ -91,19 +91,14 @@ class RewardRegistry:
     def collect_aliases(self, pm: Any) -> None:
         """Merge the ``rewardhub_legacy_aliases`` of every plugin; an alias mapped two ways breaks the
         second plugin (recorded like any broken plugin)."""
-        for impl in pm.hook.rewardhub_legacy_aliases.get_hookimpls():
-            try:
-                result = dict(impl.function() or {})
-            except Exception as exc:
-                pm.broken[impl.plugin_name] = (None, None, f"rewardhub_legacy_aliases: {type(exc).__name__}: {exc}")
-                continue
-            for old, new in result.items():
+        for plugin, result in pm.call_each("rewardhub_legacy_aliases", "rewardhub_legacy_aliases: "):
+            for old, new in dict(result or {}).items():
                 seen = self.aliases.get(str(old))
                 if seen is not None and seen[0] != str(new):
-                    pm.broken[impl.plugin_name] = (None, None, f"alias {old!r} -> {new!r} conflicts with "
-                                                   f"{old!r} -> {seen[0]!r} from {seen[1]}")
+                    pm.mark_broken(plugin, f"alias {old!r} -> {new!r} conflicts with {old!r} -> {seen[0]!r} "
+                                           f"from {seen[1]}")
                     continue
-                self.aliases[str(old)] = (str(new), impl.plugin_name)
+                self.aliases[str(old)] = (str(new), plugin)
 
     def has_reward(self, name: str) -> bool:
         return name in self._name2spec
@@ -297,7 +292,8 @@ def _specs_from_hook_result(result: Any, plugin: str, dist: str | None, version:
     return specs
 
 
-def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None) -> RewardRegistry:
+def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
+                   plugins: Iterable[Any] | None = None, builtins: bool = True) -> RewardRegistry:
     """Build a fresh registry from every source, in the documented load order.
 
     1. built-in rewards; 2. ``rewardhub`` entry points (pluggy plugins); 3. ``rewardhub.rewards``
@@ -306,30 +302,34 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None) -> R
     blocked names from ``reward.plugins.block``; 5. file and module terms of ``reward.rewards``.
 
     :param reward_cfg: the config's ``reward`` section (mapping or DictConfig), optional.
+    :param plugins: plugin objects to register in place of the installed ones (no entry point
+        and no environment variable is read); what :func:`rewardhub.testing.make_registry` uses.
+    :param builtins: with ``plugins``, whether the built-in rewards are registered too.
     """
     plugins_cfg = _get(reward_cfg, "plugins")
-    if autoload is None:
-        autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
-    load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
     block = frozenset(_get(plugins_cfg, "block", ()) or ())
-
+    pm = RewardhubPluginManager()
+    if plugins is not None:
+        eps: list[Any] = []
+        load: tuple[str, ...] = ()
+        autoload = False
+        pm.load_given(plugins, builtins=builtins)
+    else:
+        if autoload is None:
+            autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
+        load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
+        eps = scan_entry_points()
+        pm.load_plugins(eps, autoload=autoload, load=load, block=block)
     registry = RewardRegistry()
     registry.blocked = block
-    eps = scan_entry_points()
-    pm = RewardhubPluginManager()
-    pm.load_plugins(eps, autoload=autoload, load=load, block=block)
     registry.collect_aliases(pm)
-
-    for impl in pm.hook.rewardhub_register_rewards.get_hookimpls():
-        name = impl.plugin_name
-        is_builtin = name.startswith("rewardhub.builtin.")
-        dist, version = pm.plugin_dists.get(name, (None, None))
+    for name, result in pm.call_each("rewardhub_register_rewards"):
+        dist, version = pm.dist_of(name)
+        source = "builtin" if name.startswith("rewardhub.builtin.") else "plugin"
         try:
-            result = impl.function()
-            specs = _specs_from_hook_result(result, name, dist, version,
-                                            "builtin" if is_builtin else "plugin")
+            specs = _specs_from_hook_result(result, name, dist, version, source)
         except Exception as exc:
-            pm.broken[name] = (dist, version, f"{type(exc).__name__}: {exc}")
+            pm.mark_broken(name, f"{type(exc).__name__}: {exc}", dist, version)
             continue
         for spec in specs:
             if spec.name not in block:
@@ -347,25 +347,23 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None) -> R
     for term in _get(reward_cfg, "rewards", ()) or ():
         if _get(term, "path") is not None or _get(term, "module") is not None:
             registry.term_spec(term)
+    registry.plugins = _plugin_facts(pm)
+    return registry
 
-    registry.plugins = [
-        {
-            "name": pname,
-            "dist": pm.plugin_dists.get(pname, (None, None))[0],
-            "version": pm.plugin_dists.get(pname, (None, None))[1],
-            "hooks": pm.hooks_of(pname),
-            "builtin": pname.startswith("rewardhub.builtin."),
-            "status": "ok",
-            "error": None,
-        }
+
+def _plugin_facts(pm: RewardhubPluginManager) -> list[dict[str, Any]]:
+    """One dict per plugin, loaded or broken, sorted by name (what ``rewardhub list`` shows)."""
+    facts = [
+        {"name": pname, "dist": pm.dist_of(pname)[0], "version": pm.dist_of(pname)[1],
+         "hooks": pm.hooks_of(pname), "builtin": pname.startswith("rewardhub.builtin."), "status": "ok",
+         "error": None}
         for pname, _ in pm.list_name_plugin()
         if pname is not None
     ] + [
         {"name": n, "dist": d, "version": v, "hooks": [], "builtin": False, "status": "broken", "error": e}
         for n, (d, v, e) in pm.broken.items()
     ]
-    registry.plugins.sort(key=lambda p: p["name"])
-    return registry
+    return sorted(facts, key=lambda p: p["name"])
 
 
 @functools.cache

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .registry import RewardRegistry
-from .registry import _specs_from_hook_result
+from .registry import build_registry
 
 __all__ = ["make_registry", "write_distribution"]
 
@@ -30,21 +30,7 @@ def make_registry(*plugins: Any, include_builtins: bool = True) -> RewardRegistr
         >>> make_registry(Plugin()).get_reward("shout").summary
         '1.0 for upper-case responses.'
     """
-    from ._manager import RewardhubPluginManager
-
-    pm = RewardhubPluginManager()
-    if include_builtins:
-        pm.load_defaults()
-    for i, plugin in enumerate(plugins):
-        pm.register(plugin, name=getattr(plugin, "__name__", None) or f"plugin-{i}")
-    pm.check_pending()
-    registry = RewardRegistry()
-    registry.collect_aliases(pm)
-    for impl in pm.hook.rewardhub_register_rewards.get_hookimpls():
-        source = "builtin" if impl.plugin_name.startswith("rewardhub.builtin.") else "plugin"
-        for spec in _specs_from_hook_result(impl.function(), impl.plugin_name, None, None, source):
-            registry.add(spec)
-    return registry
+    return build_registry(plugins=plugins, builtins=include_builtins)
 
 
 def write_distribution(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 import subprocess
 import sys
@@ -211,5 +213,46 @@ def test_hook_rewardhub_legacy_aliases():
     fresh = RewardRegistry()
     fresh.collect_aliases(pm)
     assert "clash" in pm.broken or "renamed" in pm.broken
+    with pytest.raises(TypeError):
+        pm.broken["clash"] = (None, None, "written from outside")  # type: ignore[index]
     broken = pm.broken.get("clash") or pm.broken.get("renamed")
     assert "old_exact" in broken[2] and "conflicts" in broken[2]
+
+
+def test_hooks_go_through_pluggy_one_plugin_at_a_time():
+    """A ``wrapper=True`` implementation wraps each plugin's call; a raising plugin breaks alone."""
+    calls = []
+
+    class Wrapper:
+        @rewardhub.hookimpl(wrapper=True)
+        def rewardhub_register_rewards(self):
+            result = yield
+            calls.append(len(result))
+            return result
+
+    class Good:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [RewardSpec(name="good_one", target="rewardhub.builtin.match:exact_match")]
+
+    class Bad:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            raise RuntimeError("no rewards today")
+
+    good, bad = Good(), Bad()
+    good.__name__, bad.__name__ = "good", "bad"
+    reg = make_registry(Wrapper(), good, bad, include_builtins=False)
+    assert reg.get_reward("good_one").status == "ok"
+    assert reg.get_reward("bad").status == "broken" and "RuntimeError: no rewards today" in reg.get_reward("bad").error
+    assert calls == [1]  # wrapped the good plugin's call; the bad one raised through the wrapper
+
+
+def test_rewardhub_trace_prints_the_hook_calls():
+    env = {**os.environ, "REWARDHUB_TRACE": "1", "REWARDHUB_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-m", "rewardhub", "list", "--json"], env=env, capture_output=True,
+                          text=True, check=True)
+    # one traced call per built-in plugin (rewardhub.builtin.format, .length, .match)
+    assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 3
+    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 3
+    assert json.loads(proc.stdout)  # the listing itself is unchanged on stdout
