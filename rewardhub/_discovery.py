@@ -58,6 +58,29 @@ def _dist_name(dist: importlib.metadata.Distribution) -> str | None:
         return None
 
 
+#: how many entry-point cache files (one per environment: interpreter and sys.path) are kept
+CACHE_KEEP = 8
+
+
+def _cache_keep() -> int:
+    """``REWARDHUB_CACHE_KEEP`` (default :data:`CACHE_KEEP`): the most recently used files kept."""
+    try:
+        return max(1, int(os.environ.get("REWARDHUB_CACHE_KEEP") or CACHE_KEEP))
+    except ValueError:
+        return CACHE_KEEP
+
+
+def _prune_cache(folder: str, keep: int) -> None:
+    """Delete all but the ``keep`` most recently used entry-point cache files of ``folder``."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith("entry-points-") and n.endswith(".json")]
+        files = sorted((os.path.join(folder, n) for n in names), key=os.path.getmtime, reverse=True)
+        for old in files[keep:]:
+            os.remove(old)
+    except OSError:  # another process pruned first, or the folder is not ours to clean
+        pass
+
+
 def _cache_file() -> str | None:
     if os.environ.get("REWARDHUB_NO_CACHE"):
         return None
@@ -82,7 +105,8 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
 
     A distribution found twice on ``sys.path`` counts once (the first, as the import system
     would use it). The scan is cached on disk, keyed by ``sys.path`` and the modification times
-    of its folders (``REWARDHUB_NO_CACHE=1`` turns the cache off); a monkeypatched
+    of its folders (``REWARDHUB_NO_CACHE=1`` turns the cache off); one file per environment, the
+    ``REWARDHUB_CACHE_KEEP`` (default 8) most recently used kept. A monkeypatched
     ``importlib.metadata.distributions`` (as tests do) is always honoured.
     """
     patched = importlib.metadata.distributions is not _ORIGINAL_DISTRIBUTIONS
@@ -93,6 +117,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
             with open(path, encoding="utf-8") as f:
                 cached = json.load(f)
             if cached.get("state") == state:
+                os.utime(path)  # most recently used: the last to be pruned
                 return [EntryPointInfo(g, n, v, d, ver, None) for g, n, v, d, ver in cached["eps"] if g in groups]
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -106,6 +131,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
             os.replace(tmp, path)
         except OSError:
             pass
+        _prune_cache(os.path.dirname(path), _cache_keep())
     return [e for e in found if e.group in groups]
 
 

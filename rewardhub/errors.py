@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "BrokenRewardError",
+    "ConflictingRewardError",
     "DuplicateRewardError",
     "PluginLoadError",
     "RewardExecutionError",
@@ -58,12 +59,30 @@ class DuplicateRewardError(RewardhubError, ValueError):
     def __init__(self, name: str, first: str, second: str) -> None:
         super().__init__(
             f"reward {name!r} registered twice: {first} and {second}\n"
-            "rename one, or block one plugin with reward.plugins.block / "
-            "REWARDHUB_PLUGINS"
+            "rename one, or block one of the plugins with reward.plugins.block: [<plugin or distribution>]"
         )
         self.name = name
         self.first = first
         self.second = second
+
+
+class ConflictingRewardError(RewardhubError, LookupError):
+    """A config uses a reward name that two installed sources register; the config must choose."""
+
+    __module__ = "rewardhub"
+
+    def __init__(self, name: str, candidates: Sequence[tuple[str, str]]) -> None:
+        """:param candidates: (what to write in ``prefer``/``block``, human origin) per source."""
+        shown = " and ".join(origin for _, origin in candidates)
+        pick = candidates[0][0]
+        others = ", ".join(key for key, _ in candidates[1:])
+        super().__init__(
+            f"reward {name!r} is registered by {len(candidates)} installed sources: {shown}\n"
+            f"choose one in the config: reward.plugins.prefer: {{{name}: {pick}}}, or block the others: "
+            f"reward.plugins.block: [{others}]"
+        )
+        self.name = name
+        self.candidates = [key for key, _ in candidates]
 
 
 class UnknownRewardError(RewardhubError, LookupError):

@@ -21,6 +21,7 @@ from ._targets import file_sha256
 from ._targets import load_target
 from .decorator import spec_from_object
 from .errors import BrokenRewardError
+from .errors import ConflictingRewardError
 from .errors import DuplicateRewardError
 from .errors import UnknownRewardError
 from .errors import UsageError
@@ -64,6 +65,9 @@ class RewardRegistry:
         self.blocked: frozenset[str] = frozenset()
         #: old reward name -> (current name, plugin that declared it), from ``rewardhub_legacy_aliases``
         self.aliases: dict[str, tuple[str, str]] = {}
+        #: reward name -> the specs of every installed source that registers it (two or more);
+        #: the name itself is listed with status ``conflict`` until a config chooses
+        self.conflicts: dict[str, list[RewardSpec]] = {}
 
     # ---- lookup -------------------------------------------------------------
     def get_reward(self, name: str) -> RewardSpec:
@@ -129,13 +133,55 @@ class RewardRegistry:
         return [self._name2spec[n] for n in names]
 
     # ---- registration -------------------------------------------------------
-    def add(self, spec: RewardSpec) -> RewardSpec:
-        """Register a spec; a second spec under the same name is a :class:`DuplicateRewardError`."""
+    def add(self, spec: RewardSpec, *, installed: bool = False) -> RewardSpec:
+        """Register a spec; a second spec under the same name is a :class:`DuplicateRewardError`.
+
+        :param installed: ``spec`` comes from an installed source (built-in, plugin, entry point):
+            a name that another installed source registers too is not an error here but a
+            conflict (:attr:`conflicts`), which only a config that uses the name must settle.
+        """
         old = self._name2spec.get(spec.name)
         if old is not None and old != spec:
+            if installed and (spec.name in self.conflicts or _source_key(old) != _source_key(spec)):
+                return self._conflict(spec)
             raise DuplicateRewardError(spec.name, old.origin, spec.origin)
         self._name2spec[spec.name] = spec
         return spec
+
+    def _conflict(self, spec: RewardSpec) -> RewardSpec:
+        first = self._name2spec[spec.name]
+        specs = self.conflicts.setdefault(spec.name, [first])
+        specs.append(spec)
+        marker = specs[0].with_(status="conflict", error="registered by " + " and by ".join(s.origin for s in specs))
+        self._name2spec[spec.name] = marker
+        return marker
+
+    def prefer(self, choices: Mapping[str, str]) -> None:
+        """Settle conflicts: reward name -> the plugin or distribution whose spec the name keeps.
+
+        :raises UsageError: a name that no source registers, or a choice that matches none of its sources.
+        """
+        for name, choice in choices.items():
+            specs = self.conflicts.get(name) or ([self._name2spec[name]] if name in self._name2spec else [])
+            if not specs:
+                raise UnknownRewardError(name, self._name2spec, "in reward.plugins.prefer")
+            chosen = [s for s in specs if _matches(s, str(choice))]
+            if len(chosen) != 1:
+                raise UsageError(f"reward.plugins.prefer: {{{name}: {choice}}} matches {len(chosen)} of the sources "
+                                 f"that register {name!r}: {', '.join(s.origin for s in specs)}\n"
+                                 f"name one of: {', '.join(_source_key(s) for s in specs)}")
+            self._name2spec[name] = chosen[0]
+            self.conflicts.pop(name, None)
+
+    def _check_usable(self, spec: RewardSpec) -> None:
+        if spec.status == "conflict":
+            raise ConflictingRewardError(spec.name, [(_source_key(s), s.origin) for s in self.conflicts[spec.name]])
+        if spec.status != "ok":
+            raise BrokenRewardError(
+                f"reward {spec.name!r} is broken: {spec.error}\nfrom {spec.origin}",
+                plugin_name=spec.plugin or spec.name,
+                dist=spec.dist,
+            )
 
     def term_spec(self, term: Any) -> RewardSpec:
         """The spec a config term uses: a registry name, or a function in a file or module.
@@ -156,12 +202,7 @@ class RewardRegistry:
             raise UsageError(f"reward term sets both path={path!r} and module={module!r}; keep one")
         if path is None and module is None:
             spec = self.get_reward(str(name))
-            if spec.status != "ok":
-                raise BrokenRewardError(
-                    f"reward {spec.name!r} is broken: {spec.error}\nfrom {spec.origin}",
-                    plugin_name=spec.plugin or spec.name,
-                    dist=spec.dist,
-                )
+            self._check_usable(spec)
             return spec
         function = function or "compute_score"
         alias = _get(term, "alias") or (name if name is not None else function)
@@ -199,12 +240,7 @@ class RewardRegistry:
         cached = self._loaded.get(spec.name)
         if cached is not None and cached[0].target == spec.target:
             return cached
-        if spec.status != "ok":
-            raise BrokenRewardError(
-                f"reward {spec.name!r} is broken: {spec.error}\nfrom {spec.origin}",
-                plugin_name=spec.plugin or spec.name,
-                dist=spec.dist,
-            )
+        self._check_usable(spec)
         try:
             obj = load_target(spec.target, spec.sha256)
         except Exception as exc:
@@ -244,7 +280,9 @@ class RewardRegistry:
                 ident = f"{spec.dist}=={spec.version}"
             else:
                 ident = f"module:{spec.target}"
-            if spec.status != "ok":
+            if spec.status == "conflict":
+                ident = "conflict: " + ", ".join(sorted(_source_key(s) for s in self.conflicts[name]))
+            elif spec.status != "ok":
                 ident += " (broken)"
             items[name] = ident
         return items
@@ -253,6 +291,21 @@ class RewardRegistry:
         """Stable hash of :meth:`fingerprint_items`: equal in every process with the same installation."""
         blob = json.dumps(sorted(self.fingerprint_items().items()), separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _source_key(spec: RewardSpec) -> str:
+    """What names a spec's source in ``reward.plugins.prefer`` / ``block``: its distribution, else its plugin."""
+    if spec.source == "builtin":
+        return spec.plugin or "builtin"
+    return spec.dist or spec.plugin or spec.target
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _matches(spec: RewardSpec, choice: str) -> bool:
+    return _norm(choice) in {_norm(x) for x in (spec.dist, spec.plugin) if x} or choice == _source_key(spec)
 
 
 def _spec_for_reward_ep(ep: Any) -> RewardSpec:
@@ -333,16 +386,17 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
             continue
         for spec in specs:
             if spec.name not in block:
-                registry.add(spec)
+                registry.add(spec, installed=True)
     for name, (dist, version, error) in sorted(pm.broken.items()):
         registry.add(RewardSpec(name=name, target=name, source="plugin", dist=dist, version=version,
-                                plugin=name, status="broken", error=error))
+                                plugin=name, status="broken", error=error), installed=True)
     forced = set(load)
     for ep in eps:
         if ep.group != REWARD_GROUP or ep.name in block or (ep.dist or "") in block:
             continue
         if autoload or ep.name in forced or (ep.dist or "") in forced:
-            registry.add(_spec_for_reward_ep(ep))
+            registry.add(_spec_for_reward_ep(ep), installed=True)
+    registry.prefer(dict(_get(plugins_cfg, "prefer", {}) or {}))
 
     for term in _get(reward_cfg, "rewards", ()) or ():
         if _get(term, "path") is not None or _get(term, "module") is not None:

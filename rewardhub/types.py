@@ -57,8 +57,9 @@ class RewardSpec:
     :param params: keyword arguments bound to the target at call time (sorted pairs).
     :param data_sources: default routing: the data sources this reward applies to (empty: all).
     :param plugin: name of the plugin (entry point or module) that registered it.
-    :param status: ``ok`` or ``broken``.
-    :param error: why it is broken.
+    :param status: ``ok``, ``broken``, or ``conflict`` (two installed sources register the name;
+        see :attr:`RewardRegistry.conflicts <rewardhub.registry.RewardRegistry.conflicts>`).
+    :param error: why it is broken or conflicting.
     """
 
     name: str

@@ -14,6 +14,7 @@ import pytest
 import rewardhub
 from rewardhub import RewardSpec
 from rewardhub.errors import BrokenRewardError
+from rewardhub.errors import ConflictingRewardError
 from rewardhub.errors import DuplicateRewardError
 from rewardhub.errors import UnknownRewardError
 from rewardhub.errors import UsageError
@@ -57,8 +58,16 @@ def test_duplicate_names_both_sources():
         def rewardhub_register_rewards(self):
             return [exact_match]
 
-    with pytest.raises(DuplicateRewardError, match=r"'exact_match' registered twice: builtin and plugin"):
-        make_registry(Dup())
+    reg = make_registry(Dup())  # a plugin and the built-in: a conflict, settled only where it is used
+    spec = reg.get_reward("exact_match")
+    assert spec.status == "conflict" and "builtin" in spec.error and "plugin 'plugin-0'" in spec.error
+    assert [s.source for s in reg.conflicts["exact_match"]] == ["builtin", "plugin"]
+    with pytest.raises(ConflictingRewardError, match=r"registered by 2 installed sources: builtin and plugin"):
+        reg.term_spec({"name": "exact_match"})
+    reg.prefer({"exact_match": "plugin-0"})
+    assert reg.get_reward("exact_match").source == "plugin" and "exact_match" not in reg.conflicts
+    with pytest.raises(DuplicateRewardError, match=r"'exact_match' registered twice: plugin 'plugin-0' and config"):
+        reg.add(RewardSpec(name="exact_match", target="x.py:f", source="config"))
 
 
 def test_hook_returning_functions_and_specs():
@@ -256,3 +265,125 @@ def test_rewardhub_trace_prints_the_hook_calls():
     assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 3
     assert proc.stderr.count("finish rewardhub_register_rewards -->") == 3
     assert json.loads(proc.stdout)  # the listing itself is unchanged on stdout
+
+
+def _install_reward_package(tmp_path, dist: str, package: str, value: float, group: str):
+    """pip-install (into a folder of its own) a package that registers the reward ``accuracy``."""
+    src = tmp_path / f"src-{dist}"
+    (src / package).mkdir(parents=True)
+    body = textwrap.dedent(f'''
+        import rewardhub
+
+        def accuracy(*, response, **kwargs):
+            """{dist}'s accuracy."""
+            return {value}
+
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards():
+            return [accuracy]
+    ''')
+    (src / package / "__init__.py").write_text(body)
+    ep = f'accuracy = "{package}:accuracy"' if group == "rewardhub.rewards" else f'{package} = "{package}"'
+    (src / "pyproject.toml").write_text(textwrap.dedent(f'''
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{dist}"
+        version = "1.0"
+        [project.entry-points."{group}"]
+        {ep}
+        [tool.setuptools]
+        packages = ["{package}"]
+    '''))
+    target = tmp_path / f"site-{dist}"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(src)], check=True, capture_output=True)
+    return target
+
+
+@pytest.fixture(scope="module")
+def two_accuracies(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("conflict")
+    sites = [_install_reward_package(tmp, "acc-one", "acc_one", 1.0, "rewardhub"),
+             _install_reward_package(tmp, "acc-two", "acc_two", 2.0, "rewardhub.rewards")]
+    data = tmp / "data.jsonl"
+    data.write_text(json.dumps({"prompt": "p", "response": "r", "ground_truth": "r"}) + "\n")
+    return {"PYTHONPATH": os.pathsep.join(map(str, sites)), "REWARDHUB_NO_CACHE": "1"}, tmp, data
+
+
+def _config(tmp, name, rewards, plugins=None):
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"reward": {"rewards": rewards, **({"plugins": plugins} if plugins else {})}}))
+    return str(path)
+
+
+@pytest.mark.timeout(300)
+def test_two_packages_registering_one_name_break_only_configs_that_use_it(cli, two_accuracies):
+    env, tmp, data = two_accuracies
+    res = cli("list", "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    by = {r["name"]: r for r in json.loads(res.stdout)}
+    assert by["accuracy"]["status"] == "conflict"
+    assert any("acc-one 1.0" in s for s in by["accuracy"]["sources"])
+    assert any("acc-two 1.0" in s for s in by["accuracy"]["sources"])
+    assert by["exact_match"]["status"] == "ok" and by["math_verify"]["status"] == "ok"
+    table = cli("list", env=env)
+    assert table.returncode == 0 and "conflict" in table.stdout and "1 conflicting" in table.stdout
+    # a config that does not use the name is untouched
+    other = _config(tmp, "other", [{"name": "exact_match"}])
+    assert cli("score", other, str(data), env=env).returncode == 0
+    # one that uses it fails in one line, naming both packages and how to choose
+    uses = _config(tmp, "uses", [{"name": "accuracy"}])
+    res = cli("score", uses, str(data), env=env)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    err = res.stderr.strip().splitlines()
+    assert err[0].startswith("ERROR: reward 'accuracy' is registered by 2 installed sources")
+    assert "acc-one" in err[0] and "acc-two" in err[0]
+    assert "reward.plugins.prefer: {accuracy: acc-one}" in res.stderr and "reward.plugins.block: [acc-two]" in res.stderr
+    # the config chooses: prefer one, or block the other
+    for plugins, want in (({"prefer": {"accuracy": "acc-two"}}, 2.0), ({"prefer": {"accuracy": "acc_one"}}, 1.0),
+                          ({"block": ["acc-two"]}, 1.0)):
+        cfg = _config(tmp, "chosen", [{"name": "accuracy"}], plugins)
+        res = cli("score", cfg, str(data), env=env)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout.splitlines()[0])["score"] == want
+    bad = _config(tmp, "bad", [{"name": "accuracy"}], {"prefer": {"accuracy": "acc-three"}})
+    res = cli("score", bad, str(data), env=env)
+    assert res.returncode != 0 and "matches 0 of the sources" in res.stderr and "acc-one, acc-two" in res.stderr
+
+
+def test_one_plugin_registering_a_name_twice_is_still_an_error():
+    def twice(*, response, **kw):
+        return 1.0
+
+    class Twice:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [twice, RewardSpec(name="twice", target="rewardhub.builtin.match:exact_match")]
+
+    with pytest.raises(DuplicateRewardError, match="reward.plugins.block"):
+        make_registry(Twice())
+
+
+def test_entry_point_cache_keeps_the_last_few_environments(tmp_path, monkeypatch):
+    from rewardhub import _discovery
+
+    folder = tmp_path / "rewardhub"
+    folder.mkdir()
+    for i in range(6):  # caches of six other environments, oldest first
+        old = folder / f"entry-points-old{i}.json"
+        old.write_text("{}")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("REWARDHUB_NO_CACHE", raising=False)
+    monkeypatch.setenv("REWARDHUB_CACHE_KEEP", "3")
+    first = _discovery.scan_entry_points()
+    mine = _discovery._cache_file()
+    kept = sorted(p.name for p in folder.iterdir())
+    assert len(kept) == 3 and os.path.basename(mine) in kept
+    assert "entry-points-old5.json" in kept and "entry-points-old4.json" in kept  # the newest others
+    again = _discovery.scan_entry_points()  # served from the kept file
+    assert [(e.group, e.name, e.dist) for e in again] == [(e.group, e.name, e.dist) for e in first]
+    monkeypatch.setenv("REWARDHUB_NO_CACHE", "1")
+    assert _discovery._cache_file() is None

@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _origin(row: dict[str, object]) -> str:
+    if row.get("sources"):  # a conflict: every source that registers the name
+        return " | ".join(map(str, row["sources"]))  # type: ignore[call-overload]
     if row["source"] == "builtin":
         return "builtin"
     if row["dist"]:
@@ -47,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(reqs))
         return 0
     rows = [spec_row(s) for s in specs]
+    for row in rows:
+        if row["status"] == "conflict":
+            row["sources"] = [s.origin for s in registry.conflicts[row["name"]]]
     if args.json:
         dump_json(rows)
         return 0
@@ -58,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         body = [[r["name"], _origin(r), r["status"], (f"ERROR: {r['error']}" if r["error"] else r["summary"])]
                 for r in rows]
         print(table(body, ["name", "from", "status", "summary"]))
-    broken = sum(r["status"] != "ok" for r in rows)
-    print(f"\n{len(rows)} rewards, {broken} broken; fingerprint {registry.fingerprint()}")
+    broken = sum(r["status"] == "broken" for r in rows)
+    conflicts = sum(r["status"] == "conflict" for r in rows)
+    also = f", {conflicts} conflicting (a config that uses one chooses with reward.plugins.prefer)" if conflicts else ""
+    print(f"\n{len(rows)} rewards, {broken} broken{also}; fingerprint {registry.fingerprint()}")
     return 0

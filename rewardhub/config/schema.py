@@ -62,6 +62,8 @@ class PluginsConfig:
     autoload: bool = True
     load: List[str] = field(default_factory=list)
     block: List[str] = field(default_factory=list)
+    #: reward name -> the plugin or distribution that provides it, where two installed sources register it
+    prefer: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
