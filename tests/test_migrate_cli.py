@@ -277,3 +277,13 @@ def test_relative_paths_from_file_and_from_command_line(cli, tmp_path):
     assert out["terms"][0]["target"] == f"{conf / 'r.py'}:compute_score"
     assert any("exists relative to both" in n and str(conf / "r.py") in n for n in out["notes"])
     assert os.path.exists(work / "r.py")
+
+
+def test_check_names_the_verl_reward_manager_it_replaced(cli, tmp_path):
+    (tmp_path / "r.py").write_text(VERL_REWARD)
+    (tmp_path / "c.yaml").write_text("custom_reward_function:\n  path: r.py\nreward_model:\n  reward_manager: prime\n")
+    r = cli("check", "c.yaml", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["manager"] == "prime" and out["terms"][0]["executor"] == "process"
+    assert any("reward.manager='prime'" in n for n in out["notes"])

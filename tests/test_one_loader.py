@@ -106,14 +106,16 @@ def test_every_console_script_goes_through_the_loader(name, value, sentinel_load
     assert code not in (0, None)
 
 
-def test_load_config_counts_and_migrates(tmp_path):
+def test_load_config_counts_and_migrates(tmp_path, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("custom_reward_function:\n  path: r.py\n")
     (tmp_path / "r.py").write_text(VERL_REWARD)
-    before = loader.LOAD_CALLS[0]
+    calls = []
+    real = loader.read_and_migrate
+    monkeypatch.setattr(loader, "read_and_migrate", lambda *a, **k: calls.append(a) or real(*a, **k))
     with pytest.warns(RewardhubDeprecationWarning, match="custom_reward_function.path"):
         whole = loader.load_config(str(cfg))
-    assert loader.LOAD_CALLS[0] == before + 1
+    assert len(calls) == 1
     term = whole.reward.rewards[0]
     assert term.path == str(tmp_path / "r.py") and term.function == "compute_score"
 

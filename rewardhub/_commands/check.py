@@ -79,8 +79,11 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     if reward.sandbox.url and not any("sandbox" in t["capabilities"] for t in terms):
         notes.append("reward.sandbox.url is set but no reward term uses the sandbox (add code_tests or code_io "
                      "from rewardhub-code)")
+    if reward.manager:
+        notes.append(f"reward.manager={reward.manager!r}: verl's reward manager this config names; rewardhub runs "
+                     "the terms above with the policies shown instead of that manager")
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
-            "migration": {"moved": report.moved, "dropped": report.dropped}}
+            "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}

@@ -11,11 +11,10 @@ from typing import Any
 from ..errors import UsageError
 from .shim import MigrationReport
 
-__all__ = ["LOAD_CALLS", "MigrationReport", "config_file_kind", "load_config", "load_config_with_report",
+__all__ = ["MigrationReport", "config_file_kind", "load_config", "load_config_with_report",
            "read_and_migrate", "read_config_file", "script_overrides"]
 
 #: how many times this process loaded a config (the entry-point test checks it goes up)
-LOAD_CALLS = [0]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -91,7 +90,6 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = ()) -> 
     """
     from .overrides import apply_overrides
 
-    LOAD_CALLS[0] += 1
     raw: dict[str, Any] = read_config_file(path) if path else {}
     overrides = list(overrides)
     if overrides:

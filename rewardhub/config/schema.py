@@ -83,6 +83,8 @@ class RewardModelConfig:
     enable: bool = False
     model_path: Optional[str] = None
     trust_remote_code: bool = False
+    #: a module imported before the model loads (verl's ``reward_model.model.external_lib``: it
+    #: registers a custom architecture with transformers)
     external_lib: Optional[str] = None
     kind: str = "discriminative"
     engine: Optional[str] = None
@@ -94,8 +96,6 @@ class RewardModelConfig:
     max_length: Optional[int] = None
     #: inference-engine settings, kept as given (verl's ``reward_model.rollout.*``)
     rollout: Dict[str, Any] = field(default_factory=dict)
-    enable_resource_pool: bool = False
-    legacy: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,7 +117,8 @@ class RewardConfig:
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    #: the legacy verl reward_manager name, if any (information for the runner)
+    #: the verl reward manager a migrated config named; its behaviour is already in the terms'
+    #: policies, and ``rewardhub check`` says which manager it was
     manager: Optional[str] = None
 
 

@@ -16,9 +16,10 @@ The spellings covered are the ones verl shipped over its versions:
   plus the overlong penalty), and its name is kept in ``reward.manager``;
 * ``reward_model.reward_kwargs.*`` / ``reward.reward_kwargs.*``: DAPO's ``overlong_buffer_cfg`` with
   ``max_resp_len`` becomes the built-in ``overlong_penalty`` term, other kwargs go to the custom term;
-* ``reward_model.{enable, enable_resource_pool, n_gpus_per_node, nnodes, num_workers, model.path,
+* ``reward_model.{enable, n_gpus_per_node, nnodes, num_workers, model.path,
   model.external_lib, model.trust_remote_code, max_length, micro_batch_size_per_gpu, rollout.*}``:
-  ``reward.reward_model``; its FSDP/training settings are dropped with the reason;
+  ``reward.reward_model``; its FSDP/training settings and ``enable_resource_pool`` (reward-model terms
+  always get a Ray pool of their own) are dropped with the reason;
 * ``sandbox_fusion.*`` (top level, under ``reward_model.`` and under ``reward.``): ``reward.sandbox``;
 * ``reward.num_workers``: ``reward.workers.num_workers``.
 """
@@ -57,7 +58,7 @@ KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
 
 _RM_FIELDS = frozenset({
     "enable", "model_path", "trust_remote_code", "external_lib", "kind", "engine", "pool", "num_workers",
-    "n_gpus_per_node", "nnodes", "batch_size", "max_length", "rollout", "enable_resource_pool", "legacy",
+    "n_gpus_per_node", "nnodes", "batch_size", "max_length", "rollout",
 })
 
 _FSDP = ("a training/FSDP setting of verl's reward-model worker; rewardhub runs reward models for "
@@ -70,7 +71,8 @@ _LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: 
 _RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "reward_model": [
         ("enable", ("move", "reward.reward_model.enable")),
-        ("enable_resource_pool", ("move", "reward.reward_model.enable_resource_pool")),
+        ("enable_resource_pool", ("drop", "reward-model terms always get a Ray pool of their own in rewardhub "
+                                          "(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)")),
         ("n_gpus_per_node", ("move", "reward.reward_model.n_gpus_per_node")),
         ("nnodes", ("move", "reward.reward_model.nnodes")),
         ("num_workers", ("move", "reward.reward_model.num_workers")),

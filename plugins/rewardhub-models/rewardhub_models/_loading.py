@@ -27,6 +27,14 @@ def settings(section: Mapping[str, Any] | None, **explicit: Any) -> dict[str, An
                          "point reward.reward_model.model_path (or the term's kwargs.model_path) at a saved "
                          "transformers model folder")
     out["model_path"] = path
+    if out.get("external_lib"):  # verl's model.external_lib: registers a custom architecture on import
+        import importlib
+
+        try:
+            importlib.import_module(str(out["external_lib"]))
+        except ImportError as exc:
+            raise UsageError(f"reward.reward_model.external_lib={out['external_lib']!r} cannot be imported: {exc}\n"
+                             "install that module, or remove the key") from exc
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 
 import pytest
@@ -151,3 +152,18 @@ def test_reward_worker_pool_puts_the_reward_model_on_its_own_pool(tiny_rm, local
     assert sorted(w["pool"] for w in workers) == ["reward", "reward_model"]
     assert pids == {w["pid"] for w in workers} and os.getpid() not in pids
     assert "reward_workers/reward_model/restarts" in res.metrics
+
+
+def test_external_lib_is_imported_before_the_model_loads(tmp_path, monkeypatch):
+    from rewardhub_models._loading import settings
+
+    (tmp_path / "my_arch_lib.py").write_text("import builtins\nbuiltins._my_arch_registered = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_arch_lib", raising=False)
+    settings({"model_path": str(tmp_path), "external_lib": "my_arch_lib"})
+    import builtins
+
+    assert builtins._my_arch_registered is True
+    monkeypatch.delattr(builtins, "_my_arch_registered")
+    with pytest.raises(UsageError, match="external_lib='no_such_lib_here' cannot be imported"):
+        settings({"model_path": str(tmp_path), "external_lib": "no_such_lib_here"})
