@@ -6,6 +6,7 @@ The bug this guards against: a trainer entry point that forgot the legacy migrat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from importlib.metadata import entry_points
@@ -38,7 +39,7 @@ def sentinel_loader(monkeypatch):
     """Make the loader record its callers and stop there."""
     calls = []
 
-    def fake(path=None, overrides=()):
+    def fake(path=None, overrides=(), **kw):
         calls.append((path, list(overrides)))
         raise _Sentinel("SENTINEL: the one loader was reached")
 
@@ -179,3 +180,53 @@ def test_dapo_overlong_penalty_scores_like_verl(tmp_path):
     expected = [1.0 + min(-(n - (20480 - 4096)) / 4096 * 1.0, 0.0) for n in lengths]
     assert res.scores == pytest.approx(expected)
     assert [r["overlong_penalty"] for r in res.rewards] == pytest.approx([e - 1.0 for e in expected])
+
+
+class _Stop(UsageError):
+    pass
+
+
+@pytest.mark.parametrize("command", ["score", "check", "train"])
+def test_a_legacy_config_is_read_once_and_migrated_once(command, tmp_path, monkeypatch, capsys):
+    """``score``, ``check`` and ``train`` (up to the trainer's own preparation): one open of the
+    config file, one migration, one validation of ``reward:``."""
+    import builtins
+
+    import rewardhub.config.schema as schema
+    import rewardhub.config.shim as shim
+
+    cfg = tmp_path / "legacy.yaml"
+    cfg.write_text("custom_reward_function:\n  path: r.py\nreward_model:\n  reward_manager: naive\n")
+    (tmp_path / "r.py").write_text(VERL_REWARD)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "1+1?", "response": "2", "ground_truth": "2"}\n')
+    opens, migrations, validations = [], [], []
+    real_open, real_migrate, real_validate = builtins.open, shim.migrate, schema.validate_reward
+
+    def counting_open(file, *a, **k):
+        if str(file) == str(cfg):
+            opens.append(file)
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(shim, "migrate", lambda c: migrations.append(1) or real_migrate(c))
+    monkeypatch.setattr(schema, "validate_reward", lambda r: validations.append(1) or real_validate(r))
+    if command == "train":
+        pytest.importorskip("rewardhub_trainer")
+        import rewardhub_trainer.prepare as prepare
+
+        def stop(raw):
+            raise _Stop("STOP: the trainer got its config")
+
+        monkeypatch.setattr(prepare, "prepare", stop)
+        argv = [str(cfg), "--output", str(tmp_path / "out")]
+    else:
+        argv = [str(cfg), str(data), "-o", str(tmp_path / "out.jsonl")] if command == "score" else [str(cfg)]
+    # one warning per legacy key (check records them as notes instead)
+    with pytest.warns(RewardhubDeprecationWarning) if command != "check" else contextlib.nullcontext():
+        code = main([command, *argv])
+    err = capsys.readouterr().err
+    assert code == (2 if command == "train" else 0), err
+    if command == "train":
+        assert "STOP" in err
+    assert len(opens) == 1 and len(migrations) == 1 and len(validations) == 1, (opens, migrations, validations)

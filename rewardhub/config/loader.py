@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
 from .shim import MigrationReport
 
-__all__ = ["MigrationReport", "config_file_kind", "load_config", "load_config_with_report",
+__all__ = ["ConfigPlan", "MigrationReport", "config_file_kind", "load_config", "load_config_with_report", "load_plan",
            "read_and_migrate", "read_config_file", "script_overrides"]
-
-#: how many times this process loaded a config (the entry-point test checks it goes up)
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -61,15 +59,20 @@ def script_overrides(text: str) -> list[Any]:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config, or a shell launch script's / overrides file's ``KEY=VALUE`` words, into a dict."""
-    text = _read_text(path)
-    if config_file_kind(path, text) == "shell":
+    return _parse(path, _read_text(path))[1]
+
+
+def _parse(path: str, text: str) -> tuple[str, dict[str, Any]]:
+    """The kind (``yaml`` / ``shell``) and content of a config file's text."""
+    kind = config_file_kind(path, text)
+    if kind == "shell":
         from .overrides import apply_overrides
 
         words = script_overrides(text)
         if not words:
             raise UsageError(f"config {path!r} is neither YAML nor a script with KEY=VALUE overrides\n"
                              "pass a YAML file, or a launch script whose command has dotted overrides")
-        return apply_overrides({}, [w.text for w in words])
+        return kind, apply_overrides({}, [w.text for w in words])
     import yaml
 
     try:
@@ -77,21 +80,27 @@ def read_config_file(path: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise UsageError(f"config {path!r} is not valid YAML: {exc}") from None
     if data is None:
-        return {}
+        return kind, {}
     if not isinstance(data, dict):
         raise UsageError(f"config {path!r} must be a mapping at the top level, not {type(data).__name__}")
-    return data
+    return kind, data
 
 
-def read_and_migrate(path: str | None = None, overrides: Iterable[str] = ()) -> tuple[dict[str, Any], Any]:
+def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
+                     source: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
     """Read a config file (optional), apply overrides, migrate legacy keys: the raw migrated dict.
 
-    Every entry point reaches this, through :func:`load_config` or (``rewardhub migrate``) directly.
+    Every entry point reaches this, through :func:`load_plan` or (``rewardhub migrate``) directly.
+
+    :param source: the file's content when the caller has read it already (the file is not read again).
     """
+    raw: dict[str, Any] = dict(source) if source is not None else read_config_file(path) if path else {}
+    return _override_and_migrate(raw, list(overrides))
+
+
+def _override_and_migrate(raw: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], MigrationReport]:
     from .overrides import apply_overrides
 
-    raw: dict[str, Any] = read_config_file(path) if path else {}
-    overrides = list(overrides)
     if overrides:
         raw = apply_overrides(raw, overrides)
     return _migrate(raw)
@@ -120,33 +129,55 @@ def _resolve_paths(reward: dict[str, Any], file_dir: str | None, from_file: set[
         term["path"] = chosen
 
 
-def _file_paths(path: str) -> set[str]:
-    """The term paths the config file itself writes (after migration), as written."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cfg, _ = _migrate(read_config_file(path))
-    return {str(t["path"]) for t in (cfg.get("reward") or {}).get("rewards") or []
-            if isinstance(t, Mapping) and t.get("path")}
+def _strings(node: Any) -> set[str]:
+    """Every string value in a parsed config (where a term's path may have been written)."""
+    if isinstance(node, Mapping):
+        return set().union(*(_strings(v) for v in node.values())) if node else set()
+    if isinstance(node, (list, tuple)):
+        return set().union(*(_strings(v) for v in node)) if node else set()
+    return {node} if isinstance(node, str) else set()
 
 
-def load_config_with_report(path: str | None = None, overrides: Iterable[str] = (), *,
-                            base_dir: str | None = None) -> tuple[Any, Any]:
-    """Like :func:`load_config`, and also the migration report."""
+@dataclass(frozen=True)
+class ConfigPlan:
+    """A config read, overridden, migrated and validated once: what every command works from.
+
+    :ivar config: the whole config (a read-only ``DictConfig``); ``reward`` is validated, with
+        absolute paths.
+    :ivar report: what the migration of legacy keys did.
+    :ivar path: the file it was read from (``None``: overrides only).
+    """
+
+    config: Any
+    report: MigrationReport
+    path: str | None = None
+
+    @property
+    def reward(self) -> Any:
+        return self.config.reward
+
+
+def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> ConfigPlan:
+    """Read the file once, apply overrides, migrate once, validate ``reward:`` once (see :func:`load_config`)."""
     from omegaconf import OmegaConf
 
     from .schema import validate_reward
 
     overrides = list(overrides)
     file_dir = base_dir or (os.path.dirname(os.path.abspath(path)) if path else None)
-    cfg, report = read_and_migrate(path, overrides)
+    kind, from_path = "yaml", {}
+    if path:
+        kind, from_path = _parse(path, _read_text(path))
+    cfg, report = read_and_migrate(path, overrides, source=from_path)
     reward = dict(cfg.get("reward") or {})
     notes: list[str] = report.notes
-    if path and config_file_kind(path, _read_text(path)) == "shell":
-        from_file = set()  # a launch script's overrides are typed as on the command line: cwd-relative
+    written = {str(t["path"]) for t in reward.get("rewards") or [] if isinstance(t, Mapping) and t.get("path")}
+    if kind == "shell":
+        from_file: set[str] = set()  # a launch script's overrides are typed as on the command line: cwd-relative
     elif path and overrides:
-        from_file = _file_paths(path)
+        from_file = written & _strings(from_path)  # the paths the file itself wrote
     elif path or base_dir:
-        from_file = {str(t["path"]) for t in reward.get("rewards") or [] if isinstance(t, Mapping) and t.get("path")}
+        from_file = written
     else:
         from_file = set()
     _resolve_paths(reward, file_dir, from_file, notes)
@@ -154,7 +185,15 @@ def load_config_with_report(path: str | None = None, overrides: Iterable[str] = 
     rest = {k: v for k, v in cfg.items() if k != "reward"}
     whole = OmegaConf.create(rest)
     whole.reward = validated
-    return whole, report
+    OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
+    return ConfigPlan(whole, report, path)
+
+
+def load_config_with_report(path: str | None = None, overrides: Iterable[str] = (), *,
+                            base_dir: str | None = None) -> tuple[Any, Any]:
+    """Like :func:`load_config`, and also the migration report."""
+    plan = load_plan(path, overrides, base_dir=base_dir)
+    return plan.config, plan.report
 
 
 def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> Any:
@@ -168,4 +207,4 @@ def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_
     :returns: the whole config as a ``DictConfig``; sections other than ``reward`` are untouched.
     :raises UsageError: naming the key, the bad value and the fix.
     """
-    return load_config_with_report(path, overrides, base_dir=base_dir)[0]
+    return load_plan(path, overrides, base_dir=base_dir).config

@@ -29,15 +29,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def train(config: str | None, overrides: Sequence[str] = (), *, output: str,
+def train(config: Any, overrides: Sequence[str] = (), *, output: str,
           resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False) -> dict[str, Any]:
-    """Load, validate (before Ray), run and summarise; the programmatic form of the command."""
-    from rewardhub.config import load_config
+    """Load, validate (before Ray), run and summarise; the programmatic form of the command.
+
+    :param config: a config file (``None``: overrides only), or a
+        :class:`rewardhub.config.ConfigPlan` loaded already (then ``overrides`` must be empty).
+    """
+    from rewardhub.config import ConfigPlan
+    from rewardhub.config import load_plan
 
     from .prepare import prepare
 
-    raw = load_config(config, tuple(overrides))
-    prep = prepare(raw)  # raises UsageError before anything starts
+    plan = config if isinstance(config, ConfigPlan) else load_plan(config, tuple(overrides))
+    prep = prepare(plan.config)  # raises UsageError before anything starts
     from .loop import Run
     from .loop import start_ray
 
