@@ -69,7 +69,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
         try:
             plugin = ep.load()
             self.register(plugin, name=ep.name)
-        except Exception as exc:  # a broken plugin must not break the others
+        except (Exception, SystemExit) as exc:  # a broken plugin (even one calling sys.exit) must not break the others
             self.broken[ep.name] = (ep.dist, ep.version, f"{type(exc).__name__}: {exc}")
             return
         self.plugin_dists[ep.name] = (ep.dist, ep.version)
@@ -80,7 +80,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
             return
         try:
             self.register(importlib.import_module(modname), name=modname)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             self.broken[modname] = (None, None, f"{type(exc).__name__}: {exc}")
 
     def load_plugins(

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 __all__ = [
     "BrokenRewardError",
     "DuplicateRewardError",
+    "Interrupted",
     "PluginLoadError",
     "RewardExecutionError",
     "RewardhubDeprecationWarning",
@@ -99,6 +100,20 @@ class RewardExecutionError(RewardhubError):
         super().__init__(message)
         self.reward = reward
         self.index = index
+
+
+class Interrupted(KeyboardInterrupt):
+    """The user stopped the run (Ctrl-C or SIGTERM), as opposed to a reward raising
+    ``KeyboardInterrupt`` itself (which fails that sample only).
+
+    :param signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+    """
+
+    __module__ = "rewardhub"
+
+    def __init__(self, signal_name: str = "SIGINT") -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 class RewardhubWarning(UserWarning):

@@ -212,7 +212,7 @@ class RewardRegistry:
             )
         try:
             obj = load_target(spec.target, spec.sha256)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise BrokenRewardError(
                 f"reward {spec.name!r} could not be loaded from {spec.target!r} "
                 f"({spec.origin}): {type(exc).__name__}: {exc}",
@@ -328,7 +328,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None) -> R
             result = impl.function()
             specs = _specs_from_hook_result(result, name, dist, version,
                                             "builtin" if is_builtin else "plugin")
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             pm.broken[name] = (dist, version, f"{type(exc).__name__}: {exc}")
             continue
         for spec in specs:

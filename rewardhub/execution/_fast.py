@@ -17,6 +17,9 @@ from ..errors import UsageError
 from ._calls import FIELDS
 from ._calls import Invoker
 from ._columns import Column
+from ._local import _err
+from ._local import interrupts_told_apart
+from ._local import reward_exit
 from ._outcome import ERROR
 from ._outcome import OK
 from ._outcome import check_value
@@ -43,7 +46,9 @@ def loop(fn, batch, out, runs, kw, pc, B):
             runs.append(((t2 - t) / m, m))
             k += m
             t = t2
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and not reward_exit(exc):
+            raise
         m = len(out) - k
         x = (pc() - t) / (m + 1)
         if m:
@@ -74,7 +79,7 @@ def _compile(pairs: list[tuple[str, str]], constants: bool, lenient: bool) -> An
 
         args = [f"{kw}={read(field)}" for kw, field in pairs] + (["**kw"] if constants else [])
         check = "" if any(f == "response" for _, f in pairs) else 's["response"]; '
-        ns: dict[str, Any] = {}
+        ns: dict[str, Any] = {"reward_exit": reward_exit}
         exec(compile(_TEMPLATE.format(check=check, args=", ".join(args)), "<rewardhub fast loop>", "exec"), ns)
         _cache[key] = ns["loop"]
     return _cache[key]
@@ -93,6 +98,11 @@ _FAILED = object()
 
 def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int) -> Column:
     """Call ``inv`` on every sample of ``batch`` in this thread; one column of results."""
+    with interrupts_told_apart():
+        return _run_fast(inv, batch, kwargs, name, retries)
+
+
+def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int) -> Column:
     pairs, constants = _plan(inv, kwargs)
     loop = _compile(pairs, bool(constants), lenient=False)
     fn, pc = inv.fn, time.perf_counter
@@ -115,15 +125,17 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
             error = None
         else:  # the reward itself raised
             attempts, start = 1, pc() - x
-            error = f"{type(exc).__name__}: {exc}"
+            error = _err(exc)
         while attempts <= retries or attempts == 0:
             attempts += 1
             try:
                 raw = inv.call_one(s, kwargs)
                 error = None
                 break
-            except Exception as again:
-                error = f"{type(again).__name__}: {again}"
+            except BaseException as again:
+                if not isinstance(again, Exception) and not reward_exit(again):
+                    raise
+                error = _err(again)
         runs.append((pc() - start, 1))
         if error is None:
             out.append(raw)

@@ -95,7 +95,9 @@ class Term:
     @property
     def payload(self) -> WorkerPayload:
         return WorkerPayload(self.spec.target, self.spec.sha256, self.spec.params, self.invoker.kind,
-                             self.invoker.adapter, self.name)
+                             self.invoker.adapter, self.name, pure=self.policy.pure,
+                             memory_limit_mb=self.policy.memory_limit_mb,
+                             max_concurrency=self.policy.max_concurrency)
 
 
 class ScoreResult:
@@ -538,6 +540,8 @@ def resolve_term(registry: Any, term_cfg: Any, index: int = 0, *, sandbox: Mappi
         max_concurrency=_get(term_cfg, "max_concurrency"),
         retries=_get(term_cfg, "retries"),
         on_failure=_get(term_cfg, "on_failure"),
+        pure=_get(term_cfg, "pure"),
+        memory_limit_mb=_get(term_cfg, "memory_limit_mb"),
     )
     adapter = _get(term_cfg, "adapter", "auto")
     invoker = make_invoker(fn, kind, adapter, name)
