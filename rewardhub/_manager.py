@@ -88,7 +88,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
         try:
             plugin = ep.load()
             self.register(plugin, name=ep.name)
-        except Exception as exc:  # a broken plugin must not break the others
+        except (Exception, SystemExit) as exc:  # a broken plugin (even one calling sys.exit) must not break the others
             self.mark_broken(ep.name, f"{type(exc).__name__}: {exc}", ep.dist, ep.version)
             return
         self.plugin_dists[ep.name] = (ep.dist, ep.version)
@@ -99,7 +99,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
             return
         try:
             self.register(importlib.import_module(modname), name=modname)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             self.mark_broken(modname, f"{type(exc).__name__}: {exc}")
 
     def load_plugins(
@@ -178,7 +178,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
             caller = self.subset_hook_caller(hook_name, remove_plugins=others)
             try:
                 results = caller()
-            except Exception as exc:  # one plugin's error must not break the others
+            except (Exception, SystemExit) as exc:  # one plugin's error must not break the others
                 self.mark_broken(impl.plugin_name, f"{error_prefix}{type(exc).__name__}: {exc}",
                                  *self.dist_of(impl.plugin_name))
                 continue

@@ -33,6 +33,15 @@ class ExitCode(enum.IntEnum):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage + exit 2 itself
+        if message.startswith("unrecognized arguments: "):
+            from .config.overrides import is_override_word
+
+            words = message.partition(": ")[2].split()
+            late = [w for w in words if is_override_word(w)]
+            if late:
+                raise UsageError(f"override {late[0]!r} comes after an option: KEY=VALUE overrides go right "
+                                 "after the positional arguments, before any -o/--option\n"
+                                 f"e.g. {self.prog} CONFIG DATA {' '.join(late)} -o OUT.jsonl")
         raise UsageError(f"{message}\nsee `{self.prog} --help`")
 
 
@@ -55,7 +64,7 @@ def _command_modules(wanted: str | None = None) -> list[Any]:
     for ep in scan_entry_points((COMMAND_GROUP,)):
         try:
             mods.append(ep.load())
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             mods.append(_BrokenCommand(ep.name, f"{ep.dist} {ep.version}", exc))
     return mods
 
@@ -63,7 +72,7 @@ def _command_modules(wanted: str | None = None) -> list[Any]:
 class _BrokenCommand:
     HELP = "(broken: see `rewardhub list --plugins`)"
 
-    def __init__(self, name: str, dist: str, exc: Exception) -> None:
+    def __init__(self, name: str, dist: str, exc: BaseException) -> None:
         self.NAME = name
         self._msg = f"command {name!r} from {dist} failed to load: {type(exc).__name__}: {exc}"
 

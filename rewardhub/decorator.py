@@ -50,6 +50,8 @@ def reward(
     on_failure: str | None = ...,
     data_sources: tuple[str, ...] = ...,
     capabilities: tuple[str, ...] = ...,
+    pure: bool | None = ...,
+    memory_limit_mb: int | None = ...,
 ) -> Callable[[F], F]: ...
 def reward(
     fn: Any = None,
@@ -64,6 +66,8 @@ def reward(
     on_failure: str | None = None,
     data_sources: tuple[str, ...] = (),
     capabilities: tuple[str, ...] = (),
+    pure: bool | None = None,
+    memory_limit_mb: int | None = None,
 ) -> Any:
     """Declare a function as a reward, with its name and default execution policy.
 
@@ -95,6 +99,8 @@ def reward(
                 max_concurrency=max_concurrency,
                 retries=retries,
                 on_failure=on_failure,
+                pure=pure,
+                memory_limit_mb=memory_limit_mb,
             ),
             "data_sources": tuple(data_sources),
             "capabilities": tuple(capabilities),

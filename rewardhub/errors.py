@@ -8,6 +8,7 @@ __all__ = [
     "BrokenRewardError",
     "ConflictingRewardError",
     "DuplicateRewardError",
+    "Interrupted",
     "PluginLoadError",
     "RewardExecutionError",
     "RewardhubDeprecationWarning",
@@ -118,6 +119,20 @@ class RewardExecutionError(RewardhubError):
         super().__init__(message)
         self.reward = reward
         self.index = index
+
+
+class Interrupted(KeyboardInterrupt):
+    """The user stopped the run (Ctrl-C or SIGTERM), as opposed to a reward raising
+    ``KeyboardInterrupt`` itself (which fails that sample only).
+
+    :param signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+    """
+
+    __module__ = "rewardhub"
+
+    def __init__(self, signal_name: str = "SIGINT") -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 class RewardhubWarning(UserWarning):

@@ -243,7 +243,7 @@ class RewardRegistry:
         self._check_usable(spec)
         try:
             obj = load_target(spec.target, spec.sha256)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise BrokenRewardError(
                 f"reward {spec.name!r} could not be loaded from {spec.target!r} "
                 f"({spec.origin}): {type(exc).__name__}: {exc}",
@@ -381,7 +381,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
         source = "builtin" if name.startswith("rewardhub.builtin.") else "plugin"
         try:
             specs = _specs_from_hook_result(result, name, dist, version, source)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             pm.mark_broken(name, f"{type(exc).__name__}: {exc}", dist, version)
             continue
         for spec in specs:

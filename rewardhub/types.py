@@ -27,6 +27,11 @@ class ExecutionPolicy:
     """How one reward runs; a config term overrides any field it sets.
 
     ``timeout_s`` ``None`` means no limit; ``max_concurrency`` ``None`` means the executor's default.
+    ``pure``: the reward has no side effects, so the process pool may call it again on samples it
+    has already scored (to warm the template that its new workers are forked from; see
+    :mod:`rewardhub.execution._template`); off unless declared. ``memory_limit_mb``: the most
+    memory (the data segment: heap and private mappings) a process-pool worker may hold while it
+    runs this reward; a call past it fails with ``MemoryError``.
     """
 
     executor: str = "inline"
@@ -34,6 +39,8 @@ class ExecutionPolicy:
     max_concurrency: int | None = None
     retries: int = 0
     on_failure: str = "zero"
+    pure: bool = False
+    memory_limit_mb: int | None = None
 
     def merged(self, **overrides: Any) -> ExecutionPolicy:
         """Return a copy with every override that is not ``None`` applied."""

@@ -159,11 +159,12 @@ def test_fast_path_kwargs_verl_retries_and_raise(rfile, tmp_path):
 
 # ---- the process pool -------------------------------------------------------------------------
 def test_calls_behind_a_slow_one_are_not_held_up(rfile):
-    """One worker; a call that sleeps 3 s: the calls queued behind it go to a spare worker."""
+    """One worker; a call that sleeps 3 s: the calls queued behind it go to a spare worker (the
+    reward sets no max_concurrency, which would forbid a second call at once)."""
     batch = samples_of("sleep:3", *["x"] * 30)
     start = time.monotonic()
     seen: list[float] = []
-    with Runner.from_config({"rewards": [term(rfile, "sleepy", executor="process", max_concurrency=1)]}) as r:
+    with Runner.from_config({"rewards": [term(rfile, "sleepy", executor="process")]}, process_workers=1) as r:
         res = r.score(batch, progress=lambda done, total: seen.append(time.monotonic() - start))
         pool = r._pool
         assert res.scores == [1.0] * 31 and res.errors == [{}] * 31  # the slow one was not killed
@@ -235,7 +236,7 @@ def test_spares_come_warm_from_a_template(rfile):
     they start with the reward's caches, and the pool heals and cleans up as before."""
     known = [f"r{i}" for i in range(100)]
     runner = Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
-                                                  max_concurrency=2)]})
+                                                  max_concurrency=2, pure=True)]})
     first = runner.score(samples_of(*known))
     old_pids = {e["remembers"]["pid"] for e in first.extra}
     pool = runner._pool
@@ -264,7 +265,7 @@ def test_spares_come_warm_from_a_template(rfile):
 def test_pool_outlives_its_template(rfile):
     """The template killed (and with it the workers it forked): the pool forks its own again."""
     runner = Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
-                                                  max_concurrency=2)]})
+                                                  max_concurrency=2, pure=True)]})
     with runner:
         runner.score(samples_of(*[f"r{i}" for i in range(60)]))
         runner.score(samples_of("hang", *[f"s{i}" for i in range(30)]))

@@ -64,11 +64,14 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         bad, maybe = _kwargs_problems(term)
         problems.extend(f"{where}.kwargs: {p}" for p in bad)
         notes.extend(f"{where}.kwargs: {p}" for p in maybe)
+        problems.extend(f"{where}: {p}" for p in _executor_problems(term))
+        pol = term.policy
         terms.append({"index": i, "name": term.name, "reward": spec.name, "source": spec.source, "dist": spec.dist,
                       "version": spec.version, "target": spec.target, "kind": spec.kind,
-                      "executor": term.policy.executor, "timeout_s": term.policy.timeout_s,
-                      "on_failure": term.policy.on_failure, "weight": term.weight,
-                      "capabilities": sorted(spec.capabilities)})
+                      "executor": effective_executor(term), "executor_why": executor_reason(term),
+                      "timeout_s": pol.timeout_s, "on_failure": pol.on_failure, "weight": term.weight,
+                      "pure": pol.pure, "replayed": replayed(term), "max_concurrency": pol.max_concurrency,
+                      "memory_limit_mb": pol.memory_limit_mb, "capabilities": sorted(spec.capabilities)})
     rm = reward.reward_model
     if rm.enable and not rm.model_path:
         problems.append("reward.reward_model.enable is true but reward.reward_model.model_path is not set\n"
@@ -84,6 +87,47 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                      "the terms above with the policies shown instead of that manager")
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
+
+
+def effective_executor(term: Any) -> str:
+    """The executor a term really runs on: an ``inline`` sync reward with a ``timeout_s`` runs on
+    the process executor (only killing its process can stop a sync call)."""
+    ex = term.policy.executor
+    if ex == "inline" and term.policy.timeout_s and not term.invoker.is_async:
+        return "process"
+    return str(ex)
+
+
+def executor_reason(term: Any) -> str:
+    if effective_executor(term) != term.policy.executor:
+        return f"{term.policy.executor} with timeout_s {term.policy.timeout_s:g}: a sync call is timed out by killing its process"
+    return ""
+
+
+def replayed(term: Any) -> bool:
+    """Whether the process pool may call the term again on samples it scored (``pure`` rewards only)."""
+    return effective_executor(term) == "process" and bool(term.policy.pure)
+
+
+def _executor_problems(term: Any) -> list[str]:
+    import importlib.util
+
+    try:
+        have_ray = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ray in sys.modules as None, or without a spec
+        have_ray = False
+    if effective_executor(term) == "ray" and not have_ray:
+        return [f"{term.name} has executor: ray, but Ray is not installed here\n"
+                "pip install 'ray[default]' (or the rewardhub-trainer package), or use executor: process"]
+    return []
+
+
+def term_problems(term: Any, runner: Any = None) -> list[str]:
+    """What ``score`` refuses to run with, as ``check`` reports it: kwargs the reward does not take
+    (unless it takes ``**kwargs``), and an executor that cannot run here."""
+    bad, _ = _kwargs_problems(term)
+    return [f"reward term {term.name!r}: kwargs: {p}" for p in bad] + \
+        [f"reward term {term.name!r}: {p}" for p in _executor_problems(term)]
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}
@@ -128,8 +172,10 @@ def run(args: argparse.Namespace) -> int:
               f"(see `rewardhub migrate {args.config}`)")
     for t in result["terms"]:
         origin = f"{t['source']} {t['dist']} {t['version']}" if t["dist"] else t["source"]
+        why = f" ({t['executor_why']})" if t["executor_why"] else ""
         print(f"ok  reward.rewards[{t['index']}] {t['name']}: {t['reward']} ({origin}), executor "
-              f"{t['executor'] or 'inline'}, timeout {t['timeout_s'] or 'none'}, weight {t['weight']:g}")
+              f"{t['executor'] or 'inline'}{why}, timeout {t['timeout_s'] or 'none'}, weight {t['weight']:g}"
+              + (", replayed to warm new workers (pure)" if t["replayed"] else ""))
     for note in result["notes"]:
         print(f"note: {note}")
     if result["problems"]:

@@ -70,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
         text = _read_text(path)
         new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, cfg)
         if new_text != text:
-            backup = _backup(path)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(new_text)
+            backup = write_in_place(path, new_text)
             print(f"rewrote {path} (backup: {backup})", file=sys.stderr)
         else:
             print(f"{path}: nothing to migrate", file=sys.stderr)
@@ -107,6 +105,40 @@ def _dump(cfg: Mapping[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(dict(cfg), sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def write_in_place(path: str, new_text: str) -> str:
+    """Replace ``path``'s text, keeping a backup; returns the backup's path.
+
+    The new text goes to a temporary file in the same folder that then takes the file's place, so
+    the file is never half-written; when anything fails, neither the backup nor the temporary file
+    is left behind and the file is as it was.
+    """
+    import tempfile
+
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"cannot rewrite {path!r}: the file is read-only\n"
+                         f"make it writable (chmod u+w {shlex.quote(path)}), or drop --write to print the "
+                         "migrated config")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        backup = _backup(path)
+    except OSError as exc:
+        raise UsageError(f"cannot save a backup of {path!r} in {folder!r}: {exc.strerror}\n"
+                         "make the folder writable, or drop --write to print the migrated config") from None
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(new_text)
+        shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        for leftover in (tmp, backup):
+            if leftover and os.path.exists(leftover):
+                os.unlink(leftover)
+        raise UsageError(f"cannot rewrite {path!r}: {exc.strerror}\n{path} is unchanged") from None
+    return backup
 
 
 def _backup(path: str) -> str:

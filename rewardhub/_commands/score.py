@@ -9,8 +9,17 @@ import sys
 import time
 from typing import Any
 
+from ..errors import Interrupted
 from ..errors import UsageError
 from ._common import table
+from ._output import ScoredRows
+from ._output import check_outputs
+from ._output import check_result_fields
+from ._output import output_row
+from ._output import read_input
+from ._output import rewards_print_to_stderr
+from ._output import stop_on_sigterm
+from ._output import write_summary
 
 NAME = "score"
 HELP = "score a JSONL file of samples with the config's rewards; prints a per-reward summary"
@@ -24,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="write scored rows here (default: stdout)")
     parser.add_argument("--summary-json", help="also write the metrics as JSON to this file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    parser.add_argument("--namespace", metavar="KEY",
+                        help="write score/rewards/extra/errors under this one key of each row (needed when "
+                             "the input rows have fields of those names)")
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
@@ -40,6 +52,9 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})\neach line must be one JSON object") from None
+            except RecursionError:
+                raise UsageError(f"{path}:{n}: JSON nested too deeply to read\n"
+                                 "flatten the row (a few levels of nesting are plenty)") from None
             if not isinstance(row, dict):
                 raise UsageError(f"{path}:{n}: a JSON {type(row).__name__}, not an object")
             if "response" not in row:
@@ -95,31 +110,44 @@ def run(args: argparse.Namespace) -> int:
     from ..execution._columns import Column
     from ..execution._columns import column_metrics
     from ..execution._columns import stats
+    from ..execution._local import interrupts_told_apart
+    from .check import term_problems
 
+    # validate everything first; the output is written last, to a temporary file renamed at the end
+    check_outputs(args.output, args.summary_json, [args.config, args.data])
     cfg = load_config(args.config, args.overrides)
-    rows = read_jsonl(args.data)
+    rows = read_input(args.data, read_jsonl)
     start = time.monotonic()
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     progress = Progress(len(rows), sys.stderr.isatty() and not args.no_progress)
     with runner_from_config(cfg.reward) as runner:
+        problems = [p for t in runner.terms for p in term_problems(t, runner)]
+        if problems:
+            raise UsageError("\n".join(problems))
+        check_outputs(args.output, args.summary_json,
+                      [t.spec.target.rpartition(":")[0] for t in runner.terms if t.spec.is_file_target])
         names = [t.name for t in runner.terms]
         columns: dict[str, Column] = {n: Column(0) for n in names}
         scores: list[Any] = []
+        out = ScoredRows(args.output)
         try:
-            for k in range(0, max(len(rows), 1), CHUNK):
-                chunk = rows[k:k + CHUNK]
-                if not chunk:
-                    break
-                res = runner.score(chunk, progress=lambda d, t, k=k: progress(k + d * len(chunk) // max(t, 1)))
-                for row in res.rows(chunk):
-                    out.write(json.dumps(row, sort_keys=True, default=str, allow_nan=True) + "\n")
-                for n in names:
-                    columns[n].extend(res.columns[n])
-                scores.extend(res.scores)
+            with out, rewards_print_to_stderr(out), stop_on_sigterm(), interrupts_told_apart():
+                for k in range(0, max(len(rows), 1), CHUNK):
+                    chunk = rows[k:k + CHUNK]
+                    if not chunk:
+                        break
+                    if not args.namespace:
+                        check_result_fields(chunk, k, args.data)
+                    res = runner.score(chunk, progress=lambda d, t, k=k: progress(k + d * len(chunk) // max(t, 1)))
+                    out.write(output_row(row, res, i, args.namespace) for i, row in enumerate(chunk))
+                    for n in names:
+                        columns[n].extend(res.columns[n])
+                    scores.extend(res.scores)
+        except Interrupted as exc:
+            print(f"ERROR: interrupted ({exc.signal_name}) after {out.rows} of {len(rows)} rows; "
+                  f"{out.where_kept()}", file=sys.stderr)
+            return 130 if exc.signal_name == "SIGINT" else 143
         finally:
             progress.finish()
-            if out is not sys.stdout:
-                out.close()
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:
@@ -130,6 +158,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{len(rows)} samples scored in {wall:.2f}s ({len(rows) / max(wall, 1e-9):,.0f}/s)"
           + (f"; rows written to {args.output}" if args.output else ""), file=err)
     if args.summary_json:
-        with open(args.summary_json, "w", encoding="utf-8") as f:
-            json.dump({"metrics": metrics, "samples": len(rows), "wall_s": wall}, f, indent=2, sort_keys=True)
+        write_summary(args.summary_json, {"metrics": metrics, "samples": len(rows), "wall_s": wall}, args.output)
     return 0
+

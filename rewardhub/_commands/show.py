@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+from typing import Any
 
 from ._common import add_registry_options
 from ._common import dump_json
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         doc=inspect.getdoc(target) or "",
         file=source_file,
         policy={k: getattr(spec.policy, k) for k in spec.policy.__slots__},
+        runs_on=_runs_on(spec),
         params=dict(spec.params),
         data_sources=list(spec.data_sources),
     )
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     print(signature)
     print()
     for key in ("source", "dist", "version", "target", "file", "kind", "capabilities", "data_sources",
-                "policy", "params"):
+                "policy", "runs_on", "params"):
         value = row[key]
         if value in (None, [], {}, ""):
             continue
@@ -57,3 +59,15 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(row["doc"])
     return 0
+
+
+def _runs_on(spec: Any) -> str:
+    """The executor the reward's own policy really runs it on, and whether the pool may replay it."""
+    pol = spec.policy
+    ex = pol.executor
+    why = ""
+    if ex == "inline" and pol.timeout_s and "async" not in spec.capabilities:
+        ex, why = "process", f" (inline with timeout_s {pol.timeout_s:g}: a sync call is timed out by killing its process)"
+    if ex == "process":
+        why += "; replayed to warm new workers (pure)" if pol.pure else "; never called twice on a sample (not pure)"
+    return ex + why

@@ -31,6 +31,43 @@ def _read_text(path: str) -> str:
             return f.read()
     except OSError as exc:
         raise UsageError(f"cannot read config {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config {path!r} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at "
+                         f"offset {exc.start} cannot be decoded)\nsave it as UTF-8") from None
+
+
+#: a YAML config may reuse nodes through aliases (``&a`` / ``*a``), but not expand to more values than this
+MAX_EXPANDED_VALUES = 100_000
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values ``data`` has once its shared (aliased) nodes are copied out, counted up to
+    ``limit`` only: each distinct node is sized once, so a billion-laughs document costs nothing."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)) or (not done and id(node) in sizes):
+            continue
+        children = list(node.values()) if isinstance(node, dict) else node
+        if not done:
+            sizes[id(node)] = -1  # in progress: a cycle counts as over the limit
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes)
+            continue
+        total = 1
+        for c in children:
+            if isinstance(c, (dict, list)):
+                s = sizes.get(id(c), limit + 1)
+                total += limit + 1 if s < 0 else s
+            else:
+                total += 1
+            if total > limit:
+                total = limit + 1
+                break
+        sizes[id(node)] = total
+    s = sizes.get(id(data), 1)
+    return limit + 1 if s < 0 else s
 
 
 def config_file_kind(path: str, text: str) -> str:
@@ -79,8 +116,13 @@ def _parse(path: str, text: str) -> tuple[str, dict[str, Any]]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"config {path!r} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"config {path!r} is nested too deeply to read") from None
     if data is None:
         return kind, {}
+    if _expanded_size(data, MAX_EXPANDED_VALUES) > MAX_EXPANDED_VALUES:
+        raise UsageError(f"config {path!r} expands to over {MAX_EXPANDED_VALUES:,} values through YAML aliases "
+                         "(&name / *name)\nwrite the values out, or reuse fewer nested aliases")
     if not isinstance(data, dict):
         raise UsageError(f"config {path!r} must be a mapping at the top level, not {type(data).__name__}")
     return kind, data
@@ -169,7 +211,11 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     if path:
         kind, from_path = _parse(path, _read_text(path))
     cfg, report = read_and_migrate(path, overrides, source=from_path)
-    reward = dict(cfg.get("reward") or {})
+    section = cfg.get("reward")
+    if section is not None and not isinstance(section, Mapping):
+        raise UsageError(f"reward must be a mapping, not {type(section).__name__} {section!r}\n"
+                         "e.g. reward: {rewards: [{name: math_verify}]}")
+    reward = dict(section or {})
     notes: list[str] = report.notes
     written = {str(t["path"]) for t in reward.get("rewards") or [] if isinstance(t, Mapping) and t.get("path")}
     if kind == "shell":
@@ -185,6 +231,7 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     rest = {k: v for k, v in cfg.items() if k != "reward"}
     whole = OmegaConf.create(rest)
     whole.reward = validated
+    resolve_or_explain(whole.reward, "reward")
     OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
     return ConfigPlan(whole, report, path)
 
@@ -194,6 +241,28 @@ def load_config_with_report(path: str | None = None, overrides: Iterable[str] = 
     """Like :func:`load_config`, and also the migration report."""
     plan = load_plan(path, overrides, base_dir=base_dir)
     return plan.config, plan.report
+
+
+def resolve_or_explain(node: Any, where: str) -> Any:
+    """``node`` resolved to plain containers; an interpolation that cannot resolve (an environment
+    variable a launch script uses but nobody set) is a one-line error naming the key and the fix."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        key = key if key.startswith(where) else f"{where}.{key}"
+        import re
+
+        env = re.search(r"Environment variable '(\w+)' not found", str(exc))
+        if env:
+            name = env.group(1)
+            raise UsageError(f"{key} uses ${name}, which is not set\n"
+                             f"export {name}=... before running, or set it in the script ({name}=...)") from None
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"{key} cannot be resolved: {msg}") from None
 
 
 def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> Any:

@@ -49,6 +49,10 @@ class TermConfig:
     max_concurrency: Optional[int] = None
     retries: Optional[int] = None
     on_failure: Optional[str] = None
+    #: the reward has no side effects: the process pool may replay it (see ExecutionPolicy.pure)
+    pure: Optional[bool] = None
+    #: a process-pool worker's memory limit while it runs this reward
+    memory_limit_mb: Optional[int] = None
     #: routing by the sample's data_source (empty: the reward's own default)
     data_sources: List[str] = field(default_factory=list)
     #: routing by a tag in the sample's extra_info["tags"]
@@ -139,6 +143,7 @@ _MINIMA: dict[str, tuple[float, bool]] = {
     "rewards.*.timeout_s": (0, False),
     "rewards.*.max_concurrency": (1, True),
     "rewards.*.retries": (0, True),
+    "rewards.*.memory_limit_mb": (1, True),
     "workers.num_workers": (0, True),
     "workers.num_cpus": (0, True),
     "workers.num_gpus": (0, True),

@@ -18,6 +18,9 @@ from ..errors import UsageError
 from ._calls import FIELDS
 from ._calls import Invoker
 from ._columns import Column
+from ._local import _err
+from ._local import interrupts_told_apart
+from ._local import reward_exit
 from ._outcome import ERROR
 from ._outcome import OK
 from ._outcome import check_value
@@ -44,7 +47,9 @@ def loop(fn, batch, out, runs, kw, pc, B):
             runs.append(((t2 - t) / m, m))
             k += m
             t = t2
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and not reward_exit(exc):
+            raise
         m = len(out) - k
         x = (pc() - t) / (m + 1)
         if m:
@@ -75,7 +80,7 @@ def _compile(pairs: list[tuple[str, str]], constants: bool, lenient: bool) -> An
 
         args = [f"{kw}={read(field)}" for kw, field in pairs] + (["**kw"] if constants else [])
         check = "" if any(f == "response" for _, f in pairs) else 's["response"]; '
-        ns: dict[str, Any] = {}
+        ns: dict[str, Any] = {"reward_exit": reward_exit}
         exec(compile(_TEMPLATE.format(check=check, args=", ".join(args)), "<rewardhub fast loop>", "exec"), ns)
         _cache[key] = ns["loop"]
     return _cache[key]
@@ -98,6 +103,12 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
 
     :param labels: the samples' positions in the caller's batch (see :attr:`Column.labels`).
     """
+    with interrupts_told_apart():
+        return _run_fast(inv, batch, kwargs, name, retries, labels)
+
+
+def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int,
+              labels: Sequence[int] | None) -> Column:
     pairs, constants = _plan(inv, kwargs)
     loop = _compile(pairs, bool(constants), lenient=False)
     fn, pc = inv.fn, time.perf_counter
@@ -120,15 +131,17 @@ def run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: st
             error = None
         else:  # the reward itself raised
             attempts, start = 1, pc() - x
-            error = f"{type(exc).__name__}: {exc}"
+            error = _err(exc)
         while attempts <= retries or attempts == 0:
             attempts += 1
             try:
                 raw = inv.call_one(s, kwargs)
                 error = None
                 break
-            except Exception as again:
-                error = f"{type(again).__name__}: {again}"
+            except BaseException as again:
+                if not isinstance(again, Exception) and not reward_exit(again):
+                    raise
+                error = _err(again)
         runs.append((pc() - start, 1))
         if error is None:
             out.append(raw)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import signal
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Call", "run_async", "run_inline", "run_threads"]
+from ..errors import Interrupted
+
+__all__ = ["Call", "interrupts_told_apart", "reward_exit", "run_async", "run_inline", "run_threads"]
 
 #: a zero-argument callable that performs one reward call (sync, or returning an awaitable)
 Call = Callable[[], Any]
@@ -18,11 +23,56 @@ Result = tuple[str, Any, float]
 
 
 def _err(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the reward called sys.exit({exc.code!r})"
     return f"{type(exc).__name__}: {exc}"
 
 
-def _call_once(call: Call) -> Result:
-    """One sync call (an awaitable result is run to completion); a raised exception is data."""
+#: whether this thread runs under :func:`interrupts_told_apart` (a real Ctrl-C raises Interrupted)
+_told_apart = threading.local()
+
+
+@contextlib.contextmanager
+def interrupts_told_apart() -> Iterator[None]:
+    """While rewards run in this (main) thread, a real Ctrl-C raises :class:`~rewardhub.Interrupted`,
+    so that a reward's own ``KeyboardInterrupt`` (or ``SystemExit``) fails its sample only.
+
+    Only where Python's own SIGINT handler is in place and in the main thread; elsewhere a
+    ``KeyboardInterrupt`` is taken to be the user's and stops the run.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+            or getattr(_told_apart, "on", False)):
+        yield
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        raise Interrupted("SIGINT")
+
+    signal.signal(signal.SIGINT, on_sigint)
+    _told_apart.on = True
+    try:
+        yield
+    finally:
+        _told_apart.on = False
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def reward_exit(exc: BaseException, own_thread: bool = False) -> bool:
+    """Whether a ``BaseException`` that a reward call raised is the reward's failure (``SystemExit``,
+    its own ``KeyboardInterrupt``), not the user stopping the run: then it fails that sample only."""
+    if isinstance(exc, Interrupted):
+        return False
+    if isinstance(exc, SystemExit):
+        return True
+    if isinstance(exc, KeyboardInterrupt):  # signals reach the main thread only
+        return own_thread or getattr(_told_apart, "on", False)
+    return False
+
+
+def _call_once(call: Call, own_thread: bool = False) -> Result:
+    """One sync call (an awaitable result is run to completion); a raised exception is data, and
+    so is a reward's ``sys.exit`` or ``KeyboardInterrupt`` (see :func:`reward_exit`)."""
     start = time.perf_counter()
     try:
         raw = call()
@@ -31,17 +81,22 @@ def _call_once(call: Call) -> Result:
         return ("ok", raw, time.perf_counter() - start)
     except Exception as exc:  # a bad reward is data
         return ("error", _err(exc), time.perf_counter() - start)
+    except BaseException as exc:
+        if not reward_exit(exc, own_thread):
+            raise
+        return ("error", _err(exc), time.perf_counter() - start)
 
 
 def run_inline(calls: list[Call], retries: int) -> list[Result]:
     """Call one after another in this thread (no timeout can interrupt a sync call here)."""
     out: list[Result] = []
-    for call in calls:
-        for attempt in range(retries + 1):
-            res = _call_once(call)
-            if res[0] == "ok" or attempt == retries:
-                break
-        out.append(res)
+    with interrupts_told_apart():
+        for call in calls:
+            for attempt in range(retries + 1):
+                res = _call_once(call)
+                if res[0] == "ok" or attempt == retries:
+                    break
+            out.append(res)
     return out
 
 
@@ -98,6 +153,10 @@ def run_async(calls: list[Call], timeout_s: float | None, max_concurrency: int |
                                time.perf_counter() - start)
                     except Exception as exc:
                         res = ("error", _err(exc), time.perf_counter() - start)
+                    except (SystemExit, KeyboardInterrupt) as exc:
+                        if not reward_exit(exc, own_thread=True):  # the loop runs the rewards only
+                            raise
+                        res = ("error", _err(exc), time.perf_counter() - start)
                     if res[0] == "ok":
                         break
                 return res
@@ -123,7 +182,10 @@ def run_threads(calls: list[Call], timeout_s: float | None, max_concurrency: int
     abandoned = 0
 
     def worker(i: int, call: Call) -> None:
-        res = _call_once(call)
+        try:
+            res = _call_once(call, own_thread=True)
+        except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
+            res = ("error", _err(exc), 0.0)
         with cond:
             if i in running:  # not timed out meanwhile
                 del running[i]

@@ -43,7 +43,10 @@ def _finite(x: Any) -> float | None:
     if isinstance(x, bool):
         return float(x)
     if isinstance(x, (int, float)) and not isinstance(x, complex):
-        f = float(x)
+        try:
+            f = float(x)
+        except OverflowError:  # an int past a float's range (10**400)
+            return None
         return f if math.isfinite(f) else None
     try:  # numpy / torch scalars
         import numbers
@@ -51,7 +54,7 @@ def _finite(x: Any) -> float | None:
         if isinstance(x, numbers.Real):
             f = float(x)
             return f if math.isfinite(f) else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     return None
 

@@ -62,6 +62,12 @@ class WorkerPayload:
     kind: str
     adapter: str
     name: str
+    #: may be replayed to warm new workers (see ExecutionPolicy.pure)
+    pure: bool = False
+    #: the worker's data-segment limit while it runs this reward
+    memory_limit_mb: int | None = None
+    #: at most this many of its calls at once (None: as many as the pool has workers)
+    max_concurrency: int | None = None
 
 
 @dataclass
@@ -129,8 +135,17 @@ class ProcessPool:
     def register(self, key: str, payload: WorkerPayload) -> None:
         self._payloads[key] = payload
 
-    def _ensure(self) -> None:
-        while len(self._workers) < self.size:
+    def _room(self, key: str) -> bool:
+        """Whether one more call of ``key`` may start: its ``max_concurrency`` is not reached."""
+        limit = self._payloads[key].max_concurrency
+        if not limit:
+            return True
+        return sum(1 for w in self._workers if any(t.key == key for t in w.inflight)) < limit
+
+    def _grow(self, queue: collections.deque[Task]) -> None:
+        """Workers start lazily: one more only when every worker is busy and the next call may start."""
+        while (queue and len(self._workers) < self.size and all(w.inflight for w in self._workers)
+               and self._room(queue[0].key)):
             self._workers.append(self._new_worker())
 
     def _new_worker(self) -> _Worker:
@@ -140,7 +155,7 @@ class ProcessPool:
         if t is None and self.warm_spares:
             work = [(key, self._payloads[key], self._recent_kwargs[key], list(calls))
                     for key, calls in self._recent.items()
-                    if len(calls) >= _template.WARM_MIN_CALLS
+                    if self._payloads[key].pure and len(calls) >= _template.WARM_MIN_CALLS
                     and self._latency.get(key, math.inf) <= _template.WARM_MAX_CALL_S]
             if work:
                 self._template = t = _template.Template(self._ctx, self.size + self.max_spares + 8, work)
@@ -313,7 +328,6 @@ class ProcessPool:
 
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order."""
-        self._ensure()
         self._done = done
         queue = collections.deque(tasks)
         while queue or any(w.inflight for w in self._workers):
@@ -330,7 +344,7 @@ class ProcessPool:
             busy = [w for w in busy if w.inflight]
             if not busy:
                 continue
-            if queue and self._want_spare(now):
+            if queue and self._room(queue[0].key) and self._want_spare(now):
                 self._workers.append(self._new_worker())
                 self.spares_started += 1
                 continue
@@ -360,8 +374,9 @@ class ProcessPool:
         return tasks
 
     def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
+        self._grow(queue)
         for w in list(self._workers):
-            if not queue:
+            if not queue or not self._room(queue[0].key):
                 return
             if w.inflight and (w.chunk_of[0] != w.chunk_of[-1] or self._stuck(w, now)):
                 continue  # one chunk waiting behind the running one is enough
@@ -413,7 +428,7 @@ class ProcessPool:
             w.probe, w.idle, w.next_look = None, None, 0.0
             est = self._latency.get(task.key)
             self._latency[task.key] = latency if est is None else 0.8 * est + 0.2 * latency
-            if status == "ok" and self._template is None and self.warm_spares:
+            if status == "ok" and self._template is None and self.warm_spares and self._payloads[task.key].pure:
                 calls = self._recent.get(task.key)
                 if calls is None:
                     calls = self._recent[task.key] = collections.deque(maxlen=_template.WARM_CALLS)
@@ -455,7 +470,11 @@ class ProcessPool:
         for w in self._workers:  # ask all first, so they exit in parallel
             tell_to_stop(w.conn)
         for w in self._workers:
-            w.stop()
+            if w.inflight:  # a run stopped midway (Ctrl-C): a busy worker would not hear the request
+                w.kill(wait=False)
+                self._dying.append(w)
+            else:
+                w.stop()
         self._workers.clear()
         self._reap()
         if self._template is not None:

@@ -8,9 +8,11 @@ pool forks one template process, which replays up to :data:`WARM_CALLS` of those
 (results dropped) and from then on forks each new worker in the pool's stead: warm, and without the
 pool's loop waiting on a fork, as the template keeps one forked standby ready.
 
-Only rewards whose mean call takes at most :data:`WARM_MAX_CALL_S` are replayed (those for which
-a cold start weighs); a reward that must not run twice on a sample turns this off with
-``ProcessPool(warm_spares=False)``. Linux only (``pidfd_open`` and the ``fork`` start method).
+Only rewards declared ``pure`` (``@reward(pure=True)`` or a config term's ``pure: true``: no side
+effects, so a second call on a sample does no harm) and whose mean call takes at most
+:data:`WARM_MAX_CALL_S` are replayed (those for which a cold start weighs); every other reward is
+never called twice on a sample, and ``ProcessPool(warm_spares=False)`` turns replay off for all.
+Linux only (``pidfd_open`` and the ``fork`` start method).
 """
 
 from __future__ import annotations

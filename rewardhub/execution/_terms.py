@@ -72,7 +72,9 @@ class Term:
     @property
     def payload(self) -> WorkerPayload:
         return WorkerPayload(self.spec.target, self.spec.sha256, self.spec.params, self.invoker.kind,
-                             self.invoker.adapter, self.name)
+                             self.invoker.adapter, self.name, pure=self.policy.pure,
+                             memory_limit_mb=self.policy.memory_limit_mb,
+                             max_concurrency=self.policy.max_concurrency)
 
 
 def sandbox_settings(reward_cfg: Any) -> dict[str, Any] | None:
@@ -134,6 +136,8 @@ def resolve_term(registry: Any, term_cfg: Any, index: int = 0, *, sandbox: Mappi
         max_concurrency=config_value(term_cfg, "max_concurrency"),
         retries=config_value(term_cfg, "retries"),
         on_failure=config_value(term_cfg, "on_failure"),
+        pure=config_value(term_cfg, "pure"),
+        memory_limit_mb=config_value(term_cfg, "memory_limit_mb"),
     )
     adapter = config_value(term_cfg, "adapter", "auto")
     invoker = make_invoker(fn, kind, adapter, name)

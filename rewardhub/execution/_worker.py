@@ -97,11 +97,42 @@ def next_message(conn: Any) -> Any:
         return None
 
 
+class _MemoryLimit:
+    """The worker's data-segment limit (``RLIMIT_DATA``: heap and private mappings), set to each
+    reward's ``memory_limit_mb`` while its calls run (lowering and raising the soft limit is allowed
+    up to the hard one)."""
+
+    def __init__(self) -> None:
+        try:
+            import resource
+
+            self._resource: Any = resource
+            self._hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        except (ImportError, AttributeError, OSError):
+            self._resource = None
+        self._now: int | None = None
+
+    def set(self, mb: int | None) -> None:
+        if mb == self._now or self._resource is None:
+            return
+        r = self._resource
+        soft = r.RLIM_INFINITY if mb is None else int(mb) << 20
+        if self._hard != r.RLIM_INFINITY and (soft == r.RLIM_INFINITY or soft > self._hard):
+            soft = self._hard
+        try:
+            r.setrlimit(r.RLIMIT_DATA, (soft, self._hard))
+            self._now = mb
+        except (ValueError, OSError):
+            pass
+
+
 def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
     """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
     parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
     _detach()
     invokers: dict[str, Any] = {}
+    limits: dict[str, int | None] = {}
+    memory = _MemoryLimit()
     clock = time.perf_counter
     while True:
         msg = next_message(conn)
@@ -110,11 +141,13 @@ def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
         key, payload, kwargs, seq, items = msg
         build_error = None
         if key not in invokers:
+            limits[key] = getattr(payload, "memory_limit_mb", None)
             try:
                 invokers[key] = _build(payload)
             except BaseException as exc:  # noqa: BLE001 - reported per call below
                 build_error = f"cannot load the reward in the worker: {type(exc).__name__}: {exc}"
         inv = invokers.get(key)
+        memory.set(limits.get(key))
         for j, (mode, data) in enumerate(items, seq):
             with lock:
                 if claim[1] <= j < claim[2]:
@@ -128,12 +161,18 @@ def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
                     raw = _call(inv, mode, data, kwargs)
                     reply = ("ok", raw, clock() - start, time.monotonic())
                 except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-                    reply = ("error", f"{type(exc).__name__}: {exc}", clock() - start, time.monotonic())
+                    reply = ("error", _err(exc), clock() - start, time.monotonic())
             try:
                 conn.send(reply)
             except Exception as exc:  # an unpicklable return value
                 conn.send(("error", f"return value cannot be sent back: {type(exc).__name__}: {exc}",
                            reply[2], reply[3]))
+
+
+def _err(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the reward called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def _await(aw: Any) -> Any:

@@ -106,6 +106,9 @@ def _backend(sandbox: Mapping[str, Any] | None, memory_mb: int | None, local: Ma
     if "uids" in opts and not isinstance(opts["uids"], range):
         lo, hi = opts["uids"]
         opts["uids"] = range(int(lo), int(hi))
+    for key in ("hide_paths", "visible_paths", "python_flags"):
+        if isinstance(opts.get(key), (list, tuple)):
+            opts[key] = tuple(str(p) for p in opts[key])
     return _Local(_sandbox.SandboxConfig(**opts)), sb.get("timeout_s")
 
 

@@ -73,7 +73,7 @@ def _last_number(text: str) -> str | None:
     return found[-1].replace(",", "") if found else None
 
 
-@reward(name="math_verify", executor="process", timeout_s=10.0)
+@reward(name="math_verify", executor="process", timeout_s=10.0, pure=True)
 def math_verify(*, response: str, ground_truth: Any, prompt: Any = None, data_source: Any = None,
                 extra_info: Any = None, **kwargs: Any) -> dict[str, float]:
     """1.0 when the response's final answer equals the gold answer (math-verify), else 0.0.

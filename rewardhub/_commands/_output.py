@@ -1,0 +1,275 @@
+"""The writing side of ``rewardhub score``: outputs never destroy an input, and a stopped run keeps its rows.
+
+- every output is checked before anything runs: not an input (same file), not a folder, its folder
+  exists and is writable;
+- scored rows go to a temporary file next to the output, renamed over it at the end; a failed run
+  leaves the output as it was, an interrupted one keeps its rows in ``OUTPUT.partial``;
+- while rewards run, anything they print goes to stderr, never into the rows on stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import Interrupted
+from ..errors import RewardhubError
+from ..errors import UsageError
+
+__all__ = ["RESULT_KEYS", "ScoredRows", "check_outputs", "check_result_fields", "output_row", "read_input",
+           "rewards_print_to_stderr", "stop_on_sigterm", "write_summary"]
+
+#: the fields ``score`` adds to each row
+RESULT_KEYS = ("score", "rewards", "extra", "errors")
+
+
+# ---- before the run ----------------------------------------------------------------------------
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _is_special(path: str) -> bool:
+    """A device or pipe (``/dev/stdout``, a fifo): written straight, never renamed over."""
+    try:
+        import stat
+
+        return not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path)
+    except OSError:
+        return False
+
+
+def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence[str]) -> None:
+    """Refuse an output that is an input (or the other output), a folder, or in a missing or
+    read-only folder; nothing has been read or written yet when this raises."""
+    outs = [(flag, path) for flag, path in (("-o", output), ("--summary-json", summary_json)) if path]
+    ins = [p for p in inputs if p and p != "-"]
+    for n, (flag, path) in enumerate(outs):
+        for k, other in enumerate(ins + [p for _, p in outs[:n]]):
+            if _same_file(path, other):
+                what = "an input" if k < len(ins) else "the other output"
+                raise UsageError(f"{flag} {path!r} is the same file as {what} ({other!r}); writing it "
+                                 "would destroy it\nwrite the output to another file")
+        if _is_special(path):
+            continue
+        if os.path.isdir(path):
+            raise UsageError(f"{flag} {path!r} is a folder, not a file\n"
+                             f"name a file in it, e.g. {flag} {os.path.join(path, 'scored.jsonl')}")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise UsageError(f"{flag} {path!r}: the folder {folder!r} does not exist\n"
+                             f"create it first (mkdir -p {folder}) or write elsewhere")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path!r}: the folder {folder!r} is not writable\n"
+                             "write the output to a folder you can write to")
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path!r} is read-only\nmake it writable, or write the output elsewhere")
+
+
+def read_input(path: str, reader: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``reader(path)``, with text that is not UTF-8 a one-line error."""
+    try:
+        return reader(path)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"data file {path!r} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
+                         f"cannot be decoded)\nconvert it, e.g. iconv -f latin1 -t utf-8") from None
+
+
+def check_result_fields(chunk: Sequence[Mapping[str, Any]], offset: int, data: str) -> None:
+    """Refuse input rows that have a field ``score`` would overwrite (see ``--namespace``)."""
+    for i, row in enumerate(chunk):
+        if "score" in row or "rewards" in row or "extra" in row or "errors" in row:
+            key = next(k for k in RESULT_KEYS if k in row)
+            raise UsageError(f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
+                             "pass --namespace NAME to write the results under one key of each row "
+                             "(e.g. --namespace rewardhub), or rename the field")
+
+
+def output_row(sample: Mapping[str, Any], res: Any, i: int, namespace: str | None) -> dict[str, Any]:
+    """One output row: the input row plus ``score``, ``rewards``, ``extra`` (and ``errors`` when
+    any), at the top level or under ``namespace``."""
+    result = {"score": res.scores[i], "rewards": res.rewards[i], "extra": res.extra[i]}
+    if res.errors[i]:
+        result["errors"] = res.errors[i]
+    row = dict(sample)
+    if namespace:
+        row[namespace] = result
+    else:
+        row.update(result)
+    return row
+
+
+# ---- during the run ----------------------------------------------------------------------------
+
+class ScoredRows:
+    """Where scored rows go: stdout, or a temporary file in the output's folder that becomes the
+    output when the run ends well (a failed run removes it; an interrupted one keeps it as
+    ``OUTPUT.partial``)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.rows = 0
+        self.tmp: str | None = None
+        self.kept: str | None = None
+        self._f: Any = None
+        self._stdout_fd: int | None = None
+
+    def __enter__(self) -> ScoredRows:
+        if self.path is None:
+            self._f = None  # opened by rewards_print_to_stderr (it knows where stdout went)
+        elif _is_special(self.path):
+            self._f = open(self.path, "w", encoding="utf-8")
+        else:
+            folder, base = os.path.split(os.path.abspath(self.path))
+            self.tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp")
+            try:
+                fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except OSError as exc:
+                self.tmp = None
+                raise UsageError(f"cannot create a file in {folder!r} for -o {self.path!r}: {exc.strerror}") from None
+            self._f = os.fdopen(fd, "w", encoding="utf-8")
+        return self
+
+    def use_stdout(self, f: Any) -> None:
+        self._f = f
+
+    def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        lines = []
+        for row in rows:
+            try:
+                lines.append(json.dumps(row, sort_keys=True, default=str, allow_nan=True))
+            except (RecursionError, ValueError) as exc:
+                raise UsageError(f"row {self.rows + len(lines) + 1} cannot be written as JSON: "
+                                 f"{type(exc).__name__}: {exc}") from None
+        try:
+            self._f.write("\n".join(lines) + "\n" if lines else "")
+            self._f.flush()
+        except OSError as exc:
+            if self.path is None:
+                raise
+            raise RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
+                                 f"{self.path} is unchanged; make room (or write elsewhere) and run again") from None
+        self.rows += len(lines)
+
+    def where_kept(self) -> str:
+        if self.path is None:
+            return f"the {self.rows} rows scored so far were written to stdout"
+        if self.kept:
+            return f"the {self.rows} rows scored so far are in {self.kept} ({self.path} is unchanged)"
+        return f"{self.path} is unchanged"
+
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
+        f, self._f = self._f, None
+        if self.path is None:
+            return
+        try:
+            if f is not None:
+                f.close()
+        except OSError as err:
+            if typ is None:
+                self._discard()
+                raise RewardhubError(f"cannot write the scored rows to {self.path!r}: {err.strerror}\n"
+                                     f"{self.path} is unchanged; make room (or write elsewhere) and run again") from None
+        if self.tmp is None:
+            return
+        if typ is None:
+            os.replace(self.tmp, self.path)
+        elif issubclass(typ, Interrupted) and self.rows:
+            kept, n = f"{self.path}.partial", 1
+            while os.path.exists(kept):
+                kept, n = f"{self.path}.partial.{n}", n + 1
+            os.replace(self.tmp, kept)
+            self.kept = kept
+        else:
+            self._discard()
+        self.tmp = None
+
+    def _discard(self) -> None:
+        if self.tmp and os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+        self.tmp = None
+
+
+@contextlib.contextmanager
+def rewards_print_to_stderr(out: ScoredRows) -> Iterator[None]:
+    """While rewards run, what they print (Python's ``print``, or any write to file descriptor 1 by
+    the process or its workers) goes to stderr; rows to stdout go to where stdout was."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        fd = None
+    real_stdout = sys.stdout
+    saved = None
+    if fd is not None:
+        saved = os.dup(fd)
+        os.dup2(sys.stderr.fileno(), fd)
+    if out.path is None:
+        out.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real_stdout
+        if out.path is None and saved is not None and out._f is not None:
+            try:
+                out._f.close()
+            except OSError:
+                pass
+        if saved is not None and fd is not None:
+            try:
+                real_stdout.flush()
+            except OSError:
+                pass
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`~rewardhub.Interrupted` (in the main thread), like Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise Interrupted("SIGTERM")
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+# ---- after the run -----------------------------------------------------------------------------
+
+def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) -> None:
+    """Write the summary JSON (through a temporary file); a failure says where the rows are."""
+    folder, base = os.path.split(os.path.abspath(path))
+    tmp = path if _is_special(path) else os.path.join(folder, f".{base}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2, sort_keys=True)
+        if tmp != path:
+            os.replace(tmp, path)
+    except OSError as exc:
+        if tmp != path:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        where = f"the scored rows are in {rows_at}" if rows_at else "the scored rows were written to stdout"
+        raise RewardhubError(f"cannot write --summary-json {path!r}: {exc.strerror}\n{where}") from None
