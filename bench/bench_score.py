@@ -17,7 +17,6 @@ import tempfile
 import time
 
 from _util import REPO
-
 from make_samples import samples
 
 BASELINE = r"""

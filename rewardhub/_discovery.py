@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
-import hashlib
 import json
 import os
 import sys

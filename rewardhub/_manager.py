@@ -183,3 +183,18 @@ class RewardhubPluginManager(pluggy.PluginManager):
                                  *self.dist_of(impl.plugin_name))
                 continue
             yield impl.plugin_name, results[0] if results else None
+
+    # ---- facts ------------------------------------------------------------------------------
+    def facts(self) -> list[dict[str, Any]]:
+        """One dict per plugin, loaded or broken, sorted by name (what ``rewardhub list`` shows)."""
+        facts = [
+            {"name": pname, "dist": self.dist_of(pname)[0], "version": self.dist_of(pname)[1],
+             "hooks": self.hooks_of(pname), "builtin": pname.startswith("rewardhub.builtin."), "status": "ok",
+             "error": None}
+            for pname, _ in self.list_name_plugin()
+            if pname is not None
+        ] + [
+            {"name": n, "dist": d, "version": v, "hooks": [], "builtin": False, "status": "broken", "error": e}
+            for n, (d, v, e) in self.broken.items()
+        ]
+        return sorted(facts, key=lambda p: p["name"])

@@ -37,9 +37,9 @@ class _LazyRunner:
     def get(self) -> Any:
         with self._lock:
             if self._runner is None:
-                from .execution import Runner
+                from .distributed import runner_from_config
 
-                self._runner = Runner.from_config({"rewards": [self.term]}, registry=self.registry)
+                self._runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
                 atexit.register(self._runner.close)
             return self._runner
 

@@ -17,6 +17,10 @@ from ._discovery import scan_entry_points
 from ._manager import RewardhubPluginManager
 from ._manager import env_autoload
 from ._manager import env_plugins
+from ._specs import matches_source
+from ._specs import source_key
+from ._specs import spec_for_reward_ep
+from ._specs import specs_from_hook_result
 from ._targets import file_sha256
 from ._targets import load_target
 from .decorator import spec_from_object
@@ -142,7 +146,7 @@ class RewardRegistry:
         """
         old = self._name2spec.get(spec.name)
         if old is not None and old != spec:
-            if installed and (spec.name in self.conflicts or _source_key(old) != _source_key(spec)):
+            if installed and (spec.name in self.conflicts or source_key(old) != source_key(spec)):
                 return self._conflict(spec)
             raise DuplicateRewardError(spec.name, old.origin, spec.origin)
         self._name2spec[spec.name] = spec
@@ -165,17 +169,17 @@ class RewardRegistry:
             specs = self.conflicts.get(name) or ([self._name2spec[name]] if name in self._name2spec else [])
             if not specs:
                 raise UnknownRewardError(name, self._name2spec, "in reward.plugins.prefer")
-            chosen = [s for s in specs if _matches(s, str(choice))]
+            chosen = [s for s in specs if matches_source(s, str(choice))]
             if len(chosen) != 1:
                 raise UsageError(f"reward.plugins.prefer: {{{name}: {choice}}} matches {len(chosen)} of the sources "
                                  f"that register {name!r}: {', '.join(s.origin for s in specs)}\n"
-                                 f"name one of: {', '.join(_source_key(s) for s in specs)}")
+                                 f"name one of: {', '.join(source_key(s) for s in specs)}")
             self._name2spec[name] = chosen[0]
             self.conflicts.pop(name, None)
 
     def _check_usable(self, spec: RewardSpec) -> None:
         if spec.status == "conflict":
-            raise ConflictingRewardError(spec.name, [(_source_key(s), s.origin) for s in self.conflicts[spec.name]])
+            raise ConflictingRewardError(spec.name, [(source_key(s), s.origin) for s in self.conflicts[spec.name]])
         if spec.status != "ok":
             raise BrokenRewardError(
                 f"reward {spec.name!r} is broken: {spec.error}\nfrom {spec.origin}",
@@ -281,7 +285,7 @@ class RewardRegistry:
             else:
                 ident = f"module:{spec.target}"
             if spec.status == "conflict":
-                ident = "conflict: " + ", ".join(sorted(_source_key(s) for s in self.conflicts[name]))
+                ident = "conflict: " + ", ".join(sorted(source_key(s) for s in self.conflicts[name]))
             elif spec.status != "ok":
                 ident += " (broken)"
             items[name] = ident
@@ -291,58 +295,6 @@ class RewardRegistry:
         """Stable hash of :meth:`fingerprint_items`: equal in every process with the same installation."""
         blob = json.dumps(sorted(self.fingerprint_items().items()), separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _source_key(spec: RewardSpec) -> str:
-    """What names a spec's source in ``reward.plugins.prefer`` / ``block``: its distribution, else its plugin."""
-    if spec.source == "builtin":
-        return spec.plugin or "builtin"
-    return spec.dist or spec.plugin or spec.target
-
-
-def _norm(name: str) -> str:
-    return name.lower().replace("_", "-")
-
-
-def _matches(spec: RewardSpec, choice: str) -> bool:
-    return _norm(choice) in {_norm(x) for x in (spec.dist, spec.plugin) if x} or choice == _source_key(spec)
-
-
-def _spec_for_reward_ep(ep: Any) -> RewardSpec:
-    """A lazy spec for a ``rewardhub.rewards`` entry point: nothing is imported."""
-    status, error = "ok", None
-    if not ep.attr:
-        status, error = "broken", f"entry point {ep.name!r} = {ep.value!r} names no attribute ('module:function')"
-    elif find_module_file(ep.module) is None:
-        status, error = "broken", f"No module named {ep.module!r}"
-    return RewardSpec(
-        name=ep.name,
-        target=ep.value.replace(" ", ""),
-        source="entry-point",
-        dist=ep.dist,
-        version=ep.version,
-        plugin=ep.name,
-        status=status,
-        error=error,
-    )
-
-
-def _specs_from_hook_result(result: Any, plugin: str, dist: str | None, version: str | None,
-                            source: str) -> list[RewardSpec]:
-    specs = []
-    for item in result or ():
-        if isinstance(item, RewardSpec):
-            spec = item
-            if spec.dist is None and dist is not None:
-                spec = spec.with_(dist=dist, version=version)
-            specs.append(spec.with_(source=source, plugin=spec.plugin or plugin))
-        elif callable(item):
-            target = f"{item.__module__}:{item.__qualname__}"
-            specs.append(spec_from_object(item, target=target, source=source, dist=dist,
-                                          version=version, plugin=plugin))
-        else:
-            raise TypeError(f"plugin {plugin!r} returned {item!r}: expected a RewardSpec or a function")
-    return specs
 
 
 def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
@@ -380,7 +332,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
         dist, version = pm.dist_of(name)
         source = "builtin" if name.startswith("rewardhub.builtin.") else "plugin"
         try:
-            specs = _specs_from_hook_result(result, name, dist, version, source)
+            specs = specs_from_hook_result(result, name, dist, version, source)
         except (Exception, SystemExit) as exc:
             pm.mark_broken(name, f"{type(exc).__name__}: {exc}", dist, version)
             continue
@@ -395,29 +347,14 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
         if ep.group != REWARD_GROUP or ep.name in block or (ep.dist or "") in block:
             continue
         if autoload or ep.name in forced or (ep.dist or "") in forced:
-            registry.add(_spec_for_reward_ep(ep), installed=True)
+            registry.add(spec_for_reward_ep(ep), installed=True)
     registry.prefer(dict(_get(plugins_cfg, "prefer", {}) or {}))
 
     for term in _get(reward_cfg, "rewards", ()) or ():
         if _get(term, "path") is not None or _get(term, "module") is not None:
             registry.term_spec(term)
-    registry.plugins = _plugin_facts(pm)
+    registry.plugins = pm.facts()
     return registry
-
-
-def _plugin_facts(pm: RewardhubPluginManager) -> list[dict[str, Any]]:
-    """One dict per plugin, loaded or broken, sorted by name (what ``rewardhub list`` shows)."""
-    facts = [
-        {"name": pname, "dist": pm.dist_of(pname)[0], "version": pm.dist_of(pname)[1],
-         "hooks": pm.hooks_of(pname), "builtin": pname.startswith("rewardhub.builtin."), "status": "ok",
-         "error": None}
-        for pname, _ in pm.list_name_plugin()
-        if pname is not None
-    ] + [
-        {"name": n, "dist": d, "version": v, "hooks": [], "builtin": False, "status": "broken", "error": e}
-        for n, (d, v, e) in pm.broken.items()
-    ]
-    return sorted(facts, key=lambda p: p["name"])
 
 
 @functools.cache

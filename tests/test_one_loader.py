@@ -10,7 +10,6 @@ import contextlib
 import json
 import warnings
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 

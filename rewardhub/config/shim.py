@@ -27,122 +27,30 @@ The spellings covered are the ones verl shipped over its versions:
 from __future__ import annotations
 
 import copy
-import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
-from typing import Final
 
 from ..deprecated import LEGACY_KEY_DROPPED
 from ..deprecated import LEGACY_KEY_MOVED
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
+from ._legacy_leaves import _Leaf
+from ._legacy_leaves import _legacy_leaves
+from ._legacy_leaves import _plain
+from ._legacy_leaves import _rule
+from ._legacy_leaves import is_legacy_key
+from ._legacy_leaves import legacy_keys
+from ._legacy_rules import _ENGINES
+from ._legacy_rules import _KEY_INTERP
+from ._legacy_rules import _SANDBOX_KEYS
+from ._legacy_rules import DEFAULT_FUNCTION
+from ._legacy_rules import KNOWN_MANAGERS
+from ._legacy_rules import LEGACY_KEYS
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate"]
-
-#: verl's default name of the function in a custom reward file
-DEFAULT_FUNCTION = "compute_score"
-
-#: verl reward manager -> what it means for the custom reward term's execution policy
-KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
-    "naive": {},
-    "dapo": {},
-    "batch": {"kind": "batched"},
-    "prime": {"executor": "process"},
-    "remote": {"executor": "ray"},
-    "rate_limited": {"executor": "thread"},
-    "limit": {"executor": "thread"},
-}
-
-_RM_FIELDS = frozenset({
-    "enable", "model_path", "trust_remote_code", "external_lib", "kind", "engine", "pool", "num_workers",
-    "n_gpus_per_node", "nnodes", "batch_size", "max_length", "rollout",
-})
-
-_FSDP = ("a training/FSDP setting of verl's reward-model worker; rewardhub runs reward models for "
-         "inference only")
-_LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: write the scoring as a "
-               "reward function and list it in reward.rewards (see `rewardhub show`)")
-
-# (legacy namespace, pattern relative to the node) -> ("move", new key) | ("drop", reason) | (special,)
-# Patterns are dotted; "*" matches one or more segments. First match wins.
-_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "reward_model": [
-        ("enable", ("move", "reward.reward_model.enable")),
-        ("enable_resource_pool", ("drop", "reward-model terms always get a Ray pool of their own in rewardhub "
-                                          "(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)")),
-        ("n_gpus_per_node", ("move", "reward.reward_model.n_gpus_per_node")),
-        ("nnodes", ("move", "reward.reward_model.nnodes")),
-        ("num_workers", ("move", "reward.reward_model.num_workers")),
-        ("model.path", ("move", "reward.reward_model.model_path")),
-        ("model.external_lib", ("move", "reward.reward_model.external_lib")),
-        ("model.trust_remote_code", ("move", "reward.reward_model.trust_remote_code")),
-        ("model.input_tokenizer", ("drop", "rewardhub tokenizes with the reward model's own tokenizer")),
-        ("max_length", ("move", "reward.reward_model.max_length")),
-        ("micro_batch_size_per_gpu", ("move", "reward.reward_model.batch_size")),
-        ("rollout.name", ("engine",)),
-        ("rollout.*", ("move", "reward.reward_model.rollout.*")),
-        ("reward_manager", ("manager",)),
-        ("reward_kwargs.*", ("kwargs",)),
-        ("sandbox_fusion.*", ("sandbox",)),
-        ("use_reward_loop", ("drop", "rewardhub always scores through its own runner (verl's reward loop "
-                                     "is the default there)")),
-        ("launch_reward_fn_async", ("drop", "reward scoring overlaps training in rewardhub's trainer with "
-                                            "trainer.mode=fully_async")),
-        ("reward_loop_source", ("drop", "rewardhub resolves rewards through its registry")),
-        ("reward_loop_module_path", ("drop", _LOOP_CLASS)),
-        ("reward_loop_class_name", ("drop", _LOOP_CLASS)),
-        ("model.*", ("drop", _FSDP)),
-        ("strategy", ("drop", _FSDP)),
-        ("micro_batch_size", ("drop", "verl's global micro batch (superseded by micro_batch_size_per_gpu, "
-                                      "which maps to reward.reward_model.batch_size)")),
-        ("mini_batch_size", ("drop", _FSDP)),
-        ("use_dynamic_bsz", ("drop", _FSDP)),
-        ("forward_max_token_len_per_gpu", ("drop", _FSDP)),
-        ("ulysses_sequence_parallel_size", ("drop", _FSDP)),
-        ("optim.*", ("drop", _FSDP)),
-        ("fsdp_config.*", ("drop", _FSDP)),
-        ("profiler.*", ("drop", "verl's profiler settings have no meaning here")),
-        ("*", ("drop", "not a reward setting rewardhub knows")),
-    ],
-    "custom_reward_function": [
-        ("path", ("crf",)),
-        ("name", ("crf",)),
-        ("reward_kwargs.*", ("crf",)),
-        ("*", ("drop", "not a custom_reward_function setting (path, name, reward_kwargs)")),
-    ],
-    "reward_manager": [
-        ("name", ("manager",)),
-        ("source", ("drop", "rewardhub resolves rewards through its registry (no register/importlib "
-                            "source)")),
-        ("module.*", ("drop", _LOOP_CLASS)),
-        ("*", ("drop", "not a reward_manager setting rewardhub knows")),
-    ],
-    "reward_kwargs": [("*", ("kwargs",))],
-    "sandbox_fusion": [("*", ("sandbox",))],
-}
-
-#: the one-to-one moves, old (``*`` = any sub-key) -> new; the rest of the mapping is in ``_RULES``
-LEGACY_KEYS: Final[Mapping[str, str]] = {
-    **{f"{ns}.{pattern}": action[1] for ns, rules in _RULES.items() for pattern, action in rules
-       if action[0] == "move"},
-    **{f"{root}sandbox_fusion.{k}": f"reward.sandbox.{k}" for root in ("", "reward_model.", "reward.")
-       for k in ("url", "max_concurrent", "memory_limit_mb")},
-    "custom_reward_function.path": "reward.rewards[].path",
-    "custom_reward_function.name": "reward.rewards[].function",
-    "custom_reward_function.reward_kwargs.*": "reward.rewards[].kwargs.*",
-    "reward_model.reward_manager": "reward.manager (+ the custom term's executor/kind)",
-    "reward_manager.name": "reward.manager",
-    "reward_model.reward_kwargs.overlong_buffer_cfg.*": "reward.rewards[] {name: overlong_penalty}",
-    "reward.num_workers": "reward.workers.num_workers",
-}
-
-_SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
-_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
-_KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
-
 
 @dataclass
 class MigrationReport:
@@ -158,121 +66,6 @@ class MigrationReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"moved": list(self.moved), "dropped": list(self.dropped), "notes": list(self.notes)}
-
-
-@dataclass
-class _Leaf:
-    key: str  #: the full dotted legacy key, e.g. "reward_model.reward_kwargs.max_resp_len"
-    ns: str  #: the rule namespace
-    rel: str  #: the key relative to the namespace's node
-    value: Any
-
-
-def _plain(config: Any) -> dict[str, Any]:
-    if type(config).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        config = OmegaConf.to_container(config, resolve=False)
-    if config is None:
-        return {}
-    if not isinstance(config, Mapping):
-        raise UsageError(f"a config must be a mapping at the top level, not {type(config).__name__}")
-    return copy.deepcopy(dict(config))
-
-
-def _flatten(node: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(node, Mapping) and node:
-        out: list[tuple[str, Any]] = []
-        for k, v in node.items():
-            out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return [(prefix, node)]
-
-
-def _match(pattern: str, rel: str) -> bool:
-    if pattern == "*":
-        return True
-    if pattern.endswith(".*"):
-        head = pattern[:-2]
-        return rel == head or rel.startswith(head + ".")
-    return rel == pattern
-
-
-def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
-    """Every legacy key of ``cfg``, in a stable order; the nodes holding them are removed from ``cfg``."""
-    leaves: list[_Leaf] = []
-
-    def take(holder: dict[str, Any], key: str, ns: str, prefix: str) -> None:
-        if key not in holder:
-            return
-        node = holder.pop(key)
-        if ns in ("reward_kwargs", "sandbox_fusion") and not isinstance(node, Mapping):
-            leaves.append(_Leaf(prefix, "drop", "", node))
-            return
-        if not isinstance(node, Mapping):
-            if ns == "reward_manager" and isinstance(node, str):
-                # verl <= 0.5: `reward_manager: naive` at the top level
-                leaves.append(_Leaf(prefix, "reward_manager", "name", node))
-            else:
-                leaves.append(_Leaf(prefix, "drop", "", node))
-            return
-        for rel, value in _flatten(node, ""):
-            leaves.append(_Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
-
-    take(cfg, "custom_reward_function", "custom_reward_function", "custom_reward_function")
-    take(cfg, "reward_manager", "reward_manager", "reward_manager")
-    take(cfg, "reward_model", "reward_model", "reward_model")
-    take(cfg, "sandbox_fusion", "sandbox_fusion", "sandbox_fusion")
-    reward = cfg.get("reward")
-    if isinstance(reward, Mapping):
-        reward = cfg["reward"] = dict(reward)
-        take(reward, "custom_reward_function", "custom_reward_function", "reward.custom_reward_function")
-        take(reward, "reward_manager", "reward_manager", "reward.reward_manager")
-        take(reward, "reward_kwargs", "reward_kwargs", "reward.reward_kwargs")
-        take(reward, "sandbox_fusion", "sandbox_fusion", "reward.sandbox_fusion")
-        if "num_workers" in reward:
-            leaves.append(_Leaf("reward.num_workers", "num_workers", "", reward.pop("num_workers")))
-        rm = reward.get("reward_model")
-        if isinstance(rm, Mapping):
-            rm = reward["reward_model"] = dict(rm)
-            for k in [k for k in rm if k not in _RM_FIELDS]:
-                node = rm.pop(k)
-                for rel, value in _flatten(node, str(k)):
-                    leaves.append(_Leaf(f"reward.reward_model.{rel}", "reward_model", rel, value))
-    return leaves
-
-
-_LEGACY_ROOTS = frozenset({"custom_reward_function", "reward_manager", "reward_model", "sandbox_fusion"})
-_LEGACY_IN_REWARD = frozenset({"custom_reward_function", "reward_manager", "reward_kwargs", "num_workers",
-                               "sandbox_fusion"})
-
-
-def is_legacy_key(key: str) -> bool:
-    """Whether a dotted key (as in an override) is one the shim migrates."""
-    parts = key.split(".")
-    if parts[0] in _LEGACY_ROOTS:
-        return True
-    if parts[0] != "reward" or len(parts) < 2:
-        return False
-    if parts[1] in _LEGACY_IN_REWARD:
-        return True
-    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in _RM_FIELDS
-
-
-def legacy_keys(config: Any) -> list[str]:
-    """The dotted legacy keys in ``config`` (empty when it needs no migration)."""
-    return [leaf.key for leaf in _legacy_leaves(_plain(config))]
-
-
-def _rule(leaf: _Leaf) -> tuple[str, ...]:
-    if leaf.ns in ("drop", "num_workers"):
-        return ("drop", "not a mapping of settings") if leaf.ns == "drop" else ("move", "reward.workers.num_workers")
-    if leaf.rel.split(".")[-1] == "_target_":
-        return ("drop", "a verl dataclass target; no meaning here")
-    for pattern, action in _RULES[leaf.ns]:
-        if _match(pattern, leaf.rel):
-            return action
-    raise AssertionError(leaf)  # every namespace ends with "*"
 
 
 class _Migration:

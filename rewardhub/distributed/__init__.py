@@ -15,10 +15,10 @@ from ._executor import RayExecutors
 from ._executor import runner_from_config
 from ._fingerprint import diff_items
 from ._pool import RewardWorkerPool
+from ._reward_worker import RewardWorker
 from ._setup import ShippedFile
 from ._setup import WorkerSetup
 from ._setup import prepare_setup
-from ._reward_worker import RewardWorker
 
 __all__ = [
     "DriverOnlyRewardError",

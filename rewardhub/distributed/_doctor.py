@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._errors import describe_problem
-from ._pool import ensure_ray
-from ._setup import prepare_setup
+from ._ray import ensure_ray
 from ._reward_worker import probe
+from ._setup import prepare_setup
 
 __all__ = ["check_cluster", "configured_pools"]
 

@@ -10,7 +10,8 @@ from ..execution import Term
 from ..execution import config_value
 from ..execution import plain
 
-__all__ = ["on_reward_model_pool", "place_reward_models", "reward_model_pool"]
+__all__ = ["on_reward_model_pool", "place_reward_models", "reward_model_pool", "reward_model_terms",
+           "split_reward_models"]
 
 
 def on_reward_model_pool(rm: Mapping[str, Any] | None, capabilities: Sequence[str], executor: str | None) -> bool:
@@ -57,3 +58,23 @@ def place_reward_models(reward_cfg: Any, terms: Sequence[Term], workers: Mapping
             term.pool = pool["pool"]
             pools[term.pool] = pool
     return pools
+
+
+def reward_model_terms(cfg: Mapping[str, Any], registry: Any) -> list[int]:
+    """Indices of the terms that go to the reward-model pool (none unless ``reward_model.enable``)."""
+    rm = cfg.get("reward_model")
+    if not (rm and rm.get("enable")):
+        return []
+    # capabilities come with the reward's own declaration: its module is imported (as the runner does)
+    return [i for i, term in enumerate(cfg.get("rewards") or ())
+            if on_reward_model_pool(rm, registry.load_full(registry.term_spec(term))[0].capabilities,
+                                    term.get("executor"))]
+
+
+def split_reward_models(cfg: Mapping[str, Any], rm_idx: Sequence[int]
+                        ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+    """The reward-model pool's share of a worker config: (its config, the other terms, its Ray options)."""
+    opts = reward_model_pool(cfg["reward_model"], cfg.get("workers") or {})
+    workers = {**(cfg.get("workers") or {}), **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}}
+    rm_cfg = {**cfg, "rewards": [cfg["rewards"][i] for i in rm_idx], "workers": workers}
+    return rm_cfg, [t for i, t in enumerate(cfg["rewards"]) if i not in rm_idx], opts

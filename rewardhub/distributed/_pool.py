@@ -18,48 +18,26 @@ from ..execution import aggregate
 from ..execution import apply_on_failure_to_outcomes
 from ..execution import check_aggregation
 from ..execution._outcome import ERROR
+from ._chunks import WorkerTerm
+from ._chunks import check_sample
+from ._chunks import make_chunks
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
-from ._placement import on_reward_model_pool
-from ._placement import reward_model_pool
+from ._placement import reward_model_terms
+from ._placement import split_reward_models
+from ._ray import actor_errors
+from ._ray import ensure_ray
+from ._ray import short_error
 from ._reward_worker import RewardWorker
 from ._setup import prepare_setup
 
-__all__ = ["DISPATCH", "RewardWorkerPool", "WorkerTerm"]
+__all__ = ["DISPATCH", "RewardWorkerPool"]
 
 log = logging.getLogger("rewardhub.distributed")
 
 #: how work is handed to workers
 DISPATCH = ("least_loaded", "round_robin")
 _actor_cls: Any = None
-
-
-def ensure_ray(address: str | None = None) -> tuple[Any, bool]:
-    """Connect to Ray (``address``), or start a local Ray; returns (ray, whether we started it)."""
-    import ray
-
-    if ray.is_initialized():
-        return ray, False
-    opts: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    ray.init(address=address, **opts) if address else ray.init(**opts)
-    return ray, True
-
-
-def _actor_errors() -> tuple[type[BaseException], ...]:
-    from ray import exceptions as rex
-
-    return tuple(getattr(rex, n) for n in ("RayActorError", "WorkerCrashedError", "ObjectLostError",
-                                           "RuntimeEnvSetupError") if hasattr(rex, n))
-
-
-@dataclass(frozen=True)
-class WorkerTerm:
-    """A term as the workers resolved it: what the driver needs to finish a batch."""
-
-    name: str
-    reward: str
-    weight: float
-    on_failure: str
 
 
 @dataclass
@@ -73,30 +51,6 @@ class _Slot:
     info: dict[str, Any] | None = None
     restarts: int = 0
     gone: bool = False  #: out of restarts
-
-
-def group_key(sample: Mapping[str, Any]) -> str:
-    info = sample.get("extra_info") if isinstance(sample.get("extra_info"), Mapping) else {}
-    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
-    return repr(key) if key is not None else repr(sample.get("prompt"))
-
-
-def make_chunks(batch: Sequence[Mapping[str, Any]], size: int, groups: bool) -> list[list[int]]:
-    """Split positions into chunks of about ``size``; with ``groups`` a prompt's group stays whole."""
-    if groups:
-        by: dict[str, list[int]] = {}
-        for i, s in enumerate(batch):
-            by.setdefault(group_key(s), []).append(i)
-        units = list(by.values())
-    else:
-        units = [[i] for i in range(len(batch))]
-    chunks: list[list[int]] = []
-    for unit in units:
-        if chunks and len(chunks[-1]) + len(unit) <= size:
-            chunks[-1].extend(unit)
-        else:
-            chunks.append(list(unit))
-    return chunks
 
 
 class RewardWorkerPool:
@@ -130,16 +84,14 @@ class RewardWorkerPool:
         #: the reward-model pool, when this one scores other terms too
         self.sub: RewardWorkerPool | None = None
         positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms
-        rm_idx = _reward_model_terms(self.setup.reward_cfg, registry) if split_models else []
+        rm_idx = reward_model_terms(self.setup.reward_cfg, registry) if split_models else []
         if rm_idx:
             cfg = self.setup.reward_cfg
-            opts = reward_model_pool(cfg["reward_model"], cfg.get("workers") or {})
-            rm_workers = {**(cfg.get("workers") or {}),
-                          **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}}
-            rest = [t for i, t in enumerate(cfg["rewards"]) if i not in rm_idx]
+            rm_cfg, rest, opts = split_reward_models(cfg, rm_idx)
+            rm_workers = rm_cfg["workers"]
             if rest:
                 self.sub = RewardWorkerPool(
-                    {**cfg, "rewards": [cfg["rewards"][i] for i in rm_idx], "workers": rm_workers},
+                    rm_cfg,
                     runtime_env=runtime_env, ship_files=ship_files, strict=strict, max_restarts=max_restarts,
                     max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
                     split_models=False)
@@ -247,9 +199,9 @@ class RewardWorkerPool:
         ref, slot.starting = slot.starting, None
         try:
             info = self._ray.get(ref)
-        except _actor_errors() as exc:
+        except actor_errors() as exc:
             return {"pool": self.pool, "index": slot.index,
-                    "problems": [{"kind": "error", "detail": f"died while starting: {_short(exc)}"}]}
+                    "problems": [{"kind": "error", "detail": f"died while starting: {short_error(exc)}"}]}
         slot.info = info
         slot.alive = not info.get("problems")
         return info
@@ -257,7 +209,7 @@ class RewardWorkerPool:
     # ---- scoring -----------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
         """Score a batch on the workers: one row per sample, in input order, each scored once."""
-        batch = [_check_sample(s, i) for i, s in enumerate(samples)]
+        batch = [check_sample(s, i) for i, s in enumerate(samples)]
         outcomes = self.score_outcomes(batch)
         for term in self.terms:
             apply_on_failure_to_outcomes(term.name, term.on_failure, outcomes[term.name])
@@ -344,13 +296,13 @@ class RewardWorkerPool:
                     slot.inflight -= 1
                 try:
                     res = ray.get(ref)
-                except _actor_errors() as exc:
+                except actor_errors() as exc:
                     fails[cid] += 1
                     if gen == slot.generation:
-                        self._died(slot, _short(exc), pending)
+                        self._died(slot, short_error(exc), pending)
                     if fails[cid] >= self.max_attempts:
                         done[cid] = {"failed": f"reward workers died {fails[cid]} times scoring it "
-                                               f"(last: {_short(exc)})"}
+                                               f"(last: {short_error(exc)})"}
                     else:
                         self.rescored_samples += len(chunks[cid])
                         todo.appendleft(cid)
@@ -445,27 +397,3 @@ class RewardWorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _reward_model_terms(cfg: Mapping[str, Any], registry: Any) -> list[int]:
-    """Indices of the terms that go to the reward-model pool (none unless ``reward_model.enable``)."""
-    rm = cfg.get("reward_model")
-    if not (rm and rm.get("enable")):
-        return []
-    # capabilities come with the reward's own declaration: its module is imported (as the runner does)
-    return [i for i, term in enumerate(cfg.get("rewards") or ())
-            if on_reward_model_pool(rm, registry.load_full(registry.term_spec(term))[0].capabilities,
-                                    term.get("executor"))]
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
-def _check_sample(s: Any, i: int) -> dict[str, Any]:
-    if not isinstance(s, Mapping):
-        raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
-    if "response" not in s:
-        raise UsageError(f"sample {i} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})")
-    return dict(s)

@@ -151,7 +151,7 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
         if term.get("module") == "__main__":
             check_driver_only(str(term.get("function") or term.get("alias") or "compute_score"))
             raise DriverOnlyRewardError(
-                f"reward term module '__main__' names the driver's own script; workers cannot import it\n"
+                "reward term module '__main__' names the driver's own script; workers cannot import it\n"
                 "use path: <the script's file> instead", reward=str(term.get("alias")), module="__main__")
     registry = build_registry(cfg)
     for term in cfg.get("rewards") or ():

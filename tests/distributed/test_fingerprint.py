@@ -17,8 +17,8 @@ from rewardhub.distributed import RewardWorker
 from rewardhub.distributed import ShippedFile
 from rewardhub.distributed import diff_items
 from rewardhub.distributed import prepare_setup
+from rewardhub.distributed._chunks import make_chunks
 from rewardhub.distributed._files import place_files
-from rewardhub.distributed._pool import make_chunks
 
 REWARD_FILE = '''
 import os

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
-
 import re
 from typing import Any
+
+import math_verify as _math_verify_module  # noqa: F401 - imported up front: forked workers inherit it
 
 from rewardhub.decorator import reward
 
@@ -14,8 +15,6 @@ __all__ = ["math_verify", "extract_gold"]
 _GSM8K = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 _DELIMITED = re.compile(r"^\s*(\$|\\\(|\\\[)")
-
-import math_verify as _math_verify_module  # imported up front: forked workers inherit it
 
 _mv: Any = None
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from rewardhub.decorator import reward
 
+from ._loading import join_text
 from ._loading import load_once
 from ._loading import load_tokenizer
-from ._loading import join_text
 from ._loading import settings
 
 __all__ = ["RewardModel", "reward_model"]

@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 
+from rewardhub.distributed import runner_from_config
 from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
-from rewardhub.distributed import runner_from_config
 from rewardhub.registry import build_registry
 
 SAMPLES = [

@@ -1,0 +1,63 @@
+"""Specs from the installed sources (hook results, lazy entry points), and how a source is named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._discovery import find_module_file
+from .decorator import spec_from_object
+from .types import RewardSpec
+
+__all__ = ["matches_source", "source_key", "spec_for_reward_ep", "specs_from_hook_result"]
+
+
+def source_key(spec: RewardSpec) -> str:
+    """What names a spec's source in ``reward.plugins.prefer`` / ``block``: its distribution, else its plugin."""
+    if spec.source == "builtin":
+        return spec.plugin or "builtin"
+    return spec.dist or spec.plugin or spec.target
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def matches_source(spec: RewardSpec, choice: str) -> bool:
+    return _norm(choice) in {_norm(x) for x in (spec.dist, spec.plugin) if x} or choice == source_key(spec)
+
+
+def spec_for_reward_ep(ep: Any) -> RewardSpec:
+    """A lazy spec for a ``rewardhub.rewards`` entry point: nothing is imported."""
+    status, error = "ok", None
+    if not ep.attr:
+        status, error = "broken", f"entry point {ep.name!r} = {ep.value!r} names no attribute ('module:function')"
+    elif find_module_file(ep.module) is None:
+        status, error = "broken", f"No module named {ep.module!r}"
+    return RewardSpec(
+        name=ep.name,
+        target=ep.value.replace(" ", ""),
+        source="entry-point",
+        dist=ep.dist,
+        version=ep.version,
+        plugin=ep.name,
+        status=status,
+        error=error,
+    )
+
+
+def specs_from_hook_result(result: Any, plugin: str, dist: str | None, version: str | None,
+                            source: str) -> list[RewardSpec]:
+    specs = []
+    for item in result or ():
+        if isinstance(item, RewardSpec):
+            spec = item
+            if spec.dist is None and dist is not None:
+                spec = spec.with_(dist=dist, version=version)
+            specs.append(spec.with_(source=source, plugin=spec.plugin or plugin))
+        elif callable(item):
+            target = f"{item.__module__}:{item.__qualname__}"
+            specs.append(spec_from_object(item, target=target, source=source, dist=dist,
+                                          version=version, plugin=plugin))
+        else:
+            raise TypeError(f"plugin {plugin!r} returned {item!r}: expected a RewardSpec or a function")
+    return specs

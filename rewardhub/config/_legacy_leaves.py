@@ -1,0 +1,129 @@
+"""Finding verl's legacy reward keys in a config: every leaf under a legacy node, and the rule for it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ._legacy_rules import _RM_FIELDS
+from ._legacy_rules import _RULES
+
+__all__ = ["is_legacy_key", "legacy_keys"]
+
+
+@dataclass
+class _Leaf:
+    key: str  #: the full dotted legacy key, e.g. "reward_model.reward_kwargs.max_resp_len"
+    ns: str  #: the rule namespace
+    rel: str  #: the key relative to the namespace's node
+    value: Any
+
+
+def _plain(config: Any) -> dict[str, Any]:
+    if type(config).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.to_container(config, resolve=False)
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise UsageError(f"a config must be a mapping at the top level, not {type(config).__name__}")
+    return copy.deepcopy(dict(config))
+
+
+def _flatten(node: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(node, Mapping) and node:
+        out: list[tuple[str, Any]] = []
+        for k, v in node.items():
+            out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return [(prefix, node)]
+
+
+def _match(pattern: str, rel: str) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.endswith(".*"):
+        head = pattern[:-2]
+        return rel == head or rel.startswith(head + ".")
+    return rel == pattern
+
+
+def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
+    """Every legacy key of ``cfg``, in a stable order; the nodes holding them are removed from ``cfg``."""
+    leaves: list[_Leaf] = []
+
+    def take(holder: dict[str, Any], key: str, ns: str, prefix: str) -> None:
+        if key not in holder:
+            return
+        node = holder.pop(key)
+        if ns in ("reward_kwargs", "sandbox_fusion") and not isinstance(node, Mapping):
+            leaves.append(_Leaf(prefix, "drop", "", node))
+            return
+        if not isinstance(node, Mapping):
+            if ns == "reward_manager" and isinstance(node, str):
+                # verl <= 0.5: `reward_manager: naive` at the top level
+                leaves.append(_Leaf(prefix, "reward_manager", "name", node))
+            else:
+                leaves.append(_Leaf(prefix, "drop", "", node))
+            return
+        for rel, value in _flatten(node, ""):
+            leaves.append(_Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
+
+    take(cfg, "custom_reward_function", "custom_reward_function", "custom_reward_function")
+    take(cfg, "reward_manager", "reward_manager", "reward_manager")
+    take(cfg, "reward_model", "reward_model", "reward_model")
+    take(cfg, "sandbox_fusion", "sandbox_fusion", "sandbox_fusion")
+    reward = cfg.get("reward")
+    if isinstance(reward, Mapping):
+        reward = cfg["reward"] = dict(reward)
+        take(reward, "custom_reward_function", "custom_reward_function", "reward.custom_reward_function")
+        take(reward, "reward_manager", "reward_manager", "reward.reward_manager")
+        take(reward, "reward_kwargs", "reward_kwargs", "reward.reward_kwargs")
+        take(reward, "sandbox_fusion", "sandbox_fusion", "reward.sandbox_fusion")
+        if "num_workers" in reward:
+            leaves.append(_Leaf("reward.num_workers", "num_workers", "", reward.pop("num_workers")))
+        rm = reward.get("reward_model")
+        if isinstance(rm, Mapping):
+            rm = reward["reward_model"] = dict(rm)
+            for k in [k for k in rm if k not in _RM_FIELDS]:
+                node = rm.pop(k)
+                for rel, value in _flatten(node, str(k)):
+                    leaves.append(_Leaf(f"reward.reward_model.{rel}", "reward_model", rel, value))
+    return leaves
+
+
+_LEGACY_ROOTS = frozenset({"custom_reward_function", "reward_manager", "reward_model", "sandbox_fusion"})
+_LEGACY_IN_REWARD = frozenset({"custom_reward_function", "reward_manager", "reward_kwargs", "num_workers",
+                               "sandbox_fusion"})
+
+
+def is_legacy_key(key: str) -> bool:
+    """Whether a dotted key (as in an override) is one the shim migrates."""
+    parts = key.split(".")
+    if parts[0] in _LEGACY_ROOTS:
+        return True
+    if parts[0] != "reward" or len(parts) < 2:
+        return False
+    if parts[1] in _LEGACY_IN_REWARD:
+        return True
+    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in _RM_FIELDS
+
+
+def legacy_keys(config: Any) -> list[str]:
+    """The dotted legacy keys in ``config`` (empty when it needs no migration)."""
+    return [leaf.key for leaf in _legacy_leaves(_plain(config))]
+
+
+def _rule(leaf: _Leaf) -> tuple[str, ...]:
+    if leaf.ns in ("drop", "num_workers"):
+        return ("drop", "not a mapping of settings") if leaf.ns == "drop" else ("move", "reward.workers.num_workers")
+    if leaf.rel.split(".")[-1] == "_target_":
+        return ("drop", "a verl dataclass target; no meaning here")
+    for pattern, action in _RULES[leaf.ns]:
+        if _match(pattern, leaf.rel):
+            return action
+    raise AssertionError(leaf)  # every namespace ends with "*"

@@ -1,0 +1,114 @@
+"""The table of verl's legacy reward keys: what each one becomes in the ``reward:`` schema, or why it is dropped.
+
+:mod:`rewardhub.config.shim` applies it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from typing import Final
+
+__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS"]
+
+#: verl's default name of the function in a custom reward file
+DEFAULT_FUNCTION = "compute_score"
+
+#: verl reward manager -> what it means for the custom reward term's execution policy
+KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
+    "naive": {},
+    "dapo": {},
+    "batch": {"kind": "batched"},
+    "prime": {"executor": "process"},
+    "remote": {"executor": "ray"},
+    "rate_limited": {"executor": "thread"},
+    "limit": {"executor": "thread"},
+}
+
+_RM_FIELDS = frozenset({
+    "enable", "model_path", "trust_remote_code", "external_lib", "kind", "engine", "pool", "num_workers",
+    "n_gpus_per_node", "nnodes", "batch_size", "max_length", "rollout",
+})
+
+_FSDP = ("a training/FSDP setting of verl's reward-model worker; rewardhub runs reward models for "
+         "inference only")
+_LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: write the scoring as a "
+               "reward function and list it in reward.rewards (see `rewardhub show`)")
+
+# (legacy namespace, pattern relative to the node) -> ("move", new key) | ("drop", reason) | (special,)
+# Patterns are dotted; "*" matches one or more segments. First match wins.
+_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "reward_model": [
+        ("enable", ("move", "reward.reward_model.enable")),
+        ("enable_resource_pool", ("drop", "reward-model terms always get a Ray pool of their own in rewardhub "
+                                          "(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)")),
+        ("n_gpus_per_node", ("move", "reward.reward_model.n_gpus_per_node")),
+        ("nnodes", ("move", "reward.reward_model.nnodes")),
+        ("num_workers", ("move", "reward.reward_model.num_workers")),
+        ("model.path", ("move", "reward.reward_model.model_path")),
+        ("model.external_lib", ("move", "reward.reward_model.external_lib")),
+        ("model.trust_remote_code", ("move", "reward.reward_model.trust_remote_code")),
+        ("model.input_tokenizer", ("drop", "rewardhub tokenizes with the reward model's own tokenizer")),
+        ("max_length", ("move", "reward.reward_model.max_length")),
+        ("micro_batch_size_per_gpu", ("move", "reward.reward_model.batch_size")),
+        ("rollout.name", ("engine",)),
+        ("rollout.*", ("move", "reward.reward_model.rollout.*")),
+        ("reward_manager", ("manager",)),
+        ("reward_kwargs.*", ("kwargs",)),
+        ("sandbox_fusion.*", ("sandbox",)),
+        ("use_reward_loop", ("drop", "rewardhub always scores through its own runner (verl's reward loop "
+                                     "is the default there)")),
+        ("launch_reward_fn_async", ("drop", "reward scoring overlaps training in rewardhub's trainer with "
+                                            "trainer.mode=fully_async")),
+        ("reward_loop_source", ("drop", "rewardhub resolves rewards through its registry")),
+        ("reward_loop_module_path", ("drop", _LOOP_CLASS)),
+        ("reward_loop_class_name", ("drop", _LOOP_CLASS)),
+        ("model.*", ("drop", _FSDP)),
+        ("strategy", ("drop", _FSDP)),
+        ("micro_batch_size", ("drop", "verl's global micro batch (superseded by micro_batch_size_per_gpu, "
+                                      "which maps to reward.reward_model.batch_size)")),
+        ("mini_batch_size", ("drop", _FSDP)),
+        ("use_dynamic_bsz", ("drop", _FSDP)),
+        ("forward_max_token_len_per_gpu", ("drop", _FSDP)),
+        ("ulysses_sequence_parallel_size", ("drop", _FSDP)),
+        ("optim.*", ("drop", _FSDP)),
+        ("fsdp_config.*", ("drop", _FSDP)),
+        ("profiler.*", ("drop", "verl's profiler settings have no meaning here")),
+        ("*", ("drop", "not a reward setting rewardhub knows")),
+    ],
+    "custom_reward_function": [
+        ("path", ("crf",)),
+        ("name", ("crf",)),
+        ("reward_kwargs.*", ("crf",)),
+        ("*", ("drop", "not a custom_reward_function setting (path, name, reward_kwargs)")),
+    ],
+    "reward_manager": [
+        ("name", ("manager",)),
+        ("source", ("drop", "rewardhub resolves rewards through its registry (no register/importlib "
+                            "source)")),
+        ("module.*", ("drop", _LOOP_CLASS)),
+        ("*", ("drop", "not a reward_manager setting rewardhub knows")),
+    ],
+    "reward_kwargs": [("*", ("kwargs",))],
+    "sandbox_fusion": [("*", ("sandbox",))],
+}
+
+#: the one-to-one moves, old (``*`` = any sub-key) -> new; the rest of the mapping is in ``_RULES``
+LEGACY_KEYS: Final[Mapping[str, str]] = {
+    **{f"{ns}.{pattern}": action[1] for ns, rules in _RULES.items() for pattern, action in rules
+       if action[0] == "move"},
+    **{f"{root}sandbox_fusion.{k}": f"reward.sandbox.{k}" for root in ("", "reward_model.", "reward.")
+       for k in ("url", "max_concurrent", "memory_limit_mb")},
+    "custom_reward_function.path": "reward.rewards[].path",
+    "custom_reward_function.name": "reward.rewards[].function",
+    "custom_reward_function.reward_kwargs.*": "reward.rewards[].kwargs.*",
+    "reward_model.reward_manager": "reward.manager (+ the custom term's executor/kind)",
+    "reward_manager.name": "reward.manager",
+    "reward_model.reward_kwargs.overlong_buffer_cfg.*": "reward.rewards[] {name: overlong_penalty}",
+    "reward.num_workers": "reward.workers.num_workers",
+}
+
+_SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
+_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
+_KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
