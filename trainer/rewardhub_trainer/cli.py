@@ -38,6 +38,9 @@ def train(config: str | None, overrides: Sequence[str] = (), *, output: str,
 
     raw = load_config(config, tuple(overrides))
     prep = prepare(raw)  # raises UsageError before anything starts
+    report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
+    if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
+        print(report, file=sys.stderr)
     from .loop import Run
     from .loop import start_ray
 
@@ -62,6 +65,17 @@ def train(config: str | None, overrides: Sequence[str] = (), *, output: str,
     finally:
         if bar is not None:
             bar.close()
+
+
+def _data_report(counts: dict[str, Any], limit: int) -> str:
+    """``data: 20 train rows (4 filtered: longer than data.max_prompt_length=80 tokens), 4 val rows``."""
+    parts = []
+    for split in ("train", "val"):
+        if f"{split}_rows" in counts:
+            filtered = counts.get(f"{split}_filtered", 0)
+            parts.append(f"{counts[f'{split}_rows']} {split} rows" + (
+                f" ({filtered} filtered: longer than data.max_prompt_length={limit} tokens)" if filtered else ""))
+    return "data: " + ", ".join(parts) if parts else ""
 
 
 def _report(summary: dict[str, Any]) -> str:

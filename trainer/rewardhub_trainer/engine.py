@@ -96,8 +96,11 @@ class TransformersEngine:
         input_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(self.device)
         attention = enc["attention_mask"].repeat_interleave(n, dim=0).to(self.device)
         eos = tok.eos_token_id
+        greedy = temperature == 0  # evaluation: greedy; log-probs are then those at temperature 1
+        temperature = temperature or 1.0
         config = GenerationConfig(
-            do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+            do_sample=not greedy, temperature=None if greedy else temperature, top_p=None if greedy else top_p,
+            top_k=None if greedy else 0,
             max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=eos,
             return_dict_in_generate=True, output_logits=True)
         torch.manual_seed(seed)

@@ -244,6 +244,7 @@ class Run:
                                   queue_size=self._queue_size)
         for cb in self.callbacks:
             cb(self.step, metrics, self)
+        self.evaluator.after_step(self.step)
         every = self.t.checkpoint_every
         if (every and self.step % every == 0) or self.step == self.t.total_steps:
             self._checkpoint()
@@ -265,9 +266,13 @@ class Run:
 
     # -- modes -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        from .evaluate import Evaluator
+
         self._queue_size = 0
+        self.evaluator = Evaluator(self)  # data.val_files: evaluations before/every test_freq/at the end
         self._start_actors()
         self.stats.start()
+        self.evaluator.before_training()
         if self.step < self.t.total_steps:
             if self.t.mode == "sync":
                 leftovers = self._run_sync()
@@ -454,8 +459,11 @@ class Run:
             "lost_calls": dict(self.lost_calls),
             "reward_pids": sorted(self.stats.reward_pids),
             "model_path": self.prep.model_path,
+            "data": dict(self.prep.data_report),
+            **self.evaluator.summary(),
             **self.stats.summary(),
         }
+        self.evaluator.close()
         for h in self.reward_client.handles:
             try:
                 ray.get(h.close.remote(), timeout=60)
