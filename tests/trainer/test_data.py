@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 from rewardhub_trainer.config import DataConfig
 
@@ -196,3 +197,108 @@ def test_bad_data_is_one_error_before_ray(tmp_path, case):
     assert proc.stderr.startswith(expected), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+#: in the shape of verl's examples/grpo_trainer/run_qwen2-7b*.sh (trainer.n_gpus_per_node / trainer.nnodes /
+#: rollout.tensor_model_parallel_size are left out: the resource keys are mapped by another table)
+LAUNCH = """\
+set -x
+
+python3 -m verl.trainer.main_ppo \\
+    algorithm.adv_estimator=grpo \\
+    data.train_files=train.parquet \\
+    data.val_files=val.parquet \\
+    data.train_batch_size=2 \\
+    data.val_batch_size=4 \\
+    data.max_prompt_length=120 \\
+    data.max_response_length=8 \\
+    data.filter_overlong_prompts=True \\
+    data.truncation='error' \\
+    actor_rollout_ref.model.path=$MODEL_PATH \\
+    actor_rollout_ref.actor.optim.lr=1e-6 \\
+    actor_rollout_ref.model.use_remove_padding=True \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=2 \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \\
+    actor_rollout_ref.actor.use_kl_loss=True \\
+    actor_rollout_ref.actor.kl_loss_coef=0.001 \\
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl \\
+    actor_rollout_ref.actor.entropy_coeff=0 \\
+    actor_rollout_ref.actor.clip_ratio=0.2 \\
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \\
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \\
+    actor_rollout_ref.actor.fsdp_config.param_offload=False \\
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \\
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \\
+    actor_rollout_ref.rollout.name=hf \\
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \\
+    actor_rollout_ref.rollout.n=2 \\
+    actor_rollout_ref.rollout.temperature=1.0 \\
+    actor_rollout_ref.rollout.top_p=1.0 \\
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16 \\
+    actor_rollout_ref.ref.fsdp_config.param_offload=True \\
+    algorithm.use_kl_in_reward=False \\
+    algorithm.kl_ctrl.kl_coef=0.001 \\
+    custom_reward_function.path=check.py \\
+    trainer.critic_warmup=0 \\
+    trainer.logger='["console","wandb"]' \\
+    trainer.project_name='verl_grpo_example_gsm8k' \\
+    trainer.experiment_name='qwen2_tiny_function_rm' \\
+    trainer.save_freq=-1 \\
+    trainer.test_freq=2 \\
+    trainer.val_before_train=True \\
+    trainer.total_training_steps=2 \\
+    trainer.total_epochs=15 \\
+    trainer.default_local_dir=run_out $@
+"""
+
+VERL_CHECK = ("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+              "    return 1.0 if ground_truth == str(extra_info['index'] % 9 + 1) else 0.0\n")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
+        ray_session, model_cache, tmp_path, monkeypatch):
+    from rewardhub.config.loader import script_overrides
+    from rewardhub.config.overrides import parse_override
+    from rewardhub_trainer.cli import train
+    from rewardhub_trainer.config import ModelConfig
+    from rewardhub_trainer.config import parse_config
+    from rewardhub_trainer.models import materialize
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODEL_PATH", materialize(ModelConfig(tiny=TINY)))  # a local tiny model folder
+    pq.write_table(pa.Table.from_pylist(verl_rows(12, long_every=4)), "train.parquet")
+    pq.write_table(pa.Table.from_pylist(verl_rows(2, offset=50)), "val.parquet")
+    (tmp_path / "check.py").write_text(VERL_CHECK)
+    (tmp_path / "run_grpo.sh").write_text(LAUNCH)
+
+    proc = subprocess.run([sys.executable, "-m", "rewardhub", "migrate", "run_grpo.sh", "--report", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    keys = [parse_override(w.text).key for w in script_overrides(LAUNCH)]
+    moved = {m["from"]: m["to"] for m in out["moved"]}
+    dropped = {d["key"]: d["reason"] for d in out["dropped"]}
+    native = [k for k in keys if k not in moved and k not in dropped]
+    # every key is mapped, ignored with a reason, or one the trainer has under the same name
+    assert native == ["data.train_files", "data.val_files", "data.max_prompt_length", "data.filter_overlong_prompts",
+                      "data.truncation", "trainer.test_freq", "trainer.val_before_train"]
+    assert all(dropped.values())
+    assert moved["actor_rollout_ref.model.path"] == "model.path" and moved["data.train_batch_size"] == \
+        "rollout.prompts_per_step"
+    from omegaconf import OmegaConf
+
+    parse_config(OmegaConf.create(out["config"]))  # the migrated config is a valid trainer config ($MODEL_PATH too)
+
+    with pytest.warns(RewardhubDeprecationWarning):
+        summary = train("run_grpo.sh", output=None)  # the run folder is trainer.default_local_dir
+    assert summary["steps"] == 2 and summary["accounting_exact"]
+    assert summary["data"] == {"train_rows": 12, "train_filtered": 3, "val_rows": 2, "val_filtered": 0}
+    assert [v["step"] for v in summary["val"]] == [0, 2]
+    rows = [json.loads(line) for line in (tmp_path / "run_out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["rewards/compute_score/mean"] == 1.0 for r in rows if "reward/mean" in r)
+    assert all(r["val/compute_score/mean"] == 1.0 for r in rows if "val/score" in r)
+    state = json.loads((tmp_path / "run_out" / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    assert state["config"]["trainer"]["lr"] == 1e-6 and state["config"]["trainer"]["kl_coef"] == 0.001
+    assert state["config"]["rollout"]["prompts_per_step"] == 2 and state["config"]["rollout"]["n"] == 2

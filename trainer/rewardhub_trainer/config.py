@@ -68,6 +68,7 @@ class TrainerConfig:
     test_freq: int = 0
     val_before_train: bool = False
     total_epochs: int = 0
+    default_local_dir: str = ""  #: the run folder when --output is not given
 
 
 @dataclass(frozen=True)
