@@ -34,7 +34,6 @@ VERL_ROOTS = ("actor_rollout_ref", "algorithm", "critic", "ray_init", "ray_kwarg
 
 _FSDP = "an FSDP/parallelism setting of verl's workers; the trainer's learner is one process"
 _ENGINE = "a setting of verl's GPU inference engine; the trainer's rollouters have no such knob"
-_NO_SCHEDULE = "the learning rate is constant (no schedule or warm-up in the trainer yet)"
 _LOGGERS = ("the trainer logs to the console, metrics.jsonl and TensorBoard (no wandb/mlflow yet); "
             "the --output folder names the run")
 
@@ -72,7 +71,13 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     # the actor (learner)
     ("actor_rollout_ref.actor.optim.lr", ("move", "trainer.lr")),
     ("actor_rollout_ref.actor.optim.weight_decay", ("move", "trainer.weight_decay")),
-    ("actor_rollout_ref.actor.optim.*", ("drop", _NO_SCHEDULE)),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps", ("warmup",)),
+    ("actor_rollout_ref.actor.optim.warmup_style", ("move", "trainer.lr_schedule")),
+    ("actor_rollout_ref.actor.optim.lr_scheduler_type", ("move", "trainer.lr_schedule")),
+    ("actor_rollout_ref.actor.optim.min_lr_ratio", ("move", "trainer.min_lr_ratio")),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", ("drop", "give the warm-up in steps (lr_warmup_steps)")),
+    ("actor_rollout_ref.actor.optim.*", ("drop", "an optimizer setting the trainer does not have (AdamW, "
+                                                 "betas 0.9/0.99)")),
     ("actor_rollout_ref.actor.grad_clip", ("move", "trainer.max_grad_norm")),
     ("actor_rollout_ref.actor.ppo_epochs", ("move", "trainer.ppo_epochs")),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", ("move", "trainer.micro_batch_size")),
@@ -87,14 +92,14 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("actor_rollout_ref.actor.kl_loss_coef", ("kl",)),
     ("actor_rollout_ref.actor.kl_loss_type", ("drop", "the KL term is the k3 estimator (verl's low_var_kl "
                                                       "without the clamp)")),
-    ("actor_rollout_ref.actor.entropy_coeff", ("drop", "no entropy bonus in the trainer (verl's default, 0)")),
-    ("actor_rollout_ref.actor.loss_agg_mode", ("drop", "the loss is always seq-mean-token-mean")),
+    ("actor_rollout_ref.actor.entropy_coeff", ("move", "trainer.entropy_coeff")),
+    ("actor_rollout_ref.actor.loss_agg_mode", ("move", "trainer.loss_agg_mode")),
     ("actor_rollout_ref.actor.*", ("drop", _FSDP)),
     # the rollout
     ("actor_rollout_ref.rollout.n", ("move", "rollout.n")),
     ("actor_rollout_ref.rollout.temperature", ("move", "rollout.temperature")),
     ("actor_rollout_ref.rollout.top_p", ("move", "rollout.top_p")),
-    ("actor_rollout_ref.rollout.top_k", ("drop", "no top-k sampling in the trainer (top_p only)")),
+    ("actor_rollout_ref.rollout.top_k", ("move", "rollout.top_k")),
     ("actor_rollout_ref.rollout.name", ("engine",)),
     ("actor_rollout_ref.rollout.response_length", ("move", "rollout.max_new_tokens")),
     ("actor_rollout_ref.rollout.val_kwargs.n", ("move", "rollout.val_n")),
@@ -287,6 +292,11 @@ class _Mapping:
                 self.dropped(key, "trainer.total_training_steps is set and wins, as in verl", value)
             else:
                 self.moved(key, "trainer.total_epochs", value)
+        elif kind == "warmup":  # verl: -1 means "use lr_warmup_steps_ratio"
+            if str(value).lstrip("-").isdigit() and int(value) < 0:
+                self.dropped(key, "negative: verl then uses lr_warmup_steps_ratio (give the warm-up in steps)", value)
+            else:
+                self.moved(key, "trainer.lr_warmup_steps", value)
         elif kind == "save":
             every = int(value) if str(value).lstrip("-").isdigit() else value
             if isinstance(every, int) and every <= 0:

@@ -69,6 +69,13 @@ class TrainerConfig:
     val_before_train: bool = False
     total_epochs: int = 0
     default_local_dir: str = ""  #: the run folder when --output is not given
+    # optimisation knobs (verl's names): lr_schedule constant | linear | cosine after lr_warmup_steps
+    # (decaying to min_lr_ratio * lr at the last step), an entropy bonus, the loss aggregation mode
+    lr_schedule: str = "constant"
+    lr_warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "seq-mean-token-mean"  #: token-mean | seq-mean-token-mean | seq-mean-token-sum
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class RolloutConfig:
     top_p: float = 1.0
     dtype: str = "float32"  #: generation weights: float32 | bfloat16 (synced weights are cast)
     val_n: int = 1  #: evaluation: responses per validation prompt
+    top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)
     val_temperature: float = 0.0  #: evaluation: 0 is greedy
 
 
@@ -297,6 +305,12 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _require(trainer.test_freq >= -1, "trainer.test_freq", "must be -1 (never), 0 (at the end) or more")
     _require(trainer.total_epochs >= 0, "trainer.total_epochs", "must be 0 (use total_steps) or more")
     _require(rollout.val_n >= 1, "rollout.val_n", "must be at least 1")
+    _require(rollout.top_k >= -1, "rollout.top_k", "must be -1 or 0 (off), or the number of tokens")
+    _choice(trainer.lr_schedule, ("constant", "linear", "cosine"), "trainer.lr_schedule")
+    _choice(trainer.loss_agg_mode, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), "trainer.loss_agg_mode")
+    _require(trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "must be 0 or more")
+    _require(0 <= trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio", "must be between 0 and 1")
+    _require(trainer.entropy_coeff >= 0, "trainer.entropy_coeff", "must be 0 (off) or more")
     _require(rollout.val_temperature >= 0, "rollout.val_temperature", "must be 0 (greedy) or more")
     _choice(data.template, ("auto", "chat", "plain"), "data.template")
     _require(data.size >= 1, "data.size", "must be at least 1")

@@ -33,7 +33,7 @@ class GenerationEngine(Protocol):
     version: int  #: the policy version of the weights now loaded
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0) -> list[list[Completion]]:
         """``n`` completions for each already-formatted prompt, in prompt order."""
         ...
 
@@ -87,7 +87,7 @@ class TransformersEngine:
         self.version = int(version)
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0) -> list[list[Completion]]:
         import torch
         from transformers import GenerationConfig
 
@@ -100,7 +100,7 @@ class TransformersEngine:
         temperature = temperature or 1.0
         config = GenerationConfig(
             do_sample=not greedy, temperature=None if greedy else temperature, top_p=None if greedy else top_p,
-            top_k=None if greedy else 0,
+            top_k=None if greedy else top_k,
             max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=eos,
             return_dict_in_generate=True, output_logits=True)
         torch.manual_seed(seed)

@@ -156,7 +156,9 @@ class Run:
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
-                    "dtype": cfg.model.dtype, "autocast": t.autocast}
+                    "dtype": cfg.model.dtype, "autocast": t.autocast, "lr_schedule": t.lr_schedule,
+                    "lr_warmup_steps": t.lr_warmup_steps, "min_lr_ratio": t.min_lr_ratio, "total_steps": t.total_steps,
+                    "entropy_coeff": t.entropy_coeff, "loss_agg_mode": t.loss_agg_mode}
         self.learner = ray.remote(Learner).options(num_cpus=0, max_restarts=0).remote(
             path, settings, reward, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=str(self.resume_ckpt) if self.resume_ckpt else None)

@@ -195,7 +195,7 @@ class VLLMEngine:
         self.version = int(version)
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -210,7 +210,7 @@ class VLLMEngine:
         # one seed per prompt (vLLM gives its n children seed + 0 .. n - 1)
         rng = random.Random(seed)
         params = [SamplingParams(
-            n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,
+            n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             seed=rng.getrandbits(31), logprobs=0, detokenize=False,
             stop_token_ids=[self.eos_token_id] if self.eos_token_id is not None else None)
             for _ in prompt_ids]
