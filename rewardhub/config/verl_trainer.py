@@ -34,8 +34,6 @@ VERL_ROOTS = ("actor_rollout_ref", "algorithm", "critic", "ray_init", "ray_kwarg
 
 _FSDP = "an FSDP/parallelism setting of verl's workers; the trainer's learner is one process"
 _ENGINE = "a setting of verl's GPU inference engine; the trainer's rollouters have no such knob"
-_LOGGERS = ("the trainer logs to the console, metrics.jsonl and TensorBoard (no wandb/mlflow yet); "
-            "the --output folder names the run")
 
 # pattern (dotted, "*" = this key and everything under it) -> ("move", new key) | ("drop", reason) | (special,)
 # first match wins; a key under data./trainer. that matches nothing is left for the trainer's schema
@@ -129,9 +127,9 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("trainer.total_training_steps", ("move", "trainer.total_steps")),
     ("trainer.total_epochs", ("epochs",)),
     ("trainer.save_freq", ("save",)),
-    ("trainer.logger", ("drop", _LOGGERS)),
-    ("trainer.project_name", ("drop", _LOGGERS)),
-    ("trainer.experiment_name", ("drop", _LOGGERS)),
+    ("trainer.logger", ("move", "trainer.logger")),
+    ("trainer.project_name", ("move", "trainer.project_name")),
+    ("trainer.experiment_name", ("move", "trainer.experiment_name")),
     ("trainer.default_local_dir", ("move", "trainer.default_local_dir")),
     ("trainer.default_hdfs_dir", ("drop", "checkpoints are written to the run folder only")),
     ("trainer.critic_warmup", ("drop", "GRPO has no critic")),

@@ -240,7 +240,7 @@ python3 -m verl.trainer.main_ppo \\
     algorithm.kl_ctrl.kl_coef=0.001 \\
     custom_reward_function.path=check.py \\
     trainer.critic_warmup=0 \\
-    trainer.logger='["console","wandb"]' \\
+    trainer.logger='["console","tensorboard"]' \\
     trainer.project_name='verl_grpo_example_gsm8k' \\
     trainer.experiment_name='qwen2_tiny_function_rm' \\
     trainer.save_freq=-1 \\

@@ -66,10 +66,19 @@ def train(config: str | None, overrides: Sequence[str] = (), *, output: str | No
                             stale=metrics["staleness"], refresh=False)
 
         run_.callbacks = (*run_.callbacks, _tick)
+    from .loggers import Trackers
+    from .loggers import logger_names
+
+    t = prep.cfg.trainer
+    trackers = Trackers(logger_names(t.logger), run_.out, project=t.project_name, experiment=t.experiment_name,
+                        config=prep.cfg.to_dict())
+    run_.callbacks = (*run_.callbacks, trackers.log)
+    run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
     start_ray()
     try:
         return run_.run()
     finally:
+        trackers.close()
         if bar is not None:
             bar.close()
 

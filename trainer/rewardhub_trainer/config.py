@@ -76,6 +76,10 @@ class TrainerConfig:
     min_lr_ratio: float = 0.0
     entropy_coeff: float = 0.0
     loss_agg_mode: str = "seq-mean-token-mean"  #: token-mean | seq-mean-token-mean | seq-mean-token-sum
+    # trackers (loggers.py): e.g. [console, tensorboard, wandb, mlflow]; the project and run names
+    logger: Any = None
+    project_name: str = ""
+    experiment_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -311,6 +315,9 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _require(trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "must be 0 or more")
     _require(0 <= trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio", "must be between 0 and 1")
     _require(trainer.entropy_coeff >= 0, "trainer.entropy_coeff", "must be 0 (off) or more")
+    from .loggers import logger_names
+
+    logger_names(trainer.logger)
     _require(rollout.val_temperature >= 0, "rollout.val_temperature", "must be 0 (greedy) or more")
     _choice(data.template, ("auto", "chat", "plain"), "data.template")
     _require(data.size >= 1, "data.size", "must be at least 1")

@@ -123,6 +123,8 @@ class Evaluator:
             if key != "step":
                 stats.tb.add_scalar(key, float(value), step)
         stats.tb.flush()
+        for cb in getattr(run, "val_callbacks", ()):  # trackers (loggers.py)
+            cb(step, metrics, run)
         return metrics
 
     def summary(self) -> dict[str, Any]:
