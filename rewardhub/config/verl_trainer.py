@@ -98,6 +98,8 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("actor_rollout_ref.rollout.temperature", ("move", "rollout.temperature")),
     ("actor_rollout_ref.rollout.top_p", ("move", "rollout.top_p")),
     ("actor_rollout_ref.rollout.top_k", ("move", "rollout.top_k")),
+    ("actor_rollout_ref.rollout.stop", ("move", "rollout.stop")),
+    ("actor_rollout_ref.rollout.stop_token_ids", ("move", "rollout.stop_token_ids")),
     ("actor_rollout_ref.rollout.name", ("engine",)),
     ("actor_rollout_ref.rollout.response_length", ("move", "rollout.max_new_tokens")),
     ("actor_rollout_ref.rollout.val_kwargs.n", ("move", "rollout.val_n")),

@@ -97,3 +97,41 @@ def test_top_k_limits_sampling(tiny_path):
     out = engine.generate([prompt], n=4, max_new_tokens=6, temperature=1.0, top_p=1.0, seed=0, top_k=1)
     greedy = engine.generate([prompt], n=1, max_new_tokens=6, temperature=0.0, top_p=1.0, seed=0)
     assert {tuple(c.response_ids) for c in out[0]} == {tuple(greedy[0][0].response_ids)}
+
+
+def test_stop_strings_and_stop_token_ids_end_a_response(tiny_path):
+    from rewardhub_trainer.engine import TransformersEngine
+
+    engine = TransformersEngine(tiny_path)
+    prompt = engine.format_prompt("what?", "plain")
+    kw = {"n": 1, "max_new_tokens": 12, "temperature": 0.0, "top_p": 1.0, "seed": 0}
+    full = engine.generate([prompt], **kw)[0][0]
+    assert len(full.response_ids) == 12 and not full.finished
+    # a token id of the greedy response as a stop id: the response ends with it, finished
+    by_id = engine.generate([prompt], stop_token_ids=[full.response_ids[4]], **kw)[0][0]
+    cut = full.response_ids.index(full.response_ids[4]) + 1
+    assert by_id.response_ids == full.response_ids[:cut] and by_id.finished
+    assert by_id.logprobs == pytest.approx(full.logprobs[:cut], abs=1e-5)
+    # a piece of its text as a stop string: the response ends where that text is complete
+    stop = full.text[3:5]
+    assert len(stop) == 2
+    by_text = engine.generate([prompt], stop=["never there", stop], **kw)[0][0]
+    assert by_text.finished and by_text.text.endswith(stop) and stop not in by_text.text[:-1]
+    assert by_text.response_ids == full.response_ids[:len(by_text.response_ids)]
+
+
+@pytest.mark.parametrize(("section", "values", "message"), [
+    ("rollout", {"stop": "</answer>"}, "rollout.stop: expected a list of strs"),
+    ("rollout", {"stop_token_ids": [1, "2"]}, "rollout.stop_token_ids: expected a list of ints"),
+    ("trainer", {"lr_schedule": "step"}, "trainer.lr_schedule: unknown value 'step'"),
+    ("trainer", {"loss_agg_mode": "seq-sum"}, "trainer.loss_agg_mode: unknown value 'seq-sum'"),
+    ("trainer", {"min_lr_ratio": 2.0}, "trainer.min_lr_ratio: must be between 0 and 1"),
+    ("rollout", {"top_k": -2}, "rollout.top_k: must be -1 or 0"),
+])
+def test_bad_knobs_name_the_key(section, values, message):
+    from rewardhub.errors import UsageError
+    from rewardhub_trainer.config import parse_config
+
+    cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]}, section: values}
+    with pytest.raises(UsageError, match=message):
+        parse_config(cfg)

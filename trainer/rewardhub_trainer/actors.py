@@ -112,7 +112,8 @@ class Rollouter:
         groups = self.engine.generate(
             texts, n=int(self.rollout["n"]), max_new_tokens=int(self.rollout["max_new_tokens"]),
             temperature=float(self.rollout["temperature"]), top_p=float(self.rollout["top_p"]),
-            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, int(self.rollout.get("top_k", 0))))
+            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, int(self.rollout.get("top_k", 0))),
+            **{k: list(self.rollout[k]) for k in ("stop", "stop_token_ids") if self.rollout.get(k)})
         return Rollout(batch=batch, version=version, groups=groups,
                        gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
 

@@ -105,6 +105,8 @@ class RolloutConfig:
     dtype: str = "float32"  #: generation weights: float32 | bfloat16 (synced weights are cast)
     val_n: int = 1  #: evaluation: responses per validation prompt
     top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)
+    stop: Any = None  #: strings that end a response, like end-of-sequence (transformers engine)
+    stop_token_ids: Any = None  #: token ids that end a response
     val_temperature: float = 0.0  #: evaluation: 0 is greedy
 
 
@@ -310,6 +312,13 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _require(trainer.total_epochs >= 0, "trainer.total_epochs", "must be 0 (use total_steps) or more")
     _require(rollout.val_n >= 1, "rollout.val_n", "must be at least 1")
     _require(rollout.top_k >= -1, "rollout.top_k", "must be -1 or 0 (off), or the number of tokens")
+    for key, kind in (("stop", str), ("stop_token_ids", int)):
+        value = getattr(rollout, key)
+        _require(value is None or (isinstance(value, (list, tuple)) and all(
+            isinstance(v, kind) and not isinstance(v, bool) for v in value)), f"rollout.{key}",
+            f"expected a list of {kind.__name__}s, got {value!r}")
+    _require(not (rollout.stop and rollout.engine == "vllm"), "rollout.stop",
+             "stop strings need rollout.engine=transformers (with vllm, give rollout.stop_token_ids)")
     _choice(trainer.lr_schedule, ("constant", "linear", "cosine"), "trainer.lr_schedule")
     _choice(trainer.loss_agg_mode, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), "trainer.loss_agg_mode")
     _require(trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "must be 0 or more")

@@ -195,7 +195,7 @@ class VLLMEngine:
         self.version = int(version)
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int, top_k: int = 0) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0, stop_token_ids: Sequence[int] = ()) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -212,7 +212,7 @@ class VLLMEngine:
         params = [SamplingParams(
             n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             seed=rng.getrandbits(31), logprobs=0, detokenize=False,
-            stop_token_ids=[self.eos_token_id] if self.eos_token_id is not None else None)
+            stop_token_ids=[*([self.eos_token_id] if self.eos_token_id is not None else []), *stop_token_ids] or None)
             for _ in prompt_ids]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids],
                                     params, use_tqdm=False)
