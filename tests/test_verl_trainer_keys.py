@@ -68,6 +68,11 @@ def test_conflicts_and_what_is_left_alone():
     assert [m["from"] for m in report.moved] == ["data.train_batch_size"] and not report.dropped
 
 
+def test_total_epochs_alone_is_the_trainers_own_key():
+    cfg, report, msgs = mapped("trainer.total_epochs=2", "trainer.default_local_dir=ck")
+    assert cfg["trainer"] == {"total_epochs": 2, "default_local_dir": "ck"} and not report and not msgs
+
+
 def test_an_interpolation_is_dropped_not_resolved():
     cfg, report, _ = mapped("actor_rollout_ref.rollout.response_length=${data.max_response_length}")
     assert "rollout" not in cfg and "interpolation" in report.dropped[0]["reason"]

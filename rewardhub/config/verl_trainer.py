@@ -7,7 +7,8 @@ logging settings the trainer does not have), into the same :class:`MigrationRepo
 keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
 in the trainer (``data.train_files``, ``data.val_files``, ``data.prompt_key``,
 ``data.max_prompt_length``, ``data.filter_overlong_prompts``, ``data.truncation``,
-``trainer.test_freq``, ``trainer.val_before_train``, ``trainer.total_epochs``) are left as they are.
+``trainer.test_freq``, ``trainer.val_before_train``, ``trainer.total_epochs``, ``trainer.default_local_dir``)
+are left as they are (``total_epochs`` is dropped when ``total_training_steps`` is set: that one wins).
 Under ``data.`` and ``trainer.`` only verl's own names are touched (anything else is the trainer's to
 validate); everything under ``actor_rollout_ref.``, ``algorithm.``, ``critic.``, ``ray_init.``... is
 accounted for. ``trainer.n_gpus_per_node``, ``trainer.nnodes`` and
@@ -132,7 +133,6 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("trainer.logger", ("move", "trainer.logger")),
     ("trainer.project_name", ("move", "trainer.project_name")),
     ("trainer.experiment_name", ("move", "trainer.experiment_name")),
-    ("trainer.default_local_dir", ("move", "trainer.default_local_dir")),
     ("trainer.default_hdfs_dir", ("drop", "checkpoints are written to the run folder only")),
     ("trainer.critic_warmup", ("drop", "GRPO has no critic")),
     ("trainer.resume_mode", ("drop", "resume with `rewardhub train ... --resume DIR`")),
@@ -222,6 +222,8 @@ class _Mapping:
         leaves = [(k, v) for root in ("data", *VERL_ROOTS, "trainer") if isinstance(self.cfg.get(root), Mapping)
                   for k, v in _leaves(self.cfg[root], root)]
         taken = {k: (v, _rule(k)) for k, v in leaves if _rule(k) is not None}
+        if "trainer.total_training_steps" not in taken:  # then it is the trainer's own key, as it is
+            taken.pop("trainer.total_epochs", None)
         if not taken:
             return
         for key in taken:
@@ -287,11 +289,8 @@ class _Mapping:
             else:
                 self.dropped(key, f"the trainer computes GRPO advantages only; {value} is not implemented", value)
                 self.report.notes.append(f"{key}={value!r}: this run uses GRPO advantages instead")
-        elif kind == "epochs":
-            if "trainer.total_training_steps" in taken:
-                self.dropped(key, "trainer.total_training_steps is set and wins, as in verl", value)
-            else:
-                self.moved(key, "trainer.total_epochs", value)
+        elif kind == "epochs":  # only with total_training_steps (else left in place)
+            self.dropped(key, "trainer.total_training_steps is set and wins, as in verl", value)
         elif kind == "warmup":  # verl: -1 means "use lr_warmup_steps_ratio"
             if str(value).lstrip("-").isdigit() and int(value) < 0:
                 self.dropped(key, "negative: verl then uses lr_warmup_steps_ratio (give the warm-up in steps)", value)
