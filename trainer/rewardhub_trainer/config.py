@@ -311,6 +311,8 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _require(trainer.test_freq >= -1, "trainer.test_freq", "must be -1 (never), 0 (at the end) or more")
     _require(trainer.total_epochs >= 0, "trainer.total_epochs", "must be 0 (use total_steps) or more")
     _require(rollout.val_n >= 1, "rollout.val_n", "must be at least 1")
+    _require(rollout.val_n == 1 or rollout.val_temperature > 0, "rollout.val_n",
+             "more than one response per prompt needs sampling: set rollout.val_temperature > 0 (0 is greedy)")
     _require(rollout.top_k >= -1, "rollout.top_k", "must be -1 or 0 (off), or the number of tokens")
     for key, kind in (("stop", str), ("stop_token_ids", int)):
         value = getattr(rollout, key)

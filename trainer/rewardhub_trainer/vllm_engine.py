@@ -226,7 +226,7 @@ class VLLMEngine:
                 if len(logprobs) != len(response):
                     raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for "
                                        f"{len(response)} tokens")
-                finished = bool(response) and response[-1] == self.eos_token_id
+                finished = bool(response) and (response[-1] == self.eos_token_id or response[-1] in stop_token_ids)
                 group.append(Completion(
                     prompt_ids=list(ids), response_ids=response, logprobs=logprobs,
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))
