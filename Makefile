@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	$(PIP) install -q --upgrade pip
 	# torch pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU build here
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e trainer)
+	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]')
 	# verl's reward entry points, for the adapter tests only (their import needs no more than these;
 	# kept out of site-packages so that nothing else sees verl)
 	$(PIP) install -q --no-deps --target $(VENV)/verl-compat verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 cloudpickle==3.1.3

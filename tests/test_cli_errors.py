@@ -94,7 +94,7 @@ def test_data_not_utf8(cli, simple, tmp_path):
     data = tmp_path / "latin1.jsonl"
     data.write_bytes('{"response": "café"}\n'.encode("latin-1"))
     line = _error(cli("score", cfg, str(data)), 2)
-    assert line == f"ERROR: data file {str(data)!r} is not UTF-8 text (byte b'\\xe9' cannot be decoded)"
+    assert line == f"ERROR: {data}, row 1: not UTF-8 (byte 17 of the line)"
 
 
 def test_config_not_utf8(cli, simple, tmp_path):
@@ -132,7 +132,7 @@ def test_deeply_nested_json_row(cli, simple, tmp_path):
     cfg, _ = simple
     data = tmp_path / "deep.jsonl"
     data.write_text('{"response": "x"}\n{"response": "x", "e": ' + "[" * 50_000 + "]" * 50_000 + "}\n")
-    assert _error(cli("score", cfg, str(data)), 2) == f"ERROR: {data}:2: JSON nested too deeply to read"
+    assert _error(cli("score", cfg, str(data)), 2) == f"ERROR: {data}, row 2: JSON nested too deeply"
 
 
 def test_yaml_alias_bomb_is_refused_quickly(cli, tmp_path):

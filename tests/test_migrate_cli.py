@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rewardhub.config.loader import read_and_migrate
 from rewardhub.config.loader import read_config_file
 from rewardhub.config.overrides import is_override_word
 from rewardhub.config.overrides import shell_words
@@ -44,7 +45,7 @@ def test_migrate_report_json_matches_the_library(cli, path):
     assert set(out) >= {"config", "moved", "dropped"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        expected, report = migrate(read_config_file(str(path)))
+        expected, report = read_and_migrate(str(path))  # reward keys, then verl's trainer keys
     assert out["config"] == json.loads(json.dumps(expected))
     assert out["moved"] == report.moved
     assert [d["key"] for d in out["dropped"]] == [d["key"] for d in report.dropped]
@@ -76,7 +77,8 @@ def test_migrate_yaml_with_overrides(cli):
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)["config"]
     assert cfg["reward"]["rewards"] == [{"path": "recipe/deepeyes/deepeyes.py", "function": "other"}]
-    assert cfg["data"] == {"train_batch_size": 256} and cfg["trainer"] == {"total_epochs": 1}
+    # verl's trainer keys move too (rewardhub.config.verl_trainer)
+    assert "data" not in cfg and cfg["rollout"] == {"prompts_per_step": 256} and cfg["trainer"] == {"total_epochs": 1}
 
 
 def test_write_yaml_keeps_comments_and_a_backup(cli, tmp_path):

@@ -76,7 +76,7 @@ def test_bad_inputs(cli, tmp_path):
     cfg.write_text("reward:\n  rewards:\n    - name: math_verify\n")
     data.write_text('{"response": "x"}\nnot json\n')
     res = cli("score", str(cfg), str(data))
-    assert res.returncode == 2 and f"{data}:2: not valid JSON" in res.stderr
+    assert res.returncode == 2 and f"{data}, row 2: not valid JSON" in res.stderr
 
 
 def test_progress_bar_on_a_terminal_and_errors_in_the_table(tmp_path):

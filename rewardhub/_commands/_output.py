@@ -127,6 +127,7 @@ class ScoredRows:
         self.kept: str | None = None
         self._f: Any = None
         self._stdout_fd: int | None = None
+        self._parquet: ParquetRows | None = None
 
     def __enter__(self) -> ScoredRows:
         if self.path is None:
@@ -141,13 +142,29 @@ class ScoredRows:
             except OSError as exc:
                 self.tmp = None
                 raise UsageError(f"cannot create a file in {folder!r} for -o {self.path!r}: {exc.strerror}") from None
-            self._f = os.fdopen(fd, "w", encoding="utf-8")
+            self._f = os.fdopen(fd, "wb") if self.parquet else os.fdopen(fd, "w", encoding="utf-8")
         return self
+
+    @property
+    def parquet(self) -> bool:
+        """Whether the rows are written as parquet (an output path ending in ``.parquet``)."""
+        return bool(self.path) and str(self.path).lower().endswith((".parquet", ".pq"))
 
     def use_stdout(self, f: Any) -> None:
         self._f = f
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        if self.parquet:
+            rows = list(rows)
+            if self._parquet is None:
+                self._parquet = ParquetRows(self._f, str(self.path))
+            try:
+                self._parquet.write(rows)
+            except OSError as exc:
+                raise RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
+                                     f"{self.path} is unchanged; make room (or write elsewhere) and run again") from None
+            self.rows += len(rows)
+            return
         lines = []
         for row in rows:
             try:
@@ -177,6 +194,8 @@ class ScoredRows:
         if self.path is None:
             return
         try:
+            if self._parquet is not None:
+                self._parquet.close()
             if f is not None:
                 f.close()
         except OSError as err:
@@ -273,3 +292,44 @@ def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) ->
                 os.unlink(tmp)
         where = f"the scored rows are in {rows_at}" if rows_at else "the scored rows were written to stdout"
         raise RewardhubError(f"cannot write --summary-json {path!r}: {exc.strerror}\n{where}") from None
+
+
+class ParquetRows:
+    """Scored rows to a parquet file, a row group per chunk; ``extra`` and ``errors`` as JSON text and
+    the result columns with fixed types, so that every chunk has the same columns."""
+
+    def __init__(self, out: Any, path: str) -> None:
+        self.out, self.path = out, path
+        self._writer: Any = None
+        self._schema: Any = None
+
+    def write(self, rows: list[Mapping[str, Any]]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        flat = [{**r, "extra": json.dumps(r.get("extra") or {}, sort_keys=True, default=str),
+                 "errors": json.dumps(r["errors"], sort_keys=True) if r.get("errors") else None}
+                if "rewards" in r else dict(r) for r in rows]  # (under --namespace the results stay one struct)
+        try:
+            if self._schema is None:  # the result columns get fixed types (a first chunk may be all null)
+                table = pa.Table.from_pylist(flat)
+                names = sorted({k for r in rows for k in r.get("rewards") or {}})
+                fixed = {"score": pa.float64(), "extra": pa.string(), "errors": pa.string(),
+                         "rewards": pa.struct([(n, pa.float64()) for n in names])}
+                schema = table.schema
+                for name, kind in fixed.items():
+                    if name in schema.names:
+                        schema = schema.set(schema.get_field_index(name), pa.field(name, kind))
+                self._schema = schema
+            table = pa.Table.from_pylist(flat, schema=self._schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
+            raise UsageError(f"-o {self.path}: these rows do not fit the parquet columns of the first ones ({exc})\n"
+                             "write JSONL instead (-o FILE.jsonl), or give every row the same column types") from None
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.out, table.schema)
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     if args.write:
         assert path is not None
         text = _read_text(path)
-        new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, cfg)
+        # the file's reward keys are rewritten; verl's trainer keys stay (`rewardhub train` maps them on load)
+        new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, _reward_only(path))
         if new_text != text:
             backup = write_in_place(path, new_text)
             print(f"rewrote {path} (backup: {backup})", file=sys.stderr)
@@ -85,6 +86,16 @@ def run(args: argparse.Namespace) -> int:
     if args.report != "json":
         _print_summary(report)
     return 0
+
+
+def _reward_only(path: str) -> dict[str, Any]:
+    """``path`` with its legacy reward keys migrated and nothing else changed (what ``--write`` saves)."""
+    from ..config.loader import read_config_file
+    from ..config.shim import migrate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return migrate(read_config_file(path))[0]
 
 
 def _print_summary(report: Any) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Interrupted
@@ -22,15 +22,19 @@ from ._output import stop_on_sigterm
 from ._output import write_summary
 
 NAME = "score"
-HELP = "score a JSONL file of samples with the config's rewards; prints a per-reward summary"
+HELP = "score a JSONL or parquet file (or save_to_disk folder) of samples with the config's rewards; prints a per-reward summary"
 CHUNK = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
-    parser.add_argument("data", help="JSONL file: prompt, response, ground_truth, data_source, extra_info")
+    parser.add_argument("data", help="JSONL or parquet file, or a datasets save_to_disk folder: response, prompt, "
+                        "ground_truth (or verl's reward_model.ground_truth), data_source, extra_info")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. reward.aggregation=normalize_then_sum")
-    parser.add_argument("-o", "--output", help="write scored rows here (default: stdout)")
+    parser.add_argument("-o", "--output", help="write scored rows here, JSONL or .parquet (default: stdout)")
+    parser.add_argument("--prompt-key", help="the prompt column (default: prompt, else question)")
+    parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
+                        "reward_model.ground_truth, ground_truth, answer)")
     parser.add_argument("--summary-json", help="also write the metrics as JSON to this file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     parser.add_argument("--namespace", metavar="KEY",
@@ -38,30 +42,77 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the input rows have fields of those names)")
 
 
+def read_samples(path: str, *, prompt_key: str | None = None, answer_key: str | None = None) -> Iterator[dict[str, Any]]:
+    """The samples of a JSONL or parquet file or a ``save_to_disk`` folder, streamed, in either row
+    format (verl's ``reward_model.ground_truth`` becomes ``ground_truth``)."""
+    from ..datasets import iter_rows
+    from ..datasets import to_sample
+
+    for row in iter_rows(path, key="data"):
+        if "response" not in row.data:
+            raise UsageError(f"{row.where}: no 'response' column\n"
+                             "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
+                             "data_source, extra_info")
+        yield to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
+
+
 def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """Every sample of ``path`` in a list (see :func:`read_samples`, which streams)."""
+    return list(read_samples(path))
+
+
+def chunks(samples: Iterator[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for s in samples:
+        chunk.append(s)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], namespace: str | None = None,
+                progress: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any], list[Any]]:
+    """Score one chunk: ``(output rows in input order, term -> Column, scores)``.
+
+    A row with no ground truth is not given to the rewards when some term needs one (``needing``):
+    its row gets ``score: null`` and an error for each of those terms, counted as errors.
+    """
+    from ..execution._columns import Column
+    from ..execution._outcome import ERROR
+
+    names = [t.name for t in runner.terms]
+    missing = [i for i, s in enumerate(chunk) if needing and s.get("ground_truth") is None]
+    if not missing:
+        res = runner.score(chunk, progress=progress)
+        return [output_row(s, res, i, namespace) for i, s in enumerate(chunk)], dict(res.columns), list(res.scores)
+    gone = set(missing)
+    ok = [s for i, s in enumerate(chunk) if i not in gone]
+    res = runner.score(ok, progress=progress) if ok else None
+    scored = iter([output_row(s, res, i, namespace) for i, s in enumerate(ok)] if res is not None else [])
+    msg = "no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward needs"
     rows = []
-    try:
-        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read data file {path!r}: {exc.strerror}") from None
-    with f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{n}: not valid JSON ({exc.msg})\neach line must be one JSON object") from None
-            except RecursionError:
-                raise UsageError(f"{path}:{n}: JSON nested too deeply to read\n"
-                                 "flatten the row (a few levels of nesting are plenty)") from None
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}:{n}: a JSON {type(row).__name__}, not an object")
-            if "response" not in row:
-                raise UsageError(f"{path}:{n}: no 'response' field\n"
-                                 "rows need prompt, response, ground_truth, data_source, extra_info")
-            rows.append(row)
-    return rows
+    for i, s in enumerate(chunk):
+        if i in gone:
+            result = {"score": None, "rewards": {n: None for n in names}, "extra": {}, "errors": {n: msg for n in needing}}
+            rows.append({**s, namespace: result} if namespace else {**s, **result})
+        else:
+            rows.append(next(scored))
+    columns: dict[str, Any] = {}
+    for n in names:
+        col = Column(0)
+        if res is not None:
+            col.extend(res.columns[n])
+        extra = Column(len(missing))
+        for j in range(len(missing)):
+            if n in needing:
+                extra.fail(j, ERROR, msg, 0.0)
+        extra.not_applicable(j for j in range(len(missing)) if n not in needing)
+        col.extend(extra)
+        columns[n] = col
+    scores = (list(res.scores) if res is not None else []) + [None] * len(missing)
+    return rows, columns, scores
 
 
 class Progress:
@@ -106,6 +157,8 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
+    from ..datasets import count_rows
+    from ..datasets import terms_needing
     from ..distributed import runner_from_config
     from ..execution._columns import Column
     from ..execution._columns import column_metrics
@@ -116,9 +169,13 @@ def run(args: argparse.Namespace) -> int:
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, args.data])
     cfg = load_config(args.config, args.overrides)
-    rows = read_input(args.data, read_jsonl)
+    samples = read_samples(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
+    first = read_input(args.data, lambda _: next(chunks(samples, 1), []))  # a bad file fails before any output
+    show = sys.stderr.isatty() and not args.no_progress
+    total = count_rows(args.data) if show else 0
     start = time.monotonic()
-    progress = Progress(len(rows), sys.stderr.isatty() and not args.no_progress)
+    progress = Progress(total, show)
+    n_rows = 0
     with runner_from_config(cfg.reward) as runner:
         problems = [p for t in runner.terms for p in term_problems(t, runner)]
         if problems:
@@ -126,24 +183,28 @@ def run(args: argparse.Namespace) -> int:
         check_outputs(args.output, args.summary_json,
                       [t.spec.target.rpartition(":")[0] for t in runner.terms if t.spec.is_file_target])
         names = [t.name for t in runner.terms]
+        needing = terms_needing(runner)
         columns: dict[str, Column] = {n: Column(0) for n in names}
         scores: list[Any] = []
         out = ScoredRows(args.output)
         try:
             with out, rewards_print_to_stderr(out), stop_on_sigterm(), interrupts_told_apart():
-                for k in range(0, max(len(rows), 1), CHUNK):
-                    chunk = rows[k:k + CHUNK]
-                    if not chunk:
-                        break
+                for chunk in chunks(_chain(first, samples)):
                     if not args.namespace:
-                        check_result_fields(chunk, k, args.data)
-                    res = runner.score(chunk, progress=lambda d, t, k=k: progress(k + d * len(chunk) // max(t, 1)))
-                    out.write(output_row(row, res, i, args.namespace) for i, row in enumerate(chunk))
+                        check_result_fields(chunk, n_rows, args.data)
+                    done = n_rows
+                    rows, cols, chunk_scores = score_chunk(
+                        runner, chunk, needing, args.namespace,
+                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
+                    out.write(rows)
                     for n in names:
-                        columns[n].extend(res.columns[n])
-                    scores.extend(res.scores)
+                        columns[n].extend(cols[n])
+                    scores.extend(chunk_scores)
+                    n_rows += len(chunk)
+                    progress(n_rows)
         except Interrupted as exc:
-            print(f"ERROR: interrupted ({exc.signal_name}) after {out.rows} of {len(rows)} rows; "
+            of = "" if args.data == "-" else f" of {count_rows(args.data)}"
+            print(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; "
                   f"{out.where_kept()}", file=sys.stderr)
             return 130 if exc.signal_name == "SIGINT" else 143
         finally:
@@ -155,9 +216,13 @@ def run(args: argparse.Namespace) -> int:
     wall = time.monotonic() - start
     err = sys.stdout if args.output else sys.stderr
     print(summary_table(metrics, names), file=err)
-    print(f"\n{len(rows)} samples scored in {wall:.2f}s ({len(rows) / max(wall, 1e-9):,.0f}/s)"
+    print(f"\n{n_rows} samples scored in {wall:.2f}s ({n_rows / max(wall, 1e-9):,.0f}/s)"
           + (f"; rows written to {args.output}" if args.output else ""), file=err)
     if args.summary_json:
-        write_summary(args.summary_json, {"metrics": metrics, "samples": len(rows), "wall_s": wall}, args.output)
+        write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall}, args.output)
     return 0
 
+
+def _chain(first: list[dict[str, Any]], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    yield from first
+    yield from rest

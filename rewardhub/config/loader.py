@@ -145,7 +145,11 @@ def _override_and_migrate(raw: dict[str, Any], overrides: list[str]) -> tuple[di
 
     if overrides:
         raw = apply_overrides(raw, overrides)
-    return _migrate(raw)
+    cfg, report = _migrate(raw)
+    from .verl_trainer import map_verl_keys
+
+    map_verl_keys(cfg, report)  # then verl's data/model/rollout/optimizer/algorithm/trainer keys, same report
+    return cfg, report
 
 
 def _resolve_paths(reward: dict[str, Any], file_dir: str | None, from_file: set[str], notes: list[str]) -> None:

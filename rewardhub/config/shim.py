@@ -364,7 +364,8 @@ def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
 
     :param config: a whole trainer config (mapping or ``DictConfig``); it is not modified.
     :returns: ``(new_config, report)``; ``new_config`` is a plain dict with no legacy node left and
-        every other section untouched.
+        every other section untouched (verl's trainer keys are mapped after this, by the loader:
+        :mod:`rewardhub.config.verl_trainer`).
     :raises UsageError: when a legacy key and a new key (or two legacy spellings) set different values.
     """
     cfg = _plain(config)

@@ -106,14 +106,14 @@ class Rollouter:
 
     def generate(self, batch: PromptBatch) -> Rollout:
         t0 = time.perf_counter()
-        texts = [self.engine.format_prompt(p.question + self.instruction, self.template,
-                                           self.system)
-                 for p in batch.prompts]
+        texts = [p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
+                 for p in batch.prompts]  # p.text: rendered by the driver (data.render)
         version = self.engine.version
         groups = self.engine.generate(
             texts, n=int(self.rollout["n"]), max_new_tokens=int(self.rollout["max_new_tokens"]),
             temperature=float(self.rollout["temperature"]), top_p=float(self.rollout["top_p"]),
-            seed=self.seed * 1_000_003 + batch.index)
+            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, int(self.rollout.get("top_k", 0))),
+            **{k: list(self.rollout[k]) for k in ("stop", "stop_token_ids") if self.rollout.get(k)})
         return Rollout(batch=batch, version=version, groups=groups,
                        gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
 
@@ -152,7 +152,7 @@ class RewardClient:
         samples = []
         for prompt, group in zip(rollout.batch.prompts, rollout.groups):
             for c in group:
-                samples.append({"prompt": prompt.question, "response": c.text,
+                samples.append({"prompt": prompt.text or prompt.question, "response": c.text,
                                 "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
                                 "extra_info": dict(prompt.extra_info)})
         res = self.pool.score(samples)

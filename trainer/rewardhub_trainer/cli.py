@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def train(config: Any, overrides: Sequence[str] = (), *, output: str,
+def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
           resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False) -> dict[str, Any]:
     """Load, validate (before Ray), run and summarise; the programmatic form of the command.
 
@@ -43,10 +44,19 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str,
 
     plan = config if isinstance(config, ConfigPlan) else load_plan(config, tuple(overrides))
     prep = prepare(plan.config)  # raises UsageError before anything starts
+    output = output or prep.cfg.trainer.default_local_dir
+    if not output:
+        from rewardhub.errors import UsageError
+
+        raise UsageError("--output: required (the folder the run writes to; or trainer.default_local_dir)")
+    report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
+    if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
+        print(report, file=sys.stderr)
     from .loop import Run
     from .loop import start_ray
 
-    run_ = Run(prep, output, resume=resume, callbacks=tuple(callbacks))
+    # absolute: the actors (the learner writes checkpoints) may run in another working directory
+    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -61,12 +71,32 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str,
                             stale=metrics["staleness"], refresh=False)
 
         run_.callbacks = (*run_.callbacks, _tick)
+    from .loggers import Trackers
+    from .loggers import logger_names
+
+    t = prep.cfg.trainer
+    trackers = Trackers(logger_names(t.logger), run_.out, project=t.project_name, experiment=t.experiment_name,
+                        config=prep.cfg.to_dict())
+    run_.callbacks = (*run_.callbacks, trackers.log)
+    run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
     start_ray()
     try:
         return run_.run()
     finally:
+        trackers.close()
         if bar is not None:
             bar.close()
+
+
+def _data_report(counts: dict[str, Any], limit: int) -> str:
+    """``data: 20 train rows (4 filtered: longer than data.max_prompt_length=80 tokens), 4 val rows``."""
+    parts = []
+    for split in ("train", "val"):
+        if f"{split}_rows" in counts:
+            filtered = counts.get(f"{split}_filtered", 0)
+            parts.append(f"{counts[f'{split}_rows']} {split} rows" + (
+                f" ({filtered} filtered: longer than data.max_prompt_length={limit} tokens)" if filtered else ""))
+    return "data: " + ", ".join(parts) if parts else ""
 
 
 def _report(summary: dict[str, Any]) -> str:
@@ -90,10 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from rewardhub.errors import RewardhubError
     from rewardhub.errors import UsageError
 
-    output = args.output or args.resume
-    if not output:
-        print("ERROR: --output: required (the folder the run writes to)", file=sys.stderr)
-        return 2
+    output = args.output or args.resume  # else trainer.default_local_dir (verl's), checked by train()
     try:
         summary = train(args.config, args.overrides, output=output, resume=args.resume,
                         progress=not args.no_progress)
@@ -104,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 1
     print(_report(summary))
-    print(f"outputs in {output}")
+    print(f"outputs in {output or os.path.dirname(summary['metrics'])}")
     return 0
 
 

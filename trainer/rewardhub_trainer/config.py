@@ -63,6 +63,23 @@ class TrainerConfig:
     autocast: str = "none"  #: learner matmuls: none (fp32) | bfloat16 (fp32 master weights)
     #: fully_async: start a batch only if it will still be within staleness_limit when trained
     staleness_gate: bool = True
+    # evaluation on data.val_files (verl's names): every test_freq steps (0: only at the end, -1: never)
+    # and, with val_before_train, before the first step; total_epochs > 0 sets total_steps from the data
+    test_freq: int = 0
+    val_before_train: bool = False
+    total_epochs: int = 0
+    default_local_dir: str = ""  #: the run folder when --output is not given
+    # optimisation knobs (verl's names): lr_schedule constant | linear | cosine after lr_warmup_steps
+    # (decaying to min_lr_ratio * lr at the last step), an entropy bonus, the loss aggregation mode
+    lr_schedule: str = "constant"
+    lr_warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "seq-mean-token-mean"  #: token-mean | seq-mean-token-mean | seq-mean-token-sum
+    # trackers (loggers.py): e.g. [console, tensorboard, wandb, mlflow]; the project and run names
+    logger: Any = None
+    project_name: str = ""
+    experiment_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,11 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     dtype: str = "float32"  #: generation weights: float32 | bfloat16 (synced weights are cast)
+    val_n: int = 1  #: evaluation: responses per validation prompt
+    top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)
+    stop: Any = None  #: strings that end a response, like end-of-sequence (transformers engine)
+    stop_token_ids: Any = None  #: token ids that end a response
+    val_temperature: float = 0.0  #: evaluation: 0 is greedy
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,16 @@ class DataConfig:
     instruction: str = ""  #: appended to every question
     system: str = ""  #: chat template: a system message (else the template's default)
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # files (verl's keys): JSONL/parquet files or save_to_disk folders, one or a list; train_files
+    # replaces source; prompt_key/answer_key name the columns ("": prompt|question, and
+    # reward_model.ground_truth|ground_truth|answer); max_prompt_length in tokens (0: no limit)
+    train_files: Any = None
+    val_files: Any = None
+    prompt_key: str = ""
+    answer_key: str = ""
+    max_prompt_length: int = 0
+    filter_overlong_prompts: bool = False  #: drop longer prompts (counted); else truncation applies
+    truncation: str = "error"  #: error | left | right | middle
 
 
 @dataclass(frozen=True)
@@ -269,6 +301,35 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _require(0 < rollout.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
 
     _choice(data.source, DATA_SOURCES, "data.source")
+    _choice(data.truncation, ("error", "left", "right", "middle"), "data.truncation")
+    _require(data.max_prompt_length >= 0, "data.max_prompt_length", "must be 0 (no limit) or more")
+    for key in ("train_files", "val_files"):
+        value = getattr(data, key)
+        _require(value is None or isinstance(value, str) or (
+            isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)),
+            f"data.{key}", f"expected a path or a list of paths, got {value!r}")
+    _require(trainer.test_freq >= -1, "trainer.test_freq", "must be -1 (never), 0 (at the end) or more")
+    _require(trainer.total_epochs >= 0, "trainer.total_epochs", "must be 0 (use total_steps) or more")
+    _require(rollout.val_n >= 1, "rollout.val_n", "must be at least 1")
+    _require(rollout.val_n == 1 or rollout.val_temperature > 0, "rollout.val_n",
+             "more than one response per prompt needs sampling: set rollout.val_temperature > 0 (0 is greedy)")
+    _require(rollout.top_k >= -1, "rollout.top_k", "must be -1 or 0 (off), or the number of tokens")
+    for key, kind in (("stop", str), ("stop_token_ids", int)):
+        value = getattr(rollout, key)
+        _require(value is None or (isinstance(value, (list, tuple)) and all(
+            isinstance(v, kind) and not isinstance(v, bool) for v in value)), f"rollout.{key}",
+            f"expected a list of {kind.__name__}s, got {value!r}")
+    _require(not (rollout.stop and rollout.engine == "vllm"), "rollout.stop",
+             "stop strings need rollout.engine=transformers (with vllm, give rollout.stop_token_ids)")
+    _choice(trainer.lr_schedule, ("constant", "linear", "cosine"), "trainer.lr_schedule")
+    _choice(trainer.loss_agg_mode, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), "trainer.loss_agg_mode")
+    _require(trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "must be 0 or more")
+    _require(0 <= trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio", "must be between 0 and 1")
+    _require(trainer.entropy_coeff >= 0, "trainer.entropy_coeff", "must be 0 (off) or more")
+    from .loggers import logger_names
+
+    logger_names(trainer.logger)
+    _require(rollout.val_temperature >= 0, "rollout.val_temperature", "must be 0 (greedy) or more")
     _choice(data.template, ("auto", "chat", "plain"), "data.template")
     _require(data.size >= 1, "data.size", "must be at least 1")
     return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward)

@@ -33,7 +33,7 @@ class GenerationEngine(Protocol):
     version: int  #: the policy version of the weights now loaded
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0) -> list[list[Completion]]:
         """``n`` completions for each already-formatted prompt, in prompt order."""
         ...
 
@@ -87,7 +87,9 @@ class TransformersEngine:
         self.version = int(version)
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0, stop: Sequence[str] = (),
+                 stop_token_ids: Sequence[int] = ()) -> list[list[Completion]]:
+        """``stop`` strings and ``stop_token_ids`` end a response like the end-of-sequence token (kept in it)."""
         import torch
         from transformers import GenerationConfig
 
@@ -96,14 +98,31 @@ class TransformersEngine:
         input_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(self.device)
         attention = enc["attention_mask"].repeat_interleave(n, dim=0).to(self.device)
         eos = tok.eos_token_id
+        ends = [eos, *stop_token_ids]
+        greedy = temperature == 0  # evaluation: greedy; log-probs are then those at temperature 1
+        temperature = temperature or 1.0
         config = GenerationConfig(
-            do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-            max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=eos,
+            do_sample=not greedy, temperature=None if greedy else temperature, top_p=None if greedy else top_p,
+            top_k=None if greedy else top_k,
+            max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=ends if stop_token_ids else eos,
             return_dict_in_generate=True, output_logits=True)
+        criteria = None
+        if stop:  # checked on the decoded text (transformers' stop_strings misreads byte-level vocabularies)
+            from transformers import StoppingCriteria
+            from transformers import StoppingCriteriaList
+
+            width0 = input_ids.shape[1]
+
+            class _StopText(StoppingCriteria):
+                def __call__(self, ids: Any, scores: Any, **kwargs: Any) -> Any:
+                    texts = tok.batch_decode(ids[:, width0:], skip_special_tokens=True)
+                    return torch.tensor([any(s in t for s in stop) for t in texts], device=ids.device)
+
+            criteria = StoppingCriteriaList([_StopText()])
         torch.manual_seed(seed)
         with torch.no_grad():
             out = self.model.generate(input_ids=input_ids, attention_mask=attention,
-                                      generation_config=config)
+                                      generation_config=config, stopping_criteria=criteria)
         width = input_ids.shape[1]
         new = out.sequences[:, width:]
         # Raw logits (before warpers), so the log-probs match the learner's log_softmax(logits / T).
@@ -119,8 +138,11 @@ class TransformersEngine:
             for j in range(n):
                 row = i * n + j
                 ids = new[row, :steps].tolist()
-                finished = eos in ids
-                length = ids.index(eos) + 1 if finished else len(ids)
+                length = next((k + 1 for k, t in enumerate(ids) if t in ends), 0)
+                if stop:
+                    length = _stop_string_end(tok, ids[:length or len(ids)], stop) or length
+                finished = length > 0
+                length = length or len(ids)
                 response = ids[:length]
                 group.append(Completion(
                     prompt_ids=prompt_ids, response_ids=response,
@@ -128,6 +150,24 @@ class TransformersEngine:
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))
             result.append(group)
         return result
+
+
+def _stop_string_end(tok: Any, ids: list[int], stop: Sequence[str]) -> int:
+    """The fewest of ``ids`` whose text holds one of the ``stop`` strings (0: none does)."""
+    def has(k: int) -> bool:
+        text = tok.decode(ids[:k], skip_special_tokens=True)
+        return any(s in text for s in stop)
+
+    if not ids or not has(len(ids)):
+        return 0
+    lo, hi = 1, len(ids)  # the text only grows with k: the first k that has one
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if has(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def make_engine(name: str, model_path: str, *, dtype: str = "float32") -> GenerationEngine:

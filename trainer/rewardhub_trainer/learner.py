@@ -22,7 +22,9 @@ __all__ = [
     "TrainSample",
     "clipped_policy_loss",
     "group_advantages",
+    "aggregate",
     "kl_k3",
+    "lr_factor",
     "masked_mean",
 ]
 
@@ -55,9 +57,38 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean-token-mean") -> torch.Tensor:
+    """A ``[batch, tokens]`` loss as one number, the way verl's ``loss_agg_mode`` names it: the mean over
+    every token (``token-mean``), or per sequence the mean / sum of its tokens, then the mean of those."""
+    if mode == "token-mean":
+        return masked_mean(per_token, mask)
+    if mode == "seq-mean-token-sum":
+        return (per_token * mask.to(per_token.dtype)).sum(-1).mean()
+    return masked_mean(per_token, mask, dim=-1).mean()
+
+
+def lr_factor(step: int, lr_schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 0,
+              min_lr_ratio: float = 0.0) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) as a fraction of the peak: a linear warm-up
+    over ``warmup_steps``, then constant, or a linear / cosine decay to ``min_lr_ratio`` at ``total_steps``."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if lr_schedule == "constant" or total_steps <= warmup_steps:
+        return 1.0
+    frac = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    decay = 1.0 - frac if lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, per token, averaged per sequence then over sequences.
+                        mask: torch.Tensor, clip_eps: float,
+                        agg: str = "seq-mean-token-mean") -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, per token, aggregated by ``agg`` (:func:`aggregate`; by default averaged
+    per sequence then over sequences).
 
     ``logp``/``old_logp``/``mask`` are ``[batch, tokens]``, ``advantages`` is ``[batch]``.
     Returns ``(loss, clipped_fraction)``; the loss is to be minimised.
@@ -67,7 +98,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    loss = masked_mean(per_token, mask, dim=-1).mean()
+    loss = aggregate(per_token, mask, agg)
     clip_frac = masked_mean((clipped < unclipped).float(), mask)
     return loss, clip_frac.detach()
 
@@ -100,11 +131,22 @@ class LearnerSettings:
     temperature: float = 1.0
     dtype: str = "float32"
     autocast: str = "none"  #: none | bfloat16 (fp32 master weights, bf16 matmuls)
+    # verl's knobs: the LR schedule (lr_factor), an entropy bonus, the loss aggregation (aggregate)
+    lr_schedule: str = "constant"
+    lr_warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    total_steps: int = 0
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "seq-mean-token-mean"
 
 
 def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: float,
-                      pad_id: int = 0, autocast: str = "none") -> tuple[torch.Tensor, torch.Tensor]:
+                      pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each sample's response tokens, ``[batch, max_response_len]`` plus its mask.
+
+    With ``entropy`` (a list), the policy's entropy at each response position is appended to it
+    (``[batch, max_response_len]``, zero-padded).
 
     Sequences are right-padded; only the positions that predict response tokens go through the
     LM head (``logits_to_keep``), which on a 49k vocabulary is a large part of the cost.
@@ -124,15 +166,20 @@ def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: f
         logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
     logits = logits.float()
     mask = torch.zeros((len(samples), rlen), dtype=torch.float32)
-    rows = []
+    rows, ents = [], []
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         # the token at position t is predicted by the logits at t - 1; logits[j] is position first + j
         step_logits = logits[i, p - 1 - first : p - 1 - first + r] / temperature
         targets = ids[i, p : p + r]
-        lp = torch.log_softmax(step_logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        all_lp = torch.log_softmax(step_logits, dim=-1)
+        lp = all_lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         rows.append(torch.nn.functional.pad(lp, (0, rlen - r)))
+        if entropy is not None:
+            ents.append(torch.nn.functional.pad(-(all_lp.exp() * all_lp).sum(-1), (0, rlen - r)))
         mask[i, :r] = 1.0
+    if entropy is not None:
+        entropy.append(torch.stack(ents))
     return torch.stack(rows), mask
 
 
@@ -163,7 +210,11 @@ class GRPOLearner:
         total = len(samples)
         mbs = max(1, s.micro_batch_size)
         stats: dict[str, float] = {"loss/policy": 0.0, "loss/total": 0.0, "kl": 0.0,
-                                   "clip_frac": 0.0, "grad_norm": 0.0, "ratio/mean": 0.0}
+                                   "clip_frac": 0.0, "grad_norm": 0.0, "ratio/mean": 0.0, "entropy": 0.0}
+        tokens = max(1, sum(len(c.response_ids) for c in samples))
+        stats["lr"] = s.lr * lr_factor(self.version, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = stats["lr"]
         ref_cache: list[torch.Tensor] = []
         if self.ref is not None:
             with torch.no_grad():
@@ -175,12 +226,17 @@ class GRPOLearner:
             self.optimizer.zero_grad(set_to_none=True)
             for k, start in enumerate(range(0, total, mbs)):
                 chunk = samples[start:start + mbs]
-                weight = len(chunk) / total
-                logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast)
+                ent: list[torch.Tensor] = []
+                logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent)
+                # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
+                weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
                 old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1])
                 adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32)
-                policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps)
-                loss = policy
+                policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps, s.loss_agg_mode)
+                entropy = aggregate(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
+                if not s.entropy_coeff:
+                    ent.clear()  # the metric only: let its graph go
+                loss = policy - s.entropy_coeff * entropy
                 kl_value = torch.zeros(())
                 if self.ref is not None:
                     kl_tok = kl_k3(logp, ref_cache[k])
@@ -192,6 +248,7 @@ class GRPOLearner:
                     stats["loss/policy"] += float(policy.detach()) * weight
                     stats["loss/total"] += float(loss.detach()) * weight
                     stats["kl"] += float(kl_value.detach()) * weight
+                    stats["entropy"] += float(entropy.detach()) * weight
                     stats["clip_frac"] += float(clip_frac) * weight
                     stats["ratio/mean"] += float(masked_mean(torch.exp(logp - old), mask).detach()) * weight
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)

@@ -156,7 +156,9 @@ class Run:
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
-                    "dtype": cfg.model.dtype, "autocast": t.autocast}
+                    "dtype": cfg.model.dtype, "autocast": t.autocast, "lr_schedule": t.lr_schedule,
+                    "lr_warmup_steps": t.lr_warmup_steps, "min_lr_ratio": t.min_lr_ratio, "total_steps": t.total_steps,
+                    "entropy_coeff": t.entropy_coeff, "loss_agg_mode": t.loss_agg_mode}
         self.learner = ray.remote(Learner).options(num_cpus=0, max_restarts=0).remote(
             path, settings, reward, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=str(self.resume_ckpt) if self.resume_ckpt else None)
@@ -244,6 +246,7 @@ class Run:
                                   queue_size=self._queue_size)
         for cb in self.callbacks:
             cb(self.step, metrics, self)
+        self.evaluator.after_step(self.step)
         every = self.t.checkpoint_every
         if (every and self.step % every == 0) or self.step == self.t.total_steps:
             self._checkpoint()
@@ -265,9 +268,13 @@ class Run:
 
     # -- modes -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        from .evaluate import Evaluator
+
         self._queue_size = 0
+        self.evaluator = Evaluator(self)  # data.val_files: evaluations before/every test_freq/at the end
         self._start_actors()
         self.stats.start()
+        self.evaluator.before_training()
         if self.step < self.t.total_steps:
             if self.t.mode == "sync":
                 leftovers = self._run_sync()
@@ -454,8 +461,11 @@ class Run:
             "lost_calls": dict(self.lost_calls),
             "reward_pids": sorted(self.stats.reward_pids),
             "model_path": self.prep.model_path,
+            "data": dict(self.prep.data_report),
+            **self.evaluator.summary(),
             **self.stats.summary(),
         }
+        self.evaluator.close()
         for h in self.reward_client.handles:
             try:
                 ray.get(h.close.remote(), timeout=60)

@@ -103,18 +103,23 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def plot_metrics(rows: Sequence[Mapping[str, Any]], png: str | os.PathLike[str], title: str = "") -> str:
-    """Reward and throughput over steps, one PNG with two panels."""
+    """Reward and throughput over steps, one PNG with two panels; evaluations (``val/score``) as their own line."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
+    val = [r for r in rows if "val/score" in r]
+    rows = [r for r in rows if "val/score" not in r]
     steps = [r["step"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     ax1.plot(steps, [r.get("reward/mean", float("nan")) for r in rows], marker=".", label="reward/mean")
     terms = sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")})
     for key in terms[:4]:
         ax1.plot(steps, [r.get(key, float("nan")) for r in rows], alpha=0.6, label=key)
+    if val:
+        ax1.plot([r["step"] for r in val], [r["val/score"] for r in val], marker="o", linestyle="--",
+                 color="black", label="val/score")
     ax1.set_ylabel("reward")
     ax1.legend(fontsize=7)
     ax1.grid(alpha=0.3)

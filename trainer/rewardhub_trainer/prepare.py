@@ -1,8 +1,10 @@
 """Everything checked and built in the driver before Ray starts.
 
 :func:`prepare` validates the trainer's sections, resolves every reward (unknown names fail
-here, naming the key), materialises the model folder and loads the prompt dataset. It imports
-neither Ray nor the actors, so a bad config fails fast and cheaply.
+here, naming the key), materialises the model folder and loads the prompt datasets: each prompt is
+rendered as the model will see it (chat template, ``data.max_prompt_length``), so a bad row fails
+here, naming its file and row. It imports neither Ray nor the actors, so a bad config fails fast
+and cheaply.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from .config import TrainConfig
@@ -26,16 +29,50 @@ class Prepared:
     model_path: str
     dataset: PromptDataset
     fingerprint: str  #: the driver's registry fingerprint, compared with every worker's
+    val_dataset: PromptDataset | None = None  #: data.val_files, rendered
+    #: rows read and left out: {"train_rows", "train_filtered", "val_rows", "val_filtered"}
+    data_report: dict[str, Any] = field(default_factory=dict)
+
+
+def _needs_answer(reward_cfg: Mapping[str, Any]) -> list[str]:
+    """The reward terms that take a ground truth."""
+    from omegaconf import OmegaConf
+
+    from rewardhub.datasets import terms_needing
+    from rewardhub.execution import Runner
+    from rewardhub.registry import build_registry
+
+    node = OmegaConf.create(dict(reward_cfg))
+    with Runner.from_config(node, build_registry(node)) as runner:
+        return terms_needing(runner)
 
 
 def prepare(raw: Mapping[str, Any]) -> Prepared:
     """Validate ``raw`` (the result of :func:`rewardhub.config.load_config`) and build what a run needs."""
+    from .data import load_files
+    from .data import render
+    from .models import load_tokenizer
     from .models import materialize
     from .rewards import validate_rewards
 
     cfg = parse_config(raw)
     reward, fingerprint = validate_rewards(cfg.reward)
     cfg = dataclasses.replace(cfg, reward=reward)
-    dataset = load_dataset(cfg.data)
+    needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []
+    dataset = load_dataset(cfg.data, needs)
+    val = None
+    if cfg.data.val_files:
+        val = PromptDataset(load_files(cfg.data.val_files, cfg.data, "data.val_files", needs), seed=cfg.data.seed)
     model_path = materialize(cfg.model)
-    return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=fingerprint)
+    tokenizer = load_tokenizer(model_path)
+    report: dict[str, Any] = {"train_rows": len(dataset)}
+    dataset, report["train_filtered"] = render(dataset, tokenizer, cfg.data, "data.train_files")
+    if val is not None:
+        report["val_rows"] = len(val)
+        val, report["val_filtered"] = render(val, tokenizer, cfg.data, "data.val_files")
+    if cfg.trainer.total_epochs:  # verl: the epochs over full batches set the number of steps
+        steps = cfg.trainer.total_epochs * max(1, len(dataset) // cfg.rollout.prompts_per_step)
+        cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
+    return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=fingerprint,
+                    val_dataset=val, data_report=report)
+

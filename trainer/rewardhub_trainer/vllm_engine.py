@@ -195,7 +195,7 @@ class VLLMEngine:
         self.version = int(version)
 
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Completion]]:
+                 top_p: float, seed: int, top_k: int = 0, stop_token_ids: Sequence[int] = ()) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -210,9 +210,9 @@ class VLLMEngine:
         # one seed per prompt (vLLM gives its n children seed + 0 .. n - 1)
         rng = random.Random(seed)
         params = [SamplingParams(
-            n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=0,
+            n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             seed=rng.getrandbits(31), logprobs=0, detokenize=False,
-            stop_token_ids=[self.eos_token_id] if self.eos_token_id is not None else None)
+            stop_token_ids=[*([self.eos_token_id] if self.eos_token_id is not None else []), *stop_token_ids] or None)
             for _ in prompt_ids]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids],
                                     params, use_tqdm=False)
@@ -226,7 +226,7 @@ class VLLMEngine:
                 if len(logprobs) != len(response):
                     raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for "
                                        f"{len(response)} tokens")
-                finished = bool(response) and response[-1] == self.eos_token_id
+                finished = bool(response) and (response[-1] == self.eos_token_id or response[-1] in stop_token_ids)
                 group.append(Completion(
                     prompt_ids=list(ids), response_ids=response, logprobs=logprobs,
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))

@@ -1,0 +1,137 @@
+"""verl's training knobs: LR schedule with warm-up, entropy (metric and bonus), loss aggregation modes, top-k."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rewardhub_trainer.config import ModelConfig  # noqa: E402
+from rewardhub_trainer.learner import GRPOLearner  # noqa: E402
+from rewardhub_trainer.learner import LearnerSettings  # noqa: E402
+from rewardhub_trainer.learner import TrainSample  # noqa: E402
+from rewardhub_trainer.learner import aggregate  # noqa: E402
+from rewardhub_trainer.learner import lr_factor  # noqa: E402
+from rewardhub_trainer.learner import response_logprobs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_path(model_cache):
+    from rewardhub_trainer.models import materialize
+
+    return materialize(ModelConfig(tiny={"arch": "qwen2", "seed": 2}))
+
+
+def test_lr_schedules_with_warm_up():
+    assert [lr_factor(s, "constant", 2, 10) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    assert [lr_factor(s, "linear", 0, 4) for s in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert lr_factor(2, "linear", 2, 4, min_lr_ratio=0.1) == 1.0
+    assert lr_factor(4, "linear", 2, 4, min_lr_ratio=0.1) == pytest.approx(0.1)
+    cos = [lr_factor(s, "cosine", 1, 5) for s in range(6)]
+    assert cos[0] == 1.0 and cos[1] == 1.0 and cos[3] == pytest.approx(0.5) and cos[5] == pytest.approx(0.0)
+    assert all(a >= b for a, b in zip(cos[1:], cos[2:]))
+
+
+def test_loss_aggregation_modes():
+    loss = torch.tensor([[1.0, 3.0, 0.0], [2.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert float(aggregate(loss, mask, "token-mean")) == pytest.approx(2.0)  # (1 + 3 + 2) / 3
+    assert float(aggregate(loss, mask, "seq-mean-token-mean")) == pytest.approx(2.0)  # (2 + 2) / 2
+    assert float(aggregate(loss, mask, "seq-mean-token-sum")) == pytest.approx(3.0)  # (4 + 2) / 2
+    loss = torch.tensor([[1.0, 1.0, 1.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    assert float(aggregate(loss, mask, "token-mean")) == pytest.approx(7 / 4)
+    assert float(aggregate(loss, mask, "seq-mean-token-mean")) == pytest.approx(2.5)
+
+
+def _samples(learner):
+    good = TrainSample([100, 101], [110, 111, 112], [], 1.0)
+    bad = TrainSample([100, 101], [120], [], -1.0)
+    with torch.no_grad():
+        before, _ = response_logprobs(learner.model, [good, bad], 1.0)
+    good.old_logprobs, bad.old_logprobs = before[0, :3].tolist(), before[1, :1].tolist()
+    return [good, bad]
+
+
+def test_entropy_metric_lr_metric_and_the_entropy_bonus(tiny_path):
+    learner = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2, lr_schedule="linear", lr_warmup_steps=1, total_steps=3,
+                                                     micro_batch_size=1))
+    samples = _samples(learner)
+    ent: list = []
+    with torch.no_grad():
+        _, mask = response_logprobs(learner.model, samples, 1.0, entropy=ent)
+    expected = float(aggregate(ent[0], mask))
+    stats = [learner.train_step(samples) for _ in range(3)]
+    assert stats[0]["entropy"] == pytest.approx(expected, rel=1e-4)  # before the first update
+    assert 0 < stats[0]["entropy"] <= math.log(learner.model.config.vocab_size) + 1e-4
+    assert [s["lr"] for s in stats] == pytest.approx([1e-2, 1e-2, 5e-3])
+    # no advantage: without a bonus nothing moves; with one, every update raises the entropy
+    for coeff in (0.0, 10.0):
+        flat = GRPOLearner(tiny_path, LearnerSettings(lr=1e-3, entropy_coeff=coeff))
+        samples = [TrainSample(s.prompt_ids, s.response_ids, s.old_logprobs, 0.0) for s in _samples(flat)]
+        seen = [flat.train_step(samples)["entropy"] for _ in range(3)]
+        if coeff:
+            assert seen[0] < seen[1] < seen[2]
+        else:
+            assert seen[0] == seen[1] == seen[2]
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batches_give_the_whole_batch_loss(tiny_path, mode):
+    """A batch split into micro-batches gets the same gradient step as in one piece, in every mode."""
+    params = []
+    for mbs in (1, 8):
+        learner = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2, loss_agg_mode=mode, micro_batch_size=mbs), seed=0)
+        stats = learner.train_step(_samples(learner))
+        params.append((stats["loss/policy"], stats["grad_norm"]))
+    assert params[0] == pytest.approx(params[1], rel=1e-4)
+
+
+def test_top_k_limits_sampling(tiny_path):
+    from rewardhub_trainer.engine import TransformersEngine
+
+    engine = TransformersEngine(tiny_path)
+    prompt = engine.format_prompt("hi", "plain")
+    out = engine.generate([prompt], n=4, max_new_tokens=6, temperature=1.0, top_p=1.0, seed=0, top_k=1)
+    greedy = engine.generate([prompt], n=1, max_new_tokens=6, temperature=0.0, top_p=1.0, seed=0)
+    assert {tuple(c.response_ids) for c in out[0]} == {tuple(greedy[0][0].response_ids)}
+
+
+def test_stop_strings_and_stop_token_ids_end_a_response(tiny_path):
+    from rewardhub_trainer.engine import TransformersEngine
+
+    engine = TransformersEngine(tiny_path)
+    prompt = engine.format_prompt("what?", "plain")
+    kw = {"n": 1, "max_new_tokens": 12, "temperature": 0.0, "top_p": 1.0, "seed": 0}
+    full = engine.generate([prompt], **kw)[0][0]
+    assert len(full.response_ids) == 12 and not full.finished
+    # a token id of the greedy response as a stop id: the response ends with it, finished
+    by_id = engine.generate([prompt], stop_token_ids=[full.response_ids[4]], **kw)[0][0]
+    cut = full.response_ids.index(full.response_ids[4]) + 1
+    assert by_id.response_ids == full.response_ids[:cut] and by_id.finished
+    assert by_id.logprobs == pytest.approx(full.logprobs[:cut], abs=1e-5)
+    # a piece of its text as a stop string: the response ends where that text is complete
+    stop = full.text[3:5]
+    assert len(stop) == 2
+    by_text = engine.generate([prompt], stop=["never there", stop], **kw)[0][0]
+    assert by_text.finished and by_text.text.endswith(stop) and stop not in by_text.text[:-1]
+    assert by_text.response_ids == full.response_ids[:len(by_text.response_ids)]
+
+
+@pytest.mark.parametrize(("section", "values", "message"), [
+    ("rollout", {"stop": "</answer>"}, "rollout.stop: expected a list of strs"),
+    ("rollout", {"stop_token_ids": [1, "2"]}, "rollout.stop_token_ids: expected a list of ints"),
+    ("trainer", {"lr_schedule": "step"}, "trainer.lr_schedule: unknown value 'step'"),
+    ("trainer", {"loss_agg_mode": "seq-sum"}, "trainer.loss_agg_mode: unknown value 'seq-sum'"),
+    ("trainer", {"min_lr_ratio": 2.0}, "trainer.min_lr_ratio: must be between 0 and 1"),
+    ("rollout", {"top_k": -2}, "rollout.top_k: must be -1 or 0"),
+])
+def test_bad_knobs_name_the_key(section, values, message):
+    from rewardhub.errors import UsageError
+    from rewardhub_trainer.config import parse_config
+
+    cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]}, section: values}
+    with pytest.raises(UsageError, match=message):
+        parse_config(cfg)

@@ -1,0 +1,142 @@
+"""Evaluation on ``data.val_files``: generate with the learner's current weights, score with the same registry.
+
+When it runs (verl's keys): before the first step with ``trainer.val_before_train``, every
+``trainer.test_freq`` steps, and at the last step (``test_freq: -1`` turns the periodic and final
+ones off). Generation is greedy (``rollout.val_temperature: 0``, the default) or samples
+``rollout.val_n`` responses per prompt; it runs on an actor of its own that takes the learner's
+weights at that step, so the training rollouters, their weight versions and the sample accounting
+are untouched. Scoring goes through the run's reward client (the same reward workers and registry).
+
+Each evaluation is one row of ``metrics.jsonl`` (``step`` and ``val/...`` keys only), the same
+scalars in TensorBoard, and a line in the plot; ``summary.json`` gets ``val`` (every evaluation).
+Metrics: ``val/score`` and ``val/<reward>/mean`` over all samples, and ``val/<data_source>/score``
+and ``val/<data_source>/<reward>/mean`` per data source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections import defaultdict
+from typing import Any
+
+from .actors import PromptBatch
+from .actors import Rollout
+
+__all__ = ["Evaluator", "val_metrics"]
+
+#: validation prompts generated per call
+CHUNK = 32
+#: batch indices of validation batches start here (they seed generation; never a training index)
+_INDEX0 = 1 << 40
+
+
+def _mean(values: list[float]) -> float:
+    good = [v for v in values if not math.isnan(v)]
+    return sum(good) / len(good) if good else math.nan
+
+
+def val_metrics(rollouts: list[Rollout]) -> dict[str, float]:
+    """``val/...`` metrics of scored validation rollouts, overall and per data source."""
+    scores: dict[str, list[float]] = defaultdict(list)  # "" (all) or data source -> aggregate scores
+    terms: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rollouts:
+        assert r.rewards is not None and r.terms is not None, "rollout was not scored"
+        for prompt, group, per_term in zip(r.batch.prompts, r.rewards, r.terms):
+            for ds in ("", str(prompt.data_source)):
+                scores[ds].extend(group)
+                for sample in per_term:
+                    for name, value in sample.items():
+                        terms[(ds, name)].append(value)
+    out: dict[str, float] = {"val/samples": float(len(scores[""]))}
+    for ds, values in sorted(scores.items()):
+        out[f"val/{ds}/score" if ds else "val/score"] = _mean(values)
+    for (ds, name), values in sorted(terms.items()):
+        out[f"val/{ds}/{name}/mean" if ds else f"val/{name}/mean"] = _mean(values)
+    return out
+
+
+class Evaluator:
+    """The run's evaluations; a no-op when there is no validation set."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.dataset = run.prep.val_dataset
+        self.history: list[dict[str, Any]] = []
+        self._actor: Any = None
+
+    def due(self, step: int) -> bool:
+        """Whether a training step ``step`` is followed by an evaluation."""
+        t = self.run.t
+        if self.dataset is None or t.test_freq == -1 or (self.history and self.history[-1]["step"] == step):
+            return False
+        return (t.test_freq > 0 and step % t.test_freq == 0) or step == t.total_steps
+
+    def before_training(self) -> None:
+        """verl's ``val_before_train``: evaluate the starting weights."""
+        if self.dataset is not None and self.run.t.val_before_train:
+            self.evaluate(self.run.step)
+
+    def after_step(self, step: int) -> None:
+        if self.due(step):
+            self.evaluate(step)
+
+    def _generator(self) -> Any:
+        import ray
+
+        from .actors import Rollouter
+
+        if self._actor is None:
+            run, cfg = self.run, self.run.cfg
+            rollout = {**dataclasses.asdict(cfg.rollout), "n": cfg.rollout.val_n,
+                       "temperature": cfg.rollout.val_temperature}
+            self._actor = ray.remote(Rollouter).options(num_cpus=0, max_restarts=run.t.max_restarts).remote(
+                run.prep.model_path, rollout, dataclasses.asdict(cfg.data), dict(cfg.reward),
+                dtype=cfg.rollout.dtype, threads=run._threads(), seed=run.t.seed)
+        return self._actor
+
+    def evaluate(self, step: int) -> dict[str, Any]:
+        import ray
+
+        assert self.dataset is not None
+        run = self.run
+        t0 = time.perf_counter()
+        actor = self._generator()
+        ray.get(actor.set_weights.remote(run.learner.get_weights.remote(), step))
+        items = self.dataset.items
+        rollouts = []
+        for k, start in enumerate(range(0, len(items), CHUNK)):
+            prompts = items[start:start + CHUNK]
+            batch = PromptBatch(index=_INDEX0 + k, prompts=list(prompts),
+                                dataset_indices=list(range(start, start + len(prompts))))
+            rollout = ray.get(actor.generate.remote(batch))
+            rollouts.append(run._call(run.reward_client, 0, "score", rollout))
+        metrics: dict[str, Any] = {"step": step, **val_metrics(rollouts),
+                                   "val/time_s": time.perf_counter() - t0}
+        self.history.append(metrics)
+        stats = run.stats
+        with stats.metrics_path.open("a") as f:
+            f.write(json.dumps(metrics, sort_keys=True) + "\n")
+        for key, value in metrics.items():
+            if key != "step":
+                stats.tb.add_scalar(key, float(value), step)
+        stats.tb.flush()
+        for cb in getattr(run, "val_callbacks", ()):  # trackers (loggers.py)
+            cb(step, metrics, run)
+        return metrics
+
+    def summary(self) -> dict[str, Any]:
+        """``{"val": [every evaluation's metrics]}``, or nothing without a validation set."""
+        return {"val": list(self.history)} if self.dataset is not None else {}
+
+    def close(self) -> None:
+        import ray
+
+        if self._actor is not None:
+            try:
+                ray.kill(self._actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+            self._actor = None
