@@ -35,8 +35,22 @@ def rewardhub_register_rewards() -> Sequence[RewardSpec | Any]:  # type: ignore[
     decorated with :func:`rewardhub.reward`), which is turned into a spec whose target is
     ``module:qualname``.
 
-    A name returned twice, by this or any other source, is a
-    :class:`~rewardhub.DuplicateRewardError` naming both sources.
+    A name that another installed source registers too is listed with status ``conflict``
+    (both sources shown); only a config that uses the name fails, until it picks one with
+    ``reward.plugins.prefer`` or blocks the other with ``reward.plugins.block``. A name this
+    plugin returns twice is a :class:`~rewardhub.DuplicateRewardError`.
+
+    Example::
+
+        import rewardhub
+
+        def shout(*, response, **kwargs):
+            "1.0 for an upper-case response."
+            return float(response.isupper())
+
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards():
+            return [shout, rewardhub.RewardSpec(name="shout_strict", target="my_pkg.rewards:shout")]
 
     .. versionadded:: 0.1
     """
@@ -48,7 +62,13 @@ def rewardhub_legacy_aliases() -> Mapping[str, str]:  # type: ignore[empty-body]
 
     Used by the config shim: a term that names an old reward is rewritten to the new name with
     a deprecation warning. Aliases from all plugins are merged; an alias that maps to two
-    different names is an error.
+    different names breaks the second plugin that declares it.
+
+    Example::
+
+        @rewardhub.hookimpl
+        def rewardhub_legacy_aliases():
+            return {"old_exact": "exact_answer"}  # configs naming old_exact get exact_answer, with a warning
 
     .. versionadded:: 0.1
     """

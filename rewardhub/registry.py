@@ -168,7 +168,7 @@ class RewardRegistry:
         for name, choice in choices.items():
             specs = self.conflicts.get(name) or ([self._name2spec[name]] if name in self._name2spec else [])
             if not specs:
-                raise UnknownRewardError(name, self._name2spec, "in reward.plugins.prefer")
+                raise UnknownRewardError(name, list(self._name2spec), "in reward.plugins.prefer")
             chosen = [s for s in specs if matches_source(s, str(choice))]
             if len(chosen) != 1:
                 raise UsageError(f"reward.plugins.prefer: {{{name}: {choice}}} matches {len(chosen)} of the sources "

@@ -188,3 +188,15 @@ def test_modules_stay_under_the_size_limit():
     over = {p for p, n in sizes.items() if n > MAX_LINES}
     assert over - OVER_LIMIT == set(), f"over {MAX_LINES} lines: split along a seam"
     assert OVER_LIMIT - over == set(), "back under the limit: remove it from OVER_LIMIT"
+
+
+def test_every_hook_has_a_test_and_a_documented_example():
+    import rewardhub.hookspecs as hookspecs
+
+    hooks = sorted(n for n in dir(hookspecs) if n.startswith("rewardhub_"))
+    assert hooks == ["rewardhub_legacy_aliases", "rewardhub_register_rewards"]
+    tests_text = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").rglob("test_*.py"))
+    for hook in hooks:
+        doc = getattr(hookspecs, hook).__doc__ or ""
+        assert "Example::" in doc and f"def {hook}(" in doc, f"{hook}: document an example implementation"
+        assert f"def {hook}(self)" in tests_text or f"def {hook}()" in tests_text, f"{hook}: no test implements it"

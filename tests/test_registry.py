@@ -330,6 +330,9 @@ def test_two_packages_registering_one_name_break_only_configs_that_use_it(cli, t
     assert by["exact_match"]["status"] == "ok" and by["math_verify"]["status"] == "ok"
     table = cli("list", env=env)
     assert table.returncode == 0 and "conflict" in table.stdout and "1 conflicting" in table.stdout
+    shown = cli("show", "accuracy", env=env)  # names both sources instead of picking one
+    assert shown.returncode != 0 and "Traceback" not in shown.stderr and "acc-one" in shown.stderr \
+        and "acc-two" in shown.stderr
     # a config that does not use the name is untouched
     other = _config(tmp, "other", [{"name": "exact_match"}])
     assert cli("score", other, str(data), env=env).returncode == 0
