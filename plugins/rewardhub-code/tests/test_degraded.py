@@ -53,8 +53,10 @@ def test_native_mode_warns_once_and_still_isolates_the_network(fresh_warnings, l
     if report["mode"] != "native":
         pytest.skip("native namespaces are not available here")
     assert report["enforced"]["network_namespace"] and not report["enforced"]["pid_namespace"]
-    assert not report["enforced"]["read_only_root_fs"]  # said, not pretended
-    with pytest.warns(RewardhubWarning, match="native mode\\) cannot enforce: read_only_root_fs"):
+    # said, not pretended: the launcher's runtime-only root where it could build one, else the host's tree
+    assert report["enforced"]["read_only_root_fs"] is report["visible"]["runtime_only"]
+    first = "pid_namespace" if report["visible"]["runtime_only"] else "read_only_root_fs"
+    with pytest.warns(RewardhubWarning, match=f"native mode\\) cannot enforce: {first}"):
         assert code_tests(response=ADD, ground_truth=TESTS, local=NATIVE)["score"] == 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per process

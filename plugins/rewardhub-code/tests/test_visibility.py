@@ -19,6 +19,8 @@ from rewardhub_code import sandbox
 from rewardhub_code.reward import code_tests
 
 TESTS = ["assert add(2, 3) == 5"]
+# native mode warns once that it has no PID namespace (test_degraded.py checks that warning)
+pytestmark = pytest.mark.filterwarnings("ignore:rewardhub-code local sandbox \\(native mode\\):rewardhub.RewardhubWarning")
 REPORT = sandbox.isolation_report()
 runtime_only = pytest.mark.skipif(not REPORT["visible"]["runtime_only"],
                                   reason="no bubblewrap here: the program sees the host filesystem "
@@ -35,6 +37,15 @@ def _host_folder():
     pytest.skip("no writable folder outside /tmp")
 
 
+@pytest.fixture(params=["default", "native"])
+def local(request):
+    """The sandbox as configured (bubblewrap here when installed), and the launcher's own namespaces."""
+    opts = {} if request.param == "default" else {"use_bwrap": False}
+    if not sandbox.isolation_report(sandbox.SandboxConfig(**opts))["visible"]["runtime_only"]:
+        pytest.skip(f"{request.param}: the program sees the host filesystem here (isolation_report says so)")
+    return opts
+
+
 @pytest.fixture
 def host_folder():
     d = _host_folder()
@@ -42,8 +53,7 @@ def host_folder():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@runtime_only
-def test_world_writable_unix_socket_outside_tmp_is_unreachable(host_folder):
+def test_world_writable_unix_socket_outside_tmp_is_unreachable(host_folder, local):
     path = os.path.join(host_folder, "bus.sock")
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -54,36 +64,34 @@ def test_world_writable_unix_socket_outside_tmp_is_unreachable(host_folder):
         prog = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({path!r})\n"
                 "    s.sendall(b'hello')\n    def add(a, b):\n        return a + b\n"
                 "except OSError as exc:\n    print(type(exc).__name__, exc)\n")
-        out = code_tests(response=fenced(prog), ground_truth=TESTS)
+        out = code_tests(response=fenced(prog), ground_truth=TESTS, local=local)
         assert out["score"] == 0.0
         with pytest.raises(TimeoutError):
             srv.accept()
-        res = sandbox.run_python({"m.py": prog}, "m.py")
+        res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(**local))
         assert res.status == "ok" and "FileNotFoundError" in res.stdout
     finally:
         srv.close()
 
 
-@runtime_only
-def test_file_readable_by_others_outside_the_runtime_is_unreadable(host_folder):
+def test_file_readable_by_others_outside_the_runtime_is_unreadable(host_folder, local):
     answers = os.path.join(host_folder, "answers.txt")
     with open(answers, "w") as f:
         f.write("add = lambda a, b: a + b\n")
     os.chmod(answers, 0o644)
     prog = (f"try:\n    exec(open({answers!r}).read())\nexcept OSError as exc:\n    print(type(exc).__name__)\n")
-    out = code_tests(response=fenced(prog), ground_truth=TESTS)
+    out = code_tests(response=fenced(prog), ground_truth=TESTS, local=local)
     assert out["score"] == 0.0
-    res = sandbox.run_python({"m.py": prog}, "m.py")
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(**local))
     assert res.status == "ok" and res.stdout.strip() == "FileNotFoundError"
 
 
-@runtime_only
-def test_the_program_sees_only_the_runtime():
+def test_the_program_sees_only_the_runtime(local):
     prog = ("import os, sys, json\nprint(json.dumps({'root': sorted(os.listdir('/')),"
             " 'dev': sorted(os.listdir('/dev')), 'here': sorted(os.listdir('.')),"
             " 'home': os.path.exists(os.path.expanduser('~root')) and os.listdir(os.path.expanduser('~root')),"
             " 'python': sys.version_info[:2]}))\n")
-    res = sandbox.run_python({"m.py": prog}, "m.py")
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(**local))
     assert res.status == "ok", res.stderr
     seen = json.loads(res.stdout)
     allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "tmp", "dev", "proc"}
@@ -130,7 +138,8 @@ def test_isolation_report_states_what_is_visible():
         assert any("files readable by 'other'" in n for n in REPORT["notes"])
 
 
-def test_report_without_bubblewrap():
-    report = sandbox.isolation_report(sandbox.SandboxConfig(use_bwrap=False))
-    assert report["visible"]["runtime_only"] is False and report["mode"] in ("native", "plain")
+def test_report_without_any_namespace():
+    report = sandbox.isolation_report(sandbox.SandboxConfig(use_bwrap=False, use_namespaces=False))
+    assert report["visible"]["runtime_only"] is False and report["mode"] == "plain"
+    assert not report["enforced"]["runtime_only_filesystem"]
     assert any("world-writable unix sockets outside /tmp" in n for n in report["notes"])
