@@ -4,6 +4,7 @@ folder) receive the step and evaluation metrics when installed."""
 from __future__ import annotations
 
 import importlib.util
+import time
 import pytest
 
 from rewardhub.errors import UsageError
@@ -44,7 +45,11 @@ def test_wandb_offline_gets_the_metrics(tmp_path, monkeypatch):
     t.close()
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
-    data = next(runs[0].glob("run-*.wandb")).read_bytes()  # wandb's record log (protobuf; no reader shipped)
+    record = next(runs[0].glob("run-*.wandb"))  # wandb's record log (protobuf; no reader shipped)
+    deadline = time.monotonic() + 60
+    while b"val/score" not in record.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.2)  # wandb's service process writes the log after finish() returns
+    data = record.read_bytes()
     assert b"reward/mean" in data and b"val/score" in data and b"0.75" in data and b"skip" not in data
 
 
