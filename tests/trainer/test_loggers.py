@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+
 import pytest
 
 from rewardhub.errors import UsageError
