@@ -23,7 +23,11 @@ from ._output import write_summary
 
 NAME = "score"
 HELP = "score a JSONL file of samples with the config's rewards; prints a per-reward summary"
+#: rows per Runner call: the first chunk is FIRST_CHUNK rows, later ones about CHUNK_S seconds of
+#: work, at most CHUNK rows (rows are written chunk by chunk: a stopped run keeps the chunks done)
 CHUNK = 4096
+FIRST_CHUNK = 256
+CHUNK_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,13 +135,15 @@ def run(args: argparse.Namespace) -> int:
         out = ScoredRows(args.output)
         try:
             with out, rewards_print_to_stderr(out), stop_on_sigterm(), interrupts_told_apart():
-                for k in range(0, max(len(rows), 1), CHUNK):
-                    chunk = rows[k:k + CHUNK]
-                    if not chunk:
-                        break
+                k, size = 0, FIRST_CHUNK
+                while k < len(rows):
+                    chunk = rows[k:k + size]
                     if not args.namespace:
                         check_result_fields(chunk, k, args.data)
-                    res = runner.score(chunk, progress=lambda d, t, k=k: progress(k + d * len(chunk) // max(t, 1)))
+                    began = time.monotonic()
+                    res = runner.score(chunk, progress=lambda d, t, k=k, m=len(chunk): progress(k + d * m // max(t, 1)))
+                    k += len(chunk)
+                    size = max(FIRST_CHUNK, min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))))
                     out.write(output_row(row, res, i, args.namespace) for i, row in enumerate(chunk))
                     for n in names:
                         columns[n].extend(res.columns[n])
