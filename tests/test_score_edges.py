@@ -233,3 +233,14 @@ def test_namespace_keeps_the_users_fields(cli, simple, tmp_path):
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert (row["score"], row["rewards"], row["extra"]) == (7, ["mine"], "e")
     assert row["rh"]["score"] == 2.0 and row["rh"]["rewards"] == {"compute_score": 2.0}
+
+
+def test_score_in_process_writes_rows_to_a_captured_stdout(simple, capsys):
+    """Called as a function (stdout not a file descriptor): rows still reach stdout, prints stderr."""
+    from rewardhub.cli import main
+
+    cfg, data = simple
+    assert main(["score", cfg, data]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line)["score"] for line in captured.out.splitlines()] == [1.0, 2.0, 3.0]
+    assert "3 samples scored" in captured.err
