@@ -38,12 +38,14 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         path = os.path.join(d, "hang_reward.py")
         with open(path, "w") as f:
             f.write(REWARD)
+        # two workers (spares may stand in for hung ones: no max_concurrency, which would forbid a third
+        # call at once); pure: the template may replay its calls to warm new workers
         cfg = {"rewards": [{"path": path, "function": "maybe_hang", "executor": "process", "timeout_s": timeout_s,
-                            "max_concurrency": 2}]}
+                            "pure": True}]}
         clean = samples(n, seed=2)
         hung = [dict(s, extra_info=dict(s["extra_info"], hang=(i % 100 == 7))) for i, s in enumerate(clean)]
         t_clean, t_hung = [], []
-        with Runner.from_config(cfg) as r:
+        with Runner.from_config(cfg, process_workers=2) as r:
             r.score(clean[:50])  # workers started and warm
             for _ in range(repeat):  # alternate, so that load from elsewhere hits both alike
                 t = time.perf_counter()

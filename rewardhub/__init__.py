@@ -7,6 +7,7 @@ from typing import Any
 from .decorator import reward
 from .errors import BrokenRewardError
 from .errors import DuplicateRewardError
+from .errors import Interrupted
 from .errors import PluginLoadError
 from .errors import RewardExecutionError
 from .errors import RewardhubDeprecationWarning
@@ -26,6 +27,7 @@ __all__ = [
     "BrokenRewardError",
     "DuplicateRewardError",
     "ExecutionPolicy",
+    "Interrupted",
     "PluginLoadError",
     "RewardExecutionError",
     "RewardRegistry",

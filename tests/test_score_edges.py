@@ -123,12 +123,13 @@ def test_new_output_appears_only_when_the_run_succeeds(cli, simple, tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
-    from rewardhub._commands.score import CHUNK
+    from rewardhub._commands.score import FIRST_CHUNK
 
     reward = _write(tmp_path / "r.py", "import time\ndef compute_score(*, response, **kw):\n"
                                        "    if response == 'slow':\n        time.sleep(600)\n    return 1.0\n")
     cfg = _write(tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n")
-    rows = [{"response": "x", "i": i} for i in range(CHUNK)] + [{"response": "slow"}] + [{"response": "y"}] * 10
+    slow_at = 3 * FIRST_CHUNK
+    rows = [{"response": "x", "i": i} for i in range(slow_at)] + [{"response": "slow"}] + [{"response": "y"}] * 10
     data = _jsonl(tmp_path / "d.jsonl", rows)
     out = tmp_path / "o.jsonl"
     out.write_text("earlier results\n")
@@ -141,20 +142,22 @@ def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
             if tmp and os.path.getsize(tmp_path / tmp[0]) > 0:
                 break
             time.sleep(0.05)
-        time.sleep(0.2)
+        time.sleep(0.5)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
     kept = tmp_path / "o.jsonl.partial"
     assert proc.returncode == 128 + sig, err
+    got = [json.loads(x) for x in kept.read_text().splitlines()]
+    n = len(got)
+    assert FIRST_CHUNK <= n <= slow_at  # whole chunks, all before the row that hangs
+    assert [r["i"] for r in got] == list(range(n)) and all(r["score"] == 1.0 for r in got)
     name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
-    assert f"ERROR: interrupted ({name}) after {CHUNK} of {len(rows)} rows; the {CHUNK} rows scored so far " \
+    assert f"ERROR: interrupted ({name}) after {n} of {len(rows)} rows; the {n} rows scored so far " \
            f"are in {kept} ({out} is unchanged)" in err
     assert "Traceback" not in err
     assert out.read_text() == "earlier results\n"
-    got = [json.loads(x) for x in kept.read_text().splitlines()]
-    assert [r["i"] for r in got] == list(range(CHUNK)) and all(r["score"] == 1.0 for r in got)
 
 
 # ---- a reward's exit, interrupt or print -------------------------------------------------------
@@ -230,3 +233,14 @@ def test_namespace_keeps_the_users_fields(cli, simple, tmp_path):
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert (row["score"], row["rewards"], row["extra"]) == (7, ["mine"], "e")
     assert row["rh"]["score"] == 2.0 and row["rh"]["rewards"] == {"compute_score": 2.0}
+
+
+def test_score_in_process_writes_rows_to_a_captured_stdout(simple, capsys):
+    """Called as a function (stdout not a file descriptor): rows still reach stdout, prints stderr."""
+    from rewardhub.cli import main
+
+    cfg, data = simple
+    assert main(["score", cfg, data]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line)["score"] for line in captured.out.splitlines()] == [1.0, 2.0, 3.0]
+    assert "3 samples scored" in captured.err

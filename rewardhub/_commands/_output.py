@@ -229,14 +229,14 @@ def rewards_print_to_stderr(out: ScoredRows) -> Iterator[None]:
     the process or its workers) goes to stderr; rows to stdout go to where stdout was."""
     sys.stdout.flush()
     try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, io.UnsupportedOperation):
-        fd = None
+        fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # not file descriptors (a test's capture)
+        fd = err_fd = None
     real_stdout = sys.stdout
     saved = None
-    if fd is not None:
+    if fd is not None and err_fd is not None:
         saved = os.dup(fd)
-        os.dup2(sys.stderr.fileno(), fd)
+        os.dup2(err_fd, fd)
     if out.path is None:
         out.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
     sys.stdout = sys.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 import time
@@ -23,7 +24,11 @@ from ._output import write_summary
 
 NAME = "score"
 HELP = "score a JSONL or parquet file (or save_to_disk folder) of samples with the config's rewards; prints a per-reward summary"
+#: rows per Runner call: the first chunk is FIRST_CHUNK rows, later ones about CHUNK_S seconds of
+#: work, at most CHUNK rows (rows are written chunk by chunk: a stopped run keeps the chunks done)
 CHUNK = 4096
+FIRST_CHUNK = 256
+CHUNK_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,13 +194,15 @@ def run(args: argparse.Namespace) -> int:
         out = ScoredRows(args.output)
         try:
             with out, rewards_print_to_stderr(out), stop_on_sigterm(), interrupts_told_apart():
-                for chunk in chunks(_chain(first, samples)):
+                rest, size = _chain(first, samples), FIRST_CHUNK
+                while chunk := list(itertools.islice(rest, size)):
                     if not args.namespace:
                         check_result_fields(chunk, n_rows, args.data)
-                    done = n_rows
+                    began, done = time.monotonic(), n_rows
                     rows, cols, chunk_scores = score_chunk(
                         runner, chunk, needing, args.namespace,
                         progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
+                    size = max(FIRST_CHUNK, min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))))
                     out.write(rows)
                     for n in names:
                         columns[n].extend(cols[n])

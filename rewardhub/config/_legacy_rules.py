@@ -24,6 +24,7 @@ KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
     "remote": {"executor": "ray"},
     "rate_limited": {"executor": "thread"},
     "limit": {"executor": "thread"},
+    "rewardhub": {},  # rewardhub's own verl manager (rewardhub.adapters_verl): it scores these terms
 }
 
 _RM_FIELDS = frozenset({
