@@ -32,7 +32,9 @@ class Rollout:
     """One generated batch: ``prompts_per_step`` groups of ``n`` completions."""
 
     batch: PromptBatch
-    version: int  #: policy version of the weights that generated it
+    #: the weights that generated it, tagged by the trainer step that produced them (staleness is
+    #: counted in steps; the metrics' ``policy_version`` is the optimizer updates of those weights)
+    version: int
     groups: list[list[Any]]  #: engine.Completion
     gen_s: float
     rollouter_pid: int
@@ -101,10 +103,22 @@ class Rollouter:
                 "version": self.engine.version}
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
-        self.engine.load_weights(state_dict, version)
+        try:
+            self.engine.load_weights(state_dict, version)
+        except BaseException:
+            self.engine.version = -1  # the weights may be half loaded: this engine matches no version
+            raise
         return version
 
-    def generate(self, batch: PromptBatch) -> Rollout:
+    def generate(self, batch: PromptBatch, want_version: int | None = None) -> Rollout | int:
+        """Sample the batch, or return the version it holds when that is not ``want_version``.
+
+        A rollouter restarted by Ray holds the base weights, and one whose last weight load failed
+        holds none it can name: it answers with its version instead of generating, so the driver
+        sends it the current weights first (calls on one actor run in order).
+        """
+        if want_version is not None and self.engine.version != want_version:
+            return int(self.engine.version)
         t0 = time.perf_counter()
         texts = [self.engine.format_prompt(p.question + self.instruction, self.template,
                                            self.system)
@@ -197,12 +211,19 @@ class Learner:
         self.fingerprint = _fingerprint(reward_cfg)
         self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed)
         self.scale = scale_advantages
+        self.loaded_from = init_from
         if init_from:
             self.impl.load(init_from)
 
     def info(self) -> dict[str, Any]:
         return {"role": "learner", **_where(), "registry_fingerprint": self.fingerprint,
-                "version": self.impl.version}
+                "version": self.impl.version, "loaded_from": self.loaded_from}
+
+    def load(self, path: str) -> int:
+        """Continue from the checkpoint at ``path`` (after a restart); returns its policy version."""
+        self.impl.load(path)
+        self.loaded_from = path
+        return self.impl.version
 
     def train(self, rollout: Rollout) -> dict[str, float]:
         import torch
