@@ -25,12 +25,10 @@ from typing import Any
 
 from .actors import PromptBatch
 from .actors import Rollout
-from .checkpoint import commit_checkpoint
 from .checkpoint import latest_checkpoint
 from .checkpoint import read_state
-from .checkpoint import staging_path
-from .checkpoint import write_state
 from .prepare import Prepared
+from .recovery import Recovery
 from .stats import StepStats
 
 __all__ = ["Run", "RunAborted", "start_ray"]
@@ -41,7 +39,6 @@ from .faults import LearnerLost  # noqa: E402
 from .faults import Pool  # noqa: E402
 from .faults import Rollouters  # noqa: E402
 from .faults import RunAborted  # noqa: E402
-from .faults import cause  # noqa: E402
 from .faults import wait_alive  # noqa: E402
 
 StepCallback = Callable[[int, Mapping[str, Any], "Run"], None]
@@ -73,7 +70,7 @@ class _Flight:
     train: tuple[Any, Rollout, int] | None = None  #: the learner's call, its batch and staleness
 
 
-class Run:
+class Run(Recovery):
     """One training run; :meth:`run` returns the summary it also writes to ``summary.json``."""
 
     def __init__(self, prep: Prepared, output: str | os.PathLike[str], *, resume: str | None = None,
@@ -118,7 +115,7 @@ class Run:
         self.stale_in_row = self.max_stale_in_row = 0
         self.skipped_updates = 0
         self.last_checkpoint_t = time.monotonic()
-        self.flight = _Flight(next_put=self.cursor)
+        self._reset_flight()
         self._queue_size = 0
 
     # -- actors ------------------------------------------------------------------------------
@@ -204,20 +201,6 @@ class Run:
         if wait:
             self.rollouters.settle()
 
-    def _weights_ok(self) -> None:
-        """After a failed acknowledgement: are the weights sent the fault (the learner died, or they are not finite)?"""
-        import ray
-        from ray.exceptions import RayTaskError
-
-        if self.rollouters.weights is None:
-            return
-        try:
-            ray.get(self.rollouters.weights[0], timeout=600)
-        except _ACTOR_ERRORS:
-            raise LearnerLost from None
-        except RayTaskError as exc:
-            raise RunAborted(f"learner: weights not sent: {cause(exc)}") from None
-
     def _arrives_fresh(self, training: bool, ahead: int) -> bool:
         """Would a batch started now be within the staleness bound when the learner reaches it?
 
@@ -283,67 +266,6 @@ class Run:
 
     def _totals(self) -> dict[str, int]:
         return {k: self.prior[k] + self.counts[k] for k in self.counts}
-
-    def _checkpoint(self) -> None:
-        """Save atomically: the learner's files and the driver's state into a hidden folder, then renamed."""
-        staged = staging_path(self.out / "checkpoints", self.step)
-        self._learner_call(self.learner.save.remote(str(staged)), "checkpoint failed")
-        # Only what was consumed is carried over: batches still in flight are regenerated on resume.
-        totals = self._totals()
-        carried = {k: totals[k] for k in ("trained", "dropped_stale", "lost_on_restart")}
-        carried["generated"] = sum(carried.values())
-        write_state(staged, {"step": self.step, "data_cursor": self.consumed, "counts": carried,
-                             "max_staleness_seen": self.max_staleness, "config": self.cfg.to_dict()})
-        path = commit_checkpoint(staged, self.step, keep=self.t.checkpoint_keep)
-        self.restore_point = {"path": str(path), "step": self.step, "cursor": self.consumed,
-                              "trained": totals["trained"]}
-        self.last_checkpoint_t = time.monotonic()
-
-    def _learner_call(self, ref: Any, what: str = "train failed") -> Any:
-        import ray
-        from ray.exceptions import RayTaskError
-
-        try:
-            return ray.get(ref)
-        except _ACTOR_ERRORS:
-            raise LearnerLost from None
-        except RayTaskError as exc:
-            raise RunAborted(f"learner: {what}: {cause(exc)}") from None
-
-    def _restart_learner(self) -> None:
-        """The learner died: continue from the latest checkpoint; what came after it is lost (and counted)."""
-        import ray
-
-        self.learner_restarts += 1
-        if self.learner_restarts > self.t.max_restarts:
-            raise RunAborted(f"learner: died {self.learner_restarts} times (trainer.max_restarts="
-                             f"{self.t.max_restarts}); see the Ray logs of its node for the cause")
-        handle = self.learners.failed(0)
-        point = self.restore_point
-        wait_alive(handle, "learner")
-        try:
-            info = ray.get(handle.info.remote(), timeout=600)
-            version = int(info["version"])
-            if point["path"] and info.get("loaded_from") != point["path"]:
-                version = int(ray.get(handle.load.remote(point["path"]), timeout=600))
-        except _ACTOR_ERRORS as exc:
-            raise RunAborted(f"learner: could not be restarted: {cause(exc)}") from None
-        lost = sum(r.num_samples for r in self._collect())
-        undone = self._totals()["trained"] - int(point["trained"])
-        self.counts["trained"] -= undone
-        self.counts["lost_on_restart"] += lost + undone
-        print(f"WARNING: learner restarted from step {point['step']} (was at {self.step}); "
-              f"{lost + undone} samples lost", file=sys.stderr)
-        self.learner_restores.append({"at_step": self.step, "to_step": int(point["step"]),
-                                      "checkpoint": point["path"], "samples_lost": lost + undone})
-        self.step = int(point["step"])
-        self.cursor = self.consumed = int(point["cursor"])
-        self.flight = _Flight(next_put=self.cursor)
-        self.stats.rewind(self.step)
-        self.versions = {k: v for k, v in self.versions.items() if k < self.step}
-        self.versions[self.step] = version
-        self.workers = self._infos()
-        self._sync_weights(wait=True)  # the rollouters may hold weights newer than the checkpoint's
 
     # -- modes -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -513,8 +435,11 @@ class Run:
                 except Exception:  # noqa: BLE001 - its samples are counted either way
                     pass
         out += ray.get(self.queue.drain.remote())
-        self.flight = _Flight(next_put=self.cursor)
+        self._reset_flight()
         return out
+
+    def _reset_flight(self) -> None:
+        self.flight = _Flight(next_put=self.cursor)
 
     # -- the end -----------------------------------------------------------------------------
     def _finish(self, leftovers: list[Rollout]) -> dict[str, Any]:
