@@ -196,3 +196,25 @@ def test_batches_dropped_as_stale_in_a_row_stop_the_run(ray_session, tiny_config
         train(cfg, output=str(tmp_path / "o"))
     rows = _rows(tmp_path / "o")
     assert len(rows) < 12 and all(r["stale/batches_in_a_row"] == 0 for r in rows)
+
+
+@pytest.mark.timeout(240)
+def test_a_used_reward_missing_on_the_reward_workers_stops_the_run_naming_it(ray_session, tiny_config, tmp_path,
+                                                                            monkeypatch):
+    """A reward module importable in the driver only (not on the workers' path): named with the node."""
+    (tmp_path / "driver_only_rewards.py").write_text(
+        "def digit(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+        "    return float(any(c.isdigit() for c in solution_str))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tiny_config(trainer={"mode": "fully_async", "total_steps": 3},
+                      reward={"rewards": [{"module": "driver_only_rewards", "function": "digit"}]})
+    t0 = time.monotonic()
+    with pytest.raises(RunAborted) as info:
+        train(cfg, output=str(tmp_path / "o"))
+    assert time.monotonic() - t0 < 200
+    message = str(info.value)
+    # the process that failed to build the reward, its node, the reward, and the fix
+    assert message.startswith("reward_client on ") and "(node id " in message
+    assert "reward module 'driver_only_rewards' cannot be imported (reward term 'digit')" in message
+    assert "PYTHONPATH" in message
+    assert "rollouter" not in message and "learner" not in message

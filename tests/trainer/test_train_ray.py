@@ -33,8 +33,17 @@ def _check_fingerprints(summary: dict) -> None:
     assert {"learner", "rollouter", "reward_worker"} <= roles
     assert summary["driver_fingerprint"]
     for w in summary["workers"]:
-        assert w["registry_fingerprint"] == summary["driver_fingerprint"], w
         assert w["pid"] != summary["driver_pid"]
+        if w["role"] in ("learner", "rollouter"):  # they never call a reward: no registry built
+            assert w["registry_fingerprint"] is None, w
+        else:
+            assert w["registry_fingerprint"] == summary["driver_fingerprint"], w
+    # provenance: each reward the config uses, and every reward worker that ran it
+    scorers = sorted(w["pid"] for w in summary["workers"] if w["role"] == "reward_worker")
+    assert summary["rewards"]
+    for r in summary["rewards"]:
+        assert r["identity"] and r["source"] in ("builtin", "config", "entry-point", "plugin")
+        assert sorted(w["pid"] for w in r["workers"]) == scorers
 
 
 def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_path):

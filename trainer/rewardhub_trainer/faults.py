@@ -26,6 +26,7 @@ from ray.exceptions import RayActorError  # noqa: E402
 from ray.exceptions import RayTaskError  # noqa: E402
 
 ACTOR_ERRORS = (RayActorError, ActorUnavailableError)
+SYNC_TIMEOUT_S = 300.0  #: a weight sync not acknowledged by then counts as failed
 
 
 class RunAborted(RewardhubError):
@@ -160,11 +161,17 @@ class Rollouters:
             mine = [a for a, (j, _, _) in self.acks.items() if i is None or j == i]
             if not mine:
                 return
-            done, _ = ray.wait(mine, num_returns=len(mine), timeout=None if block else 0)
+            done, stuck = ray.wait(mine, num_returns=len(mine), timeout=SYNC_TIMEOUT_S if block else 0)
             for ack in done:
                 self.acked(ack)
             if not block:
                 return
+            for ack in stuck:  # alive but not answering (e.g. a stopped process): a fresh one
+                j, epoch, _tag = self.acks.pop(ack)
+                if epoch == self.pool.epochs[j]:
+                    self.sync_failures += 1
+                    self._failed(j, TimeoutError(f"no acknowledgement within {SYNC_TIMEOUT_S:g}s"),
+                                 died=False, what="weight sync failed")
 
     def acked(self, ack: Any) -> None:
         """Handle one finished ``set_weights``: a failure restarts or replaces that rollouter."""

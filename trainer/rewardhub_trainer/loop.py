@@ -148,7 +148,7 @@ class Run(Recovery):
         data = dataclasses.asdict(cfg.data)
         path, threads = self.prep.model_path, self._threads()
         self.rollouters = Rollouters(Pool("rollouter", lambda: roll_cls.remote(
-            path, rollout, data, reward, dtype=cfg.rollout.dtype, threads=threads, seed=t.seed),
+            path, rollout, data, dtype=cfg.rollout.dtype, threads=threads, seed=t.seed),
             t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok)
         # the reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
         # (so that scoring overlaps generation and training); the pool heals its own workers
@@ -164,7 +164,7 @@ class Run(Recovery):
         learner_cls = ray.remote(Learner).options(**opts)
         init_from = str(self.resume_ckpt) if self.resume_ckpt else None
         self.learners = Pool("learner", lambda: learner_cls.remote(
-            path, settings, reward, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
+            path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=init_from), 1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
@@ -184,14 +184,12 @@ class Run(Recovery):
         return infos
 
     def _check_fingerprints(self, infos: list[dict[str, Any]]) -> None:
-        from rewardhub.errors import UsageError
-
+        """Only the reward workers call rewards: their pool compared, at start-up, each reward the
+        config uses with the driver's (a reward client reports the pool's refusal, naming each)."""
         for w in infos:
-            if w["registry_fingerprint"] != self.prep.fingerprint:
-                raise UsageError(
-                    f"reward registry differs on {w['role']} (node {w['node']}, pid {w['pid']})\n"
-                    f"driver: {self.prep.fingerprint}\nworker: {w['registry_fingerprint']}\n"
-                    "install the same reward packages and files on every node")
+            if w.get("error"):
+                raise RunAborted(f"reward_client on {w['hostname']} (node id {str(w['node'])[:12]}, pid "
+                                 f"{w['pid']}): {w['error']}")
 
     # -- weights -----------------------------------------------------------------------------
     def _sync_weights(self, *, wait: bool = False) -> None:
@@ -475,7 +473,8 @@ class Run(Recovery):
             "weight_sync_failures": self.rollouters.sync_failures,
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
-            "workers": [{**{k: w[k] for k in ("role", "node", "pid", "registry_fingerprint")},
+            "rewards": self._provenance(workers),
+            "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
                          **({"pool": w["pool"]} if "pool" in w else {})} for w in workers],
             "restarts": {"rollouter": self.rollouters.pool.restarts, "reward_client": self.reward_client.restarts,
                          "reward_worker": counters["restarts"], "learner": self.learner_restarts},
@@ -490,6 +489,23 @@ class Run(Recovery):
         self._stop_actors()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
+
+    def _provenance(self, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every reward the run used: its identity in the driver, and where each reward worker ran it.
+
+        A reward worker starts only when its identity of each used reward (dist==version, or the
+        file's sha256) equals the driver's, so that identity is each worker's too.
+        """
+        from .rewards import used_rewards
+
+        used = used_rewards(self.cfg.reward)
+        scorers = [w for w in workers if w["role"] == "reward_worker"]
+        for r in used:
+            r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"),
+                             "identity": r["identity"], **({"file": w["files"][r["name"]]}
+                                                           if r["name"] in (w.get("files") or {}) else {})}
+                            for w in scorers]
+        return used
 
     def _stop_actors(self) -> None:
         import ray
