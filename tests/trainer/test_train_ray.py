@@ -33,8 +33,17 @@ def _check_fingerprints(summary: dict) -> None:
     assert {"learner", "rollouter", "reward_worker"} <= roles
     assert summary["driver_fingerprint"]
     for w in summary["workers"]:
-        assert w["registry_fingerprint"] == summary["driver_fingerprint"], w
         assert w["pid"] != summary["driver_pid"]
+        if w["role"] in ("learner", "rollouter"):  # they never call a reward: no registry built
+            assert w["registry_fingerprint"] is None, w
+        else:
+            assert w["registry_fingerprint"] == summary["driver_fingerprint"], w
+    # provenance: each reward the config uses, and every reward worker that ran it
+    scorers = sorted(w["pid"] for w in summary["workers"] if w["role"] == "reward_worker")
+    assert summary["rewards"]
+    for r in summary["rewards"]:
+        assert r["identity"] and r["source"] in ("builtin", "config", "entry-point", "plugin")
+        assert sorted(w["pid"] for w in r["workers"]) == scorers
 
 
 def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_path):
@@ -102,6 +111,9 @@ def test_stale_samples_are_dropped_and_counted(ray_session, tiny_config, tmp_pat
     rows = _rows(tmp_path / "o")
     assert all(r["staleness"] == 0 for r in rows)
     assert rows[-1]["samples/dropped_stale"] == summary["samples_dropped_stale"]
+    # every drop comes before a trained step, and each row says how many batches in a row it followed
+    assert sum(r["stale/batches_in_a_row"] for r in rows) * 8 == summary["samples_dropped_stale"]
+    assert summary["max_stale_batches_in_a_row"] == max(r["stale/batches_in_a_row"] for r in rows)
 
 
 def _killer(role: str, at_step: int, killed: list):
@@ -161,8 +173,21 @@ def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tm
     assert [r["step"] for r in got] == list(range(1, 7))
     assert [(r["batch_index"], r["dataset_indices"]) for r in got] == \
         [(r["batch_index"], r["dataset_indices"]) for r in want]
-    # the policy continued from the checkpoint: the same weights produce the same batch rewards
     assert [r["policy_version"] for r in got] == list(range(6))
+    # the policy continued from the checkpoint's weights (and optimizer state): the resumed run ends
+    # with the uninterrupted run's weights, and its batches after the checkpoint got the same rewards
+    import torch
+    from safetensors.torch import load_file
+
+    def weights(run: Path, step: int) -> dict:
+        return load_file(run / "checkpoints" / f"step_{step:06d}" / "model.safetensors")
+
+    end_resumed, end_whole, at_3 = weights(resumed, 6), weights(whole, 6), weights(first, 3)
+    assert end_resumed.keys() == end_whole.keys() == at_3.keys()
+    assert all(torch.allclose(end_resumed[k], end_whole[k], rtol=0, atol=1e-6) for k in end_whole)
+    assert any(not torch.allclose(at_3[k], end_whole[k], rtol=0, atol=1e-6) for k in end_whole)
+    assert [r["reward/mean"] for r in got[3:]] == [r["reward/mean"] for r in want[3:]]
+    assert [r["loss/policy"] for r in got[3:]] == pytest.approx([r["loss/policy"] for r in want[3:]], abs=1e-5)
 
 
 def test_legacy_custom_reward_runs_on_workers(ray_session, tiny_config, tmp_path):

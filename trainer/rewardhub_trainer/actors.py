@@ -32,7 +32,9 @@ class Rollout:
     """One generated batch: ``prompts_per_step`` groups of ``n`` completions."""
 
     batch: PromptBatch
-    version: int  #: policy version of the weights that generated it
+    #: the weights that generated it, tagged by the trainer step that produced them (staleness is
+    #: counted in steps; the metrics' ``policy_version`` is the optimizer updates of those weights)
+    version: int
     groups: list[list[Any]]  #: engine.Completion
     gen_s: float
     rollouter_pid: int
@@ -70,21 +72,11 @@ def _where() -> dict[str, Any]:
     return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid()}
 
 
-def _fingerprint(reward_cfg: Mapping[str, Any]) -> str | None:
-    from .rewards import registry_fingerprint
-
-    try:
-        return registry_fingerprint(reward_cfg)
-    except Exception:  # noqa: BLE001 - reported as missing, compared by the driver
-        return None
-
-
 class Rollouter:
     """Formats prompts, samples ``n`` completions each with the current policy version."""
 
-    def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any],
-                 reward_cfg: Mapping[str, Any], *, dtype: str = "float32", threads: int = 0,
-                 seed: int = 0) -> None:
+    def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
+                 dtype: str = "float32", threads: int = 0, seed: int = 0) -> None:
         _set_threads(threads)
         from .engine import make_engine
 
@@ -93,18 +85,28 @@ class Rollouter:
         self.instruction = data.get("instruction", "")
         self.system = data.get("system", "")
         self.seed = seed
-        self.fingerprint = _fingerprint(reward_cfg)
         self.engine = make_engine(self.rollout["engine"], model_path, dtype=dtype)
 
     def info(self) -> dict[str, Any]:
-        return {"role": "rollouter", **_where(), "registry_fingerprint": self.fingerprint,
-                "version": self.engine.version}
+        return {"role": "rollouter", **_where(), "version": self.engine.version}
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
-        self.engine.load_weights(state_dict, version)
+        try:
+            self.engine.load_weights(state_dict, version)
+        except BaseException:
+            self.engine.version = -1  # the weights may be half loaded: this engine matches no version
+            raise
         return version
 
-    def generate(self, batch: PromptBatch) -> Rollout:
+    def generate(self, batch: PromptBatch, want_version: int | None = None) -> Rollout | int:
+        """Sample the batch, or return the version it holds when that is not ``want_version``.
+
+        A rollouter restarted by Ray holds the base weights, and one whose last weight load failed
+        holds none it can name: it answers with its version instead of generating, so the driver
+        sends it the current weights first (calls on one actor run in order).
+        """
+        if want_version is not None and self.engine.version != want_version:
+            return int(self.engine.version)
         t0 = time.perf_counter()
         texts = [p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
                  for p in batch.prompts]  # p.text: rendered by the driver (data.render)
@@ -129,19 +131,28 @@ class RewardClient:
     def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
                  num_cpus: float = 0.0, batch_size: int | None = None) -> None:
         from rewardhub.distributed import RewardWorkerPool
+        from rewardhub.errors import RewardhubError
 
         # one chunk per worker and batch (groups kept whole): the fewest round trips
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
-        self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
-                                     max_restarts=max_restarts, chunk_size=chunk)
+        self.error: str | None = None
+        try:
+            self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
+                                         max_restarts=max_restarts, chunk_size=chunk)
+        except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
+            self.error = str(exc)
+            return
         self.fingerprint = self.pool.fingerprint()
 
     def info(self) -> dict[str, Any]:
+        """Where it runs; ``error`` when its reward workers could not start (the driver stops the run)."""
+        if self.error is not None:
+            return {"role": "reward_client", **_where(), "error": self.error}
         return {"role": "reward_client", **_where(), "registry_fingerprint": self.fingerprint}
 
     def workers(self) -> list[dict[str, Any]]:
         """The pool's reward workers: role, node, pid, registry_fingerprint (and more)."""
-        return self.pool.workers_info()
+        return [] if self.error is not None else self.pool.workers_info()
 
     def counters(self) -> dict[str, int]:
         pools = self.pool.pools()  # the reward pool, and the reward-model pool when there is one
@@ -171,7 +182,8 @@ class RewardClient:
         return rollout
 
     def close(self) -> None:
-        self.pool.close()
+        if self.error is None:
+            self.pool.close()
 
 
 def _nan(value: Any) -> float:
@@ -187,22 +199,26 @@ def _nan(value: Any) -> float:
 class Learner:
     """GRPO learner: advantages per group, one optimizer step per batch (per PPO epoch)."""
 
-    def __init__(self, model_path: str, settings: Mapping[str, Any], reward_cfg: Mapping[str, Any], *,
-                 seed: int = 0, threads: int = 0, scale_advantages: bool = True,
+    def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
                  init_from: str | None = None) -> None:
         _set_threads(threads)
         from .learner import GRPOLearner
         from .learner import LearnerSettings
 
-        self.fingerprint = _fingerprint(reward_cfg)
         self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed)
         self.scale = scale_advantages
+        self.loaded_from = init_from
         if init_from:
             self.impl.load(init_from)
 
     def info(self) -> dict[str, Any]:
-        return {"role": "learner", **_where(), "registry_fingerprint": self.fingerprint,
-                "version": self.impl.version}
+        return {"role": "learner", **_where(), "version": self.impl.version, "loaded_from": self.loaded_from}
+
+    def load(self, path: str) -> int:
+        """Continue from the checkpoint at ``path`` (after a restart); returns its policy version."""
+        self.impl.load(path)
+        self.loaded_from = path
+        return self.impl.version
 
     def train(self, rollout: Rollout) -> dict[str, float]:
         import torch
@@ -270,4 +286,4 @@ class MessageQueue:
         return items
 
     def info(self) -> dict[str, Any]:
-        return {"role": "message_queue", **_where(), "registry_fingerprint": None}
+        return {"role": "message_queue", **_where()}

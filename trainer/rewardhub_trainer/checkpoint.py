@@ -1,27 +1,68 @@
-"""Checkpoint folders: ``DIR/checkpoints/step_NNNNNN`` with the learner's files and ``trainer_state.json``."""
+"""Checkpoint folders: ``DIR/checkpoints/step_NNNNNN`` with the learner's files and ``trainer_state.json``.
+
+A checkpoint is written into a hidden ``.step_NNNNNN.tmp`` folder, the driver's state last, and
+then renamed into place: a folder named ``step_*`` is always complete, whatever was killed when.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["latest_checkpoint", "read_state", "write_state"]
+__all__ = ["commit_checkpoint", "latest_checkpoint", "read_state", "staging_path", "write_state"]
 
 STATE = "trainer_state.json"
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_state(path: Path, state: dict[str, Any]) -> None:
-    """Write the driver's state last, atomically: a folder without it is not a checkpoint."""
-    tmp = path / (STATE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path / STATE)
-    (path.parent / "latest").write_text(path.name + "\n")
+    """Write the driver's state into checkpoint folder ``path`` (atomically: written, then renamed)."""
+    _write_atomic(path / STATE, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def read_state(path: Path) -> dict[str, Any]:
     return dict(json.loads((path / STATE).read_text()))
+
+
+def staging_path(root: Path, step: int) -> Path:
+    """An empty hidden folder under ``root`` to write the checkpoint of ``step`` into."""
+    tmp = root / f".step_{step:06d}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)  # left by a writer that was killed
+    root.mkdir(parents=True, exist_ok=True)
+    return tmp
+
+
+def commit_checkpoint(staged: Path, step: int, *, keep: int) -> Path:
+    """Rename a complete staged checkpoint into place, point ``latest`` at it, keep the newest ``keep``.
+
+    A step saved again (after the learner restarted from an earlier checkpoint) replaces the old one.
+    """
+    root = staged.parent
+    final = root / f"step_{step:06d}"
+    if final.exists():
+        old = root / f".step_{step:06d}.old"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+        os.replace(staged, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(staged, final)
+    _write_atomic(root / "latest", final.name + "\n")
+    done = sorted(p for p in root.glob("step_*") if (p / STATE).exists())
+    for p in done[: max(0, len(done) - keep)]:
+        if p != final:
+            shutil.rmtree(p, ignore_errors=True)
+    return final
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

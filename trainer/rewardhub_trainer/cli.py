@@ -105,6 +105,7 @@ def _report(summary: dict[str, Any]) -> str:
         f"{summary['throughput_samples_per_s']:.2f} samples trained/s",
         f"samples: generated {summary['samples_generated']} = trained {summary['samples_trained']} "
         f"+ dropped stale {summary['samples_dropped_stale']} + unused {summary['samples_unused_at_end']}"
+        f" + lost on restart {summary.get('samples_lost_on_restart', 0)}"
         f"; max staleness {summary['max_staleness_seen']} (limit {summary['staleness_limit']})",
         f"idle ratio: rollouter {summary['idle_ratio']['rollouter']:.2f}, "
         f"learner {summary['idle_ratio']['learner']:.2f}; weight syncs {summary['weight_syncs']}",

@@ -50,7 +50,6 @@ class TrainerConfig:
     micro_batch_size: int = 8
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
-    checkpoint_every: int = 0  #: 0: only at the end of the run
     queue_size: int = 2  #: batches the message queue holds at most
     num_rollouters: int = 1
     num_reward_workers: int = 1  #: reward workers per pool (reward.workers.num_workers wins when set)
@@ -80,6 +79,14 @@ class TrainerConfig:
     logger: Any = None
     project_name: str = ""
     experiment_name: str = ""
+    # -- checkpoints and faults: the learner restarts from the latest checkpoint; a fault that keeps
+    # coming back stops the run with one line naming it
+    checkpoint_every: int = 50  #: steps between checkpoints (0: none by count; the last step is always saved)
+    checkpoint_minutes: float = 10.0  #: also save when this long has passed since the last one (0: off)
+    checkpoint_keep: int = 3  #: complete checkpoints kept, the oldest removed first
+    weight_sync_retries: int = 3  #: failed weight syncs in a row on one rollouter before the run stops
+    max_stale_batches: int = 20  #: fully_async: batches in a row all dropped as stale before the run stops
+    max_nonfinite_steps: int = 3  #: optimizer updates in a row skipped as non-finite before the run stops
 
 
 @dataclass(frozen=True)
@@ -256,10 +263,12 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
 
     _choice(trainer.mode, MODES, "trainer.mode")
     for name in ("total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size",
-                 "num_rollouters", "num_reward_workers", "score_concurrency"):
+                 "num_rollouters", "num_reward_workers", "score_concurrency", "checkpoint_keep",
+                 "weight_sync_retries", "max_stale_batches", "max_nonfinite_steps"):
         _require(getattr(trainer, name) >= 1, f"trainer.{name}", "must be at least 1")
     for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads"):
         _require(getattr(trainer, name) >= 0, f"trainer.{name}", "must be 0 or more")
+    _require(trainer.checkpoint_minutes >= 0, "trainer.checkpoint_minutes", "must be 0 or more (0 turns it off)")
     _require(trainer.lr > 0, "trainer.lr", "must be positive")
     _require(trainer.kl_coef >= 0, "trainer.kl_coef", "must be 0 or more (0 turns the KL term off)")
     _require(0 < trainer.clip_eps < 1, "trainer.clip_eps", "must be between 0 and 1")

@@ -93,7 +93,7 @@ class Evaluator:
             rollout = {**dataclasses.asdict(cfg.rollout), "n": cfg.rollout.val_n,
                        "temperature": cfg.rollout.val_temperature}
             self._actor = ray.remote(Rollouter).options(num_cpus=0, max_restarts=run.t.max_restarts).remote(
-                run.prep.model_path, rollout, dataclasses.asdict(cfg.data), dict(cfg.reward),
+                run.prep.model_path, rollout, dataclasses.asdict(cfg.data),
                 dtype=cfg.rollout.dtype, threads=run._threads(), seed=run.t.seed)
         return self._actor
 

@@ -28,6 +28,10 @@ __all__ = [
     "masked_mean",
 ]
 
+#: log-ratios (policy vs behaviour, policy vs reference) are clamped to this before ``exp``, as verl does:
+#: one token with an extreme behaviour log-prob must not make the ratio (and the gradient) infinite
+LOG_RATIO_CLAMP = 20.0
+
 
 def group_advantages(rewards: torch.Tensor, *, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """Advantages of a ``[groups, n]`` reward matrix: ``(r - mean_group) / (std_group + eps)``.
@@ -93,7 +97,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     ``logp``/``old_logp``/``mask`` are ``[batch, tokens]``, ``advantages`` is ``[batch]``.
     Returns ``(loss, clipped_fraction)``; the loss is to be minimised.
     """
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp(torch.clamp(logp - old_logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     adv = advantages.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
@@ -105,7 +109,7 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token KL(policy || reference) estimator ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
-    delta = ref_logp - logp
+    delta = torch.clamp(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return torch.exp(delta) - delta - 1.0
 
 
@@ -201,11 +205,18 @@ class GRPOLearner:
                 p.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr,
                                            betas=(0.9, 0.99), weight_decay=settings.weight_decay)
-        self.version = 0
+        self.version = 0  #: optimizer updates applied since the base model
+        self.nonfinite_in_row = 0
 
     # -- training ----------------------------------------------------------------------------
     def train_step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        """One optimizer step per PPO epoch over ``samples``; the policy version goes up by one."""
+        """One optimizer step per PPO epoch over ``samples``.
+
+        The policy version counts optimizer updates: it goes up by one per epoch whose loss and
+        gradient are finite. An epoch with a non-finite loss or gradient is skipped (no update, the
+        optimizer state untouched) and counted in ``optim/skipped_steps``; ``optim/nonfinite_in_row``
+        is the number of skipped updates since the last good one (across calls).
+        """
         s = self.settings
         total = len(samples)
         mbs = max(1, s.micro_batch_size)
@@ -222,8 +233,11 @@ class GRPOLearner:
                     lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature,
                                               autocast=s.autocast)
                     ref_cache.append(lp)
+        skipped = 0
         for _epoch in range(s.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
+            last = _epoch == s.ppo_epochs - 1
+            finite = True
             for k, start in enumerate(range(0, total, mbs)):
                 chunk = samples[start:start + mbs]
                 ent: list[torch.Tensor] = []
@@ -242,27 +256,49 @@ class GRPOLearner:
                     kl_tok = kl_k3(logp, ref_cache[k])
                     kl_value = masked_mean(kl_tok, mask, dim=-1).mean()
                     loss = policy + s.kl_coef * kl_value
-                (loss * weight).backward()
-                last = _epoch == s.ppo_epochs - 1
                 if last:
+                    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
                     stats["loss/policy"] += float(policy.detach()) * weight
                     stats["loss/total"] += float(loss.detach()) * weight
                     stats["kl"] += float(kl_value.detach()) * weight
                     stats["entropy"] += float(entropy.detach()) * weight
                     stats["clip_frac"] += float(clip_frac) * weight
-                    stats["ratio/mean"] += float(masked_mean(torch.exp(logp - old), mask).detach()) * weight
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
-            stats["grad_norm"] = float(norm)
-            self.optimizer.step()
-        self.version += 1
+                    stats["ratio/mean"] += float(masked_mean(torch.exp(log_ratio), mask).detach()) * weight
+                if not torch.isfinite(loss.detach()):
+                    finite = False  # nothing of this epoch reaches the weights
+                    break
+                (loss * weight).backward()
+            if finite:
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
+                finite = bool(torch.isfinite(norm))
+                if last:
+                    stats["grad_norm"] = float(norm)
+            if finite:
+                self.optimizer.step()
+                self.version += 1
+                self.nonfinite_in_row = 0
+            else:
+                skipped += 1
+                self.nonfinite_in_row += 1
+            self.optimizer.zero_grad(set_to_none=True)
+        stats["optim/skipped_steps"] = float(skipped)
+        stats["optim/nonfinite_in_row"] = float(self.nonfinite_in_row)
         stats["response_len/mean"] = sum(len(c.response_ids) for c in samples) / max(1, total)
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
     # -- weights and checkpoints ---------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Detached CPU copies of the policy's weights (for the rollouters)."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
-                if not k.endswith("lm_head.weight") or not _tied(self.model)}
+        """Detached CPU copies of the policy's weights (for the rollouters).
+
+        :raises FloatingPointError: when a weight is not finite (they are never sent anywhere).
+        """
+        out = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+               if not k.endswith("lm_head.weight") or not _tied(self.model)}
+        bad = [k for k, v in out.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            raise FloatingPointError(f"non-finite weights in {', '.join(bad[:3])}"
+                                     + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
+        return out
 
     def save(self, path: str, extra: Mapping[str, Any] | None = None) -> None:
         os.makedirs(path, exist_ok=True)
@@ -281,6 +317,7 @@ class GRPOLearner:
         state = torch.load(os.path.join(path, "learner.pt"), weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
+        self.nonfinite_in_row = 0
         torch.set_rng_state(state["rng"])
 
 

@@ -3,8 +3,9 @@
 Only the ``reward:`` section (plain data) crosses process boundaries. The driver resolves every
 term here, before Ray starts; the reward workers (:class:`rewardhub.distributed.RewardWorkerPool`,
 driven by :class:`rewardhub_trainer.actors.RewardClient`) rebuild the registry from the same
-section and score through the execution engine. Every actor reports the fingerprint of the
-registry it built, which must equal the driver's.
+section and score through the execution engine. They are the only processes that call rewards,
+and the only ones checked: each reward the config uses must be the driver's (a difference in
+another reward is not the run's business). Rollouters and the learner never build a registry.
 """
 
 from __future__ import annotations
@@ -16,25 +17,13 @@ from rewardhub.errors import RewardhubError
 from rewardhub.errors import UnknownRewardError
 from rewardhub.errors import UsageError
 
-__all__ = ["registry_fingerprint", "validate_rewards"]
+__all__ = ["used_rewards", "validate_rewards"]
 
 
 def _to_node(reward_cfg: Mapping[str, Any]) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.create(dict(reward_cfg))
-
-
-def registry_fingerprint(reward_cfg: Mapping[str, Any]) -> str:
-    """The fingerprint of the registry this process builds from ``reward:``.
-
-    It covers the installed sources (dist==version per reward) and the config's own file and
-    module terms (their sha256), so a process on a node with a different package version or a
-    different copy of a reward file shows a different fingerprint.
-    """
-    from rewardhub.registry import build_registry
-
-    return str(build_registry(_to_node(reward_cfg)).fingerprint())
 
 
 def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -72,3 +61,17 @@ def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str
     except RewardhubError as exc:
         raise UsageError(f"reward: {exc}") from exc
     return dict(setup.reward_cfg), setup.driver_fingerprint
+
+
+def used_rewards(reward_cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Provenance of each reward the config uses, in the driver: name, source, distribution and
+    version, target, sha256 (a file reward) and ``identity`` (what the reward workers are checked against)."""
+    from rewardhub.distributed import prepare_setup
+
+    setup, registry = prepare_setup(reward_cfg, ship_files=False)
+    out = []
+    for name in dict.fromkeys(setup.used):
+        spec = registry.get_reward(name)
+        out.append({"name": name, "source": spec.source, "dist": spec.dist, "version": spec.version,
+                    "target": spec.target, "sha256": spec.sha256, "identity": setup.driver_items.get(name)})
+    return out

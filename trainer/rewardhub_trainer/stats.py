@@ -44,6 +44,7 @@ class StepStats:
         self.tb = open_event_writer(out / "tensorboard")
         self.busy_s = {"rollouter": 0.0, "learner": 0.0, "step": 0.0}
         self.trained_here = 0
+        self.trained_at: dict[int, int] = {}  # step -> samples trained in it (this run)
         self.dropped_events: list[dict[str, int]] = []
         self.reward_pids: set[int] = set()
         self.t0 = self.t_last = time.perf_counter()
@@ -55,8 +56,16 @@ class StepStats:
     def busy(self, role: str, seconds: float) -> None:
         self.busy_s[role] = self.busy_s.get(role, 0.0) + seconds
 
-    def dropped(self, event: dict[str, int]) -> None:
+    def dropped(self, event: dict[str, int], in_row: int = 0) -> None:
         self.dropped_events.append(event)
+        self.tb.add_scalar("stale/batches_in_a_row", float(in_row), len(self.dropped_events))
+
+    def rewind(self, step: int) -> None:
+        """Forget the steps after ``step`` (the learner restarted from it): their rows leave ``metrics.jsonl``."""
+        rows = [r for r in read_metrics(self.metrics_path) if r["step"] <= step]
+        self.metrics_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        for s in [s for s in self.trained_at if s > step]:
+            self.trained_here -= self.trained_at.pop(s)
 
     def idle(self) -> dict[str, float]:
         elapsed = max(1e-9, time.perf_counter() - self.t0)
@@ -65,9 +74,11 @@ class StepStats:
         return {"idle/rollouter": max(0.0, roll), "idle/learner": max(0.0, learn)}
 
     def step(self, step: int, item: Any, staleness: int, result: Mapping[str, float],
-             totals: Mapping[str, int], *, queue_size: int = 0) -> dict[str, Any]:
+             totals: Mapping[str, int], *, queue_size: int = 0,
+             extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         now = time.perf_counter()
         self.trained_here += item.num_samples
+        self.trained_at[step] = item.num_samples
         self.reward_pids.update(int(p) for p in item.reward_pids)
         flat = [r for g in (item.rewards or []) for r in g]
         good = [r for r in flat if not math.isnan(r)]
@@ -95,8 +106,11 @@ class StepStats:
             "samples/trained": totals["trained"],
             "samples/generated": totals["generated"],
             "samples/dropped_stale": totals["dropped_stale"],
+            "samples/lost_on_restart": totals.get("lost_on_restart", 0),
+            "samples/step": item.num_samples,
             "queue/size": queue_size,
             **self.idle(),
+            **(extra or {}),
         }
         self.t_last = now
         with self.metrics_path.open("a") as f:
