@@ -283,11 +283,19 @@ class Run(Recovery):
                 else:
                     self._run_async()
             except LearnerLost:
-                self._restart_learner()
+                self._recover()
         # the end: whatever is still in flight was generated (or will be) but not trained
         leftovers = self._collect()
         self.stats.finish()
         return self._finish(leftovers)
+
+    def _recover(self) -> None:
+        while True:  # it may die again while being restored: bounded by trainer.max_restarts
+            try:
+                self._restart_learner()
+                return
+            except LearnerLost:
+                continue
 
     def _call(self, pool: Pool, i: int, method: str, arg: Any) -> Any:
         import ray
