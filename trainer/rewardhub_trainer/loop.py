@@ -29,6 +29,7 @@ from .checkpoint import latest_checkpoint
 from .checkpoint import read_state
 from .prepare import Prepared
 from .recovery import Recovery
+from .rewards import provenance
 from .stats import StepStats
 
 __all__ = ["Run", "RunAborted", "start_ray"]
@@ -290,11 +291,19 @@ class Run(Recovery):
                 else:
                     self._run_async()
             except LearnerLost:
-                self._restart_learner()
+                self._recover()
         # the end: whatever is still in flight was generated (or will be) but not trained
         leftovers = self._collect()
         self.stats.finish()
         return self._finish(leftovers)
+
+    def _recover(self) -> None:
+        while True:  # it may die again while being restored: bounded by trainer.max_restarts
+            try:
+                self._restart_learner()
+                return
+            except LearnerLost:
+                continue
 
     def _call(self, pool: Pool, i: int, method: str, arg: Any) -> Any:
         import ray
@@ -480,7 +489,7 @@ class Run(Recovery):
             "weight_sync_failures": self.rollouters.sync_failures,
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
-            "rewards": self._provenance(workers),
+            "rewards": provenance(self.cfg.reward, workers),
             "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
                          **({"pool": w["pool"]} if "pool" in w else {})} for w in workers],
             "restarts": {"rollouter": self.rollouters.pool.restarts, "reward_client": self.reward_client.restarts,
@@ -498,23 +507,6 @@ class Run(Recovery):
         self._stop_actors()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
-
-    def _provenance(self, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Every reward the run used: its identity in the driver, and where each reward worker ran it.
-
-        A reward worker starts only when its identity of each used reward (dist==version, or the
-        file's sha256) equals the driver's, so that identity is each worker's too.
-        """
-        from .rewards import used_rewards
-
-        used = used_rewards(self.cfg.reward)
-        scorers = [w for w in workers if w["role"] == "reward_worker"]
-        for r in used:
-            r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"),
-                             "identity": r["identity"], **({"file": w["files"][r["name"]]}
-                                                           if r["name"] in (w.get("files") or {}) else {})}
-                            for w in scorers]
-        return used
 
     def _stop_actors(self) -> None:
         import ray

@@ -17,7 +17,7 @@ from rewardhub.errors import RewardhubError
 from rewardhub.errors import UnknownRewardError
 from rewardhub.errors import UsageError
 
-__all__ = ["used_rewards", "validate_rewards"]
+__all__ = ["provenance", "used_rewards", "validate_rewards"]
 
 
 def _to_node(reward_cfg: Mapping[str, Any]) -> Any:
@@ -75,3 +75,18 @@ def used_rewards(reward_cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append({"name": name, "source": spec.source, "dist": spec.dist, "version": spec.version,
                     "target": spec.target, "sha256": spec.sha256, "identity": setup.driver_items.get(name)})
     return out
+
+
+def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`used_rewards`, each with the reward workers of the run (``workers``: the actors' infos).
+
+    A reward worker starts only when its identity of each used reward (dist==version, or the
+    file's sha256) equals the driver's, so that identity is each worker's too.
+    """
+    used = used_rewards(reward_cfg)
+    scorers = [w for w in workers if w["role"] == "reward_worker"]
+    for r in used:
+        r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"), "identity": r["identity"],
+                         **({"file": w["files"][r["name"]]} if r["name"] in (w.get("files") or {}) else {})}
+                        for w in scorers]
+    return used
