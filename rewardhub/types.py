@@ -29,9 +29,10 @@ class ExecutionPolicy:
     ``timeout_s`` ``None`` means no limit; ``max_concurrency`` ``None`` means the executor's default.
     ``pure``: the reward has no side effects, so the process pool may call it again on samples it
     has already scored (to warm the template that its new workers are forked from; see
-    :mod:`rewardhub.execution._template`); off unless declared. ``memory_limit_mb``: the most
-    memory (the data segment: heap and private mappings) a process-pool worker may hold while it
-    runs this reward; a call past it fails with ``MemoryError``.
+    :mod:`rewardhub.execution._template`); off unless declared. ``memory_limit_mb``: how much
+    memory (the data segment: heap and private mappings) a process-pool worker may take while it
+    runs this reward, on top of what it started with (inherited from the scoring process it was
+    forked from); a call past it fails with ``MemoryError``.
     """
 
     executor: str = "inline"

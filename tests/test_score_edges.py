@@ -133,8 +133,10 @@ def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
     data = _jsonl(tmp_path / "d.jsonl", rows)
     out = tmp_path / "o.jsonl"
     out.write_text("earlier results\n")
+    # as from a terminal: SIGINT not ignored (a test run in the background would pass its SIG_IGN on)
     proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "score", cfg, data, "-o", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:  # wait until the first chunk is written

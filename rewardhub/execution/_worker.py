@@ -97,10 +97,23 @@ def next_message(conn: Any) -> Any:
         return None
 
 
+def _data_bytes() -> int:
+    """This process's data segment now (``VmData``: heap and private mappings), 0 where unknown."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class _MemoryLimit:
-    """The worker's data-segment limit (``RLIMIT_DATA``: heap and private mappings), set to each
-    reward's ``memory_limit_mb`` while its calls run (lowering and raising the soft limit is allowed
-    up to the hard one)."""
+    """The worker's data-segment limit (``RLIMIT_DATA``: heap and private mappings), set while a
+    reward's calls run to what the worker had when it started (inherited from the scoring process
+    it was forked from) plus the reward's ``memory_limit_mb``; lowering and raising the soft limit
+    is allowed up to the hard one."""
 
     def __init__(self) -> None:
         try:
@@ -110,13 +123,14 @@ class _MemoryLimit:
             self._hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
         except (ImportError, AttributeError, OSError):
             self._resource = None
+        self._base = _data_bytes()
         self._now: int | None = None
 
     def set(self, mb: int | None) -> None:
         if mb == self._now or self._resource is None:
             return
         r = self._resource
-        soft = r.RLIM_INFINITY if mb is None else int(mb) << 20
+        soft = r.RLIM_INFINITY if mb is None else self._base + (int(mb) << 20)
         if self._hard != r.RLIM_INFINITY and (soft == r.RLIM_INFINITY or soft > self._hard):
             soft = self._hard
         try:
