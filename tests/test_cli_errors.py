@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+
 def _bwrap_works() -> bool:
     if shutil.which("bwrap") is None:
         return False
