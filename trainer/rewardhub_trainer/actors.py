@@ -60,14 +60,17 @@ def _set_threads(threads: int) -> None:
 
 def _where() -> dict[str, Any]:
     node = socket.gethostname()
+    gpu_ids: list[str] = []
     try:
         import ray
 
         if ray.is_initialized():
-            node = ray.get_runtime_context().get_node_id()
+            context = ray.get_runtime_context()
+            node = context.get_node_id()
+            gpu_ids = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
     except Exception:  # noqa: BLE001 - outside Ray
         pass
-    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid()}
+    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": gpu_ids}
 
 
 def _fingerprint(reward_cfg: Mapping[str, Any]) -> str | None:
@@ -83,9 +86,10 @@ class Rollouter:
     """Formats prompts, samples ``n`` completions each with the current policy version."""
 
     def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any],
-                 reward_cfg: Mapping[str, Any], *, dtype: str = "float32", threads: int = 0,
+                 reward_cfg: Mapping[str, Any], *, dtype: str = "auto", device: str = "auto", threads: int = 0,
                  seed: int = 0) -> None:
         _set_threads(threads)
+        from .devices import choose
         from .engine import make_engine
 
         self.rollout = dict(rollout)
@@ -94,11 +98,14 @@ class Rollouter:
         self.system = data.get("system", "")
         self.seed = seed
         self.fingerprint = _fingerprint(reward_cfg)
-        self.engine = make_engine(self.rollout["engine"], model_path, dtype=dtype)
+        self.choice = choose(device, "none", "float32", dtype)
+        self.engine = make_engine(self.rollout["engine"], model_path, dtype=self.choice.rollout_dtype,
+                                  device=self.choice.device)
 
     def info(self) -> dict[str, Any]:
         return {"role": "rollouter", **_where(), "registry_fingerprint": self.fingerprint,
-                "version": self.engine.version}
+                "version": self.engine.version, "device": self.choice.device,
+                "dtype": self.choice.rollout_dtype, "choice": self.choice}
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
         self.engine.load_weights(state_dict, version)
@@ -191,18 +198,25 @@ class Learner:
                  seed: int = 0, threads: int = 0, scale_advantages: bool = True,
                  init_from: str | None = None) -> None:
         _set_threads(threads)
+        from .devices import choose
         from .learner import GRPOLearner
         from .learner import LearnerSettings
 
         self.fingerprint = _fingerprint(reward_cfg)
+        self.choice = choose(settings.get("device", "auto"), settings.get("autocast", "auto"),
+                             settings.get("dtype", "auto"), "float32")
+        settings = {**settings, "device": self.choice.device, "autocast": self.choice.autocast,
+                    "dtype": self.choice.model_dtype}
         self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed)
         self.scale = scale_advantages
         if init_from:
             self.impl.load(init_from)
 
     def info(self) -> dict[str, Any]:
+        dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
         return {"role": "learner", **_where(), "registry_fingerprint": self.fingerprint,
-                "version": self.impl.version}
+                "version": self.impl.version, "device": self.choice.device, "dtype": dtype,
+                "choice": self.choice}
 
     def train(self, rollout: Rollout) -> dict[str, float]:
         import torch

@@ -17,6 +17,10 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
+from .devices import AUTOCASTS
+from .devices import DEVICES
+from .devices import DTYPES
+
 __all__ = [
     "MODES",
     "DataConfig",
@@ -60,7 +64,9 @@ class TrainerConfig:
     max_restarts: int = 3
     torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
     scale_advantages: bool = True
-    autocast: str = "none"  #: learner matmuls: none (fp32) | bfloat16 (fp32 master weights)
+    #: learner matmuls: auto (bf16 where it is fast, see devices.py) | none (fp32) | bfloat16
+    autocast: str = "auto"
+    device: str = "auto"  #: learner and rollouters: auto (cuda when the actor has a GPU) | cpu | cuda
     #: fully_async: start a batch only if it will still be within staleness_limit when trained
     staleness_gate: bool = True
 
@@ -72,7 +78,7 @@ class ModelConfig:
     path: str | None = None
     builtin: str | None = None
     tiny: Mapping[str, Any] | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"  #: the learner's master weights: auto (float32) | float32 | bfloat16
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,8 @@ class RolloutConfig:
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
-    dtype: str = "float32"  #: generation weights: float32 | bfloat16 (synced weights are cast)
+    #: generation weights: auto (bf16 where it is fast) | float32 | bfloat16 (synced weights are cast)
+    dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -249,10 +256,11 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
         _choice(model.builtin, BUILTIN_MODELS, "model.builtin")
     if model.tiny:
         _choice(str(model.tiny.get("arch", "qwen2")), TINY_ARCHS, "model.tiny.arch")
-    _choice(model.dtype, ("float32", "bfloat16"), "model.dtype")
+    _choice(model.dtype, DTYPES, "model.dtype")
 
-    _choice(trainer.autocast, ("none", "bfloat16"), "trainer.autocast")
-    _choice(rollout.dtype, ("float32", "bfloat16"), "rollout.dtype")
+    _choice(trainer.autocast, AUTOCASTS, "trainer.autocast")
+    _choice(trainer.device, DEVICES, "trainer.device")
+    _choice(rollout.dtype, DTYPES, "rollout.dtype")
     _choice(rollout.engine, ENGINES, "rollout.engine")
     if rollout.engine == "vllm":
         from .vllm_engine import vllm_available

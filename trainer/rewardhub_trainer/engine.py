@@ -130,10 +130,10 @@ class TransformersEngine:
         return result
 
 
-def make_engine(name: str, model_path: str, *, dtype: str = "float32") -> GenerationEngine:
-    """The engine called ``name`` (``rollout.engine``)."""
+def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> GenerationEngine:
+    """The engine called ``name`` (``rollout.engine``); vLLM picks its own device (its GPU or CPU build)."""
     if name == "transformers":
-        return TransformersEngine(model_path, dtype=dtype)
+        return TransformersEngine(model_path, dtype=dtype, device=device)
     if name == "vllm":
         from .vllm_engine import VLLMEngine
 

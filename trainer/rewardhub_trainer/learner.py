@@ -100,6 +100,7 @@ class LearnerSettings:
     temperature: float = 1.0
     dtype: str = "float32"
     autocast: str = "none"  #: none | bfloat16 (fp32 master weights, bf16 matmuls)
+    device: str = "cpu"  #: cpu | cuda (resolved by devices.choose in the learner's process)
 
 
 def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: float,
@@ -120,10 +121,12 @@ def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: f
         seq = s.prompt_ids + s.response_ids
         ids[i, : len(seq)] = torch.tensor(seq)
         attn[i, : len(seq)] = 1
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
+    device = next(model.parameters()).device
+    ids, attn = ids.to(device), attn.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
         logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
     logits = logits.float()
-    mask = torch.zeros((len(samples), rlen), dtype=torch.float32)
+    mask = torch.zeros((len(samples), rlen), dtype=torch.float32, device=device)
     rows = []
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
@@ -145,11 +148,12 @@ class GRPOLearner:
         torch.manual_seed(seed)
         self.settings = settings
         dtype = getattr(torch, settings.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        self.device = torch.device(settings.device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device)
         self.model.train()
         self.ref = None
         if settings.kl_coef > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr,
@@ -177,11 +181,11 @@ class GRPOLearner:
                 chunk = samples[start:start + mbs]
                 weight = len(chunk) / total
                 logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast)
-                old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1])
-                adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32)
+                old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
+                adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32, device=self.device)
                 policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps)
                 loss = policy
-                kl_value = torch.zeros(())
+                kl_value = torch.zeros((), device=self.device)
                 if self.ref is not None:
                     kl_tok = kl_k3(logp, ref_cache[k])
                     kl_value = masked_mean(kl_tok, mask, dim=-1).mean()
@@ -219,9 +223,9 @@ class GRPOLearner:
     def load(self, path: str) -> None:
         from safetensors.torch import load_file
 
-        weights = load_file(os.path.join(path, "model.safetensors"))
+        weights = load_file(os.path.join(path, "model.safetensors"), device=str(self.device))
         self.model.load_state_dict(weights, strict=False)
-        state = torch.load(os.path.join(path, "learner.pt"), weights_only=False)
+        state = torch.load(os.path.join(path, "learner.pt"), weights_only=False, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         torch.set_rng_state(state["rng"])

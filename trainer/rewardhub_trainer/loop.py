@@ -25,6 +25,8 @@ from .actors import Rollout
 from .checkpoint import latest_checkpoint
 from .checkpoint import read_state
 from .checkpoint import write_state
+from .devices import devices_summary
+from .devices import print_choices
 from .prepare import Prepared
 from .stats import StepStats
 
@@ -145,7 +147,7 @@ class Run:
         data = dataclasses.asdict(cfg.data)
         path, threads = self.prep.model_path, self._threads()
         self.rollouters = _Pool("rollouter", lambda: roll_cls.remote(
-            path, rollout, data, reward, dtype=cfg.rollout.dtype, threads=threads, seed=t.seed),
+            path, rollout, data, reward, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed),
             t.num_rollouters, t.max_restarts)
         # the reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
         # (so that scoring overlaps generation and training); the pool heals its own workers
@@ -156,13 +158,14 @@ class Run:
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
-                    "dtype": cfg.model.dtype, "autocast": t.autocast}
+                    "dtype": cfg.model.dtype, "autocast": t.autocast, "device": t.device}
         self.learner = ray.remote(Learner).options(num_cpus=0, max_restarts=0).remote(
             path, settings, reward, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=str(self.resume_ckpt) if self.resume_ckpt else None)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
         self.workers = self._infos()
+        print_choices(self.workers)
         self._check_fingerprints(self.workers)
         if self.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self._sync_weights(wait=True)
@@ -445,7 +448,8 @@ class Run:
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
             "workers": [{**{k: w[k] for k in ("role", "node", "pid", "registry_fingerprint")},
-                         **({"pool": w["pool"]} if "pool" in w else {})} for w in workers],
+                         **{k: w[k] for k in ("pool", "gpu_ids", "device", "dtype") if k in w}} for w in workers],
+            "devices": devices_summary(workers),
             "restarts": {"rollouter": self.rollouters.restarts, "reward_client": self.reward_client.restarts,
                          "reward_worker": counters["restarts"]},
             "recreated": {"rollouter": self.rollouters.recreated,
