@@ -105,7 +105,8 @@ class Rollouter:
     def info(self) -> dict[str, Any]:
         return {"role": "rollouter", **_where(), "registry_fingerprint": self.fingerprint,
                 "version": self.engine.version, "device": self.choice.device,
-                "dtype": self.choice.rollout_dtype, "choice": self.choice}
+                "dtype": self.choice.rollout_dtype, "choice": self.choice,
+                "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
         self.engine.load_weights(state_dict, version)

@@ -262,6 +262,13 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _choice(trainer.device, DEVICES, "trainer.device")
     _choice(rollout.dtype, DTYPES, "rollout.dtype")
     _choice(rollout.engine, ENGINES, "rollout.engine")
+    if rollout.engine == "vllm" and rollout.top_p < 1:
+        raise UsageError(
+            f"rollout.top_p: {rollout.top_p} with rollout.engine=vllm is not supported: vLLM records the "
+            "log-probs of the truncated (top-p renormalised) distribution while the learner computes them "
+            "over the whole vocabulary, so the PPO ratio would be wrong from the first step\n"
+            "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which records whole-vocabulary "
+            "log-probs, as the learner does)")
     if rollout.engine == "vllm":
         from .vllm_engine import vllm_available
 

@@ -187,6 +187,11 @@ def print_choices(infos: list[dict[str, Any]]) -> None:
         print("devices: " + "; ".join(f"{k}: {v}" for k, v in lines.items()), file=sys.stderr)
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
+    ignored = next((i["ignored_generation_settings"] for i in infos if i.get("ignored_generation_settings")), None)
+    if ignored:
+        print("note: the model folder's generation_config.json sets "
+              + ", ".join(f"{k}={v}" for k, v in sorted(ignored.items()))
+              + "; ignored: rollouts sample with the rollout.* settings only", file=sys.stderr)
 
 
 def devices_summary(infos: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -71,6 +71,8 @@ class TransformersEngine:
         self.tokenizer = load_tokenizer(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        #: sampling settings of the folder's generation_config.json that are *not* used (see below)
+        self.ignored_settings = neutralize_generation_config(self.model)
         self.version = 0
 
     def format_prompt(self, question: str, template: str, system: str = "") -> str:
@@ -96,10 +98,12 @@ class TransformersEngine:
         input_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(self.device)
         attention = enc["attention_mask"].repeat_interleave(n, dim=0).to(self.device)
         eos = tok.eos_token_id
-        config = GenerationConfig(
-            do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-            max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=eos,
-            return_dict_in_generate=True, output_logits=True)
+        # every distribution-changing setting is given (generate fills unset ones from the model's
+        # generation config, which __init__ has neutralised too): only rollout.* shape the sampling
+        config = GenerationConfig(**{
+            **NEUTRAL_SAMPLING, "do_sample": True, "temperature": temperature, "top_p": top_p,
+            "max_new_tokens": max_new_tokens, "pad_token_id": tok.pad_token_id, "eos_token_id": eos,
+            "return_dict_in_generate": True, "output_logits": True})
         torch.manual_seed(seed)
         with torch.no_grad():
             out = self.model.generate(input_ids=input_ids, attention_mask=attention,
@@ -128,6 +132,41 @@ class TransformersEngine:
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))
             result.append(group)
         return result
+
+
+#: the neutral value of every setting that changes the distribution ``generate`` samples from
+NEUTRAL_SAMPLING: Mapping[str, Any] = {
+    "top_k": 0, "top_p": 1.0, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "sequence_bias": None, "min_length": 0, "min_new_tokens": None,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "exponential_decay_length_penalty": None,
+    "renormalize_logits": False, "remove_invalid_values": False, "guidance_scale": None,
+    "watermarking_config": None, "temperature": 1.0, "do_sample": False,
+}
+
+
+def neutralize_generation_config(model: Any) -> dict[str, Any]:
+    """Replace ``model.generation_config`` by one that keeps only the special-token ids.
+
+    ``model.generate`` fills every setting its caller leaves unset from the model folder's
+    ``generation_config.json`` (a ``repetition_penalty`` of 1.3, a ``top_k``, a ``min_p``...), which
+    would change the distribution sampled from while the recorded log-probs (and the learner's) are
+    ``log_softmax(logits / T)``. The engine samples with the ``rollout.*`` settings only; returns the
+    sampling settings that the folder set and that are therefore ignored.
+    """
+    from transformers import GenerationConfig
+
+    old = model.generation_config
+    ignored = {}
+    for key, neutral in NEUTRAL_SAMPLING.items():
+        value = getattr(old, key, None)
+        if value is not None and value != neutral and key not in ("temperature", "do_sample", "top_k"):
+            ignored[key] = value
+    keep = {k: getattr(old, k, None) for k in ("pad_token_id", "eos_token_id", "bos_token_id",
+                                                 "decoder_start_token_id")}
+    model.generation_config = GenerationConfig(**{k: v for k, v in keep.items() if v is not None})
+    return ignored
 
 
 def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> GenerationEngine:

@@ -8,8 +8,10 @@ tokenizer of ``model.tiny`` works too and both engines see identical prompt ids.
 
 Log-probabilities: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. the log-softmax of
 the logits *after* temperature (and top-k/top-p) — with ``top_p=1`` that is exactly the learner's
-``log_softmax(logits / T)``. With ``top_p < 1`` it is the log-probability under the truncated,
-renormalised distribution that was actually sampled from.
+``log_softmax(logits / T)``. With ``top_p < 1`` it would be the log-probability under the truncated,
+renormalised distribution, which the learner does not compute: the config refuses that setting
+(``rollout.top_p`` must be 1 with vLLM) and :meth:`VLLMEngine.generate` does too. The model
+folder's ``generation_config.json`` is not read (``generation_config="vllm"``).
 
 Weight sync (:class:`WeightSyncExtension`, vLLM's ``worker_extension_cls``): vLLM's CPU backend
 repacks every linear layer after loading (``dispatch_cpu_unquantized_gemm``: oneDNN / sgl-kernel
@@ -199,6 +201,9 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        if top_p < 1:
+            raise ValueError(f"top_p={top_p}: the vLLM engine records log-probs of the distribution after "
+                             "top-p truncation, which the learner does not compute; sample with top_p=1")
         tok = self.tokenizer
         prompt_ids = [list(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         for ids in prompt_ids:
