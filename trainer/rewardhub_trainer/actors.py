@@ -135,12 +135,13 @@ class RewardClient:
     """
 
     def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
-                 num_cpus: float = 0.0, batch_size: int | None = None) -> None:
+                 num_cpus: float | None = None, num_gpus: float | None = None,
+                 batch_size: int | None = None) -> None:
         from rewardhub.distributed import RewardWorkerPool
 
         # one chunk per worker and batch (groups kept whole): the fewest round trips
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
-        self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
+        self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus, num_gpus=num_gpus,
                                      max_restarts=max_restarts, chunk_size=chunk)
         self.fingerprint = self.pool.fingerprint()
 

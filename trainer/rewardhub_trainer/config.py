@@ -20,6 +20,8 @@ from rewardhub.errors import UsageError
 from .devices import AUTOCASTS
 from .devices import DEVICES
 from .devices import DTYPES
+from .placement import Resources
+from .placement import parse_resources
 
 __all__ = [
     "MODES",
@@ -118,6 +120,7 @@ class TrainConfig:
     rollout: RolloutConfig
     data: DataConfig
     reward: Mapping[str, Any]
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def samples_per_step(self) -> int:
@@ -130,6 +133,7 @@ class TrainConfig:
             "rollout": dataclasses.asdict(self.rollout),
             "data": dataclasses.asdict(self.data),
             "reward": _plain(self.reward),
+            "resources": self.resources.to_dict(),
         }
 
 
@@ -222,6 +226,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     model = _section(ModelConfig, cfg.get("model"), "model")
     rollout = _section(RolloutConfig, cfg.get("rollout"), "rollout")
     data = _section(DataConfig, cfg.get("data"), "data")
+    resources = parse_resources(_plain(cfg.get("resources")))
     reward = _plain(cfg.get("reward"))
     if not reward or not reward.get("rewards"):
         raise UsageError(
@@ -260,6 +265,10 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
 
     _choice(trainer.autocast, AUTOCASTS, "trainer.autocast")
     _choice(trainer.device, DEVICES, "trainer.device")
+    _require(trainer.device != "cuda" or resources.learner.num_gpus > 0, "trainer.device",
+             "cuda, but the learner asks Ray for no GPU, so it would see none (Ray hides the GPUs it did "
+             "not give)\nset resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus for the "
+             "rollouters), or use trainer.device=auto")
     _choice(rollout.dtype, DTYPES, "rollout.dtype")
     _choice(rollout.engine, ENGINES, "rollout.engine")
     if rollout.engine == "vllm" and rollout.top_p < 1:
@@ -286,4 +295,5 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _choice(data.source, DATA_SOURCES, "data.source")
     _choice(data.template, ("auto", "chat", "plain"), "data.template")
     _require(data.size >= 1, "data.size", "must be at least 1")
-    return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward)
+    return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward,
+                       resources=resources)

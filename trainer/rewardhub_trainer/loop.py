@@ -57,10 +57,10 @@ def start_ray(num_cpus: int | None = None) -> None:
 class _Pool:
     """Handles of one role, re-created when Ray has no restarts left for one."""
 
-    def __init__(self, role: str, factory: Callable[[], Any], size: int, max_restarts: int) -> None:
+    def __init__(self, role: str, factory: Callable[[int], Any], size: int, max_restarts: int) -> None:
         self.role = role
-        self.factory = factory
-        self.handles = [factory() for _ in range(size)]
+        self.factory = factory  #: slot index -> a new handle (its placement bundle is the slot's)
+        self.handles = [factory(i) for i in range(size)]
         self.failures = [0] * size
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -77,7 +77,7 @@ class _Pool:
                 ray.kill(self.handles[i], no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
-            self.handles[i] = self.factory()
+            self.handles[i] = self.factory(i)
             self.failures[i] = 0
             self.recreated += 1
         return self.handles[i]
@@ -137,29 +137,36 @@ class Run:
         from .actors import MessageQueue
         from .actors import RewardClient
         from .actors import Rollouter
+        from .placement import Placement
 
         cfg, t = self.cfg, self.t
+        # the placement group first: a cluster that lacks what resources: asks fails before any actor
+        self.placement = Placement(cfg.resources, t.num_rollouters)
+        place = self.placement.options
         reward = dict(cfg.reward)
-        opts = {"max_restarts": t.max_restarts, "max_task_retries": 0, "num_cpus": 0}
-        roll_cls = ray.remote(Rollouter).options(**opts)
-        client_cls = ray.remote(RewardClient).options(**opts)
+        opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
+        roll_cls = ray.remote(Rollouter)
+        client_cls = ray.remote(RewardClient)
         rollout = dataclasses.asdict(cfg.rollout)
         data = dataclasses.asdict(cfg.data)
         path, threads = self.prep.model_path, self._threads()
-        self.rollouters = _Pool("rollouter", lambda: roll_cls.remote(
+        self.rollouters = _Pool("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
             path, rollout, data, reward, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed),
             t.num_rollouters, t.max_restarts)
         # the reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
         # (so that scoring overlaps generation and training); the pool heals its own workers
         workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
-        self.reward_client = _Pool("reward_client", lambda: client_cls.remote(
-            reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step),
+        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus
+        rw_opts = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        self.reward_client = _Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0).remote(
+            reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
+            **rw_opts),
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
                     "dtype": cfg.model.dtype, "autocast": t.autocast, "device": t.device}
-        self.learner = ray.remote(Learner).options(num_cpus=0, max_restarts=0).remote(
+        self.learner = ray.remote(Learner).options(**place("learner"), max_restarts=0).remote(
             path, settings, reward, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=str(self.resume_ckpt) if self.resume_ckpt else None)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
@@ -450,6 +457,7 @@ class Run:
             "workers": [{**{k: w[k] for k in ("role", "node", "pid", "registry_fingerprint")},
                          **{k: w[k] for k in ("pool", "gpu_ids", "device", "dtype") if k in w}} for w in workers],
             "devices": devices_summary(workers),
+            "resources": self.cfg.resources.to_dict(),
             "restarts": {"rollouter": self.rollouters.restarts, "reward_client": self.reward_client.restarts,
                          "reward_worker": counters["restarts"]},
             "recreated": {"rollouter": self.rollouters.recreated,
@@ -470,5 +478,6 @@ class Run:
                 ray.kill(h, no_restart=True)
             except Exception:  # noqa: BLE001
                 pass
+        self.placement.remove()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
