@@ -50,7 +50,8 @@ def start_ray(num_cpus: int | None = None) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
         return
-    ray.init(num_cpus=num_cpus or max(4, os.cpu_count() or 1), include_dashboard=False,
+    # address="local": a new Ray of this run's own, never a cluster another process started here
+    ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1), include_dashboard=False,
              log_to_driver=False, configure_logging=False)
 
 
