@@ -220,3 +220,24 @@ def test_the_trainer_places_its_actors_and_reports_them(cluster_run):
     assert summary["resources"]["learner"] == {"num_cpus": 0.5, "num_gpus": 1.0}
     workers = [w for w in summary["workers"] if w["role"] == "reward_worker"]
     assert workers and all(w["gpu_ids"] == [] for w in workers if "gpu_ids" in w)
+
+
+def test_doctor_lines_from_a_training_config():
+    from rewardhub.config import load_config
+    from rewardhub_trainer.placement import doctor_lines
+
+    nodes = [{"node_id": n["NodeID"], "ip": "10.0.0.1", "resources": n["Resources"]} for n in NODES]
+    cfg = load_config(None, ["trainer.n_gpus_per_node=2", "trainer.nnodes=2",
+                             "reward.rewards=[{name: exact_match}]", "reward.workers.num_workers=3"])
+    lines = doctor_lines(cfg, nodes)
+    # verl's keys: 4 GPUs, the learner one, 3 rollouters of one GPU; pack fills node a, then b
+    assert lines[0] == "trainer pools (resources:):"
+    assert lines[1:5] == [f"  learner 0: GPU=1 on node {'a' * 12} (pack)",
+                          f"  rollouter 0: GPU=1 on node {'a' * 12} (pack)",
+                          f"  rollouter 1: GPU=1 on node {'b' * 12} (pack)",
+                          f"  rollouter 2: GPU=1 on node {'b' * 12} (pack)"]
+    assert "  reward_worker x3: CPU=1 each" in lines
+    short = doctor_lines(load_config(None, ["trainer.n_gpus_per_node=2", "trainer.nnodes=3",
+                                            "reward.rewards=[{name: exact_match}]"]), nodes)
+    assert short[1].startswith("  trainer pools: PROBLEM: resources: the cluster cannot place the run (pack): "
+                               "6 GPU asked in all, the cluster has 4")
