@@ -145,3 +145,24 @@ def test_config_rejects_unknown_choices(key, value):
     section, name = key.split(".")
     with pytest.raises(UsageError, match=rf"{key}: unknown value {value!r}\nchoose one of: 'auto'"):
         parse_config(_cfg(**{section: {name: value, **({"tiny": {"arch": "qwen2"}} if section == "model" else {})}}))
+
+
+def test_the_choice_is_printed_once_with_the_warning_and_summarised(cpu, capsys):
+    cpu(slowdown=30.0)
+    learner = devices.choose(autocast="bfloat16", rollout_dtype="float32")
+    roll = devices.choose(autocast="none", model_dtype="float32")
+    infos = [{"role": "learner", "choice": learner, "gpu_ids": []},
+             {"role": "rollouter", "choice": roll, "gpu_ids": ["1"]},
+             {"role": "rollouter", "choice": roll, "gpu_ids": ["1"]},
+             {"role": "rollouter", "choice": roll, "gpu_ids": [], "ignored_generation_settings": {"top_k": 5}},
+             {"role": "reward_worker"}]
+    devices.print_choices(infos)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("devices: learner cpu (weights float32, autocast bfloat16): CPU AVX2")
+    assert "rollouter cpu GPU 1 (weights float32)" in err[0] and err[0].count("rollouter cpu GPU 1") == 1
+    assert err[1].startswith("WARNING: trainer.autocast=bfloat16 on CPU AVX2") and "30x slower" in err[1]
+    assert err[2].startswith("note: the model folder's generation_config.json sets top_k=5; ignored")
+    assert len(err) == 3
+    summary = devices.devices_summary(infos)
+    assert set(summary) == {"learner", "rollouter"}
+    assert summary["learner"]["autocast"] == "bfloat16" and summary["learner"]["bf16_slowdown"] == 30.0
