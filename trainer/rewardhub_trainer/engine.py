@@ -71,6 +71,8 @@ class TransformersEngine:
         self.tokenizer = load_tokenizer(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(
             model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        #: sampling settings of the folder's generation_config.json that are *not* used (see below)
+        self.ignored_settings = neutralize_generation_config(self.model)
         self.version = 0
 
     def format_prompt(self, question: str, template: str, system: str = "") -> str:
@@ -101,11 +103,15 @@ class TransformersEngine:
         ends = [eos, *stop_token_ids]
         greedy = temperature == 0  # evaluation: greedy; log-probs are then those at temperature 1
         temperature = temperature or 1.0
-        config = GenerationConfig(
-            do_sample=not greedy, temperature=None if greedy else temperature, top_p=None if greedy else top_p,
-            top_k=None if greedy else top_k,
-            max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=ends if stop_token_ids else eos,
-            return_dict_in_generate=True, output_logits=True)
+        # every distribution-changing setting is given (generate fills unset ones from the model's
+        # generation config, which __init__ has neutralised too): only rollout.* shape the sampling
+        sampling = {"do_sample": False} if greedy else {
+            "do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": max(top_k, 0)}
+        config = GenerationConfig(**{
+            **NEUTRAL_SAMPLING, **sampling,
+            "max_new_tokens": max_new_tokens, "pad_token_id": tok.pad_token_id,
+            "eos_token_id": ends if stop_token_ids else eos,
+            "return_dict_in_generate": True, "output_logits": True})
         criteria = None
         if stop:  # checked on the decoded text (transformers' stop_strings misreads byte-level vocabularies)
             from transformers import StoppingCriteria
@@ -170,10 +176,45 @@ def _stop_string_end(tok: Any, ids: list[int], stop: Sequence[str]) -> int:
     return lo
 
 
-def make_engine(name: str, model_path: str, *, dtype: str = "float32") -> GenerationEngine:
-    """The engine called ``name`` (``rollout.engine``)."""
+#: the neutral value of every setting that changes the distribution ``generate`` samples from
+NEUTRAL_SAMPLING: Mapping[str, Any] = {
+    "top_k": 0, "top_p": 1.0, "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "sequence_bias": None, "min_length": 0, "min_new_tokens": None,
+    "forced_bos_token_id": None, "forced_eos_token_id": None, "exponential_decay_length_penalty": None,
+    "renormalize_logits": False, "remove_invalid_values": False, "guidance_scale": None,
+    "watermarking_config": None, "temperature": 1.0, "do_sample": False,
+}
+
+
+def neutralize_generation_config(model: Any) -> dict[str, Any]:
+    """Replace ``model.generation_config`` by one that keeps only the special-token ids.
+
+    ``model.generate`` fills every setting its caller leaves unset from the model folder's
+    ``generation_config.json`` (a ``repetition_penalty`` of 1.3, a ``top_k``, a ``min_p``...), which
+    would change the distribution sampled from while the recorded log-probs (and the learner's) are
+    ``log_softmax(logits / T)``. The engine samples with the ``rollout.*`` settings only; returns the
+    sampling settings that the folder set and that are therefore ignored.
+    """
+    from transformers import GenerationConfig
+
+    old = model.generation_config
+    ignored = {}
+    for key, neutral in NEUTRAL_SAMPLING.items():
+        value = getattr(old, key, None)
+        if value is not None and value != neutral and key not in ("temperature", "do_sample", "top_k"):
+            ignored[key] = value
+    keep = {k: getattr(old, k, None) for k in ("pad_token_id", "eos_token_id", "bos_token_id",
+                                                 "decoder_start_token_id")}
+    model.generation_config = GenerationConfig(**{k: v for k, v in keep.items() if v is not None})
+    return ignored
+
+
+def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> GenerationEngine:
+    """The engine called ``name`` (``rollout.engine``); vLLM picks its own device (its GPU or CPU build)."""
     if name == "transformers":
-        return TransformersEngine(model_path, dtype=dtype)
+        return TransformersEngine(model_path, dtype=dtype, device=device)
     if name == "vllm":
         from .vllm_engine import VLLMEngine
 

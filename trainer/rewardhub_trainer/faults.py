@@ -74,10 +74,10 @@ def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
 class Pool:
     """Handles of one role; one with no Ray restarts left is re-created (``epochs`` count incarnations)."""
 
-    def __init__(self, role: str, factory: Callable[[], Any], size: int, max_restarts: int) -> None:
+    def __init__(self, role: str, factory: Callable[[int], Any], size: int, max_restarts: int) -> None:
         self.role = role
-        self.factory = factory
-        self.handles = [factory() for _ in range(size)]
+        self.factory = factory  #: slot index -> a new handle (its placement bundle is the slot's)
+        self.handles = [factory(i) for i in range(size)]
         self.failures = [0] * size
         self.epochs = [0] * size
         self.max_restarts = max_restarts
@@ -91,7 +91,7 @@ class Pool:
         self.epochs[i] += 1
         if self.failures[i] > self.max_restarts:
             self._kill(i)
-            self.handles[i] = self.factory()
+            self.handles[i] = self.factory(i)
             self.failures[i] = 0
             self.recreated += 1
         return self.handles[i]
@@ -99,7 +99,7 @@ class Pool:
     def replace(self, i: int) -> Any:
         """Replace handle ``i`` (alive but broken) by a fresh process."""
         self._kill(i)
-        self.handles[i] = self.factory()
+        self.handles[i] = self.factory(i)
         self.epochs[i] += 1
         self.restarts += 1
         self.recreated += 1

@@ -142,6 +142,7 @@ class LearnerSettings:
     total_steps: int = 0
     entropy_coeff: float = 0.0
     loss_agg_mode: str = "seq-mean-token-mean"
+    device: str = "cpu"  #: cpu | cuda (resolved by devices.choose in the learner's process)
 
 
 def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: float,
@@ -166,10 +167,12 @@ def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: f
         seq = s.prompt_ids + s.response_ids
         ids[i, : len(seq)] = torch.tensor(seq)
         attn[i, : len(seq)] = 1
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
+    device = next(model.parameters()).device
+    ids, attn = ids.to(device), attn.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
         logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
     logits = logits.float()
-    mask = torch.zeros((len(samples), rlen), dtype=torch.float32)
+    mask = torch.zeros((len(samples), rlen), dtype=torch.float32, device=device)
     rows, ents = [], []
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
@@ -196,11 +199,12 @@ class GRPOLearner:
         torch.manual_seed(seed)
         self.settings = settings
         dtype = getattr(torch, settings.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        self.device = torch.device(settings.device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device)
         self.model.train()
         self.ref = None
         if settings.kl_coef > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
+            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr,
@@ -244,14 +248,14 @@ class GRPOLearner:
                 logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent)
                 # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
                 weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
-                old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1])
-                adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32)
+                old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
+                adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32, device=self.device)
                 policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps, s.loss_agg_mode)
                 entropy = aggregate(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
                 if not s.entropy_coeff:
                     ent.clear()  # the metric only: let its graph go
                 loss = policy - s.entropy_coeff * entropy
-                kl_value = torch.zeros(())
+                kl_value = torch.zeros((), device=self.device)
                 if self.ref is not None:
                     kl_tok = kl_k3(logp, ref_cache[k])
                     kl_value = masked_mean(kl_tok, mask, dim=-1).mean()
@@ -312,9 +316,9 @@ class GRPOLearner:
     def load(self, path: str) -> None:
         from safetensors.torch import load_file
 
-        weights = load_file(os.path.join(path, "model.safetensors"))
+        weights = load_file(os.path.join(path, "model.safetensors"), device=str(self.device))
         self.model.load_state_dict(weights, strict=False)
-        state = torch.load(os.path.join(path, "learner.pt"), weights_only=False)
+        state = torch.load(os.path.join(path, "learner.pt"), weights_only=False, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.nonfinite_in_row = 0

@@ -27,6 +27,8 @@ from .actors import PromptBatch
 from .actors import Rollout
 from .checkpoint import latest_checkpoint
 from .checkpoint import read_state
+from .devices import devices_summary
+from .devices import print_choices
 from .prepare import Prepared
 from .recovery import Recovery
 from .rewards import provenance
@@ -55,7 +57,8 @@ def start_ray(num_cpus: int | None = None) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
         return
-    ray.init(num_cpus=num_cpus or max(4, os.cpu_count() or 1), include_dashboard=False,
+    # address="local": a new Ray of this run's own, never a cluster another process started here
+    ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1), include_dashboard=False,
              log_to_driver=False, configure_logging=False)
 
 
@@ -139,39 +142,47 @@ class Run(Recovery):
         from .actors import MessageQueue
         from .actors import RewardClient
         from .actors import Rollouter
+        from .placement import Placement
 
         cfg, t = self.cfg, self.t
+        # the placement group first: a cluster that lacks what resources: asks fails before any actor
+        self.placement = Placement(cfg.resources, t.num_rollouters)
+        place = self.placement.options
         reward = dict(cfg.reward)
-        opts = {"max_restarts": t.max_restarts, "max_task_retries": 0, "num_cpus": 0}
-        roll_cls = ray.remote(Rollouter).options(**opts)
-        client_cls = ray.remote(RewardClient).options(**opts)
+        opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
+        roll_cls = ray.remote(Rollouter)
+        client_cls = ray.remote(RewardClient)
         rollout = dataclasses.asdict(cfg.rollout)
         data = dataclasses.asdict(cfg.data)
         path, threads = self.prep.model_path, self._threads()
-        self.rollouters = Rollouters(Pool("rollouter", lambda: roll_cls.remote(
-            path, rollout, data, dtype=cfg.rollout.dtype, threads=threads, seed=t.seed),
+        self.rollouters = Rollouters(Pool("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
+            path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed),
             t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok)
         # the reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
         # (so that scoring overlaps generation and training); the pool heals its own workers
         workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
-        self.reward_client = Pool("reward_client", lambda: client_cls.remote(
-            reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step),
+        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus
+        rw_opts = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0).remote(
+            reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
+            **rw_opts),
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
                     "dtype": cfg.model.dtype, "autocast": t.autocast, "lr_schedule": t.lr_schedule,
                     "lr_warmup_steps": t.lr_warmup_steps, "min_lr_ratio": t.min_lr_ratio, "total_steps": t.total_steps,
-                    "entropy_coeff": t.entropy_coeff, "loss_agg_mode": t.loss_agg_mode}
+                    "entropy_coeff": t.entropy_coeff, "loss_agg_mode": t.loss_agg_mode, "device": t.device}
         # a learner that dies is restarted by Ray (or re-created) and told which checkpoint to load
-        learner_cls = ray.remote(Learner).options(**opts)
+        learner_cls = ray.remote(Learner)
         init_from = str(self.resume_ckpt) if self.resume_ckpt else None
-        self.learners = Pool("learner", lambda: learner_cls.remote(
+        self.learners = Pool("learner", lambda i: learner_cls.options(**opts, **place("learner")).remote(
             path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=init_from), 1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
         self.workers = self._infos()
+        print_choices(self.workers)
         self._check_fingerprints(self.workers)
         self.versions[self.step] = int(self.workers[0]["version"])
         if self.step > 0:  # resumed: the rollouters start from the checkpoint's weights
@@ -491,7 +502,9 @@ class Run(Recovery):
             "driver_fingerprint": self.prep.fingerprint,
             "rewards": provenance(self.cfg.reward, workers),
             "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
-                         **({"pool": w["pool"]} if "pool" in w else {})} for w in workers],
+                         **{k: w[k] for k in ("pool", "gpu_ids", "device", "dtype") if k in w}} for w in workers],
+            "devices": devices_summary(workers),
+            "resources": self.cfg.resources.to_dict(),
             "restarts": {"rollouter": self.rollouters.pool.restarts, "reward_client": self.reward_client.restarts,
                          "reward_worker": counters["restarts"], "learner": self.learner_restarts},
             "recreated": {"rollouter": self.rollouters.pool.recreated,
@@ -530,3 +543,6 @@ class Run(Recovery):
                 ray.kill(h, no_restart=True)
             except Exception:  # noqa: BLE001
                 pass
+        placement = getattr(self, "placement", None)
+        if placement is not None:
+            placement.remove()

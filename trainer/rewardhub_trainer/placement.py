@@ -1,0 +1,342 @@
+"""Resources asked are resources used: the ``resources:`` section, placement groups, the plan.
+
+::
+
+    resources:
+      placement: pack          # pack | spread | strict_pack | strict_spread (Ray placement group strategy)
+      learner: {num_cpus: 1, num_gpus: 1}
+      rollouter: {num_cpus: 1, num_gpus: 1}     # each of trainer.num_rollouters
+      reward_worker: {num_cpus: 1, num_gpus: 0} # each reward worker (default: reward.workers.*)
+      nnodes: 2                # optional: the cluster the run expects (verl's trainer.nnodes)
+      gpus_per_node: 8         # optional (verl's trainer.n_gpus_per_node)
+
+Every learner and rollouter that asks for something gets a bundle of one placement group (its
+strategy from ``placement``), so the pool lands where declared and each actor sees only the GPUs Ray
+gave it (``CUDA_VISIBLE_DEVICES``). Roles that ask for nothing are scheduled as before (0 CPUs). The
+reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs
+and GPUs declared here (or under ``reward.workers``); the reward-model pool by ``reward.reward_model``.
+
+:func:`plan` is pure (no Ray): it simulates the placement on a list of nodes, for the check before
+the group is created and for ``rewardhub doctor``. Nothing here imports Ray at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from rewardhub.errors import UsageError
+
+__all__ = ["PLACEMENTS", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "doctor_lines", "parse_resources",
+           "plan", "plan_report"]
+
+PLACEMENTS = ("pack", "spread", "strict_pack", "strict_spread")
+ROLES = ("learner", "rollouter", "reward_worker")
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    num_cpus: float = 0.0
+    num_gpus: float = 0.0
+
+    def as_ray(self) -> dict[str, float]:
+        return {k: v for k, v in (("CPU", self.num_cpus), ("GPU", self.num_gpus)) if v > 0}
+
+
+@dataclass(frozen=True)
+class Resources:
+    placement: str = "pack"
+    learner: RoleResources = field(default_factory=RoleResources)
+    rollouter: RoleResources = field(default_factory=RoleResources)
+    reward_worker: RoleResources | None = None  #: None: reward.workers.num_cpus / num_gpus
+    nnodes: int = 0  #: 0: any cluster
+    gpus_per_node: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool):
+        raise UsageError(f"{key}: expected a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{key}: expected a number, got {value!r}") from None
+    if number < 0:
+        raise UsageError(f"{key}: must be 0 or more, got {value!r}")
+    return number
+
+
+def _role(raw: Any, key: str) -> RoleResources:
+    if not isinstance(raw, Mapping):
+        raise UsageError(f"{key}: expected a mapping like {{num_cpus: 1, num_gpus: 1}}, got {raw!r}")
+    unknown = sorted(set(raw) - {"num_cpus", "num_gpus"})
+    if unknown:
+        raise UsageError(f"{key}.{unknown[0]}: unknown key\nvalid keys: 'num_cpus', 'num_gpus'")
+    return RoleResources(**{k: _number(v, f"{key}.{k}") for k, v in raw.items()})
+
+
+def parse_resources(raw: Any) -> Resources:
+    """The ``resources:`` section (a mapping, or None) as :class:`Resources`.
+
+    :raises UsageError: naming the key and the fix.
+    """
+    if raw is None:
+        return Resources()
+    if not isinstance(raw, Mapping):
+        raise UsageError(f"resources: expected a mapping, got {type(raw).__name__}")
+    valid = ("placement", *ROLES, "nnodes", "gpus_per_node")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in valid:
+            import difflib
+
+            close = difflib.get_close_matches(str(name), valid, n=1)
+            hint = f"did you mean resources.{close[0]}? " if close else ""
+            raise UsageError(f"resources.{name}: unknown key\n{hint}valid keys: "
+                             + ", ".join(repr(v) for v in valid))
+        if name == "placement":
+            if value not in PLACEMENTS:
+                raise UsageError(f"resources.placement: unknown value {value!r}\nchoose one of: "
+                                 + ", ".join(repr(p) for p in PLACEMENTS) + " (e.g. resources.placement=spread)")
+            values[name] = value
+        elif name in ROLES:
+            values[name] = _role(value, f"resources.{name}")
+        else:
+            number = _number(value, f"resources.{name}")
+            if not number.is_integer():
+                raise UsageError(f"resources.{name}: expected a whole number, got {value!r}")
+            values[name] = int(number)
+    return Resources(**values)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    role: str
+    index: int
+    needs: Mapping[str, float]
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index}"
+
+
+def bundles(res: Resources, num_rollouters: int) -> list[Bundle]:
+    """The placement group's bundles: the learner, then each rollouter, when they ask for anything."""
+    out = []
+    if res.learner.as_ray():
+        out.append(Bundle("learner", 0, res.learner.as_ray()))
+    if res.rollouter.as_ray():
+        out += [Bundle("rollouter", i, res.rollouter.as_ray()) for i in range(num_rollouters)]
+    return out
+
+
+def _node_resources(node: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in (node.get("Resources") or {}).items() if k in ("CPU", "GPU")}
+
+
+def _describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(f"  node {n.get('NodeManagerAddress', '?')} (id {str(n.get('NodeID', '?'))[:12]}): "
+                     + (", ".join(f"{k}={v:g}" for k, v in sorted(_node_resources(n).items())) or "nothing")
+                     for n in nodes)
+
+
+def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement: str = "pack") -> list[str]:
+    """Simulate the placement: the node id of each bundle, or :class:`UsageError` saying what is missing.
+
+    ``nodes`` are ``ray.nodes()`` entries (alive ones are used, with their total ``Resources``).
+    ``pack`` fills as few nodes as possible, ``spread`` takes the least-used node that fits; the
+    ``strict_`` forms fail where Ray's would (all on one node; each on a different node).
+    """
+    alive = [n for n in nodes if n.get("Alive", True)]
+    free = {str(n["NodeID"]): _node_resources(n) for n in alive}
+    order = list(free)
+    total_asked: dict[str, float] = {}
+    for b in items:
+        for k, v in b.needs.items():
+            total_asked[k] = total_asked.get(k, 0.0) + v
+    total_have = {k: sum(f.get(k, 0.0) for f in free.values()) for k in total_asked}
+
+    def fits(node: str, b: Bundle) -> bool:
+        return all(free[node].get(k, 0.0) >= v - 1e-9 for k, v in b.needs.items())
+
+    def fail(why: str) -> UsageError:
+        asked = ", ".join(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items()) for b in items)
+        return UsageError(f"resources: the cluster cannot place the run ({placement}): {why}\n"
+                          f"asked: {asked}\nthe cluster:\n{_describe_nodes(alive)}\n"
+                          "lower resources.<role>.num_gpus / num_cpus or trainer.num_rollouters, choose another "
+                          "resources.placement, or add nodes")
+
+    short = {k: (v, total_have[k]) for k, v in total_asked.items() if v > total_have[k] + 1e-9}
+    if short:
+        raise fail("; ".join(f"{v:g} {k} asked in all, the cluster has {have:g}" for k, (v, have) in short.items()))
+    where: list[str] = []
+    used: dict[str, int] = {n: 0 for n in order}
+    if placement == "strict_pack":
+        node = next((n for n in order if all(sum(b.needs.get(k, 0.0) for b in items) <= free[n].get(k, 0.0) + 1e-9
+                                             for k in total_asked)), None)
+        if node is None:
+            raise fail("strict_pack needs every bundle on one node, and no node has all of it")
+        return [node] * len(items)
+    for b in items:
+        if placement == "pack":
+            candidates = sorted((n for n in order if fits(n, b)), key=lambda n: (-used[n], order.index(n)))
+        elif placement == "spread":
+            candidates = sorted((n for n in order if fits(n, b)), key=lambda n: (used[n], order.index(n)))
+        else:  # strict_spread
+            candidates = [n for n in order if used[n] == 0 and fits(n, b)]
+        if not candidates:
+            raise fail(f"no node has room for {b.name} ({', '.join(f'{k}={v:g}' for k, v in b.needs.items())})"
+                       + (" on a node of its own" if placement == "strict_spread" else ""))
+        node = candidates[0]
+        for k, v in b.needs.items():
+            free[node][k] = free[node].get(k, 0.0) - v
+        used[node] += 1
+        where.append(node)
+    return where
+
+
+def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str, Any]],
+                reward_worker: Mapping[str, float] | None = None, num_reward_workers: int = 1) -> list[str]:
+    """Lines for ``rewardhub doctor``: what each trainer pool would get on ``nodes`` (or the error)."""
+    lines = []
+    items = bundles(res, num_rollouters)
+    try:
+        where = plan(items, nodes, res.placement)
+    except UsageError as exc:
+        return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
+    for b, node in zip(items, where):
+        lines.append(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items())
+                     + f" on node {node[:12]} ({res.placement})")
+    for role in ("learner", "rollouter"):
+        if not getattr(res, role).as_ray():
+            lines.append(f"{role}: asks for nothing (0 CPUs, 0 GPUs): any node, shares the CPUs")
+    if reward_worker is not None:
+        needs = ", ".join(f"{k}={v:g}" for k, v in reward_worker.items() if v) or "nothing"
+        lines.append(f"reward_worker x{num_reward_workers}: {needs} each")
+    lines += _cluster_check(res, nodes)
+    return lines
+
+
+def _cluster_check(res: Resources, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    alive = [n for n in nodes if n.get("Alive", True)]
+    problems = []
+    if res.nnodes and len(alive) < res.nnodes:
+        problems.append(f"resources.nnodes={res.nnodes} but the cluster has {len(alive)} alive node(s)")
+    if res.gpus_per_node:
+        gpu_nodes = [n for n in alive if _node_resources(n).get("GPU", 0.0) >= res.gpus_per_node]
+        want = res.nnodes or 1
+        if len(gpu_nodes) < want:
+            problems.append(f"resources.gpus_per_node={res.gpus_per_node} on {want} node(s), but "
+                            f"{len(gpu_nodes)} node(s) have that many GPUs")
+    return problems
+
+
+class Placement:
+    """The run's placement group (when a learner or rollouter asks for resources) and actor options.
+
+    :raises UsageError: before anything is created, when the cluster lacks what is asked; and when
+        Ray cannot place the group within ``timeout_s``.
+    """
+
+    def __init__(self, res: Resources, num_rollouters: int, *, timeout_s: float = 60.0) -> None:
+        import ray
+
+        self.res = res
+        self.items = bundles(res, num_rollouters)
+        self.groups: list[Any] = []
+        self.slots: list[tuple[Any, int]] = []
+        self.expected: list[str] = []  #: the planned node of each item (Ray may pick other, equivalent ones)
+        nodes = ray.nodes()
+        problems = _cluster_check(res, nodes)
+        if problems:
+            raise UsageError("resources: " + "; ".join(problems) + "\nthe cluster:\n"
+                             + _describe_nodes([n for n in nodes if n.get("Alive")])
+                             + "\nstart the run on a cluster that has them, or change resources.nnodes / "
+                               "gpus_per_node (verl: trainer.nnodes / trainer.n_gpus_per_node)")
+        if not self.items:
+            return
+        self.expected = plan(self.items, nodes, res.placement)
+        from ray.util.placement_group import placement_group
+
+        #: one (group, bundle index) per item
+        self.slots: list[tuple[Any, int]] = []
+        self.groups: list[Any] = []
+        for strategy, chunk in _groups(self.items, nodes, res.placement):
+            group = placement_group([dict(b.needs) for b in chunk], strategy=strategy)
+            self.groups.append(group)
+            self.slots += [(group, i) for i in range(len(chunk))]
+        try:
+            ray.get([g.ready() for g in self.groups], timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - GetTimeoutError, or the group was rejected
+            self.remove()
+            raise UsageError(f"resources: Ray did not place the run's placement group ({res.placement}) within "
+                             f"{timeout_s:g}s ({type(exc).__name__}); the resources are taken by other jobs, or "
+                             f"the cluster lacks them\nthe cluster:\n{_describe_nodes(ray.nodes())}") from None
+
+    def options(self, role: str, index: int = 0) -> dict[str, Any]:
+        """Ray actor options for ``role``'s actor ``index``: its CPUs and GPUs, in its bundle."""
+        for b, (group, i) in zip(self.items, self.slots):
+            if b.role == role and b.index == index:
+                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+                return {"num_cpus": b.needs.get("CPU", 0.0), "num_gpus": b.needs.get("GPU", 0.0),
+                        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                            placement_group=group, placement_group_bundle_index=i)}
+        return {"num_cpus": 0}
+
+    def remove(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for group in self.groups:
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - gone with the cluster
+                pass
+        self.groups, self.slots = [], []
+
+
+def _groups(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement: str) -> list[tuple[str, list[Bundle]]]:
+    """The placement groups to create: ``(Ray strategy, bundles)``.
+
+    Ray's ``SPREAD`` is best effort (two bundles may share a node while another is free), so
+    ``spread`` becomes consecutive ``STRICT_SPREAD`` groups of one bundle per fitting node (round
+    robin, each node taking the same share) when every such node can hold its share; else ``SPREAD``.
+    """
+    if placement != "spread":
+        return [(placement.upper(), list(items))]
+    keys = {k for b in items for k in b.needs}
+    biggest = {k: max(b.needs.get(k, 0.0) for b in items) for k in keys}
+    fitting = [n for n in nodes if n.get("Alive", True)
+               and all(_node_resources(n).get(k, 0.0) >= v for k, v in biggest.items())]
+    width = len(fitting)
+    if width >= 2:
+        share = -(-len(items) // width)
+        if all(_node_resources(n).get(k, 0.0) >= share * v for n in fitting for k, v in biggest.items()):
+            return [("STRICT_SPREAD", list(items[i:i + width])) for i in range(0, len(items), width)]
+    return [("SPREAD", list(items))]
+
+
+def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``rewardhub doctor``'s lines for a training config; ``nodes`` are its report's nodes."""
+    from .config import _plain
+
+    raw = _plain(cfg)
+    try:
+        res = parse_resources(raw.get("resources"))
+    except UsageError as exc:
+        return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
+    trainer = raw.get("trainer") or {}
+    workers = (raw.get("reward") or {}).get("workers") or {}
+    rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)))
+    count = int(workers.get("num_workers") or trainer.get("num_reward_workers") or 1)
+    as_ray = [{"NodeID": n.get("node_id"), "NodeManagerAddress": n.get("ip"), "Alive": True,
+               "Resources": n.get("resources") or {}} for n in nodes]
+    lines = plan_report(res, int(trainer.get("num_rollouters") or 1), as_ray,
+                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus}, count)
+    return ["trainer pools (resources:):", *(f"  {line}" for line in lines)]
