@@ -11,6 +11,7 @@ from typing import Any
 from typing import Protocol
 
 from ..errors import UsageError
+from ._calls import check_sample
 from ._columns import Column
 from ._fast import fast_eligible
 from ._fast import run_fast
@@ -21,11 +22,11 @@ from ._outcome import ERROR
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._process import ProcessPool
-from ._process import Task
 from ._results import ScoreResult
 from ._results import apply_on_failure
 from ._results import check_aggregation
 from ._results import combine
+from ._task import Task
 from ._terms import Term
 from ._terms import config_value
 from ._terms import resolve_terms
@@ -107,7 +108,7 @@ class Runner:
         labels = list(indices) if indices is not None else None
         fast = {t.name: self._is_fast(t) for t in self.terms}
         if not all(fast.values()):  # the fast loop checks samples as it goes; others need it first
-            batch = [_check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
+            batch = [check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
         columns: dict[str, Column] = {}
         total = n * len(self.terms)
         done_units = 0
@@ -292,14 +293,3 @@ class Runner:
             self.close()
         except Exception:
             pass
-
-
-def _check_sample(s: Any, i: int) -> dict[str, Any]:
-    if type(s) is dict and "response" in s:
-        return s
-    if not isinstance(s, Mapping):
-        raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
-    if "response" not in s:
-        raise UsageError(f"sample {i} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
-                         "each sample needs prompt, response, ground_truth, data_source, extra_info")
-    return dict(s)
