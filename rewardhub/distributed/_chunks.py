@@ -23,7 +23,8 @@ class WorkerTerm:
 
 
 def group_key(sample: Mapping[str, Any]) -> str:
-    info = sample.get("extra_info") if isinstance(sample.get("extra_info"), Mapping) else {}
+    extra = sample.get("extra_info")
+    info: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
     key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
     return repr(key) if key is not None else repr(sample.get("prompt"))
 

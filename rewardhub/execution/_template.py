@@ -93,7 +93,7 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
     conn.send(("ready",))
     while True:
         for obj in multiprocessing.connection.wait([conn, *kids]):
-            if obj is conn:
+            if not isinstance(obj, int):  # the pool's connection: read below
                 continue
             pid, kid_slot = kids.pop(obj)  # a worker exited: reap it, say how
             _, status = os.waitpid(pid, 0)

@@ -11,6 +11,7 @@ from typing import Any
 from typing import Protocol
 
 from ..errors import UsageError
+from ._calls import Invoker
 from ._calls import check_sample
 from ._columns import Column
 from ._fast import fast_eligible
@@ -193,10 +194,10 @@ class Runner:
         inv, kw, pol = term.invoker, term.kwargs, term.policy
         if inv.kind == "function":
             units = [[i] for i in idx]
-            calls = [(lambda i=i: inv.call_one(batch[i], kw)) for i in idx]
+            calls = [_call_one(inv, batch, i, kw) for i in idx]
         else:
             units = self._chunks(term, batch, idx, 1)
-            calls = [(lambda u=u: inv.call_many([batch[i] for i in u], kw)) for u in units]
+            calls = [_call_many(inv, batch, u, kw) for u in units]
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
             self.abandoned_threads += abandoned
@@ -293,3 +294,13 @@ class Runner:
             self.close()
         except Exception:
             pass
+
+
+def _call_one(inv: Invoker, batch: list[Any], i: int, kw: dict[str, Any]) -> Callable[[], Any]:
+    """A call of ``inv`` on sample ``i`` of the batch, to be made (and maybe retried) later."""
+    return lambda: inv.call_one(batch[i], kw)
+
+
+def _call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:
+    """A call of ``inv`` on the samples of ``unit``; each try gets a list of its own."""
+    return lambda: inv.call_many([batch[i] for i in unit], kw)
