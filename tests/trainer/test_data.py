@@ -129,8 +129,8 @@ def test_jsonl_save_to_disk_and_parquet_load_the_same_prompts(tmp_path):
 def test_render_filters_or_truncates_long_prompts():
     from transformers import ByT5Tokenizer
 
-    from rewardhub_trainer.data import PromptDataset
     from rewardhub_trainer.data import Prompt
+    from rewardhub_trainer.data import PromptDataset
     from rewardhub_trainer.data import render
 
     tok = ByT5Tokenizer()  # one token per byte

@@ -4,6 +4,7 @@ folder) receive the step and evaluation metrics when installed."""
 from __future__ import annotations
 
 import importlib.util
+
 import pytest
 
 from rewardhub.errors import UsageError
