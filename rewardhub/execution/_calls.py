@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["ADAPTERS", "Invoker", "check_sample", "make_invoker", "sample_kwargs"]
+__all__ = ["ADAPTERS", "Invoker", "check_sample", "group_key", "make_invoker", "sample_kwargs"]
 
 ADAPTERS = ("auto", "rewardhub", "verl", "trl")
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
@@ -133,3 +133,12 @@ def check_sample(s: Any, label: Any) -> dict[str, Any]:
         raise UsageError(f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
                          "each sample needs prompt, response, ground_truth, data_source, extra_info")
     return dict(s)
+
+
+def group_key(sample: Mapping[str, Any]) -> str:
+    """The key of the prompt group a sample belongs to (a group reward scores a group at once):
+    ``extra_info``'s ``group``, ``group_id`` or ``uid``, else the prompt itself."""
+    extra = sample.get("extra_info")
+    info: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
+    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
+    return repr(key) if key is not None else repr(sample.get("prompt"))

@@ -13,6 +13,7 @@ from typing import Protocol
 from ..errors import UsageError
 from ._calls import Invoker
 from ._calls import check_sample
+from ._calls import group_key
 from ._columns import Column
 from ._fast import fast_eligible
 from ._fast import run_fast
@@ -181,11 +182,7 @@ class Runner:
         if term.invoker.kind == "group":
             groups: dict[Any, list[int]] = {}
             for i in idx:
-                s = batch[i]
-                info = s.get("extra_info") if isinstance(s.get("extra_info"), Mapping) else {}
-                key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None),
-                           None)
-                groups.setdefault(repr(key) if key is not None else repr(s.get("prompt")), []).append(i)
+                groups.setdefault(group_key(batch[i]), []).append(i)
             return list(groups.values())
         size = max(1, math.ceil(len(idx) / max(1, parts)))
         return [idx[k:k + size] for k in range(0, len(idx), size)]
