@@ -74,7 +74,7 @@ def reward_section(verl_config: Any) -> dict[str, Any]:
     section = dict(migrated.get("reward") or {})
     section.pop("manager", None)
     if not section.get("rewards"):
-        term = dict(VERL_DEFAULT_TERM)
+        term: dict[str, Any] = dict(VERL_DEFAULT_TERM)
         sandbox = verl_reward.get("sandbox_fusion") or {}
         if sandbox.get("url"):
             term["kwargs"] = {"sandbox_fusion_url": sandbox["url"],
@@ -183,7 +183,7 @@ def register() -> bool:
         return False
     _registered = True
 
-    class RewardhubLoopManager(RewardManagerBase):  # type: ignore[misc,valid-type]
+    class RewardhubLoopManager(RewardManagerBase):
         """verl's reward loop: ``run_single`` calls that arrive together are scored as one batch."""
 
         def __init__(self, config: Any, tokenizer: Any, compute_score: Any = None,
@@ -224,7 +224,7 @@ def register() -> bool:
                 if not fut.done():
                     fut.set_result({"reward_score": score, "reward_extra_info": info})
 
-    class RewardhubBatchManager(AbstractRewardManager):  # type: ignore[misc,valid-type]
+    class RewardhubBatchManager(AbstractRewardManager):
         """verl's batch reward managers: a whole ``DataProto`` per call."""
 
         def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Any = None,

@@ -51,7 +51,7 @@ def _command_modules(wanted: str | None = None) -> list[Any]:
     for name in BUILTIN_COMMANDS:
         if wanted and name.rpartition(".")[2] == wanted:
             return [importlib.import_module(name)]
-    mods = []
+    mods: list[Any] = []
     for name in BUILTIN_COMMANDS:
         try:
             mods.append(importlib.import_module(name))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -359,7 +360,7 @@ def terms_needing(runner: Any, field: str = "ground_truth") -> list[str]:
     """The names of a runner's terms whose reward takes ``field`` (``ground_truth``) as a parameter."""
     names = []
     for term in getattr(runner, "terms", []):
-        params = getattr(term.invoker, "names", set())
+        params: Collection[str] = getattr(term.invoker, "names", set())
         if field in params or field + "s" in params:
             names.append(term.name)
     return names

@@ -139,11 +139,11 @@ def spec_from_object(
     extra: Mapping[str, Any] | None = None,
 ) -> RewardSpec:
     """Build a :class:`RewardSpec` for a loaded callable, honouring ``@reward`` metadata."""
-    meta = dict(getattr(obj, "__rewardhub__", {}) or {})
+    meta: dict[str, Any] = dict(getattr(obj, "__rewardhub__", {}) or {})
     if extra:
         meta.update({k: v for k, v in extra.items() if v is not None})
     return RewardSpec(
-        name=name or meta.get("name") or getattr(obj, "__name__", target.rpartition(":")[2]),
+        name=name or meta.get("name", "") or getattr(obj, "__name__", target.rpartition(":")[2]),
         target=target,
         source=source,
         dist=dist,

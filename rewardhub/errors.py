@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from collections.abc import Sequence
 
 __all__ = [
@@ -91,7 +92,7 @@ class UnknownRewardError(RewardhubError, LookupError):
 
     __module__ = "rewardhub"
 
-    def __init__(self, name: str, available: Sequence[str], where: str | None = None) -> None:
+    def __init__(self, name: str, available: Iterable[str], where: str | None = None) -> None:
         import difflib
 
         self.name = name

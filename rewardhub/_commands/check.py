@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 from typing import Any
+from typing import cast
 
 from ..errors import RewardhubError
 from ..errors import UsageError
@@ -44,7 +45,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
     from omegaconf import OmegaConf
 
-    base = OmegaConf.to_container(reward, resolve=True)
+    base = cast("dict[str, Any]", OmegaConf.to_container(reward, resolve=True))  # a DictConfig's: a dict
     base["rewards"] = []  # file and module terms are registered one by one below, each problem kept
     registry = build_registry(base)
     for spec in (s for s in registry.list_rewards() if s.status == "broken"):

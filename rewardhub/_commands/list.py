@@ -39,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             dump_json(plugins)
         else:
-            rows = [[p["name"], f"{p['dist']} {p['version']}" if p["dist"] else ("builtin" if p["builtin"] else "-"),
+            cells = [[p["name"], f"{p['dist']} {p['version']}" if p["dist"] else ("builtin" if p["builtin"] else "-"),
                      p["status"], ", ".join(p["hooks"]) if p["status"] == "ok" else p["error"]] for p in plugins]
-            print(table(rows, ["plugin", "dist", "status", "hooks"]))
+            print(table(cells, ["plugin", "dist", "status", "hooks"]))
         return 0
     specs = registry.list_rewards()
     if args.requirements:

@@ -19,6 +19,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Mapping
+from collections.abc import MutableMapping
 from typing import Any
 
 from ..errors import UsageError
@@ -180,7 +181,7 @@ def yaml_roundtrip(text: str, new: Mapping[str, Any]) -> str:
 
 def _sync(node: Any, new: Any) -> Any:
     """Make ``node`` (a ruamel container) equal to ``new``, reusing nodes that already agree."""
-    if isinstance(node, Mapping) and isinstance(new, Mapping):
+    if isinstance(node, MutableMapping) and isinstance(new, Mapping):
         for key in [k for k in node if k not in new]:
             del node[key]
         for key, value in new.items():
@@ -232,7 +233,7 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
     new_leaves = [(k, v) for k, v in _leaves(after.get("reward") or {}, "reward") if old_leaves.get(k, _MISSING) != v]
 
     # a moved key keeps the exact text its value had in the script ($HOME, quotes and all)
-    raw_value: dict[str, str] = {}
+    raw_value: dict[str, tuple[str, Any]] = {}
     by_key = {parsed[i].key: i for i in legacy}
     for m in report.moved:
         i = by_key.get(m["from"])

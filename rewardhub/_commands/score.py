@@ -144,7 +144,7 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def _fmt(x: float, scale: float = 1.0, digits: int = 3) -> str:
+def _fmt(x: float | None, scale: float = 1.0, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.{digits}f}"
 
 

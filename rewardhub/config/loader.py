@@ -212,7 +212,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
 
     overrides = list(overrides)
     file_dir = base_dir or (os.path.dirname(os.path.abspath(path)) if path else None)
-    kind, from_path = "yaml", dict[str, Any]()
+    kind = "yaml"
+    from_path: dict[str, Any] = {}
     if path:
         kind, from_path = _parse(path, _read_text(path))
     cfg, report = read_and_migrate(path, overrides, source=from_path)

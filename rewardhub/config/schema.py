@@ -239,7 +239,7 @@ def _check_section(data: Any, cls: type, key: str, pattern: str) -> dict[str, An
         sub, subpat = f"{key}.{k}" if key else str(k), f"{pattern}.{k}" if pattern else str(k)
         typ = hints[k]
         origin = getattr(typ, "__origin__", None)
-        if dataclasses.is_dataclass(typ):
+        if isinstance(typ, type) and dataclasses.is_dataclass(typ):
             out[k] = _check_section(v, typ, sub, subpat)
         elif origin in (dict, Dict):
             if v is None:

@@ -190,7 +190,7 @@ class _Migration:
             self.cfg["reward"] = self.reward
 
     def _manager(self) -> str | None:
-        names = {}
+        names: dict[str, str] = {}
         for name, key in self.managers:
             names.setdefault(name, key)
         if len(names) > 1:
@@ -208,8 +208,8 @@ class _Migration:
         return name
 
     def _custom_term(self, manager: str | None) -> int | None:
-        path = self.crf.pop("path", (None, None))
-        name = self.crf.pop("name", (None, None))
+        path = self.crf.pop("path", (None, ""))  # (value, key); no key when not set
+        name = self.crf.pop("name", (None, ""))
         if path[0] in (None, ""):
             for value, key in (path, name):
                 if key:
@@ -277,7 +277,7 @@ class _Migration:
             return
         for k in cfg_keys:
             del self.kwargs[k]
-        enable = cfg_keys.get("overlong_buffer_cfg.enable", (False, None))
+        enable = cfg_keys.get("overlong_buffer_cfg.enable", (False, ""))
         max_len = self.kwargs.pop("max_resp_len", None)
         if not _truthy(enable[0]):
             reason = "overlong_buffer_cfg.enable is not true, so there is no overlong penalty"

@@ -35,7 +35,7 @@ VERL_RESOURCE_KEYS = {
 
 def _pop(cfg: dict[str, Any], dotted: str) -> Any:
     *parents, last = dotted.split(".")
-    node = cfg
+    node: Any = cfg
     for p in parents:
         node = node.get(p) if isinstance(node, dict) else None
         if not isinstance(node, dict):

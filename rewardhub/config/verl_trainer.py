@@ -221,7 +221,7 @@ class _Mapping:
     def run(self) -> None:
         leaves = [(k, v) for root in ("data", *VERL_ROOTS, "trainer") if isinstance(self.cfg.get(root), Mapping)
                   for k, v in _leaves(self.cfg[root], root)]
-        taken = {k: (v, _rule(k)) for k, v in leaves if _rule(k) is not None}
+        taken = {k: (v, rule) for k, v in leaves if (rule := _rule(k)) is not None}
         if "trainer.total_training_steps" not in taken:  # then it is the trainer's own key, as it is
             taken.pop("trainer.total_epochs", None)
         if not taken:

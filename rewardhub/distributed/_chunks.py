@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..execution import group_key
 
-__all__ = ["WorkerTerm", "check_sample", "group_key", "make_chunks"]
+__all__ = ["WorkerTerm", "check_sample", "make_chunks"]
 
 
 @dataclass(frozen=True)
@@ -20,12 +21,6 @@ class WorkerTerm:
     reward: str
     weight: float
     on_failure: str
-
-
-def group_key(sample: Mapping[str, Any]) -> str:
-    info = sample.get("extra_info") if isinstance(sample.get("extra_info"), Mapping) else {}
-    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
-    return repr(key) if key is not None else repr(sample.get("prompt"))
 
 
 def make_chunks(batch: Sequence[Mapping[str, Any]], size: int, groups: bool) -> list[list[int]]:

@@ -178,7 +178,7 @@ class RewardWorkerPool:
             self._new_actor(slot)
         refs = [s.starting for s in self._slots]
         ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        infos = []
+        infos: list[dict[str, Any]] = []
         for slot in self._slots:
             if slot.starting not in ready:
                 infos.append({"pool": self.pool, "index": slot.index, "problems": [{

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._calls import group_key
 from ._outcome import Outcome
 from ._process import ProcessPool
 from ._results import AGGREGATIONS
@@ -36,6 +37,7 @@ __all__ = [
     "check_aggregation",
     "combine",
     "config_value",
+    "group_key",
     "plain",
     "resolve_term",
     "resolve_terms",

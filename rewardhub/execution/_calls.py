@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["ADAPTERS", "Invoker", "make_invoker", "sample_kwargs"]
+__all__ = ["ADAPTERS", "Invoker", "check_sample", "group_key", "make_invoker", "sample_kwargs"]
 
 ADAPTERS = ("auto", "rewardhub", "verl", "trl")
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
@@ -120,3 +120,25 @@ def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> 
     if kind == "model":
         kind = "batched"
     return Invoker(fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names, var_kw=var_kw)
+
+
+def check_sample(s: Any, label: Any) -> dict[str, Any]:
+    """The sample as a dict; a :class:`UsageError` naming it by ``label`` when it is not a mapping
+    with a ``response``."""
+    if type(s) is dict and "response" in s:
+        return s
+    if not isinstance(s, Mapping):
+        raise UsageError(f"sample {label} is a {type(s).__name__}, not a mapping with 'response'")
+    if "response" not in s:
+        raise UsageError(f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
+                         "each sample needs prompt, response, ground_truth, data_source, extra_info")
+    return dict(s)
+
+
+def group_key(sample: Mapping[str, Any]) -> str:
+    """The key of the prompt group a sample belongs to (a group reward scores a group at once):
+    ``extra_info``'s ``group``, ``group_id`` or ``uid``, else the prompt itself."""
+    extra = sample.get("extra_info")
+    info: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
+    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
+    return repr(key) if key is not None else repr(sample.get("prompt"))

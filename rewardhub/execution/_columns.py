@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
+from typing import TypeVar
 
 from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
@@ -118,9 +119,10 @@ class Column:
         self.values.extend(other.values)
         self.latency.extend(other.latency)
         self.runs.extend(other.runs)
-        for mine, theirs in ((self.status, other.status), (self.errors, other.errors),
-                             (self.extra, other.extra), (self.attempts, other.attempts)):
-            mine.update({i + off: v for i, v in theirs.items()})  # type: ignore[attr-defined]
+        self.status.update(_shifted(other.status, off))
+        self.errors.update(_shifted(other.errors, off))
+        self.extra.update(_shifted(other.extra, off))
+        self.attempts.update(_shifted(other.attempts, off))
 
     # ---- policy -------------------------------------------------------------------------
     def failures(self) -> list[int]:
@@ -130,6 +132,14 @@ class Column:
         """Whether some value is ``None`` (not applicable or dropped)."""
         values = self.values
         return any(values[i] is None for i in self.status)
+
+
+_V = TypeVar("_V")
+
+
+def _shifted(d: dict[int, _V], off: int) -> dict[int, _V]:
+    """``d`` with its sample indices moved ``off`` places on."""
+    return {i + off: v for i, v in d.items()}
 
 
 def _runs_percentile(runs: list[tuple[float, int]], q: float) -> float:

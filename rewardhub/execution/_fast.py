@@ -14,16 +14,16 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import UsageError
 from ._calls import FIELDS
 from ._calls import Invoker
+from ._calls import check_sample
 from ._columns import Column
-from ._local import _err
 from ._local import interrupts_told_apart
 from ._local import reward_exit
 from ._outcome import ERROR
 from ._outcome import OK
 from ._outcome import check_value
+from ._outcome import error_text
 
 __all__ = ["fast_eligible", "run_fast"]
 
@@ -86,14 +86,6 @@ def _compile(pairs: list[tuple[str, str]], constants: bool, lenient: bool) -> An
     return _cache[key]
 
 
-def _check_sample(s: Any, i: int) -> None:
-    if not isinstance(s, Mapping):
-        raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
-    if "response" not in s:
-        raise UsageError(f"sample {i} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
-                         "each sample needs prompt, response, ground_truth, data_source, extra_info")
-
-
 _FAILED = object()
 
 
@@ -125,13 +117,13 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
         i = len(out)
         s = batch[i]
         if not isinstance(s, Mapping) or any(field not in s for _, field in pairs):
-            _check_sample(s, col.label(i))  # a bad sample stops the batch with its name
+            check_sample(s, col.label(i))  # a bad sample stops the batch with its name
             loop = _compile(pairs, bool(constants), lenient=True)  # optional fields may be missing
             attempts, start = 0, pc()
             error = None
         else:  # the reward itself raised
             attempts, start = 1, pc() - x
-            error = _err(exc)
+            error = error_text(exc)
         while attempts <= retries or attempts == 0:
             attempts += 1
             try:
@@ -141,7 +133,7 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
             except BaseException as again:
                 if not isinstance(again, Exception) and not reward_exit(again):
                     raise
-                error = _err(again)
+                error = error_text(again)
         runs.append((pc() - start, 1))
         if error is None:
             out.append(raw)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Interrupted
+from ._outcome import error_text
 
 __all__ = ["Call", "interrupts_told_apart", "reward_exit", "run_async", "run_inline", "run_threads"]
 
@@ -20,12 +21,6 @@ __all__ = ["Call", "interrupts_told_apart", "reward_exit", "run_async", "run_inl
 Call = Callable[[], Any]
 #: (status, value or error text, latency seconds)
 Result = tuple[str, Any, float]
-
-
-def _err(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"SystemExit: the reward called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
 
 
 #: whether this thread runs under :func:`interrupts_told_apart` (a real Ctrl-C raises Interrupted)
@@ -80,11 +75,11 @@ def _call_once(call: Call, own_thread: bool = False) -> Result:
             raw = _run_coro(raw)
         return ("ok", raw, time.perf_counter() - start)
     except Exception as exc:  # a bad reward is data
-        return ("error", _err(exc), time.perf_counter() - start)
+        return ("error", error_text(exc), time.perf_counter() - start)
     except BaseException as exc:
         if not reward_exit(exc, own_thread):
             raise
-        return ("error", _err(exc), time.perf_counter() - start)
+        return ("error", error_text(exc), time.perf_counter() - start)
 
 
 def run_inline(calls: list[Call], retries: int) -> list[Result]:
@@ -152,11 +147,11 @@ def run_async(calls: list[Call], timeout_s: float | None, max_concurrency: int |
                         res = ("timeout", f"timed out after {timeout_s:g}s; coroutine cancelled",
                                time.perf_counter() - start)
                     except Exception as exc:
-                        res = ("error", _err(exc), time.perf_counter() - start)
+                        res = ("error", error_text(exc), time.perf_counter() - start)
                     except (SystemExit, KeyboardInterrupt) as exc:
                         if not reward_exit(exc, own_thread=True):  # the loop runs the rewards only
                             raise
-                        res = ("error", _err(exc), time.perf_counter() - start)
+                        res = ("error", error_text(exc), time.perf_counter() - start)
                     if res[0] == "ok":
                         break
                 return res
@@ -185,7 +180,7 @@ def run_threads(calls: list[Call], timeout_s: float | None, max_concurrency: int
         try:
             res = _call_once(call, own_thread=True)
         except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
-            res = ("error", _err(exc), 0.0)
+            res = ("error", error_text(exc), 0.0)
         with cond:
             if i in running:  # not timed out meanwhile
                 del running[i]

@@ -7,10 +7,17 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Outcome", "check_value"]
+__all__ = ["Outcome", "check_value", "error_text"]
 
 #: outcome statuses
 OK, NOT_APPLICABLE, ERROR, TIMEOUT = "ok", "na", "error", "timeout"
+
+
+def error_text(exc: BaseException) -> str:
+    """How a failed call's exception reads in its outcome: ``Type: message``."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the reward called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(slots=True)

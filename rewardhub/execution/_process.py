@@ -11,20 +11,20 @@ import collections
 import math
 import multiprocessing
 import multiprocessing.connection
-import os
 import pickle
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 
 from . import _template
-from ._worker import _Worker
+from ._task import Task
+from ._task import WorkerPayload
+from ._watch import Watch
+from ._worker import Worker
 from ._worker import tell_to_stop
 
-__all__ = ["ProcessPool", "Task", "WorkerPayload"]
+__all__ = ["ProcessPool"]
 
 #: a chunk aims at about this much work, so a worker is told what to do ~20 times a second at most
 _CHUNK_TARGET_S = 0.05
@@ -32,61 +32,6 @@ _CHUNK_MAX = 256
 #: a second chunk is queued behind the running one only when its message is this small (a large
 #: message could block the parent on a full pipe while that worker hangs)
 _PIPELINE_MAX_BYTES = 48 * 1024
-#: a call is "stuck" after this many times the reward's mean call time (within the bounds below)
-_STUCK_FACTOR = 30.0
-_STUCK_MIN_S = 0.025
-#: a worker whose call has run this many times the mean call time (at least _LOOK_MIN_S) is looked
-#: at: asleep at two looks _PROBE_S apart, with no CPU used between them, it waits (sleep, I/O)
-#: rather than computes, and is stuck at once
-_LOOK_FACTOR = 3.0
-_LOOK_MIN_S = 0.002
-_PROBE_S = 0.002
-#: a worker that computes is looked at again after this, doubling up to _LOOK_MAX_S
-_LOOK_MAX_S = 0.05
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-@dataclass(frozen=True)
-class WorkerPayload:
-    """What a worker needs to rebuild a reward by itself: names and specs, never callables."""
-
-    target: str
-    sha256: str | None
-    params: tuple[tuple[str, Any], ...]
-    kind: str
-    adapter: str
-    name: str
-    #: may be replayed to warm new workers (see ExecutionPolicy.pure)
-    pure: bool = False
-    #: the worker's data-segment limit while it runs this reward
-    memory_limit_mb: int | None = None
-    #: at most this many of its calls at once (None: as many as the pool has workers)
-    max_concurrency: int | None = None
-
-
-@dataclass
-class Task:
-    """One call: a sample (``mode == "one"``) or a list of samples (``"many"``).
-
-    :ivar attempts: how many times it was actually started.
-    :ivar result: ``(status, value or error text, latency seconds)`` once done.
-    """
-
-    key: str
-    mode: str
-    payload: Any  # a sample dict, or a list of them
-    kwargs: dict[str, Any]
-    timeout_s: float | None
-    retries: int = 0
-    attempts: int = 0
-    tag: Any = None  # the caller's bookkeeping (indices)
-    result: tuple[str, Any, float] | None = field(default=None)
 
 
 class ProcessPool:
@@ -106,15 +51,15 @@ class ProcessPool:
             start_method = "fork" if sys.platform.startswith("linux") else "spawn"
         self._ctx = multiprocessing.get_context(start_method)
         self.size = max(1, int(size))
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._payloads: dict[str, WorkerPayload] = {}
         self.kills = 0
         self.crashes = 0
-        #: a call running longer than this (or 30 times the reward's mean call time, if less; at
-        #: least 25 ms) is "stuck": the calls queued behind it go to other workers, and if it
-        #: waits rather than computes, a spare worker takes its place in the rotation (at most
-        #: ``max_spares``) until it finishes or its timeout kills it
-        self.stuck_after_s = stuck_after_s
+        #: a call running longer than ``stuck_after_s`` (or 30 times the reward's mean call time,
+        #: if less; at least 25 ms) is "stuck": the calls queued behind it go to other workers, and
+        #: if it waits rather than computes, a spare worker takes its place in the rotation (at
+        #: most ``max_spares``) until it finishes or its timeout kills it
+        self.watch = Watch(stuck_after_s)
         self.spares_started = 0
         #: calls taken back from stuck workers and run elsewhere
         self.taken_back = 0
@@ -128,9 +73,16 @@ class ProcessPool:
         self._recent_kwargs: dict[str, dict[str, Any]] = {}
         #: workers handed over by the template
         self.warm_started = 0
-        self._latency: dict[str, float] = {}  # per key: running mean seconds per call
-        self._dying: list[_Worker] = []  # killed, not yet reaped
+        self._dying: list[Worker] = []  # killed, not yet reaped
         self._done: Callable[[Task], None] = lambda t: None
+
+    @property
+    def stuck_after_s(self) -> float:
+        return self.watch.stuck_after_s
+
+    @stuck_after_s.setter
+    def stuck_after_s(self, value: float) -> None:
+        self.watch.stuck_after_s = value
 
     def register(self, key: str, payload: WorkerPayload) -> None:
         self._payloads[key] = payload
@@ -148,7 +100,7 @@ class ProcessPool:
                and self._room(queue[0].key)):
             self._workers.append(self._new_worker())
 
-    def _new_worker(self) -> _Worker:
+    def _new_worker(self) -> Worker:
         """A warm worker from the template where there is one ready, else one forked here."""
         self._reap(wait=False)  # frees the template's slots of workers killed a moment ago
         t = self._template
@@ -156,7 +108,7 @@ class ProcessPool:
             work = [(key, self._payloads[key], self._recent_kwargs[key], list(calls))
                     for key, calls in self._recent.items()
                     if self._payloads[key].pure and len(calls) >= _template.WARM_MIN_CALLS
-                    and self._latency.get(key, math.inf) <= _template.WARM_MAX_CALL_S]
+                    and self.watch.known_fast(key, _template.WARM_MAX_CALL_S)]
             if work:
                 self._template = t = _template.Template(self._ctx, self.size + self.max_spares + 8, work)
                 self._recent.clear()
@@ -164,15 +116,15 @@ class ProcessPool:
             got = t.take()
             if got is not None:
                 self.warm_started += 1
-                return _Worker(*got)
-        return _Worker.fork(self._ctx)
+                return Worker(*got)
+        return Worker.fork(self._ctx)
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers if w.proc.pid is not None]
 
     # ---- dispatch ----------------------------------------------------------------------
     def _chunk_size(self, key: str, remaining: int) -> int:
-        est = self._latency.get(key)
+        est = self.watch.mean(key)
         cap = 2 if est is None else max(1, min(_CHUNK_MAX, int(_CHUNK_TARGET_S / max(est, 1e-6))))
         # guided: big chunks while much is left, small ones at the end so workers finish together
         return max(1, min(cap, math.ceil(remaining / (4 * self.size))))
@@ -188,59 +140,11 @@ class ProcessPool:
             chunk.append(queue.popleft())
         return chunk
 
-    def _encode(self, w: _Worker, chunk: list[Task]) -> bytes:
+    def _encode(self, w: Worker, chunk: list[Task]) -> bytes:
         key = chunk[0].key
         payload = None if key in w.known else self._payloads[key]
         return pickle.dumps((key, payload, chunk[0].kwargs, w.sent, [(t.mode, t.payload) for t in chunk]),
                             protocol=pickle.HIGHEST_PROTOCOL)
-
-    def _send(self, w: _Worker, chunk: list[Task], data: bytes, now: float) -> None:
-        w.conn.send_bytes(data)
-        w.known.add(chunk[0].key)
-        if not w.inflight:
-            w.started = now
-        w.inflight.extend(chunk)
-        w.seqs.extend(range(w.sent, w.sent + len(chunk)))
-        w.chunk_of.extend([w.chunks_sent] * len(chunk))
-        w.sent += len(chunk)
-        w.chunks_sent += 1
-
-    @staticmethod
-    def _pop(w: _Worker) -> Task:
-        w.seqs.popleft()
-        w.chunk_of.popleft()
-        return w.inflight.popleft()
-
-    def _requeue_unstarted(self, w: _Worker, queue: collections.deque[Task]) -> None:
-        """The calls a dead worker never started go back to the front of the queue, in order."""
-        rest = list(w.inflight)[1:]
-        w.inflight.clear()
-        w.seqs.clear()
-        w.chunk_of.clear()
-        queue.extendleft(reversed(rest))
-
-    def _take_back(self, w: _Worker, queue: collections.deque[Task]) -> None:
-        """A stuck worker's calls that it has not started go back to the queue, for the others."""
-        if len(w.inflight) < 2 or not w.lock.acquire(timeout=0.05):
-            return
-        try:
-            running = w.claim[0]
-            if running < w.seqs[0]:  # not yet started on these at all: slow to start, not stuck
-                return
-            first, end = running + 1, w.seqs[-1] + 1
-            if first >= end:
-                return
-            w.claim[1], w.claim[2] = first, end
-        finally:
-            w.lock.release()
-        keep = sum(1 for q in w.seqs if q < first)
-        back = list(w.inflight)[keep:]
-        for _ in back:
-            w.inflight.pop()
-            w.seqs.pop()
-            w.chunk_of.pop()
-        self.taken_back += len(back)
-        queue.extendleft(reversed(back))
 
     def _finish(self, task: Task, result: tuple[str, Any, float], queue: collections.deque[Task],
                 done: Callable[[Task], None]) -> None:
@@ -251,7 +155,7 @@ class ProcessPool:
         task.result = result
         done(task)
 
-    def _replace(self, w: _Worker) -> None:
+    def _replace(self, w: Worker) -> None:
         self._workers.remove(w)
         w.kill(wait=False)
         self._dying.append(w)
@@ -270,61 +174,11 @@ class ProcessPool:
                 left.append(w)
         self._dying[:] = left
 
-    def _stuck_after(self, w: _Worker) -> float:
-        est = self._latency.get(w.inflight[0].key) if w.inflight else None
-        if est is None:
-            return self.stuck_after_s
-        return min(self.stuck_after_s, max(_STUCK_MIN_S, _STUCK_FACTOR * est))
-
-    def _stuck(self, w: _Worker, now: float) -> bool:
-        return bool(w.inflight) and (w.idle is True or now - w.started > self._stuck_after(w))
-
-    def _look_after(self, w: _Worker) -> float:
-        est = self._latency.get(w.inflight[0].key)
-        first = self.stuck_after_s if est is None else max(_LOOK_MIN_S, _LOOK_FACTOR * est)
-        return min(first, self._stuck_after(w))
-
-    def _look(self, w: _Worker, now: float) -> None:
-        """Tell a long call that waits (sleep, I/O: its worker can be stood in for at once) from
-        one that computes. Waiting = asleep at two looks :data:`_PROBE_S` apart with under 10 % of
-        a CPU used between them; where ``/proc`` says nothing, a stuck call counts as waiting."""
-        if not w.inflight or w.idle is not None or now < w.next_look:
-            return
-        first_look = w.started + self._look_after(w)
-        if now < first_look:
-            w.next_look = first_look
-            return
-        cpu, state = w.cpu_s(), w.state()
-        if cpu is None or state is None:
-            if self._stuck(w, now):
-                w.idle = True
-            else:
-                w.next_look = w.started + self._stuck_after(w)
-            return
-        asleep = state in ("S", "D")
-        if w.probe is not None and asleep and w.probe[2]:
-            if (cpu - w.probe[1]) / max(now - w.probe[0], 1e-9) < 0.1:
-                w.idle = True
-                return
-        last = w.probe[0] if w.probe is not None else w.started
-        w.probe = (now, cpu, asleep)
-        w.next_look = now + (_PROBE_S if asleep else min(_LOOK_MAX_S, max(_PROBE_S, now - last)))
-
     def _want_spare(self, now: float) -> bool:
-        """Whether to start a spare worker: one is stuck, and a spare would not just fight it for a core.
-
-        A stuck worker that waits is stood in for at once; one that computes (maybe a slow first
-        call that builds caches) only when there are more cores than workers computing.
-        """
+        """Whether to start a spare worker: room for one, and the watch says it would help."""
         if len(self._workers) >= self.size + self.max_spares:
             return False
-        active, computing = 0, 0
-        for w in self._workers:
-            if not self._stuck(w, now):
-                active += 1
-            elif not w.idle:
-                computing += 1
-        return active < self.size and active + computing < _cpus()
+        return self.watch.want_spare(self._workers, self.size, now)
 
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order."""
@@ -338,9 +192,11 @@ class ProcessPool:
                 continue
             for w in busy:
                 if queue or len(w.inflight) > 1:
-                    self._look(w, now)
-                if len(w.inflight) > 1 and self._stuck(w, now):
-                    self._take_back(w, queue)
+                    self.watch.look(w, now)
+                if len(w.inflight) > 1 and self.watch.stuck(w, now):
+                    back = w.take_back()
+                    self.taken_back += len(back)
+                    queue.extendleft(reversed(back))
             busy = [w for w in busy if w.inflight]
             if not busy:
                 continue
@@ -349,8 +205,8 @@ class ProcessPool:
                 self.spares_started += 1
                 continue
             deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
-            watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self._stuck(w, now)]
-            deadlines += [w.started + self._stuck_after(w) for w in watched]
+            watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self.watch.stuck(w, now)]
+            deadlines += [w.started + self.watch.stuck_after(w) for w in watched]
             deadlines += [w.next_look for w in watched if w.idle is None]
             wait_s = max(0.0, min(deadlines) - now) if deadlines else None
             ready = set(multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
@@ -365,7 +221,7 @@ class ProcessPool:
                     if w not in self._workers or w.task is not task:
                         continue
                     self.kills += 1
-                    self._requeue_unstarted(w, queue)
+                    queue.extendleft(reversed(w.unstarted()))
                     self._finish(task, ("timeout", f"timed out after {task.timeout_s:g}s; worker killed",
                                         now - w.started), queue, done)
                     self._replace(w)
@@ -378,7 +234,7 @@ class ProcessPool:
         for w in list(self._workers):
             if not queue or not self._room(queue[0].key):
                 return
-            if w.inflight and (w.chunk_of[0] != w.chunk_of[-1] or self._stuck(w, now)):
+            if w.inflight and (w.chunk_of[0] != w.chunk_of[-1] or self.watch.stuck(w, now)):
                 continue  # one chunk waiting behind the running one is enough
             chunk = self._take(queue)
             try:
@@ -390,7 +246,7 @@ class ProcessPool:
                 queue.extendleft(reversed(chunk))
                 continue
             try:
-                self._send(w, chunk, data, now)
+                w.send(chunk, data, now)
             except (BrokenPipeError, OSError):  # died while idle
                 queue.extendleft(reversed(chunk))
                 if not w.inflight:
@@ -408,7 +264,7 @@ class ProcessPool:
         self._finish(task, ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}",
                             0.0), queue, self._done)
 
-    def _collect(self, w: _Worker, ready: bool, queue: collections.deque[Task],
+    def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task],
                  done: Callable[[Task], None]) -> None:
         """Take every answer the worker has sent; handle its death."""
         if not ready:
@@ -423,11 +279,10 @@ class ProcessPool:
                 dead = True
                 break
             status, value, latency, ended = reply
-            task = self._pop(w)
+            task = w.pop()
             w.started = max(w.started, ended)
             w.probe, w.idle, w.next_look = None, None, 0.0
-            est = self._latency.get(task.key)
-            self._latency[task.key] = latency if est is None else 0.8 * est + 0.2 * latency
+            self.watch.record(task.key, latency)
             if status == "ok" and self._template is None and self.warm_spares and self._payloads[task.key].pure:
                 calls = self._recent.get(task.key)
                 if calls is None:
@@ -443,7 +298,7 @@ class ProcessPool:
             return
         if getattr(w.proc, "orphaned", False):  # killed with its template, not by its call: run it again
             task = w.inflight[0]
-            self._requeue_unstarted(w, queue)
+            queue.extendleft(reversed(w.unstarted()))
             queue.appendleft(task)
             self._replace(w)
             return
@@ -452,7 +307,7 @@ class ProcessPool:
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         self.crashes += 1
         task = w.inflight[0]
-        self._requeue_unstarted(w, queue)
+        queue.extendleft(reversed(w.unstarted()))
         self._finish(task, ("error", f"reward worker process died ({how})", time.monotonic() - w.started),
                      queue, done)
         self._replace(w)

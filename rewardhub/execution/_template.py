@@ -26,14 +26,14 @@ import time
 from multiprocessing import reduction
 from typing import Any
 
-from ._worker import _build
-from ._worker import _call
-from ._worker import _detach
-from ._worker import _worker_main
+from ._worker import build_invoker
+from ._worker import detach
 from ._worker import next_message
+from ._worker import run_call
 from ._worker import tell_to_stop
+from ._worker import worker_main
 
-__all__ = ["Template", "WARM_CALLS", "WARM_MAX_CALL_S", "supported"]
+__all__ = ["Template", "WARM_CALLS", "WARM_MAX_CALL_S", "WARM_MIN_CALLS", "supported"]
 
 #: recent calls of a reward replayed in the template, and the fewest worth a template
 WARM_CALLS = 256
@@ -53,7 +53,7 @@ def supported(ctx: Any) -> bool:
 
 # ---------------------------------------------------------------------------- template side
 def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -> None:
-    _detach()
+    detach()
     pool_pid = os.getppid()
     first = next_message(conn)
     if first is None:
@@ -61,12 +61,12 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
     _, work, slot = first
     for key, payload, kwargs, items in work:
         try:
-            inv = _build(payload)
+            inv = build_invoker(payload)
         except BaseException:  # noqa: BLE001 - the workers report it, per call
             continue
         for mode, data in items:
             try:
-                _call(inv, mode, data, kwargs)
+                run_call(inv, mode, data, kwargs)
             except BaseException:  # noqa: BLE001 - a replayed call's outcome is dropped
                 pass
     gc.collect()
@@ -82,7 +82,7 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
                 ours.close()
                 for fd in kids:
                     os.close(fd)
-                _worker_main(multiprocessing.connection.Connection(theirs.detach()), claims[slot], locks[slot])
+                worker_main(multiprocessing.connection.Connection(theirs.detach()), claims[slot], locks[slot])
             finally:
                 os._exit(0)
         theirs.close()
@@ -93,7 +93,7 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
     conn.send(("ready",))
     while True:
         for obj in multiprocessing.connection.wait([conn, *kids]):
-            if obj is conn:
+            if not isinstance(obj, int):  # the pool's connection: read below
                 continue
             pid, kid_slot = kids.pop(obj)  # a worker exited: reap it, say how
             _, status = os.waitpid(pid, 0)
@@ -159,7 +159,7 @@ class Template:
     """The pool's handle on its template process (see the module's text)."""
 
     def __init__(self, ctx: Any, slots: int, work: list[tuple[str, Any, dict[str, Any], list[Any]]]) -> None:
-        #: each worker's claim array and lock (see ``_worker_main``), made here so that the
+        #: each worker's claim array and lock (see ``worker_main``), made here so that the
         #: template's children inherit them; a slot is reused once its last worker was reaped
         self.claims = [ctx.RawArray("q", [-1, 0, 0]) for _ in range(slots)]
         self.locks = [ctx.Lock() for _ in range(slots)]

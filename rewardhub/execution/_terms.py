@@ -15,7 +15,7 @@ from ..types import ExecutionPolicy
 from ..types import RewardSpec
 from ._calls import Invoker
 from ._calls import make_invoker
-from ._process import WorkerPayload
+from ._task import WorkerPayload
 
 __all__ = ["Term", "config_value", "plain", "resolve_term", "resolve_terms", "sandbox_settings"]
 

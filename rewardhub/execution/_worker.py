@@ -2,7 +2,7 @@
 
 A worker runs chunks of calls sent over its connection; before each call it claims the call's
 number in a small shared array, so that the pool can take back the calls it has not started (see
-:meth:`ProcessPool._take_back <rewardhub.execution._process.ProcessPool>`).
+:meth:`Worker.take_back`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import time
 from typing import TYPE_CHECKING
 from typing import Any
 
+from ._outcome import error_text
+
 if TYPE_CHECKING:
-    from ._process import Task
-    from ._process import WorkerPayload
+    from ._task import Task
+    from ._task import WorkerPayload
 
 
 try:
@@ -30,7 +32,8 @@ except (AttributeError, ValueError, OSError):
 
 
 # ---------------------------------------------------------------------------- worker side
-def _build(payload: WorkerPayload) -> Any:
+def build_invoker(payload: WorkerPayload) -> Any:
+    """The reward's invoker, rebuilt in this process from its payload."""
     import functools
 
     from .._targets import load_target
@@ -42,7 +45,8 @@ def _build(payload: WorkerPayload) -> Any:
     return make_invoker(fn, payload.kind, payload.adapter, payload.name)
 
 
-def _call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
+def run_call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
+    """One call of an invoker on a sample (``mode == "one"``) or a list of them, awaited if async."""
     raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
     if inspect.isawaitable(raw):
         raw = asyncio.run(_await(raw))
@@ -72,7 +76,7 @@ def _single_threaded_torch() -> None:
         torch.set_num_threads(1)
 
 
-def _detach() -> None:
+def detach() -> None:
     """A pool process's start: its own process group (so a kill takes whatever it started), killed
     with its parent, deaf to the terminal's Ctrl-C (the parent handles it), torch on one thread."""
     os.setpgrp()
@@ -140,10 +144,10 @@ class _MemoryLimit:
             pass
 
 
-def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
+def worker_main(conn: Any, claim: Any, lock: Any) -> None:
     """Run chunks of calls; before each call, claim it (``claim[0]`` = its number), unless the
     parent has taken it back (numbers in ``claim[1] <= n < claim[2]`` went to other workers)."""
-    _detach()
+    detach()
     invokers: dict[str, Any] = {}
     limits: dict[str, int | None] = {}
     memory = _MemoryLimit()
@@ -157,7 +161,7 @@ def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
         if key not in invokers:
             limits[key] = getattr(payload, "memory_limit_mb", None)
             try:
-                invokers[key] = _build(payload)
+                invokers[key] = build_invoker(payload)
             except BaseException as exc:  # noqa: BLE001 - reported per call below
                 build_error = f"cannot load the reward in the worker: {type(exc).__name__}: {exc}"
         inv = invokers.get(key)
@@ -172,10 +176,10 @@ def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 reply: tuple[Any, ...] = ("error", build_error, 0.0, time.monotonic())
             else:
                 try:
-                    raw = _call(inv, mode, data, kwargs)
+                    raw = run_call(inv, mode, data, kwargs)
                     reply = ("ok", raw, clock() - start, time.monotonic())
                 except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-                    reply = ("error", _err(exc), clock() - start, time.monotonic())
+                    reply = ("error", error_text(exc), clock() - start, time.monotonic())
             try:
                 conn.send(reply)
             except Exception as exc:  # an unpicklable return value
@@ -183,24 +187,20 @@ def _worker_main(conn: Any, claim: Any, lock: Any) -> None:
                            reply[2], reply[3]))
 
 
-def _err(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"SystemExit: the reward called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
-
-
 async def _await(aw: Any) -> Any:
     return await aw
 
 
 # ---------------------------------------------------------------------------- parent side
-class _Worker:
+class Worker:
+    """The pool's handle on one worker process, and the calls it has been sent."""
+
     def __init__(self, conn: Any, claim: Any, lock: Any, proc: Any) -> None:
         self.conn = conn
         #: [number of the call it runs, first and end number taken back]; read and written under lock
         self.claim = claim
         self.lock = lock
-        self.proc = proc  # a multiprocessing.Process, or a _template._Foreign
+        self.proc = proc  # a multiprocessing.Process, or its stand-in for a worker the template forked
         self.known: set[str] = set()
         #: tasks sent and not yet answered, in the order the worker runs them
         self.inflight: collections.deque[Task] = collections.deque()
@@ -240,11 +240,11 @@ class _Worker:
             return None
 
     @classmethod
-    def fork(cls, ctx: Any) -> _Worker:
+    def fork(cls, ctx: Any) -> Worker:
         """A new worker forked from this process."""
         parent, child = ctx.Pipe()
         claim, lock = ctx.RawArray("q", [-1, 0, 0]), ctx.Lock()
-        proc = ctx.Process(target=_worker_main, args=(child, claim, lock), daemon=True, name="rewardhub-worker")
+        proc = ctx.Process(target=worker_main, args=(child, claim, lock), daemon=True, name="rewardhub-worker")
         # a forked child's garbage collector would walk (and so copy, page by page) every object it
         # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
         gc.freeze()
@@ -254,6 +254,56 @@ class _Worker:
             gc.unfreeze()
         child.close()
         return cls(parent, claim, lock, proc)
+
+    # ---- the calls in flight ------------------------------------------------------------
+    def send(self, chunk: list[Task], data: bytes, now: float) -> None:
+        """Send a chunk of calls (``data``, its message) to run after those in flight."""
+        self.conn.send_bytes(data)
+        self.known.add(chunk[0].key)
+        if not self.inflight:
+            self.started = now
+        self.inflight.extend(chunk)
+        self.seqs.extend(range(self.sent, self.sent + len(chunk)))
+        self.chunk_of.extend([self.chunks_sent] * len(chunk))
+        self.sent += len(chunk)
+        self.chunks_sent += 1
+
+    def pop(self) -> Task:
+        """The running call, answered: it leaves the calls in flight."""
+        self.seqs.popleft()
+        self.chunk_of.popleft()
+        return self.inflight.popleft()
+
+    def unstarted(self) -> list[Task]:
+        """Forget every call in flight (the worker is dead); returns those it never started, in order."""
+        rest = list(self.inflight)[1:]
+        self.inflight.clear()
+        self.seqs.clear()
+        self.chunk_of.clear()
+        return rest
+
+    def take_back(self) -> list[Task]:
+        """Take back the calls queued behind the running one that the worker has not started (it
+        skips them from now on); returns them in order, none when it may have started them all."""
+        if len(self.inflight) < 2 or not self.lock.acquire(timeout=0.05):
+            return []
+        try:
+            running = self.claim[0]
+            if running < self.seqs[0]:  # not yet started on these at all: slow to start, not stuck
+                return []
+            first, end = running + 1, self.seqs[-1] + 1
+            if first >= end:
+                return []
+            self.claim[1], self.claim[2] = first, end
+        finally:
+            self.lock.release()
+        keep = sum(1 for q in self.seqs if q < first)
+        back = list(self.inflight)[keep:]
+        for _ in back:
+            self.inflight.pop()
+            self.seqs.pop()
+            self.chunk_of.pop()
+        return back
 
     @property
     def task(self) -> Task | None:

@@ -11,6 +11,9 @@ from typing import Any
 from typing import Protocol
 
 from ..errors import UsageError
+from ._calls import Invoker
+from ._calls import check_sample
+from ._calls import group_key
 from ._columns import Column
 from ._fast import fast_eligible
 from ._fast import run_fast
@@ -21,11 +24,11 @@ from ._outcome import ERROR
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._process import ProcessPool
-from ._process import Task
 from ._results import ScoreResult
 from ._results import apply_on_failure
 from ._results import check_aggregation
 from ._results import combine
+from ._task import Task
 from ._terms import Term
 from ._terms import config_value
 from ._terms import resolve_terms
@@ -107,7 +110,7 @@ class Runner:
         labels = list(indices) if indices is not None else None
         fast = {t.name: self._is_fast(t) for t in self.terms}
         if not all(fast.values()):  # the fast loop checks samples as it goes; others need it first
-            batch = [_check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
+            batch = [check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
         columns: dict[str, Column] = {}
         total = n * len(self.terms)
         done_units = 0
@@ -179,11 +182,7 @@ class Runner:
         if term.invoker.kind == "group":
             groups: dict[Any, list[int]] = {}
             for i in idx:
-                s = batch[i]
-                info = s.get("extra_info") if isinstance(s.get("extra_info"), Mapping) else {}
-                key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None),
-                           None)
-                groups.setdefault(repr(key) if key is not None else repr(s.get("prompt")), []).append(i)
+                groups.setdefault(group_key(batch[i]), []).append(i)
             return list(groups.values())
         size = max(1, math.ceil(len(idx) / max(1, parts)))
         return [idx[k:k + size] for k in range(0, len(idx), size)]
@@ -192,10 +191,10 @@ class Runner:
         inv, kw, pol = term.invoker, term.kwargs, term.policy
         if inv.kind == "function":
             units = [[i] for i in idx]
-            calls = [(lambda i=i: inv.call_one(batch[i], kw)) for i in idx]
+            calls = [_call_one(inv, batch, i, kw) for i in idx]
         else:
             units = self._chunks(term, batch, idx, 1)
-            calls = [(lambda u=u: inv.call_many([batch[i] for i in u], kw)) for u in units]
+            calls = [_call_many(inv, batch, u, kw) for u in units]
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
             self.abandoned_threads += abandoned
@@ -294,12 +293,11 @@ class Runner:
             pass
 
 
-def _check_sample(s: Any, i: int) -> dict[str, Any]:
-    if type(s) is dict and "response" in s:
-        return s
-    if not isinstance(s, Mapping):
-        raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
-    if "response" not in s:
-        raise UsageError(f"sample {i} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
-                         "each sample needs prompt, response, ground_truth, data_source, extra_info")
-    return dict(s)
+def _call_one(inv: Invoker, batch: list[Any], i: int, kw: dict[str, Any]) -> Callable[[], Any]:
+    """A call of ``inv`` on sample ``i`` of the batch, to be made (and maybe retried) later."""
+    return lambda: inv.call_one(batch[i], kw)
+
+
+def _call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:
+    """A call of ``inv`` on the samples of ``unit``; each try gets a list of its own."""
+    return lambda: inv.call_many([batch[i] for i in unit], kw)

@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rewardhub.errors import UsageError  # noqa: E402
 from rewardhub_trainer import devices  # noqa: E402
 from rewardhub_trainer.config import parse_config  # noqa: E402
-from rewardhub.errors import UsageError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -324,9 +324,9 @@ def _groups(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placeme
 
 def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """``rewardhub doctor``'s lines for a training config; ``nodes`` are its report's nodes."""
-    from .config import _plain
+    from rewardhub.execution import plain
 
-    raw = _plain(cfg)
+    raw = plain(cfg)
     try:
         res = parse_resources(raw.get("resources"))
     except UsageError as exc:
