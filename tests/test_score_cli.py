@@ -45,6 +45,33 @@ def test_legacy_custom_reward_function_through_score(cli, tmp_path):
     assert "custom_reward_function" in res.stderr  # the deprecation is visible
 
 
+
+def test_summary_json_names_every_used_reward_and_where_it_ran(cli, tmp_path):
+    """Provenance: each term's source, distribution and version, target, sha256 of a file reward,
+    its executor and the processes that ran it."""
+    import hashlib
+
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("import os\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return {'score': float(solution_str == ground_truth), 'pid': os.getpid()}\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - name: math_verify\n      executor: process\n"
+                   "    - path: my_reward.py\n      function: compute_score\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"response": r, "ground_truth": "42"}) for r in ["42", "41"]) + "\n")
+    summary = tmp_path / "s.json"
+    res = cli("score", str(cfg), str(data), "-o", str(tmp_path / "o.jsonl"), "--summary-json", str(summary))
+    assert res.returncode == 0, res.stderr
+    used = {r["name"]: r for r in json.loads(summary.read_text())["rewards"]}
+    assert set(used) == {"math_verify", "compute_score"}
+    mv, mine = used["math_verify"], used["compute_score"]
+    assert (mv["source"], mv["dist"], mv["target"], mv["executor"]) == (
+        "entry-point", "rewardhub-math", "rewardhub_math.reward:math_verify", "process")
+    assert mv["version"] and mv["sha256"] is None and mv["workers"] and all(w["pid"] for w in mv["workers"])
+    assert mine["sha256"] == hashlib.sha256(reward.read_bytes()).hexdigest() and mine["executor"] == "inline"
+    ran_in = {json.loads(x)["extra"]["compute_score"]["pid"] for x in (tmp_path / "o.jsonl").read_text().splitlines()}
+    assert [w["pid"] for w in mine["workers"]] == sorted(ran_in)  # the process that really ran it
+
 def test_hang_is_timed_out_and_counted(cli, tmp_path):
     reward = tmp_path / "hang.py"
     reward.write_text("import time\ndef compute_score(*, response, **kw):\n"

@@ -216,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
             return 130 if exc.signal_name == "SIGINT" else 143
         finally:
             progress.finish()
+        used = provenance(runner)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:
@@ -226,8 +227,29 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{n_rows} samples scored in {wall:.2f}s ({n_rows / max(wall, 1e-9):,.0f}/s)"
           + (f"; rows written to {args.output}" if args.output else ""), file=err)
     if args.summary_json:
-        write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall}, args.output)
+        write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
+                                          "rewards": used}, args.output)
     return 0
+
+
+def provenance(runner: Any) -> list[dict[str, Any]]:
+    """Every reward term the run used: where it came from (source, distribution and version, target,
+    sha256 of a file reward), the executor it ran on, and the processes that ran it."""
+    import os
+
+    ray_workers = runner.ray_workers()
+    pool = [{"pid": pid} for pid in runner.worker_pids()]
+    out = []
+    for term, facts in zip(runner.terms, runner.describe()):
+        spec = term.spec
+        on_ray = facts["executor"] == "ray"
+        out.append({"name": term.name, "reward": spec.name, "source": spec.source, "dist": spec.dist,
+                    "version": spec.version, "target": spec.target, "sha256": spec.sha256,
+                    "executor": facts["executor"],
+                    "workers": [{k: w.get(k) for k in ("pool", "node", "pid", "registry_fingerprint")}
+                                for w in ray_workers if w.get("pool") == (term.pool or "reward")]
+                    if on_ray else pool if facts["executor"] == "process" else [{"pid": os.getpid()}]})
+    return out
 
 
 def _chain(first: list[dict[str, Any]], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
