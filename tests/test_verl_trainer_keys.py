@@ -61,11 +61,16 @@ def test_conflicts_and_what_is_left_alone():
         mapped("data.max_response_length=16", "actor_rollout_ref.rollout.response_length=32")
     cfg, report, _ = mapped("data.train_batch_size=8", "rollout.prompts_per_step=8", *(f"{k}=2" for k in NOT_HERE),
                             "trainer.mode=fully_async", "data.max_prompt_lenght=3")
-    # the resource keys are another table's; the trainer's own keys and typos are the schema's to judge
-    assert cfg["trainer"] == {"n_gpus_per_node": 2, "nnodes": 2, "mode": "fully_async"}
-    assert cfg["actor_rollout_ref"] == {"rollout": {"tensor_model_parallel_size": 2}}
+    # the resource keys are the resources table's (config/verl_resources.py: 2 nodes x 2 GPUs, one for
+    # the learner, the other three as one rollouter of tensor_model_parallel_size 2); the trainer's own
+    # keys and typos are the schema's to judge
+    assert cfg["trainer"] == {"mode": "fully_async", "num_rollouters": 1}
+    assert cfg["resources"] == {"nnodes": 2, "gpus_per_node": 2, "rollouter": {"num_gpus": 2},
+                                "learner": {"num_gpus": 1}}
+    assert "actor_rollout_ref" not in cfg
     assert cfg["data"] == {"max_prompt_lenght": 3}
-    assert [m["from"] for m in report.moved] == ["data.train_batch_size"] and not report.dropped
+    assert sorted(m["from"] for m in report.moved) == sorted(
+        ["data.train_batch_size", *NOT_HERE]) and not report.dropped
 
 
 def test_total_epochs_alone_is_the_trainers_own_key():
