@@ -96,17 +96,24 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: extension modules built with nanobind, which report what the interpreter did not free at exit as
+#: "leaked" (pages of it): with one of them loaded (torch's triton, once vLLM is installed) the
+#: objects are left for the interpreter's last collections
+_NANOBIND_MODULES = frozenset({"triton"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage error).
 
     Run as the program (``argv`` None), it freezes the garbage collector's objects on the way out:
     the interpreter's last collections would otherwise walk every object that math-verify, sympy
-    & co. made, ~0.3 s of every ``rewardhub score`` (the exit itself, atexit hooks included, is unchanged).
+    & co. made, ~0.3 s of every ``rewardhub score`` (the exit itself, atexit hooks included, is unchanged);
+    not when a nanobind extension is loaded (see ``_NANOBIND_MODULES``).
     """
     try:
         return _main(argv)
     finally:
-        if argv is None:
+        if argv is None and not any(m.split(".", 1)[0] in _NANOBIND_MODULES for m in sys.modules):
             import gc
 
             gc.freeze()
