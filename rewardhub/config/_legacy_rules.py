@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 from typing import Final
 
-__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS"]
+__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "truthy"]
 
 #: verl's default name of the function in a custom reward file
 DEFAULT_FUNCTION = "compute_score"
@@ -113,3 +113,10 @@ LEGACY_KEYS: Final[Mapping[str, str]] = {
 _SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
 _ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
 _KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
+
+
+def truthy(value: Any) -> bool:
+    """A flag as verl configs write it: a bool, a number, or the text true/1/yes (any case)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)

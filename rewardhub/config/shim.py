@@ -49,6 +49,7 @@ from ._legacy_rules import _SANDBOX_KEYS
 from ._legacy_rules import DEFAULT_FUNCTION
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
+from ._legacy_rules import truthy
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate"]
 
@@ -255,7 +256,7 @@ class _Migration:
     def _reward_model_term(self, custom_index: int | None) -> None:
         """verl scores with the reward model alone when it is enabled and no custom function is given."""
         enable = self.sets.get("reward.reward_model.enable")
-        if enable is None or not _truthy(enable[0]):
+        if enable is None or not truthy(enable[0]):
             return
         if custom_index is not None:
             self.report.notes.append(
@@ -279,7 +280,7 @@ class _Migration:
             del self.kwargs[k]
         enable = cfg_keys.get("overlong_buffer_cfg.enable", (False, ""))
         max_len = self.kwargs.pop("max_resp_len", None)
-        if not _truthy(enable[0]):
+        if not truthy(enable[0]):
             reason = "overlong_buffer_cfg.enable is not true, so there is no overlong penalty"
             for value, key in [*cfg_keys.values(), *([max_len] if max_len else [])]:
                 self.dropped(key, reason, value)
@@ -351,12 +352,6 @@ class _Migration:
             raise UsageError(f"{key}={value!r} and {new}={node[last]!r} are both set, to different values\n"
                              f"keep one of them ({new} is the new key)")
         node[last] = value
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:

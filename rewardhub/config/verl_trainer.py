@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
+from ._legacy_rules import truthy
 
 __all__ = ["NOT_HERE", "VERL_ROOTS", "map_verl_keys"]
 
@@ -194,12 +195,6 @@ def _pop(cfg: dict[str, Any], key: str) -> None:
             del node[p]
 
 
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
-
-
 class _Mapping:
     def __init__(self, cfg: dict[str, Any], report: Any) -> None:
         self.cfg, self.report = cfg, report
@@ -256,11 +251,11 @@ class _Mapping:
         elif kind == "val_temperature":
             sample = given("actor_rollout_ref.rollout.val_kwargs.do_sample")
             if key.endswith("do_sample"):
-                if sample is not None and not _truthy(sample):
+                if sample is not None and not truthy(sample):
                     self.moved(key, "rollout.val_temperature", 0.0)  # greedy
                 else:
                     self.dropped(key, "sampling is on whenever rollout.val_temperature > 0", value)
-            elif sample is not None and not _truthy(sample):
+            elif sample is not None and not truthy(sample):
                 self.dropped(key, "do_sample=false: evaluation is greedy", value)
             else:
                 self.moved(key, "rollout.val_temperature", value)
@@ -271,17 +266,17 @@ class _Mapping:
                 self.dropped(key, "the KL term is on when trainer.kl_coef > 0 (a loss term, never in the reward)",
                              value)
             elif key.endswith("kl_loss_coef"):
-                if use_loss is not None and _truthy(use_loss):
+                if use_loss is not None and truthy(use_loss):
                     self.moved(key, "trainer.kl_coef", value)
                 else:
                     self.dropped(key, "use_kl_loss is not true", value)
             else:  # algorithm.kl_ctrl.kl_coef: verl uses it only as a KL penalty in the reward
-                if in_reward is not None and _truthy(in_reward) and not (use_loss is not None and _truthy(use_loss)):
+                if in_reward is not None and truthy(in_reward) and not (use_loss is not None and truthy(use_loss)):
                     self.moved(key, "trainer.kl_coef", value)
                     self.report.notes.append(f"{key}: the trainer applies the KL term in the loss, not in the reward")
                 else:
                     self.dropped(key, "verl applies it only with algorithm.use_kl_in_reward=true, which is not set"
-                                 + ("; the KL loss coefficient is used" if use_loss is not None and _truthy(use_loss)
+                                 + ("; the KL loss coefficient is used" if use_loss is not None and truthy(use_loss)
                                     else ""), value)
         elif kind == "adv":
             if str(value).lower() == "grpo":
