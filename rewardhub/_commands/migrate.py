@@ -216,6 +216,7 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
     from ..config.loader import script_overrides
     from ..config.overrides import apply_overrides
     from ..config.overrides import format_value
+    from ..config.overrides import leaves
     from ..config.overrides import parse_override
     from ..config.shim import is_legacy_key
     from ..config.shim import migrate
@@ -229,8 +230,8 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
         warnings.simplefilter("ignore")
         before = migrate(apply_overrides({}, [ov for i, ov in enumerate(parsed) if i not in legacy]))[0]
         after, report = migrate(apply_overrides({}, parsed))
-    old_leaves = dict(_leaves(before.get("reward") or {}, "reward"))
-    new_leaves = [(k, v) for k, v in _leaves(after.get("reward") or {}, "reward") if old_leaves.get(k, _MISSING) != v]
+    old_leaves = dict(leaves(before.get("reward") or {}, "reward", lists=True))
+    new_leaves = [(k, v) for k, v in leaves(after.get("reward") or {}, "reward", lists=True) if old_leaves.get(k, _MISSING) != v]
 
     # a moved key keeps the exact text its value had in the script ($HOME, quotes and all)
     raw_value: dict[str, tuple[str, Any]] = {}
@@ -294,15 +295,3 @@ def _dotted(key: str) -> str:
     return re.sub(r"\[(\d+)\]", r".\1", key)
 
 
-def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(node, Mapping) and node:
-        out: list[tuple[str, Any]] = []
-        for k, v in node.items():
-            out.extend(_leaves(v, f"{prefix}.{k}"))
-        return out
-    if isinstance(node, list) and node and all(isinstance(x, Mapping) for x in node):
-        out = []
-        for i, v in enumerate(node):
-            out.extend(_leaves(v, f"{prefix}.{i}"))
-        return out
-    return [(prefix, node)]

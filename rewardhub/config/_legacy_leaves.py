@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import UsageError
 from ._legacy_rules import _RM_FIELDS
 from ._legacy_rules import _RULES
+from .overrides import leaves as dotted_leaves
 
 __all__ = ["is_legacy_key", "legacy_keys"]
 
@@ -32,15 +33,6 @@ def _plain(config: Any) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise UsageError(f"a config must be a mapping at the top level, not {type(config).__name__}")
     return copy.deepcopy(dict(config))
-
-
-def _flatten(node: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(node, Mapping) and node:
-        out: list[tuple[str, Any]] = []
-        for k, v in node.items():
-            out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return [(prefix, node)]
 
 
 def _match(pattern: str, rel: str) -> bool:
@@ -70,7 +62,7 @@ def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
             else:
                 leaves.append(_Leaf(prefix, "drop", "", node))
             return
-        for rel, value in _flatten(node, ""):
+        for rel, value in dotted_leaves(node, ""):
             leaves.append(_Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
 
     take(cfg, "custom_reward_function", "custom_reward_function", "custom_reward_function")
@@ -91,7 +83,7 @@ def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
             rm = reward["reward_model"] = dict(rm)
             for k in [k for k in rm if k not in _RM_FIELDS]:
                 node = rm.pop(k)
-                for rel, value in _flatten(node, str(k)):
+                for rel, value in dotted_leaves(node, str(k)):
                     leaves.append(_Leaf(f"reward.reward_model.{rel}", "reward_model", rel, value))
     return leaves
 

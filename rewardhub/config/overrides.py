@@ -25,6 +25,7 @@ __all__ = [
     "apply_overrides",
     "format_value",
     "is_override_word",
+    "leaves",
     "parse_override",
     "parse_overrides",
     "parse_value",
@@ -142,6 +143,22 @@ def is_override_word(text: str) -> bool:
     if prefix == "~":
         return "." in key or value is None
     return value is not None and ("." in key or bool(prefix))
+
+
+def leaves(node: Any, prefix: str = "", *, lists: bool = False) -> list[tuple[str, Any]]:
+    """Every leaf of a nested config as ``(dotted key, value)``, in order: a non-empty mapping is a
+    node, anything else a leaf (an empty mapping too); with ``lists``, so is a non-empty list of
+    mappings (its items keyed by index: ``reward.rewards.0.name``)."""
+    if isinstance(node, Mapping) and node:
+        items = [(str(k), v) for k, v in node.items()]
+    elif lists and isinstance(node, list) and node and all(isinstance(x, Mapping) for x in node):
+        items = [(str(i), v) for i, v in enumerate(node)]
+    else:
+        return [(prefix, node)]
+    out: list[tuple[str, Any]] = []
+    for k, v in items:
+        out.extend(leaves(v, f"{prefix}.{k}" if prefix else k, lists=lists))
+    return out
 
 
 def _segments(key: str) -> list[str]:

@@ -1,13 +1,11 @@
 """The ``reward:`` section's schema (OmegaConf structured dataclasses) and its validation.
 
-Validation errors are :class:`~rewardhub.errors.UsageError` naming the key, the bad value and
-the allowed values; OmegaConf's own messages are never shown raw.
+Validation is :func:`rewardhub.config.fields.check_section` (the one validator, shared with the trainer):
+errors name the key, the bad value and the allowed values; OmegaConf's own messages are never shown raw.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -17,9 +15,16 @@ from typing import List
 from typing import Optional
 
 from ..errors import UsageError
+from .fields import Rule
+from .fields import above
+from .fields import at_least
+from .fields import check_section
+from .fields import invalid
+from .fields import one_of
 
 __all__ = [
     "CHOICES",
+    "RULES",
     "PluginsConfig",
     "RewardConfig",
     "RewardModelConfig",
@@ -138,140 +143,23 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "reward_model.engine": ("transformers", "vllm", None),
 }
 
-#: key path -> (minimum, inclusive?)
-_MINIMA: dict[str, tuple[float, bool]] = {
-    "rewards.*.timeout_s": (0, False),
-    "rewards.*.max_concurrency": (1, True),
-    "rewards.*.retries": (0, True),
-    "rewards.*.memory_limit_mb": (1, True),
-    "workers.num_workers": (0, True),
-    "workers.num_cpus": (0, True),
-    "workers.num_gpus": (0, True),
-    "reward_model.num_workers": (0, True),
-    "reward_model.batch_size": (1, True),
-    "reward_model.max_length": (1, True),
-    "sandbox.max_concurrent": (1, True),
-    "sandbox.memory_limit_mb": (1, True),
-    "sandbox.timeout_s": (0, False),
+#: key path -> its rule (the choices above, and the bounds)
+RULES: dict[str, Rule] = {
+    **{key: one_of(*allowed) for key, allowed in CHOICES.items()},
+    "rewards.*.timeout_s": above(0),
+    "rewards.*.max_concurrency": at_least(1),
+    "rewards.*.retries": at_least(0),
+    "rewards.*.memory_limit_mb": at_least(1),
+    "workers.num_workers": at_least(0),
+    "workers.num_cpus": at_least(0),
+    "workers.num_gpus": at_least(0),
+    "reward_model.num_workers": at_least(0),
+    "reward_model.batch_size": at_least(1),
+    "reward_model.max_length": at_least(1),
+    "sandbox.max_concurrent": at_least(1),
+    "sandbox.memory_limit_mb": at_least(1),
+    "sandbox.timeout_s": above(0),
 }
-
-_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-
-
-def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
-    return {f.name: f for f in dataclasses.fields(cls)}
-
-
-def _unknown(where: str, key: str, cls: type) -> UsageError:
-    names = sorted(_fields(cls))
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return UsageError(f"unknown key {where}{key!r} in the reward config\n{hint}allowed: {', '.join(names)}")
-
-
-def _check_scalar(key: str, value: Any, typ: Any) -> Any:
-    """Type-check one scalar the way OmegaConf would convert it, with our message."""
-    optional = getattr(typ, "__origin__", None) is not None and type(None) in getattr(typ, "__args__", ())
-    base = next((a for a in getattr(typ, "__args__", ()) if a is not type(None)), typ) if optional else typ
-    if value is None:
-        if optional or base is Any:
-            return None
-        raise UsageError(f"reward.{key}=null is not valid\nexpected {_TYPE_WORDS.get(base, base)}")
-    if isinstance(value, str) and value.startswith("${"):
-        return value  # an interpolation: checked when it resolves
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-    elif base is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif base is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif base is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    else:
-        return value
-    raise UsageError(f"reward.{key}={value!r} is not valid\nexpected {_TYPE_WORDS.get(base, base)}")
-
-
-def _check_choice(pattern: str, key: str, value: Any) -> None:
-    allowed = CHOICES.get(pattern)
-    if allowed is not None and value not in allowed:
-        shown = ", ".join(str(a) for a in allowed if a is not None)
-        raise UsageError(f"reward.{key}={value!r} is not valid\nallowed: {shown}")
-    minimum = _MINIMA.get(pattern)
-    if minimum is not None and isinstance(value, (int, float)) and value is not None:
-        low, inclusive = minimum
-        if value < low or (value == low and not inclusive):
-            rel = ">=" if inclusive else ">"
-            raise UsageError(f"reward.{key}={value!r} is not valid\nallowed: a value {rel} {low}")
-
-
-def _check_section(data: Any, cls: type, key: str, pattern: str) -> dict[str, Any]:
-    """Check a mapping against a dataclass; returns the converted plain mapping."""
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise UsageError(f"reward.{key}={data!r} is not valid\nexpected a mapping with keys: "
-                         f"{', '.join(sorted(_fields(cls)))}")
-    out: dict[str, Any] = {}
-    fields = _fields(cls)
-    hints = _type_hints(cls)
-    for k, v in data.items():
-        if k not in fields:
-            raise _unknown(f"{key}." if key else "", str(k), cls)
-        sub, subpat = f"{key}.{k}" if key else str(k), f"{pattern}.{k}" if pattern else str(k)
-        typ = hints[k]
-        origin = getattr(typ, "__origin__", None)
-        if isinstance(typ, type) and dataclasses.is_dataclass(typ):
-            out[k] = _check_section(v, typ, sub, subpat)
-        elif origin in (dict, Dict):
-            if v is None:
-                v = {}
-            if not isinstance(v, Mapping):
-                raise UsageError(f"reward.{sub}={v!r} is not valid\nexpected a mapping")
-            vtyp = typ.__args__[1]
-            out[k] = {str(kk): (_check_scalar(f"{sub}.{kk}", vv, vtyp) if vtyp is not Any else vv)
-                      for kk, vv in v.items()}
-        elif origin in (list, List):
-            if v is None:
-                v = []
-            if isinstance(v, str) and k in ("data_sources", "tags", "load", "block"):
-                v = [v]
-            if not isinstance(v, (list, tuple)):
-                raise UsageError(f"reward.{sub}={v!r} is not valid\nexpected a list")
-            out[k] = [_check_scalar(f"{sub}[{i}]", x, str) for i, x in enumerate(v)]
-        else:
-            out[k] = _check_scalar(sub, v, typ)
-            _check_choice(subpat, sub, out[k])
-    return out
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _type_hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        import typing
-
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
 
 
 def _check_term(term: Any, index: int) -> dict[str, Any]:
@@ -279,9 +167,8 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
     if isinstance(term, str):
         term = {"name": term}
     if not isinstance(term, Mapping):
-        raise UsageError(f"reward.{where}={term!r} is not valid\n"
-                         "expected a mapping with 'name', or 'path'/'module' and 'function'")
-    out = _check_section(term, TermConfig, where, "rewards.*")
+        raise invalid(f"reward.{where}", term, "expected a mapping with 'name', or 'path'/'module' and 'function'")
+    out = check_section(term, TermConfig, f"reward.{where}", RULES, "rewards.*")
     name, path, module = out.get("name"), out.get("path"), out.get("module")
     if name is None and path is None and module is None:
         raise UsageError(f"reward.{where} has neither 'name' nor 'path' nor 'module'\n"
@@ -318,14 +205,14 @@ def validate_reward(section: Any) -> Any:
     if section is None:
         section = {}
     if not isinstance(section, Mapping):
-        raise UsageError(f"reward={section!r} is not valid\nexpected a mapping (the reward: section)")
+        raise invalid("reward", section, "expected a mapping (the reward: section)")
     section = dict(section)
     terms = section.pop("rewards", None)
     if terms is None:
         terms = []
     if not isinstance(terms, (list, tuple)):
-        raise UsageError(f"reward.rewards={terms!r} is not valid\nexpected a list of reward terms")
-    checked = _check_section(section, RewardConfig, "", "")
+        raise invalid("reward.rewards", terms, "expected a list of reward terms")
+    checked = check_section(section, RewardConfig, "reward", RULES)
     checked["rewards"] = [_check_term(t, i) for i, t in enumerate(terms)]
     aliases = [term_alias(t) for t in checked["rewards"]]
     seen = [a for a in aliases if a is not None]

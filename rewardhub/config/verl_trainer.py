@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
 from ._legacy_rules import truthy
+from .overrides import leaves as dotted_leaves
 
 __all__ = ["NOT_HERE", "VERL_ROOTS", "map_verl_keys"]
 
@@ -175,15 +176,6 @@ def _rule(key: str) -> tuple[str, ...] | None:
     return None
 
 
-def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(node, Mapping) and node:
-        out: list[tuple[str, Any]] = []
-        for k, v in node.items():
-            out.extend(_leaves(v, f"{prefix}.{k}"))
-        return out
-    return [(prefix, node)]
-
-
 def _pop(cfg: dict[str, Any], key: str) -> None:
     parts = key.split(".")
     nodes = [cfg]
@@ -215,7 +207,7 @@ class _Mapping:
 
     def run(self) -> None:
         leaves = [(k, v) for root in ("data", *VERL_ROOTS, "trainer") if isinstance(self.cfg.get(root), Mapping)
-                  for k, v in _leaves(self.cfg[root], root)]
+                  for k, v in dotted_leaves(self.cfg[root], root)]
         taken = {k: (v, rule) for k, v in leaves if (rule := _rule(k)) is not None}
         if "trainer.total_training_steps" not in taken:  # then it is the trainer's own key, as it is
             taken.pop("trainer.total_epochs", None)

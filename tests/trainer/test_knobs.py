@@ -121,12 +121,12 @@ def test_stop_strings_and_stop_token_ids_end_a_response(tiny_path):
 
 
 @pytest.mark.parametrize(("section", "values", "message"), [
-    ("rollout", {"stop": "</answer>"}, "rollout.stop: expected a list of strs"),
-    ("rollout", {"stop_token_ids": [1, "2"]}, "rollout.stop_token_ids: expected a list of ints"),
-    ("trainer", {"lr_schedule": "step"}, "trainer.lr_schedule: unknown value 'step'"),
-    ("trainer", {"loss_agg_mode": "seq-sum"}, "trainer.loss_agg_mode: unknown value 'seq-sum'"),
-    ("trainer", {"min_lr_ratio": 2.0}, "trainer.min_lr_ratio: must be between 0 and 1"),
-    ("rollout", {"top_k": -2}, "rollout.top_k: must be -1 or 0"),
+    ("rollout", {"stop": "</answer>"}, "rollout.stop='</answer>' is not valid\nexpected a list of strings"),
+    ("rollout", {"stop_token_ids": [1, "2"]}, r"rollout.stop_token_ids=\[1, '2'\] is not valid\nexpected a list of integers"),
+    ("trainer", {"lr_schedule": "step"}, "trainer.lr_schedule='step' is not valid\nallowed: constant, linear, cosine"),
+    ("trainer", {"loss_agg_mode": "seq-sum"}, "trainer.loss_agg_mode='seq-sum' is not valid\nallowed: token-mean, "),
+    ("trainer", {"min_lr_ratio": 2.0}, "trainer.min_lr_ratio=2.0 is not valid\nallowed: a value >= 0 and <= 1"),
+    ("rollout", {"top_k": -2}, "rollout.top_k=-2 is not valid: -1 or 0 samples among all tokens\nallowed: a value >= -1"),
 ])
 def test_bad_knobs_name_the_key(section, values, message):
     from rewardhub.errors import UsageError

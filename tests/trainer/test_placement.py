@@ -49,7 +49,7 @@ def test_parse_resources_defaults_and_errors():
 def test_cuda_learner_without_a_gpu_is_refused_before_ray():
     cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]},
            "trainer": {"device": "cuda"}}
-    with pytest.raises(UsageError, match=r"trainer.device: cuda, but the learner asks Ray for no GPU"):
+    with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the learner asks Ray for no GPU"):
         parse_config(cfg)
     cfg["resources"] = {"learner": GPU1}
     assert parse_config(cfg).resources.learner.num_gpus == 1

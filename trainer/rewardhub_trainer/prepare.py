@@ -51,11 +51,13 @@ def prepare(raw: Mapping[str, Any]) -> Prepared:
     """Validate ``raw`` (the result of :func:`rewardhub.config.load_config`) and build what a run needs."""
     from .data import load_files
     from .data import render
+    from .engine import check_engine
     from .models import load_tokenizer
     from .models import materialize
     from .rewards import validate_rewards
 
     cfg = parse_config(raw)
+    check_engine(cfg.rollout.engine)
     reward, fingerprint = validate_rewards(cfg.reward)
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []

