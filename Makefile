@@ -46,6 +46,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy rewardhub
+	$(PY) -m mypy trainer/rewardhub_trainer $(dir $(wildcard plugins/*/rewardhub_*/__init__.py))
 	$(PY) -m pytest -q --ignore=tests/vllm_engine
 	# the vLLM engine's tests, same venv, own process (vLLM's start-up sets process-wide state)
 	$(PY) -m pytest -q tests/vllm_engine

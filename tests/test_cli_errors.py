@@ -240,3 +240,35 @@ def test_migrate_write_keeps_a_backup_and_no_temp_file(cli, tmp_path):
     assert res.returncode == 0, res.stderr
     assert sorted(os.listdir(tmp_path)) == ["legacy.yaml", "legacy.yaml.bak"]
     assert "reward:" in cfg.read_text() and Path(str(cfg) + ".bak").read_text().startswith("custom_reward_function")
+
+
+# ---- one validator, one wording: the core's reward: and the trainer's sections -----------------------
+
+def test_reward_and_trainer_sections_fail_in_the_same_words(cli, tmp_path):
+    """An unknown key and a bad choice read the same in ``reward:`` (``check``) and in the trainer's
+    sections (``train``): the key path, what is wrong, the allowed values; one line, exit code 2."""
+    pytest.importorskip("rewardhub_trainer")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {tiny: {arch: qwen2}}\nreward:\n  rewards: [{name: exact_match}]\n")
+    out = str(tmp_path / "o")
+    unknown = [(cli("check", str(cfg), "reward.workers.num_workerz=2"), "reward.workers.num_workerz",
+                "reward.workers.num_workers"),
+               (cli("train", str(cfg), "rollout.temprature=2", "--output", out), "rollout.temprature",
+                "rollout.temperature")]
+    for res, key, close in unknown:
+        assert _error(res, 2) == f"ERROR: unknown key {key}"
+        assert res.stderr.splitlines()[1].startswith(f"  did you mean {close}? allowed: ")
+    choice = [(cli("check", str(cfg), "reward.aggregation=mean"), "reward.aggregation='mean'",
+               "weighted_sum, normalize_then_sum"),
+              (cli("train", str(cfg), "trainer.mode=asynk", "--output", out), "trainer.mode='asynk'",
+               "sync, fully_async")]
+    for res, key_value, allowed in choice:
+        assert _error(res, 2) == f"ERROR: {key_value} is not valid"
+        assert res.stderr.splitlines()[1] == f"  allowed: {allowed}"
+    bound = [(cli("check", str(cfg), "reward.workers.num_cpus=-1"), "reward.workers.num_cpus=-1.0", ">= 0"),
+             (cli("train", str(cfg), "rollout.max_new_tokens=0", "--output", out), "rollout.max_new_tokens=0",
+              ">= 1")]
+    for res, key_value, rule in bound:
+        assert _error(res, 2) == f"ERROR: {key_value} is not valid"
+        assert res.stderr.splitlines()[1] == f"  allowed: a value {rule}"
+    assert not os.path.exists(out)

@@ -134,22 +134,16 @@ def check_scalar(path: str, value: Any, typ: Any) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-    elif base is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif base is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif base in (int, float):
+        if isinstance(value, bool):
+            pass  # true is not 1 here
+        elif base is float and isinstance(value, (int, float)):
             return float(value)
-        if isinstance(value, str):
+        elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return int(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                return base(value)
             except ValueError:
                 pass
     elif base is str:

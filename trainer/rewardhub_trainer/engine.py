@@ -33,8 +33,8 @@ class TransformersEngine:
 
         self.device = torch.device(device)
         self.tokenizer = load_tokenizer(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self.model = model.to(self.device).eval()  # (transformers types .to() as taking a model)
         #: sampling settings of the folder's generation_config.json that are *not* used (see below)
         self.ignored_settings = neutralize_generation_config(self.model)
         self.version = 0

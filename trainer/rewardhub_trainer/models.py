@@ -109,7 +109,7 @@ def load_tokenizer(path: str) -> Any:
     if marker.exists() and json.loads(marker.read_text()).get("tokenizer") == "byt5":
         from transformers import ByT5Tokenizer
 
-        tokenizer = ByT5Tokenizer()
+        tokenizer: Any = ByT5Tokenizer()
     else:
         from transformers import AutoTokenizer
 

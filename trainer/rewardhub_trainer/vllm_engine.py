@@ -38,6 +38,7 @@ import sys
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
+from typing import cast
 
 from rewardhub.errors import UsageError
 
@@ -171,7 +172,7 @@ class VLLMEngine:
         quiet.setLevel(logging.ERROR)
         try:
             self.llm = LLM(
-                model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
+                model=model_path, skip_tokenizer_init=True, dtype=cast(Any, dtype), seed=seed,
                 max_model_len=self.max_model_len, enforce_eager=enforce_eager,
                 logprobs_mode="processed_logprobs", generation_config="vllm",
                 worker_extension_cls=EXTENSION, distributed_executor_backend="uni",
@@ -227,7 +228,7 @@ class VLLMEngine:
             group = []
             for choice in sorted(out.outputs, key=lambda c: c.index):
                 response = list(choice.token_ids)
-                logprobs = [float(step[token].logprob)
+                logprobs = [float(cast(Any, step)[token].logprob)  # (None only without logprobs=)
                             for step, token in zip(choice.logprobs or (), response)]
                 if len(logprobs) != len(response):
                     raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for "

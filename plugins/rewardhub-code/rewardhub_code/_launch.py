@@ -20,6 +20,8 @@ import json
 import os
 import resource
 import sys
+from typing import Any
+from typing import cast
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
@@ -53,14 +55,14 @@ def _die(msg: str) -> None:
     os._exit(125)
 
 
-def _libc():  # type: ignore[no-untyped-def]
+def _libc() -> tuple[Any, Any]:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     return libc, ctypes
 
 
-def _check(ret: int, what: str, ctypes) -> None:  # type: ignore[no-untyped-def]
+def _check(ret: int, what: str, ctypes: Any) -> None:
     if ret != 0:
         _die(f"{what} failed: {os.strerror(ctypes.get_errno())}")
 
@@ -71,7 +73,7 @@ _MNT_DETACH = 2
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
-def _runtime_root(spec: dict, libc, ctypes) -> None:  # type: ignore[no-untyped-def]
+def _runtime_root(spec: dict[str, Any], libc: Any, ctypes: Any) -> None:
     """Make the root a fresh tmpfs holding only ``spec["runtime"]`` (bound read-only, or symlinks),
     private tmpfs on /tmp and /dev/shm, the few device nodes Python uses, and /proc; then
     ``pivot_root`` into it and drop the host's tree. What bubblewrap does, for hosts without it."""
@@ -123,7 +125,7 @@ def _runtime_root(spec: dict, libc, ctypes) -> None:  # type: ignore[no-untyped-
            "remount / read-only", ctypes)
 
 
-def _native(spec: dict) -> None:
+def _native(spec: dict[str, Any]) -> None:
     """Namespaces, private tmpfs, privilege drop, exec (used when bubblewrap is not available)."""
     libc, ctypes = _libc()
     src = os.open(spec["workdir"], os.O_RDONLY | os.O_DIRECTORY)
@@ -171,7 +173,7 @@ def _native(spec: dict) -> None:
     uid, gid = spec.get("uid"), spec.get("gid")
     if uid is not None and root:
         os.setgroups([])
-        os.setresgid(gid, gid, gid)
+        os.setresgid(cast(int, gid), cast(int, gid), cast(int, gid))
         os.setresuid(uid, uid, uid)
     # after the credential change, which clears it: die with the scoring thread
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)

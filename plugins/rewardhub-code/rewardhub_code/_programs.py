@@ -25,7 +25,7 @@ _FENCE = re.compile(r"^[ \t]*(?P<f>`{3,}|~{3,})[ \t]*(?P<lang>[\w+.#-]*)[^\n]*\n
 _PY_LANGS = {"python", "py", "python3", "py3", ""}
 
 
-def extract_code(response: str, *, language: str = "python", allow_unfenced: bool = False) -> str | None:
+def extract_code(response: object, *, language: str = "python", allow_unfenced: bool = False) -> str | None:
     """The program in a response: the last fenced block in ``language`` (or without a language tag).
 
     :param allow_unfenced: when there is no fenced block, take the whole response as the program.

@@ -154,7 +154,7 @@ def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tu
                 break  # main process gone; a leftover child holds the pipe: stop and kill it
             wait = min(deadline - now, 0.05 if exited_at is not None else 0.25)
             for key, _ in sel.select(wait):
-                f = key.fileobj
+                f: Any = key.fileobj
                 try:
                     chunk = os.read(key.fd, 65536)
                 except BlockingIOError:
@@ -162,7 +162,7 @@ def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tu
                 if not chunk:
                     sel.unregister(f)
                     continue
-                buf = bufs[f]  # type: ignore[index]
+                buf = bufs[f]
                 buf += chunk[: cap + 1 - len(buf)]
                 if len(buf) > cap:
                     reason = "output_limit"
