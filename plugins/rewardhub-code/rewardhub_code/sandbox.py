@@ -154,15 +154,15 @@ def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tu
                 break  # main process gone; a leftover child holds the pipe: stop and kill it
             wait = min(deadline - now, 0.05 if exited_at is not None else 0.25)
             for key, _ in sel.select(wait):
-                f: Any = key.fileobj
+                stream: Any = key.fileobj
                 try:
                     chunk = os.read(key.fd, 65536)
                 except BlockingIOError:
                     continue
                 if not chunk:
-                    sel.unregister(f)
+                    sel.unregister(stream)
                     continue
-                buf = bufs[f]
+                buf = bufs[stream]
                 buf += chunk[: cap + 1 - len(buf)]
                 if len(buf) > cap:
                     reason = "output_limit"

@@ -64,8 +64,9 @@ class Judge:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"  # generation continues from the right end
-        self.model = AutoModelForCausalLM.from_pretrained(
-            model_path, trust_remote_code=trust_remote_code, dtype=getattr(torch, dtype)).to(device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            model_path, trust_remote_code=trust_remote_code, dtype=getattr(torch, dtype))
+        self.model = model.to(device).eval()  # (transformers types .to() as taking a model)
         self.device = device
 
     def format(self, text: str) -> str:

@@ -33,9 +33,10 @@ def build_tiny_reward_model(path: str | Path, seed: int = 0) -> str:
 
     torch.manual_seed(seed)
     tok = ByT5Tokenizer()
+    head: dict[str, Any] = {"num_labels": 1}  # (a PretrainedConfig argument, which Qwen2Config's types omit)
     config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, num_labels=1, pad_token_id=tok.pad_token_id,
-                         max_position_embeddings=512)
+                         num_attention_heads=2, num_key_value_heads=1, pad_token_id=tok.pad_token_id,
+                         max_position_embeddings=512, **head)
     Qwen2ForSequenceClassification(config).save_pretrained(path)
     save_byt5(tok, path)
     return str(path)
