@@ -22,6 +22,7 @@ import copy
 from typing import Any
 
 from ..errors import UsageError
+from .fields import invalid
 
 __all__ = ["VERL_RESOURCE_KEYS", "migrate_resources"]
 
@@ -59,9 +60,9 @@ def _int(value: Any, key: str) -> int:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise UsageError(f"{key}: expected a whole number, got {value!r}") from None
+        number = -1.0
     if not number.is_integer() or number < 0:
-        raise UsageError(f"{key}: expected a whole number >= 0, got {value!r}")
+        raise invalid(key, value, "expected a whole number >= 0")
     return int(number)
 
 
@@ -82,7 +83,7 @@ def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, An
         _prune(cfg, key)
     res = cfg.setdefault("resources", {})
     if not isinstance(res, dict):
-        raise UsageError(f"resources: expected a mapping, got {type(res).__name__}")
+        raise invalid("resources", res, "expected a mapping")
 
     def put(path: str, value: Any, source: str) -> None:
         node = res
