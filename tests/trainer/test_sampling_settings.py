@@ -89,7 +89,7 @@ def test_vllm_with_top_p_below_one_is_refused_with_the_reason():
     with pytest.raises(UsageError) as err:
         parse_config(_cfg(engine="vllm", top_p=0.9))
     text = str(err.value)
-    assert text.startswith("rollout.top_p: 0.9 with rollout.engine=vllm")
+    assert text.startswith("rollout.top_p=0.9 is not valid: with rollout.engine=vllm it is not supported")
     assert "truncated" in text and "rollout.top_p=1" in text
     # the transformers engine records full-distribution log-probs, like the learner: allowed
     assert parse_config(_cfg(engine="transformers", top_p=0.9)).rollout.top_p == 0.9
