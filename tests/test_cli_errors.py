@@ -251,24 +251,24 @@ def test_reward_and_trainer_sections_fail_in_the_same_words(cli, tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model: {tiny: {arch: qwen2}}\nreward:\n  rewards: [{name: exact_match}]\n")
     out = str(tmp_path / "o")
-    unknown = [(cli("check", str(cfg), "reward.workers.num_workerz=2"), "reward.workers.num_workerz",
-                "reward.workers.num_workers"),
-               (cli("train", str(cfg), "rollout.temprature=2", "--output", out), "rollout.temprature",
-                "rollout.temperature")]
-    for res, key, close in unknown:
-        assert _error(res, 2) == f"ERROR: unknown key {key}"
-        assert res.stderr.splitlines()[1].startswith(f"  did you mean {close}? allowed: ")
-    choice = [(cli("check", str(cfg), "reward.aggregation=mean"), "reward.aggregation='mean'",
-               "weighted_sum, normalize_then_sum"),
-              (cli("train", str(cfg), "trainer.mode=asynk", "--output", out), "trainer.mode='asynk'",
-               "sync, fully_async")]
-    for res, key_value, allowed in choice:
-        assert _error(res, 2) == f"ERROR: {key_value} is not valid"
-        assert res.stderr.splitlines()[1] == f"  allowed: {allowed}"
-    bound = [(cli("check", str(cfg), "reward.workers.num_cpus=-1"), "reward.workers.num_cpus=-1.0", ">= 0"),
-             (cli("train", str(cfg), "rollout.max_new_tokens=0", "--output", out), "rollout.max_new_tokens=0",
-              ">= 1")]
-    for res, key_value, rule in bound:
-        assert _error(res, 2) == f"ERROR: {key_value} is not valid"
-        assert res.stderr.splitlines()[1] == f"  allowed: a value {rule}"
+
+    def check(*overrides):
+        return cli("check", str(cfg), *overrides)
+
+    def train(*overrides):
+        return cli("train", str(cfg), *overrides, "--output", out)
+
+    cases = [  # (run, the ERROR line, the line below it (the start of it))
+        (check("reward.workers.num_workerz=2"), "unknown key reward.workers.num_workerz",
+         "did you mean reward.workers.num_workers? allowed: "),
+        (train("rollout.temprature=2"), "unknown key rollout.temprature", "did you mean rollout.temperature? allowed: "),
+        (check("reward.aggregation=mean"), "reward.aggregation='mean' is not valid",
+         "allowed: weighted_sum, normalize_then_sum"),
+        (train("trainer.mode=asynk"), "trainer.mode='asynk' is not valid", "allowed: sync, fully_async"),
+        (check("reward.workers.num_cpus=-1"), "reward.workers.num_cpus=-1.0 is not valid", "allowed: a value >= 0"),
+        (train("rollout.max_new_tokens=0"), "rollout.max_new_tokens=0 is not valid", "allowed: a value >= 1"),
+    ]
+    for res, line, fix in cases:
+        assert _error(res, 2) == f"ERROR: {line}"
+        assert res.stderr.splitlines()[1].startswith(f"  {fix}")
     assert not os.path.exists(out)
