@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -82,22 +83,28 @@ def cli(n: int = 100_000, repeat: int = int(os.environ.get("BENCH_REPEAT", "3"))
             cmds[name] = [sys.executable, "-m", "rewardhub", "score", cfg, data, "-o", os.path.join(d, f"{name}.out"),
                           "--no-progress"]
         times: dict[str, list[float]] = {name: [] for name in cmds}
+        cpus: dict[str, list[float]] = {name: [] for name in cmds}
         for _ in range(repeat):  # alternate, so that load from elsewhere hits all alike
             for name, cmd in cmds.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True, capture_output=True)
                 times[name].append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         want = [float(i % 7 > 3) for i in range(n)]
         for name in cmds:
             with open(os.path.join(d, f"{name}.out")) as f:
                 got = [json.loads(line)["score"] for line in f]
             assert got == want, f"{name}: wrong scores"
-    base = statistics.median(times["inline"])
+    base, base_cpu = statistics.median(times["inline"]), statistics.median(cpus["inline"])
     print(f"rewardhub score, {n} trivial rows, median of {repeat} (whole command), ratio to inline "
           f"(goal: thread and async <= 2x):")
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"  {name:8s} {med:6.2f}s  ({min(ts):.2f}..{max(ts):.2f})  -> {med / base:.2f}x")
+        cpu = statistics.median(cpus[name])
+        print(f"  {name:8s} {med:6.2f}s  ({min(ts):.2f}..{max(ts):.2f})  -> {med / base:.2f}x;  "
+              f"CPU {cpu:.2f}s -> {cpu / base_cpu:.2f}x")
     print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

@@ -4,7 +4,9 @@ The baseline is the way verl's naive reward manager scores: one process, math-ve
 sample in turn. ``rewardhub score`` is always timed whole (start-up, reading, scoring, writing). The
 baseline is printed two ways: its whole run (start-up included), and its loop alone (start-up, i.e.
 the imports, excluded: issue 20's definition, the one the goal is stated against). Also checks that
-every score agrees. Goal on 2 cores (issue 20): >= 2.0x against the loop alone.
+every score agrees. Goal on 2 cores (issue 20): >= 2.0x against the loop alone. A third line runs
+rewardhub-math's own ``math_verify`` (the reward ``score`` calls, with its gold fast path) in the
+same loop: what the process pool itself adds, apart from the reward's own speed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ print(time.perf_counter() - t0)  # the loop alone (reading and scoring), start-u
 """
 
 
+REWARD_LOOP = r"""
+import json, sys, time
+from rewardhub_math.reward import math_verify
+t0 = time.perf_counter()
+out = [math_verify(response=row["response"], ground_truth=row["ground_truth"])["score"]
+       for row in map(json.loads, open(sys.argv[1]))]
+json.dump(out, open(sys.argv[2], "w"))
+print(time.perf_counter() - t0)
+"""
+
+
 def _timed(cmd: list[str]) -> tuple[float, float, str]:
     """Wall and CPU seconds (user + system, the command and its children) of one run, and its stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -63,15 +76,22 @@ def main(n: int = 3000, repeat: int = 3) -> None:
         with open(script, "w") as f:
             f.write(BASELINE.format(plugin=os.path.join(REPO, "plugins", "rewardhub-math")))
         base_cmd = [sys.executable, script, data, os.path.join(d, "base.json")]
+        reward_script = os.path.join(d, "reward_loop.py")
+        with open(reward_script, "w") as f:
+            f.write(REWARD_LOOP)
+        reward_cmd = [sys.executable, reward_script, data, os.path.join(d, "reward.json")]
         ours_cmd = [sys.executable, "-m", "rewardhub", "score", cfg, data, "-o", os.path.join(d, "out.jsonl"),
                     "--no-progress"]
-        base, ours = [], []
-        for _ in range(repeat):  # alternate, so that load from elsewhere hits both alike
+        base, ours, same_fn = [], [], []
+        for _ in range(repeat):  # alternate, so that load from elsewhere hits all alike
             base.append(_timed(base_cmd))
             ours.append(_timed(ours_cmd))
+            same_fn.append(_timed(reward_cmd))
         base_scores = json.load(open(os.path.join(d, "base.json")))
         our_scores = [json.loads(line)["rewards"]["math_verify"] for line in open(os.path.join(d, "out.jsonl"))]
         disagree = sum(a != b for a, b in zip(base_scores, our_scores)) + abs(len(base_scores) - len(our_scores))
+        disagree += sum(a != b for a, b in zip(base_scores, json.load(open(os.path.join(d, "reward.json")))))
+        r_loop = statistics.median(float(out) for _, _, out in same_fn)
         b_wall, o_wall = min(w for w, _, _ in base), min(w for w, _, _ in ours)
         b_loop = min(float(out) for _, _, out in base)
         b_med, o_med = statistics.median(w for w, _, _ in base), statistics.median(w for w, _, _ in ours)
@@ -84,6 +104,8 @@ def main(n: int = 3000, repeat: int = 3) -> None:
               f"{b_loop_med / o_med:.2f}x median (goal >= 2.0x)\n"
               f"  speed-up vs the whole loop run (start-up in both): {b_wall / o_wall:.2f}x best, "
               f"{b_med / o_med:.2f}x median\n"
+              f"  rewardhub-math's math_verify in the same loop: {r_loop:.2f}s median (loop alone); "
+              f"score vs it: {r_loop / o_med:.2f}x median (the pool's own share)\n"
               f"  scores that differ: {disagree} of {len(our_scores)}; mean {sum(our_scores) / len(our_scores):.3f}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
