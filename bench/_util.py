@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,20 @@ def wall(cmd: Sequence[str], repeat: int = 7, env: dict[str, str] | None = None)
         t = time.perf_counter()
         subprocess.run(cmd, capture_output=True, env=full, check=True)
         times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def cpu(cmd: Sequence[str], repeat: int = 7, env: dict[str, str] | None = None) -> float:
+    """Median CPU seconds (user + system) of a command over ``repeat`` runs (after one warm-up):
+    steadier than wall time on a loaded host, where waiting for a core is not the command's cost."""
+    full = dict(os.environ, **(env or {}))
+    subprocess.run(cmd, capture_output=True, env=full, check=True)
+    times = []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(cmd, capture_output=True, env=full, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     return statistics.median(times)
 
 

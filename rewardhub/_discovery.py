@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import importlib.machinery
-import importlib.metadata
 import importlib.util
 import json
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 __all__ = ["PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "scan_entry_points", "find_module_file"]
 
@@ -22,7 +26,18 @@ REWARD_GROUP = "rewardhub.rewards"
 #: entry-point group of extra CLI subcommands
 COMMAND_GROUP = "rewardhub.commands"
 ALL_GROUPS = (PLUGIN_GROUP, REWARD_GROUP, COMMAND_GROUP)
-_ORIGINAL_DISTRIBUTIONS = importlib.metadata.distributions
+
+
+def _distributions_patched() -> bool:
+    """Whether ``importlib.metadata.distributions`` is not the standard library's own (a test
+    monkeypatched it). ``importlib.metadata`` is imported only when the entry points are scanned
+    (it pulls in the email package: a tenth of ``rewardhub list``'s start-up); not imported yet,
+    it cannot have been patched."""
+    md = sys.modules.get("importlib.metadata")
+    if md is None:
+        return False
+    fn = md.distributions
+    return getattr(fn, "__module__", None) != "importlib.metadata" or getattr(fn, "__qualname__", None) != "distributions"
 
 
 @dataclass(frozen=True)
@@ -46,9 +61,14 @@ class EntryPointInfo:
 
     def load(self) -> Any:
         ep = self.entry_point
-        if ep is None:
-            ep = importlib.metadata.EntryPoint(self.name, self.value, self.group)
-        return ep.load()
+        if ep is not None:
+            return ep.load()
+        # what importlib.metadata.EntryPoint.load does (``module:attr.attr [extras]``), without
+        # importing importlib.metadata (see _distributions_patched)
+        obj: Any = importlib.import_module(self.module)
+        for part in filter(None, self.attr.partition("[")[0].strip().split(".")):
+            obj = getattr(obj, part)
+        return obj
 
 
 def _dist_name(dist: importlib.metadata.Distribution) -> str | None:
@@ -109,7 +129,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
     ``REWARDHUB_CACHE_KEEP`` (default 8) most recently used kept. A monkeypatched
     ``importlib.metadata.distributions`` (as tests do) is always honoured.
     """
-    patched = importlib.metadata.distributions is not _ORIGINAL_DISTRIBUTIONS
+    patched = _distributions_patched()
     path = None if patched else _cache_file()
     state = _path_state() if path else None
     if path:
@@ -136,6 +156,8 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
 
 
 def _scan(groups: tuple[str, ...]) -> list[EntryPointInfo]:
+    import importlib.metadata
+
     seen: set[str] = set()
     found: list[EntryPointInfo] = []
     for dist in importlib.metadata.distributions():

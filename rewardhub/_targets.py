@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.abc
 import importlib.util
 import os
 import re
@@ -49,8 +48,12 @@ def split_target(target: str) -> tuple[str, str]:
     return module, attr
 
 
-class _FileFinder(importlib.abc.MetaPathFinder):
-    """Finds ``_rewardhub_files.*`` modules again (e.g. when unpickling in a worker)."""
+class _FileFinder:
+    """Finds ``_rewardhub_files.*`` modules again (e.g. when unpickling in a worker).
+
+    A meta path finder needs only ``find_spec``; not subclassing ``importlib.abc.MetaPathFinder``
+    spares every ``import rewardhub`` the import of ``importlib.abc`` (and of importlib.resources,
+    tempfile, random and shutil behind it)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname == FILE_MODULE_PREFIX:

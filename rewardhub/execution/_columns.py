@@ -72,6 +72,11 @@ class Column:
 
     def put(self, i: int, raw: Any, reward: str, latency: float, attempts: int = 1) -> None:
         """Check one returned value and store it (anything but a finite score is an error)."""
+        if type(raw) is float and raw - raw == 0.0 and attempts == 1:  # a finite float: nothing to check
+            self.values[i] = raw
+            self.latency[i] = latency
+            self.runs.append((latency, 1))
+            return
         self._store(i, check_value(raw, reward, self.label(i)), latency, attempts, timed=True)
 
     def fail(self, i: int, status: str, error: str, latency: float, attempts: int = 1) -> None:
@@ -142,16 +147,21 @@ def _shifted(d: dict[int, _V], off: int) -> dict[int, _V]:
     return {i + off: v for i, v in d.items()}
 
 
-def _runs_percentile(runs: list[tuple[float, int]], q: float) -> float:
-    """Linear-interpolated percentile of values given as (value, count) runs."""
+def _runs_percentiles(runs: list[tuple[float, int]], qs: Sequence[float]) -> list[float]:
+    """Linear-interpolated percentiles of values given as (value, count) runs (sorted once for all)."""
     total = sum(c for _, c in runs)
     if not total:
-        return math.nan
+        return [math.nan for _ in qs]
+    ordered = sorted(runs)
+    return [_percentile_of_sorted(ordered, total, q) for q in qs]
+
+
+def _percentile_of_sorted(ordered: list[tuple[float, int]], total: int, q: float) -> float:
     k = (total - 1) * q / 100.0
     lo, hi = math.floor(k), math.ceil(k)
     found: dict[int, float] = {}
     seen = 0
-    for value, count in sorted(runs):
+    for value, count in ordered:
         while len(found) < 2 and (lo if not found else hi) < seen + count:
             found[len(found)] = value
         seen += count
@@ -195,14 +205,15 @@ def column_metrics(name: str, col: Column, precomputed: tuple[float, float, int]
     """
     mean, std, count = precomputed or stats(col.values, col.has_none())
     statuses = list(col.status.values())
+    p50, p99 = _runs_percentiles(col.runs, (50, 99))
     m: dict[str, float] = {
         "mean": mean,
         "std": std,
         "count": float(count),
         "errors": float(statuses.count(ERROR)),
         "timeouts": float(statuses.count(TIMEOUT)),
-        "latency_p50": _runs_percentile(col.runs, 50),
-        "latency_p99": _runs_percentile(col.runs, 99),
+        "latency_p50": p50,
+        "latency_p99": p99,
     }
     extras: dict[str, list[float]] = {}
     for i, ex in col.extra.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import signal
@@ -10,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import Interrupted
@@ -82,7 +84,7 @@ def _call_once(call: Call, own_thread: bool = False) -> Result:
         return ("error", error_text(exc), time.perf_counter() - start)
 
 
-def run_inline(calls: list[Call], retries: int) -> list[Result]:
+def run_inline(calls: Sequence[Call], retries: int) -> list[Result]:
     """Call one after another in this thread (no timeout can interrupt a sync call here)."""
     out: list[Result] = []
     with interrupts_told_apart():
@@ -124,100 +126,181 @@ def _in_fresh_loop(factory: Callable[[], Any]) -> Any:
     return box["v"]
 
 
-def run_async(calls: list[Call], timeout_s: float | None, max_concurrency: int | None, retries: int) -> list[Result]:
-    """Run async reward calls concurrently on one event loop; ``asyncio`` cancels on timeout."""
+class _AsyncSlot:
+    """One worker coroutine of :func:`run_async`: when its running call began (``None``: none
+    runs), and whether the watchdog cancelled that call for its timeout."""
+
+    __slots__ = ("task", "began", "expired")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.began: float | None = None
+        self.expired = False
+
+
+def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: int | None,
+              retries: int) -> list[Result]:
+    """Run async reward calls concurrently on one event loop; ``asyncio`` cancels on timeout.
+
+    At most ``max_concurrency`` (default 64) calls at once: that many worker coroutines take the
+    next call from a shared iterator, so no task is made per call; one watchdog coroutine cancels
+    a call that runs past ``timeout_s`` (no timer per call).
+    """
     limit = max_concurrency or 64
+    n = len(calls)
+    results: list[Result | None] = [None] * n
+    pc = time.perf_counter
 
-    async def main() -> list[Result]:
-        sem = asyncio.Semaphore(limit)
-
-        async def one(call: Call) -> Result:
-            async with sem:
-                res: Result = ("error", "not run", 0.0)
-                for attempt in range(retries + 1):
-                    start = time.perf_counter()
+    async def one(slot: _AsyncSlot, call: Call) -> Result:
+        res: Result = ("error", "not run", 0.0)
+        for _ in range(retries + 1):
+            start = pc()
+            slot.expired = False
+            try:
+                aw = call()
+                if not inspect.isawaitable(aw):
+                    res = ("ok", aw, pc() - start)
+                else:
+                    slot.began = start
                     try:
-                        aw = call()
-                        if not inspect.isawaitable(aw):
-                            res = ("ok", aw, time.perf_counter() - start)
-                        else:
-                            raw = await asyncio.wait_for(aw, timeout_s) if timeout_s else await aw
-                            res = ("ok", raw, time.perf_counter() - start)
-                    except asyncio.TimeoutError:
-                        res = ("timeout", f"timed out after {timeout_s:g}s; coroutine cancelled",
-                               time.perf_counter() - start)
-                    except Exception as exc:
-                        res = ("error", error_text(exc), time.perf_counter() - start)
-                    except (SystemExit, KeyboardInterrupt) as exc:
-                        if not reward_exit(exc, own_thread=True):  # the loop runs the rewards only
-                            raise
-                        res = ("error", error_text(exc), time.perf_counter() - start)
-                    if res[0] == "ok":
-                        break
-                return res
+                        raw = await aw
+                    finally:
+                        slot.began = None
+                    res = ("ok", raw, pc() - start)
+                    if slot.expired:  # the reward swallowed its cancellation: still a timeout
+                        raise asyncio.CancelledError
+            except asyncio.CancelledError:
+                if not slot.expired:  # not ours: the run itself is cancelled
+                    raise
+                if slot.task is not None:
+                    slot.task.uncancel()
+                res = ("timeout", f"timed out after {timeout_s:g}s; coroutine cancelled", pc() - start)
+            except Exception as exc:
+                res = ("error", error_text(exc), pc() - start)
+            except (SystemExit, KeyboardInterrupt) as exc:
+                if not reward_exit(exc, own_thread=True):  # the loop runs the rewards only
+                    raise
+                res = ("error", error_text(exc), pc() - start)
+            if res[0] == "ok":
+                break
+        return res
 
-        return list(await asyncio.gather(*(one(c) for c in calls)))
+    async def main() -> None:
+        todo = iter(range(n))
+        slots = [_AsyncSlot() for _ in range(min(limit, n))]
 
-    return _in_fresh_loop(main)
+        async def worker(slot: _AsyncSlot) -> None:
+            slot.task = asyncio.current_task()
+            for i in todo:  # shared by the workers: each call is taken once
+                results[i] = await one(slot, calls[i])
+
+        async def watchdog(limit_s: float) -> None:
+            while True:
+                now, soonest = pc(), None
+                for slot in slots:
+                    began = slot.began
+                    if began is None or slot.expired:
+                        continue
+                    if now - began >= limit_s and slot.task is not None:
+                        slot.expired = True
+                        slot.task.cancel()
+                    elif soonest is None or began + limit_s < soonest:
+                        soonest = began + limit_s
+                await asyncio.sleep(limit_s if soonest is None else max(0.001, soonest - now))
+
+        watch = asyncio.create_task(watchdog(timeout_s)) if timeout_s else None
+        try:
+            await asyncio.gather(*(worker(slot) for slot in slots))
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    if n:
+        _in_fresh_loop(main)
+    return [r if r is not None else ("error", "no result", 0.0) for r in results]
 
 
-def run_threads(calls: list[Call], timeout_s: float | None, max_concurrency: int | None,
+class _Slot:
+    """One reward thread of :func:`run_threads`; ``abandoned`` once its call timed out."""
+
+    __slots__ = ("abandoned",)
+
+    def __init__(self) -> None:
+        self.abandoned = False
+
+
+def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency: int | None,
                 retries: int) -> tuple[list[Result], int]:
-    """Run calls on threads, at most ``max_concurrency`` at once.
+    """Run calls on threads, at most ``max_concurrency`` (default 8) at once.
 
-    A call past its timeout is reported as a timeout and its slot is given to the next call, but
-    a thread cannot be killed: the hung call keeps running in the background until it returns.
+    That many threads each take the next call from a shared queue until it is empty (no thread is
+    started per call). A call past its timeout is reported as a timeout and a new thread takes
+    its thread's place, but a thread cannot be killed: the hung call keeps running in the
+    background until it returns (then its thread ends).
 
     :returns: the results and the number of abandoned (still running) threads.
     """
     limit = max_concurrency or 8
-    results: list[Result | None] = [None] * len(calls)
+    n = len(calls)
+    results: list[Result | None] = [None] * n
+    attempts = [0] * n
+    todo = collections.deque(range(n))
+    running: dict[int, tuple[float, _Slot]] = {}  # index -> (start, its thread), while it runs
     cond = threading.Condition()
-    running: dict[int, float] = {}  # index -> start time
-    abandoned = 0
+    clock = time.monotonic
+    state = {"left": n, "live": 0, "abandoned": 0}
 
-    def worker(i: int, call: Call) -> None:
-        try:
-            res = _call_once(call, own_thread=True)
-        except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
-            res = ("error", error_text(exc), 0.0)
-        with cond:
-            if i in running:  # not timed out meanwhile
-                del running[i]
-                results[i] = res
-                if res[0] != "ok":
-                    failed.append(i)
-                cond.notify_all()
-
-    attempts = [0] * len(calls)
-    failed: list[int] = []
-    queue = list(range(len(calls)))[::-1]
-    with cond:
-        while queue or running or failed:
-            while queue and len(running) < limit:
-                i = queue.pop()
+    def worker(slot: _Slot) -> None:
+        while True:
+            with cond:
+                if slot.abandoned or not todo:
+                    if not slot.abandoned:
+                        state["live"] -= 1
+                    return
+                i = todo.popleft()
                 attempts[i] += 1
-                results[i] = None
-                running[i] = time.monotonic()
-                threading.Thread(target=worker, args=(i, calls[i]), daemon=True,
-                                 name=f"rewardhub-reward-{i}").start()
-            now = time.monotonic()
+                running[i] = (clock(), slot)
+            try:
+                res = _call_once(calls[i], own_thread=True)
+            except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
+                res = ("error", error_text(exc), 0.0)
+            with cond:
+                if running.pop(i, None) is None:  # timed out meanwhile: this thread was abandoned
+                    return
+                if res[0] != "ok" and attempts[i] <= retries:
+                    todo.append(i)
+                    continue
+                results[i] = res
+                state["left"] -= 1
+                if not state["left"]:
+                    cond.notify()
+
+    def start() -> None:
+        state["live"] += 1
+        threading.Thread(target=worker, args=(_Slot(),), daemon=True, name="rewardhub-reward").start()
+
+    with cond:
+        while state["left"]:
+            while todo and state["live"] < limit:
+                start()
+            wait = None
             if timeout_s:
-                for i, started in list(running.items()):
-                    if now - started >= timeout_s:
+                now = clock()
+                for i, (began, slot) in list(running.items()):
+                    if now - began >= timeout_s:
                         del running[i]
-                        abandoned += 1
-                        results[i] = ("timeout", f"timed out after {timeout_s:g}s (the thread cannot be "
-                                                 "killed and runs on; use executor: process to kill)", now - started)
-                        failed.append(i)
-                wait = min((s + timeout_s - now for s in running.values()), default=None)
-            else:
-                wait = None
-            # retry failed ones
-            while failed:
-                i = failed.pop()
-                if attempts[i] <= retries:
-                    queue.append(i)
-            if running and not (queue and len(running) < limit):
-                cond.wait(timeout=None if wait is None else max(wait, 0.001))
-    return [r if r is not None else ("error", "no result", 0.0) for r in results], abandoned
+                        slot.abandoned = True
+                        state["live"] -= 1
+                        state["abandoned"] += 1
+                        if attempts[i] <= retries:
+                            todo.append(i)
+                        else:
+                            results[i] = ("timeout", f"timed out after {timeout_s:g}s (the thread cannot be "
+                                                     "killed and runs on; use executor: process to kill)", now - began)
+                            state["left"] -= 1
+                if todo and state["live"] < limit:
+                    continue
+                wait = max(0.001, min((b + timeout_s - now for b, _ in running.values()), default=timeout_s))
+            if state["left"]:
+                cond.wait(wait)
+    return [r if r is not None else ("error", "no result", 0.0) for r in results], state["abandoned"]

@@ -72,24 +72,30 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
     ``None`` means not applicable; a dict must carry a finite ``score`` and its other keys become
     extra metrics.
     """
-    where = f"reward {reward!r} on sample {index}" if index is not None else f"reward {reward!r}"
+    if type(raw) is float and raw - raw == 0.0:  # the common case: a finite float (NaN and inf fail this)
+        return Outcome(raw, OK)
     if raw is None:
         return Outcome(None, NOT_APPLICABLE)
     if isinstance(raw, dict):
         if "score" not in raw:
-            return Outcome(None, ERROR, error=f"{where} returned a dict without 'score': {_short(raw)}")
+            return Outcome(None, ERROR, error=f"{_where(reward, index)} returned a dict without 'score': {_short(raw)}")
         score = raw["score"]
         if score is None:
             return Outcome(None, NOT_APPLICABLE, extra={k: v for k, v in raw.items() if k != "score"})
         value = _finite(score)
         if value is None:
-            return Outcome(None, ERROR, error=f"{where} returned score {_short(score)}: not a finite number")
+            return Outcome(None, ERROR, error=f"{_where(reward, index)} returned score {_short(score)}: "
+                                              "not a finite number")
         return Outcome(value, OK, extra={k: v for k, v in raw.items() if k != "score"})
     value = _finite(raw)
     if value is None:
-        return Outcome(None, ERROR, error=f"{where} returned {_short(raw)}: not a finite number "
+        return Outcome(None, ERROR, error=f"{_where(reward, index)} returned {_short(raw)}: not a finite number "
                                           "or a dict with a finite 'score'")
     return Outcome(value, OK)
+
+
+def _where(reward: str, index: int | None) -> str:
+    return f"reward {reward!r} on sample {index}" if index is not None else f"reward {reward!r}"
 
 
 def _short(x: Any) -> str:

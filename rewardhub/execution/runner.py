@@ -189,9 +189,9 @@ class Runner:
 
     def _run_local(self, term: Term, executor: str, batch: list[Any], idx: list[int], col: Column) -> None:
         inv, kw, pol = term.invoker, term.kwargs, term.policy
+        calls: Sequence[Callable[[], Any]]
         if inv.kind == "function":
-            units = [[i] for i in idx]
-            calls = [_call_one(inv, batch, i, kw) for i in idx]
+            calls = _CallsOne(inv, batch, idx, kw)
         else:
             units = self._chunks(term, batch, idx, 1)
             calls = [_call_many(inv, batch, u, kw) for u in units]
@@ -202,9 +202,16 @@ class Runner:
             results = run_async(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
         else:
             results = run_inline(calls, pol.retries)
-        mode = "one" if inv.kind == "function" else "many"
+        if inv.kind == "function":
+            put, name = col.put, term.name
+            for i, (status, value, latency) in zip(idx, results):
+                if status == "ok":  # the common case, stored straight
+                    put(i, value, name, latency)
+                else:
+                    self._store(term, [i], "one", (status, value, latency), col, 1)
+            return
         for unit, res in zip(units, results):
-            self._store(term, unit, mode, res, col, 1)
+            self._store(term, unit, "many", res, col, 1)
 
     def _run_ray(self, term: Term, batch: list[Any], idx: list[int], col: Column) -> None:
         executor = self._remote.get(term.pool)
@@ -293,9 +300,21 @@ class Runner:
             pass
 
 
-def _call_one(inv: Invoker, batch: list[Any], i: int, kw: dict[str, Any]) -> Callable[[], Any]:
-    """A call of ``inv`` on sample ``i`` of the batch, to be made (and maybe retried) later."""
-    return lambda: inv.call_one(batch[i], kw)
+class _CallsOne(Sequence[Callable[[], Any]]):
+    """The calls of ``inv`` on the samples ``idx`` of the batch, made (each maybe retried) later;
+    each is built when it is asked for, so a large batch makes no list of them."""
+
+    def __init__(self, inv: Invoker, batch: list[Any], idx: list[int], kw: dict[str, Any]) -> None:
+        self._inv, self._batch, self._idx, self._kw = inv, batch, idx, kw
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        inv, sample, kw = self._inv, self._batch[self._idx[k]], self._kw
+        return lambda: inv.call_one(sample, kw)
 
 
 def _call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:

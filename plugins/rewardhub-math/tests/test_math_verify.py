@@ -72,3 +72,57 @@ def test_every_executor(executor):
         res = r.score(batch)
     assert res.scores == [s for _, _, s in CASES]
     assert res.metrics["rewards/math_verify/errors"] == 0.0
+
+
+def _plain_golds():
+    import random
+
+    rng = random.Random(20)
+    golds = ["0", "-0", "00", "007", "0.0", "-0.0", "1.0", "10.50", "0.000001", "123456789012345", "-0.5",
+             "1234567890123.45", "999999999999999", "0.1", "0.3", "2.675", "1e5", "5.", ".5", "1,000", "٣"]
+    for _ in range(300):
+        k = rng.random()
+        if k < 0.4:
+            golds.append(str(rng.randint(-10 ** rng.randint(1, 15), 10 ** rng.randint(1, 15))))
+        elif k < 0.8:
+            golds.append(f"{rng.uniform(-1000, 1000):.{rng.randint(1, 10)}f}")
+        else:
+            golds.append(f"{rng.randint(-99, 99)}.{rng.randint(0, 10 ** rng.randint(1, 12))}")
+    return golds
+
+
+def test_plain_number_golds_parse_exactly_as_math_verify_does():
+    import sympy
+    from math_verify import parse
+
+    from rewardhub_math.reward import _plain_number
+
+    fast_ones = 0
+    for gold in _plain_golds():
+        fast = _plain_number(gold)
+        if fast is None:
+            assert gold in ("1e5", "5.", ".5", "1,000", "٣"), gold  # not plain: math-verify parses those
+            continue
+        fast_ones += 1
+        slow = tuple(parse(f"${gold}$", parsing_timeout=None))
+        assert len(fast) == len(slow) == 2, gold
+        assert type(fast[0]) is type(slow[0]) and sympy.srepr(fast[0]) == sympy.srepr(slow[0]), gold
+        assert hash(fast[0]) == hash(slow[0]) and fast[1] == slow[1], gold
+    assert fast_ones >= 300
+
+
+def test_plain_number_golds_score_as_before(monkeypatch):
+    from rewardhub_math import reward as mod
+
+    responses = ["\\boxed{12.5}", "Answer: 12.50", "so 25/2", "\\boxed{-3}", "it is -3.0", "7", "\\boxed{0.1}",
+                 "1/10", "\\boxed{7}"]
+    golds = ["12.5", "12.5", "12.5", "-3", "-3", "007", "0.1", "0.1", "7.0"]
+    fast = [math_verify(response=r, ground_truth=g)["score"] for r, g in zip(responses, golds)]
+    mod._parse_gold_once.cache_clear()
+    monkeypatch.setattr(mod, "_plain_number", lambda gold: None)  # math-verify's own parse of every gold
+    try:
+        slow = [math_verify(response=r, ground_truth=g)["score"] for r, g in zip(responses, golds)]
+    finally:
+        mod._parse_gold_once.cache_clear()
+    assert fast == slow
+    assert sum(fast) >= 5

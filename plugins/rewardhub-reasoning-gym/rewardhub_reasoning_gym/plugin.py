@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
+import sys
 from pathlib import Path
 
 from rewardhub import RewardSpec
@@ -22,9 +22,27 @@ def _cache_dir() -> Path:
     return Path(base) / "rewardhub"
 
 
+def _version(dist: str) -> str:
+    """The installed version of ``dist``: from the name of its ``.dist-info`` folder, the first on
+    ``sys.path`` (as the import system would find it), else ``importlib.metadata`` (not imported
+    otherwise: it pulls in the email package, a tenth of ``rewardhub list``'s start-up)."""
+    prefix = dist.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and name.lower().startswith(prefix):
+                return name[len(prefix):-len(".dist-info")]
+    import importlib.metadata
+
+    return importlib.metadata.version(dist)
+
+
 def dataset_names() -> list[str]:
     """The dataset names of the installed reasoning-gym (shipped list, else a cached one)."""
-    version = importlib.metadata.version("reasoning-gym")
+    version = _version("reasoning-gym")
     for path in (_HERE / f"datasets-{version}.txt", _cache_dir() / f"reasoning-gym-{version}.txt"):
         if path.is_file():
             return [n for n in path.read_text().split() if n]
@@ -44,7 +62,7 @@ def dataset_names() -> list[str]:
 
 @hookimpl
 def rewardhub_register_rewards() -> list[RewardSpec]:
-    version = importlib.metadata.version("rewardhub-reasoning-gym")
+    version = _version("rewardhub-reasoning-gym")
     common = dict(source="plugin", dist="rewardhub-reasoning-gym", version=version,
                   plugin="reasoning_gym", policy=_POLICY)
     specs = [

@@ -1,0 +1,93 @@
+"""The thread and asyncio executors: a fixed set of threads or coroutines for a whole batch, timeouts per call."""
+
+from __future__ import annotations
+
+import time
+
+from rewardhub.execution import Runner
+
+THREAD_REWARDS = '''
+import threading, time
+seen = []
+def record(*, response, **kw):
+    seen.append(threading.current_thread())  # kept alive here, so every thread object is told apart
+    if response == "hang":
+        time.sleep(30)
+    return 1.0
+'''
+
+ASYNC_REWARDS = '''
+import asyncio, os
+async def stubborn(*, response, **kw):
+    """Swallows its cancellation and answers anyway."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        pass
+    return 1.0
+
+async def hang_once(*, response, extra_info, **kw):
+    """Hangs on its first try of each sample, answers on the second."""
+    path = extra_info["marks"] + "/" + response
+    if not os.path.exists(path):
+        open(path, "w").close()
+        await asyncio.sleep(30)
+    return float(len(response))
+'''
+
+
+def _rows(*responses, **extra):
+    return [{"prompt": "p", "response": r, "ground_truth": None, "data_source": "d", "extra_info": dict(extra)}
+            for r in responses]
+
+
+def _runner(tmp_path, source, function, **policy):
+    path = tmp_path / "local_rewards.py"
+    path.write_text(source)
+    return Runner.from_config({"rewards": [{"path": str(path), "function": function, **policy}]})
+
+
+def _seen(runner):
+    """The reward module's list of the threads that called it, emptied (the module may be shared)."""
+    seen = runner.terms[0].invoker.fn.__globals__["seen"]
+    seen.clear()
+    return seen
+
+
+def test_thread_executor_reuses_its_threads(tmp_path):
+    with _runner(tmp_path, THREAD_REWARDS, "record", executor="thread", max_concurrency=3) as r:
+        seen = _seen(r)
+        res = r.score(_rows(*[f"r{i}" for i in range(300)]))
+    assert res.scores == [1.0] * 300
+    assert len(seen) == 300 and len(set(seen)) <= 3
+
+
+def test_thread_timeout_replaces_the_thread_and_the_rest_goes_on(tmp_path):
+    start = time.monotonic()
+    rows = [f"r{i}" for i in range(40)]
+    rows[5] = rows[30] = "hang"
+    with _runner(tmp_path, THREAD_REWARDS, "record", executor="thread", max_concurrency=2, timeout_s=0.5) as r:
+        seen = _seen(r)
+        res = r.score(_rows(*rows))
+    assert time.monotonic() - start < 10
+    assert [i for i, s in enumerate(res.scores) if s != 1.0] == [5, 30]
+    assert res.metrics["rewards/record/timeouts"] == 2.0 and r.abandoned_threads == 2
+    assert len(set(seen)) <= 4  # two threads, and one replacement for each hung one
+
+
+def test_async_timeout_holds_even_when_the_reward_swallows_its_cancellation(tmp_path):
+    start = time.monotonic()
+    with _runner(tmp_path, ASYNC_REWARDS, "stubborn", timeout_s=0.3) as r:
+        res = r.score(_rows("a", "b"))
+    assert time.monotonic() - start < 5
+    assert res.metrics["rewards/stubborn/timeouts"] == 2.0
+    assert all("timed out after 0.3s" in e["stubborn"] for e in res.errors)
+
+
+def test_async_retry_after_a_timeout(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with _runner(tmp_path, ASYNC_REWARDS, "hang_once", timeout_s=0.3, retries=1, max_concurrency=2) as r:
+        res = r.score(_rows("ab", "abc", "a", marks=str(marks)))
+    assert res.scores == [2.0, 3.0, 1.0]
+    assert res.metrics["rewards/hang_once/timeouts"] == 0.0
