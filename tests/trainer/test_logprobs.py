@@ -65,7 +65,7 @@ def test_shared_prompt_logprobs_equal_the_full_logits_path(model, temperature):
 
 
 def test_response_logprobs_shares_prompts_only_where_they_repeat(model, monkeypatch):
-    import rewardhub_trainer.learner as learner
+    import rewardhub_trainer.logprobs as learner
 
     calls: list[str] = []
     for name in ("full_logprobs", "shared_prompt_logprobs"):

@@ -163,7 +163,7 @@ class TransformersEngine:
         ``n`` responses, rather than ``n`` times by ``generate`` (None: nothing to share)."""
         from transformers import DynamicCache
 
-        from .learner import PLAIN_HEAD_MODELS
+        from .logprobs import PLAIN_HEAD_MODELS
 
         ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
         if n < 2 or ids.shape[1] < 2 or getattr(self.model.config, "model_type", None) not in PLAIN_HEAD_MODELS:
