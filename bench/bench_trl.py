@@ -1,11 +1,14 @@
-"""TRL's GRPOTrainer vs rewardhub-trainer on SmolLM2-135M-Instruct, completions per second.
+"""TRL's GRPOTrainer vs rewardhub-trainer on SmolLM2-135M-Instruct: completions and generated tokens per second.
 
     python bench/bench_trl.py --steps 3
 
-Equal settings: 8 prompts x 4 completions per step, 64 new tokens, fp32 everywhere, temperature
-1.0, no KL, the same reasoning-gym arithmetic prompts and the same two rewards (a number-match
-reward for TRL as a plain function; math_verify + regex for ours). The first step of each is
-warm-up and not timed. Prints both rates and the ratio (goal: ours >= 3x TRL).
+Equal settings: 8 prompts x 4 completions per step, at most 64 new tokens, fp32 everywhere,
+temperature 1.0, no KL, one PPO epoch, the same reasoning-gym arithmetic prompts rendered to the same
+text (examples/arithmetic.yaml's chat template, system prompt and instruction: TRL gets the text) and
+the same two rewards (TRL: a number match and the same format regex as plain functions; ours:
+math_verify + regex_match in reward workers). The first step of each is warm-up and not timed.
+Prints, for both, completions/s, generated tokens/s and the mean completion length, then both
+ratios (goal: ours >= 2x TRL in each).
 """
 
 from __future__ import annotations
@@ -22,7 +25,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, N, NEW_TOKENS = 8, 4, 64
 
 
-def trl_rate(model_path: str, steps: int) -> float:
+def _data_config(size: int):
+    """examples/arithmetic.yaml's data section (template, system prompt, instruction), ``size`` prompts."""
+    import dataclasses
+
+    import yaml
+
+    from rewardhub_trainer.config import parse_config
+
+    cfg = parse_config(yaml.safe_load((ROOT / "examples" / "arithmetic.yaml").read_text()))
+    return dataclasses.replace(cfg.data, size=size)
+
+
+def trl_rate(model_path: str, steps: int) -> tuple[float, float]:
+    """TRL's completions/s and mean completion length (tokens) over the timed steps."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
@@ -30,14 +46,15 @@ def trl_rate(model_path: str, steps: int) -> float:
     from trl import GRPOConfig
     from trl import GRPOTrainer
 
-    from rewardhub_trainer.config import DataConfig
     from rewardhub_trainer.data import load_dataset
+    from rewardhub_trainer.data import render
     from rewardhub_trainer.models import load_tokenizer
 
     torch.set_num_threads(os.cpu_count() or 1)
-    ds = load_dataset(DataConfig(source="reasoning_gym", size=PROMPTS * (steps + 1), seed=0,
-                                 kwargs={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}))
-    rows = [{"prompt": [{"role": "user", "content": p.question}], "answer": p.ground_truth} for p in ds.items]
+    data = _data_config(max(PROMPTS * (steps + 1), 64))
+    tok = load_tokenizer(model_path)
+    ds, _ = render(load_dataset(data), tok, data, "data")
+    rows = [{"prompt": p.text, "answer": p.ground_truth} for p in ds.items]
 
     def correct(completions, answer, **kwargs):
         out = []
@@ -47,7 +64,12 @@ def trl_rate(model_path: str, steps: int) -> float:
             out.append(float(bool(nums) and nums[-1] == a))
         return out
 
+    def format_ok(completions, **kwargs):
+        return [0.5 * float(bool(re.search(r"= *-?[0-9]+\.? *$", c if isinstance(c, str) else c[0]["content"])))
+                for c in completions]
+
     times: list[float] = []
+    lengths: list[float] = []
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -56,6 +78,10 @@ def trl_rate(model_path: str, steps: int) -> float:
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.t)
 
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                lengths.append(float(logs["completions/mean_length"]))
+
     with tempfile.TemporaryDirectory() as out:
         cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=PROMPTS * N, num_generations=N,
                          max_completion_length=NEW_TOKENS, max_steps=steps, learning_rate=1e-6,
@@ -63,15 +89,16 @@ def trl_rate(model_path: str, steps: int) -> float:
                          report_to=[], logging_steps=1, save_strategy="no", use_vllm=False,
                          dataloader_num_workers=0)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        trainer = GRPOTrainer(model=model, reward_funcs=[correct], args=cfg,
+        trainer = GRPOTrainer(model=model, reward_funcs=[correct, format_ok], args=cfg,
                               train_dataset=Dataset.from_list(rows),
-                              processing_class=load_tokenizer(model_path), callbacks=[Clock()])
+                              processing_class=tok, callbacks=[Clock()])
         trainer.train()
-    timed = times[1:] or times
-    return PROMPTS * N * len(timed) / sum(timed)
+    timed, lens = (times[1:], lengths[1:]) if len(times) > 1 else (times, lengths)
+    return PROMPTS * N * len(timed) / sum(timed), sum(lens) / max(1, len(lens))
 
 
-def ours_rate(steps: int, mode: str) -> float:
+def ours_rate(steps: int, mode: str) -> tuple[float, float]:
+    """Our completions/s and mean completion length (tokens) over the timed steps."""
     from rewardhub_trainer.cli import train
 
     with tempfile.TemporaryDirectory() as out:
@@ -83,7 +110,13 @@ def ours_rate(steps: int, mode: str) -> float:
         rows = [__import__("json").loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     # completions per second after the first step (warm-up), as for TRL
     t = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
-    return PROMPTS * N * (len(rows) - 1) / t if t > 0 else s["throughput_samples_per_s"]
+    mean_len = sum(r["response_len/mean"] for r in rows[1:]) / max(1, len(rows) - 1)
+    return (PROMPTS * N * (len(rows) - 1) / t if t > 0 else s["throughput_samples_per_s"]), mean_len
+
+
+def _line(name: str, rate: float, mean_len: float) -> str:
+    return (f"{name:32s} {rate:7.3f} completions/s  {rate * mean_len:8.1f} generated tokens/s  "
+            f"mean length {mean_len:5.1f} tokens")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     from rewardhub_trainer.models import materialize
 
     path = materialize(ModelConfig(builtin="smollm2-135m"))
-    ours = ours_rate(args.steps, args.mode)
-    print(f"rewardhub-trainer ({args.mode}): {ours:.3f} completions/s", flush=True)
+    ours, ours_len = ours_rate(args.steps, args.mode)
+    print(_line(f"rewardhub-trainer ({args.mode})", ours, ours_len), flush=True)
     if args.skip_trl:
         return 0
-    trl = trl_rate(path, args.steps + 1)
-    print(f"TRL GRPOTrainer:                {trl:.3f} completions/s")
-    print(f"ratio ours/TRL: {ours / trl:.2f}x (goal 3x)")
+    trl, trl_len = trl_rate(path, args.steps + 1)
+    print(_line("TRL GRPOTrainer", trl, trl_len))
+    print(f"ratio ours/TRL: {ours / trl:.2f}x completions/s, {ours * ours_len / (trl * trl_len):.2f}x "
+          "generated tokens/s (goal 2x each)")
     return 0
 
 

@@ -86,7 +86,9 @@ def test_micro_batches_give_the_whole_batch_loss(tiny_path, mode):
         learner = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2, loss_agg_mode=mode, micro_batch_size=mbs), seed=0)
         stats = learner.train_step(_samples(learner))
         params.append((stats["loss/policy"], stats["grad_norm"]))
-    assert params[0] == pytest.approx(params[1], rel=1e-4)
+    # the policy loss is ~0 here (ratio 1, advantages summing to 0); one sample per micro-batch takes the
+    # full-logits path and eight the shared-prompt one, which round differently (~1e-7): hence abs
+    assert params[0] == pytest.approx(params[1], rel=1e-4, abs=1e-6)
 
 
 def test_top_k_limits_sampling(tiny_path):

@@ -91,7 +91,8 @@ class TransformersEngine:
             criteria = StoppingCriteriaList([_StopText()])
         torch.manual_seed(seed)
         with torch.no_grad():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention,
+            cache = self._prompt_cache(enc, n)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention, past_key_values=cache,
                                       generation_config=config, stopping_criteria=criteria)
         width = input_ids.shape[1]
         new = out.sequences[:, width:]
@@ -120,6 +121,24 @@ class TransformersEngine:
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))
             result.append(group)
         return result
+
+    def _prompt_cache(self, enc: Any, n: int) -> Any:
+        """Each prompt's key/value cache (all its tokens but the last) computed once and repeated for its
+        ``n`` responses, rather than ``n`` times by ``generate`` (None: nothing to share)."""
+        from transformers import DynamicCache
+
+        from .logprobs import PLAIN_HEAD_MODELS
+
+        ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+        if n < 2 or ids.shape[1] < 2 or getattr(self.model.config, "model_type", None) not in PLAIN_HEAD_MODELS:
+            return None
+        cache = DynamicCache(config=self.model.config)
+        # the positions generate gives left-padded prompts (padding's own never matter: it is masked)
+        pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        self.model.get_decoder()(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1],
+                                 past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(n)
+        return cache
 
 
 def _stop_string_end(tok: Any, ids: list[int], stop: Sequence[str]) -> int:

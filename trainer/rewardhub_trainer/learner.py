@@ -16,16 +16,25 @@ from typing import Any
 
 import torch
 
+from .logprobs import PLAIN_HEAD_MODELS
+from .logprobs import full_logprobs
+from .logprobs import response_logprobs
+from .logprobs import shared_prompt_logprobs
+
 __all__ = [
     "GRPOLearner",
     "LearnerSettings",
     "TrainSample",
     "clipped_policy_loss",
+    "full_logprobs",
     "group_advantages",
     "aggregate",
     "kl_k3",
     "lr_factor",
     "masked_mean",
+    "PLAIN_HEAD_MODELS",
+    "response_logprobs",
+    "shared_prompt_logprobs",
 ]
 
 #: log-ratios (policy vs behaviour, policy vs reference) are clamped to this before ``exp``, as verl does:
@@ -143,51 +152,6 @@ class LearnerSettings:
     entropy_coeff: float = 0.0
     loss_agg_mode: str = "seq-mean-token-mean"
     device: str = "cpu"  #: cpu | cuda (resolved by devices.choose in the learner's process)
-
-
-def response_logprobs(model: Any, samples: Sequence[TrainSample], temperature: float,
-                      pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of each sample's response tokens, ``[batch, max_response_len]`` plus its mask.
-
-    With ``entropy`` (a list), the policy's entropy at each response position is appended to it
-    (``[batch, max_response_len]``, zero-padded).
-
-    Sequences are right-padded; only the positions that predict response tokens go through the
-    LM head (``logits_to_keep``), which on a 49k vocabulary is a large part of the cost.
-    """
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
-    width = max(lengths)
-    rlen = max(len(s.response_ids) for s in samples)
-    first = min(len(s.prompt_ids) for s in samples) - 1  # first position whose logits are needed
-    keep = width - first
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(samples), width), dtype=torch.long)
-    for i, s in enumerate(samples):
-        seq = s.prompt_ids + s.response_ids
-        ids[i, : len(seq)] = torch.tensor(seq)
-        attn[i, : len(seq)] = 1
-    device = next(model.parameters()).device
-    ids, attn = ids.to(device), attn.to(device)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
-        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
-    logits = logits.float()
-    mask = torch.zeros((len(samples), rlen), dtype=torch.float32, device=device)
-    rows, ents = [], []
-    for i, s in enumerate(samples):
-        p, r = len(s.prompt_ids), len(s.response_ids)
-        # the token at position t is predicted by the logits at t - 1; logits[j] is position first + j
-        step_logits = logits[i, p - 1 - first : p - 1 - first + r] / temperature
-        targets = ids[i, p : p + r]
-        all_lp = torch.log_softmax(step_logits, dim=-1)
-        lp = all_lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        rows.append(torch.nn.functional.pad(lp, (0, rlen - r)))
-        if entropy is not None:
-            ents.append(torch.nn.functional.pad(-(all_lp.exp() * all_lp).sum(-1), (0, rlen - r)))
-        mask[i, :r] = 1.0
-    if entropy is not None:
-        entropy.append(torch.stack(ents))
-    return torch.stack(rows), mask
 
 
 class GRPOLearner:

@@ -1,0 +1,143 @@
+"""Log-probabilities of sampled response tokens under a causal LM, with autograd, as the learner needs them.
+
+:func:`response_logprobs` picks the way: :func:`shared_prompt_logprobs` when samples share prompts
+(GRPO's groups) and the model's head is plain, else :func:`full_logprobs`. Both give the same values
+and gradients (``tests/trainer/test_logprobs.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["PLAIN_HEAD_MODELS", "full_logprobs", "response_logprobs", "shared_prompt_logprobs"]
+
+#: model types whose causal-LM logits are exactly ``lm_head(decoder(...).last_hidden_state)`` (no
+#: logit scaling or soft-capping), so that :func:`response_logprobs` may run the two parts itself
+PLAIN_HEAD_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+
+
+def response_logprobs(model: Any, samples: Sequence[Any], temperature: float,
+                      pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of each sample's response tokens, ``[batch, max_response_len]`` plus its mask.
+
+    With ``entropy`` (a list), the policy's entropy at each response position is appended to it
+    (``[batch, max_response_len]``, zero-padded).
+
+    GRPO's samples come in groups that share a prompt. When some do (and the model's head is plain,
+    :data:`PLAIN_HEAD_MODELS`), each prompt goes through the model once and its key/value cache is
+    shared by its responses (:func:`shared_prompt_logprobs`): the same values and gradients as
+    :func:`full_logprobs`, with a fraction of the prompt's FLOPs.
+    """
+    if (len({tuple(s.prompt_ids) for s in samples}) < len(samples)
+            and getattr(model.config, "model_type", None) in PLAIN_HEAD_MODELS):
+        return shared_prompt_logprobs(model, samples, temperature, pad_id, autocast, entropy)
+    return full_logprobs(model, samples, temperature, pad_id, autocast, entropy)
+
+
+def full_logprobs(model: Any, samples: Sequence[Any], temperature: float,
+                  pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`response_logprobs` the straightforward way: each prompt + response through the model.
+
+    Sequences are right-padded; only the positions that predict response tokens go through the
+    LM head (``logits_to_keep``), which on a 49k vocabulary is a large part of the cost.
+    """
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    width = max(lengths)
+    rlen = max(len(s.response_ids) for s in samples)
+    first = min(len(s.prompt_ids) for s in samples) - 1  # first position whose logits are needed
+    keep = width - first
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(samples), width), dtype=torch.long)
+    for i, s in enumerate(samples):
+        seq = s.prompt_ids + s.response_ids
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attn[i, : len(seq)] = 1
+    device = next(model.parameters()).device
+    ids, attn = ids.to(device), attn.to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
+        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+    logits = logits.float()
+    mask = torch.zeros((len(samples), rlen), dtype=torch.float32, device=device)
+    rows, ents = [], []
+    for i, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        # the token at position t is predicted by the logits at t - 1; logits[j] is position first + j
+        step_logits = logits[i, p - 1 - first : p - 1 - first + r] / temperature
+        targets = ids[i, p : p + r]
+        all_lp = torch.log_softmax(step_logits, dim=-1)
+        lp = all_lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        rows.append(torch.nn.functional.pad(lp, (0, rlen - r)))
+        if entropy is not None:
+            ents.append(torch.nn.functional.pad(-(all_lp.exp() * all_lp).sum(-1), (0, rlen - r)))
+        mask[i, :r] = 1.0
+    if entropy is not None:
+        entropy.append(torch.stack(ents))
+    return torch.stack(rows), mask
+
+
+def shared_prompt_logprobs(model: Any, samples: Sequence[Any], temperature: float,
+                           pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`response_logprobs` with each distinct prompt through the model once.
+
+    Per prompt: its tokens but the last fill a key/value cache (batch 1, with autograd), the cache
+    is repeated for the prompt's responses, and ``[last prompt token] + response`` runs on it; the
+    LM head sees only the hidden states that predict response tokens (no prompt, no padding).
+    Gradients reach the prompt's computation through the repeated cache, summed over its responses.
+    """
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    rlen = max(len(s.response_ids) for s in samples)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(tuple(s.prompt_ids), []).append(i)
+    order: list[int] = []
+    hidden: list[torch.Tensor] = []
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast == "bfloat16"):
+        for prompt, idx in groups.items():
+            cache = DynamicCache(config=model.config)
+            past = len(prompt) - 1
+            if past:
+                decoder(input_ids=torch.tensor([prompt[:-1]], device=device), past_key_values=cache, use_cache=True)
+                cache.batch_repeat_interleave(len(idx))
+            lens = [len(samples[i].response_ids) for i in idx]
+            width = 1 + max(lens)
+            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            attn = torch.zeros((len(idx), past + width), dtype=torch.long)
+            ids[:, 0] = prompt[-1]
+            for j, i in enumerate(idx):
+                ids[j, 1 : 1 + lens[j]] = torch.tensor(samples[i].response_ids, dtype=torch.long)
+                attn[j, : past + 1 + lens[j]] = 1
+            pos = torch.arange(past, past + width).expand(len(idx), -1)
+            out = decoder(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                          past_key_values=cache, use_cache=True).last_hidden_state
+            # the hidden state at j predicts response token j (position 0 is the last prompt token)
+            hidden += [out[j, : lens[j]] for j in range(len(idx))]
+            order += idx
+        logits = head(torch.cat(hidden))
+    logits = logits.float() / temperature
+    targets = torch.tensor([t for i in order for t in samples[i].response_ids], dtype=torch.long, device=device)
+    all_lp = torch.log_softmax(logits, dim=-1)
+    token_lp = all_lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    token_ent = -(all_lp.exp() * all_lp).sum(-1) if entropy is not None else None
+    lp_rows: list[torch.Tensor] = [token_lp] * len(samples)
+    ent_rows: list[torch.Tensor] = [token_lp] * len(samples)
+    mask = torch.zeros((len(samples), rlen), dtype=torch.float32, device=device)
+    start = 0
+    for i in order:
+        r = len(samples[i].response_ids)
+        lp_rows[i] = torch.nn.functional.pad(token_lp[start : start + r], (0, rlen - r))
+        if token_ent is not None:
+            ent_rows[i] = torch.nn.functional.pad(token_ent[start : start + r], (0, rlen - r))
+        mask[i, :r] = 1.0
+        start += r
+    if entropy is not None:
+        entropy.append(torch.stack(ent_rows))
+    return torch.stack(lp_rows), mask
