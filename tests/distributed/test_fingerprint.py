@@ -40,8 +40,9 @@ def test_diff_kinds_and_which_are_fatal():
     assert diffs["used_broken"]["kind"] == "broken"
     strict = {d["reward"]: d["fatal"] for d in diff_items(driver, worker, ["a"], strict=True)}
     assert strict == {"a": True, "b": True, "c": True, "e": False, "used_broken": True}
-    # nothing named (doctor without a config): every reward counts
-    assert all(d["fatal"] for d in diff_items(driver, worker, []) if d["kind"] != "extra")
+    # nothing named (doctor without a config): every difference is a warning, unless strict
+    assert len(diff_items(driver, worker, [])) == 5 and not any(d["fatal"] for d in diff_items(driver, worker, []))
+    assert all(d["fatal"] for d in diff_items(driver, worker, [], strict=True) if d["kind"] != "extra")
     assert diff_items(driver, dict(driver), ["a"]) == []
 
 
@@ -51,10 +52,18 @@ def test_mismatch_error_names_reward_node_pool_and_difference():
                             "worker": "rewardhub-math==0.2.0"}]}
     err = RegistryMismatchError("rm", "abc123", [worker])
     text = str(err)
-    for part in ("'math_verify'", "rewardhub-math==0.1.0", "rewardhub-math==0.2.0", "10.0.0.7", "f00dcafef00d",
-                 "pool 'rm'", "worker 1", "abc123"):
+    for part in ("reward 'math_verify' has a different version: driver rewardhub-math==0.1.0, worker "
+                 "rewardhub-math==0.2.0", "node 10.0.0.7, node id f00dcafef00d, worker 1 of pool 'rm'",
+                 "install the same distributions"):
         assert part in text
+    assert "\n" not in text  # the CLI prints it as one `ERROR: ...` line
     assert err.rewards == ["math_verify"] and err.problems[0]["node_id"] == "f00dcafe" * 7
+    assert err.driver_fingerprint == "abc123"
+    # workers of one node that differ alike are named together; another node gets its own phrase
+    other = {**worker, "index": 0, "ip": "10.0.0.8", "node_id": "beef" * 14}
+    text = str(RegistryMismatchError("rm", "abc123", [worker, {**worker, "index": 2}, other]))
+    assert "workers 1, 2 of pool 'rm'" in text and "node 10.0.0.8, node id beefbeefbeef, worker 0" in text
+    assert text.count("has a different version") == 2 and "\n" not in text
     assert isinstance(err, rewardhub.RewardhubError)
 
 
