@@ -13,7 +13,7 @@ from ._setup import prepare_setup
 __all__ = ["check_cluster", "configured_pools"]
 
 _MISSING = ("missing", "file_missing")
-_MISMATCHED = ("version", "file_hash", "mismatched")
+_MISMATCHED = ("version", "target", "file_hash", "mismatched")
 
 
 def configured_pools(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:

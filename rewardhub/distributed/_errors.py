@@ -22,6 +22,8 @@ def describe_problem(p: Mapping[str, Any]) -> str:
         return f"reward {reward!r} is missing on the worker (driver has {p.get('driver')})"
     if kind == "version":
         return f"reward {reward!r} has a different version: driver {p.get('driver')}, worker {p.get('worker')}"
+    if kind == "target":
+        return f"reward {reward!r} has a different target: driver {p.get('driver')}, worker {p.get('worker')}"
     if kind == "file_hash":
         return f"reward {reward!r} file hash differs: driver {p.get('driver')}, worker {p.get('worker')}" + (
             f" ({p['detail']})" if p.get("detail") else "")
@@ -67,7 +69,7 @@ class RegistryMismatchError(RewardhubError):
     (``dist==version`` or a file's sha256) and the node, then the fix.
 
     :ivar problems: one dict per difference: ``pool``, ``node_id``, ``ip``, ``index``, ``reward``,
-        ``kind`` (missing | version | file_hash | file_missing | mismatched | broken | error),
+        ``kind`` (missing | version | target | file_hash | file_missing | mismatched | broken | error),
         ``driver``, ``worker``, ``detail``.
     :ivar rewards: the names of the rewards that differ.
     """

@@ -20,6 +20,7 @@ from ._fingerprint import diff_items
 from ._fingerprint import reward_facts
 from ._setup import WorkerSetup
 from ._setup import check_items
+from ._setup import used_targets
 
 __all__ = ["RewardWorker", "probe", "where"]
 
@@ -88,6 +89,13 @@ class RewardWorker:
             if d["kind"] == "broken":
                 d["detail"] = registry.get_reward(d["reward"]).error
             (self.problems if d["fatal"] else self.notes).append(d)
+        # same distribution and version, yet another module:attr (e.g. an edited editable install)
+        flagged = bad | {p.get("reward") for p in self.problems}
+        mine = used_targets(registry, self.setup.driver_targets)
+        for name, target in self.setup.driver_targets.items():
+            if name not in flagged and name in mine and mine[name] != target:
+                self.problems.append({"reward": name, "kind": "target", "driver": target, "worker": mine[name],
+                                      "fatal": True})
         self.aggregation = str(cfg.get("aggregation") or "weighted_sum")
         if load and not self.problems:
             self._resolve(registry, cfg)

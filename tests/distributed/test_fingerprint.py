@@ -115,6 +115,35 @@ def test_worker_reports_a_version_difference(reward_file):
         worker.score([{"response": "1"}])
 
 
+def test_worker_reports_a_target_difference_under_the_same_version(reward_file):
+    """Same distribution and version, another module:attr (an edited editable install): named too."""
+    setup, _ = prepare_setup({"rewards": [{"name": "math_verify"}, {"path": str(reward_file), "function": "length"}]})
+    assert setup.driver_targets == {"math_verify": "rewardhub_math.reward:math_verify"}  # a file: its sha256
+    targets = {"math_verify": "rewardhub_math.old_reward:math_verify"}
+    hello = RewardWorker(setup.__class__(**{**setup.__dict__, "driver_targets": targets}), load=False).hello()
+    (p,) = hello["problems"]
+    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == (
+        "math_verify", "target", "rewardhub_math.old_reward:math_verify", "rewardhub_math.reward:math_verify")
+    text = str(RegistryMismatchError("reward", setup.driver_fingerprint, [hello]))
+    assert ("reward 'math_verify' has a different target: driver rewardhub_math.old_reward:math_verify, "
+            "worker rewardhub_math.reward:math_verify") in text
+    assert RewardWorker(setup, load=False).hello()["ok"]
+    # the worker's own values of each used reward (its provenance)
+    facts = RewardWorker(setup, load=False).hello()["rewards"]
+    assert list(facts) == ["math_verify", "length"]
+    assert facts["math_verify"] == {"source": "entry-point", "dist": "rewardhub-math", "version": rewardhub_math_version(),
+                                    "target": "rewardhub_math.reward:math_verify", "sha256": None,
+                                    "identity": f"rewardhub-math=={rewardhub_math_version()}"}
+    assert facts["length"]["sha256"] == hashlib.sha256(reward_file.read_bytes()).hexdigest()
+    assert facts["length"]["identity"] == f"sha256:{facts['length']['sha256']}"
+
+
+def rewardhub_math_version() -> str:
+    from importlib.metadata import version
+
+    return version("rewardhub-math")
+
+
 def test_worker_scores_in_process(reward_file, tmp_path, monkeypatch):
     monkeypatch.setenv("REWARDHUB_WORKER_FILES", str(tmp_path / "node"))
     setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length", "on_failure": "raise"}]})
