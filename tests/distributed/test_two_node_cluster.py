@@ -278,23 +278,32 @@ def test_doctor_reports_the_whole_registry_difference_as_a_warning(two_nodes):
         assert "ERROR: 1 of 2 nodes differ from the driver in reward(s) 'math_verify'" in res.stderr
 
 
-@pytest.mark.timeout(300)
-def test_a_training_run_on_the_node_with_another_version_is_not_stopped(two_nodes):
-    """The issue's run: rollouter, learner and reward worker on the node with the other
-    rewardhub-math; the config never names math_verify. It trains to its last step."""
-    pytest.importorskip("rewardhub_trainer")
+def _train_config(cluster, name: str, rewards: list[dict]) -> Path:
+    """A tiny training run whose rollouter, learner and reward worker all run on the second node."""
     cfg = yaml.safe_load((REPO / "examples" / "tiny.yaml").read_text())
     cfg["trainer"].update(total_steps=2, checkpoint_every=0)
     cfg["rollout"].update(n=4, prompts_per_step=2, max_new_tokens=8)
     # the head has no CPUs: whatever asks for one runs on the second node
     cfg["resources"] = {"learner": {"num_cpus": 1}, "rollouter": {"num_cpus": 1}}
-    cfg["reward"]["workers"] = {"num_cpus": 1, "resources": {"node2": 1}}
-    path = two_nodes.root / "train.yaml"
+    cfg["reward"] = {"rewards": rewards, "workers": {"num_cpus": 1, "resources": {"node2": 1}}}
+    path = cluster.root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _train(cluster, config: Path, out: Path):
+    return _cli(cluster, "train", str(config), "--output", str(out), timeout=240,
+                env={"RAY_ADDRESS": cluster.address, "REWARDHUB_CACHE": str(cluster.root / "cache")})
+
+
+@pytest.mark.timeout(300)
+def test_a_training_run_on_the_node_with_another_version_is_not_stopped(two_nodes):
+    """The issue's run: rollouter, learner and reward worker on the node with the other
+    rewardhub-math; the config never names math_verify. It trains to its last step."""
+    pytest.importorskip("rewardhub_trainer")
     out = two_nodes.root / "run"
-    cache = two_nodes.root / "cache"
-    res = _cli(two_nodes, "train", str(path), "--output", str(out), timeout=240,
-               env={"RAY_ADDRESS": two_nodes.address, "REWARDHUB_CACHE": str(cache)})
+    config = _train_config(two_nodes, "train", [{"name": "regex_match", "kwargs": {"pattern": "[0-9]"}}])
+    res = _train(two_nodes, config, out)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["accounting_exact"] is True
@@ -305,3 +314,23 @@ def test_a_training_run_on_the_node_with_another_version_is_not_stopped(two_node
     [rx] = summary["rewards"]
     assert rx["name"] == "regex_match" and rx["identity"]
     assert [w["identity"] for w in rx["workers"]] == [rx["identity"]]  # ...but not in the reward it uses
+
+
+@pytest.mark.timeout(300)
+def test_a_training_run_that_uses_the_differing_reward_stops_naming_it(two_nodes):
+    pytest.importorskip("rewardhub_trainer")
+    config = _train_config(two_nodes, "train_math", [{"name": "math_verify"}])
+    out = two_nodes.root / "run_math"
+    t0 = time.monotonic()
+    res = _train(two_nodes, config, out)
+    assert time.monotonic() - t0 < 200
+    assert res.returncode == 1, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and errors[0] == res.stderr.rstrip().splitlines()[-1], res.stderr[-3000:]
+    line = errors[0]
+    # the process that calls rewards says it, naming the reward, both versions and the node
+    assert line.startswith("ERROR: reward_client on ") and "rollouter" not in line and "learner" not in line
+    assert (f"reward 'math_verify' has a different version: driver rewardhub-math=={DRIVER_MATH}, "
+            f"worker rewardhub-math=={OTHER_MATH} (node ") in line
+    assert f"node id {two_nodes.node2[:12]}, worker 0 of pool 'reward'" in line
+    assert not (out / "summary.json").exists()
