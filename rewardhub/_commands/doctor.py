@@ -15,8 +15,8 @@ HELP = "cluster preflight: on every Ray node, build the registry and resolve the
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs="*", metavar="[CONFIG] [KEY=VALUE ...]",
-                        help="a YAML config with a reward: section, then overrides (no config: every "
-                             "registered reward is compared)")
+                        help="a YAML config with a reward: section, then overrides; a node that differs in a "
+                             "reward the config uses is an error, in any other reward a warning")
     parser.add_argument("--address", help="Ray cluster to check (default: reward.workers.address, else a "
                                           "local Ray is started)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (sorted keys)")
@@ -41,7 +41,7 @@ def _human(report: dict[str, Any]) -> str:
         lines.append(f"node {n['ip']}  id {n['node_id'][:12]}{'  head' if n['is_head'] else ''}  "
                      f"fingerprint {n['fingerprint'] or '-'}  pools: {', '.join(n['pools']) or '-'}  {state}")
         lines += [f"    {p}" for p in n["problems"]]
-        lines += [f"    note: {p}" for p in n["notes"]]
+        lines += [f"    WARNING: {p}" for p in n["warnings"]]
     for p in report["pools"]:
         needs = ", ".join(f"{k}={v:g}" for k, v in sorted(p["needs"].items())) or "nothing"
         where = ", ".join(x[:12] for x in p["nodes"]) or "NO alive node"
@@ -58,6 +58,18 @@ def _trainer_pools(cfg: Any, report: dict[str, Any]) -> list[str]:
     except ImportError:  # the trainer is not installed: only the reward pools are checked
         return []
     return doctor_lines(cfg, report["nodes"])
+
+
+def _warn(report: dict[str, Any]) -> None:
+    """One line on stderr when nodes differ only in rewards the config does not use."""
+    nodes = [n for n in report["nodes"] if n["warnings"]]
+    if not nodes:
+        return
+    names = ", ".join(map(repr, sorted({r for n in nodes for r in n["warned_rewards"]})))
+    why = (f"{names}, which the config does not use (a run with this config is not blocked" if report["rewards"]
+           else f"{names} (no config names a reward, so none blocks a run")
+    print(f"WARNING: {len(nodes)} of {len(report['nodes'])} nodes differ from the driver in reward(s) {why}; "
+          "--strict makes any difference a problem)", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print("ERROR: the trainer's pools do not fit this cluster (see resources: above)", file=sys.stderr)
         return 1
     if report["ok"]:
+        _warn(report)
         return 0
     bad = sorted({p.split("'")[1] for n in report["nodes"] for p in n["problems"] if "'" in p})
     nodes = [n for n in report["nodes"] if not n["ok"]]

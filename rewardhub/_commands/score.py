@@ -237,16 +237,20 @@ def provenance(runner: Any) -> list[dict[str, Any]]:
     sha256 of a file reward), the executor it ran on, and the processes that ran it."""
     import os
 
+    from ..distributed import reward_facts
+
     ray_workers = runner.ray_workers()
     pool = [{"pid": pid} for pid in runner.worker_pids()]
     out = []
     for term, facts in zip(runner.terms, runner.describe()):
         spec = term.spec
         on_ray = facts["executor"] == "ray"
-        out.append({"name": term.name, "reward": spec.name, "source": spec.source, "dist": spec.dist,
-                    "version": spec.version, "target": spec.target, "sha256": spec.sha256,
+        # a Ray worker rebuilt the registry: its own values of the reward (equal to the driver's, or
+        # it would not have started)
+        out.append({"name": term.name, "reward": spec.name, **reward_facts(spec),
                     "executor": facts["executor"],
-                    "workers": [{k: w.get(k) for k in ("pool", "node", "pid", "registry_fingerprint")}
+                    "workers": [{**{k: w.get(k) for k in ("pool", "node", "pid", "registry_fingerprint")},
+                                 **(w.get("rewards") or {}).get(spec.name, {})}
                                 for w in ray_workers if w.get("pool") == (term.pool or "reward")]
                     if on_ray else pool if facts["executor"] == "process" else [{"pid": os.getpid()}]})
     return out

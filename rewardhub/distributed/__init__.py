@@ -14,6 +14,7 @@ from ._executor import RayExecutor
 from ._executor import RayExecutors
 from ._executor import runner_from_config
 from ._fingerprint import diff_items
+from ._fingerprint import reward_facts
 from ._pool import RewardWorkerPool
 from ._reward_worker import RewardWorker
 from ._setup import ShippedFile
@@ -33,5 +34,6 @@ __all__ = [
     "check_cluster",
     "diff_items",
     "prepare_setup",
+    "reward_facts",
     "runner_from_config",
 ]

@@ -13,7 +13,7 @@ from ._setup import prepare_setup
 __all__ = ["check_cluster", "configured_pools"]
 
 _MISSING = ("missing", "file_missing")
-_MISMATCHED = ("version", "file_hash", "mismatched")
+_MISMATCHED = ("version", "target", "file_hash", "mismatched")
 
 
 def configured_pools(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -50,7 +50,9 @@ def _node_report(node: Mapping[str, Any], info: Mapping[str, Any], pools: list[d
         "broken": [{"reward": p.get("reward"), "detail": p.get("detail")} for p in problems
                    if p.get("kind") == "broken"],
         "problems": [describe_problem(p) for p in problems],
-        "notes": [describe_problem(p) for p in info.get("notes") or ()],
+        # differences in rewards the config does not use (every reward, without a config): warnings
+        "warnings": [describe_problem(p) for p in info.get("notes") or ()],
+        "warned_rewards": sorted({str(p["reward"]) for p in info.get("notes") or () if p.get("reward")}),
         "pools": [p["pool"] for p in pools if _fits(node, p["needs"])],
         "files": dict(info.get("files") or {}), "resources": resources, "ok": not problems,
     }
@@ -60,7 +62,9 @@ def check_cluster(reward_cfg: Any = None, *, address: str | None = None, ship_fi
                   strict: bool = False, timeout_s: float = 180.0) -> dict[str, Any]:
     """On every alive node, build the registry, resolve every reward the config names, compare.
 
-    Without a config (or with no terms) every reward of the driver's registry must match.
+    Every reward of the driver's registry is compared on every node. A difference in a reward the
+    config uses is a problem (``ok`` is false); in any other reward it is a warning (every reward,
+    when no config names one), unless ``strict``.
     Starts a local Ray when none is running and ``address`` is not given.
 
     :returns: ``{"fingerprint", "rewards", "nodes": [...], "pools": [...], "ok"}``.

@@ -22,6 +22,8 @@ def describe_problem(p: Mapping[str, Any]) -> str:
         return f"reward {reward!r} is missing on the worker (driver has {p.get('driver')})"
     if kind == "version":
         return f"reward {reward!r} has a different version: driver {p.get('driver')}, worker {p.get('worker')}"
+    if kind == "target":
+        return f"reward {reward!r} has a different target: driver {p.get('driver')}, worker {p.get('worker')}"
     if kind == "file_hash":
         return f"reward {reward!r} file hash differs: driver {p.get('driver')}, worker {p.get('worker')}" + (
             f" ({p['detail']})" if p.get("detail") else "")
@@ -38,19 +40,38 @@ def describe_problem(p: Mapping[str, Any]) -> str:
     return str(p.get("detail"))
 
 
-def _where(w: Mapping[str, Any]) -> str:
-    node_id = str(w.get("node_id") or "?")
-    idx = w.get("index")
-    who = f"worker {idx}" if isinstance(idx, int) and idx >= 0 else "probe"
-    return f"{who} of pool {w.get('pool')!r} on node {w.get('ip') or '?'} (node id {node_id[:12]})"
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+def _grouped(problems: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One phrase per difference and node (workers of one node that differ alike are named together)."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for p in problems:
+        key = (str(p.get("pool")), str(p.get("ip") or "?"), str(p.get("node_id") or "?")[:12],
+               _one_line(describe_problem(p)))
+        idx = p.get("index")
+        groups.setdefault(key, []).extend([idx] if isinstance(idx, int) and idx >= 0 else [])
+    out = []
+    for (pool, ip, node_id, what), idx in groups.items():
+        who = (f"worker {idx[0]}" if len(idx) == 1 else f"workers {', '.join(map(str, sorted(set(idx))))}"
+               if idx else "probe")
+        node = f"node {ip}, node id {node_id}" if node_id != "?" else "node not known"
+        out.append(f"{what} ({node}, {who} of pool {pool!r})")
+    return out
 
 
 class RegistryMismatchError(RewardhubError):
-    """A reward worker's registry differs from the driver's (raised at start-up, before scoring).
+    """A reward worker's registry differs from the driver's in a reward the config uses (raised at
+    start-up, before scoring).
+
+    The message is one line: each differing reward with the driver's and the worker's values
+    (``dist==version`` or a file's sha256) and the node, then the fix.
 
     :ivar problems: one dict per difference: ``pool``, ``node_id``, ``ip``, ``index``, ``reward``,
-        ``kind`` (missing | version | file_hash | file_missing | mismatched | broken | error),
+        ``kind`` (missing | version | target | file_hash | file_missing | mismatched | broken | error),
         ``driver``, ``worker``, ``detail``.
+    :ivar rewards: the names of the rewards that differ.
     """
 
     __module__ = "rewardhub"
@@ -59,22 +80,21 @@ class RegistryMismatchError(RewardhubError):
         self.pool = pool
         self.driver_fingerprint = driver_fingerprint
         self.problems: list[dict[str, Any]] = []
-        lines = []
         for w in workers:
             for p in w.get("problems") or ():
-                full = {"pool": w.get("pool"), "node_id": w.get("node_id"), "ip": w.get("ip"),
-                        "index": w.get("index"), **p}
-                self.problems.append(full)
-                lines.append(f"  {_where(w)}: {describe_problem(p)}")
+                self.problems.append({"pool": w.get("pool"), "node_id": w.get("node_id"), "ip": w.get("ip"),
+                                      "index": w.get("index"), **p})
         self.rewards = sorted({str(p["reward"]) for p in self.problems if p.get("reward")})
-        shown = lines[:_MAX_LINES]
-        if len(lines) > _MAX_LINES:
-            shown.append(f"  ... and {len(lines) - _MAX_LINES} more")
-        fix = ("install the same distributions on every node (see `rewardhub doctor` for a per-node report); "
-               "a reward file is shipped to the workers, a module must be importable on every node")
-        super().__init__(
-            f"reward workers of pool {pool!r} do not match the driver's registry "
-            f"(driver fingerprint {driver_fingerprint}):\n" + "\n".join(shown) + "\n" + fix)
+        parts = _grouped(self.problems)
+        shown = parts[:_MAX_LINES] + ([f"and {len(parts) - _MAX_LINES} more"] if len(parts) > _MAX_LINES else [])
+        if self.rewards:
+            lead = f"reward workers of pool {pool!r} differ from the driver in a reward the config uses: "
+            fix = ("install the same distributions (and reward files) on every node that runs reward workers; "
+                   "`rewardhub doctor CONFIG` checks each node")
+        else:
+            lead = f"reward workers of pool {pool!r} could not start: "
+            fix = "`rewardhub doctor CONFIG` checks each node"
+        super().__init__(lead + "; ".join(shown) + f" -- {fix}")
 
 
 class DriverOnlyRewardError(UsageError):

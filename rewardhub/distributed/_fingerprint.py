@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["diff_items", "is_problem"]
+__all__ = ["diff_items", "is_problem", "reward_facts"]
 
 
 def _kind(driver: str, worker: str) -> str:
@@ -27,8 +27,8 @@ def diff_items(driver: Mapping[str, str], worker: Mapping[str, str],
     Each difference is ``{"reward", "kind", "driver", "worker", "fatal"}``; ``kind`` is ``missing``
     (only the driver has it), ``extra`` (only the worker), ``version`` (same distribution, other
     version), ``file_hash``, ``broken`` (fine in the driver, broken on the worker) or ``mismatched``.
-    A difference is ``fatal`` when the config uses the reward, when ``strict`` is set, or when
-    ``used`` is empty (nothing named: every reward counts). An extra reward is never fatal.
+    A difference is ``fatal`` when the config uses the reward or when ``strict`` is set; any other
+    is a warning (a reward the run never calls may differ). An extra reward is never fatal.
 
     >>> diff_items({"a": "p==1"}, {"a": "p==2", "b": "q==1"}, ["a"])[0]["kind"]
     'version'
@@ -45,10 +45,26 @@ def diff_items(driver: Mapping[str, str], worker: Mapping[str, str],
             kind = "extra"
         else:
             kind = _kind(d, w)
-        fatal = kind != "extra" and (strict or not used_set or name in used_set)
+        fatal = kind != "extra" and (strict or name in used_set)
         out.append({"reward": name, "kind": kind, "driver": d, "worker": w, "fatal": fatal})
     return out
 
 
 def is_problem(diff: Mapping[str, Any]) -> bool:
     return bool(diff.get("fatal"))
+
+
+def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
+    """What identifies a reward (its :class:`RewardSpec`, or ``None`` when the registry lacks it):
+    source, distribution and version, target, sha256 of a file reward, and ``identity`` (its
+    fingerprint item, the value compared between processes). A built-in's distribution is rewardhub.
+    """
+    if spec is None:
+        return {"source": None, "dist": None, "version": None, "target": None, "sha256": None, "identity": identity}
+    dist, version = spec.dist, spec.version
+    if spec.source == "builtin" and not dist:
+        from ..registry import core_version
+
+        dist, version = "rewardhub", core_version()
+    out = {"source": spec.source, "dist": dist, "version": version, "target": spec.target, "sha256": spec.sha256}
+    return {**out, "identity": identity} if identity is not None else out

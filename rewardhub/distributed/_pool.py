@@ -353,7 +353,7 @@ class RewardWorkerPool:
 
     # ---- facts and lifetime --------------------------------------------------------------
     def workers_info(self) -> list[dict[str, Any]]:
-        """One dict per worker: role, pool, index, node (node id), ip, pid, registry_fingerprint, restarts."""
+        """One dict per worker: role, pool, index, node, ip, pid, registry_fingerprint, restarts, rewards (its own)."""
         out = []
         for slot in self._slots:
             if slot.starting is not None:
@@ -363,7 +363,8 @@ class RewardWorkerPool:
                         "node": i.get("node_id"), "node_id": i.get("node_id"), "ip": i.get("ip"),
                         "hostname": i.get("hostname"), "pid": i.get("pid"),
                         "registry_fingerprint": i.get("fingerprint"), "restarts": slot.restarts,
-                        "alive": slot.alive, "start_s": i.get("start_s"), "files": i.get("files", {})})
+                        "alive": slot.alive, "start_s": i.get("start_s"), "files": i.get("files") or {},
+                        "rewards": i.get("rewards") or {}})
         return out + (self.sub.workers_info() if self.sub is not None else [])
 
     def fingerprint(self) -> str:

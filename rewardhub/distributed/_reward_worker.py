@@ -17,8 +17,10 @@ from typing import Any
 
 from ._files import place_files
 from ._fingerprint import diff_items
+from ._fingerprint import reward_facts
 from ._setup import WorkerSetup
 from ._setup import check_items
+from ._setup import used_targets
 
 __all__ = ["RewardWorker", "probe", "where"]
 
@@ -56,6 +58,7 @@ class RewardWorker:
         self.notes: list[dict[str, Any]] = []
         self.files: dict[str, str] = {}
         self.fingerprint: str | None = None
+        self.rewards: dict[str, dict[str, Any]] = {}
         self.terms: list[Any] = []
         self.terms_info: list[dict[str, Any]] = []
         self.aggregation = "weighted_sum"
@@ -76,13 +79,23 @@ class RewardWorker:
         bad = {p["reward"] for p in problems}
         registry = build_registry(cfg)
         self.fingerprint = registry.fingerprint()
-        for d in diff_items(self.setup.driver_items, check_items(registry, cfg), self.setup.used,
-                            strict=self.setup.strict):
+        items = check_items(registry, cfg)
+        # this worker's own values of each used reward (provenance: summary.json, score --summary-json)
+        self.rewards = {name: reward_facts(registry.get_reward(name) if registry.has_reward(name) else None,
+                                           items.get(name)) for name in dict.fromkeys(self.setup.used)}
+        for d in diff_items(self.setup.driver_items, items, self.setup.used, strict=self.setup.strict):
             if d["reward"] in bad:
                 continue
             if d["kind"] == "broken":
                 d["detail"] = registry.get_reward(d["reward"]).error
             (self.problems if d["fatal"] else self.notes).append(d)
+        # same distribution and version, yet another module:attr (e.g. an edited editable install)
+        flagged = bad | {p.get("reward") for p in self.problems}
+        mine = used_targets(registry, self.setup.driver_targets)
+        for name, target in self.setup.driver_targets.items():
+            if name not in flagged and name in mine and mine[name] != target:
+                self.problems.append({"reward": name, "kind": "target", "driver": target, "worker": mine[name],
+                                      "fatal": True})
         self.aggregation = str(cfg.get("aggregation") or "weighted_sum")
         if load and not self.problems:
             self._resolve(registry, cfg)
@@ -118,7 +131,8 @@ class RewardWorker:
         from ..registry import core_version
 
         return {"role": "reward_worker", "pool": self.setup.pool, "index": self.index, **where(),
-                "fingerprint": self.fingerprint, "problems": self.problems, "notes": self.notes,
+                "fingerprint": self.fingerprint, "rewards": self.rewards, "problems": self.problems,
+                "notes": self.notes,
                 "terms": self.terms_info, "files": self.files, "start_s": self.start_s,
                 "python": sys.version.split()[0], "rewardhub": core_version(),
                 "ok": not self.problems}

@@ -18,7 +18,8 @@ from .._discovery import find_module_file
 from .._targets import file_sha256
 from ._errors import DriverOnlyRewardError
 
-__all__ = ["ShippedFile", "WorkerSetup", "check_items", "normalize_reward_cfg", "prepare_setup", "used_names"]
+__all__ = ["ShippedFile", "WorkerSetup", "check_items", "normalize_reward_cfg", "prepare_setup", "used_names",
+           "used_targets"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class WorkerSetup:
         (``REWARDHUB_PLUGINS``, ``REWARDHUB_DISABLE_PLUGIN_AUTOLOAD``) folded into ``plugins``.
     :param driver_items: the driver's :meth:`RewardRegistry.fingerprint_items` (see :func:`check_items`).
     :param used: the registry names the config's terms use.
+    :param driver_targets: the target (``module:attr``) of each used reward that is not a file (a
+        file's copy lives elsewhere on each node: its sha256 is compared instead).
     """
 
     reward_cfg: dict[str, Any]
@@ -49,6 +52,7 @@ class WorkerSetup:
     files: tuple[ShippedFile, ...] = ()
     strict: bool = False
     driver_host: str = field(default_factory=socket.gethostname)
+    driver_targets: dict[str, str] = field(default_factory=dict)
 
 
 def _plain(x: Any) -> Any:
@@ -107,6 +111,17 @@ def check_items(registry: Any, cfg: Mapping[str, Any]) -> dict[str, str]:
         if file and os.path.isfile(file):
             items[spec.name] = f"{items.get(spec.name, '')} sha256:{file_sha256(file)}"
     return items
+
+
+def used_targets(registry: Any, used: Any) -> dict[str, str]:
+    """``name -> target`` of each used reward this registry has, file rewards left out."""
+    out = {}
+    for name in used:
+        if registry.has_reward(name):
+            spec = registry.get_reward(name)
+            if not spec.is_file_target:
+                out[name] = spec.target
+    return out
 
 
 def check_driver_only(name: str) -> None:
@@ -177,5 +192,5 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
             files.append(ShippedFile(name, path, spec.sha256, data))
     setup = WorkerSetup(reward_cfg=cfg, pool=pool_name, driver_items=check_items(registry, cfg),
                         driver_fingerprint=registry.fingerprint(), used=tuple(used), files=tuple(files),
-                        strict=strict)
+                        strict=strict, driver_targets=used_targets(registry, used))
     return setup, registry

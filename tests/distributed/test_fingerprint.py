@@ -40,8 +40,9 @@ def test_diff_kinds_and_which_are_fatal():
     assert diffs["used_broken"]["kind"] == "broken"
     strict = {d["reward"]: d["fatal"] for d in diff_items(driver, worker, ["a"], strict=True)}
     assert strict == {"a": True, "b": True, "c": True, "e": False, "used_broken": True}
-    # nothing named (doctor without a config): every reward counts
-    assert all(d["fatal"] for d in diff_items(driver, worker, []) if d["kind"] != "extra")
+    # nothing named (doctor without a config): every difference is a warning, unless strict
+    assert len(diff_items(driver, worker, [])) == 5 and not any(d["fatal"] for d in diff_items(driver, worker, []))
+    assert all(d["fatal"] for d in diff_items(driver, worker, [], strict=True) if d["kind"] != "extra")
     assert diff_items(driver, dict(driver), ["a"]) == []
 
 
@@ -51,10 +52,18 @@ def test_mismatch_error_names_reward_node_pool_and_difference():
                             "worker": "rewardhub-math==0.2.0"}]}
     err = RegistryMismatchError("rm", "abc123", [worker])
     text = str(err)
-    for part in ("'math_verify'", "rewardhub-math==0.1.0", "rewardhub-math==0.2.0", "10.0.0.7", "f00dcafef00d",
-                 "pool 'rm'", "worker 1", "abc123"):
+    for part in ("reward 'math_verify' has a different version: driver rewardhub-math==0.1.0, worker "
+                 "rewardhub-math==0.2.0", "node 10.0.0.7, node id f00dcafef00d, worker 1 of pool 'rm'",
+                 "install the same distributions"):
         assert part in text
+    assert "\n" not in text  # the CLI prints it as one `ERROR: ...` line
     assert err.rewards == ["math_verify"] and err.problems[0]["node_id"] == "f00dcafe" * 7
+    assert err.driver_fingerprint == "abc123"
+    # workers of one node that differ alike are named together; another node gets its own phrase
+    other = {**worker, "index": 0, "ip": "10.0.0.8", "node_id": "beef" * 14}
+    text = str(RegistryMismatchError("rm", "abc123", [worker, {**worker, "index": 2}, other]))
+    assert "workers 1, 2 of pool 'rm'" in text and "node 10.0.0.8, node id beefbeefbeef, worker 0" in text
+    assert text.count("has a different version") == 2 and "\n" not in text
     assert isinstance(err, rewardhub.RewardhubError)
 
 
@@ -104,6 +113,35 @@ def test_worker_reports_a_version_difference(reward_file):
                                                                   "rewardhub-math==0.1.0")
     with pytest.raises(RegistryMismatchError, match="math_verify"):
         worker.score([{"response": "1"}])
+
+
+def test_worker_reports_a_target_difference_under_the_same_version(reward_file):
+    """Same distribution and version, another module:attr (an edited editable install): named too."""
+    setup, _ = prepare_setup({"rewards": [{"name": "math_verify"}, {"path": str(reward_file), "function": "length"}]})
+    assert setup.driver_targets == {"math_verify": "rewardhub_math.reward:math_verify"}  # a file: its sha256
+    targets = {"math_verify": "rewardhub_math.old_reward:math_verify"}
+    hello = RewardWorker(setup.__class__(**{**setup.__dict__, "driver_targets": targets}), load=False).hello()
+    (p,) = hello["problems"]
+    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == (
+        "math_verify", "target", "rewardhub_math.old_reward:math_verify", "rewardhub_math.reward:math_verify")
+    text = str(RegistryMismatchError("reward", setup.driver_fingerprint, [hello]))
+    assert ("reward 'math_verify' has a different target: driver rewardhub_math.old_reward:math_verify, "
+            "worker rewardhub_math.reward:math_verify") in text
+    assert RewardWorker(setup, load=False).hello()["ok"]
+    # the worker's own values of each used reward (its provenance)
+    facts = RewardWorker(setup, load=False).hello()["rewards"]
+    assert list(facts) == ["math_verify", "length"]
+    assert facts["math_verify"] == {"source": "entry-point", "dist": "rewardhub-math", "version": rewardhub_math_version(),
+                                    "target": "rewardhub_math.reward:math_verify", "sha256": None,
+                                    "identity": f"rewardhub-math=={rewardhub_math_version()}"}
+    assert facts["length"]["sha256"] == hashlib.sha256(reward_file.read_bytes()).hexdigest()
+    assert facts["length"]["identity"] == f"sha256:{facts['length']['sha256']}"
+
+
+def rewardhub_math_version() -> str:
+    from importlib.metadata import version
+
+    return version("rewardhub-math")
 
 
 def test_worker_scores_in_process(reward_file, tmp_path, monkeypatch):

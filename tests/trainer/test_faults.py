@@ -1,4 +1,5 @@
-"""Faults from outside the run: signals, a model folder that changes on disk, a reward that returns inf.
+"""Faults from outside the run: signals, a model folder that changes on disk, numbers that overflow
+(a learning rate, a reward scale).
 
 Each run either finishes with exact accounting or stops with one error naming the process, within
 a time bound. Samples are counted from the per-step metrics rows (``samples/step``), not from the
@@ -184,6 +185,46 @@ def test_a_learning_rate_that_overflows_stops_the_run_with_one_named_error(ray_s
     assert "\n" not in str(info.value)
     assert len(_rows(out)) == (1 if lr < 1e38 else 0)
     assert not (out / "summary.json").exists()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["sync", "fully_async"])
+def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_session, tiny_config, tmp_path, mode):
+    """An extreme reward scale: every response scores 1 x 1e39, which is inf once the learner holds
+    rewards in float32, so every group's advantages are NaN and so is every loss. Each update is
+    skipped, and the third in a row stops the run (trainer.max_nonfinite_steps)."""
+    import ray
+
+    def weights_of(actor) -> tuple[bool, float]:  # runs in a rollouter (a nested function travels by value)
+        import torch
+
+        params = [p for p in actor.engine.model.state_dict().values() if p.is_floating_point()]
+        return all(bool(torch.isfinite(p).all()) for p in params), float(sum(p.double().sum() for p in params))
+
+    held: list[list[tuple[bool, float]]] = []
+
+    def rollouter_weights(step, metrics, run):
+        held.append(ray.get([h.__ray_call__.remote(weights_of) for h in run.rollouters.pool.handles]))
+
+    cfg = tiny_config(trainer={"mode": mode, "total_steps": 12, "max_nonfinite_steps": 3},
+                      reward={"rewards": [{"name": "regex_match", "kwargs": {"pattern": "^"}, "weight": 1e39}]})
+    out = tmp_path / "o"
+    t0 = time.monotonic()
+    with pytest.raises(RunAborted) as info:
+        train(cfg, output=str(out), callbacks=[rollouter_weights])
+    assert time.monotonic() - t0 < 200
+    assert str(info.value) == ("learner: 3 optimizer updates in a row skipped (non-finite loss or gradient, "
+                               "step 3); lower trainer.lr or check the rewards")
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]  # the step that stops the run is recorded too
+    assert [r["optim/skipped_steps"] for r in rows] == [1, 1, 1]
+    assert [r["optim/nonfinite_in_row"] for r in rows] == [1, 2, 3]
+    assert all(r["policy_version"] == 0 for r in rows)  # every batch sampled with the base weights
+    assert not (out / "summary.json").exists()
+    # what the rollouters held after each step (the callbacks of steps 1 and 2): finite, and the base
+    # weights still (a skipped update changes nothing, and nothing else was sent)
+    assert len(held) == 2 and all(finite for step in held for finite, _ in step)
+    assert len({total for step in held for _, total in step}) == 1
 
 
 @pytest.mark.timeout(240)

@@ -79,6 +79,8 @@ class Lifecycle:
             init_from=init_from), 1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
+        # the reward workers' check first: a run whose rewards differ stops without waiting for the models
+        self._check_fingerprints(ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600))
         self.workers = self._infos()
         print_choices(self.workers)
         self._check_fingerprints(self.workers)

@@ -67,26 +67,25 @@ def used_rewards(reward_cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Provenance of each reward the config uses, in the driver: name, source, distribution and
     version, target, sha256 (a file reward) and ``identity`` (what the reward workers are checked against)."""
     from rewardhub.distributed import prepare_setup
+    from rewardhub.distributed import reward_facts
 
     setup, registry = prepare_setup(reward_cfg, ship_files=False)
-    out = []
-    for name in dict.fromkeys(setup.used):
-        spec = registry.get_reward(name)
-        out.append({"name": name, "source": spec.source, "dist": spec.dist, "version": spec.version,
-                    "target": spec.target, "sha256": spec.sha256, "identity": setup.driver_items.get(name)})
-    return out
+    return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
+            for name in dict.fromkeys(setup.used)]
 
 
 def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`used_rewards`, each with the reward workers of the run (``workers``: the actors' infos).
+    """:func:`used_rewards`, each with the reward workers of the run (``workers``: the actors' infos)
+    and each worker's own values of the reward (from the registry it built).
 
     A reward worker starts only when its identity of each used reward (dist==version, or the
-    file's sha256) equals the driver's, so that identity is each worker's too.
+    file's sha256) equals the driver's.
     """
     used = used_rewards(reward_cfg)
     scorers = [w for w in workers if w["role"] == "reward_worker"]
     for r in used:
-        r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"), "identity": r["identity"],
+        r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"),
+                         **(w.get("rewards") or {}).get(r["name"], {"identity": None}),
                          **({"file": w["files"][r["name"]]} if r["name"] in (w.get("files") or {}) else {})}
                         for w in scorers]
     return used
