@@ -58,6 +58,8 @@ class TrainerConfig:
     weight_decay: float = 0.0
     queue_size: int = 2  #: batches the message queue holds at most
     num_rollouters: int = 1
+    #: data-parallel learner processes (torch.distributed; each asks for resources.learner)
+    num_learners: int = 1
     num_reward_workers: int = 1  #: reward workers per pool (reward.workers.num_workers wins when set)
     #: fully_async: batches scored at the same time, each by its own client and pool of reward workers
     #: (an I/O-bound reward, e.g. an LLM judge, then overlaps across batches too)
@@ -275,7 +277,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
 
     _choice(trainer.mode, MODES, "trainer.mode")
     for name in ("total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size",
-                 "num_rollouters", "num_reward_workers", "score_concurrency", "checkpoint_keep",
+                 "num_rollouters", "num_learners", "num_reward_workers", "score_concurrency", "checkpoint_keep",
                  "weight_sync_retries", "max_stale_batches", "max_nonfinite_steps"):
         _require(getattr(trainer, name) >= 1, f"trainer.{name}", "must be at least 1")
     for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads"):
