@@ -162,3 +162,37 @@ def test_a_run_with_two_learners_finishes_with_exact_accounting(ray_session, tin
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["policy_version"] for r in rows] == [0, 1, 2]
     assert (out / "checkpoints" / "step_000003" / "model.safetensors").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(ray_session, tiny_config, tmp_path):
+    import os
+    import signal
+
+    from rewardhub_trainer.cli import train
+
+    killed: list[int] = []
+
+    def kill_rank_1(step, metrics, run):
+        if step == 3 and not killed:  # the latest checkpoint is step 2
+            pid = next(w["pid"] for w in run.workers if w["role"] == "learner" and w["rank"] == 1)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    out = tmp_path / "o"
+    summary = train(tiny_config(trainer={"mode": "sync", "total_steps": 4, "num_learners": 2,
+                                         "checkpoint_every": 2}), output=str(out), callbacks=[kill_rank_1])
+    assert len(killed) == 1 and summary["steps"] == 4
+    assert summary["restarts"]["learner"] == 1
+    [restore] = summary["learner_restores"]
+    assert restore["at_step"] == 3 and restore["to_step"] == 2 and restore["checkpoint"].endswith("step_000002")
+    # lost: step 3's batch (trained after the checkpoint), and batch 4, generated with rank 0 still
+    # alive and lost when its training found rank 1 gone
+    assert summary["samples_lost_on_restart"] == 16 and summary["samples_generated"] == 6 * 8
+    assert summary["accounting_exact"] is True
+    learners = [w for w in summary["workers"] if w["role"] == "learner"]
+    assert [w["rank"] for w in learners] == [0, 1] and killed[0] not in {w["pid"] for w in learners}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["batch_index"] for r in rows] == list(range(4))
+    assert [r["policy_version"] for r in rows] == [0, 1, 2, 3]

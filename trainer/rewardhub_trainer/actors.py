@@ -264,10 +264,12 @@ class Learner:
 
     def load(self, path: str) -> int:
         """Continue from the checkpoint at ``path`` (after a restart); returns its policy version."""
-        from .ddp import lead
+        if self.peers:
+            from .ddp import lead
 
-        refs = [p.load.remote(path) for p in self.peers]
-        lead(lambda: self.impl.load(path), refs)
+            lead(lambda: self.impl.load(path), [p.load.remote(path) for p in self.peers])
+        else:
+            self.impl.load(path)
         self.loaded_from = path
         return self.impl.version
 

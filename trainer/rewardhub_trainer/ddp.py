@@ -150,31 +150,50 @@ def _restart(why: str) -> None:
 
 
 def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIVE_TIMEOUT_S) -> T:
-    """Run rank 0's part while the other ranks run theirs (``refs``, one per rank from 1).
+    """Run rank 0's part (in a thread) while the other ranks run theirs (``refs``, one per rank from 1).
 
-    A rank that died or hangs breaks the group: this process ends (:func:`_restart`). An error a rank
-    raised is raised here (the driver stops the run naming it).
+    A rank that dies breaks the group at once (rank 0 would otherwise wait in a collective for it):
+    this process ends (:func:`_restart`), as it does when a rank is still not done ``timeout_s``
+    after rank 0's part ended. An error a rank raised is raised here (the driver stops the run naming it).
     """
+    import threading
+    import time
+
     import ray
     from ray.exceptions import ActorUnavailableError
-    from ray.exceptions import GetTimeoutError
     from ray.exceptions import RayActorError
 
-    error: BaseException | None = None
-    out: Any = None
-    try:
-        out = own()
-    except Exception as exc:  # noqa: BLE001 - raised below, unless a rank's death caused it
-        error = exc
-    for rank, ref in enumerate(refs, start=1):
+    result: dict[str, Any] = {}
+
+    def run() -> None:
         try:
-            ray.get(ref, timeout=timeout_s)
-        except (RayActorError, ActorUnavailableError):
-            _restart(f"learner rank {rank} died")
-        except GetTimeoutError:
-            _restart(f"learner rank {rank} did not finish within {timeout_s:g}s")
-        except Exception as exc:  # noqa: BLE001 - its own error
-            error = error or exc
-    if error is not None:
-        raise error
-    return out
+            result["out"] = own()
+        except BaseException as exc:  # noqa: BLE001 - raised below, unless a rank's death caused it
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, name="learner-rank-0", daemon=True)
+    thread.start()
+    rank_of = {ref: r for r, ref in enumerate(refs, start=1)}
+    pending, errors = list(refs), []
+    deadline = None
+    while pending or thread.is_alive():
+        if pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except (RayActorError, ActorUnavailableError):
+                    _restart(f"learner rank {rank_of[ref]} died")
+                except Exception as exc:  # noqa: BLE001 - its own error
+                    errors.append(exc)
+        else:
+            thread.join(timeout=0.5)
+        if not thread.is_alive() and pending:
+            deadline = deadline or time.monotonic() + timeout_s
+            if time.monotonic() > deadline:
+                _restart(f"learner rank {rank_of[pending[0]]} did not finish within {timeout_s:g}s of rank 0")
+    if "error" in result:
+        raise result["error"]
+    if errors:
+        raise errors[0]
+    return result["out"]  # type: ignore[no-any-return]
