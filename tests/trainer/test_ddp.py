@@ -196,3 +196,28 @@ def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["batch_index"] for r in rows] == list(range(4))
     assert [r["policy_version"] for r in rows] == [0, 1, 2, 3]
+
+
+def test_each_learner_rank_gets_a_bundle_and_the_count_is_checked():
+    from rewardhub.errors import UsageError
+    from rewardhub_trainer.config import parse_config
+    from rewardhub_trainer.placement import bundles
+    from rewardhub_trainer.placement import doctor_lines
+    from rewardhub_trainer.placement import parse_resources
+    from rewardhub_trainer.placement import plan
+
+    res = parse_resources({"learner": {"num_gpus": 1}, "rollouter": {"num_gpus": 1}, "placement": "spread"})
+    items = bundles(res, 1, num_learners=2)
+    assert [b.name for b in items] == ["learner 0", "learner 1", "rollouter 0"]
+    nodes = [{"NodeID": c * 40, "Alive": True, "Resources": {"CPU": 4.0, "GPU": 2.0}} for c in "ab"]
+    assert plan(items, nodes, "spread") == ["a" * 40, "b" * 40, "a" * 40]
+    with pytest.raises(UsageError, match=r"(?s)4 GPU asked in all, the cluster has 2.*trainer.num_learners"):
+        plan(bundles(res, 1, num_learners=3), nodes[:1], "pack")
+    cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]},
+           "trainer": {"num_learners": 2}, "resources": {"learner": {"num_cpus": 1}}}
+    lines = doctor_lines(cfg, [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0}}])
+    assert any(line.strip().startswith("learner 1: CPU=1") for line in lines), lines
+    assert parse_config(cfg).trainer.num_learners == 2
+    cfg["trainer"] = {"num_learners": 0}
+    with pytest.raises(UsageError, match=r"trainer.num_learners: must be at least 1"):
+        parse_config(cfg)

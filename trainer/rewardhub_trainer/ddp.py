@@ -136,7 +136,7 @@ def start_ranks(actor_cls: type, options: Sequence[Mapping[str, Any]], addr: str
     """Start ranks ``1..len(options)`` as Ray actors (owned by this process: they die with it)."""
     import ray
 
-    remote = ray.remote(actor_cls)
+    remote: Any = ray.remote(actor_cls)
     world = len(options) + 1
     return [remote.options(**dict(opts), max_restarts=0, max_task_retries=0).remote(
         *args, **kwargs, rank=(addr, port, r + 1, world)) for r, opts in enumerate(options)]
@@ -196,4 +196,4 @@ def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIV
         raise result["error"]
     if errors:
         raise errors[0]
-    return result["out"]  # type: ignore[no-any-return]
+    return result["out"]
