@@ -29,12 +29,14 @@ from rewardhub_trainer.ddp import Group, split_groups
 job = torch.load(sys.argv[1], weights_only=False)
 rank = int(sys.argv[2])
 group = Group("127.0.0.1", job["port"], rank, 2, timeout_s=120)
-share = split_groups(job["groups"], 2)[rank]
-torch.save(measure(job["path"], share, group), sys.argv[3])
+out = dict()
+for case, (groups, modes) in job["cases"].items():
+    out[case] = measure(job["path"], split_groups(groups, 2)[rank], group, modes)
+torch.save(out, sys.argv[3])
 """
 
 
-def measure(path: str, samples: list, group=None) -> dict:
+def measure(path: str, samples: list, group=None, modes=MODES) -> dict:
     """Per loss mode: the loss, the gradients and the weights after one step (fp32, on the CPU)."""
     import torch
 
@@ -43,7 +45,7 @@ def measure(path: str, samples: list, group=None) -> dict:
 
     torch.set_num_threads(1)
     out = {}
-    for mode in MODES:
+    for mode in modes:
         # micro-batches of 2: the ranks run different numbers of them; the bonus makes entropy count
         settings = LearnerSettings(lr=1e-2, micro_batch_size=2, loss_agg_mode=mode, entropy_coeff=0.01,
                                    max_grad_norm=1e9)
@@ -107,16 +109,23 @@ def test_two_gloo_ranks_give_the_loss_gradients_and_step_of_one_process(tiny_pat
     # whole groups; unequal sequences and tokens; rank 1 runs two micro-batches, rank 0 one
     assert [len(s) for s in shares] == [2, 4] and tokens == [16, 7]
     job = tmp_path / "job.pt"
-    torch.save({"path": tiny_path, "groups": groups, "port": rendezvous()[1]}, job)
+    # and a batch of one group: rank 0 gets nothing, and still takes part in every collective
+    cases = {"three": (groups, MODES), "one": (groups[:1], MODES[:1])}
+    torch.save({"path": tiny_path, "cases": cases, "port": rendezvous()[1]}, job)
     script = WORKER.format(here=str(Path(__file__).parent))
     procs = [subprocess.Popen([sys.executable, "-c", script, str(job), str(r), str(tmp_path / f"rank{r}.pt")],
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     errors = [p.communicate(timeout=150)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    one = measure(tiny_path, [s for g in groups for s in g])
-    for mode in MODES:
-        want = one[mode]
+    runs = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for case, (batch, modes) in cases.items():
+        _compare(measure(tiny_path, [s for g in batch for s in g], None, modes), [r[case] for r in runs])
+
+
+def _compare(one: dict, ranks: list[dict]) -> None:
+    import torch
+
+    for mode, want in one.items():
         for got in (r[mode] for r in ranks):
             for key in ("loss/policy", "loss/total", "entropy", "clip_frac", "ratio/mean", "grad_norm",
                         "response_len/mean"):

@@ -99,13 +99,19 @@ class Group:
         return self.sum([0.0 if flag else 1.0])[0] == 0.0
 
     def reduce_gradients(self, params: Sequence[Any]) -> None:
-        """Replace each parameter's gradient by its sum over the ranks (a rank without one adds zeros)."""
+        """Replace each parameter's gradient by its sum over the ranks (a rank without one adds zeros).
+
+        A parameter no rank has a gradient for keeps none (the optimizer leaves it alone, as it does in
+        one process).
+        """
         import torch
         import torch.distributed as dist
         from torch._utils import _flatten_dense_tensors
         from torch._utils import _unflatten_dense_tensors
 
         params = [p for p in params if p.requires_grad]
+        have = self.sum([float(p.grad is not None) for p in params])
+        params = [p for p, n in zip(params, have) if n > 0]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
