@@ -13,6 +13,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -206,20 +207,44 @@ def _nan(value: Any) -> float:
 
 
 class Learner:
-    """GRPO learner: advantages per group, one optimizer step per batch (per PPO epoch)."""
+    """GRPO learner: advantages per group, one optimizer step per batch (per PPO epoch).
+
+    With ``peers`` (the Ray options of ranks 1..N-1) it is rank 0 of ``trainer.num_learners``
+    data-parallel ranks (:mod:`rewardhub_trainer.ddp`): it starts them, splits each batch between
+    them by whole groups, and answers for the group; ``rank`` is set on the ranks it starts.
+    """
 
     def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
-                 init_from: str | None = None) -> None:
-        _set_threads(threads)
+                 init_from: str | None = None, peers: Sequence[Mapping[str, Any]] = (),
+                 rank: tuple[str, int, int, int] | None = None) -> None:
+        world = len(peers) + 1 if peers else (rank[3] if rank else 1)
+        _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores
         from .devices import choose
         from .learner import GRPOLearner
         from .learner import LearnerSettings
 
         self.choice = choose(settings.get("device", "auto"), settings.get("autocast", "auto"),
                              settings.get("dtype", "auto"), "float32")
+        asked = settings
         settings = {**settings, "device": self.choice.device, "autocast": self.choice.autocast,
                     "dtype": self.choice.model_dtype}
-        self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed)
+        self.peers: list[Any] = []
+        group = None
+        if peers or rank:
+            from .ddp import Group
+            from .ddp import rendezvous
+            from .ddp import start_ranks
+
+            if peers:  # rank 0: the others meet it on its node
+                addr, port = rendezvous()
+                self.peers = start_ranks(Learner, peers, addr, port, model_path, asked, seed=seed, threads=threads,
+                                         scale_advantages=scale_advantages, init_from=init_from)
+                rank = (addr, port, 0, world)
+            assert rank is not None
+            group = Group(*rank, device=self.choice.device)
+        self.rank = group.rank if group else 0
+        self.world = world
+        self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed, group=group)
         self.scale = scale_advantages
         self.loaded_from = init_from
         if init_from:
@@ -228,11 +253,23 @@ class Learner:
     def info(self) -> dict[str, Any]:
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
         return {"role": "learner", **_where(), "version": self.impl.version, "loaded_from": self.loaded_from,
-                "device": self.choice.device, "dtype": dtype, "choice": self.choice}
+                "device": self.choice.device, "dtype": dtype, "choice": self.choice, "rank": self.rank,
+                "world": self.world}
+
+    def ranks(self) -> list[dict[str, Any]]:
+        """The :meth:`info` of the other ranks (none for a single learner)."""
+        import ray
+
+        return list(ray.get([p.info.remote() for p in self.peers], timeout=600))
 
     def load(self, path: str) -> int:
         """Continue from the checkpoint at ``path`` (after a restart); returns its policy version."""
-        self.impl.load(path)
+        if self.peers:
+            from .ddp import lead
+
+            lead(lambda: self.impl.load(path), [p.load.remote(path) for p in self.peers])
+        else:
+            self.impl.load(path)
         self.loaded_from = path
         return self.impl.version
 
@@ -246,18 +283,30 @@ class Learner:
         assert rollout.rewards is not None, "rollout was not scored"
         matrix = torch.tensor(rollout.rewards, dtype=torch.float32)
         adv = group_advantages(matrix, scale=self.scale)
-        samples = [TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j]))
-                   for i, group in enumerate(rollout.groups) for j, c in enumerate(group)]
-        stats = self.impl.train_step(samples)
+        groups = [[TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j])) for j, c in enumerate(group)]
+                  for i, group in enumerate(rollout.groups)]
+        if self.peers:
+            from .ddp import lead
+            from .ddp import split_groups
+
+            shares = split_groups(groups, self.world)
+            refs = [p.train_samples.remote(share) for p, share in zip(self.peers, shares[1:])]
+            stats = lead(lambda: self.impl.train_step(shares[0]), refs)
+        else:
+            stats = self.impl.train_step([s for g in groups for s in g])
         stats["version"] = float(self.impl.version)
         stats["train_s"] = time.perf_counter() - t0
         return stats
+
+    def train_samples(self, samples: list[Any]) -> dict[str, float]:
+        """A rank's share of the batch (called by rank 0)."""
+        return self.impl.train_step(samples)
 
     def get_weights(self) -> dict[str, Any]:
         return self.impl.state_dict()
 
     def save(self, path: str) -> str:
-        self.impl.save(path)
+        self.impl.save(path)  # the ranks hold the same weights and optimizer state: rank 0's are saved
         return path
 
 

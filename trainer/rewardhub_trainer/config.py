@@ -72,6 +72,8 @@ class TrainerConfig:
     weight_decay: float = 0.0
     queue_size: int = 2  #: batches the message queue holds at most
     num_rollouters: int = 1
+    #: data-parallel learner processes (torch.distributed; each asks for resources.learner)
+    num_learners: int = 1
     num_reward_workers: int = 1  #: reward workers per pool (reward.workers.num_workers wins when set)
     #: fully_async: batches scored at the same time, each by its own client and pool of reward workers
     #: (an I/O-bound reward, e.g. an LLM judge, then overlaps across batches too)
@@ -195,7 +197,7 @@ RULES: dict[str, dict[str, Rule]] = {
     "trainer": {
         "mode": one_of(*MODES),
         **{name: at_least(1) for name in (
-            "total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size", "num_rollouters",
+            "total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size", "num_rollouters", "num_learners",
             "num_reward_workers", "score_concurrency", "checkpoint_keep", "weight_sync_retries",
             "max_stale_batches", "max_nonfinite_steps")},
         **{name: at_least(0) for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads",

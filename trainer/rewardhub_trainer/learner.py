@@ -70,6 +70,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return (values * mask).sum(dim) / mask.sum(dim).clamp(min=1)
 
 
+#: the metrics that are a weighted sum over the batch's micro-batches (summed over the ranks, too)
+SUMMED = ("loss/policy", "loss/total", "kl", "clip_frac", "ratio/mean", "entropy")
+
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 LR_SCHEDULES = ("constant", "linear", "cosine")
 
@@ -157,15 +160,19 @@ class LearnerSettings:
 class GRPOLearner:
     """Holds the policy, the optimizer and (with ``kl_coef > 0``) a frozen reference model."""
 
-    def __init__(self, model_path: str, settings: LearnerSettings, *, seed: int = 0) -> None:
+    def __init__(self, model_path: str, settings: LearnerSettings, *, seed: int = 0, group: Any = None) -> None:
+        """``group``: a :class:`rewardhub_trainer.ddp.Group` when this is one of several data-parallel ranks."""
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
         self.settings = settings
+        self.group = group
         dtype = getattr(torch, settings.dtype)
         self.device = torch.device(settings.device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device)
         self.model.train()
+        if group is not None:
+            group.broadcast(self.model)  # every rank starts from rank 0's weights
         self.ref = None
         if settings.kl_coef > 0:
             self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device).eval()
@@ -184,20 +191,21 @@ class GRPOLearner:
         gradient are finite. An epoch with a non-finite loss or gradient is skipped (no update, the
         optimizer state untouched) and counted in ``optim/skipped_steps``; ``optim/nonfinite_in_row``
         is the number of skipped updates since the last good one (across calls).
+
+        In a group of ranks, ``samples`` is this rank's share of the batch; the loss, gradients and
+        metrics are those of the whole batch (every rank returns the same metrics).
         """
         s = self.settings
-        total = len(samples)
         mbs = max(1, s.micro_batch_size)
-        stats: dict[str, float] = {"loss/policy": 0.0, "loss/total": 0.0, "kl": 0.0,
-                                   "clip_frac": 0.0, "grad_norm": 0.0, "ratio/mean": 0.0, "entropy": 0.0}
-        tokens = max(1, sum(len(c.response_ids) for c in samples))
+        stats: dict[str, float] = dict.fromkeys(SUMMED, 0.0)
+        stats["grad_norm"] = 0.0
         stats["lr"] = s.lr * lr_factor(self.version, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio)
         for group in self.optimizer.param_groups:
             group["lr"] = stats["lr"]
         ref_cache: list[torch.Tensor] = []
         if self.ref is not None:
             with torch.no_grad():
-                for start in range(0, total, mbs):
+                for start in range(0, len(samples), mbs):
                     lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature,
                                               autocast=s.autocast)
                     ref_cache.append(lp)
@@ -205,37 +213,7 @@ class GRPOLearner:
         for _epoch in range(s.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             last = _epoch == s.ppo_epochs - 1
-            finite = True
-            for k, start in enumerate(range(0, total, mbs)):
-                chunk = samples[start:start + mbs]
-                ent: list[torch.Tensor] = []
-                logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent)
-                # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
-                weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
-                old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
-                adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32, device=self.device)
-                policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps, s.loss_agg_mode)
-                entropy = aggregate(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
-                if not s.entropy_coeff:
-                    ent.clear()  # the metric only: let its graph go
-                loss = policy - s.entropy_coeff * entropy
-                kl_value = torch.zeros((), device=self.device)
-                if self.ref is not None:
-                    kl_tok = kl_k3(logp, ref_cache[k])
-                    kl_value = masked_mean(kl_tok, mask, dim=-1).mean()
-                    loss = policy + s.kl_coef * kl_value
-                if last:
-                    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-                    stats["loss/policy"] += float(policy.detach()) * weight
-                    stats["loss/total"] += float(loss.detach()) * weight
-                    stats["kl"] += float(kl_value.detach()) * weight
-                    stats["entropy"] += float(entropy.detach()) * weight
-                    stats["clip_frac"] += float(clip_frac) * weight
-                    stats["ratio/mean"] += float(masked_mean(torch.exp(log_ratio), mask).detach()) * weight
-                if not torch.isfinite(loss.detach()):
-                    finite = False  # nothing of this epoch reaches the weights
-                    break
-                (loss * weight).backward()
+            finite = self.gradients(samples, stats if last else None, ref_cache)
             if finite:
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
                 finite = bool(torch.isfinite(norm))
@@ -251,8 +229,64 @@ class GRPOLearner:
             self.optimizer.zero_grad(set_to_none=True)
         stats["optim/skipped_steps"] = float(skipped)
         stats["optim/nonfinite_in_row"] = float(self.nonfinite_in_row)
-        stats["response_len/mean"] = sum(len(c.response_ids) for c in samples) / max(1, total)
+        lengths, count = sum(len(c.response_ids) for c in samples), len(samples)
+        if self.group is not None:  # the batch's metrics: each rank's share is weighted by the batch's totals
+            *summed, lengths, count = self.group.sum([*(stats[k] for k in SUMMED), lengths, count])
+            stats.update(zip(SUMMED, summed))
+        stats["response_len/mean"] = lengths / max(1, count)
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
+
+    def gradients(self, samples: Sequence[TrainSample], stats: dict[str, float] | None = None,
+                  ref_cache: Sequence[torch.Tensor] = ()) -> bool:
+        """Forward and backward over ``samples`` in micro-batches; False when a loss is not finite.
+
+        The gradient accumulated in the parameters' ``.grad`` is that of the whole batch's loss (in a
+        group: of every rank's samples, summed over the ranks). With ``stats``, the batch's weighted
+        metrics are added to it (this rank's share of them, in a group).
+        """
+        s = self.settings
+        mbs = max(1, s.micro_batch_size)
+        total = len(samples)
+        tokens = sum(len(c.response_ids) for c in samples)
+        if self.group is not None:  # normalise by the batch's totals, so the ranks' losses add up to it
+            total, tokens = (int(v) for v in self.group.sum([total, tokens]))
+        total, tokens = max(1, total), max(1, tokens)
+        finite = True
+        for k, start in enumerate(range(0, len(samples), mbs)):
+            chunk = samples[start:start + mbs]
+            ent: list[torch.Tensor] = []
+            logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent)
+            # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
+            weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
+            old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
+            adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32, device=self.device)
+            policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps, s.loss_agg_mode)
+            entropy = aggregate(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
+            if not s.entropy_coeff:
+                ent.clear()  # the metric only: let its graph go
+            loss = policy - s.entropy_coeff * entropy
+            kl_value = torch.zeros((), device=self.device)
+            if self.ref is not None:
+                kl_tok = kl_k3(logp, ref_cache[k])
+                kl_value = masked_mean(kl_tok, mask, dim=-1).mean()
+                loss = policy + s.kl_coef * kl_value
+            if stats is not None:
+                log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+                stats["loss/policy"] += float(policy.detach()) * weight
+                stats["loss/total"] += float(loss.detach()) * weight
+                stats["kl"] += float(kl_value.detach()) * weight
+                stats["entropy"] += float(entropy.detach()) * weight
+                stats["clip_frac"] += float(clip_frac) * weight
+                stats["ratio/mean"] += float(masked_mean(torch.exp(log_ratio), mask).detach()) * weight
+            if not torch.isfinite(loss.detach()):
+                finite = False  # nothing of this epoch reaches the weights
+                break
+            (loss * weight).backward()
+        if self.group is not None:
+            finite = self.group.all_true(finite)  # every rank takes the same path
+            if finite:
+                self.group.reduce_gradients(list(self.model.parameters()))
+        return finite
 
     # -- weights and checkpoints ---------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -284,6 +318,8 @@ class GRPOLearner:
         self.model.load_state_dict(weights, strict=False)
         state = torch.load(os.path.join(path, "learner.pt"), weights_only=False, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.group is not None:
+            self.group.broadcast(self.model)
         self.version = int(state["version"])
         self.nonfinite_in_row = 0
         torch.set_rng_state(state["rng"])

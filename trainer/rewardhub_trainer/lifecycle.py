@@ -54,7 +54,7 @@ class Lifecycle:
 
         cfg, t = self.cfg, self.t
         # the placement group first: a cluster that lacks what resources: asks fails before any actor
-        self.placement = Placement(cfg.resources, t.num_rollouters)
+        self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners)
         place = self.placement.options
         opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
         roll_cls = ray.remote(Rollouter)
@@ -76,7 +76,7 @@ class Lifecycle:
         init_from = str(self.resume_ckpt) if self.resume_ckpt else None
         self.learners = Pool("learner", lambda i: learner_cls.options(**opts, **place("learner")).remote(
             path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
-            init_from=init_from), 1, t.max_restarts)
+            init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)]), 1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
         # the reward workers' check first: a run whose rewards differ stops without waiting for the models
@@ -111,6 +111,7 @@ class Lifecycle:
 
         handles = [self.learner, *self.rollouters.pool.handles, *self.reward_client.handles]
         infos = ray.get([h.info.remote() for h in handles], timeout=600)
+        infos[1:1] = ray.get(self.learner.ranks.remote(), timeout=600)  # data-parallel ranks 1..N-1
         for h in self.reward_client.handles:
             infos += ray.get(h.workers.remote(), timeout=600)
         return infos

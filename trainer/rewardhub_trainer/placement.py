@@ -4,7 +4,7 @@
 
     resources:
       placement: pack          # pack | spread | strict_pack | strict_spread (Ray placement group strategy)
-      learner: {num_cpus: 1, num_gpus: 1}
+      learner: {num_cpus: 1, num_gpus: 1}       # each of trainer.num_learners (data-parallel ranks)
       rollouter: {num_cpus: 1, num_gpus: 1}     # each of trainer.num_rollouters
       reward_worker: {num_cpus: 1, num_gpus: 0} # each reward worker (default: reward.workers.*)
       nnodes: 2                # optional: the cluster the run expects (verl's trainer.nnodes)
@@ -126,11 +126,11 @@ class Bundle:
         return f"{self.role} {self.index}"
 
 
-def bundles(res: Resources, num_rollouters: int) -> list[Bundle]:
-    """The placement group's bundles: the learner, then each rollouter, when they ask for anything."""
+def bundles(res: Resources, num_rollouters: int, num_learners: int = 1) -> list[Bundle]:
+    """The placement group's bundles: each learner rank, then each rollouter, when they ask for anything."""
     out = []
     if res.learner.as_ray():
-        out.append(Bundle("learner", 0, res.learner.as_ray()))
+        out += [Bundle("learner", i, res.learner.as_ray()) for i in range(num_learners)]
     if res.rollouter.as_ray():
         out += [Bundle("rollouter", i, res.rollouter.as_ray()) for i in range(num_rollouters)]
     return out
@@ -169,7 +169,8 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
         asked = ", ".join(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items()) for b in items)
         return UsageError(f"resources: the cluster cannot place the run ({placement}): {why}\n"
                           f"asked: {asked}\nthe cluster:\n{_describe_nodes(alive)}\n"
-                          "lower resources.<role>.num_gpus / num_cpus or trainer.num_rollouters, choose another "
+                          "lower resources.<role>.num_gpus / num_cpus, trainer.num_rollouters or trainer.num_learners, "
+                          "choose another "
                           "resources.placement, or add nodes")
 
     short = {k: (v, total_have[k]) for k, v in total_asked.items() if v > total_have[k] + 1e-9}
@@ -202,10 +203,11 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
 
 
 def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str, Any]],
-                reward_worker: Mapping[str, float] | None = None, num_reward_workers: int = 1) -> list[str]:
+                reward_worker: Mapping[str, float] | None = None, num_reward_workers: int = 1,
+                num_learners: int = 1) -> list[str]:
     """Lines for ``rewardhub doctor``: what each trainer pool would get on ``nodes`` (or the error)."""
     lines = []
-    items = bundles(res, num_rollouters)
+    items = bundles(res, num_rollouters, num_learners)
     try:
         where = plan(items, nodes, res.placement)
     except UsageError as exc:
@@ -213,9 +215,10 @@ def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str
     for b, node in zip(items, where):
         lines.append(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items())
                      + f" on node {node[:12]} ({res.placement})")
-    for role in ("learner", "rollouter"):
+    for role, count in (("learner", num_learners), ("rollouter", num_rollouters)):
         if not getattr(res, role).as_ray():
-            lines.append(f"{role}: asks for nothing (0 CPUs, 0 GPUs): any node, shares the CPUs")
+            lines.append(f"{role}" + (f" x{count}" if count > 1 else "")
+                         + ": asks for nothing (0 CPUs, 0 GPUs): any node, shares the CPUs")
     if reward_worker is not None:
         needs = ", ".join(f"{k}={v:g}" for k, v in reward_worker.items() if v) or "nothing"
         lines.append(f"reward_worker x{num_reward_workers}: {needs} each")
@@ -244,11 +247,11 @@ class Placement:
         Ray cannot place the group within ``timeout_s``.
     """
 
-    def __init__(self, res: Resources, num_rollouters: int, *, timeout_s: float = 60.0) -> None:
+    def __init__(self, res: Resources, num_rollouters: int, num_learners: int = 1, *, timeout_s: float = 60.0) -> None:
         import ray
 
         self.res = res
-        self.items = bundles(res, num_rollouters)
+        self.items = bundles(res, num_rollouters, num_learners)
         self.groups: list[Any] = []
         self.slots: list[tuple[Any, int]] = []
         self.expected: list[str] = []  #: the planned node of each item (Ray may pick other, equivalent ones)
@@ -338,5 +341,5 @@ def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
     as_ray = [{"NodeID": n.get("node_id"), "NodeManagerAddress": n.get("ip"), "Alive": True,
                "Resources": n.get("resources") or {}} for n in nodes]
     lines = plan_report(res, int(trainer.get("num_rollouters") or 1), as_ray,
-                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus}, count)
+                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus}, count, int(trainer.get("num_learners") or 1))
     return ["trainer pools (resources:):", *(f"  {line}" for line in lines)]

@@ -1,0 +1,232 @@
+"""Data-parallel learners (trainer.num_learners): two gloo ranks compute what one process computes.
+
+The two-rank numerics run in two fresh Python processes (``torch.distributed`` is per process);
+the run test starts rank 0 as the learner actor and its second rank as an actor of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rewardhub_trainer.config import ModelConfig
+
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+#: fp32 on the CPU: the ranks pad their micro-batches differently from the single process, which
+#: changes the matmul shapes and so the rounding, nothing else
+RTOL, ATOL = 1e-4, 1e-6
+
+WORKER = """
+import sys
+sys.path.insert(0, {here!r})
+import torch
+from test_ddp import measure
+from rewardhub_trainer.ddp import Group, split_groups
+job = torch.load(sys.argv[1], weights_only=False)
+rank = int(sys.argv[2])
+group = Group("127.0.0.1", job["port"], rank, 2, timeout_s=120)
+out = dict()
+for case, (groups, modes) in job["cases"].items():
+    out[case] = measure(job["path"], split_groups(groups, 2)[rank], group, modes)
+torch.save(out, sys.argv[3])
+"""
+
+
+def measure(path: str, samples: list, group=None, modes=MODES) -> dict:
+    """Per loss mode: the loss, the gradients and the weights after one step (fp32, on the CPU)."""
+    import torch
+
+    from rewardhub_trainer.learner import GRPOLearner
+    from rewardhub_trainer.learner import LearnerSettings
+
+    torch.set_num_threads(1)
+    out = {}
+    for mode in modes:
+        # micro-batches of 2: the ranks run different numbers of them; the bonus makes entropy count
+        settings = LearnerSettings(lr=1e-2, micro_batch_size=2, loss_agg_mode=mode, entropy_coeff=0.01,
+                                   max_grad_norm=1e9)
+        learner = GRPOLearner(path, settings, group=group)
+        learner.optimizer.zero_grad(set_to_none=True)
+        assert learner.gradients(samples)
+        grads = {n: p.grad.detach().clone() for n, p in learner.model.named_parameters()}
+        stats = learner.train_step(samples)
+        out[mode] = {"grads": grads, "stats": stats, "version": learner.version,
+                     "weights": {k: v.clone() for k, v in learner.model.state_dict().items()}}
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_path(model_cache):
+    from rewardhub_trainer.models import materialize
+
+    return materialize(ModelConfig(tiny={"arch": "qwen2", "seed": 3}))
+
+
+def _groups(path: str) -> list[list]:
+    """Three groups of two responses, of unequal lengths, with log-probs off the policy's (ratios != 1)."""
+    import torch
+
+    from rewardhub_trainer.learner import GRPOLearner
+    from rewardhub_trainer.learner import LearnerSettings
+    from rewardhub_trainer.learner import TrainSample
+    from rewardhub_trainer.learner import response_logprobs
+
+    lengths = [(7, 9), (2, 3), (1, 1)]  # split by whole groups: rank 0 gets 16 tokens, rank 1 gets 7
+    advantages = [(1.0, -1.0), (0.7, -0.7), (-1.2, 1.2)]
+    gen = torch.Generator().manual_seed(0)
+    groups = []
+    for g, (lens, advs) in enumerate(zip(lengths, advantages)):
+        group = []
+        for k, (n, a) in enumerate(zip(lens, advs)):
+            prompt = [40 + g, 41 + k, 42][: 2 + (g + k) % 2]  # prompts of 2 or 3 tokens
+            response = torch.randint(50, 200, (n,), generator=gen).tolist()
+            group.append(TrainSample(prompt, response, [], a))
+        groups.append(group)
+    learner = GRPOLearner(path, LearnerSettings())
+    flat = [s for g in groups for s in g]
+    with torch.no_grad():
+        lp, _ = response_logprobs(learner.model, flat, 1.0)
+    for i, s in enumerate(flat):
+        noise = 0.3 * torch.randn(len(s.response_ids), generator=gen)
+        s.old_logprobs = (lp[i, : len(s.response_ids)] + noise).tolist()
+    return groups
+
+
+@pytest.mark.timeout(180)
+def test_two_gloo_ranks_give_the_loss_gradients_and_step_of_one_process(tiny_path, tmp_path):
+    import torch
+
+    from rewardhub_trainer.ddp import rendezvous
+    from rewardhub_trainer.ddp import split_groups
+
+    groups = _groups(tiny_path)
+    shares = split_groups(groups, 2)
+    tokens = [sum(len(s.response_ids) for s in share) for share in shares]
+    # whole groups; unequal sequences and tokens; rank 1 runs two micro-batches, rank 0 one
+    assert [len(s) for s in shares] == [2, 4] and tokens == [16, 7]
+    job = tmp_path / "job.pt"
+    # and a batch of one group: rank 0 gets nothing, and still takes part in every collective
+    cases = {"three": (groups, MODES), "one": (groups[:1], MODES[:1])}
+    torch.save({"path": tiny_path, "cases": cases, "port": rendezvous()[1]}, job)
+    script = WORKER.format(here=str(Path(__file__).parent))
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(job), str(r), str(tmp_path / f"rank{r}.pt")],
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    errors = [p.communicate(timeout=150)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    runs = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for case, (batch, modes) in cases.items():
+        _compare(measure(tiny_path, [s for g in batch for s in g], None, modes), [r[case] for r in runs])
+
+
+def _compare(one: dict, ranks: list[dict]) -> None:
+    import torch
+
+    for mode, want in one.items():
+        for got in (r[mode] for r in ranks):
+            for key in ("loss/policy", "loss/total", "entropy", "clip_frac", "ratio/mean", "grad_norm",
+                        "response_len/mean"):
+                assert got["stats"][key] == pytest.approx(want["stats"][key], rel=RTOL, abs=ATOL), (mode, key)
+            assert got["version"] == want["version"] == 1
+            for name, grad in want["grads"].items():
+                torch.testing.assert_close(got["grads"][name], grad, rtol=RTOL, atol=ATOL)
+            for name, weight in want["weights"].items():
+                torch.testing.assert_close(got["weights"][name], weight, rtol=RTOL, atol=ATOL)
+        # the ranks end bit-for-bit equal: they applied the same reduced gradient
+        for name, weight in ranks[0][mode]["weights"].items():
+            assert torch.equal(weight, ranks[1][mode]["weights"][name]), name
+        assert want["stats"]["loss/policy"] != 0.0 and want["stats"]["clip_frac"] > 0.0
+        assert any(float(g.abs().max()) > 0 for g in want["grads"].values())
+
+
+def test_split_keeps_groups_whole_and_is_deterministic():
+    from rewardhub_trainer.ddp import split_groups
+
+    groups = [[f"g{i}s{j}" for j in range(2)] for i in range(5)]
+    assert split_groups(groups, 2) == [["g0s0", "g0s1", "g1s0", "g1s1"],
+                                       ["g2s0", "g2s1", "g3s0", "g3s1", "g4s0", "g4s1"]]
+    assert split_groups(groups[:1], 2) == [[], ["g0s0", "g0s1"]]  # fewer groups than ranks: one gets none
+    assert split_groups(groups, 1) == [[s for g in groups for s in g]]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_a_run_with_two_learners_finishes_with_exact_accounting(ray_session, tiny_config, tmp_path):
+    from rewardhub_trainer.cli import train
+
+    out = tmp_path / "run"
+    summary = train(tiny_config(trainer={"mode": "sync", "total_steps": 3, "num_learners": 2,
+                                         "checkpoint_every": 2}), output=str(out))
+    assert summary["steps"] == 3 and summary["samples_trained"] == 3 * 8
+    assert summary["accounting_exact"] is True
+    assert summary["samples_generated"] == summary["samples_trained"] + summary["samples_unused_at_end"]
+    learners = [w for w in summary["workers"] if w["role"] == "learner"]
+    assert [w["rank"] for w in learners] == [0, 1]
+    assert len({w["pid"] for w in learners}) == 2 and summary["driver_pid"] not in {w["pid"] for w in learners}
+    for w in learners:
+        assert w["device"] == "cpu" and w["dtype"].startswith("float32") and w["gpu_ids"] == [] and w["node"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["policy_version"] for r in rows] == [0, 1, 2]
+    assert (out / "checkpoints" / "step_000003" / "model.safetensors").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(ray_session, tiny_config, tmp_path):
+    import os
+    import signal
+
+    from rewardhub_trainer.cli import train
+
+    killed: list[int] = []
+
+    def kill_rank_1(step, metrics, run):
+        if step == 3 and not killed:  # the latest checkpoint is step 2
+            pid = next(w["pid"] for w in run.workers if w["role"] == "learner" and w["rank"] == 1)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    out = tmp_path / "o"
+    summary = train(tiny_config(trainer={"mode": "sync", "total_steps": 4, "num_learners": 2,
+                                         "checkpoint_every": 2}), output=str(out), callbacks=[kill_rank_1])
+    assert len(killed) == 1 and summary["steps"] == 4
+    assert summary["restarts"]["learner"] == 1
+    [restore] = summary["learner_restores"]
+    assert restore["at_step"] == 3 and restore["to_step"] == 2 and restore["checkpoint"].endswith("step_000002")
+    # lost: step 3's batch (trained after the checkpoint), and batch 4, generated with rank 0 still
+    # alive and lost when its training found rank 1 gone
+    assert summary["samples_lost_on_restart"] == 16 and summary["samples_generated"] == 6 * 8
+    assert summary["accounting_exact"] is True
+    learners = [w for w in summary["workers"] if w["role"] == "learner"]
+    assert [w["rank"] for w in learners] == [0, 1] and killed[0] not in {w["pid"] for w in learners}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["batch_index"] for r in rows] == list(range(4))
+    assert [r["policy_version"] for r in rows] == [0, 1, 2, 3]
+
+
+def test_each_learner_rank_gets_a_bundle_and_the_count_is_checked():
+    from rewardhub.errors import UsageError
+    from rewardhub_trainer.config import parse_config
+    from rewardhub_trainer.placement import bundles
+    from rewardhub_trainer.placement import doctor_lines
+    from rewardhub_trainer.placement import parse_resources
+    from rewardhub_trainer.placement import plan
+
+    res = parse_resources({"learner": {"num_gpus": 1}, "rollouter": {"num_gpus": 1}, "placement": "spread"})
+    items = bundles(res, 1, num_learners=2)
+    assert [b.name for b in items] == ["learner 0", "learner 1", "rollouter 0"]
+    nodes = [{"NodeID": c * 40, "Alive": True, "Resources": {"CPU": 4.0, "GPU": 2.0}} for c in "ab"]
+    assert plan(items, nodes, "spread") == ["a" * 40, "b" * 40, "a" * 40]
+    with pytest.raises(UsageError, match=r"(?s)4 GPU asked in all, the cluster has 2.*trainer.num_learners"):
+        plan(bundles(res, 1, num_learners=3), nodes[:1], "pack")
+    cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]},
+           "trainer": {"num_learners": 2}, "resources": {"learner": {"num_cpus": 1}}}
+    lines = doctor_lines(cfg, [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0}}])
+    assert any(line.strip().startswith("learner 1: CPU=1") for line in lines), lines
+    assert parse_config(cfg).trainer.num_learners == 2
+    cfg["trainer"] = {"num_learners": 0}
+    with pytest.raises(UsageError, match=r"trainer.num_learners: must be at least 1"):
+        parse_config(cfg)
