@@ -228,5 +228,5 @@ def test_each_learner_rank_gets_a_bundle_and_the_count_is_checked():
     assert any(line.strip().startswith("learner 1: CPU=1") for line in lines), lines
     assert parse_config(cfg).trainer.num_learners == 2
     cfg["trainer"] = {"num_learners": 0}
-    with pytest.raises(UsageError, match=r"trainer.num_learners: must be at least 1"):
+    with pytest.raises(UsageError, match=r"trainer.num_learners=0 is not valid\nallowed: a value >= 1"):
         parse_config(cfg)
