@@ -29,7 +29,10 @@ from ._ray import actor_errors
 from ._ray import ensure_ray
 from ._ray import short_error
 from ._reward_worker import RewardWorker
+from ._setup import WorkerSetup
 from ._setup import prepare_setup
+from ._startup import check_placeable
+from ._startup import warn_unused_differences
 
 __all__ = ["DISPATCH", "RewardWorkerPool"]
 
@@ -72,6 +75,9 @@ class RewardWorkerPool:
         ``reward_model``, executor unset or ``ray``) get a pool of their own, from
         ``reward.reward_model`` (see :func:`~rewardhub.distributed._placement.reward_model_pool`); this
         pool then scores the other terms, or is that pool itself when there are none.
+    :param reference: the :class:`WorkerSetup` the driver made (:func:`prepare_setup`), when this pool
+        is built in another process (the trainer's reward client, an actor on any node): the workers
+        are checked against the driver's registry, not this process's.
     """
 
     def __init__(self, reward_cfg: Any, *, num_workers: int | None = None, pool: str | None = None,
@@ -79,8 +85,10 @@ class RewardWorkerPool:
                  num_gpus: float | None = None, dispatch: str | None = None, address: str | None = None,
                  runtime_env: Mapping[str, Any] | None = None, ship_files: bool = True, strict: bool = False,
                  max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
-                 max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True) -> None:
-        self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict)
+                 max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True,
+                 reference: WorkerSetup | None = None) -> None:
+        self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict,
+                                             reference=reference)
         #: the reward-model pool, when this one scores other terms too
         self.sub: RewardWorkerPool | None = None
         positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms
@@ -94,12 +102,13 @@ class RewardWorkerPool:
                     rm_cfg,
                     runtime_env=runtime_env, ship_files=ship_files, strict=strict, max_restarts=max_restarts,
                     max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
-                    split_models=False)
+                    split_models=False, reference=reference)
                 positions = [i for i in positions if i not in rm_idx]
                 self.setup, _ = prepare_setup({**cfg, "rewards": rest}, pool=pool, ship_files=ship_files,
-                                              strict=strict)
+                                              strict=strict, reference=reference)
             else:  # only reward-model terms: this is their pool
-                self.setup, _ = prepare_setup({**cfg, "workers": rm_workers}, ship_files=ship_files, strict=strict)
+                self.setup, _ = prepare_setup({**cfg, "workers": rm_workers}, ship_files=ship_files, strict=strict,
+                                              reference=reference)
                 num_workers, num_cpus, num_gpus = opts["num_workers"], opts["num_cpus"], opts["num_gpus"]
         w = self.setup.reward_cfg.get("workers") or {}
         self.pool = self.setup.pool
@@ -123,7 +132,7 @@ class RewardWorkerPool:
         self.last_pids: set[int] = set()
         self._rr = 0
         self._ray, self._started_ray = ensure_ray(address or w.get("address"))
-        self._check_placeable()
+        check_placeable(self._ray, self._needs(), self.pool)
         self._setup_ref = self._ray.put(self.setup)
         self._slots = [_Slot(i) for i in range(self.num_workers)]
         try:
@@ -145,19 +154,6 @@ class RewardWorkerPool:
     # ---- start-up ----------------------------------------------------------------------
     def _needs(self) -> dict[str, float]:
         return {k: v for k, v in {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}.items() if v > 0}
-
-    def _check_placeable(self) -> None:
-        needs = self._needs()
-        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
-        if any(all(n["Resources"].get(k, 0.0) >= v for k, v in needs.items()) for n in nodes):
-            return
-        shown = "\n".join(f"  node {n['NodeManagerAddress']} (node id {n['NodeID'][:12]}): " + ", ".join(
-            f"{k}={v:g}" for k, v in sorted(n["Resources"].items()) if not k.startswith(("node:", "memory",
-                                                                                      "object_store")))
-            for n in nodes)
-        raise UsageError(f"reward worker pool {self.pool!r} cannot be placed: each worker needs "
-                         f"{needs}, and no alive node has that\n{shown}\n"
-                         "change reward.workers.resources / num_cpus / num_gpus, or add such a node")
 
     def _new_actor(self, slot: _Slot) -> None:
         global _actor_cls
@@ -188,11 +184,7 @@ class RewardWorkerPool:
             infos.append(self._hello(slot))
         if any(i.get("problems") for i in infos):
             raise RegistryMismatchError(self.pool, self.setup.driver_fingerprint, infos)
-        for i in infos:
-            if i.get("notes"):
-                log.warning("reward worker %s of pool %r on node %s: registry differs in rewards the config "
-                            "does not use: %s", i["index"], self.pool, i.get("ip"),
-                            ", ".join(sorted(str(n["reward"]) for n in i["notes"])))
+        warn_unused_differences(infos, self.pool)
 
     def _hello(self, slot: _Slot) -> dict[str, Any]:
         """Collect a (re)started worker's hello(); a worker without problems becomes alive."""

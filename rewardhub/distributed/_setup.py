@@ -6,6 +6,7 @@ Nothing here imports Ray or a reward's code: the driver resolves *specs* only.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import socket
 import sys
@@ -150,10 +151,15 @@ def check_driver_only(name: str) -> None:
 
 
 def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool = True,
-                  strict: bool = False) -> tuple[WorkerSetup, Any]:
+                  strict: bool = False, reference: WorkerSetup | None = None) -> tuple[WorkerSetup, Any]:
     """Resolve every term's spec in the driver and build the :class:`WorkerSetup` (no reward is imported).
 
-    :returns: the setup and the driver's registry.
+    :param reference: the setup the driver itself made, when this runs in another process (e.g. the
+        trainer's reward client, an actor that Ray may place on any node, whose installed
+        distributions are not the driver's): the workers are then checked against the driver's
+        fingerprint items and targets, and get the driver's copies of the reward files, not this
+        process's.
+    :returns: the setup and this process's registry.
     :raises UsageError: a term names an unknown reward (a ``__main__``-only reward is explained).
     """
     from ..registry import build_registry
@@ -173,6 +179,8 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
         if _is_name_term(term) and term.get("name") and not registry.has_reward(str(term["name"])):
             check_driver_only(str(term["name"]))
     used = used_names(registry, cfg)  # raises UnknownRewardError / BrokenRewardError
+    if reference is not None:
+        return _from_reference(reference, cfg, pool_name, used, strict), registry
     files = []
     for name in used:
         spec = registry.get_reward(name)
@@ -194,3 +202,12 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
                         driver_fingerprint=registry.fingerprint(), used=tuple(used), files=tuple(files),
                         strict=strict, driver_targets=used_targets(registry, used))
     return setup, registry
+
+
+def _from_reference(reference: WorkerSetup, cfg: dict[str, Any], pool: str, used: list[str],
+                    strict: bool) -> WorkerSetup:
+    """A setup for ``cfg`` (this pool's terms) that carries the driver's values from ``reference``."""
+    return dataclasses.replace(
+        reference, reward_cfg=cfg, pool=pool, used=tuple(used), strict=strict,
+        files=tuple(f for f in reference.files if f.reward in used),
+        driver_targets={n: t for n, t in reference.driver_targets.items() if n in used})

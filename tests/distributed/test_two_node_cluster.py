@@ -230,7 +230,9 @@ def test_a_reward_the_config_does_not_use_may_differ(two_nodes):
                "--summary-json", str(summary))
     assert res.returncode == 0, res.stderr
     assert [json.loads(x)["score"] for x in out.read_text().splitlines()] == [2.0, 0.0]
-    assert "registry differs in rewards the config does not use: math_verify" in res.stderr
+    [notice] = [line for line in res.stderr.splitlines() if "registry differs" in line]
+    assert notice.startswith("WARNING: reward worker 0 of pool 'reward' on node ") and notice.endswith(
+        f"(node id {two_nodes.node2[:12]}): registry differs in rewards the config does not use: math_verify")
     used = {r["name"]: r for r in json.loads(summary.read_text())["rewards"]}
     assert set(used) == {"regex_match", "has_digit"}
     rx, mine = used["regex_match"], used["has_digit"]
@@ -316,11 +318,11 @@ def test_a_training_run_on_the_node_with_another_version_is_not_stopped(two_node
     assert [w["identity"] for w in rx["workers"]] == [rx["identity"]]  # ...but not in the reward it uses
 
 
-@pytest.mark.skip(reason="order-dependent, open bug (issue 15): passes alone, but after another training run "
-                  "on the same two-node cluster the run with math_verify on the 0.2.0 node trains instead of "
-                  "stopping; not yet explained")
 @pytest.mark.timeout(300)
 def test_a_training_run_that_uses_the_differing_reward_stops_naming_it(two_nodes):
+    """The workers are checked against the driver's registry, wherever Ray puts the reward client:
+    it asks for no CPU, so it may run on either node (after another run, typically on the second
+    one, where it once took that node's rewardhub-math as the reference and the run trained)."""
     pytest.importorskip("rewardhub_trainer")
     config = _train_config(two_nodes, "train_math", [{"name": "math_verify"}])
     out = two_nodes.root / "run_math"
@@ -337,3 +339,37 @@ def test_a_training_run_that_uses_the_differing_reward_stops_naming_it(two_nodes
             f"worker rewardhub-math=={OTHER_MATH} (node ") in line
     assert f"node id {two_nodes.node2[:12]}, worker 0 of pool 'reward'" in line
     assert not (out / "summary.json").exists()
+
+
+_CLIENT_ON_NODE2 = """
+import json, sys, ray
+from rewardhub.distributed import prepare_setup
+from rewardhub_trainer.actors import RewardClient
+ray.init(address=sys.argv[1], log_to_driver=False)
+cfg = {"rewards": [{"name": "math_verify"}], "workers": {"num_cpus": 1, "resources": {"node2": 1}}}
+reference, _ = prepare_setup(cfg)  # here, in the driver: rewardhub-math as installed here
+out = {}
+for name, ref in (("reference", reference), ("none", None)):
+    client = ray.remote(RewardClient).options(num_cpus=0, resources={"node2": 1}).remote(cfg, reference=ref)
+    out[name] = ray.get(client.info.remote(), timeout=150)
+    ray.get(client.close.remote(), timeout=60)
+    ray.kill(client)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_reward_client_on_the_other_node_checks_its_workers_against_the_driver(two_nodes):
+    """The trainer's reward client is an actor Ray may place on either node; placed on the second
+    one, it still holds its workers to the driver's rewardhub-math, not to the one it imports."""
+    pytest.importorskip("rewardhub_trainer")
+    res = subprocess.run([sys.executable, "-c", _CLIENT_ON_NODE2, two_nodes.address], env=two_nodes.env,
+                         capture_output=True, text=True, timeout=240, cwd=two_nodes.root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["reference"]["node"] == out["none"]["node"] == two_nodes.node2
+    assert (f"reward 'math_verify' has a different version: driver rewardhub-math=={DRIVER_MATH}, "
+            f"worker rewardhub-math=={OTHER_MATH}") in out["reference"]["error"]
+    # without the driver's reference the client compares the workers with its own node's registry:
+    # the same rewardhub-math as theirs, so nothing is found (what made a training run slip through)
+    assert "error" not in out["none"], out["none"]

@@ -135,11 +135,15 @@ class RewardClient:
     The pool's workers rebuild the registry from the ``reward:`` config and prove it by their
     fingerprint before scoring; a worker that dies mid-batch is restarted by the pool and its
     samples re-scored once. Scores and ``rewards/<term>/...`` metrics come from the execution engine.
+
+    ``reference`` is the driver's :class:`rewardhub.distributed.WorkerSetup`: Ray places this actor
+    on any node, whose installed distributions may not be the driver's, so the workers are checked
+    against the driver's registry, never against this process's.
     """
 
     def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
                  num_cpus: float | None = None, num_gpus: float | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, reference: Any = None) -> None:
         from rewardhub.distributed import RewardWorkerPool
         from rewardhub.errors import RewardhubError
 
@@ -148,7 +152,8 @@ class RewardClient:
         self.error: str | None = None
         try:
             self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
-                                         num_gpus=num_gpus, max_restarts=max_restarts, chunk_size=chunk)
+                                         num_gpus=num_gpus, max_restarts=max_restarts, chunk_size=chunk,
+                                         reference=reference)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return

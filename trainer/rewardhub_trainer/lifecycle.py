@@ -103,7 +103,7 @@ class Lifecycle:
         rw_opts = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
         self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0).remote(
             reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
-            **rw_opts),
+            reference=self.prep.reward_setup, **rw_opts),
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
 
     def _infos(self) -> list[dict[str, Any]]:

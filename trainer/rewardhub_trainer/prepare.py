@@ -32,6 +32,8 @@ class Prepared:
     val_dataset: PromptDataset | None = None  #: data.val_files, rendered
     #: rows read and left out: {"train_rows", "train_filtered", "val_rows", "val_filtered"}
     data_report: dict[str, Any] = field(default_factory=dict)
+    #: the driver's rewardhub.distributed.WorkerSetup: what the reward workers are checked against
+    reward_setup: Any = None
 
 
 def _needs_answer(reward_cfg: Mapping[str, Any]) -> list[str]:
@@ -58,7 +60,7 @@ def prepare(raw: Mapping[str, Any]) -> Prepared:
 
     cfg = parse_config(raw)
     check_engine(cfg.rollout.engine)
-    reward, fingerprint = validate_rewards(cfg.reward)
+    reward, reward_setup = validate_rewards(cfg.reward)
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []
     dataset = load_dataset(cfg.data, needs)
@@ -75,6 +77,6 @@ def prepare(raw: Mapping[str, Any]) -> Prepared:
     if cfg.trainer.total_epochs:  # verl: the epochs over full batches set the number of steps
         steps = cfg.trainer.total_epochs * max(1, len(dataset) // cfg.rollout.prompts_per_step)
         cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
-    return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=fingerprint,
-                    val_dataset=val, data_report=report)
+    return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=reward_setup.driver_fingerprint,
+                    val_dataset=val, data_report=report, reward_setup=reward_setup)
 

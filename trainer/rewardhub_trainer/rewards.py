@@ -26,12 +26,14 @@ def _to_node(reward_cfg: Mapping[str, Any]) -> Any:
     return OmegaConf.create(dict(reward_cfg))
 
 
-def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     """Resolve every reward term in the driver, before Ray starts.
 
     :returns: the ``reward:`` section the reward workers get (validated, with the driver's plugin
         environment folded in, so every process builds the same registry) and the driver's
-        registry fingerprint, which every worker's must equal.
+        :class:`rewardhub.distributed.WorkerSetup` made here, in the driver: the reward workers are
+        checked against its fingerprint items (each used reward must be the driver's), wherever
+        the reward client that starts them runs.
     :raises UsageError: naming the term (``reward.rewards[i].name``) and the valid choices.
     """
     from rewardhub.distributed import prepare_setup
@@ -60,7 +62,7 @@ def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str
         raise
     except RewardhubError as exc:
         raise UsageError(f"reward: {exc}") from exc
-    return dict(setup.reward_cfg), setup.driver_fingerprint
+    return dict(setup.reward_cfg), setup
 
 
 def used_rewards(reward_cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
