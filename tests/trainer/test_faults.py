@@ -9,6 +9,7 @@ counters the summary reports.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -259,3 +260,70 @@ def test_a_used_reward_missing_on_the_reward_workers_stops_the_run_naming_it(ray
     assert "reward module 'driver_only_rewards' cannot be imported (reward term 'digit')" in message
     assert "PYTHONPATH" in message
     assert "rollouter" not in message and "learner" not in message
+
+
+def _final_weights(out: Path, step: int) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(out / "checkpoints" / f"step_{step:06d}" / "model.safetensors")
+
+
+@pytest.mark.timeout(240)
+def test_an_extreme_behaviour_logprob_in_a_run_leaves_the_weights_finite(ray_session, tiny_config, tmp_path):
+    """From step 2 on, the rollouter records one token's log-prob as -1e30 in every batch (patched into
+    its engine from outside, as a broken engine would): the learner's clamped log-ratio keeps every
+    update finite, nothing is skipped, and the run ends with finite weights and exact accounting."""
+    import ray
+    import torch
+
+    def corrupt(actor) -> None:  # runs in a rollouter
+        sample = actor.engine.generate
+
+        def generate(*args, **kwargs):
+            groups = sample(*args, **kwargs)
+            groups[0][0].logprobs[0] = -1e30
+            return groups
+
+        actor.engine.generate = generate
+
+    def corrupt_after_step_1(step, metrics, run):
+        if step == 1:
+            ray.get([h.__ray_call__.remote(corrupt) for h in run.rollouters.pool.handles])
+
+    out = tmp_path / "o"
+    t0 = time.monotonic()
+    summary = train(tiny_config(trainer={"mode": "sync", "total_steps": 4}), output=str(out),
+                    callbacks=[corrupt_after_step_1])
+    assert time.monotonic() - t0 < 200
+    rows = _rows(out)
+    _check_accounting(summary, rows)
+    # the extreme value reached the learner: one token's ratio is exp(clamp) in steps 2..4, not before
+    assert rows[0]["ratio/mean"] < 10 and all(r["ratio/mean"] > 1e3 for r in rows[1:])
+    assert all(r["optim/skipped_steps"] == 0 for r in rows)
+    assert all(math.isfinite(r[k]) for r in rows for k in ("loss/policy", "grad_norm"))
+    assert [r["policy_version"] for r in rows] == [0, 1, 2, 3]
+    weights = _final_weights(out, 4)
+    assert all(bool(torch.isfinite(w).all()) for w in weights.values())
+
+
+@pytest.mark.timeout(240)
+def test_a_model_folder_whose_generation_config_sets_a_repetition_penalty_trains_without_it(
+        ray_session, tiny_config, tmp_path, model_cache):
+    """The folder's generation_config.json asks for repetition_penalty=3.0: the rollouters sample
+    without it (and say so), and the run trains with exact accounting."""
+    from rewardhub_trainer.config import ModelConfig
+    from rewardhub_trainer.models import materialize
+
+    folder = tmp_path / "model"
+    shutil.copytree(materialize(ModelConfig(tiny={"arch": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
+                                                  "num_attention_heads": 2, "num_key_value_heads": 1})), folder)
+    gen = folder / "generation_config.json"
+    gen.write_text(json.dumps({**json.loads(gen.read_text()), "repetition_penalty": 3.0}))
+    out = tmp_path / "o"
+    t0 = time.monotonic()
+    summary = train(tiny_config(trainer={"mode": "fully_async", "total_steps": 4},
+                                model={"tiny": None, "path": str(folder)}), output=str(out))
+    assert time.monotonic() - t0 < 200
+    _check_accounting(summary, _rows(out))
+    rollouters = [w for w in summary["workers"] if w["role"] == "rollouter"]
+    assert rollouters and all(w["ignored_generation_settings"] == {"repetition_penalty": 3.0} for w in rollouters)

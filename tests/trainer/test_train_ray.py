@@ -214,3 +214,36 @@ def test_legacy_custom_reward_runs_on_workers(ray_session, tiny_config, tmp_path
     assert len(log.read_text().split()) >= summary["samples_trained"]
     rows = _rows(tmp_path / "o")
     assert any(k.startswith("rewards/") for k in rows[0])
+
+
+@pytest.mark.parametrize(("workers", "resources", "cpus"), [
+    ({"num_cpus": 2}, None, 2.0),  # reward.workers.num_cpus, as the rewardhub score CLI reads it
+    ({"num_cpus": 2}, {"reward_worker": {"num_cpus": 1.5}}, 1.5),  # resources.reward_worker wins
+], ids=["reward.workers", "resources.reward_worker"])
+def test_reward_workers_hold_the_cpus_the_config_declares(ray_session, tiny_config, tmp_path, workers,
+                                                          resources, cpus):
+    """What Ray assigned to each reward worker, asked inside the worker (not the config read back)."""
+    import ray
+
+    def held_by_workers(client) -> list[dict]:  # runs in the reward client (a nested function travels by value)
+        import ray
+
+        def held(worker) -> dict:  # runs in a reward worker
+            import ray
+
+            return dict(ray.get_runtime_context().get_assigned_resources())
+
+        return ray.get([s.actor.__ray_call__.remote(held) for s in client.pool._slots])
+
+    seen: list[list[dict]] = []
+
+    def ask(step, metrics, run):
+        seen.extend(ray.get([h.__ray_call__.remote(held_by_workers) for h in run.reward_client.handles]))
+
+    sections = {"trainer": {"mode": "sync", "total_steps": 1},
+                "reward": {"workers": {"num_workers": 1, **workers}}}
+    if resources:
+        sections["resources"] = resources
+    summary = train(tiny_config(**sections), output=str(tmp_path / "o"), callbacks=[ask])
+    assert summary["steps"] == 1
+    assert seen == [[{"CPU": cpus}]]
