@@ -308,22 +308,33 @@ def test_an_extreme_behaviour_logprob_in_a_run_leaves_the_weights_finite(ray_ses
 
 @pytest.mark.timeout(240)
 def test_a_model_folder_whose_generation_config_sets_a_repetition_penalty_trains_without_it(
-        ray_session, tiny_config, tmp_path, model_cache):
+        ray_session, tiny_config, tmp_path, model_cache, capsys):
     """The folder's generation_config.json asks for repetition_penalty=3.0: the rollouters sample
-    without it (and say so), and the run trains with exact accounting."""
+    without it (and say so), and the run is the run of the same model without that file's setting:
+    the same responses' rewards and lengths step by step, with exact accounting."""
     from rewardhub_trainer.config import ModelConfig
     from rewardhub_trainer.models import materialize
 
-    folder = tmp_path / "model"
-    shutil.copytree(materialize(ModelConfig(tiny={"arch": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
-                                                  "num_attention_heads": 2, "num_key_value_heads": 1})), folder)
-    gen = folder / "generation_config.json"
+    base = materialize(ModelConfig(tiny={"arch": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
+                                         "num_attention_heads": 2, "num_key_value_heads": 1}))
+    plain, leaky = tmp_path / "plain", tmp_path / "leaky"
+    shutil.copytree(base, plain)
+    shutil.copytree(base, leaky)
+    gen = leaky / "generation_config.json"
     gen.write_text(json.dumps({**json.loads(gen.read_text()), "repetition_penalty": 3.0}))
-    out = tmp_path / "o"
-    t0 = time.monotonic()
-    summary = train(tiny_config(trainer={"mode": "fully_async", "total_steps": 4},
-                                model={"tiny": None, "path": str(folder)}), output=str(out))
-    assert time.monotonic() - t0 < 200
-    _check_accounting(summary, _rows(out))
-    rollouters = [w for w in summary["workers"] if w["role"] == "rollouter"]
-    assert rollouters and all(w["ignored_generation_settings"] == {"repetition_penalty": 3.0} for w in rollouters)
+    runs = {}
+    for folder in (plain, leaky):
+        out = tmp_path / f"o-{folder.name}"
+        capsys.readouterr()
+        t0 = time.monotonic()
+        summary = train(tiny_config(trainer={"mode": "sync", "total_steps": 3},
+                                    model={"tiny": None, "path": str(folder)}), output=str(out))
+        assert time.monotonic() - t0 < 100
+        runs[folder.name] = _rows(out)
+        _check_accounting(summary, runs[folder.name])
+        notes = [line for line in capsys.readouterr().err.splitlines() if "generation_config.json" in line]
+        assert notes == ([] if folder is plain else [
+            "note: the model folder's generation_config.json sets repetition_penalty=3.0; ignored: rollouts "
+            "sample with the rollout.* settings only"])
+    keys = ("reward/mean", "response_len/mean", "batch_index")
+    assert [[r[k] for k in keys] for r in runs["leaky"]] == [[r[k] for k in keys] for r in runs["plain"]]
