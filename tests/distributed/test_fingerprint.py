@@ -215,3 +215,26 @@ def test_term_config_round_trip(reward_file):
 def test_import_is_light():
     code = "import rewardhub.distributed, rewardhub._commands.doctor, sys; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_a_setup_made_elsewhere_carries_the_drivers_values(reward_file):
+    """prepare_setup(reference=...) in another process (the trainer's reward client): the workers are
+    held to the driver's items, targets and file bytes, never to that process's own registry."""
+    cfg = {"rewards": [{"name": "math_verify"}, {"path": str(reward_file), "function": "length"},
+                       {"name": "exact_match"}]}
+    driver, _ = prepare_setup(cfg)
+    # what the driver's process saw: another rewardhub-math, and math_verify at another target
+    driver = driver.__class__(**{**driver.__dict__, "driver_fingerprint": "f" * 16, "driver_host": "driver-host",
+                                 "driver_items": dict(driver.driver_items, math_verify="rewardhub-math==9.9"),
+                                 "driver_targets": dict(driver.driver_targets, exact_match="elsewhere:exact")})
+    here, _ = prepare_setup({**cfg, "rewards": cfg["rewards"][:2]}, pool="p", reference=driver)
+    assert (here.driver_fingerprint, here.driver_host, here.pool) == ("f" * 16, "driver-host", "p")
+    assert here.driver_items == driver.driver_items and here.used == ("math_verify", "length")
+    assert here.driver_targets == {"math_verify": "rewardhub_math.reward:math_verify"}  # the used ones only
+    assert here.files == driver.files and here.files[0].data == reward_file.read_bytes()
+    (p,) = RewardWorker(here, load=False).hello()["problems"]
+    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == ("math_verify", "version", "rewardhub-math==9.9",
+                                                                  "rewardhub-math==0.1.0")
+    # without the reference this process's own registry is the reference: no difference is found
+    own, _ = prepare_setup({**cfg, "rewards": cfg["rewards"][:2]})
+    assert RewardWorker(own, load=False).hello()["ok"]
