@@ -231,7 +231,4 @@ def test_a_legacy_config_is_read_once_and_migrated_once(command, tmp_path, monke
     if command == "train":
         assert "STOP" in err
     assert len(opens) == 1 and len(migrations) == 1, (opens, migrations)
-    if command != "train":
-        # TODO(issue 18): train validates reward: a second time, in distributed.prepare_setup (called by the
-        # trainer's rewards.validate_rewards on the section the plan validated already)
-        assert len(validations) == 1, validations
+    assert len(validations) == 1, validations

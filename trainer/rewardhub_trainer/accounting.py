@@ -124,7 +124,7 @@ class Accounting:
             "weight_sync_failures": self.rollouters.sync_failures,
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
-            "rewards": provenance(self.cfg.reward, workers),
+            "rewards": provenance(self.cfg.reward, workers, validated=True),
             "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
                          **{k: w[k] for k in ("pool", "rank", "gpu_ids", "device", "dtype") if k in w}} for w in workers],
             "devices": devices_summary(workers),
