@@ -79,12 +79,7 @@ class Lifecycle:
             init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)]), 1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
-        # the reward workers' check first: a run whose rewards differ stops without waiting for the models
-        self._check_fingerprints(ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600))
-        self.workers = self._infos()
-        print_choices(self.workers)
-        self._check_fingerprints(self.workers)
-        self.versions[self.step] = int(self.workers[0]["version"])
+        self._first_infos()
         if self.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self._sync_weights(wait=True)
 
@@ -106,11 +101,27 @@ class Lifecycle:
             **rw_opts),
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
 
-    def _infos(self) -> list[dict[str, Any]]:
+    def _first_infos(self) -> None:
+        """The actors' first infos: the reward clients' first (a run whose rewards differ stops without
+        waiting for the models), then the others'; each actor's ``info()`` is called once."""
         import ray
 
-        handles = [self.learner, *self.rollouters.pool.handles, *self.reward_client.handles]
-        infos = ray.get([h.info.remote() for h in handles], timeout=600)
+        clients = ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600)
+        self._check_fingerprints(clients)
+        self.workers = self._infos(clients)
+        print_choices(self.workers)
+        self._check_fingerprints(self.workers)
+        self.versions[self.step] = int(self.workers[0]["version"])
+
+    def _infos(self, clients: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Every actor's info: learner ranks, rollouters, reward clients (``clients``: theirs, asked
+        already), reward workers."""
+        import ray
+
+        handles = [self.learner, *self.rollouters.pool.handles]
+        if clients is None:
+            handles += self.reward_client.handles
+        infos = ray.get([h.info.remote() for h in handles], timeout=600) + list(clients or [])
         infos[1:1] = ray.get(self.learner.ranks.remote(), timeout=600)  # data-parallel ranks 1..N-1
         for h in self.reward_client.handles:
             infos += ray.get(h.workers.remote(), timeout=600)
