@@ -11,8 +11,8 @@ from typing import Any
 from ..errors import UsageError
 from .shim import MigrationReport
 
-__all__ = ["ConfigPlan", "MigrationReport", "config_file_kind", "load_config", "load_config_with_report", "load_plan",
-           "read_and_migrate", "read_config_file", "script_overrides"]
+__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "check_sections", "config_file_kind", "load_config",
+           "load_config_with_report", "load_plan", "read_and_migrate", "read_config_file", "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -185,6 +185,26 @@ def _strings(node: Any) -> set[str]:
     return {node} if isinstance(node, str) else set()
 
 
+#: the sections a config may have once its legacy keys are migrated: the core's ``reward:`` and the
+#: trainer's (verl's own sections, ``custom_reward_function`` ... ``actor_rollout_ref``, are migrated
+#: or dropped with a reason by then)
+SECTIONS = ("reward", "trainer", "model", "rollout", "data", "resources")
+
+
+def check_sections(cfg: Mapping[str, Any]) -> None:
+    """A top-level key that is no section (a misspelt ``rewad:``) is an error, not silently ignored.
+
+    :raises UsageError: ``unknown key rewad`` / ``did you mean reward?`` (the one wording).
+    """
+    from .fields import unknown_key
+    from .verl_trainer import VERL_ROOTS
+
+    for key, value in cfg.items():
+        if key in SECTIONS or (key in VERL_ROOTS and value in (None, {})):  # a verl section left empty
+            continue
+        raise unknown_key(str(key), SECTIONS)
+
+
 @dataclass(frozen=True)
 class ConfigPlan:
     """A config read, overridden, migrated and validated once: what every command works from.
@@ -217,6 +237,7 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     if path:
         kind, from_path = _parse(path, _read_text(path))
     cfg, report = read_and_migrate(path, overrides, source=from_path)
+    check_sections(cfg)
     section = cfg.get("reward")
     if section is not None and not isinstance(section, Mapping):
         raise UsageError(f"reward must be a mapping, not {type(section).__name__} {section!r}\n"

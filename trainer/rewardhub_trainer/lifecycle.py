@@ -94,8 +94,10 @@ class Lifecycle:
         reward = dict(cfg.reward)
         client_cls = ray.remote(RewardClient)
         workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
-        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus
-        rw_opts = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus / resources
+        rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        if rw is not None and rw.resources:
+            rw_opts["resources"] = dict(rw.resources)
         self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0).remote(
             reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
             **rw_opts),
