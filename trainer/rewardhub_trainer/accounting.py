@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,28 +19,15 @@ from .actors import Rollout
 from .devices import devices_summary
 from .faults import RunAborted
 from .rewards import provenance
+from .runstate import RunState
 
 __all__ = ["COUNTS", "Accounting"]
 
 COUNTS = ("generated", "trained", "dropped_stale", "lost_on_restart")
 
 
-class Accounting:
+class Accounting(RunState):
     """Counting samples and steps, and the run's summary (mixed into ``Run``)."""
-
-    # set by Run
-    t: Any
-    cfg: Any
-    prep: Any
-    out: Any
-    stats: Any
-    evaluator: Any
-    callbacks: tuple[Callable[..., None], ...]
-    counts: dict[str, int]
-    prior: dict[str, int]
-    step: int
-    consumed: int
-    versions: dict[int, int]
 
     def _generated(self, rollout: Rollout) -> None:
         self.counts["generated"] += rollout.num_samples

@@ -16,21 +16,13 @@ from .devices import print_choices
 from .faults import Pool
 from .faults import Rollouters
 from .faults import RunAborted
+from .runstate import RunState
 
 __all__ = ["Lifecycle"]
 
 
-class Lifecycle:
+class Lifecycle(RunState):
     """Start, feed weights to, and stop the actors of a run (mixed into ``Run``)."""
-
-    # set by Run
-    cfg: Any
-    t: Any
-    prep: Any
-    step: int
-    resume_ckpt: Any
-    versions: dict[int, int]
-    weight_syncs: int
 
     def _threads(self) -> int:
         if self.t.torch_threads:

@@ -257,7 +257,7 @@ class Placement:
         self.res = res
         self.items = bundles(res, num_rollouters, num_learners)
         self.groups: list[Any] = []
-        self.slots: list[tuple[Any, int]] = []
+        self.slots: list[tuple[Any, int]] = []  #: one (placement group, bundle index) per item
         self.expected: list[str] = []  #: the planned node of each item (Ray may pick other, equivalent ones)
         nodes = ray.nodes()
         problems = _cluster_check(res, nodes)
@@ -271,9 +271,6 @@ class Placement:
         self.expected = plan(self.items, nodes, res.placement)
         from ray.util.placement_group import placement_group
 
-        #: one (group, bundle index) per item
-        self.slots: list[tuple[Any, int]] = []
-        self.groups: list[Any] = []
         for strategy, chunk in _groups(self.items, nodes, res.placement):
             group = placement_group([dict(b.needs) for b in chunk], strategy=strategy)
             self.groups.append(group)
