@@ -267,3 +267,15 @@ def test_every_legacy_example_still_loads(recwarn):
     for path in found:
         plan = loader.load_plan(str(path))
         assert set(plan.config) <= set(loader.SECTIONS), path
+
+
+def test_a_key_holding_a_yaml_anchor_is_no_misspelt_section(tmp_path):
+    """``base: &b {...}`` reused as ``<<: *b`` holds shared values: left as it is; a misspelt section is not."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("base: &b {weight: 2.0}\nreward:\n  rewards:\n    - {name: exact_match, <<: *b}\n")
+    plan = loader.load_plan(str(cfg))
+    assert plan.config.reward.rewards[0].weight == 2.0 and set(plan.config) == {"base", "reward"}
+    cfg.write_text("base: &b {weight: 2.0}\nrewad:\n  rewards:\n    - {name: exact_match, <<: *b}\n")
+    with pytest.raises(UsageError, match=r"^unknown key rewad\ndid you mean reward\? allowed: "):
+        loader.load_plan(str(cfg))
+    assert loader.anchor_holders("a: &x 1\nb: *x\nc: &y [1]\nd: {e: &z 2}\n? [k]\n: &w 3\n") == {"a", "c"}
