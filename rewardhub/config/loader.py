@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,8 +12,8 @@ from typing import Any
 from ..errors import UsageError
 from .shim import MigrationReport
 
-__all__ = ["ConfigPlan", "MigrationReport", "config_file_kind", "load_config", "load_config_with_report", "load_plan",
-           "read_and_migrate", "read_config_file", "script_overrides"]
+__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
+           "load_config_with_report", "load_plan", "read_and_migrate", "read_config_file", "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -185,6 +186,61 @@ def _strings(node: Any) -> set[str]:
     return {node} if isinstance(node, str) else set()
 
 
+#: the sections a config may have once its legacy keys are migrated: the core's ``reward:`` and the
+#: trainer's (verl's own sections, ``custom_reward_function`` ... ``actor_rollout_ref``, are migrated
+#: or dropped with a reason by then)
+SECTIONS = ("reward", "trainer", "model", "rollout", "data", "resources")
+
+
+def check_sections(cfg: Mapping[str, Any], anchors: Callable[[], set[str]] = set) -> None:
+    """A top-level key that is no section (a misspelt ``rewad:``) is an error, not silently ignored.
+
+    A key whose value is a YAML anchor (``base: &b {weight: 1.0}``, reused as ``*b`` in a section)
+    holds shared values, not a section: it is left as it is.
+
+    :param anchors: the config file's top-level keys whose value is anchored (asked for only when
+        a key is not a section: see :func:`anchor_holders`).
+    :raises UsageError: ``unknown key rewad`` / ``did you mean reward?`` (the one wording).
+    """
+    from .fields import unknown_key
+    from .verl_trainer import VERL_ROOTS
+
+    holders: set[str] | None = None
+    for key, value in cfg.items():
+        if key in SECTIONS or (key in VERL_ROOTS and value in (None, {})):  # a verl section left empty
+            continue
+        holders = anchors() if holders is None else holders
+        if key not in holders:
+            raise unknown_key(str(key), SECTIONS)
+
+
+def anchor_holders(text: str) -> set[str]:
+    """The top-level keys of a YAML document whose value carries an anchor (``key: &name ...``).
+
+    Read from the parser's events (nothing is constructed), because the loaded data no longer says
+    which node had an anchor.
+    """
+    import yaml
+
+    holders: set[str] = set()
+    depth, is_key, key = 0, True, None
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+            continue
+        opens = isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent))
+        if depth == 1 and isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent, yaml.MappingStartEvent,
+                                          yaml.SequenceStartEvent)):
+            if is_key:
+                key = ev.value if isinstance(ev, yaml.ScalarEvent) else None
+            elif key is not None and not isinstance(ev, yaml.AliasEvent) and ev.anchor:
+                holders.add(key)
+            is_key = not is_key
+        if opens:
+            depth += 1
+    return holders
+
+
 @dataclass(frozen=True)
 class ConfigPlan:
     """A config read, overridden, migrated and validated once: what every command works from.
@@ -212,11 +268,13 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
 
     overrides = list(overrides)
     file_dir = base_dir or (os.path.dirname(os.path.abspath(path)) if path else None)
-    kind = "yaml"
+    kind, text = "yaml", ""
     from_path: dict[str, Any] = {}
     if path:
-        kind, from_path = _parse(path, _read_text(path))
+        text = _read_text(path)
+        kind, from_path = _parse(path, text)
     cfg, report = read_and_migrate(path, overrides, source=from_path)
+    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
     section = cfg.get("reward")
     if section is not None and not isinstance(section, Mapping):
         raise UsageError(f"reward must be a mapping, not {type(section).__name__} {section!r}\n"

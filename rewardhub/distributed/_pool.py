@@ -87,8 +87,9 @@ class RewardWorkerPool:
                  max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
                  max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True,
                  reference: WorkerSetup | None = None) -> None:
+        # with the driver's setup as reference, reward_cfg is the section the driver validated already
         self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict,
-                                             reference=reference)
+                                             reference=reference, validated=reference is not None)
         #: the reward-model pool, when this one scores other terms too
         self.sub: RewardWorkerPool | None = None
         positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms

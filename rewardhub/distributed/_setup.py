@@ -151,7 +151,8 @@ def check_driver_only(name: str) -> None:
 
 
 def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool = True,
-                  strict: bool = False, reference: WorkerSetup | None = None) -> tuple[WorkerSetup, Any]:
+                  strict: bool = False, reference: WorkerSetup | None = None,
+                  validated: bool = False) -> tuple[WorkerSetup, Any]:
     """Resolve every term's spec in the driver and build the :class:`WorkerSetup` (no reward is imported).
 
     :param reference: the setup the driver itself made, when this runs in another process (e.g. the
@@ -159,12 +160,18 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
         distributions are not the driver's): the workers are then checked against the driver's
         fingerprint items and targets, and get the driver's copies of the reward files, not this
         process's.
+    :param validated: ``reward_cfg`` is a section :func:`~rewardhub.config.schema.validate_reward`
+        returned already (a :class:`~rewardhub.config.ConfigPlan`'s, or a setup's ``reward_cfg``): it is
+        not checked again, only copied to plain data.
     :returns: the setup and this process's registry.
     :raises UsageError: a term names an unknown reward (a ``__main__``-only reward is explained).
     """
     from ..registry import build_registry
 
-    cfg = _fold_env(normalize_reward_cfg(reward_cfg))
+    if validated:
+        cfg = _fold_env(dict(_plain(reward_cfg)))
+    else:
+        cfg = _fold_env(normalize_reward_cfg(reward_cfg))
     if pool is not None:
         cfg.setdefault("workers", {})["pool"] = pool
     pool_name = str((cfg.get("workers") or {}).get("pool") or "reward")

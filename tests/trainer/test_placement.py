@@ -37,11 +37,30 @@ def test_parse_resources_defaults_and_errors():
     res = parse_resources({"placement": "spread", "learner": {"num_cpus": 1, "num_gpus": 1}, "nnodes": 2})
     assert res.learner == RoleResources(1.0, 1.0) and res.rollouter == RoleResources() and res.nnodes == 2
     assert res.reward_worker is None
-    for raw, message in [({"placement": "scatter"}, r"resources.placement: unknown value 'scatter'"),
-                         ({"learners": {}}, r"resources.learners: unknown key\ndid you mean resources.learner\?"),
-                         ({"learner": {"gpus": 1}}, r"resources.learner.gpus: unknown key"),
-                         ({"rollouter": {"num_gpus": -1}}, r"resources.rollouter.num_gpus: must be 0 or more"),
-                         ({"nnodes": 1.5}, r"resources.nnodes: expected a whole number")]:
+    custom = parse_resources({"learner": {"num_cpus": 1, "resources": {"accel": "2"}}})
+    assert custom.learner == RoleResources(1.0, 0.0, {"accel": 2.0})
+    assert custom.learner.as_ray() == {"CPU": 1.0, "accel": 2.0}
+    assert custom.to_dict()["learner"] == {"num_cpus": 1.0, "num_gpus": 0.0, "resources": {"accel": 2.0}}
+    assert custom.to_dict()["rollouter"] == {"num_cpus": 0.0, "num_gpus": 0.0}  # no custom: the shape as before
+    # the one wording of rewardhub.config.fields
+    for raw, message in [({"placement": "scatter"},
+                          r"^resources.placement='scatter' is not valid\nallowed: pack, spread, strict_pack, "
+                          r"strict_spread$"),
+                         ({"learners": {}}, r"^unknown key resources.learners\ndid you mean resources.learner\? "
+                                            r"allowed: gpus_per_node, learner, nnodes"),
+                         ({"learner": {"gpus": 1}}, r"^unknown key resources.learner.gpus\ndid you mean "
+                                                    r"resources.learner.num_gpus\? allowed: num_cpus, num_gpus, "
+                                                    r"resources$"),
+                         ({"rollouter": {"num_gpus": -1}},
+                          r"^resources.rollouter.num_gpus=-1.0 is not valid\nallowed: a value >= 0$"),
+                         ({"nnodes": 1.5}, r"^resources.nnodes=1.5 is not valid\nexpected an integer$"),
+                         ({"learner": {"resources": {"accel": -1}}},
+                          r"^resources.learner.resources.accel=-1.0 is not valid\nallowed: a value >= 0$"),
+                         ({"rollouter": {"resources": {"accel": "many"}}},
+                          r"^resources.rollouter.resources.accel='many' is not valid\nexpected a number$"),
+                         ({"reward_worker": {"resources": {"GPU": 1}}},
+                          r"^resources.reward_worker.resources.GPU=1.0 is not valid: CPUs and GPUs have keys of "
+                          r"their own\nset resources.reward_worker.num_gpus instead$")]:
         with pytest.raises(UsageError, match=message):
             parse_resources(raw)
 
@@ -97,7 +116,8 @@ CLUSTER_SCRIPT = textwrap.dedent('''
     from rewardhub_trainer.placement import Placement, parse_resources
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
-    nodes = [cluster.add_node(num_cpus=2, num_gpus=2) for _ in range(2)]
+    # the first GPU node also declares a custom resource, "accel"
+    nodes = [cluster.add_node(num_cpus=2, num_gpus=2, resources={"accel": 2} if i == 0 else {}) for i in range(2)]
     out = {"gpu_nodes": [n.node_id for n in nodes], "head": cluster.head_node.node_id, "cases": {}}
     try:
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
@@ -114,6 +134,8 @@ CLUSTER_SCRIPT = textwrap.dedent('''
             "spread4": ({"placement": "spread", "learner": {"num_gpus": 1}, "rollouter": {"num_gpus": 1}}, 3),
             "lacks": ({"rollouter": {"num_gpus": 2}}, 3),
             "nnodes": ({"nnodes": 4, "gpus_per_node": 2}, 1),
+            "custom": ({"learner": {"resources": {"accel": 1}}, "rollouter": {"resources": {"accel": 1}}}, 1),
+            "custom_missing": ({"learner": {"num_cpus": 1, "resources": {"tpu_v9": 1}}}, 1),
         }
         for name, (raw, rollouters) in cases.items():
             try:
@@ -129,6 +151,12 @@ CLUSTER_SCRIPT = textwrap.dedent('''
             for h in handles:
                 ray.kill(h)
             placement.remove()
+        from rewardhub.distributed import RewardWorkerPool
+        try:  # a reward worker asking for a resource no node has: an error before any worker starts
+            RewardWorkerPool({"rewards": [{"name": "exact_match"}]}, num_workers=1, resources={"tpu_v9": 1})
+            out["cases"]["pool_missing"] = {"error": None}
+        except UsageError as exc:
+            out["cases"]["pool_missing"] = {"error": str(exc)}
         if os.environ.get("RUN_TRAINER"):
             from rewardhub_trainer.cli import train
             summary = train(sys.argv[1], [], output=sys.argv[2])
@@ -149,7 +177,7 @@ def cluster_run(tmp_path_factory, model_cache):
     cfg["trainer"].update(total_steps=2, checkpoint_every=0, num_rollouters=2, mode="fully_async")
     cfg["rollout"].update(n=2, prompts_per_step=2, max_new_tokens=4)
     cfg["resources"] = {"placement": "spread", "learner": {"num_gpus": 1, "num_cpus": 0.5},
-                        "rollouter": {"num_gpus": 1}, "reward_worker": {"num_cpus": 0.5}}
+                        "rollouter": {"num_gpus": 1}, "reward_worker": {"num_cpus": 0.5, "resources": {"accel": 0.5}}}
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "RUN_TRAINER": "1", "REWARDHUB_CACHE": str(model_cache), "RAY_USAGE_STATS_ENABLED": "0",
@@ -220,6 +248,23 @@ def test_the_trainer_places_its_actors_and_reports_them(cluster_run):
     assert summary["resources"]["learner"] == {"num_cpus": 0.5, "num_gpus": 1.0}
     workers = [w for w in summary["workers"] if w["role"] == "reward_worker"]
     assert workers and all(w["gpu_ids"] == [] for w in workers if "gpu_ids" in w)
+    # the reward workers asked for the custom resource "accel": they run on the one node that has it
+    assert {w["node"] for w in workers} == {cluster_run["gpu_nodes"][0]}
+    assert summary["resources"]["reward_worker"] == {"num_cpus": 0.5, "num_gpus": 0.0, "resources": {"accel": 0.5}}
+
+
+@pytest.mark.timeout(600)
+def test_custom_resources_place_the_actors_on_the_node_that_declares_them(cluster_run):
+    actors = cluster_run["cases"]["custom"]["actors"]
+    assert [a["role"] for a in actors] == ["learner", "rollouter"]
+    assert {a["node"] for a in actors} == {cluster_run["gpu_nodes"][0]}  # the only node with "accel"
+    missing = cluster_run["cases"]["custom_missing"]["error"]
+    assert missing.startswith("resources: the cluster cannot place the run (pack): 1 tpu_v9 asked in all, the "
+                              "cluster has 0\nasked: learner 0: CPU=1, tpu_v9=1\nthe cluster:\n")
+    assert "accel=2" in missing  # the nodes are listed with their custom resources
+    pool = cluster_run["cases"]["pool_missing"]["error"]
+    assert pool is not None and pool.startswith("reward worker pool 'reward' cannot be placed: each worker needs ")
+    assert "tpu_v9" in pool.splitlines()[0]
 
 
 def test_doctor_lines_from_a_training_config():

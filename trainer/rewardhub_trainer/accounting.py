@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,28 +19,15 @@ from .actors import Rollout
 from .devices import devices_summary
 from .faults import RunAborted
 from .rewards import provenance
+from .runstate import RunState
 
 __all__ = ["COUNTS", "Accounting"]
 
 COUNTS = ("generated", "trained", "dropped_stale", "lost_on_restart")
 
 
-class Accounting:
+class Accounting(RunState):
     """Counting samples and steps, and the run's summary (mixed into ``Run``)."""
-
-    # set by Run
-    t: Any
-    cfg: Any
-    prep: Any
-    out: Any
-    stats: Any
-    evaluator: Any
-    callbacks: tuple[Callable[..., None], ...]
-    counts: dict[str, int]
-    prior: dict[str, int]
-    step: int
-    consumed: int
-    versions: dict[int, int]
 
     def _generated(self, rollout: Rollout) -> None:
         self.counts["generated"] += rollout.num_samples
@@ -124,7 +110,7 @@ class Accounting:
             "weight_sync_failures": self.rollouters.sync_failures,
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
-            "rewards": provenance(self.cfg.reward, workers),
+            "rewards": provenance(self.cfg.reward, workers, validated=True),
             "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
                          **{k: w[k] for k in ("pool", "rank", "gpu_ids", "device", "dtype") if k in w}} for w in workers],
             "devices": devices_summary(workers),

@@ -143,7 +143,8 @@ class RewardClient:
 
     def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
                  num_cpus: float | None = None, num_gpus: float | None = None,
-                 batch_size: int | None = None, reference: Any = None) -> None:
+                 resources: Mapping[str, float] | None = None, batch_size: int | None = None,
+                 reference: Any = None) -> None:
         from rewardhub.distributed import RewardWorkerPool
         from rewardhub.errors import RewardhubError
 
@@ -152,8 +153,8 @@ class RewardClient:
         self.error: str | None = None
         try:
             self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
-                                         num_gpus=num_gpus, max_restarts=max_restarts, chunk_size=chunk,
-                                         reference=reference)
+                                         num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
+                                         chunk_size=chunk, reference=reference)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return

@@ -43,7 +43,7 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     from .prepare import prepare
 
     plan = config if isinstance(config, ConfigPlan) else load_plan(config, tuple(overrides))
-    prep = prepare(plan.config)  # raises UsageError before anything starts
+    prep = prepare(plan)  # raises UsageError before anything starts
     output = output or prep.cfg.trainer.default_local_dir
     if not output:
         from rewardhub.errors import UsageError

@@ -32,8 +32,7 @@ from rewardhub.execution import plain
 from .devices import AUTOCASTS
 from .devices import DEVICES
 from .devices import DTYPES
-from .placement import PLACEMENTS
-from .placement import ROLES
+from .placement import RULES as RESOURCE_RULES
 from .placement import Resources
 from .placement import parse_resources
 
@@ -238,12 +237,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "template": one_of("auto", "chat", "plain"),
         "size": at_least(1),
     },
-    "resources": {
-        "placement": one_of(*PLACEMENTS),
-        **{f"{role}.{k}": at_least(0) for role in ROLES for k in ("num_cpus", "num_gpus")},
-        "nnodes": at_least(0),
-        "gpus_per_node": at_least(0),
-    },
+    "resources": RESOURCE_RULES,
 }
 
 
@@ -311,9 +305,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     data = _section(DataConfig, cfg.get("data"), "data")
     from rewardhub.config.loader import resolve_or_explain
 
-    raw_resources = resolve_or_explain(cfg.get("resources"), "resources")
-    check_section(raw_resources, Resources, "resources", RULES["resources"])
-    resources = parse_resources(raw_resources)
+    resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
     reward = plain(cfg.get("reward"))
     if not reward or not reward.get("rewards"):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"

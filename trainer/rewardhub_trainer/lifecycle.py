@@ -16,21 +16,13 @@ from .devices import print_choices
 from .faults import Pool
 from .faults import Rollouters
 from .faults import RunAborted
+from .runstate import RunState
 
 __all__ = ["Lifecycle"]
 
 
-class Lifecycle:
+class Lifecycle(RunState):
     """Start, feed weights to, and stop the actors of a run (mixed into ``Run``)."""
-
-    # set by Run
-    cfg: Any
-    t: Any
-    prep: Any
-    step: int
-    resume_ckpt: Any
-    versions: dict[int, int]
-    weight_syncs: int
 
     def _threads(self) -> int:
         if self.t.torch_threads:
@@ -79,12 +71,7 @@ class Lifecycle:
             init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)]), 1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
-        # the reward workers' check first: a run whose rewards differ stops without waiting for the models
-        self._check_fingerprints(ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600))
-        self.workers = self._infos()
-        print_choices(self.workers)
-        self._check_fingerprints(self.workers)
-        self.versions[self.step] = int(self.workers[0]["version"])
+        self._first_infos()
         if self.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self._sync_weights(wait=True)
 
@@ -99,18 +86,36 @@ class Lifecycle:
         reward = dict(cfg.reward)
         client_cls = ray.remote(RewardClient)
         workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
-        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus
-        rw_opts = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus / resources
+        rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        if rw is not None and rw.resources:
+            rw_opts["resources"] = dict(rw.resources)
         self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0).remote(
             reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
             reference=self.prep.reward_setup, **rw_opts),
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
 
-    def _infos(self) -> list[dict[str, Any]]:
+    def _first_infos(self) -> None:
+        """The actors' first infos: the reward clients' first (a run whose rewards differ stops without
+        waiting for the models), then the others'; each actor's ``info()`` is called once."""
         import ray
 
-        handles = [self.learner, *self.rollouters.pool.handles, *self.reward_client.handles]
-        infos = ray.get([h.info.remote() for h in handles], timeout=600)
+        clients = ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600)
+        self._check_fingerprints(clients)
+        self.workers = self._infos(clients)
+        print_choices(self.workers)
+        self._check_fingerprints(self.workers)
+        self.versions[self.step] = int(self.workers[0]["version"])
+
+    def _infos(self, clients: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Every actor's info: learner ranks, rollouters, reward clients (``clients``: theirs, asked
+        already), reward workers."""
+        import ray
+
+        handles = [self.learner, *self.rollouters.pool.handles]
+        if clients is None:
+            handles += self.reward_client.handles
+        infos = ray.get([h.info.remote() for h in handles], timeout=600) + list(clients or [])
         infos[1:1] = ray.get(self.learner.ranks.remote(), timeout=600)  # data-parallel ranks 1..N-1
         for h in self.reward_client.handles:
             infos += ray.get(h.workers.remote(), timeout=600)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rewardhub.errors import UsageError
+from rewardhub.config.fields import invalid
 
 __all__ = ["LOGGERS", "Trackers", "logger_names"]
 
@@ -30,19 +30,21 @@ LOGGERS: dict[str, tuple[str, str] | None] = {
 
 
 def logger_names(value: Any) -> list[str]:
-    """``trainer.logger`` as a list of names, checked: unknown names and missing packages are errors."""
+    """``trainer.logger`` as a list of names, checked: unknown names and missing packages are errors
+    (in the one wording of :mod:`rewardhub.config.fields`)."""
     if value is None:
         return []
     names = [value] if isinstance(value, str) else list(value) if isinstance(value, Sequence) else None
     if names is None or not all(isinstance(n, str) for n in names):
-        raise UsageError(f"trainer.logger: expected a list of names, got {value!r}\ne.g. trainer.logger=[console,wandb]")
-    for name in names:
+        raise invalid("trainer.logger", value, "expected a list of names, e.g. trainer.logger=[console,wandb]")
+    for i, name in enumerate(names):
+        key = "trainer.logger" if isinstance(value, str) else f"trainer.logger[{i}]"
         if name not in LOGGERS:
-            raise UsageError(f"trainer.logger: unknown logger {name!r}\nchoose from: {', '.join(LOGGERS)}")
+            raise invalid(key, name, f"allowed: {', '.join(LOGGERS)}")
         need = LOGGERS[name]
         if need is not None and importlib.util.find_spec(need[0]) is None:
-            raise UsageError(f"trainer.logger: {name} is not installed\npip install {need[1]} "
-                             f"(or leave {name} out of trainer.logger)")
+            raise invalid(key, name, f"pip install {need[1]} (or leave {name} out of trainer.logger)",
+                          f"{name} is not installed")
     return names
 
 

@@ -18,6 +18,7 @@ from .actors import Rollout
 from .faults import ACTOR_ERRORS
 from .faults import Pool
 from .faults import wait_alive
+from .runstate import RunState
 
 __all__ = ["Modes"]
 
@@ -34,19 +35,10 @@ class _Flight:
     train: tuple[Any, Rollout, int] | None = None  #: the learner's call, its batch and staleness
 
 
-class Modes:
+class Modes(RunState):
     """The sync and fully-async loops, and what is in flight between the actors (mixed into ``Run``)."""
 
-    # set by Run
-    t: Any
-    cfg: Any
-    prep: Any
-    step: int
-    cursor: int
-    resumed_from: int | None
-    lost_calls: dict[str, int]
     flight: _Flight
-    _queue_size: int
 
     def _arrives_fresh(self, training: bool, ahead: int) -> bool:
         """Would a batch started now be within the staleness bound when the learner reaches it?

@@ -10,11 +10,17 @@
       nnodes: 2                # optional: the cluster the run expects (verl's trainer.nnodes)
       gpus_per_node: 8         # optional (verl's trainer.n_gpus_per_node)
 
+Each role may also ask for Ray custom resources, ``resources: {name: amount}`` (the key
+``reward.workers.resources`` uses), e.g. ``learner: {num_gpus: 1, resources: {a100: 1}}``: the actor
+then runs only on a node that declares them (``ray start --resources='{"a100": 8}'``).
+
 Every learner and rollouter that asks for something gets a bundle of one placement group (its
 strategy from ``placement``), so the pool lands where declared and each actor sees only the GPUs Ray
 gave it (``CUDA_VISIBLE_DEVICES``). Roles that ask for nothing are scheduled as before (0 CPUs). The
-reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs
-and GPUs declared here (or under ``reward.workers``); the reward-model pool by ``reward.reward_model``.
+reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs,
+GPUs and custom resources declared here (or under ``reward.workers``); the reward-model pool by
+``reward.reward_model``. A request no node can meet is an error before any actor starts (the plan
+here; the reward pool's own check), naming what is missing and listing the nodes.
 
 :func:`plan` is pure (no Ray): it simulates the placement on a list of nodes, for the check before
 the group is created and for ``rewardhub doctor``. Nothing here imports Ray at import time.
@@ -29,10 +35,15 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from rewardhub.config.fields import Rule
+from rewardhub.config.fields import at_least
+from rewardhub.config.fields import check_section
+from rewardhub.config.fields import invalid
+from rewardhub.config.fields import one_of
 from rewardhub.errors import UsageError
 
-__all__ = ["PLACEMENTS", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "doctor_lines", "parse_resources",
-           "plan", "plan_report"]
+__all__ = ["PLACEMENTS", "RULES", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "doctor_lines",
+           "parse_resources", "plan", "plan_report"]
 
 PLACEMENTS = ("pack", "spread", "strict_pack", "strict_spread")
 ROLES = ("learner", "rollouter", "reward_worker")
@@ -40,11 +51,17 @@ ROLES = ("learner", "rollouter", "reward_worker")
 
 @dataclass(frozen=True)
 class RoleResources:
+    """What each actor of a role asks Ray for: CPUs, GPUs and custom resources (``resources``, the
+    key ``reward.workers.resources`` uses too: ``{name: amount}``, declared by nodes with
+    ``ray start --resources='{"name": N}'``)."""
+
     num_cpus: float = 0.0
     num_gpus: float = 0.0
+    resources: dict[str, float] = field(default_factory=dict)
 
     def as_ray(self) -> dict[str, float]:
-        return {k: v for k, v in (("CPU", self.num_cpus), ("GPU", self.num_gpus)) if v > 0}
+        asked = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        return {k: v for k, v in asked.items() if v > 0}
 
 
 @dataclass(frozen=True)
@@ -52,66 +69,50 @@ class Resources:
     placement: str = "pack"
     learner: RoleResources = field(default_factory=RoleResources)
     rollouter: RoleResources = field(default_factory=RoleResources)
-    reward_worker: RoleResources | None = None  #: None: reward.workers.num_cpus / num_gpus
+    reward_worker: RoleResources | None = None  #: None: reward.workers.num_cpus / num_gpus / resources
     nnodes: int = 0  #: 0: any cluster
     gpus_per_node: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """As plain data (a role's ``resources`` only where it asks for custom ones)."""
+        out = dataclasses.asdict(self)
+        for role in ROLES:
+            if out[role] is not None and not out[role]["resources"]:
+                del out[role]["resources"]
+        return out
 
 
-def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool):
-        raise UsageError(f"{key}: expected a number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{key}: expected a number, got {value!r}") from None
-    if number < 0:
-        raise UsageError(f"{key}: must be 0 or more, got {value!r}")
-    return number
+#: field path in ``resources:`` -> what its value may be (beyond its type), for the one validator
+RULES: dict[str, Rule] = {
+    "placement": one_of(*PLACEMENTS),
+    **{f"{role}.{k}": at_least(0) for role in ROLES for k in ("num_cpus", "num_gpus")},
+    "nnodes": at_least(0),
+    "gpus_per_node": at_least(0),
+}
 
 
-def _role(raw: Any, key: str) -> RoleResources:
-    if not isinstance(raw, Mapping):
-        raise UsageError(f"{key}: expected a mapping like {{num_cpus: 1, num_gpus: 1}}, got {raw!r}")
-    unknown = sorted(set(raw) - {"num_cpus", "num_gpus"})
-    if unknown:
-        raise UsageError(f"{key}.{unknown[0]}: unknown key\nvalid keys: 'num_cpus', 'num_gpus'")
-    return RoleResources(**{k: _number(v, f"{key}.{k}") for k, v in raw.items()})
+def _role(raw: Mapping[str, Any] | None, key: str) -> RoleResources | None:
+    if raw is None:
+        return None
+    custom = dict(raw.get("resources") or {})
+    for name, amount in custom.items():
+        if name in ("CPU", "GPU"):
+            raise invalid(f"{key}.resources.{name}", amount, f"set {key}.num_{name.lower()}s instead",
+                          "CPUs and GPUs have keys of their own")
+        if not isinstance(amount, str) and amount < 0:
+            raise invalid(f"{key}.resources.{name}", amount, "allowed: a value >= 0")
+    return RoleResources(**{**raw, "resources": custom})
 
 
 def parse_resources(raw: Any) -> Resources:
     """The ``resources:`` section (a mapping, or None) as :class:`Resources`.
 
-    :raises UsageError: naming the key and the fix.
+    :raises UsageError: naming the key and the fix, in the one wording of :mod:`rewardhub.config.fields`.
     """
-    if raw is None:
-        return Resources()
-    if not isinstance(raw, Mapping):
-        raise UsageError(f"resources: expected a mapping, got {type(raw).__name__}")
-    valid = ("placement", *ROLES, "nnodes", "gpus_per_node")
-    values: dict[str, Any] = {}
-    for name, value in raw.items():
-        if name not in valid:
-            import difflib
-
-            close = difflib.get_close_matches(str(name), valid, n=1)
-            hint = f"did you mean resources.{close[0]}? " if close else ""
-            raise UsageError(f"resources.{name}: unknown key\n{hint}valid keys: "
-                             + ", ".join(repr(v) for v in valid))
-        if name == "placement":
-            if value not in PLACEMENTS:
-                raise UsageError(f"resources.placement: unknown value {value!r}\nchoose one of: "
-                                 + ", ".join(repr(p) for p in PLACEMENTS) + " (e.g. resources.placement=spread)")
-            values[name] = value
-        elif name in ROLES:
-            values[name] = _role(value, f"resources.{name}")
-        else:
-            number = _number(value, f"resources.{name}")
-            if not number.is_integer():
-                raise UsageError(f"resources.{name}: expected a whole number, got {value!r}")
-            values[name] = int(number)
+    values = check_section(raw, Resources, "resources", RULES)
+    for role in ROLES:
+        if role in values:
+            values[role] = _role(values[role], f"resources.{role}")
     return Resources(**values)
 
 
@@ -137,7 +138,9 @@ def bundles(res: Resources, num_rollouters: int, num_learners: int = 1) -> list[
 
 
 def _node_resources(node: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in (node.get("Resources") or {}).items() if k in ("CPU", "GPU")}
+    """A node's CPUs, GPUs and custom resources (not Ray's own: memory, ``node:<ip>``, accelerator type)."""
+    return {k: float(v) for k, v in (node.get("Resources") or {}).items()
+            if k not in ("memory", "object_store_memory") and not k.startswith(("node:", "accelerator_type:"))}
 
 
 def _describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
@@ -169,7 +172,8 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
         asked = ", ".join(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items()) for b in items)
         return UsageError(f"resources: the cluster cannot place the run ({placement}): {why}\n"
                           f"asked: {asked}\nthe cluster:\n{_describe_nodes(alive)}\n"
-                          "lower resources.<role>.num_gpus / num_cpus, trainer.num_rollouters or trainer.num_learners, "
+                          "lower resources.<role>.num_gpus / num_cpus / resources, trainer.num_rollouters or "
+                          "trainer.num_learners, "
                           "choose another "
                           "resources.placement, or add nodes")
 
@@ -253,7 +257,7 @@ class Placement:
         self.res = res
         self.items = bundles(res, num_rollouters, num_learners)
         self.groups: list[Any] = []
-        self.slots: list[tuple[Any, int]] = []
+        self.slots: list[tuple[Any, int]] = []  #: one (placement group, bundle index) per item
         self.expected: list[str] = []  #: the planned node of each item (Ray may pick other, equivalent ones)
         nodes = ray.nodes()
         problems = _cluster_check(res, nodes)
@@ -267,9 +271,6 @@ class Placement:
         self.expected = plan(self.items, nodes, res.placement)
         from ray.util.placement_group import placement_group
 
-        #: one (group, bundle index) per item
-        self.slots: list[tuple[Any, int]] = []
-        self.groups: list[Any] = []
         for strategy, chunk in _groups(self.items, nodes, res.placement):
             group = placement_group([dict(b.needs) for b in chunk], strategy=strategy)
             self.groups.append(group)
@@ -283,12 +284,14 @@ class Placement:
                              f"the cluster lacks them\nthe cluster:\n{_describe_nodes(ray.nodes())}") from None
 
     def options(self, role: str, index: int = 0) -> dict[str, Any]:
-        """Ray actor options for ``role``'s actor ``index``: its CPUs and GPUs, in its bundle."""
+        """Ray actor options for ``role``'s actor ``index``: its CPUs, GPUs and custom resources, in its bundle."""
         for b, (group, i) in zip(self.items, self.slots):
             if b.role == role and b.index == index:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+                custom = {k: v for k, v in b.needs.items() if k not in ("CPU", "GPU")}
                 return {"num_cpus": b.needs.get("CPU", 0.0), "num_gpus": b.needs.get("GPU", 0.0),
+                        **({"resources": custom} if custom else {}),
                         "scheduling_strategy": PlacementGroupSchedulingStrategy(
                             placement_group=group, placement_group_bundle_index=i)}
         return {"num_cpus": 0}
@@ -336,10 +339,12 @@ def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
         return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
     trainer = raw.get("trainer") or {}
     workers = (raw.get("reward") or {}).get("workers") or {}
-    rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)))
+    rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)),
+                                            dict(workers.get("resources") or {}))
     count = int(workers.get("num_workers") or trainer.get("num_reward_workers") or 1)
     as_ray = [{"NodeID": n.get("node_id"), "NodeManagerAddress": n.get("ip"), "Alive": True,
                "Resources": n.get("resources") or {}} for n in nodes]
     lines = plan_report(res, int(trainer.get("num_rollouters") or 1), as_ray,
-                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus}, count, int(trainer.get("num_learners") or 1))
+                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus, **rw.resources}, count,
+                        int(trainer.get("num_learners") or 1))
     return ["trainer pools (resources:):", *(f"  {line}" for line in lines)]

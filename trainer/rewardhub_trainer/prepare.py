@@ -49,8 +49,14 @@ def _needs_answer(reward_cfg: Mapping[str, Any]) -> list[str]:
         return terms_needing(runner)
 
 
-def prepare(raw: Mapping[str, Any]) -> Prepared:
-    """Validate ``raw`` (the result of :func:`rewardhub.config.load_config`) and build what a run needs."""
+def prepare(raw: Any) -> Prepared:
+    """Validate ``raw`` and build what a run needs.
+
+    :param raw: a :class:`rewardhub.config.ConfigPlan` (its ``reward:`` section was validated when
+        it was loaded, and is not checked again), or a config mapping (``reward:`` checked here).
+    """
+    from rewardhub.config import ConfigPlan
+
     from .data import load_files
     from .data import render
     from .engine import check_engine
@@ -58,9 +64,10 @@ def prepare(raw: Mapping[str, Any]) -> Prepared:
     from .models import materialize
     from .rewards import validate_rewards
 
-    cfg = parse_config(raw)
+    validated = isinstance(raw, ConfigPlan)
+    cfg = parse_config(raw.config if validated else raw)
     check_engine(cfg.rollout.engine)
-    reward, reward_setup = validate_rewards(cfg.reward)
+    reward, reward_setup = validate_rewards(cfg.reward, validated=validated)
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []
     dataset = load_dataset(cfg.data, needs)

@@ -21,18 +21,13 @@ from .faults import LearnerLost
 from .faults import RunAborted
 from .faults import cause
 from .faults import wait_alive
+from .runstate import RunState
 
 __all__ = ["Recovery"]
 
 
-class Recovery:
+class Recovery(RunState):
     """Checkpoint writing, and the learner's restart from the latest checkpoint (mixed into ``Run``)."""
-
-    # set by Run
-    out: Any
-    t: Any
-    cfg: Any
-    step: int
 
     def _weights_ok(self) -> None:
         """After a failed acknowledgement: are the weights sent the fault (the learner died, or they are not finite)?"""

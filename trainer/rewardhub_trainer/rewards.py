@@ -26,9 +26,11 @@ def _to_node(reward_cfg: Mapping[str, Any]) -> Any:
     return OmegaConf.create(dict(reward_cfg))
 
 
-def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> tuple[dict[str, Any], Any]:
     """Resolve every reward term in the driver, before Ray starts.
 
+    :param validated: ``reward_cfg`` is a :class:`~rewardhub.config.ConfigPlan`'s ``reward:`` section,
+        validated when the config was loaded: its schema is not checked again.
     :returns: the ``reward:`` section the reward workers get (validated, with the driver's plugin
         environment folded in, so every process builds the same registry) and the driver's
         :class:`rewardhub.distributed.WorkerSetup` made here, in the driver: the reward workers are
@@ -57,7 +59,7 @@ def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any
             raise UsageError(f"reward.rewards[{i}].name: {exc}") from exc
     try:
         Runner.from_config(node, registry).close()  # resolves (imports) file and module terms too
-        setup, _ = prepare_setup(reward_cfg)
+        setup, _ = prepare_setup(reward_cfg, validated=validated)
     except UsageError:
         raise
     except RewardhubError as exc:
@@ -65,25 +67,29 @@ def validate_rewards(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any
     return dict(setup.reward_cfg), setup
 
 
-def used_rewards(reward_cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+def used_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> list[dict[str, Any]]:
     """Provenance of each reward the config uses, in the driver: name, source, distribution and
-    version, target, sha256 (a file reward) and ``identity`` (what the reward workers are checked against)."""
+    version, target, sha256 (a file reward) and ``identity`` (what the reward workers are checked against).
+
+    :param validated: ``reward_cfg`` is the section :func:`validate_rewards` returned (not checked again).
+    """
     from rewardhub.distributed import prepare_setup
     from rewardhub.distributed import reward_facts
 
-    setup, registry = prepare_setup(reward_cfg, ship_files=False)
+    setup, registry = prepare_setup(reward_cfg, ship_files=False, validated=validated)
     return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
             for name in dict.fromkeys(setup.used)]
 
 
-def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]], *,
+               validated: bool = False) -> list[dict[str, Any]]:
     """:func:`used_rewards`, each with the reward workers of the run (``workers``: the actors' infos)
     and each worker's own values of the reward (from the registry it built).
 
     A reward worker starts only when its identity of each used reward (dist==version, or the
     file's sha256) equals the driver's.
     """
-    used = used_rewards(reward_cfg)
+    used = used_rewards(reward_cfg, validated=validated)
     scorers = [w for w in workers if w["role"] == "reward_worker"]
     for r in used:
         r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"),

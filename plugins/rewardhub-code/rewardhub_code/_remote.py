@@ -20,6 +20,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from rewardhub.config.fields import invalid
 from rewardhub.errors import UsageError
 
 from .sandbox import RunResult
@@ -37,8 +38,8 @@ def endpoint(url: str) -> str:
     """The run_code endpoint of a configured URL: one with a path as is, a bare host + ``/run_code``."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"reward.sandbox.url={url!r} is not an http(s) URL\n"
-                         "set it to the SandboxFusion endpoint, e.g. http://host:8080/run_code")
+        raise invalid("reward.sandbox.url", url, "set it to the SandboxFusion endpoint, e.g. http://host:8080/run_code",
+                      "not an http(s) URL")
     if parts.path in ("", "/"):
         return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/run_code", parts.query, ""))
     return url

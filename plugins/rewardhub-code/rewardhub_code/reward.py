@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from rewardhub.config.fields import invalid
+from rewardhub.config.fields import unknown_key
 from rewardhub.decorator import reward
 from rewardhub.errors import RewardhubWarning
 from rewardhub.errors import UsageError
@@ -81,10 +83,9 @@ def _backend(sandbox: Mapping[str, Any] | None, memory_mb: int | None, local: Ma
              language: str) -> tuple[Any, float | None]:
     """(backend with ``.run(code, stdin=, timeout_s=)``, ``reward.sandbox.timeout_s``)."""
     sb = dict(sandbox or {})
-    bad = sorted(set(sb) - set(_SANDBOX_KEYS))
+    bad = sorted(set(map(str, sb)) - set(_SANDBOX_KEYS))
     if bad:
-        raise UsageError(f"reward.sandbox has unknown key(s) {', '.join(map(repr, bad))}\n"
-                         f"allowed: {', '.join(_SANDBOX_KEYS)}")
+        raise unknown_key(f"reward.sandbox.{bad[0]}", _SANDBOX_KEYS)
     mem = int(memory_mb or sb.get("memory_limit_mb") or 1024)
     lang = str(sb.get("language") or language)
     if sb.get("url"):
@@ -95,13 +96,12 @@ def _backend(sandbox: Mapping[str, Any] | None, memory_mb: int | None, local: Ma
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if lang != "python":
-        raise UsageError(f"reward.sandbox.language={lang!r}: the local sandbox runs Python only\n"
-                         "set reward.sandbox.url to a SandboxFusion server for other languages")
+        raise invalid("reward.sandbox.language", lang, "set reward.sandbox.url to a SandboxFusion server for other "
+                      "languages", "the local sandbox runs Python only")
     opts = dict(local or {})
-    bad = sorted(set(opts) - set(_LOCAL_KEYS))
-    if bad:
-        raise UsageError(f"code reward kwarg 'local' has unknown key(s) {', '.join(map(repr, bad))}\n"
-                         f"allowed: {', '.join(_LOCAL_KEYS)}")
+    bad = sorted(set(map(str, opts)) - set(_LOCAL_KEYS))
+    if bad:  # the code reward's keyword argument ``local`` (a term's kwargs.local)
+        raise unknown_key(f"kwargs.local.{bad[0]}", _LOCAL_KEYS)
     opts.setdefault("memory_mb", mem)
     if "uids" in opts and not isinstance(opts["uids"], range):
         lo, hi = opts["uids"]
