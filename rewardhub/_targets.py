@@ -22,14 +22,12 @@ _name2file: dict[str, str] = {}
 def sha256(data: bytes = b"") -> Any:
     """A sha256 hasher: CPython's own built-in one where there is one (``hashlib`` would load
     OpenSSL's, ~5 ms of every ``rewardhub list``); the digests are the same."""
-    try:
-        from _sha256 import sha256 as impl  # CPython <= 3.11
-    except ImportError:
+    for name in ("_sha256", "_sha2", "hashlib"):  # CPython <= 3.11, >= 3.12, elsewhere
         try:
-            from _sha2 import sha256 as impl  # type: ignore[no-redef]  # CPython >= 3.12
-        except ImportError:
-            from hashlib import sha256 as impl  # type: ignore[no-redef]
-    return impl(data)
+            return importlib.import_module(name).sha256(data)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("no sha256 implementation")
 
 
 def file_sha256(path: str) -> str:

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import pickle
+import select
 import sys
 import time
 from collections.abc import Callable
@@ -75,6 +76,10 @@ class ProcessPool:
         self.warm_started = 0
         self._dying: list[Worker] = []  # killed, not yet reaped
         self._done: Callable[[Task], None] = lambda t: None
+        #: every worker's connection and sentinel, registered once (``connection.wait`` would build
+        #: and fill a selector on every turn of the loop, i.e. for every answer)
+        self._poll = select.poll()
+        self._fds: dict[int, Worker] = {}
 
     @property
     def stuck_after_s(self) -> float:
@@ -98,7 +103,20 @@ class ProcessPool:
         """Workers start lazily: one more only when every worker is busy and the next call may start."""
         while (queue and len(self._workers) < self.size and all(w.inflight for w in self._workers)
                and self._room(queue[0].key)):
-            self._workers.append(self._new_worker())
+            self._add(self._new_worker())
+
+    def _add(self, w: Worker) -> None:
+        self._workers.append(w)
+        for fd in (w.conn.fileno(), w.proc.sentinel):
+            if fd is not None:
+                self._poll.register(fd, select.POLLIN)
+                self._fds[fd] = w
+
+    def _remove(self, w: Worker) -> None:
+        self._workers.remove(w)
+        for fd in [fd for fd, x in self._fds.items() if x is w]:
+            self._poll.unregister(fd)
+            del self._fds[fd]
 
     def _new_worker(self) -> Worker:
         """A warm worker from the template where there is one ready, else one forked here."""
@@ -156,11 +174,11 @@ class ProcessPool:
         done(task)
 
     def _replace(self, w: Worker) -> None:
-        self._workers.remove(w)
+        self._remove(w)
         w.kill(wait=False)
         self._dying.append(w)
         if len(self._workers) < self.size:
-            self._workers.append(self._new_worker())
+            self._add(self._new_worker())
 
     def _reap(self, wait: bool = True) -> None:
         """Wait for the killed workers (dead by now, or within moments: SIGKILL cannot be caught);
@@ -201,7 +219,7 @@ class ProcessPool:
             if not busy:
                 continue
             if queue and self._room(queue[0].key) and self._want_spare(now):
-                self._workers.append(self._new_worker())
+                self._add(self._new_worker())
                 self.spares_started += 1
                 continue
             deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
@@ -209,10 +227,13 @@ class ProcessPool:
             deadlines += [w.started + self.watch.stuck_after(w) for w in watched]
             deadlines += [w.next_look for w in watched if w.idle is None]
             wait_s = max(0.0, min(deadlines) - now) if deadlines else None
-            ready = set(multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
-                                                        timeout=wait_s))
+            events = self._poll.poll(None if wait_s is None else math.ceil(wait_s * 1000))
+            ready = {self._fds[fd] for fd, _ in events if fd in self._fds}
             for w in busy:
-                self._collect(w, w.conn in ready or w.proc.sentinel in ready, queue, done)
+                self._collect(w, w in ready, queue, done)
+            for w in ready.difference(busy):  # an idle worker that died (or a spare that got no work yet)
+                if w in self._workers:
+                    self._collect(w, True, queue, done)
             now = time.monotonic()
             for w in list(self._workers):
                 task = w.task
@@ -318,7 +339,7 @@ class ProcessPool:
             idle = next((w for w in self._workers if not w.inflight), None)
             if idle is None:
                 return
-            self._workers.remove(idle)
+            self._remove(idle)
             idle.stop()
 
     def close(self) -> None:
@@ -330,7 +351,8 @@ class ProcessPool:
                 self._dying.append(w)
             else:
                 w.stop()
-        self._workers.clear()
+        for w in list(self._workers):
+            self._remove(w)
         self._reap()
         if self._template is not None:
             self._template.close()
