@@ -1,4 +1,4 @@
-"""1% of samples hang: process-executor throughput stays within 2x of the clean run, nothing lost.
+"""1% of samples hang: process-executor throughput stays within 1.3x of the clean run (issue 20), nothing lost.
 
 Each hung call sleeps forever and is killed at its timeout (1 s); while it waits, a spare worker
 keeps the throughput up. A run cannot end before its last hang's timeout, so the batch must be
@@ -65,7 +65,7 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         last = max(i for i, h in enumerate(hung) if h["extra_info"]["hang"]) / n
         floor = last * tc + timeout_s
         print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s ({n / tc:.0f}/s), "
-              f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 2x; floor "
+              f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
               f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
               f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "
               f"{spares} ({warm} warm), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "

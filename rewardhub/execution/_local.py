@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import inspect
@@ -12,10 +11,14 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import Interrupted
 from ._outcome import error_text
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Call", "interrupts_told_apart", "reward_exit", "run_async", "run_inline", "run_threads"]
 
@@ -106,6 +109,7 @@ def _run_coro(aw: Any) -> Any:
 
 def _in_fresh_loop(factory: Callable[[], Any]) -> Any:
     """Run a coroutine factory to completion, even if this thread already runs a loop."""
+    import asyncio  # imported when a coroutine is run: most runs never need it
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -146,6 +150,8 @@ def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: i
     next call from a shared iterator, so no task is made per call; one watchdog coroutine cancels
     a call that runs past ``timeout_s`` (no timer per call).
     """
+    import asyncio
+
     limit = max_concurrency or 64
     n = len(calls)
     results: list[Result | None] = [None] * n

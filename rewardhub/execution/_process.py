@@ -118,6 +118,19 @@ class ProcessPool:
             self._poll.unregister(fd)
             del self._fds[fd]
 
+    def _spare(self) -> Worker | None:
+        """A spare worker; None while the template's next standby is on its way (a warm one is
+        worth a few milliseconds' wait: a worker forked here starts cold)."""
+        t = self._template
+        if t is not None and t.ready():
+            got = t.take()
+            if got is not None:
+                self.warm_started += 1
+                return Worker(*got)
+            if t.coming():
+                return None
+        return self._new_worker()
+
     def _new_worker(self) -> Worker:
         """A warm worker from the template where there is one ready, else one forked here."""
         self._reap(wait=False)  # frees the template's slots of workers killed a moment ago
@@ -131,7 +144,7 @@ class ProcessPool:
                 self._template = t = _template.Template(self._ctx, self.size + self.max_spares + 8, work)
                 self._recent.clear()
         if t is not None:
-            got = t.take()
+            got = t.take(wait=True)
             if got is not None:
                 self.warm_started += 1
                 return Worker(*got)
@@ -218,11 +231,16 @@ class ProcessPool:
             busy = [w for w in busy if w.inflight]
             if not busy:
                 continue
+            spare_coming = False
             if queue and self._room(queue[0].key) and self._want_spare(now):
-                self._add(self._new_worker())
-                self.spares_started += 1
-                continue
-            deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
+                spare = self._spare()
+                if spare is not None:
+                    self._add(spare)
+                    self.spares_started += 1
+                    continue
+                spare_coming = True
+            deadlines = [now + 0.002] if spare_coming else []
+            deadlines += [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
             watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self.watch.stuck(w, now)]
             deadlines += [w.started + self.watch.stuck_after(w) for w in watched]
             deadlines += [w.next_look for w in watched if w.idle is None]
