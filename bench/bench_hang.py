@@ -58,6 +58,7 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
                 t_hung.append(time.perf_counter() - t)
             # of the last run with hangs
             kills, spares, warm = (x - y for x, y in zip((pool.kills, pool.spares_started, pool.warm_started), before))
+            template = pool._template.state if pool._template is not None else "none"
         lost = sum(s is None for s in b.scores)
         timeouts = b.metrics["rewards/maybe_hang/timeouts"]
         same = sum(x == y for x, y, h in zip(a.scores, b.scores, hung) if not h["extra_info"]["hang"])
@@ -68,7 +69,7 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
               f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
               f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
               f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "
-              f"{spares} ({warm} warm), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
+              f"{spares} ({warm} warm; template {template}), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
               f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -40,8 +40,9 @@ WARM_CALLS = 256
 WARM_MIN_CALLS = 32
 #: only rewards this fast on average are replayed
 WARM_MAX_CALL_S = 0.01
-#: a template that has not warmed up by then is given up (a replayed call that hangs)
-WARM_LIMIT_S = 10.0
+#: a template that has not warmed up by then is given up (a replayed call that hangs; a loaded host
+#: can take many seconds to replay WARM_CALLS calls)
+WARM_LIMIT_S = 30.0
 #: how long the pool waits for a standby's descriptor once its pid came (sent right after it)
 TAKE_LIMIT_S = 1.0
 #: how long a standby asked for may take to come before the pool forks its spares itself
