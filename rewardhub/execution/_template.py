@@ -219,6 +219,20 @@ class Template:
             self.state = "broken"
             self.close()
 
+    def _ask(self) -> None:
+        """Ask for the next standby (forked while the pool goes on), unless one is there or on its
+        way, or no slot is free (then at a later call, once a dead worker's slot came back)."""
+        if self._standby is not None or self.asked is not None or not self.free or self.state != "ready":
+            return
+        nxt = self.free.pop()
+        self.claims[nxt][:] = [-1, 0, 0]
+        self.codes[nxt] = _RUNNING
+        try:
+            self.conn.send(("take", nxt))
+            self.asked = time.monotonic()
+        except OSError:
+            self.state = "broken"
+
     def coming(self) -> bool:
         """Whether a standby was asked for a moment ago and should come soon (worth waiting for)."""
         return (self.state == "ready" and self._standby is None and self.asked is not None
@@ -230,6 +244,7 @@ class Template:
         :meth:`coming` is waited for (at most what is left of :data:`PENDING_LIMIT_S`)."""
         if not self.ready():
             return None
+        self._ask()
         if wait and self.coming() and self.asked is not None:
             try:
                 self.conn.poll(max(0.0, self.asked + PENDING_LIMIT_S - time.monotonic()))
@@ -240,15 +255,8 @@ class Template:
             return None
         fd, pid, slot = self._standby
         self._standby = None
-        if self.free:  # the next standby, forked while the pool goes on
-            nxt = self.free.pop()
-            self.claims[nxt][:] = [-1, 0, 0]
-            self.codes[nxt] = _RUNNING
-            try:
-                self.conn.send(("take", nxt))
-                self.asked = time.monotonic()
-            except OSError:
-                self.state = "broken"
+        self.asked = None
+        self._ask()
         conn = multiprocessing.connection.Connection(fd)
         try:
             proc = _Foreign(self, pid, slot)
