@@ -141,7 +141,8 @@ class ProcessPool:
                     if self._payloads[key].pure and len(calls) >= _template.WARM_MIN_CALLS
                     and self.watch.known_fast(key, _template.WARM_MAX_CALL_S)]
             if work:
-                self._template = t = _template.Template(self._ctx, self.size + self.max_spares + 8, work)
+                # slots: the workers and spares, and as many hung or killed ones not yet reaped
+                self._template = t = _template.Template(self._ctx, 2 * (self.size + self.max_spares) + 8, work)
                 self._recent.clear()
         if t is not None:
             got = t.take(wait=True)
