@@ -1,4 +1,4 @@
-"""1% of samples hang: process-executor throughput stays within 2x of the clean run, nothing lost.
+"""1% of samples hang: process-executor throughput stays within 1.3x of the clean run (issue 20), nothing lost.
 
 Each hung call sleeps forever and is killed at its timeout (1 s); while it waits, a spare worker
 keeps the throughput up. A run cannot end before its last hang's timeout, so the batch must be
@@ -58,6 +58,7 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
                 t_hung.append(time.perf_counter() - t)
             # of the last run with hangs
             kills, spares, warm = (x - y for x, y in zip((pool.kills, pool.spares_started, pool.warm_started), before))
+            template = pool._template.state if pool._template is not None else "none"
         lost = sum(s is None for s in b.scores)
         timeouts = b.metrics["rewards/maybe_hang/timeouts"]
         same = sum(x == y for x, y, h in zip(a.scores, b.scores, hung) if not h["extra_info"]["hang"])
@@ -65,10 +66,10 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         last = max(i for i, h in enumerate(hung) if h["extra_info"]["hang"]) / n
         floor = last * tc + timeout_s
         print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s ({n / tc:.0f}/s), "
-              f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 2x; floor "
+              f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
               f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
               f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "
-              f"{spares} ({warm} warm), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
+              f"{spares} ({warm} warm; template {template}), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
               f"load average {os.getloadavg()[0]:.1f}")
 
 

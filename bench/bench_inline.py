@@ -65,6 +65,11 @@ EXECUTORS = {"inline": ("trivial", "inline"), "thread": ("trivial", "thread"), "
 
 
 def cli(n: int = 100_000, repeat: int = int(os.environ.get("BENCH_REPEAT", "3"))) -> None:
+    if not os.environ.get("BENCH_NO_BYTECODE"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _util import ensure_bytecode
+
+        print(ensure_bytecode())
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "rows.jsonl")
         with open(data, "w") as f:

@@ -5,11 +5,13 @@ Also the CPU time (user + system) ratio: on a loaded host wall times mostly meas
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import timeit
 
 from _util import cpu
+from _util import ensure_bytecode
 from _util import report
 from _util import wall
 
@@ -18,6 +20,8 @@ from rewardhub.testing import write_distribution
 
 
 def main() -> None:
+    if not os.environ.get("BENCH_NO_BYTECODE"):
+        print(ensure_bytecode())
     base = wall([sys.executable, "-c", "pass"])
     t = wall([sys.executable, "-m", "rewardhub", "list", "--json"])
     report("rewardhub list --json (first-party plugins)", t, base, goal="<= 3x")

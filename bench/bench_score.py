@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from _util import REPO
+from _util import ensure_bytecode
 from make_samples import samples
 
 BASELINE = r"""
@@ -63,6 +64,8 @@ def _timed(cmd: list[str]) -> tuple[float, float, str]:
 
 
 def main(n: int = 3000, repeat: int = 3) -> None:
+    if not os.environ.get("BENCH_NO_BYTECODE"):
+        print(ensure_bytecode())
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "data.jsonl")
         with open(data, "w") as f:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -13,6 +12,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
+
+from ._targets import sha256
 
 if TYPE_CHECKING:
     import importlib.metadata
@@ -105,7 +106,7 @@ def _cache_file() -> str | None:
     if os.environ.get("REWARDHUB_NO_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    key = hashlib.sha256("\0".join([sys.executable, *sys.path]).encode()).hexdigest()[:20]
+    key = sha256("\0".join([sys.executable, *sys.path]).encode()).hexdigest()[:20]
     return os.path.join(base, "rewardhub", f"entry-points-{key}.json")
 
 

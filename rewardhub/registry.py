@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from ._specs import spec_for_reward_ep
 from ._specs import specs_from_hook_result
 from ._targets import file_sha256
 from ._targets import load_target
+from ._targets import sha256
 from .decorator import spec_from_object
 from .errors import BrokenRewardError
 from .errors import ConflictingRewardError
@@ -294,7 +294,7 @@ class RewardRegistry:
     def fingerprint(self) -> str:
         """Stable hash of :meth:`fingerprint_items`: equal in every process with the same installation."""
         blob = json.dumps(sorted(self.fingerprint_items().items()), separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return sha256(blob.encode()).hexdigest()[:16]
 
 
 def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,

@@ -14,6 +14,13 @@ def record(*, response, **kw):
     if response == "hang":
         time.sleep(30)
     return 1.0
+
+calls = []
+def count(*, response, **kw):
+    calls.append(response)
+    if response == "hang":
+        time.sleep(30)
+    return 1.0
 '''
 
 ASYNC_REWARDS = '''
@@ -73,6 +80,22 @@ def test_thread_timeout_replaces_the_thread_and_the_rest_goes_on(tmp_path):
     assert [i for i, s in enumerate(res.scores) if s != 1.0] == [5, 30]
     assert res.metrics["rewards/record/timeouts"] == 2.0 and r.abandoned_threads == 2
     assert len(set(seen)) <= 4  # two threads, and one replacement for each hung one
+
+
+def test_thread_batches_give_back_the_calls_behind_a_hung_one(tmp_path):
+    """Threads take fast calls many at a time; the calls taken along with a hung one and not
+    started go back to the queue: every call runs exactly once, and only the hung one times out."""
+    rows = [f"r{i}" for i in range(3000)]
+    rows[1500] = "hang"
+    with _runner(tmp_path, THREAD_REWARDS, "count", executor="thread", max_concurrency=2, timeout_s=0.5) as r:
+        calls = r.terms[0].invoker.fn.__globals__["calls"]
+        calls.clear()
+        start = time.monotonic()
+        res = r.score(_rows(*rows))
+    assert time.monotonic() - start < 10
+    assert sorted(calls) == sorted(rows)  # each call made once: none lost, none repeated
+    assert [i for i, s in enumerate(res.scores) if s != 1.0] == [1500]
+    assert res.metrics["rewards/count/timeouts"] == 1.0 and r.abandoned_threads == 1
 
 
 def test_async_timeout_holds_even_when_the_reward_swallows_its_cancellation(tmp_path):

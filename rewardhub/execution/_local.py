@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import inspect
@@ -12,10 +11,14 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import Interrupted
 from ._outcome import error_text
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Call", "interrupts_told_apart", "reward_exit", "run_async", "run_inline", "run_threads"]
 
@@ -106,6 +109,7 @@ def _run_coro(aw: Any) -> Any:
 
 def _in_fresh_loop(factory: Callable[[], Any]) -> Any:
     """Run a coroutine factory to completion, even if this thread already runs a loop."""
+    import asyncio  # imported when a coroutine is run: most runs never need it
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -146,6 +150,8 @@ def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: i
     next call from a shared iterator, so no task is made per call; one watchdog coroutine cancels
     a call that runs past ``timeout_s`` (no timer per call).
     """
+    import asyncio
+
     limit = max_concurrency or 64
     n = len(calls)
     results: list[Result | None] = [None] * n
@@ -221,22 +227,39 @@ def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: i
 
 
 class _Slot:
-    """One reward thread of :func:`run_threads`; ``abandoned`` once its call timed out."""
+    """One reward thread of :func:`run_threads`: the calls it took (``batch``), which of them runs
+    (``pos``) and since when (``began``; ``None`` between calls); ``abandoned`` once its running
+    call timed out. Read and written under its ``lock`` (the thread's own: not contended)."""
 
-    __slots__ = ("abandoned",)
+    __slots__ = ("abandoned", "batch", "began", "lock", "pos")
 
     def __init__(self) -> None:
         self.abandoned = False
+        self.batch: list[int] = []
+        self.pos = 0
+        self.began: float | None = None
+        self.lock = threading.Lock()
+
+    def over(self) -> bool:
+        """Whether the pool has taken this thread's calls back (read under ``lock``, anew each time)."""
+        return self.abandoned
+
+
+#: a reward thread takes at most this many calls at once, and about _BATCH_S seconds of them
+_BATCH_MAX = 64
+_BATCH_S = 0.002
 
 
 def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency: int | None,
                 retries: int) -> tuple[list[Result], int]:
     """Run calls on threads, at most ``max_concurrency`` (default 8) at once.
 
-    That many threads each take the next call from a shared queue until it is empty (no thread is
-    started per call). A call past its timeout is reported as a timeout and a new thread takes
-    its thread's place, but a thread cannot be killed: the hung call keeps running in the
-    background until it returns (then its thread ends).
+    That many threads each take calls from a shared queue until it is empty (no thread is started
+    per call): a few at a time (about 2 ms of them, by the mean call time so far, so that the
+    queue's lock is not fought over for every trivial call), the fewer the less is left. A call
+    past its timeout is reported as a timeout, the calls its thread took and has not started go
+    back to the queue, and a new thread takes its thread's place; but a thread cannot be killed:
+    the hung call keeps running in the background until it returns (then its thread ends).
 
     :returns: the results and the number of abandoned (still running) threads.
     """
@@ -245,10 +268,16 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
     results: list[Result | None] = [None] * n
     attempts = [0] * n
     todo = collections.deque(range(n))
-    running: dict[int, tuple[float, _Slot]] = {}  # index -> (start, its thread), while it runs
+    slots: list[_Slot] = []
     cond = threading.Condition()
     clock = time.monotonic
-    state = {"left": n, "live": 0, "abandoned": 0}
+    state: dict[str, Any] = {"left": n, "live": 0, "abandoned": 0, "calls": 0, "busy_s": 0.0}
+
+    def take() -> list[int]:  # under cond
+        mean = state["busy_s"] / state["calls"] if state["calls"] else None
+        size = 1 if mean is None else max(1, min(_BATCH_MAX, int(_BATCH_S / max(mean, 1e-9))))
+        size = max(1, min(size, len(todo) // (2 * limit)))
+        return [todo.popleft() for _ in range(size)]
 
     def worker(slot: _Slot) -> None:
         while True:
@@ -257,27 +286,60 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
                     if not slot.abandoned:
                         state["live"] -= 1
                     return
-                i = todo.popleft()
-                attempts[i] += 1
-                running[i] = (clock(), slot)
-            try:
-                res = _call_once(calls[i], own_thread=True)
-            except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
-                res = ("error", error_text(exc), 0.0)
+                batch = take()
+            with slot.lock:
+                slot.batch, slot.pos = batch, 0
+            t0 = clock()
+            for pos, i in enumerate(batch):
+                while True:
+                    with slot.lock:
+                        if slot.over():
+                            return
+                        slot.pos = pos
+                        attempts[i] += 1
+                        slot.began = clock()
+                    try:
+                        res = _call_once(calls[i], own_thread=True)
+                    except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
+                        res = ("error", error_text(exc), 0.0)
+                    with slot.lock:
+                        if slot.over():  # timed out meanwhile: the pool has taken over its calls
+                            return
+                        slot.began = None
+                        if res[0] != "ok" and attempts[i] <= retries:
+                            continue
+                        results[i] = res
+                        break
             with cond:
-                if running.pop(i, None) is None:  # timed out meanwhile: this thread was abandoned
-                    return
-                if res[0] != "ok" and attempts[i] <= retries:
-                    todo.append(i)
-                    continue
-                results[i] = res
-                state["left"] -= 1
+                state["calls"] += len(batch)
+                state["busy_s"] += clock() - t0
+                state["left"] -= len(batch)
                 if not state["left"]:
                     cond.notify()
 
     def start() -> None:
         state["live"] += 1
-        threading.Thread(target=worker, args=(_Slot(),), daemon=True, name="rewardhub-reward").start()
+        slot = _Slot()
+        slots.append(slot)
+        threading.Thread(target=worker, args=(slot,), daemon=True, name="rewardhub-reward").start()
+
+    def expire(slot: _Slot, began: float, now: float) -> None:  # under cond
+        with slot.lock:
+            if slot.abandoned or slot.began != began:  # it moved on meanwhile
+                return
+            slot.abandoned = True
+            i, rest = slot.batch[slot.pos], slot.batch[slot.pos + 1:]
+        slots.remove(slot)
+        state["live"] -= 1
+        state["abandoned"] += 1
+        state["left"] -= slot.pos  # the calls it finished before this one
+        todo.extend(rest)
+        if attempts[i] <= retries:
+            todo.append(i)
+        else:
+            results[i] = ("timeout", f"timed out after {timeout_s:g}s (the thread cannot be killed and runs on; "
+                                     "use executor: process to kill)", now - began)
+            state["left"] -= 1
 
     with cond:
         while state["left"]:
@@ -286,21 +348,18 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
             wait = None
             if timeout_s:
                 now = clock()
-                for i, (began, slot) in list(running.items()):
+                soonest = None
+                for slot in list(slots):
+                    began = slot.began
+                    if began is None:
+                        continue
                     if now - began >= timeout_s:
-                        del running[i]
-                        slot.abandoned = True
-                        state["live"] -= 1
-                        state["abandoned"] += 1
-                        if attempts[i] <= retries:
-                            todo.append(i)
-                        else:
-                            results[i] = ("timeout", f"timed out after {timeout_s:g}s (the thread cannot be "
-                                                     "killed and runs on; use executor: process to kill)", now - began)
-                            state["left"] -= 1
+                        expire(slot, began, now)
+                    elif soonest is None or began < soonest:
+                        soonest = began
                 if todo and state["live"] < limit:
                     continue
-                wait = max(0.001, min((b + timeout_s - now for b, _ in running.values()), default=timeout_s))
+                wait = max(0.001, timeout_s if soonest is None else soonest + timeout_s - now)
             if state["left"]:
                 cond.wait(wait)
     return [r if r is not None else ("error", "no result", 0.0) for r in results], state["abandoned"]

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import pickle
+import select
 import sys
 import time
 from collections.abc import Callable
@@ -75,6 +76,10 @@ class ProcessPool:
         self.warm_started = 0
         self._dying: list[Worker] = []  # killed, not yet reaped
         self._done: Callable[[Task], None] = lambda t: None
+        #: every worker's connection and sentinel, registered once (``connection.wait`` would build
+        #: and fill a selector on every turn of the loop, i.e. for every answer)
+        self._poll = select.poll()
+        self._fds: dict[int, Worker] = {}
 
     @property
     def stuck_after_s(self) -> float:
@@ -98,7 +103,33 @@ class ProcessPool:
         """Workers start lazily: one more only when every worker is busy and the next call may start."""
         while (queue and len(self._workers) < self.size and all(w.inflight for w in self._workers)
                and self._room(queue[0].key)):
-            self._workers.append(self._new_worker())
+            self._add(self._new_worker())
+
+    def _add(self, w: Worker) -> None:
+        self._workers.append(w)
+        for fd in (w.conn.fileno(), w.proc.sentinel):
+            if fd is not None:
+                self._poll.register(fd, select.POLLIN)
+                self._fds[fd] = w
+
+    def _remove(self, w: Worker) -> None:
+        self._workers.remove(w)
+        for fd in [fd for fd, x in self._fds.items() if x is w]:
+            self._poll.unregister(fd)
+            del self._fds[fd]
+
+    def _spare(self) -> Worker | None:
+        """A spare worker; None while the template's next standby is on its way (a warm one is
+        worth a few milliseconds' wait: a worker forked here starts cold)."""
+        t = self._template
+        if t is not None and t.ready():
+            got = t.take()
+            if got is not None:
+                self.warm_started += 1
+                return Worker(*got)
+            if t.coming():
+                return None
+        return self._new_worker()
 
     def _new_worker(self) -> Worker:
         """A warm worker from the template where there is one ready, else one forked here."""
@@ -110,10 +141,11 @@ class ProcessPool:
                     if self._payloads[key].pure and len(calls) >= _template.WARM_MIN_CALLS
                     and self.watch.known_fast(key, _template.WARM_MAX_CALL_S)]
             if work:
-                self._template = t = _template.Template(self._ctx, self.size + self.max_spares + 8, work)
+                # slots: the workers and spares, and as many hung or killed ones not yet reaped
+                self._template = t = _template.Template(self._ctx, 2 * (self.size + self.max_spares) + 8, work)
                 self._recent.clear()
         if t is not None:
-            got = t.take()
+            got = t.take(wait=True)
             if got is not None:
                 self.warm_started += 1
                 return Worker(*got)
@@ -156,11 +188,11 @@ class ProcessPool:
         done(task)
 
     def _replace(self, w: Worker) -> None:
-        self._workers.remove(w)
+        self._remove(w)
         w.kill(wait=False)
         self._dying.append(w)
         if len(self._workers) < self.size:
-            self._workers.append(self._new_worker())
+            self._add(self._new_worker())
 
     def _reap(self, wait: bool = True) -> None:
         """Wait for the killed workers (dead by now, or within moments: SIGKILL cannot be caught);
@@ -200,19 +232,27 @@ class ProcessPool:
             busy = [w for w in busy if w.inflight]
             if not busy:
                 continue
+            spare_coming = False
             if queue and self._room(queue[0].key) and self._want_spare(now):
-                self._workers.append(self._new_worker())
-                self.spares_started += 1
-                continue
-            deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
+                spare = self._spare()
+                if spare is not None:
+                    self._add(spare)
+                    self.spares_started += 1
+                    continue
+                spare_coming = True
+            deadlines = [now + 0.002] if spare_coming else []
+            deadlines += [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
             watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self.watch.stuck(w, now)]
             deadlines += [w.started + self.watch.stuck_after(w) for w in watched]
             deadlines += [w.next_look for w in watched if w.idle is None]
             wait_s = max(0.0, min(deadlines) - now) if deadlines else None
-            ready = set(multiprocessing.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
-                                                        timeout=wait_s))
+            events = self._poll.poll(None if wait_s is None else math.ceil(wait_s * 1000))
+            ready = {self._fds[fd] for fd, _ in events if fd in self._fds}
             for w in busy:
-                self._collect(w, w.conn in ready or w.proc.sentinel in ready, queue, done)
+                self._collect(w, w in ready, queue, done)
+            for w in ready.difference(busy):  # an idle worker that died (or a spare that got no work yet)
+                if w in self._workers:
+                    self._collect(w, True, queue, done)
             now = time.monotonic()
             for w in list(self._workers):
                 task = w.task
@@ -318,7 +358,7 @@ class ProcessPool:
             idle = next((w for w in self._workers if not w.inflight), None)
             if idle is None:
                 return
-            self._workers.remove(idle)
+            self._remove(idle)
             idle.stop()
 
     def close(self) -> None:
@@ -330,7 +370,8 @@ class ProcessPool:
                 self._dying.append(w)
             else:
                 w.stop()
-        self._workers.clear()
+        for w in list(self._workers):
+            self._remove(w)
         self._reap()
         if self._template is not None:
             self._template.close()

@@ -40,10 +40,13 @@ WARM_CALLS = 256
 WARM_MIN_CALLS = 32
 #: only rewards this fast on average are replayed
 WARM_MAX_CALL_S = 0.01
-#: a template that has not warmed up by then is given up (a replayed call that hangs)
-WARM_LIMIT_S = 10.0
-#: how long the pool waits for the template to hand over a standby
+#: a template that has not warmed up by then is given up (a replayed call that hangs; a loaded host
+#: can take many seconds to replay WARM_CALLS calls)
+WARM_LIMIT_S = 30.0
+#: how long the pool waits for a standby's descriptor once its pid came (sent right after it)
 TAKE_LIMIT_S = 1.0
+#: how long a standby asked for may take to come before the pool forks its spares itself
+PENDING_LIMIT_S = 0.25
 _RUNNING = -(1 << 40)  # exit code slot: not exited (or not yet reaped)
 
 
@@ -89,8 +92,16 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
         kids[os.pidfd_open(pid)] = (pid, slot)
         return pid, slot, ours
 
-    standby = fork_standby(slot)
+    def push(standby: tuple[int, int, socket.socket]) -> None:
+        """Hand a standby over before the pool asks: taking it then costs the pool no round trip
+        (on a loaded host the template may wait long for a core to answer on)."""
+        pid, kid_slot, ours = standby
+        conn.send((pid, kid_slot))
+        reduction.send_handle(conn, ours.fileno(), pool_pid)
+        ours.close()
+
     conn.send(("ready",))
+    push(fork_standby(slot))
     while True:
         for obj in multiprocessing.connection.wait([conn, *kids]):
             if not isinstance(obj, int):  # the pool's connection: read below
@@ -104,11 +115,7 @@ def _template_main(conn: Any, claims: list[Any], locks: list[Any], codes: Any) -
         msg = next_message(conn)
         if msg is None:
             return
-        pid, kid_slot, ours = standby
-        conn.send((pid, kid_slot))
-        reduction.send_handle(conn, ours.fileno(), pool_pid)
-        ours.close()
-        standby = fork_standby(msg[1])
+        push(fork_standby(msg[1]))  # ("take", slot): the pool took the last one
 
 
 # ---------------------------------------------------------------------------- pool side
@@ -177,6 +184,9 @@ class Template:
         self.conn = parent
         self.state = "warming"  # -> "ready", or "broken" for good
         self.since = time.monotonic()
+        #: the standby handed over and not yet taken; when the next one was asked for (None: it came)
+        self._standby: tuple[Any, int, int] | None = None
+        self.asked: float | None = self.since
         self.conn.send(("warm", work, 0))
 
     def alive(self) -> bool:
@@ -187,6 +197,7 @@ class Template:
             try:
                 if self.conn.poll():
                     self.state = "ready" if self.conn.recv() == ("ready",) else "broken"
+                    self.asked = time.monotonic()  # the first standby follows
                 elif not self.proc.is_alive() or time.monotonic() - self.since > WARM_LIMIT_S:
                     self.state = "broken"
             except (EOFError, OSError):
@@ -195,32 +206,73 @@ class Template:
                 self.close()
         return self.state == "ready"
 
-    def take(self) -> tuple[Any, Any, Any, _Foreign] | None:
-        """The standby worker (connection, claim, lock, process) for the pool; None: fork it yourself."""
-        if not self.ready() or not self.free:
-            return None
+    def _receive(self) -> None:
+        """Read the standby the template handed over, if it has come."""
+        try:
+            if self._standby is None and self.conn.poll():
+                pid, slot = self.conn.recv()
+                if not self.conn.poll(TAKE_LIMIT_S):
+                    raise TimeoutError
+                self._standby = (reduction.recv_handle(self.conn), pid, slot)
+                self.asked = None
+        except (EOFError, OSError, TimeoutError, ValueError, TypeError):
+            self.state = "broken"
+            self.close()
+
+    def _ask(self) -> None:
+        """Ask for the next standby (forked while the pool goes on), unless one is there or on its
+        way, or no slot is free (then at a later call, once a dead worker's slot came back)."""
+        if self._standby is not None or self.asked is not None or not self.free or self.state != "ready":
+            return
         nxt = self.free.pop()
         self.claims[nxt][:] = [-1, 0, 0]
         self.codes[nxt] = _RUNNING
         try:
             self.conn.send(("take", nxt))
-            if not self.conn.poll(TAKE_LIMIT_S):
-                raise TimeoutError
-            pid, slot = self.conn.recv()
-            fd = reduction.recv_handle(self.conn)
-        except (EOFError, OSError, TimeoutError):
+            self.asked = time.monotonic()
+        except OSError:
             self.state = "broken"
-            self.close()
+
+    def coming(self) -> bool:
+        """Whether a standby was asked for a moment ago and should come soon (worth waiting for)."""
+        return (self.state == "ready" and self._standby is None and self.asked is not None
+                and time.monotonic() - self.asked < PENDING_LIMIT_S)
+
+    def take(self, wait: bool = False) -> tuple[Any, Any, Any, _Foreign] | None:
+        """The standby worker (connection, claim, lock, process) for the pool; None: none is there
+        (fork it yourself, or try again while :meth:`coming`). With ``wait``, a standby that is
+        :meth:`coming` is waited for (at most what is left of :data:`PENDING_LIMIT_S`)."""
+        if not self.ready():
             return None
+        self._ask()
+        if wait and self.coming() and self.asked is not None:
+            try:
+                self.conn.poll(max(0.0, self.asked + PENDING_LIMIT_S - time.monotonic()))
+            except (EOFError, OSError):
+                pass
+        self._receive()
+        if self._standby is None or self.state != "ready":
+            return None
+        fd, pid, slot = self._standby
+        self._standby = None
+        self.asked = None
+        self._ask()
         conn = multiprocessing.connection.Connection(fd)
         try:
             proc = _Foreign(self, pid, slot)
         except OSError:  # died before it was handed over: the template reaps it; fork one here
             conn.close()
+            if self.state == "broken":
+                self.close()
             return None
+        if self.state == "broken":
+            self.close()
         return conn, self.claims[slot], self.locks[slot], proc
 
     def close(self) -> None:
+        if self._standby is not None:  # never taken: it exits on its connection's end
+            os.close(self._standby[0])
+            self._standby = None
         if self.state != "broken":
             self.state = "broken"
             tell_to_stop(self.conn)

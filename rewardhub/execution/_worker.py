@@ -7,7 +7,6 @@ number in a small shared array, so that the pool can take back the calls it has 
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import gc
 import inspect
@@ -49,6 +48,8 @@ def run_call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
     """One call of an invoker on a sample (``mode == "one"``) or a list of them, awaited if async."""
     raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
     if inspect.isawaitable(raw):
+        import asyncio  # here: ~15 ms of every pool process's start-up that most rewards never need
+
         raw = asyncio.run(_await(raw))
     return raw
 
