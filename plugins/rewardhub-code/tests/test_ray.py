@@ -25,7 +25,7 @@ def test_a_batch_on_ray_reward_workers(local_ray):
     samples += [{"response": fenced(p), "ground_truth": ["assert add(1, 2) == 3"], "extra_info": {"want": 0.0}}
                 for p in hostile]
     cfg = {"rewards": [{"name": "code_tests", "executor": "ray", "kwargs": {"all_or_nothing": True}}],
-           "sandbox": {"timeout_s": 1.5}, "workers": {"num_workers": 2}}
+           "sandbox": {"timeout_s": 5.0}, "workers": {"num_workers": 2}}  # a good program must finish under load too
     with runner_from_config(cfg) as runner:
         res = runner.score(samples)
         again = runner.score(samples[:2])  # the same workers are still there and still score
