@@ -255,7 +255,9 @@ class GRPOLearner:
         for k, start in enumerate(range(0, len(samples), mbs)):
             chunk = samples[start:start + mbs]
             ent: list[torch.Tensor] = []
-            logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent)
+            # the entropy is a metric only without a bonus: then no autograd graph is built for it
+            logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent,
+                                           entropy_grad=bool(s.entropy_coeff))
             # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
             weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
             old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
