@@ -231,10 +231,12 @@ class GRPOLearner:
         stats["optim/skipped_steps"] = float(skipped)
         stats["optim/nonfinite_in_row"] = float(self.nonfinite_in_row)
         lengths, count = sum(len(c.response_ids) for c in samples), len(samples)
+        idle = sum(without_gradient(s, self.ref is not None, c) for c in samples)
         if self.group is not None:  # the batch's metrics: each rank's share is weighted by the batch's totals
-            *summed, lengths, count = self.group.sum([*(stats[k] for k in SUMMED), lengths, count])
+            *summed, lengths, count, idle = self.group.sum([*(stats[k] for k in SUMMED), lengths, count, idle])
             stats.update(zip(SUMMED, summed))
         stats["response_len/mean"] = lengths / max(1, count)
+        stats["samples/without_gradient"] = float(idle)  #: no backward pass (see gradients)
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
     def gradients(self, samples: Sequence[TrainSample], stats: dict[str, float] | None = None,
