@@ -169,7 +169,7 @@ def test_samples_without_a_gradient_skip_the_backward_and_change_nothing(tiny_pa
     assert modes == [(2, True), (3, False)]  # the three advantage-0 samples: a forward without autograd
     for key in ("loss/policy", "entropy", "grad_norm", "clip_frac"):
         assert skipped[key] == pytest.approx(full[key], rel=1e-4, abs=1e-6), key
-    assert full["grad_norm"] > 0 and full["samples/without_gradient"] == skipped["samples/without_gradient"] == 3
+    assert full["grad_norm"] > 0 and (full["samples/without_gradient"], skipped["samples/without_gradient"]) == (0, 3)
     for k in w_full:
         assert torch.allclose(w_full[k], w_skip[k], atol=1e-6), k
     # all of a batch without a gradient: the optimizer still steps (on zero gradients), as before
