@@ -137,3 +137,41 @@ def test_bad_knobs_name_the_key(section, values, message):
     cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]}, section: values}
     with pytest.raises(UsageError, match=message):
         parse_config(cfg)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_samples_without_a_gradient_skip_the_backward_and_change_nothing(tiny_path, monkeypatch, mode):
+    """Advantage-0 samples (no KL, no entropy bonus) get a metrics-only forward: same update, same metrics."""
+    import rewardhub_trainer.learner as learner_mod
+
+    def batch(learner):
+        good, bad = _samples(learner)
+        flat = [TrainSample([100, 102, 103], [130 + i, 131], [], 0.0) for i in range(3)]
+        with torch.no_grad():
+            lp, _ = response_logprobs(learner.model, flat, 1.0)
+        for i, s in enumerate(flat):
+            s.old_logprobs = (lp[i, :2] - 0.05).tolist()
+        return [good, *flat, bad]
+
+    results, grad_modes = [], []
+    real, real_check = learner_mod.response_logprobs, learner_mod.without_gradient
+    monkeypatch.setattr(learner_mod, "response_logprobs",
+                        lambda m, chunk, *a, **k: grad_modes.append((len(chunk), torch.is_grad_enabled()))
+                        or real(m, chunk, *a, **k))
+    for check in (lambda *a: False, real_check):  # every sample through backward (as before), then skipped
+        monkeypatch.setattr(learner_mod, "without_gradient", check)
+        learner = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2, loss_agg_mode=mode), seed=0)
+        samples = batch(learner)
+        grad_modes.clear()
+        stats = learner.train_step(samples)
+        results.append((stats, {k: v.clone() for k, v in learner.model.state_dict().items()}, list(grad_modes)))
+    (full, w_full, _), (skipped, w_skip, modes) = results
+    assert modes == [(2, True), (3, False)]  # the three advantage-0 samples: a forward without autograd
+    for key in ("loss/policy", "entropy", "grad_norm", "clip_frac"):
+        assert skipped[key] == pytest.approx(full[key], rel=1e-4, abs=1e-6), key
+    assert full["grad_norm"] > 0 and (full["samples/without_gradient"], skipped["samples/without_gradient"]) == (0, 3)
+    for k in w_full:
+        assert torch.allclose(w_full[k], w_skip[k], atol=1e-6), k
+    # all of a batch without a gradient: the optimizer still steps (on zero gradients), as before
+    flat = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2), seed=0)
+    assert flat.train_step(batch(flat)[1:4])["optim/skipped_steps"] == 0 and flat.version == 1

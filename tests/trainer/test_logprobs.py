@@ -99,3 +99,26 @@ def test_generation_with_the_shared_prompt_cache_samples_as_without(model_cache,
         for a, b in zip(g1, g2):
             assert a.prompt_ids == b.prompt_ids and a.response_ids == b.response_ids
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_token_logprobs_equal_log_softmax_and_the_metric_entropy_has_no_graph(temperature):
+    import torch
+
+    from rewardhub_trainer.logprobs import token_logprobs
+
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(7, 50)).requires_grad_(True)
+    targets = torch.randint(0, 50, (7,))
+    full = torch.log_softmax(logits / temperature, dim=-1)
+    want_lp = full.gather(-1, targets[:, None]).squeeze(-1)
+    want_ent = -(full.exp() * full).sum(-1)
+    lp, ent = token_logprobs(logits, targets, temperature, want_entropy=True)
+    assert torch.allclose(lp, want_lp, atol=1e-5) and torch.allclose(ent, want_ent, atol=1e-5)
+    assert ent.requires_grad and lp.requires_grad
+    (g,) = torch.autograd.grad(ent.sum(), logits)
+    (g_want,) = torch.autograd.grad(want_ent.sum(), logits)
+    assert torch.allclose(g, g_want, atol=1e-5)
+    lp2, metric = token_logprobs(logits, targets, temperature, want_entropy=True, entropy_grad=False)
+    assert lp2.requires_grad and not metric.requires_grad and torch.allclose(metric, want_ent, atol=1e-5)
+    assert token_logprobs(logits, targets, temperature)[1] is None

@@ -74,8 +74,7 @@ class TransformersEngine:
         config = GenerationConfig(**{
             **NEUTRAL_SAMPLING, **sampling,
             "max_new_tokens": max_new_tokens, "pad_token_id": tok.pad_token_id,
-            "eos_token_id": ends if stop_token_ids else eos,
-            "return_dict_in_generate": True, "output_logits": True})
+            "eos_token_id": ends if stop_token_ids else eos})
         criteria = None
         if stop:  # checked on the decoded text (transformers' stop_strings misreads byte-level vocabularies)
             from transformers import StoppingCriteria
@@ -89,19 +88,19 @@ class TransformersEngine:
                     return torch.tensor([any(s in t for s in stop) for t in texts], device=ids.device)
 
             criteria = StoppingCriteriaList([_StopText()])
+        from transformers import LogitsProcessorList
+
         torch.manual_seed(seed)
+        recorder = _SampledLogprobs(temperature)
         with torch.no_grad():
             cache = self._prompt_cache(enc, n)
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, past_key_values=cache,
-                                      generation_config=config, stopping_criteria=criteria)
+            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention, past_key_values=cache,
+                                            generation_config=config, stopping_criteria=criteria,
+                                            logits_processor=LogitsProcessorList([recorder]))
         width = input_ids.shape[1]
-        new = out.sequences[:, width:]
-        # Raw logits (before warpers), so the log-probs match the learner's log_softmax(logits / T).
-        logits = torch.stack(out.logits, dim=1).float() / temperature
-        steps = min(new.shape[1], logits.shape[1])
-        token_lp = torch.log_softmax(logits[:, :steps], dim=-1).gather(
-            -1, new[:, :steps].unsqueeze(-1)).squeeze(-1)
-        del logits
+        new = sequences[:, width:]
+        token_lp = recorder.finish(new)
+        steps = min(new.shape[1], token_lp.shape[1])
         result: list[list[Completion]] = []
         for i in range(len(prompts)):
             prompt_ids = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
@@ -139,6 +138,44 @@ class TransformersEngine:
                                  past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(n)
         return cache
+
+
+class _SampledLogprobs:
+    """A logits processor that records ``log_softmax(logits / T)`` at each sampled token, step by step.
+
+    ``generate`` passes it each step's raw logits (it comes before the sampling warpers); the token
+    sampled from them is known at the next call (the last column of ``input_ids``) or, for the last
+    step, in :meth:`finish`. Only one step's logits are held, never every step's full-vocabulary rows.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.columns: list[Any] = []  #: [batch] log-probs of the tokens sampled at steps 0, 1, ...
+        self.pending: tuple[Any, Any] | None = None  #: the last step's scaled logits and their logsumexp
+
+    def _take(self, tokens: Any) -> None:
+        if self.pending is not None:
+            z, lse = self.pending
+            self.columns.append(z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse)
+            self.pending = None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        self._take(input_ids[:, -1])
+        z = scores.float() / self.temperature
+        self.pending = (z, torch.logsumexp(z, dim=-1))
+        return scores
+
+    def finish(self, new: Any) -> Any:
+        """``[batch, steps]`` log-probs of ``new`` (the generated tokens), one column per step recorded."""
+        import torch
+
+        if len(self.columns) < new.shape[1]:
+            self._take(new[:, len(self.columns)])
+        if not self.columns:
+            return torch.zeros((new.shape[0], 0))
+        return torch.stack(self.columns[: new.shape[1]], dim=1)
 
 
 def _stop_string_end(tok: Any, ids: list[int], stop: Sequence[str]) -> int:

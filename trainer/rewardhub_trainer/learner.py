@@ -35,6 +35,7 @@ __all__ = [
     "PLAIN_HEAD_MODELS",
     "response_logprobs",
     "shared_prompt_logprobs",
+    "without_gradient",
 ]
 
 #: log-ratios (policy vs behaviour, policy vs reference) are clamped to this before ``exp``, as verl does:
@@ -230,10 +231,12 @@ class GRPOLearner:
         stats["optim/skipped_steps"] = float(skipped)
         stats["optim/nonfinite_in_row"] = float(self.nonfinite_in_row)
         lengths, count = sum(len(c.response_ids) for c in samples), len(samples)
+        idle = sum(without_gradient(s, self.ref is not None, c) for c in samples)
         if self.group is not None:  # the batch's metrics: each rank's share is weighted by the batch's totals
-            *summed, lengths, count = self.group.sum([*(stats[k] for k in SUMMED), lengths, count])
+            *summed, lengths, count, idle = self.group.sum([*(stats[k] for k in SUMMED), lengths, count, idle])
             stats.update(zip(SUMMED, summed))
         stats["response_len/mean"] = lengths / max(1, count)
+        stats["samples/without_gradient"] = float(idle)  #: no backward pass (see gradients)
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
     def gradients(self, samples: Sequence[TrainSample], stats: dict[str, float] | None = None,
@@ -243,6 +246,10 @@ class GRPOLearner:
         The gradient accumulated in the parameters' ``.grad`` is that of the whole batch's loss (in a
         group: of every rank's samples, summed over the ranks). With ``stats``, the batch's weighted
         metrics are added to it (this rank's share of them, in a group).
+
+        A sample whose gradient is zero whatever the weights (:func:`without_gradient`: advantage 0,
+        no KL, no entropy bonus) gets no backward pass: only a forward one without autograd for the
+        metrics (none at all in the epochs that record none). The gradient is the same.
         """
         s = self.settings
         mbs = max(1, s.micro_batch_size)
@@ -252,10 +259,18 @@ class GRPOLearner:
             total, tokens = (int(v) for v in self.group.sum([total, tokens]))
         total, tokens = max(1, total), max(1, tokens)
         finite = True
-        for k, start in enumerate(range(0, len(samples), mbs)):
-            chunk = samples[start:start + mbs]
+        idle = [without_gradient(s, self.ref is not None, c) for c in samples]
+        live = [c for c, z in zip(samples, idle) if not z]
+        chunks = [(live[i:i + mbs], True) for i in range(0, len(live), mbs)]
+        if stats is not None:
+            rest = [c for c, z in zip(samples, idle) if z]
+            chunks += [(rest[i:i + mbs], False) for i in range(0, len(rest), mbs)]
+        for k, (chunk, backward) in enumerate(chunks):
             ent: list[torch.Tensor] = []
-            logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent)
+            # the entropy is a metric only without a bonus: then no autograd graph is built for it
+            with torch.set_grad_enabled(backward):
+                logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent,
+                                               entropy_grad=bool(s.entropy_coeff))
             # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
             weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
             old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
@@ -281,7 +296,12 @@ class GRPOLearner:
             if not torch.isfinite(loss.detach()):
                 finite = False  # nothing of this epoch reaches the weights
                 break
-            (loss * weight).backward()
+            if backward:
+                (loss * weight).backward()
+        if not live:  # the batch's gradient is zero: the optimizer steps on zeros, as after a backward
+            for p in self.model.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
         if self.group is not None:
             finite = self.group.all_true(finite)  # every rank takes the same path
             if finite:
@@ -323,6 +343,12 @@ class GRPOLearner:
         self.version = int(state["version"])
         self.nonfinite_in_row = 0
         torch.set_rng_state(state["rng"])
+
+
+def without_gradient(settings: LearnerSettings, has_ref: bool, sample: TrainSample) -> bool:
+    """Is ``sample``'s loss gradient zero whatever the weights? With advantage 0, the clipped surrogate
+    is ``-min(ratio * 0, clip(ratio) * 0) = 0`` at every token; only a KL or an entropy term would add one."""
+    return sample.advantage == 0.0 and not has_ref and not settings.kl_coef and not settings.entropy_coeff
 
 
 def _tied(model: Any) -> bool:

@@ -12,20 +12,40 @@ from typing import Any
 
 import torch
 
-__all__ = ["PLAIN_HEAD_MODELS", "full_logprobs", "response_logprobs", "shared_prompt_logprobs"]
+__all__ = ["PLAIN_HEAD_MODELS", "full_logprobs", "response_logprobs", "shared_prompt_logprobs", "token_logprobs"]
 
 #: model types whose causal-LM logits are exactly ``lm_head(decoder(...).last_hidden_state)`` (no
 #: logit scaling or soft-capping), so that :func:`response_logprobs` may run the two parts itself
 PLAIN_HEAD_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, want_entropy: bool = False,
+                   entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log_softmax(logits / T)`` at ``targets`` (``[tokens, vocab]`` logits, ``[tokens]`` targets), and the
+    entropy of each row when ``want_entropy`` (with autograd only when ``entropy_grad``).
+
+    The log-prob is ``z[target] - logsumexp(z)``: no full-vocabulary log-softmax is kept for backward.
+    The entropy is ``logsumexp(z) - sum(softmax(z) * z)``.
+    """
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    token_lp = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    if not want_entropy:
+        return token_lp, None
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        zz, ll = (z, lse) if entropy_grad else (z.detach(), lse.detach())
+        ent = ll - (torch.softmax(zz, dim=-1) * zz).sum(-1)
+    return token_lp, ent
+
+
 def response_logprobs(model: Any, samples: Sequence[Any], temperature: float,
                       pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+                      entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each sample's response tokens, ``[batch, max_response_len]`` plus its mask.
 
     With ``entropy`` (a list), the policy's entropy at each response position is appended to it
-    (``[batch, max_response_len]``, zero-padded).
+    (``[batch, max_response_len]``, zero-padded); with ``entropy_grad=False`` it is computed without
+    autograd (a metric only: no graph over the full-vocabulary probabilities is kept).
 
     GRPO's samples come in groups that share a prompt. When some do (and the model's head is plain,
     :data:`PLAIN_HEAD_MODELS`), each prompt goes through the model once and its key/value cache is
@@ -34,13 +54,13 @@ def response_logprobs(model: Any, samples: Sequence[Any], temperature: float,
     """
     if (len({tuple(s.prompt_ids) for s in samples}) < len(samples)
             and getattr(model.config, "model_type", None) in PLAIN_HEAD_MODELS):
-        return shared_prompt_logprobs(model, samples, temperature, pad_id, autocast, entropy)
-    return full_logprobs(model, samples, temperature, pad_id, autocast, entropy)
+        return shared_prompt_logprobs(model, samples, temperature, pad_id, autocast, entropy, entropy_grad)
+    return full_logprobs(model, samples, temperature, pad_id, autocast, entropy, entropy_grad)
 
 
 def full_logprobs(model: Any, samples: Sequence[Any], temperature: float,
                   pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`response_logprobs` the straightforward way: each prompt + response through the model.
 
     Sequences are right-padded; only the positions that predict response tokens go through the
@@ -67,13 +87,11 @@ def full_logprobs(model: Any, samples: Sequence[Any], temperature: float,
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         # the token at position t is predicted by the logits at t - 1; logits[j] is position first + j
-        step_logits = logits[i, p - 1 - first : p - 1 - first + r] / temperature
-        targets = ids[i, p : p + r]
-        all_lp = torch.log_softmax(step_logits, dim=-1)
-        lp = all_lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        step_logits = logits[i, p - 1 - first : p - 1 - first + r]
+        lp, ent = token_logprobs(step_logits, ids[i, p : p + r], temperature, entropy is not None, entropy_grad)
         rows.append(torch.nn.functional.pad(lp, (0, rlen - r)))
-        if entropy is not None:
-            ents.append(torch.nn.functional.pad(-(all_lp.exp() * all_lp).sum(-1), (0, rlen - r)))
+        if ent is not None:
+            ents.append(torch.nn.functional.pad(ent, (0, rlen - r)))
         mask[i, :r] = 1.0
     if entropy is not None:
         entropy.append(torch.stack(ents))
@@ -82,7 +100,7 @@ def full_logprobs(model: Any, samples: Sequence[Any], temperature: float,
 
 def shared_prompt_logprobs(model: Any, samples: Sequence[Any], temperature: float,
                            pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+                           entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`response_logprobs` with each distinct prompt through the model once.
 
     Per prompt: its tokens but the last fill a key/value cache (batch 1, with autograd), the cache
@@ -122,11 +140,9 @@ def shared_prompt_logprobs(model: Any, samples: Sequence[Any], temperature: floa
             hidden += [out[j, : lens[j]] for j in range(len(idx))]
             order += idx
         logits = head(torch.cat(hidden))
-    logits = logits.float() / temperature
     targets = torch.tensor([t for i in order for t in samples[i].response_ids], dtype=torch.long, device=device)
-    all_lp = torch.log_softmax(logits, dim=-1)
-    token_lp = all_lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    token_ent = -(all_lp.exp() * all_lp).sum(-1) if entropy is not None else None
+    token_lp, token_ent = token_logprobs(logits, targets, temperature, entropy is not None, entropy_grad)
+    del logits
     lp_rows: list[torch.Tensor] = [token_lp] * len(samples)
     ent_rows: list[torch.Tensor] = [token_lp] * len(samples)
     mask = torch.zeros((len(samples), rlen), dtype=torch.float32, device=device)
