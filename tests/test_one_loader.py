@@ -185,10 +185,11 @@ class _Stop(UsageError):
     pass
 
 
-@pytest.mark.parametrize("command", ["score", "check", "train"])
+@pytest.mark.parametrize("command", ["score", "check", "train", "doctor"])
 def test_a_legacy_config_is_read_once_and_migrated_once(command, tmp_path, monkeypatch, capsys):
-    """``score``, ``check`` and ``train`` (its whole preparation in the driver, up to the run): one open
-    of the config file, one migration, one validation of ``reward:``."""
+    """``score``, ``check``, ``train`` (its whole preparation in the driver, up to the run) and
+    ``doctor`` (up to starting Ray): one open of the config file, one migration, one validation of
+    ``reward:``."""
     import builtins
 
     import rewardhub.config.schema as schema
@@ -221,23 +222,33 @@ def test_a_legacy_config_is_read_once_and_migrated_once(command, tmp_path, monke
         monkeypatch.setattr(loop, "Run", stop)
         cfg.write_text(cfg.read_text() + "model: {tiny: {arch: qwen2}}\n")
         argv = [str(cfg), "--output", str(tmp_path / "out"), "--no-progress"]
+    elif command == "doctor":
+        import rewardhub.distributed._doctor as doctor
+
+        def stop_before_ray(*args, **kwargs):
+            raise _Stop("STOP: doctor prepared its setup")
+
+        monkeypatch.setattr(doctor, "ensure_ray", stop_before_ray)
+        argv = [str(cfg)]
     else:
         argv = [str(cfg), str(data), "-o", str(tmp_path / "out.jsonl")] if command == "score" else [str(cfg)]
     # one warning per legacy key (check records them as notes instead)
     with pytest.warns(RewardhubDeprecationWarning) if command != "check" else contextlib.nullcontext():
         code = main([command, *argv])
     err = capsys.readouterr().err
-    assert code == (2 if command == "train" else 0), err
-    if command == "train":
+    assert code == (2 if command in ("train", "doctor") else 0), err
+    if command in ("train", "doctor"):
         assert "STOP" in err
     assert len(opens) == 1 and len(migrations) == 1, (opens, migrations)
     assert len(validations) == 1, validations
 
 
-@pytest.mark.parametrize(("command", "section", "meant"), [("score", "rewad", "reward"), ("train", "trainr", "trainer")])
+@pytest.mark.parametrize(("command", "section", "meant"), [("score", "rewad", "reward"), ("train", "trainr", "trainer"),
+                                                     ("migrate", "rewad", "reward")])
 @pytest.mark.parametrize("where", ["file", "override"])
 def test_a_misspelt_top_level_section_is_an_error(command, section, meant, where, tmp_path, capsys):
-    """A top-level key that is no section is not silently ignored, for ``score`` and ``train`` alike."""
+    """A top-level key that is no section is not silently ignored, for ``score``, ``train`` and
+    ``migrate`` alike (a migrated config that would not load is no result)."""
     if command == "train":
         pytest.importorskip("rewardhub_trainer")
     cfg = tmp_path / "c.yaml"
@@ -246,10 +257,15 @@ def test_a_misspelt_top_level_section_is_an_error(command, section, meant, where
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "1+1?", "response": "2", "ground_truth": "2"}\n')
     override = [f"{section}.total_steps=2"] if where == "override" else []
-    argv = ([str(cfg), str(data), *override, "-o", str(tmp_path / "out.jsonl")] if command == "score"
-            else [str(cfg), *override, "--output", str(tmp_path / "out"), "--no-progress"])
+    if command == "score":
+        argv = [str(cfg), str(data), *override, "-o", str(tmp_path / "out.jsonl")]
+    elif command == "migrate":
+        argv = [str(cfg), *override]
+    else:
+        argv = [str(cfg), *override, "--output", str(tmp_path / "out"), "--no-progress"]
     assert main([command, *argv]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert out == ""
     assert f"ERROR: unknown key {section}\n  did you mean {meant}? allowed: data, model, resources, reward, rollout, " \
            "trainer" in err, err
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "out").exists()

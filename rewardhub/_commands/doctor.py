@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     config, overrides = _split(list(args.args))
     cfg = load_config(config, overrides)
     report = check_cluster(cfg.reward, address=args.address, ship_files=not args.no_ship_files,
-                           strict=args.strict, timeout_s=args.timeout)
+                           strict=args.strict, timeout_s=args.timeout, validated=True)
     report["trainer_pools"] = _trainer_pools(cfg, report)
     if args.json:
         dump_json(report)

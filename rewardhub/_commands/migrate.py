@@ -51,6 +51,8 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 def run(args: argparse.Namespace) -> int:
     from ..config.loader import _read_text
     from ..config.loader import config_file_kind
+    from ..config.loader import anchor_holders
+    from ..config.loader import check_sections
     from ..config.loader import read_and_migrate
     from ..config.schema import validate_reward
 
@@ -63,9 +65,10 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the report below lists every key once
         cfg, report = read_and_migrate(path, overrides)
-    validate_reward(cfg.get("reward"))  # a migrated config must also be a valid one
-
     kind = config_file_kind(path, _read_text(path)) if path else "yaml"
+    # a migrated config must also be a valid one: its sections named rightly, its reward: section valid
+    check_sections(cfg, anchors=lambda: anchor_holders(_read_text(path)) if path and kind == "yaml" else set())
+    validate_reward(cfg.get("reward"))
     if args.write:
         assert path is not None
         text = _read_text(path)

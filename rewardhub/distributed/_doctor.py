@@ -59,7 +59,7 @@ def _node_report(node: Mapping[str, Any], info: Mapping[str, Any], pools: list[d
 
 
 def check_cluster(reward_cfg: Any = None, *, address: str | None = None, ship_files: bool = True,
-                  strict: bool = False, timeout_s: float = 180.0) -> dict[str, Any]:
+                  strict: bool = False, timeout_s: float = 180.0, validated: bool = False) -> dict[str, Any]:
     """On every alive node, build the registry, resolve every reward the config names, compare.
 
     Every reward of the driver's registry is compared on every node. A difference in a reward the
@@ -67,9 +67,11 @@ def check_cluster(reward_cfg: Any = None, *, address: str | None = None, ship_fi
     when no config names one), unless ``strict``.
     Starts a local Ray when none is running and ``address`` is not given.
 
+    :param validated: ``reward_cfg`` is a loaded plan's section, validated already (not checked again).
     :returns: ``{"fingerprint", "rewards", "nodes": [...], "pools": [...], "ok"}``.
     """
-    setup, registry = prepare_setup(reward_cfg or {}, ship_files=ship_files, strict=strict)
+    setup, registry = prepare_setup(reward_cfg or {}, ship_files=ship_files, strict=strict,
+                                    validated=validated and reward_cfg is not None)
     ray, started = ensure_ray(address or (setup.reward_cfg.get("workers") or {}).get("address"))
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
