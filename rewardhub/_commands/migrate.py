@@ -50,9 +50,9 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     from ..config.loader import _read_text
-    from ..config.loader import config_file_kind
     from ..config.loader import anchor_holders
     from ..config.loader import check_sections
+    from ..config.loader import config_file_kind
     from ..config.loader import read_and_migrate
     from ..config.schema import validate_reward
 
