@@ -165,18 +165,25 @@ def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
 # ---- a reward's exit, interrupt or print -------------------------------------------------------
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("executor", ["inline", "thread", "process", "async"])
+@pytest.mark.parametrize("executor", ["inline", "thread", "process", "async", "inline-sigint-ignored"])
 def test_reward_exit_fails_its_sample_only(cli, tmp_path, executor):
+    """A reward's ``sys.exit`` or ``KeyboardInterrupt`` fails its sample only, also where the
+    command runs with SIGINT ignored (started in the background by a shell, as CI jobs may be)."""
     text = EXIT_REWARD
     if executor == "async":
         text = text.replace("def compute_score", "async def compute_score")
     reward = _write(tmp_path / "r.py", text)
-    ex = "inline" if executor == "async" else executor
+    ex = executor.split("-")[0] if executor != "async" else "inline"
     cfg = _write(tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n      executor: {ex}\n"
                                       "      on_failure: nan\n")
     data = _jsonl(tmp_path / "d.jsonl", [{"response": r} for r in ("a", "exit", "kbd", "b")])
     out = tmp_path / "o.jsonl"
-    res = cli("score", cfg, data, "-o", str(out), timeout=90)
+    if executor.endswith("sigint-ignored"):
+        res = subprocess.run([sys.executable, "-m", "rewardhub", "score", cfg, data, "-o", str(out)],
+                             capture_output=True, text=True, timeout=90,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    else:
+        res = cli("score", cfg, data, "-o", str(out), timeout=90)
     assert res.returncode == 0, res.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["response"] for r in rows] == ["a", "exit", "kbd", "b"]

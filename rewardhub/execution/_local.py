@@ -38,11 +38,22 @@ def interrupts_told_apart() -> Iterator[None]:
     so that a reward's own ``KeyboardInterrupt`` (or ``SystemExit``) fails its sample only.
 
     Only where Python's own SIGINT handler is in place and in the main thread; elsewhere a
-    ``KeyboardInterrupt`` is taken to be the user's and stops the run.
+    ``KeyboardInterrupt`` is taken to be the user's and stops the run. Where SIGINT is ignored (a
+    command a shell started in the background), no Ctrl-C can reach the process: a
+    ``KeyboardInterrupt`` can then only be a reward's own, and is told apart as such.
     """
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-            or getattr(_told_apart, "on", False)):
+    if threading.current_thread() is not threading.main_thread() or getattr(_told_apart, "on", False):
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.SIG_IGN:
+        _told_apart.on = True
+        try:
+            yield
+        finally:
+            _told_apart.on = False
+        return
+    if handler is not signal.default_int_handler:
         yield
         return
 

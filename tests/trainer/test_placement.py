@@ -234,11 +234,16 @@ def test_the_trainer_places_its_actors_and_reports_them(cluster_run):
     summary = cluster_run["summary"]
     assert summary["steps"] == 2 and summary["accounting_exact"]
     placed = [w for w in summary["workers"] if w["role"] in ("learner", "rollouter")]
+    from rewardhub_trainer import devices
+
+    choice = devices.choose("cpu")
     assert sorted(w["role"] for w in placed) == ["learner", "rollouter", "rollouter"]
     for w in placed:
         assert len(w["gpu_ids"]) == 1 and w["node"] in cluster_run["gpu_nodes"]
         assert w["device"] == "cpu"  # the GPUs are declared only: torch sees no CUDA here
-        assert w["dtype"].startswith("float32")
+        # the dtype the CPU's capability chooses (bf16 generation where the CPU has native bf16)
+        want = {"learner": choice.model_dtype, "rollouter": choice.rollout_dtype}[w["role"]]
+        assert w["dtype"].startswith(want), (w, choice)
     # spread over 2 GPU nodes: 3 GPUs, both nodes used, no GPU id twice on a node
     nodes = {}
     for w in placed:

@@ -158,17 +158,21 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_session, tiny_config,
 
 
 def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tmp_path):
+    # fp32 throughout, on every CPU: the weights are compared bit for bit with an uninterrupted run,
+    # and bf16 kernels (chosen where the CPU has native bf16) do not repeat bit for bit run to run
+    fp32 = {"rollout": {"dtype": "float32"}}
     first = tmp_path / "first"
-    s1 = train(tiny_config(trainer={"mode": "sync", "total_steps": 3}), output=str(first))
+    s1 = train(tiny_config(trainer={"mode": "sync", "total_steps": 3, "autocast": "none"}, **fp32),
+               output=str(first))
     assert s1["steps"] == 3
     resumed = tmp_path / "resumed"
-    s2 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(resumed),
-               resume=str(first))
+    s2 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6, "autocast": "none"}, **fp32),
+               output=str(resumed), resume=str(first))
     assert s2["resumed_from_step"] == 3 and s2["steps"] == 6
     assert s2["samples_trained_this_run"] == 3 * 8
     _check_accounting(s2, 8)
     whole = tmp_path / "whole"
-    train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(whole))
+    train(tiny_config(trainer={"mode": "sync", "total_steps": 6, "autocast": "none"}, **fp32), output=str(whole))
     got, want = _rows(resumed), _rows(whole)
     assert [r["step"] for r in got] == list(range(1, 7))
     assert [(r["batch_index"], r["dataset_indices"]) for r in got] == \
@@ -184,7 +188,8 @@ def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tm
 
     end_resumed, end_whole, at_3 = weights(resumed, 6), weights(whole, 6), weights(first, 3)
     assert end_resumed.keys() == end_whole.keys() == at_3.keys()
-    assert all(torch.allclose(end_resumed[k], end_whole[k], rtol=0, atol=1e-6) for k in end_whole)
+    diff = max((end_resumed[k].float() - end_whole[k].float()).abs().max().item() for k in end_whole)
+    assert diff <= 1e-6, f"resumed vs uninterrupted weights differ by up to {diff:g}"
     assert any(not torch.allclose(at_3[k], end_whole[k], rtol=0, atol=1e-6) for k in end_whole)
     assert [r["reward/mean"] for r in got[3:]] == [r["reward/mean"] for r in want[3:]]
     assert [r["loss/policy"] for r in got[3:]] == pytest.approx([r["loss/policy"] for r in want[3:]], abs=1e-5)
