@@ -101,29 +101,37 @@ def resolve_device(requested: str) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 3) -> float:
-    """bf16 time / fp32 time of a ``size x size @ size x 4size`` matmul, best of ``repeats``.
+def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> float:
+    """bf16 time / fp32 time of a ``size x size @ size x 4size`` matmul, best of ``repeats`` each.
 
-    About 20 ms on an AVX2 core where bf16 is emulated, well under that where it is native.
+    The two are timed in turn (bf16, fp32, bf16, ...), so that another process taking the cores for
+    a moment (a second actor starting on the same node) slows both alike instead of one: measured
+    apart, such a moment once made native bf16 look 1.6x slower than fp32 and flipped the choice.
+    About 0.1 s on an AVX2 core where bf16 is emulated, a few milliseconds where it is native.
     """
     import torch
 
-    def best(dtype: Any) -> float:
+    def operands(dtype: Any) -> tuple[Any, Any]:
         a = torch.randn(size, size, dtype=dtype, device=device)
         b = torch.randn(size, 4 * size, dtype=dtype, device=device)
         a @ b  # warm-up (kernel choice, packing)
-        times = []
-        for _ in range(repeats):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            a @ b
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        return a, b
 
-    return best(torch.bfloat16) / max(best(torch.float32), 1e-9)
+    def once(a: Any, b: Any) -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    half, full = operands(torch.bfloat16), operands(torch.float32)
+    best_half = best_full = float("inf")
+    for _ in range(repeats):
+        best_half = min(best_half, once(*half))
+        best_full = min(best_full, once(*full))
+    return best_half / max(best_full, 1e-9)
 
 
 def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "auto",
