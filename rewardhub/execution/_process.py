@@ -312,7 +312,7 @@ class ProcessPool:
         dead = False
         while w.inflight:
             try:
-                if not w.conn.poll():
+                if not w.has_reply():
                     break
                 reply = w.conn.recv()
             except (EOFError, OSError):

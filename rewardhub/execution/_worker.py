@@ -11,6 +11,7 @@ import collections
 import gc
 import inspect
 import os
+import select
 import signal
 import sys
 import time
@@ -215,6 +216,14 @@ class Worker:
         self.probe: tuple[float, float, bool] | None = None
         self.idle: bool | None = None
         self.next_look = 0.0
+        # whether a reply is waiting, in one syscall (``Connection.poll`` builds a selector per call,
+        # tens of microseconds the pool's loop would pay per reply)
+        self._replies = select.poll()
+        self._replies.register(conn.fileno(), select.POLLIN)
+
+    def has_reply(self) -> bool:
+        """A reply (or the pipe's end: the worker died) can be read without waiting."""
+        return bool(self._replies.poll(0))
 
     def state(self) -> str | None:
         """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
