@@ -110,6 +110,19 @@ def _cache_file() -> str | None:
     return os.path.join(base, "rewardhub", f"entry-points-{key}.json")
 
 
+#: what ``importlib.metadata`` finds a distribution by, in a ``sys.path`` folder
+_DIST_SUFFIXES = (".dist-info", ".egg-info", ".egg")
+
+
+def _holds_dists(folder: str) -> bool:
+    """Whether ``folder`` has any distribution's metadata in it (``True`` where it cannot be read)."""
+    try:
+        with os.scandir(folder or ".") as entries:
+            return any(e.name.endswith(_DIST_SUFFIXES) for e in entries)
+    except OSError:
+        return os.path.exists(folder or ".")
+
+
 def _path_state() -> list[list[Any]]:
     """(entry, mtime_ns) of every sys.path folder: installing or removing a dist changes one."""
     state = []
@@ -119,6 +132,31 @@ def _path_state() -> list[list[Any]]:
         except OSError:
             state.append([entry, None])
     return state
+
+
+def _with_dists(state: list[list[Any]]) -> list[list[Any]]:
+    """``state`` as cached: each folder also says whether it holds any distribution."""
+    return [[entry, mtime, mtime is not None and _holds_dists(entry)] for entry, mtime in state]
+
+
+def _still_valid(cached: Any, state: list[list[Any]]) -> bool:
+    """Whether a cache made at ``cached`` (see :func:`_with_dists`) still holds for ``state``.
+
+    A folder whose modification time changed counts only if it holds distributions, then or now:
+    the current directory is on ``sys.path`` under ``python -m``, and a command that writes its
+    output there (``rewardhub score ... -o out.jsonl``) changes it on every run without installing
+    anything.
+    """
+    if not isinstance(cached, list) or len(cached) != len(state):
+        return False
+    for old, (entry, mtime) in zip(cached, state):
+        if not isinstance(old, list) or len(old) != 3 or old[0] != entry:
+            return False
+        if old[1] == mtime:
+            continue
+        if old[2] or old[1] is None or mtime is None or _holds_dists(entry):
+            return False
+    return True
 
 
 def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) -> list[EntryPointInfo]:
@@ -137,7 +175,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
         try:
             with open(path, encoding="utf-8") as f:
                 cached = json.load(f)
-            if cached.get("state") == state:
+            if _still_valid(cached.get("state"), state):
                 os.utime(path)  # most recently used: the last to be pruned
                 return [EntryPointInfo(g, n, v, d, ver, None) for g, n, v, d, ver in cached["eps"] if g in groups]
         except (OSError, ValueError, KeyError, TypeError):
@@ -148,7 +186,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"state": state, "eps": [[e.group, e.name, e.value, e.dist, e.version] for e in found]}, f)
+                json.dump({"state": _with_dists(state), "eps": [[e.group, e.name, e.value, e.dist, e.version] for e in found]}, f)
             os.replace(tmp, path)
         except OSError:
             pass
