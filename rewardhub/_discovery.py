@@ -170,7 +170,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
     """
     patched = _distributions_patched()
     path = None if patched else _cache_file()
-    state = _path_state() if path else None
+    state = _path_state() if path else []
     if path:
         try:
             with open(path, encoding="utf-8") as f:
