@@ -60,10 +60,19 @@ def test_bf16_cpu_confirmed_by_timing_gets_bf16(cpu, flags):
 
 
 def test_bf16_cpu_whose_timing_disagrees_gets_fp32(cpu):
-    cpu(amx=True, slowdown=1.3, name="AVX512")
+    cpu(amx=True, slowdown=12.5, name="AVX512")
     c = devices.choose()
     assert (c.autocast, c.rollout_dtype) == ("none", "float32")
-    assert "1.3x the fp32 time" in c.reason
+    assert "12.5x the fp32 time" in c.reason
+
+
+@pytest.mark.parametrize("slowdown", [1.1, 1.6])
+def test_a_contended_timing_does_not_flip_a_native_bf16_cpu(cpu, slowdown):
+    """What native bf16 measured while other processes started on the same cores: still bf16, so
+    that two runs of one config choose the same dtypes."""
+    cpu(avx512_bf16=True, slowdown=slowdown, name="AVX512")
+    c = devices.choose()
+    assert (c.autocast, c.rollout_dtype) == ("bfloat16", "bfloat16")
 
 
 def test_no_confirmation_trusts_the_capability(cpu):

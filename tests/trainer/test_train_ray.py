@@ -158,21 +158,24 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_session, tiny_config,
 
 
 def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tmp_path):
-    # fp32 throughout, on every CPU: the weights are compared bit for bit with an uninterrupted run,
-    # and bf16 kernels (chosen where the CPU has native bf16) do not repeat bit for bit run to run
-    fp32 = {"rollout": {"dtype": "float32"}}
+    # dtypes as `auto` chooses them (bf16 where the CPU has it natively): the weights are compared bit
+    # for bit with an uninterrupted run, so the three runs must also choose alike
     first = tmp_path / "first"
-    s1 = train(tiny_config(trainer={"mode": "sync", "total_steps": 3, "autocast": "none"}, **fp32),
-               output=str(first))
+    s1 = train(tiny_config(trainer={"mode": "sync", "total_steps": 3}), output=str(first))
     assert s1["steps"] == 3
     resumed = tmp_path / "resumed"
-    s2 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6, "autocast": "none"}, **fp32),
-               output=str(resumed), resume=str(first))
+    s2 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(resumed), resume=str(first))
     assert s2["resumed_from_step"] == 3 and s2["steps"] == 6
     assert s2["samples_trained_this_run"] == 3 * 8
     _check_accounting(s2, 8)
     whole = tmp_path / "whole"
-    train(tiny_config(trainer={"mode": "sync", "total_steps": 6, "autocast": "none"}, **fp32), output=str(whole))
+    s3 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(whole))
+
+    def dtypes(summary: dict) -> dict:
+        return {role: (d["device"], d["autocast"], d["model_dtype"], d["rollout_dtype"])
+                for role, d in summary["devices"].items()}
+
+    assert dtypes(s1) == dtypes(s2) == dtypes(s3)
     got, want = _rows(resumed), _rows(whole)
     assert [r["step"] for r in got] == list(range(1, 7))
     assert [(r["batch_index"], r["dataset_indices"]) for r in got] == \

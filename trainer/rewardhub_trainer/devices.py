@@ -4,8 +4,8 @@
 Each actor resolves them in its own process (a learner on a GPU node and a rollouter on a CPU node
 choose differently): ``auto`` is CUDA when the actor sees a GPU (Ray sets ``CUDA_VISIBLE_DEVICES``
 to the GPUs it gave the actor), else the CPU; bf16 is chosen on CUDA devices that support it and on
-CPUs whose torch build reports AVX-512 BF16 or AMX, where a short matmul timing confirms it is the
-faster one. Everywhere else bf16 is emulated: on an AVX2 CPU a bf16 matmul is ~30x slower than fp32,
+CPUs whose torch build reports AVX-512 BF16 or AMX, unless a short matmul timing finds bf16 at least
+:data:`BF16_TOO_SLOW` times slower than fp32 there (emulated despite the flag). Everywhere else bf16 is emulated: on an AVX2 CPU a bf16 matmul is ~30x slower than fp32,
 so ``auto`` means fp32 there, and a forced ``bfloat16`` gets a one-line warning with the measured
 slowdown.
 
@@ -100,6 +100,13 @@ def resolve_device(requested: str) -> str:
     return "cuda" if available else "cpu"
 
 
+#: a bf16/fp32 matmul time ratio at which a CPU that reports native bf16 gets fp32 after all. Native
+#: bf16 measures about 0.25 and emulated bf16 20-30; a threshold of 1.0 let contention decide: with
+#: other processes starting on the same 2 cores, native bf16 measured 1.1x and 1.6x, and two runs of
+#: one config chose different dtypes (so different numbers from step 1)
+BF16_TOO_SLOW = 3.0
+
+
 @functools.lru_cache(maxsize=4)
 def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> float:
     """bf16 time / fp32 time of a ``size x size @ size x 4size`` matmul, best of ``repeats`` each.
@@ -139,7 +146,7 @@ def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "aut
     """Resolve the device and every ``auto`` dtype for this process.
 
     :param confirm: on a CPU whose capability says bf16, time a small matmul and keep fp32 if bf16
-        is not faster there (cheap: a few milliseconds when it is native).
+        is :data:`BF16_TOO_SLOW` times slower there (cheap: a few milliseconds when it is native).
     """
     dev = resolve_device(device)
     cap = capability(dev)
@@ -148,7 +155,7 @@ def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "aut
     reason = cap.detail
     if fast and dev == "cpu" and confirm:
         slowdown = bf16_slowdown(dev)
-        if slowdown >= 1.0:
+        if slowdown >= BF16_TOO_SLOW:
             fast = False
             reason += f", but a bf16 matmul measured {slowdown:.1f}x the fp32 time: fp32"
     bf16_or_fp32 = BF16 if fast else FP32
