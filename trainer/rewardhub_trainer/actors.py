@@ -99,9 +99,12 @@ class Rollouter:
                 "dtype": self.choice.rollout_dtype, "choice": self.choice,
                 "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
 
-    def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
+    def set_weights(self, state_dict: Any, version: int) -> int:
+        """Load the learner's weights (:func:`~rewardhub_trainer.weights.pack`'s, or a dict of tensors)."""
+        from .weights import unpack
+
         try:
-            self.engine.load_weights(state_dict, version)
+            self.engine.load_weights(unpack(state_dict), version)
         except BaseException:
             self.engine.version = -1  # the weights may be half loaded: this engine matches no version
             raise
@@ -308,8 +311,11 @@ class Learner:
         """A rank's share of the batch (called by rank 0)."""
         return self.impl.train_step(samples)
 
-    def get_weights(self) -> dict[str, Any]:
-        return self.impl.state_dict()
+    def get_weights(self) -> Any:
+        """The weights for the rollouters, packed as numpy arrays (see :mod:`rewardhub_trainer.weights`)."""
+        from .weights import pack
+
+        return pack(self.impl.state_dict())
 
     def save(self, path: str) -> str:
         self.impl.save(path)  # the ranks hold the same weights and optimizer state: rank 0's are saved
