@@ -32,8 +32,50 @@ def _math_verify() -> Any:
         # yourself" log line is moot.
         parser.TIMEOUT_WARNING_SHOWN = True
         grader.TIMEOUT_WARNING_SHOWN = True
+        _fast_number_strings()
         _mv = math_verify
     return _mv
+
+
+#: strings ``sympy.Number`` turns into an ``Integer`` / a ``Float`` (checked by the plugin's tests)
+_INTEGER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_DECIMAL_TEXT = re.compile(r"-?[0-9]+\.[0-9]+")
+#: sympy's own ``Number.__new__``, kept for what the fast path does not take (and for the tests)
+_sympy_number_new: Any = None
+
+
+def _fast_number_strings() -> None:
+    """Make ``sympy.Number(text)`` of a plain integer or decimal string directly.
+
+    math-verify and latex2sympy turn every number they find into ``sympy.Number(text)``, which
+    runs ``sympify``: it builds a namespace with ``from sympy import *`` and parses ``text`` as
+    Python code, about 0.3 ms per number and over half of a typical check. For ``-?digits`` and
+    ``-?digits.digits``, the result is ``Integer(int(text))`` or ``Float(text)``. The tests check
+    that it is the same object (``srepr``, hash, text), also under ``evaluate(False)``; anything
+    else still goes to sympy's own code. Installed once per process, on first use; it changes
+    nothing but the speed of that one call.
+    """
+    global _sympy_number_new
+    import sympy
+
+    number = sympy.Number
+    if _sympy_number_new is not None or getattr(number.__new__, "_rewardhub_fast", False):
+        return
+    slow = number.__new__
+    integer, real = sympy.Integer, sympy.Float
+
+    def __new__(cls: Any, *obj: Any) -> Any:
+        if cls is number and len(obj) == 1 and type(obj[0]) is str:
+            text = obj[0]
+            if _INTEGER_TEXT.fullmatch(text):
+                return integer(int(text))
+            if _DECIMAL_TEXT.fullmatch(text):
+                return real(text)
+        return slow(cls, *obj)
+
+    __new__._rewardhub_fast = True  # type: ignore[attr-defined]
+    _sympy_number_new = slow
+    number.__new__ = staticmethod(__new__)
 
 
 def extract_gold(ground_truth: Any) -> str:

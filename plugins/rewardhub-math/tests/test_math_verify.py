@@ -126,3 +126,71 @@ def test_plain_number_golds_score_as_before(monkeypatch):
         mod._parse_gold_once.cache_clear()
     assert fast == slow
     assert sum(fast) >= 5
+
+
+def _number_texts() -> list[str]:
+    import random
+
+    rng = random.Random(7)
+    texts = ["0", "-0", "7", "-7", "10", "0.5", "-0.5", "12.50", "000.1", "0.0", "-0.0", "10.0",
+             "123456789012345678901234567890", "-99999999999999999999", "3.14159265358979323846264"]
+    for _ in range(300):
+        texts.append(str(rng.randint(-10 ** rng.randint(1, 25), 10 ** rng.randint(1, 25))))
+        texts.append(f"{rng.choice(['', '-'])}{rng.randint(0, 10 ** rng.randint(1, 12))}."
+                     f"{rng.randint(0, 10 ** rng.randint(1, 12))}")
+    # not plain: left to sympy's own code
+    return texts + ["007", "1e5", "5.", ".5", "1,000", "+3", " 4", "1/2", "nan", "inf", "٣"]
+
+
+@pytest.mark.parametrize("evaluate", [True, False])
+def test_number_strings_are_made_exactly_as_sympy_makes_them(evaluate):
+    """The fast ``sympy.Number(text)`` (installed on first use) gives sympy's own result: the same
+    type, ``srepr``, hash and text, or the same error."""
+    import sympy
+
+    from rewardhub_math import reward as mod
+
+    math_verify(response="\\boxed{1}", ground_truth="1")  # installs it
+    assert mod._sympy_number_new is not None and getattr(sympy.Number.__new__, "_rewardhub_fast", False)
+
+    def made(new, text):
+        try:
+            x = new(sympy.Number, text)
+        except Exception as exc:  # noqa: BLE001 - the same error is the same result
+            return ("error", type(exc).__name__)
+        return (type(x).__name__, sympy.srepr(x), hash(x), str(x))
+
+    fast = 0
+    with sympy.evaluate(evaluate):
+        for text in _number_texts():
+            assert made(sympy.Number.__new__, text) == made(mod._sympy_number_new, text), text
+            fast += bool(mod._INTEGER_TEXT.fullmatch(text) or mod._DECIMAL_TEXT.fullmatch(text))
+    assert fast >= 600
+
+
+def test_fast_number_strings_leave_every_score_as_it_was(monkeypatch):
+    """3,000 samples of the bench's kinds (boxed, "Answer:", LaTeX fractions, GSM8K golds, wrong and
+    missing answers) score the same with sympy's own ``Number.__new__`` put back."""
+    import sys
+    from pathlib import Path
+
+    import sympy
+
+    from rewardhub_math import reward as mod
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
+    try:
+        from make_samples import samples
+    finally:
+        sys.path.pop(0)
+    rows = samples(3000, seed=1)
+    math_verify(response="\\boxed{1}", ground_truth="1")
+    fast = [math_verify(response=r["response"], ground_truth=r["ground_truth"])["score"] for r in rows]
+    mod._parse_gold_once.cache_clear()
+    monkeypatch.setattr(sympy.Number, "__new__", staticmethod(mod._sympy_number_new))
+    try:
+        slow = [math_verify(response=r["response"], ground_truth=r["ground_truth"])["score"] for r in rows]
+    finally:
+        mod._parse_gold_once.cache_clear()
+    assert fast == slow
+    assert 0.5 < sum(fast) / len(fast) < 0.9
