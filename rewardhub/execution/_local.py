@@ -46,27 +46,23 @@ def interrupts_told_apart() -> Iterator[None]:
         yield
         return
     handler = signal.getsignal(signal.SIGINT)
-    if handler is signal.SIG_IGN:
-        _told_apart.on = True
-        try:
-            yield
-        finally:
-            _told_apart.on = False
-        return
-    if handler is not signal.default_int_handler:
+    if handler is not signal.SIG_IGN and handler is not signal.default_int_handler:
         yield
         return
 
     def on_sigint(signum: int, frame: Any) -> None:
         raise Interrupted("SIGINT")
 
-    signal.signal(signal.SIGINT, on_sigint)
+    catch = handler is signal.default_int_handler  # an ignored SIGINT stays ignored
+    if catch:
+        signal.signal(signal.SIGINT, on_sigint)
     _told_apart.on = True
     try:
         yield
     finally:
         _told_apart.on = False
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if catch:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def reward_exit(exc: BaseException, own_thread: bool = False) -> bool:
