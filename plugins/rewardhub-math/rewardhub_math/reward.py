@@ -40,8 +40,6 @@ def _math_verify() -> Any:
 #: strings ``sympy.Number`` turns into an ``Integer`` / a ``Float`` (checked by the plugin's tests)
 _INTEGER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _DECIMAL_TEXT = re.compile(r"-?[0-9]+\.[0-9]+")
-#: sympy's own ``Number.__new__``, kept for what the fast path does not take (and for the tests)
-_sympy_number_new: Any = None
 
 
 def _fast_number_strings() -> None:
@@ -53,13 +51,13 @@ def _fast_number_strings() -> None:
     ``-?digits.digits``, the result is ``Integer(int(text))`` or ``Float(text)``. The tests check
     that it is the same object (``srepr``, hash, text), also under ``evaluate(False)``; anything
     else still goes to sympy's own code. Installed once per process, on first use; it changes
-    nothing but the speed of that one call.
+    nothing but the speed of that one call. sympy's own method stays reachable as
+    :func:`_sympy_number_new`.
     """
-    global _sympy_number_new
     import sympy
 
     number = sympy.Number
-    if _sympy_number_new is not None or getattr(number.__new__, "_rewardhub_fast", False):
+    if hasattr(number.__new__, "_rewardhub_slow"):  # installed already (by another import of this module)
         return
     slow = number.__new__
     integer, real = sympy.Integer, sympy.Float
@@ -73,9 +71,16 @@ def _fast_number_strings() -> None:
                 return real(text)
         return slow(cls, *obj)
 
-    __new__._rewardhub_fast = True  # type: ignore[attr-defined]
-    _sympy_number_new = slow
+    __new__._rewardhub_slow = slow  # type: ignore[attr-defined]
     number.__new__ = staticmethod(__new__)
+
+
+def _sympy_number_new() -> Any:
+    """sympy's own ``Number.__new__`` (what the fast path does not take goes there)."""
+    import sympy
+
+    new = sympy.Number.__new__
+    return getattr(new, "_rewardhub_slow", new)
 
 
 def extract_gold(ground_truth: Any) -> str:

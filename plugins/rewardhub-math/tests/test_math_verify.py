@@ -151,7 +151,8 @@ def test_number_strings_are_made_exactly_as_sympy_makes_them(evaluate):
     from rewardhub_math import reward as mod
 
     math_verify(response="\\boxed{1}", ground_truth="1")  # installs it
-    assert mod._sympy_number_new is not None and getattr(sympy.Number.__new__, "_rewardhub_fast", False)
+    slow = mod._sympy_number_new()
+    assert slow is not sympy.Number.__new__
 
     def made(new, text):
         try:
@@ -163,7 +164,7 @@ def test_number_strings_are_made_exactly_as_sympy_makes_them(evaluate):
     fast = 0
     with sympy.evaluate(evaluate):
         for text in _number_texts():
-            assert made(sympy.Number.__new__, text) == made(mod._sympy_number_new, text), text
+            assert made(sympy.Number.__new__, text) == made(slow, text), text
             fast += bool(mod._INTEGER_TEXT.fullmatch(text) or mod._DECIMAL_TEXT.fullmatch(text))
     assert fast >= 600
 
@@ -187,7 +188,7 @@ def test_fast_number_strings_leave_every_score_as_it_was(monkeypatch):
     math_verify(response="\\boxed{1}", ground_truth="1")
     fast = [math_verify(response=r["response"], ground_truth=r["ground_truth"])["score"] for r in rows]
     mod._parse_gold_once.cache_clear()
-    monkeypatch.setattr(sympy.Number, "__new__", staticmethod(mod._sympy_number_new))
+    monkeypatch.setattr(sympy.Number, "__new__", staticmethod(mod._sympy_number_new()))
     try:
         slow = [math_verify(response=r["response"], ground_truth=r["ground_truth"])["score"] for r in rows]
     finally:
