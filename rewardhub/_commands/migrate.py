@@ -10,6 +10,7 @@ only the legacy override words change, every other byte stays as it was.
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import json
 import os
@@ -49,10 +50,10 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config.loader import _parse
     from ..config.loader import _read_text
     from ..config.loader import anchor_holders
     from ..config.loader import check_sections
-    from ..config.loader import config_file_kind
     from ..config.loader import read_and_migrate
     from ..config.schema import validate_reward
 
@@ -62,18 +63,18 @@ def run(args: argparse.Namespace) -> int:
     if args.write and overrides:
         raise UsageError("--write rewrites FILE alone; overrides would not be saved\n"
                          "put them into FILE first, or drop --write to print the result")
+    text = _read_text(path) if path else ""  # the file is read once
+    kind, source = _parse(path, text) if path else ("yaml", {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the report below lists every key once
-        cfg, report = read_and_migrate(path, overrides)
-    kind = config_file_kind(path, _read_text(path)) if path else "yaml"
+        cfg, report = read_and_migrate(path, overrides, source=copy.deepcopy(source))
     # a migrated config must also be a valid one: its sections named rightly, its reward: section valid
-    check_sections(cfg, anchors=lambda: anchor_holders(_read_text(path)) if path and kind == "yaml" else set())
+    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
     validate_reward(cfg.get("reward"))
     if args.write:
         assert path is not None
-        text = _read_text(path)
         # the file's reward keys are rewritten; verl's trainer keys stay (`rewardhub train` maps them on load)
-        new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, _reward_only(path))
+        new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, _reward_only(source))
         if new_text != text:
             backup = write_in_place(path, new_text)
             print(f"rewrote {path} (backup: {backup})", file=sys.stderr)
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=True, default=str) + "\n")
     elif not args.write:
         if path and kind == "yaml":
-            sys.stdout.write(yaml_roundtrip(_read_text(path), cfg) if not overrides else _dump(cfg))
+            sys.stdout.write(yaml_roundtrip(text, cfg) if not overrides else _dump(cfg))
         else:
             sys.stdout.write(_dump(cfg))
     if args.report != "json":
@@ -92,14 +93,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reward_only(path: str) -> dict[str, Any]:
-    """``path`` with its legacy reward keys migrated and nothing else changed (what ``--write`` saves)."""
-    from ..config.loader import read_config_file
+def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
+    """The file's content ``source`` with its legacy reward keys migrated and nothing else changed
+    (what ``--write`` saves)."""
     from ..config.shim import migrate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return migrate(read_config_file(path))[0]
+        return migrate(copy.deepcopy(dict(source)))[0]
 
 
 def _print_summary(report: Any) -> None:
