@@ -39,12 +39,12 @@ def main() -> None:
 
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
-        def state(self) -> dict:
-            return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+        def state(self, copy: bool = True) -> dict:  # as GRPOLearner.state_dict
+            return {k: v.detach().to("cpu", copy=copy) for k, v in self.model.state_dict().items()
                     if not k.endswith("lm_head.weight")}
 
-        def packed(self) -> object:
-            return pack(self.state())
+        def packed(self) -> object:  # as Learner.get_weights: Ray's copy is the only one
+            return pack(self.state(copy=False))
 
     @ray.remote(num_cpus=0)
     class Rollouter:

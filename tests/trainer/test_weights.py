@@ -61,7 +61,7 @@ def test_the_learner_sends_packed_weights_that_a_rollouter_engine_loads(dtype):
     state = {k: v.to(dtype) for k, v in torch.nn.Linear(4, 3).state_dict().items()}
 
     class Impl:
-        def state_dict(self):
+        def state_dict(self, copy: bool = True):
             return state
 
     learner = Learner.__new__(Learner)

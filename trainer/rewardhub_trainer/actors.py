@@ -315,7 +315,9 @@ class Learner:
         """The weights for the rollouters, packed as numpy arrays (see :mod:`rewardhub_trainer.weights`)."""
         from .weights import pack
 
-        return pack(self.impl.state_dict())
+        # no copy of its own: Ray copies the arrays into its object store as this method returns,
+        # before this (one call at a time) actor can start another update
+        return pack(self.impl.state_dict(copy=False))
 
     def save(self, path: str) -> str:
         self.impl.save(path)  # the ranks hold the same weights and optimizer state: rank 0's are saved

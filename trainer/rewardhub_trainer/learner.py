@@ -309,12 +309,15 @@ class GRPOLearner:
         return finite
 
     # -- weights and checkpoints ---------------------------------------------------------------
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def state_dict(self, copy: bool = True) -> dict[str, torch.Tensor]:
         """Detached CPU copies of the policy's weights (for the rollouters).
 
+        :param copy: ``False``: on a CPU learner, the weights themselves (detached), for a caller that
+            is done with them before the next update (an actor method whose result Ray stores as it
+            returns: the store's copy is the only one needed).
         :raises FloatingPointError: when a weight is not finite (they are never sent anywhere).
         """
-        out = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+        out = {k: v.detach().to("cpu", copy=copy) for k, v in self.model.state_dict().items()
                if not k.endswith("lm_head.weight") or not _tied(self.model)}
         bad = [k for k, v in out.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
         if bad:
