@@ -5,9 +5,9 @@ Each actor resolves them in its own process (a learner on a GPU node and a rollo
 choose differently): ``auto`` is CUDA when the actor sees a GPU (Ray sets ``CUDA_VISIBLE_DEVICES``
 to the GPUs it gave the actor), else the CPU; bf16 is chosen on CUDA devices that support it and on
 CPUs whose torch build reports AVX-512 BF16 or AMX, unless a short matmul timing finds bf16 at least
-:data:`BF16_TOO_SLOW` times slower than fp32 there (emulated despite the flag). Everywhere else bf16 is emulated: on an AVX2 CPU a bf16 matmul is ~30x slower than fp32,
-so ``auto`` means fp32 there, and a forced ``bfloat16`` gets a one-line warning with the measured
-slowdown.
+:data:`BF16_TOO_SLOW` times slower than fp32 there (emulated despite the flag). Everywhere else bf16
+is emulated: on an AVX2 CPU a bf16 matmul is ~30x slower than fp32, so ``auto`` means fp32 there,
+and a forced ``bfloat16`` gets a one-line warning with the measured slowdown.
 
 ``model.dtype`` is the learner's master weights: ``auto`` keeps them in fp32 (the optimizer needs
 the precision) and lets ``trainer.autocast`` run the matmuls in bf16 where that is fast.
