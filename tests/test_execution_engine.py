@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -182,6 +183,57 @@ def test_timeouts_overlap(rfile):
     assert res.metrics["rewards/sleepy/timeouts"] == 6.0
     assert res.scores == [0.0, 1.0, 1.0] * 6
     assert took < 4.5, took
+
+
+def _hang_many(rfile, hangs, **pool):
+    """``hangs`` calls that hang (timeout 1.5 s) among fast ones, two workers; returns the result,
+    the spares started and the seconds taken."""
+    batch = samples_of(*(["hang"] + ["x"] * 9) * hangs)
+    start = time.monotonic()
+    with Runner.from_config({"rewards": [term(rfile, "sleepy", executor="process", timeout_s=1.5)]},
+                            process_workers=2) as r:
+        r.score(samples_of("x", "x"))  # the pool exists: set its knobs
+        for k, v in pool.items():
+            setattr(r._pool, k, v)
+        res = r.score(batch)
+        spares = r._pool.spares_started
+    assert len(res.scores) == 10 * hangs and res.scores[:10] == [0.0] + [1.0] * 9
+    assert res.metrics["rewards/sleepy/timeouts"] == hangs and res.scores.count(1.0) == 9 * hangs
+    return spares, time.monotonic() - start
+
+
+def test_many_hangs_at_once_do_not_queue_behind_a_spare_cap(rfile):
+    """40 hung calls sleep side by side: with the default cap each gets a spare and the run ends
+    about one timeout after its last hang; a cap of 8 makes the later hangs wait for the first
+    timeouts (at least two timeouts in a row)."""
+    spares, took = _hang_many(rfile, 40)
+    assert spares >= 40 and took < 2 * 1.5, (spares, took)
+    spares, took = _hang_many(rfile, 40, max_spares=8)
+    assert took >= 2 * 1.5, (spares, took)
+
+
+def test_no_spares_while_memory_is_short(rfile, monkeypatch):
+    """A host (or cgroup) short of memory gets no spare processes: hung calls still time out, and
+    every sample gets its row."""
+    from rewardhub.execution import _process
+
+    monkeypatch.setattr(_process, "memory_left", lambda: _process.MIN_FREE_BYTES - 1)
+    spares, _ = _hang_many(rfile, 3)
+    assert spares == 0
+
+
+def test_memory_left_reads_the_host_and_the_cgroup(tmp_path, monkeypatch):
+    from rewardhub.execution import _watch
+
+    meminfo = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) * 1024
+    assert abs(_watch.memory_left() - meminfo) < 256 << 20 or _watch._cgroup_files()
+    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
+    limit.write_text("1073741824\n")
+    usage.write_text("805306368\n")
+    monkeypatch.setattr(_watch, "_cgroup_files", lambda: [(str(limit), str(usage))])
+    assert _watch.memory_left() == 256 << 20  # the container's limit, not the host's memory
+    limit.write_text("max\n")
+    assert _watch.memory_left() > 256 << 20
 
 
 def test_workers_die_with_their_parent(rfile, tmp_path):

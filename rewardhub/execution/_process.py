@@ -21,7 +21,9 @@ from typing import Any
 from . import _template
 from ._task import Task
 from ._task import WorkerPayload
+from ._watch import MIN_FREE_BYTES
 from ._watch import Watch
+from ._watch import memory_left
 from ._worker import Worker
 from ._worker import tell_to_stop
 
@@ -65,8 +67,9 @@ class ProcessPool:
         #: calls taken back from stuck workers and run elsewhere
         self.taken_back = 0
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
-        #: 1 s at 1,300 calls/s, 13 at a time)
-        self.max_spares = max(32, 8 * self.size) if max_spares is None else max_spares
+        #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
+        #: timeouts free some); spares also stop while memory is short (``_watch.MIN_FREE_BYTES``)
+        self.max_spares = max(128, 16 * self.size) if max_spares is None else max_spares
         #: new workers come from a warmed template process (see :mod:`._template`)
         self.warm_spares = warm_spares and _template.supported(self._ctx)
         self._template: _template.Template | None = None
@@ -210,7 +213,10 @@ class ProcessPool:
         """Whether to start a spare worker: room for one, and the watch says it would help."""
         if len(self._workers) >= self.size + self.max_spares:
             return False
-        return self.watch.want_spare(self._workers, self.size, now)
+        if not self.watch.want_spare(self._workers, self.size, now):
+            return False
+        left = memory_left()
+        return left is None or left >= MIN_FREE_BYTES
 
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order."""
