@@ -6,8 +6,9 @@ One batch of bench_trl.py's shape (8 prompts x 4 completions of up to 64 tokens,
 with the prompt cache shared by each prompt's completions vs computed for every completion, and the
 learner's forward + backward with :func:`shared_prompt_logprobs` vs :func:`full_logprobs` (in
 micro-batches of 8, as the learner runs them). Prints each time, the ratio, the FLOPs counted from the
-model's shapes (2 per multiply-add; backward = 2x forward) and the GFLOP/s achieved against
-``--peak-gflops`` (2 cores x ~39 GFLOP/s fp32 with AVX2 here).
+model's shapes (2 per multiply-add; backward = 2x forward) and the GFLOP/s achieved against the
+machine's fp32 peak, measured first in the same run as the best of square fp32 matmuls (1024-4096)
+on the same threads, or given with ``--peak-gflops`` (2 AVX2 cores here: ~78).
 """
 
 from __future__ import annotations
@@ -26,11 +27,24 @@ def _flops_per_token(cfg) -> tuple[float, float]:
     return 2.0 * per_layer * layers, 2.0 * h * cfg.vocab_size
 
 
+def _matmul_peak(torch) -> float:
+    """Best GFLOP/s of square fp32 matmuls: what this machine's BLAS reaches on the model's dtype."""
+    best = 0.0
+    for n in (1024, 2048, 4096):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        for _ in range(3):
+            t = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n**3 / (time.perf_counter() - t) / 1e9)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--peak-gflops", type=float, default=78.0)
+    parser.add_argument("--peak-gflops", type=float, default=None, help="default: measured")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -43,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     from rewardhub_trainer.models import materialize
 
     torch.set_num_threads(args.threads)
+    if args.peak_gflops is None:
+        args.peak_gflops = _matmul_peak(torch)
+        print(f"fp32 peak measured: {args.peak_gflops:.1f} GFLOP/s on {args.threads} thread(s)")
     path = materialize(ModelConfig(builtin="smollm2-135m"))
     engine = TransformersEngine(path)
     questions = [f"What is {a} + {b}? Answer with the equation and its result, e.g. 2 + 3 = 5"
