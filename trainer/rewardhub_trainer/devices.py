@@ -101,10 +101,11 @@ def resolve_device(requested: str) -> str:
 
 
 #: a bf16/fp32 matmul time ratio at which a CPU that reports native bf16 gets fp32 after all. Native
-#: bf16 measures about 0.25 and emulated bf16 20-30; a threshold of 1.0 let contention decide: with
-#: other processes starting on the same 2 cores, native bf16 measured 1.1x and 1.6x, and two runs of
-#: one config chose different dtypes (so different numbers from step 1)
-BF16_TOO_SLOW = 3.0
+#: bf16 measures about 0.25 and emulated bf16 20-30; a low threshold lets contention decide: with
+#: other processes starting on the same 2 cores, native bf16 measured 1.1x, 1.6x and once 5.6x (timed
+#: on two threads then), and two runs of one config chose different dtypes (different numbers from
+#: step 1). So: a threshold far from both, and the timing runs on one thread
+BF16_TOO_SLOW = 8.0
 
 
 @functools.lru_cache(maxsize=4)
@@ -114,7 +115,7 @@ def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> flo
     The two are timed in turn (bf16, fp32, bf16, ...), so that another process taking the cores for
     a moment (a second actor starting on the same node) slows both alike instead of one: measured
     apart, such a moment once made native bf16 look 1.6x slower than fp32 and flipped the choice.
-    About 0.1 s on an AVX2 core where bf16 is emulated, a few milliseconds where it is native.
+    About 0.2 s on an AVX2 core where bf16 is emulated, a few milliseconds where it is native.
     """
     import torch
 
@@ -133,11 +134,17 @@ def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> flo
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
-    half, full = operands(torch.bfloat16), operands(torch.float32)
-    best_half = best_full = float("inf")
-    for _ in range(repeats):
-        best_half = min(best_half, once(*half))
-        best_full = min(best_full, once(*full))
+    threads = torch.get_num_threads()
+    if device == "cpu":  # one core's ratio: a matmul on two threads waits for the slower one, so
+        torch.set_num_threads(1)  # another process preempting either skews it
+    try:
+        half, full = operands(torch.bfloat16), operands(torch.float32)
+        best_half = best_full = float("inf")
+        for _ in range(repeats):
+            best_half = min(best_half, once(*half))
+            best_full = min(best_full, once(*full))
+    finally:
+        torch.set_num_threads(threads)
     return best_half / max(best_full, 1e-9)
 
 
