@@ -9,6 +9,15 @@ the tiny config whose reward asks a local HTTP judge on 127.0.0.1 that takes 200
 staleness_limit 2), settings that only fully_async reads. Each run's throughput is measured from the
 first step to the last (actor start-up excluded); modes alternate, the median of ``--repeats`` is kept. Goals: fully_async >= 2x sync on tiny and demo (issue 20), >= 1.5x with the I/O-bound reward.
 Prints one line per case with both throughputs, the ratio, and the rollouter and learner idle ratios.
+
+A bound on the ratio, whatever the hardware: batches are trained in order, one per step, and with
+``staleness_limit: 1`` (both example configs) batch b must be generated with weights no older than
+step b-1's, which exist once batch b-2 is trained. So training b-2, the weight sync, generating b,
+scoring b and training b form one serial chain that spans two steps: a fully_async step takes at
+least half of a sync step (which runs the same links once per step), and the ratio is at most 2x,
+reached only if nothing slows down when generation and training overlap. On 2 shared cores they do
+(the two actors, the driver and Ray's processes take turns), so the 2x goal needs a larger
+staleness limit (at most 3x with ``staleness_limit: 2``) and cores to spare.
 """
 
 from __future__ import annotations

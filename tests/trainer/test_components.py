@@ -102,11 +102,11 @@ def test_queue_drops_stale_rollouts_and_reports_them():
         q.put(_rollout(index, version))
     with pytest.raises(RuntimeError, match="full"):
         q.put(_rollout(3, 3))
-    item, dropped = q.get(current_version=2)
-    assert item.batch.index == 1  # version 1 is 1 behind: fresh enough
+    item, dropped, left = q.get(current_version=2)
+    assert item.batch.index == 1 and left == 1  # version 1 is 1 behind: fresh enough
     assert dropped == [{"batch_index": 0, "version": 0, "staleness": 2, "samples": 2}]
-    item, dropped = q.get(current_version=5)
-    assert item is None and dropped[0]["batch_index"] == 2
+    item, dropped, left = q.get(current_version=5)
+    assert item is None and dropped[0]["batch_index"] == 2 and left == 0
     assert q.size() == 0
 
 

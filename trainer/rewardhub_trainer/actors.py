@@ -344,7 +344,8 @@ class MessageQueue:
         self.max_size_seen = max(self.max_size_seen, len(self._items))
         return len(self._items)
 
-    def get(self, current_version: int) -> tuple[Rollout | None, list[dict[str, int]]]:
+    def get(self, current_version: int) -> tuple[Rollout | None, list[dict[str, int]], int]:
+        """The first fresh rollout (None: none left), the stale ones dropped, and the size left."""
         dropped = []
         while self._items:
             item = self._items.popleft()
@@ -353,8 +354,8 @@ class MessageQueue:
                 dropped.append({"batch_index": item.batch.index, "version": item.version,
                                 "staleness": staleness, "samples": item.num_samples})
                 continue
-            return item, dropped
-        return None, dropped
+            return item, dropped, len(self._items)
+        return None, dropped, 0
 
     def size(self) -> int:
         return len(self._items)

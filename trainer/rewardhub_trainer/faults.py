@@ -128,8 +128,9 @@ class Rollouters:
         size = len(pool.handles)
         self.sent = [0] * size  #: the weights tag each rollouter was last sent (0: the base weights)
         self.in_row = [0] * size  #: failures in a row on each rollouter
-        self.acks: dict[Any, tuple[int, int, int]] = {}  #: set_weights ref -> (rollouter, epoch, tag)
-        self.gen: dict[Any, tuple[int, PromptBatch, int]] = {}  #: generate ref -> (rollouter, batch, epoch)
+        self.acks: dict[Any, tuple[int, int, int]] = {}  #: set_weights ref -> (rollouter, epoch, call number)
+        self.gen: dict[Any, tuple[int, PromptBatch, int, int]] = {}  #: generate ref -> (rollouter, batch, epoch, call number)
+        self._calls = 0  #: calls sent to the rollouters so far (each actor runs its calls in that order)
         self.weights: tuple[Any, int] | None = None  #: the current weights (ref, tag); None: the base ones
         self.retries = retries
         self.check_weights = check_weights
@@ -150,15 +151,18 @@ class Rollouters:
             return
         ref, tag = self.weights
         ack = self.pool.handles[i].set_weights.remote(ref, tag)
-        self.acks[ack] = (i, self.pool.epochs[i], tag)
+        self._calls += 1
+        self.acks[ack] = (i, self.pool.epochs[i], self._calls)
         self.sent[i] = tag
 
-    def settle(self, i: int | None = None, *, block: bool = True) -> None:
-        """Check the acknowledgements of rollouter ``i`` (of all when None) that are in (all, when ``block``)."""
+    def settle(self, i: int | None = None, *, block: bool = True, before: int | None = None) -> None:
+        """Check the acknowledgements of rollouter ``i`` (of all when None) that are in (all, when
+        ``block``); with ``before``, only those of calls sent before call number ``before``."""
         import ray
 
         while True:
-            mine = [a for a, (j, _, _) in self.acks.items() if i is None or j == i]
+            mine = [a for a, (j, _, n) in self.acks.items()
+                    if (i is None or j == i) and (before is None or n < before)]
             if not mine:
                 return
             done, stuck = ray.wait(mine, num_returns=len(mine), timeout=SYNC_TIMEOUT_S if block else 0)
@@ -167,7 +171,7 @@ class Rollouters:
             if not block:
                 return
             for ack in stuck:  # alive but not answering (e.g. a stopped process): a fresh one
-                j, epoch, _tag = self.acks.pop(ack)
+                j, epoch, _n = self.acks.pop(ack)
                 if epoch == self.pool.epochs[j]:
                     self.sync_failures += 1
                     self._failed(j, TimeoutError(f"no acknowledgement within {SYNC_TIMEOUT_S:g}s"),
@@ -177,7 +181,7 @@ class Rollouters:
         """Handle one finished ``set_weights``: a failure restarts or replaces that rollouter."""
         import ray
 
-        i, epoch, _tag = self.acks.pop(ack)
+        i, epoch, _n = self.acks.pop(ack)
         try:
             ray.get(ack)
         except Exception as exc:  # noqa: BLE001 - every failure is handled or ends the run
@@ -208,18 +212,21 @@ class Rollouters:
     # -- generation --------------------------------------------------------------------------
     def submit(self, i: int, batch: PromptBatch) -> Any:
         ref = self.pool.handles[i].generate.remote(batch, self.sent[i])
-        self.gen[ref] = (i, batch, self.pool.epochs[i])
+        self._calls += 1
+        self.gen[ref] = (i, batch, self.pool.epochs[i], self._calls)
         return ref
 
     def busy(self) -> set[int]:
-        return {i for i, _, _ in self.gen.values()}
+        return {i for i, _, _, _ in self.gen.values()}
 
     def done(self, ref: Any) -> Rollout | None:
         """The rollout of a finished generate call, or None when it was resubmitted."""
         import ray
 
-        i, batch, epoch = self.gen.pop(ref)
-        self.settle(i)  # the weights sent before this call were loaded (or not) before it ran
+        i, batch, epoch, number = self.gen.pop(ref)
+        # the weights sent before this call were loaded (or not) before it ran; those sent after it
+        # (queued behind it on the actor) are checked as they come
+        self.settle(i, before=number)
         try:
             out = ray.get(ref)
         except ACTOR_ERRORS as exc:

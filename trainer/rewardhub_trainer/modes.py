@@ -93,7 +93,7 @@ class Modes(RunState):
             f.waiting.append(rollout)
             rollout = self._call(self.reward_client, 0, "score", f.waiting.pop())
             ray.get(self.queue.put.remote(rollout))
-            item, dropped = ray.get(self.queue.get.remote(self.step))
+            item, dropped, _ = ray.get(self.queue.get.remote(self.step))
             self._dropped(dropped)
             assert item is not None and not dropped, "sync mode never has stale samples"
             f.train = (None, item, 0)
@@ -138,8 +138,7 @@ class Modes(RunState):
             f.next_put += 1
         if f.train is not None or not f.queued:
             return False
-        item, dropped = ray.get(self.queue.get.remote(self.step))
-        f.queued = ray.get(self.queue.size.remote())
+        item, dropped, f.queued = ray.get(self.queue.get.remote(self.step))
         self._dropped(dropped)
         if item is not None:
             staleness = self.step - item.version
