@@ -93,3 +93,53 @@ def test_vllm_with_top_p_below_one_is_refused_with_the_reason():
     assert "truncated" in text and "rollout.top_p=1" in text
     # the transformers engine records full-distribution log-probs, like the learner: allowed
     assert parse_config(_cfg(engine="transformers", top_p=0.9)).rollout.top_p == 0.9
+
+
+def test_plain_sampling_draws_each_token_with_its_probability():
+    """Without top-p or top-k, the next token is drawn by inverting the CDF of softmax(logits / T):
+    each token as often as its probability says (20,000 draws, within 4.5 standard deviations), never
+    one of probability 0, and one finite score per row for generate to pick."""
+    from rewardhub_trainer.engine import _InverseCdf
+    from rewardhub_trainer.engine import _SampledLogprobs
+
+    torch.manual_seed(0)
+    rows, temperature = 20000, 0.7
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, float("-inf"), 0.5, -6.0]]).repeat(rows, 1)
+    recorder = _SampledLogprobs(temperature)
+    ids = torch.zeros(rows, 1, dtype=torch.long)
+    out = _InverseCdf(recorder)(ids, recorder(ids, logits))
+    assert torch.isfinite(out).sum(-1).tolist() == [1] * rows and out.max().item() == 0.0
+    drawn = out.argmax(-1)
+    freq = torch.bincount(drawn, minlength=logits.shape[1]).double() / rows
+    p = torch.softmax(logits[0].double() / temperature, -1)
+    assert freq[4] == 0  # probability 0
+    assert (freq - p).abs().max().item() < 4.5 * (0.25 / rows) ** 0.5, (freq, p)
+    # the recorder takes the drawn tokens' log-probs at the next step, as for generate's own sampling
+    recorder(drawn.unsqueeze(-1), logits)
+    assert recorder.columns[0].tolist() == pytest.approx(torch.log(p[drawn]).float().tolist(), abs=1e-5)
+    # logits that overflowed (weights blown up by the learner) raise as multinomial does
+    for bad in (float("nan"), float("inf")):
+        broken = logits[:2].clone()
+        broken[1, 3] = bad
+        recorder = _SampledLogprobs(temperature)
+        with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan`"):
+            _InverseCdf(recorder)(ids[:2], recorder(ids[:2], broken))
+
+
+@pytest.mark.parametrize(("top_p", "top_k", "drawn_here"), [(1.0, 0, True), (0.9, 0, False), (1.0, 5, False)])
+def test_only_plain_sampling_is_drawn_by_the_inverse_cdf(folders, monkeypatch, top_p, top_k, drawn_here):
+    from rewardhub_trainer import engine as engine_module
+
+    calls = []
+    real = engine_module._InverseCdf.__call__
+
+    def counted(self, input_ids, scores):
+        calls.append(1)
+        return real(self, input_ids, scores)
+
+    monkeypatch.setattr(engine_module._InverseCdf, "__call__", counted)
+    engine = TransformersEngine(str(folders[0]))
+    out = engine.generate(["Question: 1 + 1\nAnswer:"], n=3, max_new_tokens=6, temperature=0.9, top_p=top_p,
+                          top_k=top_k, seed=3)
+    assert bool(calls) == drawn_here
+    assert all(len(c.logprobs) == len(c.response_ids) > 0 for g in out for c in g)

@@ -67,9 +67,12 @@ class TransformersEngine:
         ends = [eos, *stop_token_ids]
         greedy = temperature == 0  # evaluation: greedy; log-probs are then those at temperature 1
         temperature = temperature or 1.0
+        # plain sampling (no top-p or top-k) is done by _InverseCdf, then picked "greedily"
+        plain = not greedy and top_p >= 1.0 and top_k <= 0
         # every distribution-changing setting is given (generate fills unset ones from the model's
         # generation config, which __init__ has neutralised too): only rollout.* shape the sampling
-        sampling = {"do_sample": False} if greedy else {
+        # (top_k: transformers' default where nothing is sampled, which it then does not flag as unused)
+        sampling = {"do_sample": False, "top_k": 50} if greedy or plain else {
             "do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": max(top_k, 0)}
         config = GenerationConfig(**{
             **NEUTRAL_SAMPLING, **sampling,
@@ -92,11 +95,12 @@ class TransformersEngine:
 
         torch.manual_seed(seed)
         recorder = _SampledLogprobs(temperature)
+        processors: list[Any] = [recorder, _InverseCdf(recorder)] if plain else [recorder]
         with torch.no_grad():
             cache = self._prompt_cache(enc, n)
             sequences = self.model.generate(input_ids=input_ids, attention_mask=attention, past_key_values=cache,
                                             generation_config=config, stopping_criteria=criteria,
-                                            logits_processor=LogitsProcessorList([recorder]))
+                                            logits_processor=LogitsProcessorList(processors))
         width = input_ids.shape[1]
         new = sequences[:, width:]
         token_lp = recorder.finish(new)
@@ -138,6 +142,36 @@ class TransformersEngine:
                                  past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(n)
         return cache
+
+
+class _InverseCdf:
+    """A logits processor that samples each row's next token from ``softmax(logits / T)`` (the
+    distribution :class:`_SampledLogprobs` has just computed) and leaves only that token's score
+    finite, for ``generate`` to pick greedily.
+
+    One uniform number per row, looked up in the row's cumulative probabilities (float64, so the
+    intervals are exact to ~1e-16; a token of probability 0 has an empty one and is never drawn).
+    ``generate``'s own sampling, ``multinomial``, draws an exponential number for every token of the
+    vocabulary instead: with SmolLM2's 49k tokens and 32 rows, 24 ms of a 130 ms decoding step on one
+    core. Same distribution, another random stream; logits that are not finite raise as there.
+    """
+
+    def __init__(self, recorder: _SampledLogprobs) -> None:
+        self.recorder = recorder
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        assert self.recorder.pending is not None
+        z, lse = self.recorder.pending
+        cdf = torch.exp(z - lse.unsqueeze(-1)).cumsum(-1, dtype=torch.float64)
+        total = cdf[:, -1]
+        if not bool(torch.isfinite(total).all()) or bool((total <= 0).any()):
+            # what multinomial says, so that overflowing weights stop the run here, named, as before
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+        tokens = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
 
 class _SampledLogprobs:

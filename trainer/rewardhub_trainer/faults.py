@@ -230,6 +230,7 @@ class Rollouters:
         try:
             out = ray.get(ref)
         except ACTOR_ERRORS as exc:
+            self.settle(i)  # the weights queued behind it died with it: a failed sync, seen first
             if epoch == self.pool.epochs[i]:
                 self._failed(i, exc, died=True, what="died")
             self.submit(i, batch)
