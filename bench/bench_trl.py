@@ -3,7 +3,7 @@
     python bench/bench_trl.py --steps 3
 
 Equal settings: 8 prompts x 4 completions per step, at most 64 new tokens, fp32 everywhere,
-temperature 1.0, no KL, one PPO epoch, the same reasoning-gym arithmetic prompts rendered to the same
+temperature 1.0, no KL, one PPO epoch, learning rate 1e-6 decaying linearly (TRL's default), the same reasoning-gym arithmetic prompts rendered to the same
 text (examples/arithmetic.yaml's chat template, system prompt and instruction: TRL gets the text) and
 the same two rewards (TRL: a number match and the same format regex as plain functions; ours:
 math_verify + regex_match in reward workers). The first step of each is warm-up and not timed.
@@ -106,7 +106,10 @@ def ours_rate(steps: int, mode: str) -> tuple[float, float]:
             f"trainer.total_steps={steps + 1}", f"trainer.mode={mode}", "trainer.autocast=none",
             "trainer.kl_coef=0.0", "trainer.micro_batch_size=8", f"rollout.prompts_per_step={PROMPTS}",
             f"rollout.n={N}", f"rollout.max_new_tokens={NEW_TOKENS}", "rollout.temperature=1.0",
-            "rollout.dtype=float32", "model.dtype=float32"], output=out)
+            "rollout.dtype=float32", "model.dtype=float32",
+            # TRL's learning rate (GRPOConfig's default) and its linear decay over the run: a larger
+            # one changes the policy faster, and with it the completions' lengths (tokens/s)
+            "trainer.lr=1e-6", "trainer.lr_schedule=linear"], output=out)
         rows = [__import__("json").loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     # completions per second after the first step (warm-up), as for TRL
     t = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
