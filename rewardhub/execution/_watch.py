@@ -6,6 +6,7 @@ The process pool learns each reward's mean call time; a call that runs many time
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -34,8 +35,10 @@ _LOOK_MAX_S = 0.05
 MIN_FREE_BYTES = 512 << 20
 
 
+@functools.lru_cache(maxsize=1)
 def _cgroup_files() -> list[tuple[str, str]]:
-    """This process's own cgroup's memory limit and usage files (v2, and v1's memory controller)."""
+    """This process's own cgroup's memory limit and usage files (v2, and v1's memory controller);
+    read once (a process does not change cgroups under the pool)."""
     files = []
     try:
         with open("/proc/self/cgroup") as f:

@@ -107,7 +107,7 @@ def test_queue_drops_stale_rollouts_and_reports_them():
     assert dropped == [{"batch_index": 0, "version": 0, "staleness": 2, "samples": 2}]
     item, dropped, left = q.get(current_version=5)
     assert item is None and dropped[0]["batch_index"] == 2 and left == 0
-    assert q.size() == 0
+    assert q.get(current_version=5) == (None, [], 0)  # nothing left
 
 
 @pytest.fixture(scope="module")

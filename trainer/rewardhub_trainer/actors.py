@@ -357,9 +357,6 @@ class MessageQueue:
             return item, dropped, len(self._items)
         return None, dropped, 0
 
-    def size(self) -> int:
-        return len(self._items)
-
     def drain(self) -> list[Rollout]:
         items = list(self._items)
         self._items.clear()

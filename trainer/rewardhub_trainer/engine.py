@@ -169,7 +169,7 @@ class _InverseCdf:
         if not bool(torch.isfinite(total).all()) or bool((total <= 0).any()):
             # what multinomial says, so that overflowing weights stop the run here, named, as before
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-        u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+        u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, device=cdf.device) * total.unsqueeze(-1)
         tokens = torch.searchsorted(cdf, u, right=True).clamp_(max=cdf.shape[1] - 1)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
