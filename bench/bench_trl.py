@@ -9,6 +9,11 @@ the same two rewards (TRL: a number match and the same format regex as plain fun
 math_verify + regex_match in reward workers). The first step of each is warm-up and not timed.
 Prints, for both, completions/s, generated tokens/s and the mean completion length, then both
 ratios (goal: ours >= 2x TRL in each).
+
+    python bench/bench_trl.py --skip-trl --against trainer.lend_idle_cores=false
+
+runs ours a second time with those overrides (here: no threads lent between the learner and the
+rollouter, rewardhub_trainer/cores.py) and prints the ratio between the two.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ def trl_rate(model_path: str, steps: int) -> tuple[float, float]:
     return PROMPTS * N * len(timed) / sum(timed), sum(lens) / max(1, len(lens))
 
 
-def ours_rate(steps: int, mode: str) -> tuple[float, float]:
+def ours_rate(steps: int, mode: str, extra: list[str] | None = None) -> tuple[float, float]:
     """Our completions/s and mean completion length (tokens) over the timed steps."""
     from rewardhub_trainer.cli import train
 
@@ -109,7 +114,7 @@ def ours_rate(steps: int, mode: str) -> tuple[float, float]:
             "rollout.dtype=float32", "model.dtype=float32",
             # TRL's learning rate (GRPOConfig's default) and its linear decay over the run: a larger
             # one changes the policy faster, and with it the completions' lengths (tokens/s)
-            "trainer.lr=1e-6", "trainer.lr_schedule=linear"], output=out)
+            "trainer.lr=1e-6", "trainer.lr_schedule=linear", *(extra or [])], output=out)
         rows = [__import__("json").loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     # completions per second after the first step (warm-up), as for TRL
     t = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="timed steps (one more runs as warm-up)")
     parser.add_argument("--mode", default="fully_async", choices=["sync", "fully_async"])
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--against", metavar="KEY=VALUE", action="append", default=[],
+                        help="also run ours with these overrides (e.g. trainer.lend_idle_cores=false), "
+                             "and print the ratio to it")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from rewardhub_trainer.config import ModelConfig
@@ -135,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     path = materialize(ModelConfig(builtin="smollm2-135m"))
     ours, ours_len = ours_rate(args.steps, args.mode)
     print(_line(f"rewardhub-trainer ({args.mode})", ours, ours_len), flush=True)
+    if args.against:
+        base, base_len = ours_rate(args.steps, args.mode, args.against)
+        print(_line(f"  with {' '.join(args.against)}", base, base_len))
+        print(f"ratio ours/with {' '.join(args.against)}: {ours / base:.2f}x completions/s, "
+              f"{ours * ours_len / (base * base_len):.2f}x generated tokens/s", flush=True)
     if args.skip_trl:
         return 0
     trl, trl_len = trl_rate(path, args.steps + 1)

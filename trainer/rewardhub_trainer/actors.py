@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from .cores import busy as _busy
+from .cores import share_for as _share
+
 __all__ = ["Learner", "MessageQueue", "PromptBatch", "RewardClient", "Rollout", "Rollouter"]
 
 
@@ -44,6 +47,7 @@ class Rollout:
     reward_metrics: dict[str, float] = field(default_factory=dict)
     score_s: float = 0.0
     reward_pids: list[int] = field(default_factory=list)  #: the reward workers that scored it
+    threads: float = 0.0  #: the rollouter's mean torch threads while generating it (0: not counted)
 
     @property
     def num_samples(self) -> int:
@@ -80,7 +84,9 @@ class Rollouter:
     """Formats prompts, samples ``n`` completions each with the current policy version."""
 
     def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
-                 dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0) -> None:
+                 dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0,
+                 cores: tuple[str, int, int] | None = None) -> None:
+        """``cores``: (run token, slot, slots) of the node's :mod:`~rewardhub_trainer.cores` board."""
         _set_threads(threads)
         from .devices import choose
         from .engine import make_engine
@@ -93,6 +99,7 @@ class Rollouter:
         self.choice = choose(device, "none", "float32", dtype)
         self.engine = make_engine(self.rollout["engine"], model_path, dtype=self.choice.rollout_dtype,
                                   device=self.choice.device)
+        self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
         return {"role": "rollouter", **_where(), "version": self.engine.version, "device": self.choice.device,
@@ -104,7 +111,8 @@ class Rollouter:
         from .weights import unpack
 
         try:
-            self.engine.load_weights(unpack(state_dict), version)
+            with _busy(self.share):
+                self.engine.load_weights(unpack(state_dict), version)
         except BaseException:
             self.engine.version = -1  # the weights may be half loaded: this engine matches no version
             raise
@@ -119,6 +127,12 @@ class Rollouter:
         """
         if want_version is not None and self.engine.version != want_version:
             return int(self.engine.version)
+        with _busy(self.share) as used:
+            rollout = self._generate(batch)
+        rollout.threads = used.get("threads", 0.0)
+        return rollout
+
+    def _generate(self, batch: PromptBatch) -> Rollout:
         t0 = time.perf_counter()
         texts = [p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
                  for p in batch.prompts]  # p.text: rendered by the driver (data.render)
@@ -225,7 +239,8 @@ class Learner:
 
     def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
                  init_from: str | None = None, peers: Sequence[Mapping[str, Any]] = (),
-                 rank: tuple[str, int, int, int] | None = None) -> None:
+                 rank: tuple[str, int, int, int] | None = None, cores: tuple[str, int, int] | None = None) -> None:
+        """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their threads)."""
         world = len(peers) + 1 if peers else (rank[3] if rank else 1)
         _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores
         from .devices import choose
@@ -258,6 +273,7 @@ class Learner:
         self.loaded_from = init_from
         if init_from:
             self.impl.load(init_from)
+        self.share = _share(cores if world == 1 else None, threads, self.choice.device, self.impl.model)
 
     def info(self) -> dict[str, Any]:
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
@@ -283,6 +299,13 @@ class Learner:
         return self.impl.version
 
     def train(self, rollout: Rollout) -> dict[str, float]:
+        with _busy(self.share) as used:
+            stats = self._train(rollout)
+        if "threads" in used:
+            stats["threads/learner"] = used["threads"]
+        return stats
+
+    def _train(self, rollout: Rollout) -> dict[str, float]:
         import torch
 
         from .learner import TrainSample

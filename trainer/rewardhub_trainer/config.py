@@ -79,6 +79,9 @@ class TrainerConfig:
     score_concurrency: int = 1
     max_restarts: int = 3
     torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
+    #: fully_async on CPU, automatic threads: the learner and the rollouters on a node take the
+    #: threads of those that wait (cores.py)
+    lend_idle_cores: bool = True
     scale_advantages: bool = True
     #: learner matmuls: auto (bf16 where it is fast, see devices.py) | none (fp32) | bfloat16
     autocast: str = "auto"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import uuid
 from typing import Any
 
 from .devices import print_choices
@@ -32,6 +33,15 @@ class Lifecycle(RunState):
             return cores
         return max(1, cores // (self.t.num_rollouters + 1))
 
+    def _cores(self) -> str | None:
+        """The token of the run's core boards (:mod:`.cores`), or None when the actors keep their threads:
+        lent only in fully_async, by a single learner and transformers rollouters at automatic threads."""
+        t = self.t
+        if (t.mode != "fully_async" or not t.lend_idle_cores or t.torch_threads or t.num_learners != 1
+                or self.cfg.rollout.engine != "transformers"):
+            return None
+        return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
     @property
     def learner(self) -> Any:
         return self.learners.handles[0]
@@ -53,8 +63,15 @@ class Lifecycle(RunState):
         rollout = dataclasses.asdict(cfg.rollout)
         data = dataclasses.asdict(cfg.data)
         path, threads = self.prep.model_path, self._threads()
+        self.cores_token = token = self._cores()
+        slots = 1 + t.num_rollouters  # the learner's slot is 0
+
+        def cores(slot: int) -> tuple[str, int, int] | None:
+            return (token, slot, slots) if token else None
+
         self.rollouters = Rollouters(Pool("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
-            path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed),
+            path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed,
+            cores=cores(1 + i)),
             t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok)
         self._start_reward_client(opts)
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
@@ -68,7 +85,8 @@ class Lifecycle(RunState):
         init_from = str(self.resume_ckpt) if self.resume_ckpt else None
         self.learners = Pool("learner", lambda i: learner_cls.options(**opts, **place("learner")).remote(
             path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
-            init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)]), 1, t.max_restarts)
+            init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)], cores=cores(0)),
+            1, t.max_restarts)
         self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
         self._first_infos()
@@ -161,3 +179,8 @@ class Lifecycle(RunState):
         placement = getattr(self, "placement", None)
         if placement is not None:
             placement.remove()
+        token = getattr(self, "cores_token", None)
+        if token:
+            from .cores import remove_board
+
+            remove_board(token)  # this node's (one on another node: a few bytes left in its /dev/shm)

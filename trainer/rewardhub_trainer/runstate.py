@@ -64,6 +64,7 @@ class RunState:
     learners: Pool
     reward_client: Pool
     queue: Any  #: the message queue's Ray actor handle
+    cores_token: str | None  #: the run's core boards (:mod:`.cores`; None: threads are not lent)
     workers: list[dict[str, Any]]
     evaluator: Any  #: :class:`rewardhub_trainer.evaluate.Evaluator`, set by ``Run._run``
 

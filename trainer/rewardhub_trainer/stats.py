@@ -98,6 +98,7 @@ class StepStats:
             **{k: v for k, v in item.reward_metrics.items()},
             **{k: v for k, v in result.items() if k not in ("version",)},
             "time/gen_s": item.gen_s,
+            **({"threads/rollouter": item.threads} if item.threads else {}),
             "time/score_s": item.score_s,
             "time/step_s": now - self.t_last,
             "time/elapsed_s": now - self.t0,

@@ -1,0 +1,143 @@
+"""Cores lent between the actors that share a node while one of them waits.
+
+In ``fully_async`` on CPU the learner and each rollouter get an equal share of the node's cores
+(``torch`` threads). They rarely finish together: with ``staleness_limit 1`` a rollouter that has
+generated the next batch waits for the weights it may generate the one after with, and the learner
+waits for a batch it may train on. A :class:`CoreShare` lets the busy ones take the waiting ones'
+threads and give them back as soon as they start again.
+
+The actors of one run on one node share a small board: a file of one byte per actor, in
+``/dev/shm`` (or the temporary folder), mapped into each process. An actor marks itself busy for
+the length of a call that computes (:meth:`CoreShare.busy`) and idle after it. Hooks on the
+model's decoder layers (their forward pass, and the backward pass into each of them) recompute the
+actor's threads from the board, so a change is seen within one layer's work. A slot nobody has
+written (an actor on another node, or one still loading) is neither lent nor given any threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["BUSY", "IDLE", "CoreShare", "board_path", "busy", "remove_board", "share_for", "threads_for"]
+
+BUSY, IDLE = 1, 2  #: a slot's byte; 0: not written yet (or not on this node)
+
+
+def board_path(token: str) -> str:
+    """The board of the run ``token`` on this node (RAM-backed where ``/dev/shm`` exists)."""
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    return os.path.join(folder, f"rewardhub-cores-{token}")
+
+
+def threads_for(states: bytes, slot: int, base: int) -> int:
+    """The threads of the actor in ``slot``: its ``base``, plus an equal part of the idle actors'.
+
+    Each idle slot lends ``base`` threads, shared among the busy slots (the remainder goes to the
+    lowest ones). An actor that is not busy keeps ``base``.
+    """
+    if states[slot] != BUSY:
+        return base
+    busy = [i for i, s in enumerate(states) if s == BUSY]
+    lent = base * sum(1 for s in states if s == IDLE)
+    order = busy.index(slot)
+    return base + lent // len(busy) + (1 if order < lent % len(busy) else 0)
+
+
+class CoreShare:
+    """One actor's place on its node's board: ``slot`` of ``slots``, ``base`` threads of its own."""
+
+    def __init__(self, token: str, slot: int, slots: int, base: int) -> None:
+        if not 0 <= slot < slots or base < 1:
+            raise ValueError(f"core share: slot {slot} of {slots}, base {base} threads")
+        self.slot, self.slots, self.base = slot, slots, base
+        self.path = board_path(token)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < slots:
+                os.ftruncate(fd, slots)  # zeros: every other slot is "not written" until its actor marks it
+            self._board = mmap.mmap(fd, slots)
+        finally:
+            os.close(fd)
+        self.threads = base
+        self._since = time.perf_counter()
+        self._thread_s = 0.0  #: thread-seconds since the last busy() began
+        self._board[slot] = IDLE
+
+    def check(self, *_args: Any) -> None:
+        """Set this process's torch threads to what the board gives it now (a hook: arguments ignored)."""
+        want = threads_for(self._board[: self.slots], self.slot, self.base)
+        if want != self.threads:
+            import torch
+
+            now = time.perf_counter()
+            self._thread_s += (now - self._since) * self.threads
+            self._since = now
+            torch.set_num_threads(want)
+            self.threads = want
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[dict[str, float]]:
+        """Mark the actor busy for the block; yields a dict that gets ``threads``, the block's
+        time-weighted mean of this actor's threads, as the block ends."""
+        out: dict[str, float] = {}
+        self._board[self.slot] = BUSY
+        self.check()
+        t0 = self._since = time.perf_counter()
+        self._thread_s = 0.0
+        try:
+            yield out
+        finally:
+            self._board[self.slot] = IDLE
+            now = time.perf_counter()
+            total = self._thread_s + (now - self._since) * self.threads
+            out["threads"] = total / (now - t0) if now > t0 else float(self.threads)
+
+    def attach(self, model: Any) -> int:
+        """Hook :meth:`check` onto each decoder layer of ``model`` (forward, and backward into it);
+        returns the number of layers hooked (0: none found, the threads change only at ``busy``)."""
+        layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+        def after(_module: Any, _inputs: Any, output: Any) -> None:
+            hidden = output[0] if isinstance(output, tuple) else output
+            if getattr(hidden, "requires_grad", False):
+                hidden.register_hook(self._on_grad)
+
+        for layer in layers:
+            layer.register_forward_pre_hook(self.check)
+            layer.register_forward_hook(after)
+        return len(layers)
+
+    def _on_grad(self, grad: Any) -> None:
+        self.check()
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self._board[self.slot] = 0
+            self._board.close()
+
+
+def share_for(cores: tuple[str, int, int] | None, threads: int, device: str, model: Any) -> CoreShare | None:
+    """An actor's share (None: its threads stay as set). Only a CPU actor with a thread count of its
+    own and a model to hook lends and borrows; ``cores`` is (run token, slot, slots)."""
+    if cores is None or threads < 1 or device != "cpu" or model is None:
+        return None
+    share = CoreShare(*cores, base=threads)
+    share.attach(model)
+    return share
+
+
+def busy(share: CoreShare | None) -> contextlib.AbstractContextManager[dict[str, float]]:
+    """``share.busy()``, or a block that changes nothing (and reports no threads) without a share."""
+    return share.busy() if share is not None else contextlib.nullcontext({})
+
+
+def remove_board(token: str) -> None:
+    """Remove this node's board of the run ``token`` (the driver, as the run ends)."""
+    with contextlib.suppress(OSError):
+        os.remove(board_path(token))
