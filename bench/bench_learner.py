@@ -105,17 +105,18 @@ def main(argv: list[str] | None = None) -> int:
         times["learn shared"].append(learn(shared_prompt_logprobs))
         times["learn full"].append(learn(full_logprobs))
     # forward tokens: full pads each micro-batch to its longest prompt + response and runs the head from the
-    # shortest prompt on; shared runs each prompt once, and its responses padded to the group's longest
+    # shortest prompt on; shared runs each prompt once (left-padded to the micro-batch's longest), then
+    # every response padded to the micro-batch's longest; both run the head on the response tokens only
     full_fwd = shared_fwd = 0.0
     for k in range(0, len(samples), 8):
         chunk = samples[k:k + 8]
         width = max(len(s.prompt_ids) + len(s.response_ids) for s in chunk)
         first = min(len(s.prompt_ids) for s in chunk) - 1
         full_fwd += len(chunk) * (width * body + (width - first) * head)
-        for g in range(0, len(chunk), 4):
-            grp = chunk[g:g + 4]
-            shared_fwd += (p_len - 1) * body + len(grp) * (1 + max(len(s.response_ids) for s in grp)) * body
-            shared_fwd += sum(len(s.response_ids) for s in grp) * head
+        prompts = {tuple(s.prompt_ids) for s in chunk}
+        shared_fwd += len(prompts) * (max(len(p) for p in prompts) - 1) * body
+        shared_fwd += len(chunk) * (1 + max(len(s.response_ids) for s in chunk)) * body
+        shared_fwd += sum(len(s.response_ids) for s in chunk) * head
     flops = {**gen_flops, "learn full": 3 * full_fwd, "learn shared": 3 * shared_fwd}
     print(f"threads {args.threads}; prompt {p_len} tokens, mean response {r_tokens / len(samples):.1f} tokens")
     best = {k: min(v) for k, v in times.items()}

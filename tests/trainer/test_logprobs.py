@@ -30,6 +30,14 @@ def _samples():
             TrainSample([107], [127], [], 0.1)]
 
 
+def _one_token_prompts():
+    """Only one-token prompts: no key/value cache to fill before the responses."""
+    from rewardhub_trainer.learner import TrainSample
+
+    return [TrainSample([107], [124, 125, 126], [], 0.2), TrainSample([107], [127], [], -0.1),
+            TrainSample([108], [128, 129], [], 0.3)]
+
+
 def _run(model, fn, samples, temperature):
     import torch
 
@@ -45,14 +53,15 @@ def _run(model, fn, samples, temperature):
     return logp.detach(), mask, ent[0].detach(), grads
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_prompt_logprobs_equal_the_full_logits_path(model, temperature):
+@pytest.mark.parametrize(("temperature", "make"), [(1.0, _samples), (0.7, _samples), (1.0, _one_token_prompts)],
+                         ids=["T1", "T0.7", "one-token-prompts"])
+def test_shared_prompt_logprobs_equal_the_full_logits_path(model, temperature, make):
     import torch
 
     from rewardhub_trainer.learner import full_logprobs
     from rewardhub_trainer.learner import shared_prompt_logprobs
 
-    samples = _samples()
+    samples = make()
     lp_full, mask_full, ent_full, g_full = _run(model, full_logprobs, samples, temperature)
     lp, mask, ent, g = _run(model, shared_prompt_logprobs, samples, temperature)
     assert torch.equal(mask, mask_full) and mask.sum() == sum(len(s.response_ids) for s in samples)
