@@ -10,7 +10,7 @@ math_verify + regex_match in reward workers). The first step of each is warm-up 
 Prints, for both, completions/s, generated tokens/s and the mean completion length, then both
 ratios (goal: ours >= 2x TRL in each).
 
-    python bench/bench_trl.py --skip-trl --against trainer.lend_idle_cores=false
+    python bench/bench_trl.py --skip-trl --against trainer.lend_idle_cores=never
 
 runs ours a second time with those overrides (here: no threads lent between the learner and the
 rollouter, rewardhub_trainer/cores.py) and prints the ratio between the two.
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="fully_async", choices=["sync", "fully_async"])
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--against", metavar="KEY=VALUE", action="append", default=[],
-                        help="also run ours with these overrides (e.g. trainer.lend_idle_cores=false), "
+                        help="also run ours with these overrides (e.g. trainer.lend_idle_cores=never), "
                              "and print the ratio to it")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -70,9 +70,9 @@ def test_busy_takes_the_waiting_actors_threads_and_reports_them(token):
 
 def test_a_share_needs_a_cpu_actor_with_threads_and_a_model(token):
     assert share_for(None, 1, "cpu", object()) is None
-    assert share_for((token, 0, 2), 0, "cpu", object()) is None  # threads not set: nothing to lend
-    assert share_for((token, 0, 2), 1, "cuda", object()) is None
-    assert share_for((token, 0, 2), 1, "cpu", None) is None  # vLLM: no torch model to hook
+    assert share_for((token, 0, 2, "auto"), 0, "cpu", object()) is None  # threads not set: nothing to lend
+    assert share_for((token, 0, 2, "auto"), 1, "cuda", object()) is None
+    assert share_for((token, 0, 2, "auto"), 1, "cpu", None) is None  # vLLM: no torch model to hook
     with busy(None) as used:  # no share: the block changes nothing and reports nothing
         pass
     assert used == {}
@@ -89,6 +89,32 @@ def tiny_model(model_cache):
     model = AutoModelForCausalLM.from_pretrained(materialize(ModelConfig(tiny={"arch": "qwen2", "seed": 5})))
     model.train()
     return model
+
+
+def test_auto_borrows_only_for_layers_large_enough_to_gain(token, tiny_model):
+    """The tiny model (64 x 128) lends and keeps its own thread; SmolLM2-135M's shape (576 x 1536) borrows."""
+    import torch
+    from transformers import Qwen2Config
+    from transformers import Qwen2ForCausalLM
+
+    from rewardhub_trainer.cores import worth_borrowing
+
+    torch.set_num_threads(1)  # the actor's own threads (set where it starts)
+    small = share_for((token, 0, 2, "auto"), 1, "cpu", tiny_model)
+    assert small is not None and not small.borrow
+    peer = CoreShare(token, 1, 2, base=1)
+    with small.busy() as used:
+        assert torch.get_num_threads() == 1
+    assert used["threads"] == 1.0
+    with peer.busy():  # the peer borrows the small one's waiting thread
+        assert torch.get_num_threads() == 2
+    forced = share_for((token, 0, 2, "always"), 1, "cpu", tiny_model)
+    assert forced is not None and forced.borrow
+    smol = Qwen2Config(hidden_size=576, intermediate_size=1536)
+    assert worth_borrowing(type("M", (), {"config": smol})()) and not worth_borrowing(tiny_model)
+    assert not worth_borrowing(Qwen2ForCausalLM(Qwen2Config(hidden_size=64, intermediate_size=128,
+                                                            num_hidden_layers=1, num_attention_heads=2,
+                                                            num_key_value_heads=1, vocab_size=300)))
 
 
 def test_hooks_change_the_threads_within_a_forward_and_a_backward_pass(token, tiny_model):

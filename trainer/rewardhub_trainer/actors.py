@@ -85,8 +85,8 @@ class Rollouter:
 
     def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
                  dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0,
-                 cores: tuple[str, int, int] | None = None) -> None:
-        """``cores``: (run token, slot, slots) of the node's :mod:`~rewardhub_trainer.cores` board."""
+                 cores: tuple[str, int, int, str] | None = None) -> None:
+        """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
         _set_threads(threads)
         from .devices import choose
         from .engine import make_engine
@@ -239,7 +239,7 @@ class Learner:
 
     def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
                  init_from: str | None = None, peers: Sequence[Mapping[str, Any]] = (),
-                 rank: tuple[str, int, int, int] | None = None, cores: tuple[str, int, int] | None = None) -> None:
+                 rank: tuple[str, int, int, int] | None = None, cores: tuple[str, int, int, str] | None = None) -> None:
         """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their threads)."""
         world = len(peers) + 1 if peers else (rank[3] if rank else 1)
         _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores

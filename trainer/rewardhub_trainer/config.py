@@ -80,8 +80,8 @@ class TrainerConfig:
     max_restarts: int = 3
     torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
     #: fully_async on CPU, automatic threads: the learner and the rollouters on a node take the
-    #: threads of those that wait (cores.py)
-    lend_idle_cores: bool = True
+    #: threads of those that wait (cores.py): auto (for models large enough to gain) | always | never
+    lend_idle_cores: str = "auto"
     scale_advantages: bool = True
     #: learner matmuls: auto (bf16 where it is fast, see devices.py) | none (fp32) | bfloat16
     autocast: str = "auto"
@@ -210,6 +210,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "clip_eps": between(0, 1, exclusive=True),
         "autocast": one_of(*AUTOCASTS),
         "device": one_of(*DEVICES),
+        "lend_idle_cores": one_of("auto", "always", "never"),
         "test_freq": at_least(-1, "-1 is never, 0 at the end"),
         "total_epochs": at_least(0, "0 uses total_steps"),
         "lr_schedule": one_of("constant", "linear", "cosine"),

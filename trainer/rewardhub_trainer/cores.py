@@ -50,12 +50,13 @@ def threads_for(states: bytes, slot: int, base: int) -> int:
 
 
 class CoreShare:
-    """One actor's place on its node's board: ``slot`` of ``slots``, ``base`` threads of its own."""
+    """One actor's place on its node's board: ``slot`` of ``slots``, ``base`` threads of its own;
+    without ``borrow`` it only lends (marks itself busy and idle) and keeps ``base`` threads."""
 
-    def __init__(self, token: str, slot: int, slots: int, base: int) -> None:
+    def __init__(self, token: str, slot: int, slots: int, base: int, borrow: bool = True) -> None:
         if not 0 <= slot < slots or base < 1:
             raise ValueError(f"core share: slot {slot} of {slots}, base {base} threads")
-        self.slot, self.slots, self.base = slot, slots, base
+        self.slot, self.slots, self.base, self.borrow = slot, slots, base, borrow
         self.path = board_path(token)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -71,7 +72,7 @@ class CoreShare:
 
     def check(self, *_args: Any) -> None:
         """Set this process's torch threads to what the board gives it now (a hook: arguments ignored)."""
-        want = threads_for(self._board[: self.slots], self.slot, self.base)
+        want = threads_for(self._board[: self.slots], self.slot, self.base) if self.borrow else self.base
         if want != self.threads:
             import torch
 
@@ -122,13 +123,30 @@ class CoreShare:
             self._board.close()
 
 
-def share_for(cores: tuple[str, int, int] | None, threads: int, device: str, model: Any) -> CoreShare | None:
+#: ``hidden_size * intermediate_size`` from which a model's layers gain from a second thread: SmolLM2-135M
+#: (576 x 1536) trains and generates faster with one lent; the tests' tiny model (64 x 128) is slower
+#: on two threads than on one (fully_async on tiny.yaml: 240 samples/s with threads lent, 350 without)
+BORROW_MIN_SIZE = 1 << 19
+
+
+def worth_borrowing(model: Any) -> bool:
+    """Are ``model``'s decoder layers large enough for more threads to make them faster?"""
+    cfg = getattr(model, "config", None)
+    size = int(getattr(cfg, "hidden_size", 0) or 0) * int(getattr(cfg, "intermediate_size", 0) or 0)
+    return size >= BORROW_MIN_SIZE
+
+
+def share_for(cores: tuple[str, int, int, str] | None, threads: int, device: str, model: Any) -> CoreShare | None:
     """An actor's share (None: its threads stay as set). Only a CPU actor with a thread count of its
-    own and a model to hook lends and borrows; ``cores`` is (run token, slot, slots)."""
+    own and a model lends; ``cores`` is (run token, slot, slots, ``trainer.lend_idle_cores``). It
+    borrows too with ``always``, or with ``auto`` when :func:`worth_borrowing`."""
     if cores is None or threads < 1 or device != "cpu" or model is None:
         return None
-    share = CoreShare(*cores, base=threads)
-    share.attach(model)
+    token, slot, slots, mode = cores
+    share = CoreShare(token, slot, slots, base=threads,
+                      borrow=mode == "always" or (mode == "auto" and worth_borrowing(model)))
+    if share.borrow:
+        share.attach(model)
     return share
 
 

@@ -37,7 +37,7 @@ class Lifecycle(RunState):
         """The token of the run's core boards (:mod:`.cores`), or None when the actors keep their threads:
         lent only in fully_async, by a single learner and transformers rollouters at automatic threads."""
         t = self.t
-        if (t.mode != "fully_async" or not t.lend_idle_cores or t.torch_threads or t.num_learners != 1
+        if (t.mode != "fully_async" or t.lend_idle_cores == "never" or t.torch_threads or t.num_learners != 1
                 or self.cfg.rollout.engine != "transformers"):
             return None
         return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -66,8 +66,8 @@ class Lifecycle(RunState):
         self.cores_token = token = self._cores()
         slots = 1 + t.num_rollouters  # the learner's slot is 0
 
-        def cores(slot: int) -> tuple[str, int, int] | None:
-            return (token, slot, slots) if token else None
+        def cores(slot: int) -> tuple[str, int, int, str] | None:
+            return (token, slot, slots, t.lend_idle_cores) if token else None
 
         self.rollouters = Rollouters(Pool("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
             path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed,
