@@ -52,15 +52,20 @@ def test_idle_slots_lend_their_threads_to_the_busy_ones():
 def test_busy_takes_the_waiting_actors_threads_and_reports_them(token):
     import torch
 
+    torch.set_num_threads(1)  # the actors' own threads (set where they start)
     learner = CoreShare(token, 0, 2, base=1)
     rollouter = CoreShare(token, 1, 2, base=1)
     assert os.path.exists(board_path(token))
     with learner.busy() as used:
         assert torch.get_num_threads() == 2
     assert used["threads"] == pytest.approx(2.0)
+    assert torch.get_num_threads() == 1  # back to its own between calls
+    # (both shares live in this one process here: each one's decision is its .threads)
     with rollouter.busy():
+        assert rollouter.threads == 2  # the learner waits
         with learner.busy() as used:
-            assert torch.get_num_threads() == 1
+            rollouter.check()  # the rollouter's next layer: the learner is back at work
+            assert learner.threads == rollouter.threads == 1
         assert used["threads"] == pytest.approx(1.0)
     learner.close()
     rollouter.close()
@@ -72,7 +77,8 @@ def test_a_share_needs_a_cpu_actor_with_threads_and_a_model(token):
     assert share_for(None, 1, "cpu", object()) is None
     assert share_for((token, 0, 2, "auto"), 0, "cpu", object()) is None  # threads not set: nothing to lend
     assert share_for((token, 0, 2, "auto"), 1, "cuda", object()) is None
-    assert share_for((token, 0, 2, "auto"), 1, "cpu", None) is None  # vLLM: no torch model to hook
+    assert share_for((token, 0, 2, "auto"), 1, "cpu", None) is None
+    assert share_for((token, 0, 2, "always"), 1, "cpu", object()) is None  # not a torch model: nothing to hook
     with busy(None) as used:  # no share: the block changes nothing and reports nothing
         pass
     assert used == {}

@@ -98,6 +98,11 @@ class CoreShare:
             now = time.perf_counter()
             total = self._thread_s + (now - self._since) * self.threads
             out["threads"] = total / (now - t0) if now > t0 else float(self.threads)
+            if self.threads != self.base:  # what the actor does between calls (a weight copy) stays on its own
+                import torch
+
+                torch.set_num_threads(self.base)
+                self.threads = self.base
 
     def attach(self, model: Any) -> int:
         """Hook :meth:`check` onto each decoder layer of ``model`` (forward, and backward into it);
@@ -140,7 +145,7 @@ def share_for(cores: tuple[str, int, int, str] | None, threads: int, device: str
     """An actor's share (None: its threads stay as set). Only a CPU actor with a thread count of its
     own and a model lends; ``cores`` is (run token, slot, slots, ``trainer.lend_idle_cores``). It
     borrows too with ``always``, or with ``auto`` when :func:`worth_borrowing`."""
-    if cores is None or threads < 1 or device != "cpu" or model is None:
+    if cores is None or threads < 1 or device != "cpu" or not hasattr(model, "modules"):
         return None
     token, slot, slots, mode = cores
     share = CoreShare(token, slot, slots, base=threads,
