@@ -17,7 +17,10 @@ scoring b and training b form one serial chain that spans two steps: a fully_asy
 least half of a sync step (which runs the same links once per step), and the ratio is at most 2x,
 reached only if nothing slows down when generation and training overlap. On 2 shared cores they do
 (the two actors, the driver and Ray's processes take turns), so the 2x goal needs a larger
-staleness limit (at most 3x with ``staleness_limit: 2``) and cores to spare.
+staleness limit (at most 3x with ``staleness_limit: 2``) and cores to spare. Sync gives each phase
+every core; fully_async halves them, and lends a waiting actor's threads to the busy one
+(``trainer.lend_idle_cores``, on for SmolLM2 in ``demo``, not for the tiny model), so on one
+machine's cores overlap wins only what a phase loses by running on fewer threads.
 """
 
 from __future__ import annotations
