@@ -128,18 +128,14 @@ class TransformersEngine:
     def _prompt_cache(self, enc: Any, n: int) -> Any:
         """Each prompt's key/value cache (all its tokens but the last) computed once and repeated for its
         ``n`` responses, rather than ``n`` times by ``generate`` (None: nothing to share)."""
-        from transformers import DynamicCache
-
         from .logprobs import PLAIN_HEAD_MODELS
+        from .logprobs import left_padded_cache
 
         ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
         if n < 2 or ids.shape[1] < 2 or getattr(self.model.config, "model_type", None) not in PLAIN_HEAD_MODELS:
             return None
-        cache = DynamicCache(config=self.model.config)
-        # the positions generate gives left-padded prompts (padding's own never matter: it is masked)
-        pos = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        self.model.get_decoder()(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1],
-                                 past_key_values=cache, use_cache=True)
+        # the positions generate gives left-padded prompts (it gives the padding others: masked, they never matter)
+        cache = left_padded_cache(self.model, ids[:, :-1], mask[:, :-1])
         cache.batch_repeat_interleave(n)
         return cache
 

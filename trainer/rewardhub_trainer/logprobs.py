@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["PLAIN_HEAD_MODELS", "full_logprobs", "response_logprobs", "shared_prompt_logprobs", "token_logprobs"]
+__all__ = ["PLAIN_HEAD_MODELS", "full_logprobs", "left_padded_cache", "response_logprobs", "shared_prompt_logprobs", "token_logprobs"]
 
 #: model types whose causal-LM logits are exactly ``lm_head(decoder(...).last_hidden_state)`` (no
 #: logit scaling or soft-capping), so that :func:`response_logprobs` may run the two parts itself
@@ -98,6 +98,20 @@ def full_logprobs(model: Any, samples: Sequence[Any], temperature: float,
     return torch.stack(rows), mask
 
 
+def left_padded_cache(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> Any:
+    """A key/value cache of left-padded token rows (``mask`` 0 on the padding), from ``model``'s decoder.
+
+    Each row's positions count its own tokens from 0; padding is masked, so its positions never matter.
+    The generation engine (prompts for ``generate``) and :func:`shared_prompt_logprobs` both fill one.
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+    return cache
+
+
 def shared_prompt_logprobs(model: Any, samples: Sequence[Any], temperature: float,
                            pad_id: int = 0, autocast: str = "none", entropy: list[torch.Tensor] | None = None,
                            entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,9 +148,7 @@ def shared_prompt_logprobs(model: Any, samples: Sequence[Any], temperature: floa
                 if len(p) > 1:
                     pids[g, past - len(p) + 1:] = torch.tensor(p[:-1], dtype=torch.long)
                     pmask[g, past - len(p) + 1:] = 1
-            ppos = (pmask.cumsum(-1) - 1).clamp(min=0)
-            decoder(input_ids=pids.to(device), attention_mask=pmask.to(device), position_ids=ppos.to(device),
-                    past_key_values=cache, use_cache=True)
+            cache = left_padded_cache(model, pids.to(device), pmask.to(device))
             reps = torch.tensor([len(idx) for idx in groups.values()])
             cache.batch_select_indices(torch.repeat_interleave(torch.arange(len(prompts)), reps).to(device))
         # then [last prompt token] + response for every sample, at once, on that cache
