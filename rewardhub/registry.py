@@ -94,7 +94,6 @@ class RewardRegistry:
                 return self._name2spec[new]
             raise UnknownRewardError(name, self._name2spec) from None
 
-    get = get_reward
 
     def collect_aliases(self, pm: Any) -> None:
         """Merge the ``rewardhub_legacy_aliases`` of every plugin; an alias mapped two ways breaks the
@@ -123,20 +122,6 @@ class RewardRegistry:
     def list_rewards(self) -> list[RewardSpec]:
         return [self._name2spec[n] for n in sorted(self._name2spec)]
 
-    def require(self, names: Iterable[str], where: str | None = None) -> list[RewardSpec]:
-        """Return the specs of ``names``, raising one error that lists every missing name."""
-        names = list(names)
-        missing = [n for n in names if n not in self._name2spec]
-        if len(missing) == 1:
-            raise UnknownRewardError(missing[0], self._name2spec, where)
-        if missing:
-            raise UsageError(
-                f"missing rewards{(' ' + where) if where else ''}: {', '.join(map(repr, missing))}\n"
-                "see `rewardhub list` for the registered names"
-            )
-        return [self._name2spec[n] for n in names]
-
-    # ---- registration -------------------------------------------------------
     def add(self, spec: RewardSpec, *, installed: bool = False) -> RewardSpec:
         """Register a spec; a second spec under the same name is a :class:`DuplicateRewardError`.
 

@@ -176,12 +176,6 @@ def test_fingerprint_same_across_processes_and_changes_with_installation(tmp_pat
     assert reg.fingerprint_items()["extra_r"] == "extra-rewards==2.0"
 
 
-def test_require_lists_every_missing_name():
-    reg = build_registry(autoload=False)
-    with pytest.raises(UsageError, match=r"missing rewards on worker n1: 'a', 'b'"):
-        reg.require(["exact_match", "a", "b"], where="on worker n1")
-
-
 def test_decorator_validates_its_arguments():
     with pytest.raises(UsageError, match=r"executor='gpu' is not valid\nallowed: inline, thread, process, ray"):
         rewardhub.reward(executor="gpu")

@@ -12,9 +12,6 @@ from .._discovery import find_module_file
 from .._discovery import static_docstring
 from ..types import RewardSpec
 
-LIST_KEYS = ("capabilities", "dist", "error", "kind", "name", "plugin", "sha256", "source", "status",
-             "summary", "target", "version")
-
 
 def add_registry_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-autoload", action="store_true",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["diff_items", "is_problem", "reward_facts"]
+__all__ = ["diff_items", "reward_facts"]
 
 
 def _kind(driver: str, worker: str) -> str:
@@ -48,10 +48,6 @@ def diff_items(driver: Mapping[str, str], worker: Mapping[str, str],
         fatal = kind != "extra" and (strict or name in used_set)
         out.append({"reward": name, "kind": kind, "driver": d, "worker": w, "fatal": fatal})
     return out
-
-
-def is_problem(diff: Mapping[str, Any]) -> bool:
-    return bool(diff.get("fatal"))
 
 
 def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:

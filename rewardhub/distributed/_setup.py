@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,7 +51,6 @@ class WorkerSetup:
     used: tuple[str, ...]
     files: tuple[ShippedFile, ...] = ()
     strict: bool = False
-    driver_host: str = field(default_factory=socket.gethostname)
     driver_targets: dict[str, str] = field(default_factory=dict)
 
 

@@ -224,11 +224,11 @@ def test_a_setup_made_elsewhere_carries_the_drivers_values(reward_file):
                        {"name": "exact_match"}]}
     driver, _ = prepare_setup(cfg)
     # what the driver's process saw: another rewardhub-math, and math_verify at another target
-    driver = driver.__class__(**{**driver.__dict__, "driver_fingerprint": "f" * 16, "driver_host": "driver-host",
+    driver = driver.__class__(**{**driver.__dict__, "driver_fingerprint": "f" * 16,
                                  "driver_items": dict(driver.driver_items, math_verify="rewardhub-math==9.9"),
                                  "driver_targets": dict(driver.driver_targets, exact_match="elsewhere:exact")})
     here, _ = prepare_setup({**cfg, "rewards": cfg["rewards"][:2]}, pool="p", reference=driver)
-    assert (here.driver_fingerprint, here.driver_host, here.pool) == ("f" * 16, "driver-host", "p")
+    assert (here.driver_fingerprint, here.pool) == ("f" * 16, "p")
     assert here.driver_items == driver.driver_items and here.used == ("math_verify", "length")
     assert here.driver_targets == {"math_verify": "rewardhub_math.reward:math_verify"}  # the used ones only
     assert here.files == driver.files and here.files[0].data == reward_file.read_bytes()
