@@ -60,9 +60,10 @@ def rewardhub_register_rewards() -> Sequence[RewardSpec | Any]:  # type: ignore[
 def rewardhub_legacy_aliases() -> Mapping[str, str]:  # type: ignore[empty-body]
     """Return old reward names mapped to their current names.
 
-    Used by the config shim: a term that names an old reward is rewritten to the new name with
-    a deprecation warning. Aliases from all plugins are merged; an alias that maps to two
-    different names breaks the second plugin that declares it.
+    Used by the registry's lookup (:meth:`RewardRegistry.get_reward`): a name that is an alias
+    resolves to the current reward, with a ``RewardhubDeprecationWarning`` naming both and the plugin
+    that declared the alias. Aliases from all plugins are merged; an alias that maps to two different
+    names marks the second plugin that declares it broken (``rewardhub list`` shows it).
 
     Example::
 
