@@ -142,6 +142,12 @@ class RolloutConfig:
     stop: Any = None  #: strings that end a response, like end-of-sequence (transformers engine)
     stop_token_ids: Any = None  #: token ids that end a response
     val_temperature: float = 0.0  #: evaluation: 0 is greedy
+    # vLLM engine settings (verl's actor_rollout_ref.rollout.* map onto them; the transformers engine has none)
+    max_model_len: int = 0  #: prompt + response tokens at most (0: the model's context, at most 2048)
+    gpu_memory_utilization: float = 0.5  #: on a GPU: the fraction of its memory vLLM may take
+    enforce_eager: bool = True  #: no CUDA graphs (faster start, slower decoding)
+    #: GPUs of one rollouter's engine; > 1 makes each rollouter ask for that many (resources.rollouter.num_gpus)
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -233,6 +239,9 @@ RULES: dict[str, dict[str, Rule]] = {
         "val_n": at_least(1),
         "top_k": at_least(-1, "-1 or 0 samples among all tokens"),
         "val_temperature": at_least(0, "0 is greedy"),
+        "max_model_len": at_least(0, "0 is the model's context, at most 2048"),
+        "gpu_memory_utilization": Rule(minimum=0, minimum_inclusive=False, maximum=1),
+        "tensor_parallel_size": at_least(1),
     },
     "data": {
         "source": one_of(*DATA_SOURCES),
@@ -297,6 +306,24 @@ def _check_rollout(rollout: RolloutConfig) -> None:
                       "stop strings need rollout.engine=transformers")
 
 
+def _rollouter_gpus(rollout: RolloutConfig, resources: Resources) -> Resources:
+    """``rollout.tensor_parallel_size`` > 1: each rollouter asks for that many GPUs (set here when
+    ``resources.rollouter.num_gpus`` is 0; another value is an error)."""
+    tp = rollout.tensor_parallel_size
+    if tp == 1:
+        return resources
+    if rollout.engine != "vllm":
+        raise invalid("rollout.tensor_parallel_size", tp, "set rollout.engine=vllm, or rollout.tensor_parallel_size=1",
+                      "only the vLLM engine splits a model over GPUs")
+    have = resources.rollouter.num_gpus
+    if have == 0:
+        return dataclasses.replace(resources, rollouter=dataclasses.replace(resources.rollouter, num_gpus=float(tp)))
+    if have != tp:
+        raise invalid("resources.rollouter.num_gpus", have, f"set it to {tp} (or leave it out)",
+                      f"rollout.tensor_parallel_size={tp} needs {tp} GPUs per rollouter")
+    return resources
+
+
 def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     """Validate the trainer's sections of ``cfg`` (the result of ``load_config``).
 
@@ -318,8 +345,14 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     if trainer.device == "cuda" and resources.learner.num_gpus <= 0:
         raise invalid("trainer.device", "cuda", "set resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus "
                       "for the rollouters), or use trainer.device=auto",
-                      "the learner asks Ray for no GPU, so it would see none (Ray hides the GPUs it did not give)")
+                      "the learner asks Ray for no GPU, so it would see none (an actor given no GPU gets "
+                      "CUDA_VISIBLE_DEVICES='')")
+    if resources.learner.num_gpus > 1:
+        raise invalid("resources.learner.num_gpus", resources.learner.num_gpus,
+                      "set it to 1 and trainer.num_learners to the number of GPUs (one data-parallel rank each)",
+                      "a learner rank uses exactly one GPU")
     _check_rollout(rollout)
+    resources = _rollouter_gpus(rollout, resources)
     for key in ("train_files", "val_files"):
         value = getattr(data, key)
         if not (value is None or isinstance(value, str) or (
