@@ -47,7 +47,7 @@ def test_parse_resources_defaults_and_errors():
                           r"^resources.placement='scatter' is not valid\nallowed: pack, spread, strict_pack, "
                           r"strict_spread$"),
                          ({"learners": {}}, r"^unknown key resources.learners\ndid you mean resources.learner\? "
-                                            r"allowed: gpus_per_node, learner, nnodes"),
+                                            r"allowed: evaluator, gpus_per_node, learner, nnodes"),
                          ({"learner": {"gpus": 1}}, r"^unknown key resources.learner.gpus\ndid you mean "
                                                     r"resources.learner.num_gpus\? allowed: num_cpus, num_gpus, "
                                                     r"resources$"),
