@@ -175,3 +175,19 @@ def test_a_learner_rank_that_sees_two_gpus_is_refused_in_one_line(monkeypatch):
     with pytest.raises(RunAborted, match=r"^learner on .*: a CUDA learner rank must see exactly one GPU; this one "
                                          r"sees 2 \(CUDA_VISIBLE_DEVICES='0,1'\)"):
         Lifecycle._check_fingerprints(None, [info])  # type: ignore[arg-type]
+
+
+def test_gpu_check_runs_its_cpu_side_checks_here():
+    """bench/gpu_check.py stays current: its CPU-side checks import and pass on this CPU-only machine."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    checks = module.cpu_checks()
+    assert [name for name, ok, _ in checks] == ["dtype auto is deterministic", "no GPU given -> none seen",
+                                                "GPU config keys"]
+    assert all(ok for _, ok, _ in checks), checks
