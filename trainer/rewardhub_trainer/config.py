@@ -83,9 +83,11 @@ class TrainerConfig:
     #: threads of those that wait (cores.py): auto (for models large enough to gain) | always | never
     lend_idle_cores: str = "auto"
     scale_advantages: bool = True
-    #: learner matmuls: auto (bf16 where it is fast, see devices.py) | none (fp32) | bfloat16
+    #: learner matmuls: auto (bf16 where the hardware reports it natively, see devices.py) | none (fp32) | bfloat16
     autocast: str = "auto"
-    device: str = "auto"  #: learner and rollouters: auto (cuda when the actor has a GPU) | cpu | cuda
+    #: learner ranks, rollouters, evaluator: auto (cuda when the actor sees a GPU; one Ray gave none sees none:
+    #: CUDA_VISIBLE_DEVICES="") | cpu | cuda (each learner rank then needs exactly one GPU)
+    device: str = "auto"
     #: fully_async: start a batch only if it will still be within staleness_limit when trained
     staleness_gate: bool = True
     # evaluation on data.val_files (verl's names): every test_freq steps (0: only at the end, -1: never)
@@ -135,7 +137,7 @@ class RolloutConfig:
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
-    #: generation weights: auto (bf16 where it is fast) | float32 | bfloat16 (synced weights are cast)
+    #: generation weights: auto (bf16 where the hardware reports it natively) | float32 | bfloat16 (synced weights are cast)
     dtype: str = "auto"
     val_n: int = 1  #: evaluation: responses per validation prompt
     top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)

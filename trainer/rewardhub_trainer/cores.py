@@ -12,6 +12,11 @@ the length of a call that computes (:meth:`CoreShare.busy`) and idle after it. H
 model's decoder layers (their forward pass, and the backward pass into each of them) recompute the
 actor's threads from the board, so a change is seen within one layer's work. A slot nobody has
 written (an actor on another node, or one still loading) is neither lent nor given any threads.
+
+Optional and off wherever it cannot help (:func:`off_because`, checked by the driver before any actor
+starts): outside ``fully_async``, with ``trainer.lend_idle_cores: never`` or set ``torch_threads``,
+several learner ranks, the vLLM engine, any GPU asked, several nodes; and in any actor not on the CPU
+(:func:`share_for`).
 """
 
 from __future__ import annotations
