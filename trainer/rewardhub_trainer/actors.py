@@ -7,6 +7,7 @@ tagged with the policy version that produced them, weight dicts, and the ``rewar
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -59,10 +60,8 @@ def _set_threads(threads: int) -> None:
 
     if threads > 0:
         torch.set_num_threads(threads)
-        try:
+        with contextlib.suppress(RuntimeError):  # already set in this process
             torch.set_num_interop_threads(1)
-        except RuntimeError:  # already set in this process
-            pass
 
 
 def _where() -> dict[str, Any]:
@@ -89,12 +88,9 @@ class Rollouter:
                  cores: tuple[str, int, int, str] | None = None) -> None:
         """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
         from .devices import choose
-        from .devices import hide_gpus_not_given
         from .engine import make_engine
 
-        hide_gpus_not_given()  # before torch looks: an actor given no GPU sees none
         _set_threads(threads)
-
         self.rollout = dict(rollout)
         self.template = data.get("template", "auto")
         self.instruction = data.get("instruction", "")
@@ -175,7 +171,6 @@ class RewardClient:
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
         try:
-            # NO_GPU_ENV: a reward worker given no GPU sees none (CUDA_VISIBLE_DEVICES="")
             self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
                                          num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
                                          chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
@@ -250,23 +245,20 @@ class Learner:
         """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their threads)."""
         from .devices import check_learner_gpus
         from .devices import choose
-        from .devices import hide_gpus_not_given
         from .learner import GRPOLearner
         from .learner import LearnerSettings
 
-        hide_gpus_not_given()  # before torch looks: a rank given no GPU sees none
         world = len(peers) + 1 if peers else (rank[3] if rank else 1)
         _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores
         self.choice = choose(settings.get("device", "auto"), settings.get("autocast", "auto"),
-                             settings.get("dtype", "auto"), "float32")
+                             settings.get("dtype", "auto"), "float32")  # (a rank given no GPU sees none)
         self.rank, self.world = (rank[2] if rank else 0), world
         self.peers: list[Any] = []
         self.loaded_from: str | None = init_from
-        #: why this rank cannot run (the driver stops the run with it as one ERROR line), or None
-        self.error = check_learner_gpus(self.choice.device)
+        self.error = check_learner_gpus(self.choice.device)  # the driver stops the run with it: one ERROR line
+        if self.error is not None and rank is not None:  # a rank started by rank 0: its constructor's error
+            raise RuntimeError(self.error)
         if self.error is not None:
-            if rank is not None:  # a rank started by rank 0: its error is its constructor's
-                raise RuntimeError(self.error)
             return
         asked = settings
         settings = {**settings, "device": self.choice.device, "autocast": self.choice.autocast,

@@ -6,8 +6,8 @@ choose differently). The device: ``auto`` is CUDA when the actor sees a GPU, els
 Ray gave no GPU sees none: since Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` alone for such an actor
 (it would see every GPU of its node), every actor of a run is started with Ray's switch
 ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` in its ``runtime_env`` (:data:`NO_GPU_ENV`, which makes Ray
-set ``CUDA_VISIBLE_DEVICES=""``), and :func:`hide_gpus_not_given` sets it again in the learners and
-rollouters before torch looks, whatever the Ray version. An empty ``CUDA_VISIBLE_DEVICES`` means CPU
+set ``CUDA_VISIBLE_DEVICES=""``), and :func:`choose` sets it again (:func:`hide_gpus_not_given`) in
+the learners, rollouters and the evaluator before torch looks, whatever the Ray version. An empty ``CUDA_VISIBLE_DEVICES`` means CPU
 without asking torch (:func:`gpus_seen`). A CUDA learner rank must see exactly one GPU
 (:func:`check_learner_gpus`).
 
@@ -214,11 +214,13 @@ def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> flo
 
 def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "auto",
            rollout_dtype: str = "auto", *, confirm: bool = True) -> Choice:
-    """Resolve the device and every ``auto`` dtype for this process, from the capability alone.
+    """Resolve the device and every ``auto`` dtype for this process, from the capability alone (in a Ray
+    actor given no GPU, first hide the node's GPUs: :func:`hide_gpus_not_given`).
 
     :param confirm: on a CPU whose capability says bf16, time a small matmul and *warn* (the choice
         stays bf16) when bf16 is :data:`BF16_TOO_SLOW` times slower there.
     """
+    hide_gpus_not_given()  # in a Ray actor given no GPU: CUDA_VISIBLE_DEVICES="" before torch looks
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     dev = resolve_device(device)
     cap = capability(dev)
