@@ -38,7 +38,8 @@ def test_trainer_device_is_kept_by_the_verl_key_map():
     assert not [d for d in report.dropped if d["key"] == "trainer.device"]
     parsed = _parsed("trainer.device=cpu", "resources.learner.num_gpus=1")
     assert parsed.trainer.device == "cpu"
-    assert _parsed("trainer.device=cuda", "resources.learner.num_gpus=1").trainer.device == "cuda"
+    assert _parsed("trainer.device=cuda", "resources.learner.num_gpus=1",
+                   "resources.rollouter.num_gpus=1").trainer.device == "cuda"
 
 
 def test_vllm_keys_and_their_verl_spellings():

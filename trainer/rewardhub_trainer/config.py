@@ -308,6 +308,18 @@ def _check_rollout(rollout: RolloutConfig) -> None:
                       "stop strings need rollout.engine=transformers")
 
 
+def _check_cuda(resources: Resources, *, evaluator: bool) -> None:
+    """``trainer.device=cuda``: every role that runs the model asks Ray for a GPU (one given none sees none)."""
+    evaluator_gpus = (resources.evaluator or resources.rollouter).num_gpus
+    for role, gpus in (("learner", resources.learner.num_gpus), ("rollouter", resources.rollouter.num_gpus),
+                       ("evaluator", evaluator_gpus if evaluator else 1.0)):
+        if gpus <= 0:
+            raise invalid("trainer.device", "cuda", f"set resources.{role}.num_gpus (1, or a share such as 0.5), "
+                          "or use trainer.device=auto",
+                          f"the {role} asks Ray for no GPU, so it would see none (an actor given no GPU gets "
+                          "CUDA_VISIBLE_DEVICES='')")
+
+
 def _rollouter_gpus(rollout: RolloutConfig, resources: Resources) -> Resources:
     """``rollout.tensor_parallel_size`` > 1: each rollouter asks for that many GPUs (set here when
     ``resources.rollouter.num_gpus`` is 0; another value is an error)."""
@@ -344,17 +356,14 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
     _check_model(model)
-    if trainer.device == "cuda" and resources.learner.num_gpus <= 0:
-        raise invalid("trainer.device", "cuda", "set resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus "
-                      "for the rollouters), or use trainer.device=auto",
-                      "the learner asks Ray for no GPU, so it would see none (an actor given no GPU gets "
-                      "CUDA_VISIBLE_DEVICES='')")
     if resources.learner.num_gpus > 1:
         raise invalid("resources.learner.num_gpus", resources.learner.num_gpus,
                       "set it to 1 and trainer.num_learners to the number of GPUs (one data-parallel rank each)",
                       "a learner rank uses exactly one GPU")
     _check_rollout(rollout)
     resources = _rollouter_gpus(rollout, resources)
+    if trainer.device == "cuda":
+        _check_cuda(resources, evaluator=data.val_files is not None)
     for key in ("train_files", "val_files"):
         value = getattr(data, key)
         if not (value is None or isinstance(value, str) or (
