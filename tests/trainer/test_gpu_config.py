@@ -84,6 +84,9 @@ def test_tensor_parallel_rollouters_ask_for_that_many_gpus():
     assert [(b.role, dict(b.needs)) for b in items] == [("rollouter", {"GPU": 2.0})] * 2 + [("evaluator", {"GPU": 2.0})]
     assert _parsed("rollout.engine=vllm", "rollout.tensor_parallel_size=2",
                    "resources.rollouter.num_gpus=2").resources.rollouter.num_gpus == 2
+    doctor = doctor_lines(load_config(None, [REWARD, "rollout.engine=vllm", "rollout.tensor_parallel_size=2"]),
+                          [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0, "GPU": 2.0}}])
+    assert f"  rollouter 0: GPU=2 on node {'a' * 12} (pack)" in doctor
     with pytest.raises(UsageError, match=r"^resources.rollouter.num_gpus=1.0 is not valid: rollout.tensor_parallel_"
                                          r"size=2 needs 2 GPUs per rollouter\nset it to 2"):
         _parsed("rollout.engine=vllm", "rollout.tensor_parallel_size=2", "resources.rollouter.num_gpus=1")

@@ -352,6 +352,9 @@ def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
     except UsageError as exc:
         return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
     trainer = raw.get("trainer") or {}
+    tp = (raw.get("rollout") or {}).get("tensor_parallel_size") or 1
+    if isinstance(tp, int) and tp > 1 and not res.rollouter.num_gpus:  # as the trainer's config does: each engine's GPUs
+        res = dataclasses.replace(res, rollouter=dataclasses.replace(res.rollouter, num_gpus=float(tp)))
     workers = (raw.get("reward") or {}).get("workers") or {}
     rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)),
                                             dict(workers.get("resources") or {}))
