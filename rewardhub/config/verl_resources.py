@@ -6,11 +6,13 @@ verl sizes a run with ``trainer.nnodes``, ``trainer.n_gpus_per_node`` and
 * ``trainer.nnodes`` -> ``resources.nnodes`` and ``trainer.n_gpus_per_node`` ->
   ``resources.gpus_per_node``: the cluster the run expects (checked against Ray's before any actor
   starts);
-* ``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus``;
+* ``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus`` and
+  ``rollout.tensor_parallel_size`` (the vLLM engine's);
 * with GPUs per node declared, the learner gets one GPU (``resources.learner.num_gpus: 1``) and,
   unless ``trainer.num_rollouters`` is set, the other GPUs become rollouters:
   ``(nnodes * n_gpus_per_node - 1) // tensor_model_parallel_size`` of them (verl colocates actor
-  and rollout on every GPU; this trainer gives them separate GPUs).
+  and rollout on every GPU; this trainer gives them separate GPUs); with ``data.val_files`` the
+  evaluation actor takes one rollouter's share first (it asks for what a rollouter asks).
 
 A key already set in ``resources:`` wins only when it agrees; two different values are an error.
 Pure: the input is not modified. Recorded in the migration report's ``moved`` and ``notes``.
@@ -98,6 +100,15 @@ def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, An
 
     for key, value in found.items():
         put(VERL_RESOURCE_KEYS[key], value, key)
+    tp_key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    if tp_key in found:
+        rollout = cfg.setdefault("rollout", {})
+        if ("tensor_parallel_size" in rollout
+                and _int(rollout["tensor_parallel_size"], "rollout.tensor_parallel_size") != found[tp_key]):
+            raise UsageError(f"{tp_key}={found[tp_key]!r} sets rollout.tensor_parallel_size, which the config "
+                             f"sets to {rollout['tensor_parallel_size']!r}\nkeep one of them")
+        rollout["tensor_parallel_size"] = found[tp_key]
+        report.notes.append(f"{tp_key}={found[tp_key]}: also rollout.tensor_parallel_size (each vLLM engine's GPUs)")
     gpus = found.get("trainer.n_gpus_per_node", 0)
     if gpus:
         learner = res.setdefault("learner", {})
@@ -107,8 +118,11 @@ def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, An
         trainer = cfg.setdefault("trainer", {})
         if "num_rollouters" not in trainer:
             total = gpus * (found.get("trainer.nnodes") or 1)
-            trainer["num_rollouters"] = max(1, (total - int(learner["num_gpus"])) // tp)
+            # with a validation set the evaluator asks for a rollouter's GPUs too (resources.evaluator)
+            evaluator = tp if (cfg.get("data") or {}).get("val_files") and "evaluator" not in res else 0
+            trainer["num_rollouters"] = max(1, (total - int(learner["num_gpus"]) - evaluator) // tp)
             report.notes.append(
-                f"trainer.n_gpus_per_node={gpus}: the learner gets {learner['num_gpus']} GPU and the other "
+                f"trainer.n_gpus_per_node={gpus}: the learner gets {learner['num_gpus']} GPU"
+                + (f", the evaluator (data.val_files) {evaluator}" if evaluator else "") + " and the other "
                 f"GPUs {trainer['num_rollouters']} rollouter(s) of {tp} GPU(s) each (trainer.num_rollouters)")
     return cfg, report

@@ -7,12 +7,14 @@ logging settings the trainer does not have), into the same :class:`MigrationRepo
 keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
 in the trainer (``data.train_files``, ``data.val_files``, ``data.prompt_key``,
 ``data.max_prompt_length``, ``data.filter_overlong_prompts``, ``data.truncation``,
-``trainer.test_freq``, ``trainer.val_before_train``, ``trainer.total_epochs``, ``trainer.default_local_dir``)
+``trainer.test_freq``, ``trainer.val_before_train``, ``trainer.total_epochs``, ``trainer.default_local_dir``,
+``trainer.device``)
 are left as they are (``total_epochs`` is dropped when ``total_training_steps`` is set: that one wins).
 Under ``data.`` and ``trainer.`` only verl's own names are touched (anything else is the trainer's to
 validate); everything under ``actor_rollout_ref.``, ``algorithm.``, ``critic.``, ``ray_init.``... is
 accounted for. ``trainer.n_gpus_per_node``, ``trainer.nnodes`` and
-``actor_rollout_ref.rollout.tensor_model_parallel_size`` are not handled here.
+``actor_rollout_ref.rollout.tensor_model_parallel_size`` are not handled here (:mod:`.verl_resources`
+maps them; the last one onto ``rollout.tensor_parallel_size`` and ``resources.rollouter.num_gpus``).
 """
 
 from __future__ import annotations
@@ -105,6 +107,9 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("actor_rollout_ref.rollout.stop_token_ids", ("move", "rollout.stop_token_ids")),
     ("actor_rollout_ref.rollout.name", ("engine",)),
     ("actor_rollout_ref.rollout.response_length", ("move", "rollout.max_new_tokens")),
+    ("actor_rollout_ref.rollout.max_model_len", ("move", "rollout.max_model_len")),
+    ("actor_rollout_ref.rollout.gpu_memory_utilization", ("move", "rollout.gpu_memory_utilization")),
+    ("actor_rollout_ref.rollout.enforce_eager", ("move", "rollout.enforce_eager")),
     ("actor_rollout_ref.rollout.val_kwargs.n", ("move", "rollout.val_n")),
     ("actor_rollout_ref.rollout.val_kwargs.temperature", ("val_temperature",)),
     ("actor_rollout_ref.rollout.val_kwargs.do_sample", ("val_temperature",)),
@@ -143,7 +148,6 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("trainer.val_generations_to_log_to_wandb", ("drop", "evaluation logs scores, not generations")),
     ("trainer.val_only", ("drop", "the trainer always trains")),
     ("trainer.balance_batch", ("drop", _FSDP)),
-    ("trainer.device", ("drop", "the trainer runs where Ray places it")),
     ("trainer.use_legacy_worker_impl", ("drop", "verl's worker implementation has no meaning here")),
     ("trainer.ray_wait_register_center_timeout", ("drop", "verl's worker registration has no meaning here")),
     ("trainer.max_actor_ckpt_to_keep", ("drop", "every checkpoint is kept")),

@@ -357,7 +357,7 @@ class RewardWorkerPool:
                         "hostname": i.get("hostname"), "pid": i.get("pid"),
                         "registry_fingerprint": i.get("fingerprint"), "restarts": slot.restarts,
                         "alive": slot.alive, "start_s": i.get("start_s"), "files": i.get("files") or {},
-                        "rewards": i.get("rewards") or {}})
+                        "rewards": i.get("rewards") or {}, "cuda_visible": i.get("cuda_visible")})
         return out + (self.sub.workers_info() if self.sub is not None else [])
 
     def fingerprint(self) -> str:

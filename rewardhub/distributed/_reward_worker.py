@@ -25,7 +25,7 @@ from ._setup import used_targets
 __all__ = ["RewardWorker", "probe", "where"]
 
 def where() -> dict[str, Any]:
-    """This process's node id, IP, hostname and pid (node id ``None`` outside Ray)."""
+    """This process's node id, IP, hostname, pid and ``CUDA_VISIBLE_DEVICES`` (node id ``None`` outside Ray)."""
     node_id, ip = None, None
     try:
         import ray
@@ -36,7 +36,8 @@ def where() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - outside Ray or an old Ray
         pass
     host = socket.gethostname()
-    return {"node_id": node_id, "ip": ip or host, "hostname": host, "pid": os.getpid()}
+    return {"node_id": node_id, "ip": ip or host, "hostname": host, "pid": os.getpid(),
+            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 class RewardWorker:

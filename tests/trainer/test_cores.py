@@ -14,6 +14,7 @@ from rewardhub_trainer.cores import IDLE
 from rewardhub_trainer.cores import CoreShare
 from rewardhub_trainer.cores import board_path
 from rewardhub_trainer.cores import busy
+from rewardhub_trainer.cores import off_because
 from rewardhub_trainer.cores import remove_board
 from rewardhub_trainer.cores import share_for
 from rewardhub_trainer.cores import threads_for
@@ -84,6 +85,20 @@ def test_a_share_needs_a_cpu_actor_with_threads_and_a_model(token):
     assert used == {}
     with pytest.raises(ValueError, match="slot 2 of 2"):
         CoreShare(token, 2, 2, base=1)
+
+
+def test_lending_is_off_wherever_it_cannot_help():
+    """Only CPU actors of one node, in fully_async, at automatic threads, with one learner and the
+    transformers engine share a board; GPU actors, several nodes and vLLM keep their threads."""
+    on = dict(mode="fully_async", lend="auto", torch_threads=0, num_learners=1, engine="transformers",
+              gpus_asked=0.0, nodes=1)
+    assert off_because(**on) is None
+    for change, why in [({"mode": "sync"}, "sync mode"), ({"lend": "never"}, "lend_idle_cores=never"),
+                        ({"torch_threads": 2}, "torch_threads"), ({"num_learners": 2}, "several learner"),
+                        ({"engine": "vllm"}, "vllm engine"), ({"gpus_asked": 0.5}, "GPU actors"),
+                        ({"nodes": 2}, "2 nodes")]:
+        reason = off_because(**{**on, **change})
+        assert reason is not None and why in reason, (change, reason)
 
 
 @pytest.fixture(scope="module")

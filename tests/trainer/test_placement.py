@@ -47,7 +47,7 @@ def test_parse_resources_defaults_and_errors():
                           r"^resources.placement='scatter' is not valid\nallowed: pack, spread, strict_pack, "
                           r"strict_spread$"),
                          ({"learners": {}}, r"^unknown key resources.learners\ndid you mean resources.learner\? "
-                                            r"allowed: gpus_per_node, learner, nnodes"),
+                                            r"allowed: evaluator, gpus_per_node, learner, nnodes"),
                          ({"learner": {"gpus": 1}}, r"^unknown key resources.learner.gpus\ndid you mean "
                                                     r"resources.learner.num_gpus\? allowed: num_cpus, num_gpus, "
                                                     r"resources$"),
@@ -70,8 +70,15 @@ def test_cuda_learner_without_a_gpu_is_refused_before_ray():
            "trainer": {"device": "cuda"}}
     with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the learner asks Ray for no GPU"):
         parse_config(cfg)
-    cfg["resources"] = {"learner": GPU1}
+    cfg["resources"] = {"learner": GPU1}  # the rollouter would see no GPU either
+    with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the rollouter asks Ray for no GPU"):
+        parse_config(cfg)
+    cfg["resources"] = {"learner": GPU1, "rollouter": {"num_gpus": 0.5}}
     assert parse_config(cfg).resources.learner.num_gpus == 1
+    cfg["data"] = {"val_files": "v.jsonl"}
+    cfg["resources"]["evaluator"] = {"num_cpus": 1}
+    with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the evaluator asks Ray for no GPU"):
+        parse_config(cfg)
 
 
 def test_plan_pack_and_spread():

@@ -185,3 +185,23 @@ def test_head_size_unsupported_by_cpu_attention_is_a_usage_error(tmp_path_factor
         os.environ.pop("REWARDHUB_CACHE", None)
     with pytest.raises(UsageError, match="head size 16.*hidden_size=128"):
         VLLMEngine(path)
+
+
+def test_rollout_settings_reach_the_running_engine(tiny_models):
+    """``rollout.max_model_len`` / ``enforce_eager`` / ``tensor_parallel_size`` (and, on a GPU,
+    ``gpu_memory_utilization``) are what the vLLM engine runs with, through make_engine as a rollouter calls it."""
+    from vllm.platforms import current_platform
+
+    from rewardhub_trainer.engine import make_engine
+
+    rollout = {"engine": "vllm", "max_model_len": 192, "gpu_memory_utilization": 0.35, "enforce_eager": True,
+               "tensor_parallel_size": 1}
+    eng = make_engine("vllm", tiny_models["qwen2"], rollout=rollout)
+    config = eng.llm.llm_engine.vllm_config
+    assert config.model_config.max_model_len == 192 == eng.max_model_len
+    assert config.model_config.enforce_eager is True
+    assert config.parallel_config.tensor_parallel_size == 1
+    if not current_platform.is_cpu():
+        assert config.cache_config.gpu_memory_utilization == 0.35
+    with pytest.raises(ValueError, match="max_model_len=192"):
+        eng.generate(["x" * 180], n=2, max_new_tokens=16, temperature=1.0, top_p=1.0, seed=0)

@@ -112,7 +112,7 @@ class Accounting(RunState):
             "driver_fingerprint": self.prep.fingerprint,
             "rewards": provenance(self.cfg.reward, workers, validated=True),
             "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
-                         **{k: w[k] for k in ("pool", "rank", "gpu_ids", "device", "dtype") if k in w}} for w in workers],
+                         **{k: w[k] for k in ("pool", "rank", "gpu_ids", "cuda_visible", "device", "dtype") if k in w}} for w in workers],
             "devices": devices_summary(workers),
             "resources": self.cfg.resources.to_dict(),
             "restarts": {"rollouter": self.rollouters.pool.restarts, "reward_client": self.reward_client.restarts,

@@ -7,6 +7,7 @@ tagged with the policy version that produced them, weight dicts, and the ``rewar
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -59,10 +60,8 @@ def _set_threads(threads: int) -> None:
 
     if threads > 0:
         torch.set_num_threads(threads)
-        try:
+        with contextlib.suppress(RuntimeError):  # already set in this process
             torch.set_num_interop_threads(1)
-        except RuntimeError:  # already set in this process
-            pass
 
 
 def _where() -> dict[str, Any]:
@@ -77,7 +76,8 @@ def _where() -> dict[str, Any]:
             gpu_ids = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
     except Exception:  # noqa: BLE001 - outside Ray
         pass
-    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": gpu_ids}
+    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": gpu_ids,
+            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}  # what the process sees (None: unset)
 
 
 class Rollouter:
@@ -87,10 +87,10 @@ class Rollouter:
                  dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0,
                  cores: tuple[str, int, int, str] | None = None) -> None:
         """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
-        _set_threads(threads)
         from .devices import choose
         from .engine import make_engine
 
+        _set_threads(threads)
         self.rollout = dict(rollout)
         self.template = data.get("template", "auto")
         self.instruction = data.get("instruction", "")
@@ -98,7 +98,7 @@ class Rollouter:
         self.seed = seed
         self.choice = choose(device, "none", "float32", dtype)
         self.engine = make_engine(self.rollout["engine"], model_path, dtype=self.choice.rollout_dtype,
-                                  device=self.choice.device)
+                                  device=self.choice.device, rollout=self.rollout)
         self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
@@ -165,13 +165,15 @@ class RewardClient:
         from rewardhub.distributed import RewardWorkerPool
         from rewardhub.errors import RewardhubError
 
+        from .devices import NO_GPU_ENV
+
         # one chunk per worker and batch (groups kept whole): the fewest round trips
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
         try:
             self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
                                          num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
-                                         chunk_size=chunk, reference=reference)
+                                         chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return
@@ -241,18 +243,26 @@ class Learner:
                  init_from: str | None = None, peers: Sequence[Mapping[str, Any]] = (),
                  rank: tuple[str, int, int, int] | None = None, cores: tuple[str, int, int, str] | None = None) -> None:
         """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their threads)."""
-        world = len(peers) + 1 if peers else (rank[3] if rank else 1)
-        _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores
+        from .devices import check_learner_gpus
         from .devices import choose
         from .learner import GRPOLearner
         from .learner import LearnerSettings
 
+        world = len(peers) + 1 if peers else (rank[3] if rank else 1)
+        _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores
         self.choice = choose(settings.get("device", "auto"), settings.get("autocast", "auto"),
-                             settings.get("dtype", "auto"), "float32")
+                             settings.get("dtype", "auto"), "float32")  # (a rank given no GPU sees none)
+        self.rank, self.world = (rank[2] if rank else 0), world
+        self.peers: list[Any] = []
+        self.loaded_from: str | None = init_from
+        self.error = check_learner_gpus(self.choice.device)  # the driver stops the run with it: one ERROR line
+        if self.error is not None and rank is not None:  # a rank started by rank 0: its constructor's error
+            raise RuntimeError(self.error)
+        if self.error is not None:
+            return
         asked = settings
         settings = {**settings, "device": self.choice.device, "autocast": self.choice.autocast,
                     "dtype": self.choice.model_dtype}
-        self.peers: list[Any] = []
         group = None
         if peers or rank:
             from .ddp import Group
@@ -270,12 +280,13 @@ class Learner:
         self.world = world
         self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed, group=group)
         self.scale = scale_advantages
-        self.loaded_from = init_from
         if init_from:
             self.impl.load(init_from)
         self.share = _share(cores if world == 1 else None, threads, self.choice.device, self.impl.model)
 
     def info(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"role": "learner", **_where(), "error": self.error, "rank": self.rank, "world": self.world}
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
         return {"role": "learner", **_where(), "version": self.impl.version, "loaded_from": self.loaded_from,
                 "device": self.choice.device, "dtype": dtype, "choice": self.choice, "rank": self.rank,

@@ -83,9 +83,11 @@ class TrainerConfig:
     #: threads of those that wait (cores.py): auto (for models large enough to gain) | always | never
     lend_idle_cores: str = "auto"
     scale_advantages: bool = True
-    #: learner matmuls: auto (bf16 where it is fast, see devices.py) | none (fp32) | bfloat16
+    #: learner matmuls: auto (bf16 where the hardware reports it natively, see devices.py) | none (fp32) | bfloat16
     autocast: str = "auto"
-    device: str = "auto"  #: learner and rollouters: auto (cuda when the actor has a GPU) | cpu | cuda
+    #: learner ranks, rollouters, evaluator: auto (cuda when the actor sees a GPU; one Ray gave none sees none:
+    #: CUDA_VISIBLE_DEVICES="") | cpu | cuda (each learner rank then needs exactly one GPU)
+    device: str = "auto"
     #: fully_async: start a batch only if it will still be within staleness_limit when trained
     staleness_gate: bool = True
     # evaluation on data.val_files (verl's names): every test_freq steps (0: only at the end, -1: never)
@@ -135,13 +137,19 @@ class RolloutConfig:
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
-    #: generation weights: auto (bf16 where it is fast) | float32 | bfloat16 (synced weights are cast)
+    #: generation weights: auto (bf16 where the hardware reports it natively) | float32 | bfloat16 (synced weights are cast)
     dtype: str = "auto"
     val_n: int = 1  #: evaluation: responses per validation prompt
     top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)
     stop: Any = None  #: strings that end a response, like end-of-sequence (transformers engine)
     stop_token_ids: Any = None  #: token ids that end a response
     val_temperature: float = 0.0  #: evaluation: 0 is greedy
+    # vLLM engine settings (verl's actor_rollout_ref.rollout.* map onto them; the transformers engine has none)
+    max_model_len: int = 0  #: prompt + response tokens at most (0: the model's context, at most 2048)
+    gpu_memory_utilization: float = 0.5  #: on a GPU: the fraction of its memory vLLM may take
+    enforce_eager: bool = True  #: no CUDA graphs (faster start, slower decoding)
+    #: GPUs of one rollouter's engine; > 1 makes each rollouter ask for that many (resources.rollouter.num_gpus)
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -233,6 +241,9 @@ RULES: dict[str, dict[str, Rule]] = {
         "val_n": at_least(1),
         "top_k": at_least(-1, "-1 or 0 samples among all tokens"),
         "val_temperature": at_least(0, "0 is greedy"),
+        "max_model_len": at_least(0, "0 is the model's context, at most 2048"),
+        "gpu_memory_utilization": Rule(minimum=0, minimum_inclusive=False, maximum=1),
+        "tensor_parallel_size": at_least(1),
     },
     "data": {
         "source": one_of(*DATA_SOURCES),
@@ -297,6 +308,36 @@ def _check_rollout(rollout: RolloutConfig) -> None:
                       "stop strings need rollout.engine=transformers")
 
 
+def _check_cuda(resources: Resources, *, evaluator: bool) -> None:
+    """``trainer.device=cuda``: every role that runs the model asks Ray for a GPU (one given none sees none)."""
+    evaluator_gpus = (resources.evaluator or resources.rollouter).num_gpus
+    for role, gpus in (("learner", resources.learner.num_gpus), ("rollouter", resources.rollouter.num_gpus),
+                       ("evaluator", evaluator_gpus if evaluator else 1.0)):
+        if gpus <= 0:
+            raise invalid("trainer.device", "cuda", f"set resources.{role}.num_gpus (1, or a share such as 0.5), "
+                          "or use trainer.device=auto",
+                          f"the {role} asks Ray for no GPU, so it would see none (an actor given no GPU gets "
+                          "CUDA_VISIBLE_DEVICES='')")
+
+
+def _rollouter_gpus(rollout: RolloutConfig, resources: Resources) -> Resources:
+    """``rollout.tensor_parallel_size`` > 1: each rollouter asks for that many GPUs (set here when
+    ``resources.rollouter.num_gpus`` is 0; another value is an error)."""
+    tp = rollout.tensor_parallel_size
+    if tp == 1:
+        return resources
+    if rollout.engine != "vllm":
+        raise invalid("rollout.tensor_parallel_size", tp, "set rollout.engine=vllm, or rollout.tensor_parallel_size=1",
+                      "only the vLLM engine splits a model over GPUs")
+    have = resources.rollouter.num_gpus
+    if have == 0:
+        return dataclasses.replace(resources, rollouter=dataclasses.replace(resources.rollouter, num_gpus=float(tp)))
+    if have != tp:
+        raise invalid("resources.rollouter.num_gpus", have, f"set it to {tp} (or leave it out)",
+                      f"rollout.tensor_parallel_size={tp} needs {tp} GPUs per rollouter")
+    return resources
+
+
 def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     """Validate the trainer's sections of ``cfg`` (the result of ``load_config``).
 
@@ -315,11 +356,14 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
     _check_model(model)
-    if trainer.device == "cuda" and resources.learner.num_gpus <= 0:
-        raise invalid("trainer.device", "cuda", "set resources.learner.num_gpus: 1 (and resources.rollouter.num_gpus "
-                      "for the rollouters), or use trainer.device=auto",
-                      "the learner asks Ray for no GPU, so it would see none (Ray hides the GPUs it did not give)")
+    if resources.learner.num_gpus > 1:
+        raise invalid("resources.learner.num_gpus", resources.learner.num_gpus,
+                      "set it to 1 and trainer.num_learners to the number of GPUs (one data-parallel rank each)",
+                      "a learner rank uses exactly one GPU")
     _check_rollout(rollout)
+    resources = _rollouter_gpus(rollout, resources)
+    if trainer.device == "cuda":
+        _check_cuda(resources, evaluator=data.val_files is not None)
     for key in ("train_files", "val_files"):
         value = getattr(data, key)
         if not (value is None or isinstance(value, str) or (

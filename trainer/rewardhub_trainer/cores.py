@@ -12,6 +12,11 @@ the length of a call that computes (:meth:`CoreShare.busy`) and idle after it. H
 model's decoder layers (their forward pass, and the backward pass into each of them) recompute the
 actor's threads from the board, so a change is seen within one layer's work. A slot nobody has
 written (an actor on another node, or one still loading) is neither lent nor given any threads.
+
+Optional and off wherever it cannot help (:func:`off_because`, checked by the driver before any actor
+starts): outside ``fully_async``, with ``trainer.lend_idle_cores: never`` or set ``torch_threads``,
+several learner ranks, the vLLM engine, any GPU asked, several nodes; and in any actor not on the CPU
+(:func:`share_for`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["BUSY", "IDLE", "CoreShare", "board_path", "busy", "remove_board", "share_for", "threads_for"]
+__all__ = ["BUSY", "IDLE", "CoreShare", "board_path", "busy", "off_because", "remove_board", "share_for", "threads_for"]
 
 BUSY, IDLE = 1, 2  #: a slot's byte; 0: not written yet (or not on this node)
 
@@ -139,6 +144,23 @@ def worth_borrowing(model: Any) -> bool:
     cfg = getattr(model, "config", None)
     size = int(getattr(cfg, "hidden_size", 0) or 0) * int(getattr(cfg, "intermediate_size", 0) or 0)
     return size >= BORROW_MIN_SIZE
+
+
+def off_because(*, mode: str, lend: str, torch_threads: int, num_learners: int, engine: str,
+                gpus_asked: float, nodes: int) -> str | None:
+    """Why a run's actors keep their own threads (None: they lend). Lending helps only CPU actors of
+    one node sharing its cores: off outside ``fully_async``, with ``lend_idle_cores: never`` or set
+    ``torch_threads``, several learners, the vLLM engine (its own threads), any GPU asked, several nodes."""
+    for off, why in ((mode != "fully_async", "sync mode: the actors take turns on every core"),
+                     (lend == "never", "trainer.lend_idle_cores=never"),
+                     (torch_threads > 0, "trainer.torch_threads is set"),
+                     (num_learners != 1, "several learner ranks"),
+                     (engine != "transformers", f"the {engine} engine manages its own threads"),
+                     (gpus_asked > 0, "GPU actors"),
+                     (nodes > 1, f"{nodes} nodes")):
+        if off:
+            return why
+    return None
 
 
 def share_for(cores: tuple[str, int, int, str] | None, threads: int, device: str, model: Any) -> CoreShare | None:

@@ -1,32 +1,47 @@
-"""Device and dtype choice: bf16 only where the hardware makes it fast.
+"""Device and dtype choice: decided by what the actor sees and what its hardware reports, nothing else.
 
 ``trainer.device``, ``trainer.autocast``, ``model.dtype`` and ``rollout.dtype`` default to ``auto``.
 Each actor resolves them in its own process (a learner on a GPU node and a rollouter on a CPU node
-choose differently): ``auto`` is CUDA when the actor sees a GPU (Ray sets ``CUDA_VISIBLE_DEVICES``
-to the GPUs it gave the actor), else the CPU; bf16 is chosen on CUDA devices that support it and on
-CPUs whose torch build reports AVX-512 BF16 or AMX, unless a short matmul timing finds bf16 at least
-:data:`BF16_TOO_SLOW` times slower than fp32 there (emulated despite the flag). Everywhere else bf16
-is emulated: on an AVX2 CPU a bf16 matmul is ~30x slower than fp32, so ``auto`` means fp32 there,
-and a forced ``bfloat16`` gets a one-line warning with the measured slowdown.
+choose differently). The device: ``auto`` is CUDA when the actor sees a GPU, else the CPU. An actor
+Ray gave no GPU sees none: since Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` alone for such an actor
+(it would see every GPU of its node), every actor of a run is started with Ray's switch
+``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` in its ``runtime_env`` (:data:`NO_GPU_ENV`, which makes Ray
+set ``CUDA_VISIBLE_DEVICES=""``), and :func:`choose` sets it again (:func:`hide_gpus_not_given`) in
+the learners, rollouters and the evaluator before torch looks, whatever the Ray version. An empty ``CUDA_VISIBLE_DEVICES`` means CPU
+without asking torch (:func:`gpus_seen`). A CUDA learner rank must see exactly one GPU
+(:func:`check_learner_gpus`).
+
+The dtype is deterministic: the hardware's reported capability alone decides. bf16 on a CUDA GPU of
+compute capability 8.0 or more (Ampere and later; ``torch.cuda.is_bf16_supported()`` also says yes
+to older GPUs that emulate it), and on a CPU whose torch build reports AVX-512 BF16 or AMX. A short
+matmul timing runs only to *warn*: where the capability says bf16 but bf16 measures
+:data:`BF16_TOO_SLOW` times the fp32 time or more, and where bf16 is forced on hardware without it
+(on an AVX2 CPU a bf16 matmul is ~30x slower than fp32); it never changes the choice (two runs of one
+config once chose different dtypes when it did).
 
 ``model.dtype`` is the learner's master weights: ``auto`` keeps them in fp32 (the optimizer needs
-the precision) and lets ``trainer.autocast`` run the matmuls in bf16 where that is fast.
+the precision) and lets ``trainer.autocast`` run the matmuls in bf16 where the hardware has it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AUTOCASTS", "DEVICES", "DTYPES", "Capability", "Choice", "bf16_slowdown", "capability",
-           "choose", "resolve_device"]
+__all__ = ["AUTOCASTS", "DEVICES", "DTYPES", "NO_GPU_ENV", "Capability", "Choice", "bf16_slowdown", "capability",
+           "check_learner_gpus", "choose", "gpus_seen", "hide_gpus_not_given", "resolve_device"]
 
 DEVICES = ("auto", "cpu", "cuda")
 AUTOCASTS = ("auto", "none", "bfloat16")
 DTYPES = ("auto", "float32", "bfloat16")
 BF16, FP32 = "bfloat16", "float32"
+
+#: Ray's switch (``ray/_private/accelerators/accelerator.py``, Ray >= 2.48): with it Ray sets
+#: ``CUDA_VISIBLE_DEVICES=""`` in an actor given no GPU; every actor of a run gets it in its runtime_env
+NO_GPU_ENV: dict[str, Any] = {"env_vars": {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "1"}}
 
 
 @dataclass(frozen=True)
@@ -48,14 +63,16 @@ class Choice:
     model_dtype: str
     rollout_dtype: str
     reason: str
-    #: bf16 matmul time / fp32 matmul time, when it was measured (a capability said bf16, or bf16 was forced)
+    #: bf16 matmul time / fp32 matmul time, when it was measured (for a warning only)
     bf16_slowdown: float | None = None
-    warning: str | None = None  #: one line, when bf16 was forced where it is slow
+    warning: str | None = None  #: one line: bf16 forced where the hardware lacks it, or slow despite it
+    #: ``CUDA_VISIBLE_DEVICES`` as the actor saw it when it chose (None: not set, every GPU of the node)
+    visible: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "autocast": self.autocast, "model_dtype": self.model_dtype,
                 "rollout_dtype": self.rollout_dtype, "reason": self.reason,
-                "bf16_slowdown": self.bf16_slowdown}
+                "bf16_slowdown": self.bf16_slowdown, "cuda_visible_devices": self.visible}
 
 
 def _cpu_flag(name: str) -> bool:
@@ -70,14 +87,20 @@ def _cpu_flag(name: str) -> bool:
         return False
 
 
+#: the first CUDA compute capability with bf16 tensor cores (Ampere)
+CUDA_BF16_MAJOR = 8
+
+
 def capability(device: str) -> Capability:
-    """The bf16 capability of ``device`` (``cpu`` or ``cuda``) in this process."""
+    """The bf16 capability of ``device`` (``cpu`` or ``cuda``) in this process, as the hardware reports it."""
     import torch
 
     if device == "cuda":
         name = torch.cuda.get_device_name(0)
-        ok = bool(torch.cuda.is_bf16_supported())
-        return Capability("cuda", name, ok, "CUDA with bf16" if ok else "CUDA without bf16 support")
+        major, minor = torch.cuda.get_device_capability(0)
+        ok = major >= CUDA_BF16_MAJOR
+        return Capability("cuda", name, ok, f"CUDA {name} (compute capability {major}.{minor}"
+                          + (", bf16)" if ok else f" < {CUDA_BF16_MAJOR}.0: no native bf16)"))
     name = str(torch.backends.cpu.get_cpu_capability())
     avx512_bf16 = _cpu_flag("_is_avx512_bf16_supported")
     amx = _cpu_flag("_is_amx_tile_supported")
@@ -86,25 +109,67 @@ def capability(device: str) -> Capability:
     return Capability("cpu", name, bool(found), f"CPU {name}, {detail}")
 
 
-def resolve_device(requested: str) -> str:
-    """``auto`` -> ``cuda`` when this process sees a GPU, else ``cpu``; ``cuda`` without one raises."""
+def hide_gpus_not_given() -> bool:
+    """In a Ray actor that Ray gave no GPU, set ``CUDA_VISIBLE_DEVICES=""`` (call it before torch uses CUDA).
+
+    Ray >= 2.48 no longer does it unless :data:`NO_GPU_ENV` is set; this makes it true whatever the
+    Ray version or the cluster's settings. Returns whether it changed the variable. Outside an actor
+    (the driver, a test) nothing changes.
+    """
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return False
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is None or context.get_accelerator_ids().get("GPU"):
+            return False
+    except Exception:  # noqa: BLE001 - not in Ray
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        return False
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return True
+
+
+def gpus_seen() -> int:
+    """The CUDA GPUs this process may use: 0 when ``CUDA_VISIBLE_DEVICES`` is empty (the actor was given
+    none; torch is not asked), else torch's count (0 without CUDA)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() == "":
+        return 0
     import torch
 
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def resolve_device(requested: str) -> str:
+    """``auto`` -> ``cuda`` when this process sees a GPU (:func:`gpus_seen`), else ``cpu``; ``cuda`` without one raises."""
     if requested == "cpu":
         return "cpu"
-    available = torch.cuda.is_available()
-    if requested == "cuda" and not available:
+    seen = gpus_seen()
+    if requested == "cuda" and not seen:
         raise RuntimeError("trainer.device=cuda but this actor sees no GPU (Ray gave it none, or torch "
                            "has no CUDA); give the role GPUs with resources.<role>.num_gpus, or use "
                            "trainer.device=auto")
-    return "cuda" if available else "cpu"
+    return "cuda" if seen else "cpu"
 
 
-#: a bf16/fp32 matmul time ratio at which a CPU that reports native bf16 gets fp32 after all. Native
-#: bf16 measures about 0.25 and emulated bf16 20-30; a low threshold lets contention decide: with
-#: other processes starting on the same 2 cores, native bf16 measured 1.1x, 1.6x and once 5.6x (timed
-#: on two threads then), and two runs of one config chose different dtypes (different numbers from
-#: step 1). So: a threshold far from both, and the timing runs on one thread
+def check_learner_gpus(device: str, seen: int | None = None) -> str | None:
+    """Why a learner rank on ``device`` cannot run (None: it can): a CUDA rank must see exactly one GPU."""
+    if device != "cuda":
+        return None
+    seen = gpus_seen() if seen is None else seen
+    if seen == 1:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"a CUDA learner rank must see exactly one GPU; this one sees {seen} (CUDA_VISIBLE_DEVICES="
+            f"{visible!r}): set resources.learner.num_gpus: 1 (one GPU per rank; trainer.num_learners for more "
+            "GPUs), and do not set RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")
+
+
+#: a bf16/fp32 matmul time ratio from which a CPU that reports native bf16 gets a warning (native
+#: bf16 measures about 0.25, emulated 20-30; under contention native once measured 5.6). Never
+#: changes the choice: only the capability does
 BF16_TOO_SLOW = 8.0
 
 
@@ -113,9 +178,8 @@ def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> flo
     """bf16 time / fp32 time of a ``size x size @ size x 4size`` matmul, best of ``repeats`` each.
 
     The two are timed in turn (bf16, fp32, bf16, ...), so that another process taking the cores for
-    a moment (a second actor starting on the same node) slows both alike instead of one: measured
-    apart, such a moment once made native bf16 look 1.6x slower than fp32 and flipped the choice.
-    About 0.2 s on an AVX2 core where bf16 is emulated, a few milliseconds where it is native.
+    a moment slows both alike. About 0.2 s on an AVX2 core where bf16 is emulated, a few
+    milliseconds where it is native. Used for warnings only.
     """
     import torch
 
@@ -135,8 +199,8 @@ def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> flo
         return time.perf_counter() - t0
 
     threads = torch.get_num_threads()
-    if device == "cpu":  # one core's ratio: a matmul on two threads waits for the slower one, so
-        torch.set_num_threads(1)  # another process preempting either skews it
+    if device == "cpu":  # one core's ratio: a matmul on two threads waits for the slower one
+        torch.set_num_threads(1)
     try:
         half, full = operands(torch.bfloat16), operands(torch.float32)
         best_half = best_full = float("inf")
@@ -150,21 +214,20 @@ def bf16_slowdown(device: str = "cpu", size: int = 192, repeats: int = 7) -> flo
 
 def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "auto",
            rollout_dtype: str = "auto", *, confirm: bool = True) -> Choice:
-    """Resolve the device and every ``auto`` dtype for this process.
+    """Resolve the device and every ``auto`` dtype for this process, from the capability alone (in a Ray
+    actor given no GPU, first hide the node's GPUs: :func:`hide_gpus_not_given`).
 
-    :param confirm: on a CPU whose capability says bf16, time a small matmul and keep fp32 if bf16
-        is :data:`BF16_TOO_SLOW` times slower there (cheap: a few milliseconds when it is native).
+    :param confirm: on a CPU whose capability says bf16, time a small matmul and *warn* (the choice
+        stays bf16) when bf16 is :data:`BF16_TOO_SLOW` times slower there.
     """
+    hide_gpus_not_given()  # in a Ray actor given no GPU: CUDA_VISIBLE_DEVICES="" before torch looks
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     dev = resolve_device(device)
     cap = capability(dev)
-    slowdown: float | None = None
     fast = cap.bf16
     reason = cap.detail
-    if fast and dev == "cpu" and confirm:
-        slowdown = bf16_slowdown(dev)
-        if slowdown >= BF16_TOO_SLOW:
-            fast = False
-            reason += f", but a bf16 matmul measured {slowdown:.1f}x the fp32 time: fp32"
+    if visible is not None and visible.strip() == "" and device != "cpu":
+        reason = f"no GPU given to this actor (CUDA_VISIBLE_DEVICES=''), {reason}"
     bf16_or_fp32 = BF16 if fast else FP32
     out = {
         "autocast": ("bfloat16" if fast else "none") if autocast == "auto" else autocast,
@@ -173,15 +236,22 @@ def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "aut
     }
     forced = [key for key, value in (("trainer.autocast", autocast), ("model.dtype", model_dtype),
                                      ("rollout.dtype", rollout_dtype)) if value == BF16]
+    slowdown: float | None = None
     warning = None
+    uses_bf16 = BF16 in (out["autocast"], out["rollout_dtype"], out["model_dtype"])
     if forced and not fast:
-        if slowdown is None:
-            slowdown = bf16_slowdown(dev)
+        slowdown = bf16_slowdown(dev)
         if slowdown > 1.5:
             warning = (f"{', '.join(f'{k}=bfloat16' for k in forced)} on {cap.detail} ({cap.name}): a bf16 "
                        f"matmul measured {slowdown:.0f}x slower than fp32 here; set them to auto (fp32 "
                        "on this machine)")
-    return Choice(device=dev, reason=reason, bf16_slowdown=slowdown, warning=warning, **out)
+    elif fast and uses_bf16 and dev == "cpu" and confirm:
+        slowdown = bf16_slowdown(dev)
+        if slowdown >= BF16_TOO_SLOW:
+            warning = (f"{cap.detail} ({cap.name}) reports native bf16, but a bf16 matmul measured "
+                       f"{slowdown:.1f}x the fp32 time here (kept: the capability decides); if it stays "
+                       "slow set trainer.autocast=none and rollout.dtype=float32")
+    return Choice(device=dev, reason=reason, bf16_slowdown=slowdown, warning=warning, visible=visible, **out)
 
 
 def _line(info: dict[str, Any]) -> str:

@@ -276,13 +276,22 @@ def check_engine(name: str) -> None:
                              ".venv), or use rollout.engine=transformers")
 
 
-def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> GenerationEngine:
-    """The engine called ``name`` (``rollout.engine``); vLLM picks its own device (its GPU or CPU build)."""
+#: ``rollout.*`` keys that configure the vLLM engine (passed to :class:`~.vllm_engine.VLLMEngine`)
+VLLM_KEYS = ("max_model_len", "gpu_memory_utilization", "enforce_eager", "tensor_parallel_size")
+
+
+def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu",
+                rollout: Mapping[str, Any] | None = None) -> GenerationEngine:
+    """The engine called ``name`` (``rollout.engine``); vLLM picks its own device (its GPU or CPU build)
+    and takes :data:`VLLM_KEYS` from ``rollout`` (the ``rollout:`` section; absent keys: the engine's defaults)."""
     if name == "transformers":
         return TransformersEngine(model_path, dtype=dtype, device=device)
     if name == "vllm":
         check_engine(name)
         from .vllm_engine import VLLMEngine
 
-        return VLLMEngine(model_path, dtype=dtype)
+        settings = {k: (rollout or {})[k] for k in VLLM_KEYS if k in (rollout or {})}
+        if not settings.get("max_model_len"):  # 0: the model's context, at most 2048
+            settings.pop("max_model_len", None)
+        return VLLMEngine(model_path, dtype=dtype, **settings)
     raise ValueError(f"unknown rollout engine {name!r}")

@@ -5,7 +5,10 @@ When it runs (verl's keys): before the first step with ``trainer.val_before_trai
 ones off). Generation is greedy (``rollout.val_temperature: 0``, the default) or samples
 ``rollout.val_n`` responses per prompt; it runs on an actor of its own that takes the learner's
 weights at that step, so the training rollouters, their weight versions and the sample accounting
-are untouched. Scoring goes through the run's reward client (the same reward workers and registry).
+are untouched. That actor asks Ray for ``resources.evaluator`` (by default what each rollouter asks:
+``resources.rollouter``) in its own bundle of the run's placement group, and chooses its device as a
+rollouter does (an evaluator given no GPU sees none and generates on the CPU). Scoring goes through
+the run's reward client (the same reward workers and registry).
 
 Each evaluation is one row of ``metrics.jsonl`` (``step`` and ``val/...`` keys only), the same
 scalars in TensorBoard, and a line in the plot; ``summary.json`` gets ``val`` (every evaluation).
@@ -92,9 +95,11 @@ class Evaluator:
             run, cfg = self.run, self.run.cfg
             rollout = {**dataclasses.asdict(cfg.rollout), "n": cfg.rollout.val_n,
                        "temperature": cfg.rollout.val_temperature}
-            self._actor = ray.remote(Rollouter).options(num_cpus=0, max_restarts=run.t.max_restarts).remote(
+            # placed like the rollouters: its own bundle of resources.evaluator (default: the rollouter's entry)
+            self._actor = ray.remote(Rollouter).options(**run.placement.options("evaluator"),
+                                                         max_restarts=run.t.max_restarts).remote(
                 run.prep.model_path, rollout, dataclasses.asdict(cfg.data),
-                dtype=cfg.rollout.dtype, threads=run._threads(), seed=run.t.seed)
+                dtype=cfg.rollout.dtype, device=run.t.device, threads=run._threads(), seed=run.t.seed)
         return self._actor
 
     def evaluate(self, step: int) -> dict[str, Any]:
@@ -126,6 +131,14 @@ class Evaluator:
         for cb in getattr(run, "val_callbacks", ()):  # trackers (loggers.py)
             cb(step, metrics, run)
         return metrics
+
+    def infos(self) -> list[dict[str, Any]]:
+        """The evaluation actor's info (``role: evaluator``), once it has started; else none."""
+        import ray
+
+        if self._actor is None:
+            return []
+        return [{**ray.get(self._actor.info.remote(), timeout=600), "role": "evaluator"}]
 
     def summary(self) -> dict[str, Any]:
         """``{"val": [every evaluation's metrics]}``, or nothing without a validation set."""

@@ -13,6 +13,7 @@ import os
 import uuid
 from typing import Any
 
+from .devices import NO_GPU_ENV
 from .devices import print_choices
 from .faults import Pool
 from .faults import Rollouters
@@ -34,11 +35,17 @@ class Lifecycle(RunState):
         return max(1, cores // (self.t.num_rollouters + 1))
 
     def _cores(self) -> str | None:
-        """The token of the run's core boards (:mod:`.cores`), or None when the actors keep their threads:
-        lent only in fully_async, by a single learner and transformers rollouters at automatic threads."""
-        t = self.t
-        if (t.mode != "fully_async" or t.lend_idle_cores == "never" or t.torch_threads or t.num_learners != 1
-                or self.cfg.rollout.engine != "transformers"):
+        """The token of the run's core boards (:mod:`.cores`), or None when the actors keep their threads
+        (:func:`.cores.off_because`: lent only in fully_async, by CPU actors on one node, a single learner
+        and transformers rollouters at automatic threads)."""
+        import ray
+
+        from .cores import off_because
+
+        t, res = self.t, self.cfg.resources
+        if off_because(mode=t.mode, lend=t.lend_idle_cores, torch_threads=t.torch_threads, num_learners=t.num_learners,
+                       engine=self.cfg.rollout.engine, gpus_asked=res.learner.num_gpus + res.rollouter.num_gpus,
+                       nodes=sum(1 for n in ray.nodes() if n.get("Alive"))):
             return None
         return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
@@ -56,7 +63,8 @@ class Lifecycle(RunState):
 
         cfg, t = self.cfg, self.t
         # the placement group first: a cluster that lacks what resources: asks fails before any actor
-        self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners)
+        self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners,
+                                   evaluators=1 if self.prep.val_dataset is not None else 0)
         place = self.placement.options
         opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
         roll_cls = ray.remote(Rollouter)
@@ -87,7 +95,7 @@ class Lifecycle(RunState):
             path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)], cores=cores(0)),
             1, t.max_restarts)
-        self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0).remote(
+        self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0, runtime_env=NO_GPU_ENV).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
         self._first_infos()
         if self.step > 0:  # resumed: the rollouters start from the checkpoint's weights
@@ -108,7 +116,8 @@ class Lifecycle(RunState):
         rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
         if rw is not None and rw.resources:
             rw_opts["resources"] = dict(rw.resources)
-        self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0).remote(
+        self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0,
+                                                                                runtime_env=NO_GPU_ENV).remote(
             reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
             reference=self.prep.reward_setup, **rw_opts),
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
@@ -127,7 +136,7 @@ class Lifecycle(RunState):
 
     def _infos(self, clients: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """Every actor's info: learner ranks, rollouters, reward clients (``clients``: theirs, asked
-        already), reward workers."""
+        already), reward workers, the evaluator once it has started."""
         import ray
 
         handles = [self.learner, *self.rollouters.pool.handles]
@@ -137,14 +146,15 @@ class Lifecycle(RunState):
         infos[1:1] = ray.get(self.learner.ranks.remote(), timeout=600)  # data-parallel ranks 1..N-1
         for h in self.reward_client.handles:
             infos += ray.get(h.workers.remote(), timeout=600)
-        return infos
+        evaluator = getattr(self, "evaluator", None)
+        return infos + (evaluator.infos() if evaluator is not None else [])
 
     def _check_fingerprints(self, infos: list[dict[str, Any]]) -> None:
         """Only the reward workers call rewards: their pool compared, at start-up, each reward the
         config uses with the driver's (a reward client reports the pool's refusal, naming each)."""
         for w in infos:
-            if w.get("error"):
-                raise RunAborted(f"reward_client on {w['hostname']} (node id {str(w['node'])[:12]}, pid "
+            if w.get("error"):  # a reward client's refused pool, or a learner rank that cannot run
+                raise RunAborted(f"{w['role']} on {w['hostname']} (node id {str(w['node'])[:12]}, pid "
                                  f"{w['pid']}): {w['error']}")
 
     def _sync_weights(self, *, wait: bool = False) -> None:

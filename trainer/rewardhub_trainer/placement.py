@@ -7,6 +7,7 @@
       learner: {num_cpus: 1, num_gpus: 1}       # each of trainer.num_learners (data-parallel ranks)
       rollouter: {num_cpus: 1, num_gpus: 1}     # each of trainer.num_rollouters
       reward_worker: {num_cpus: 1, num_gpus: 0} # each reward worker (default: reward.workers.*)
+      evaluator: {num_gpus: 1}  # the evaluation actor (data.val_files; default: the rollouter's entry)
       nnodes: 2                # optional: the cluster the run expects (verl's trainer.nnodes)
       gpus_per_node: 8         # optional (verl's trainer.n_gpus_per_node)
 
@@ -14,9 +15,11 @@ Each role may also ask for Ray custom resources, ``resources: {name: amount}`` (
 ``reward.workers.resources`` uses), e.g. ``learner: {num_gpus: 1, resources: {a100: 1}}``: the actor
 then runs only on a node that declares them (``ray start --resources='{"a100": 8}'``).
 
-Every learner and rollouter that asks for something gets a bundle of one placement group (its
-strategy from ``placement``), so the pool lands where declared and each actor sees only the GPUs Ray
-gave it (``CUDA_VISIBLE_DEVICES``). Roles that ask for nothing are scheduled as before (0 CPUs). The
+Every learner, rollouter and the evaluator (the actor that generates on ``data.val_files``; it
+asks for ``resources.evaluator``, by default what each rollouter asks) that asks for something gets
+a bundle of one placement group (its strategy from ``placement``), so the pool lands where declared and each actor sees only the GPUs Ray
+gave it (``CUDA_VISIBLE_DEVICES``; empty for an actor given none: every actor is started with
+:data:`~rewardhub_trainer.devices.NO_GPU_ENV`). Roles that ask for nothing are scheduled as before (0 CPUs). The
 reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs,
 GPUs and custom resources declared here (or under ``reward.workers``); the reward-model pool by
 ``reward.reward_model``. A request no node can meet is an error before any actor starts (the plan
@@ -42,11 +45,13 @@ from rewardhub.config.fields import invalid
 from rewardhub.config.fields import one_of
 from rewardhub.errors import UsageError
 
+from .devices import NO_GPU_ENV
+
 __all__ = ["PLACEMENTS", "RULES", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "doctor_lines",
            "parse_resources", "plan", "plan_report"]
 
 PLACEMENTS = ("pack", "spread", "strict_pack", "strict_spread")
-ROLES = ("learner", "rollouter", "reward_worker")
+ROLES = ("learner", "rollouter", "reward_worker", "evaluator")
 
 
 @dataclass(frozen=True)
@@ -70,14 +75,17 @@ class Resources:
     learner: RoleResources = field(default_factory=RoleResources)
     rollouter: RoleResources = field(default_factory=RoleResources)
     reward_worker: RoleResources | None = None  #: None: reward.workers.num_cpus / num_gpus / resources
+    evaluator: RoleResources | None = None  #: None: the rollouter's entry (it generates as a rollouter does)
     nnodes: int = 0  #: 0: any cluster
     gpus_per_node: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """As plain data (a role's ``resources`` only where it asks for custom ones)."""
         out = dataclasses.asdict(self)
+        if out["evaluator"] is None:
+            del out["evaluator"]  # the shape as before: the rollouter's entry
         for role in ROLES:
-            if out[role] is not None and not out[role]["resources"]:
+            if out.get(role) is not None and not out[role]["resources"]:
                 del out[role]["resources"]
         return out
 
@@ -127,13 +135,17 @@ class Bundle:
         return f"{self.role} {self.index}"
 
 
-def bundles(res: Resources, num_rollouters: int, num_learners: int = 1) -> list[Bundle]:
-    """The placement group's bundles: each learner rank, then each rollouter, when they ask for anything."""
+def bundles(res: Resources, num_rollouters: int, num_learners: int = 1, evaluators: int = 0) -> list[Bundle]:
+    """The placement group's bundles: each learner rank, each rollouter, then the evaluator (``evaluators``:
+    1 with a validation set), when they ask for anything."""
     out = []
     if res.learner.as_ray():
         out += [Bundle("learner", i, res.learner.as_ray()) for i in range(num_learners)]
     if res.rollouter.as_ray():
         out += [Bundle("rollouter", i, res.rollouter.as_ray()) for i in range(num_rollouters)]
+    evaluator = res.evaluator if res.evaluator is not None else res.rollouter
+    if evaluator.as_ray():
+        out += [Bundle("evaluator", i, evaluator.as_ray()) for i in range(evaluators)]
     return out
 
 
@@ -208,10 +220,10 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
 
 def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str, Any]],
                 reward_worker: Mapping[str, float] | None = None, num_reward_workers: int = 1,
-                num_learners: int = 1) -> list[str]:
+                num_learners: int = 1, evaluators: int = 0) -> list[str]:
     """Lines for ``rewardhub doctor``: what each trainer pool would get on ``nodes`` (or the error)."""
     lines = []
-    items = bundles(res, num_rollouters, num_learners)
+    items = bundles(res, num_rollouters, num_learners, evaluators)
     try:
         where = plan(items, nodes, res.placement)
     except UsageError as exc:
@@ -220,7 +232,7 @@ def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str
         lines.append(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items())
                      + f" on node {node[:12]} ({res.placement})")
     for role, count in (("learner", num_learners), ("rollouter", num_rollouters)):
-        if not getattr(res, role).as_ray():
+        if count and not getattr(res, role).as_ray():
             lines.append(f"{role}" + (f" x{count}" if count > 1 else "")
                          + ": asks for nothing (0 CPUs, 0 GPUs): any node, shares the CPUs")
     if reward_worker is not None:
@@ -251,11 +263,12 @@ class Placement:
         Ray cannot place the group within ``timeout_s``.
     """
 
-    def __init__(self, res: Resources, num_rollouters: int, num_learners: int = 1, *, timeout_s: float = 60.0) -> None:
+    def __init__(self, res: Resources, num_rollouters: int, num_learners: int = 1, *, evaluators: int = 0,
+                 timeout_s: float = 60.0) -> None:
         import ray
 
         self.res = res
-        self.items = bundles(res, num_rollouters, num_learners)
+        self.items = bundles(res, num_rollouters, num_learners, evaluators)
         self.groups: list[Any] = []
         self.slots: list[tuple[Any, int]] = []  #: one (placement group, bundle index) per item
         self.expected: list[str] = []  #: the planned node of each item (Ray may pick other, equivalent ones)
@@ -284,17 +297,18 @@ class Placement:
                              f"the cluster lacks them\nthe cluster:\n{_describe_nodes(ray.nodes())}") from None
 
     def options(self, role: str, index: int = 0) -> dict[str, Any]:
-        """Ray actor options for ``role``'s actor ``index``: its CPUs, GPUs and custom resources, in its bundle."""
+        """Ray actor options for ``role``'s actor ``index``: its CPUs, GPUs and custom resources, in its bundle,
+        and Ray's switch that gives an actor without GPUs ``CUDA_VISIBLE_DEVICES=""`` (:data:`~.devices.NO_GPU_ENV`)."""
         for b, (group, i) in zip(self.items, self.slots):
             if b.role == role and b.index == index:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
                 custom = {k: v for k, v in b.needs.items() if k not in ("CPU", "GPU")}
                 return {"num_cpus": b.needs.get("CPU", 0.0), "num_gpus": b.needs.get("GPU", 0.0),
-                        **({"resources": custom} if custom else {}),
+                        **({"resources": custom} if custom else {}), "runtime_env": NO_GPU_ENV,
                         "scheduling_strategy": PlacementGroupSchedulingStrategy(
                             placement_group=group, placement_group_bundle_index=i)}
-        return {"num_cpus": 0}
+        return {"num_cpus": 0, "runtime_env": NO_GPU_ENV}
 
     def remove(self) -> None:
         from ray.util.placement_group import remove_placement_group
@@ -338,6 +352,9 @@ def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
     except UsageError as exc:
         return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
     trainer = raw.get("trainer") or {}
+    tp = (raw.get("rollout") or {}).get("tensor_parallel_size") or 1
+    if isinstance(tp, int) and tp > 1 and not res.rollouter.num_gpus:  # as the trainer's config does: each engine's GPUs
+        res = dataclasses.replace(res, rollouter=dataclasses.replace(res.rollouter, num_gpus=float(tp)))
     workers = (raw.get("reward") or {}).get("workers") or {}
     rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)),
                                             dict(workers.get("resources") or {}))
@@ -346,5 +363,5 @@ def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
                "Resources": n.get("resources") or {}} for n in nodes]
     lines = plan_report(res, int(trainer.get("num_rollouters") or 1), as_ray,
                         {"CPU": rw.num_cpus, "GPU": rw.num_gpus, **rw.resources}, count,
-                        int(trainer.get("num_learners") or 1))
+                        int(trainer.get("num_learners") or 1), 1 if (raw.get("data") or {}).get("val_files") else 0)
     return ["trainer pools (resources:):", *(f"  {line}" for line in lines)]

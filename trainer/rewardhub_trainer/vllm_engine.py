@@ -45,7 +45,7 @@ from rewardhub.errors import UsageError
 from .generation import Completion
 from .generation import format_prompt
 
-__all__ = ["VLLMEngine", "WeightSyncExtension", "preflight", "vllm_available"]
+__all__ = ["VLLMEngine", "WeightSyncExtension", "llm_arguments", "preflight", "vllm_available"]
 
 #: the ``worker_extension_cls`` that :class:`VLLMEngine` installs into vLLM's workers
 EXTENSION = f"{__name__}.WeightSyncExtension"
@@ -136,13 +136,21 @@ class VLLMEngine:
         2048.
     :param kv_cache_bytes: KV-cache size on CPU; default ``VLLM_CPU_KVCACHE_SPACE`` (GiB) when set,
         else 256 MiB. On a GPU vLLM sizes it from ``gpu_memory_utilization``.
-    :param gpu_memory_utilization: GPU only: the fraction of GPU memory vLLM may take.
+    :param gpu_memory_utilization: GPU only: the fraction of GPU memory vLLM may take
+        (``rollout.gpu_memory_utilization``).
     :param seed: the engine's own seed (each ``generate`` call seeds its requests).
+    :param enforce_eager: no CUDA graphs (``rollout.enforce_eager``).
+    :param tensor_parallel_size: GPUs the model is split over (``rollout.tensor_parallel_size``; the
+        rollouter's placement asks Ray for that many); more than one runs vLLM's multiprocess executor.
+
+    ``max_model_len``, ``gpu_memory_utilization``, ``enforce_eager`` and ``tensor_parallel_size`` are the
+    ``rollout.*`` keys of the same names (verl's ``actor_rollout_ref.rollout.*`` map onto them);
+    :func:`llm_arguments` turns them into ``vllm.LLM``'s arguments.
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int | None = None,
                  kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5,
-                 seed: int = 0, enforce_eager: bool = True) -> None:
+                 seed: int = 0, enforce_eager: bool = True, tensor_parallel_size: int = 1) -> None:
         config = preflight(model_path)
         # In-process engine core: synced tensors reach the worker by reference, and no extra
         # process competes for the cores; the rollouter is already its own (Ray) process.
@@ -156,27 +164,16 @@ class VLLMEngine:
         self.tokenizer = load_tokenizer(model_path)
         self.weight_names = _checkpoint_names(model_path, config)
         self.eos_token_id = self.tokenizer.eos_token_id
-        on_cpu = current_platform.is_cpu()
-        context = int(config.get("max_position_embeddings") or 2048)
-        self.max_model_len = int(max_model_len or min(context, 2048))
-        kwargs: dict[str, Any] = {}
-        if on_cpu:
-            if kv_cache_bytes is None and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-                kv_cache_bytes = 256 * 2**20
-            if kv_cache_bytes is not None:
-                kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
-        else:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.arguments = llm_arguments(
+            model_path, config, on_cpu=current_platform.is_cpu(), dtype=dtype, max_model_len=max_model_len,
+            kv_cache_bytes=kv_cache_bytes, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size)
+        self.max_model_len = int(self.arguments["max_model_len"])
         quiet = logging.getLogger("vllm.renderers.base")  # "chat template warmup failed": we
         level = quiet.level                                # tokenize ourselves, vLLM has none
         quiet.setLevel(logging.ERROR)
         try:
-            self.llm = LLM(
-                model=model_path, skip_tokenizer_init=True, dtype=cast(Any, dtype), seed=seed,
-                max_model_len=self.max_model_len, enforce_eager=enforce_eager,
-                logprobs_mode="processed_logprobs", generation_config="vllm",
-                worker_extension_cls=EXTENSION, distributed_executor_backend="uni",
-                disable_log_stats=True, **kwargs)
+            self.llm = LLM(**self.arguments)
         finally:
             quiet.setLevel(level)
         self.version = 0
@@ -239,6 +236,34 @@ class VLLMEngine:
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))
             result.append(group)
         return result
+
+
+def llm_arguments(model_path: str, config: Mapping[str, Any], *, on_cpu: bool, dtype: str = "float32",
+                  max_model_len: int | None = None, kv_cache_bytes: int | None = None,
+                  gpu_memory_utilization: float = 0.5, seed: int = 0, enforce_eager: bool = True,
+                  tensor_parallel_size: int = 1) -> dict[str, Any]:
+    """``vllm.LLM``'s keyword arguments for :class:`VLLMEngine` (pure: no vLLM import).
+
+    ``max_model_len`` None or 0: the model's ``max_position_embeddings``, at most 2048. On the CPU the
+    KV cache is ``kv_cache_bytes`` (default 256 MiB unless ``VLLM_CPU_KVCACHE_SPACE`` is set) and
+    ``gpu_memory_utilization`` does not apply; one GPU runs the in-process executor (``uni``), more
+    (``tensor_parallel_size`` > 1) vLLM's multiprocess one.
+    """
+    context = int(config.get("max_position_embeddings") or 2048)
+    kwargs: dict[str, Any] = {}
+    if on_cpu:
+        if kv_cache_bytes is None and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kv_cache_bytes = 256 * 2**20
+        if kv_cache_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
+    else:
+        kwargs["gpu_memory_utilization"] = float(gpu_memory_utilization)
+    tp = int(tensor_parallel_size)
+    return dict(model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
+                max_model_len=int(max_model_len or min(context, 2048)), enforce_eager=bool(enforce_eager),
+                tensor_parallel_size=tp, distributed_executor_backend="uni" if tp == 1 else "mp",
+                logprobs_mode="processed_logprobs", generation_config="vllm", worker_extension_cls=EXTENSION,
+                disable_log_stats=True, **kwargs)
 
 
 def preflight(model_path: str) -> dict[str, Any]:
