@@ -1,0 +1,9 @@
+"""placeholder"""
+NAME = "test"
+HELP = "x"
+
+def add_arguments(p):
+    pass
+
+def run(a):
+    return 0
