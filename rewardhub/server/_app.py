@@ -86,7 +86,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     async def body_of(request: Any) -> Any:
         raw = await request.read()
         try:
-            return json.loads(raw)
+            return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             raise UsageError("the request body is not UTF-8 text") from None
         except json.JSONDecodeError as exc:
