@@ -78,27 +78,39 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                 for name, t in terms.items()}
     timeouts = {name: d[0] or default_timeout_s for name, d in declared.items()}
 
-    def run(executor: str | None, with_timeout: bool = True) -> Any:
+    def run(executor: str | None, keep: Sequence[int] | None = None) -> dict[str, Any]:
+        """Each term's column on ``batch`` (only the rows in ``keep``: the others are ``None``), every
+        term on ``executor`` (``None``: as declared) under its timeout (inline: none; it cannot stop one)."""
+        from .distributed import runner_from_config
+        from .execution._columns import Column
+
         cfg = copy.deepcopy(section)
         for term, name in zip(cfg["rewards"], terms):
             term["on_failure"] = "nan"
-            term["timeout_s"] = timeouts[name] if with_timeout else None
+            term["timeout_s"] = None if executor == "inline" else timeouts[name]
             if executor is not None:
                 term["executor"] = executor
         if executor == "ray":
-            cfg.setdefault("workers", {})["num_workers"] = max(1, int(cfg.get("workers", {}).get("num_workers") or 1))
-        from .distributed import runner_from_config
-
+            workers = cfg.setdefault("workers", {})
+            workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))
+        rows = batch if keep is None else [batch[i] for i in keep]
         with runner_from_config(validate_reward(cfg)) as runner:
-            return runner.score(batch).columns
+            cols = runner.score(rows).columns if rows else {}
+        if keep is None:
+            return dict(cols)
+        full = {n: Column(len(batch)) for n in terms}
+        for n, col in cols.items():
+            for j, i in enumerate(keep):
+                full[n].values[i] = col.values[j]
+        return full
 
     first, second = run(None), run(None)
-    hung = any(col.status.get(i) == TIMEOUT for cols in (first, second) for col in cols.values()
-               for i in range(len(batch)))
+    hung = {i for cols in (first, second) for col in cols.values() for i in range(len(batch))
+            if col.status.get(i) == TIMEOUT}
     out: list[Check] = []
-    # inline calls cannot be stopped: run only when no call timed out in the runs above
-    others = {ex: (_NotRun("a call timed out, and an inline call cannot be stopped")
-                   if ex == "inline" and hung else _try(lambda ex=ex: run(ex, with_timeout=ex != "inline")))
+    # an inline call cannot be stopped: inline scores only the rows on which no call timed out above
+    keep = [i for i in range(len(batch)) if i not in hung]
+    others = {ex: _try(lambda ex=ex: run(ex, keep if ex == "inline" else None))
               for ex in executors if ex != "ray" or _ray_installed()}
     for name, (timeout, pure, executor, kind) in declared.items():
         col = first[name]
@@ -118,11 +130,11 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         out.append(Check(name, "under timeout", FAIL if slow else PASS,
                          f"{len(slow)} calls ran past {limit}, e.g. on the {_row_label(slow[0], len(data))}" if slow
                          else f"slowest call {worst * 1000:.1f} ms, {limit}"))
-        same = _equal(col.values, second[name].values)
+        same = _equal(col.values, second[name].values, skip=hung)
         if pure:
             out.append(Check(name, "deterministic", PASS if same else FAIL,
                              "two calls gave the same scores" if same
-                             else f"declared pure, but two calls differ: {_diff(col.values, second[name].values)}"))
+                             else f"declared pure, but two calls differ: {_diff(col.values, second[name].values, hung)}"))
         else:
             out.append(Check(name, "deterministic", SKIP, "not declared pure; two calls "
                              + ("gave the same scores" if same else "differ")))
@@ -133,26 +145,20 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
             out.append(Check(name, "same on every executor", SKIP, "its scores differ between two calls"))
             continue
         diffs, ran = [], []
-        notes = [f"{ex} not run: {got}" for ex, got in others.items() if isinstance(got, _NotRun)]
+        notes = [f"inline skipped the {len(hung)} rows that timed out" if hung and "inline" in others else ""]
         for ex, got in others.items():
-            if isinstance(got, _NotRun):
-                continue
             if isinstance(got, BaseException):
                 diffs.append(f"{ex}: {type(got).__name__}: {got}")
                 continue
             ran.append(ex)
-            if not _equal(col.values, got[name].values, skip=set(slow)):
-                diffs.append(f"{ex}: {_diff(col.values, got[name].values)}")
+            if not _equal(col.values, got[name].values, skip=hung):
+                diffs.append(f"{ex}: {_diff(col.values, got[name].values, hung)}")
         skipped = [ex for ex in executors if ex not in others]
         out.append(Check(name, "same on every executor", FAIL if diffs else PASS,
                          "; ".join(diffs) if diffs else f"{', '.join(ran)} agree (as declared: {executor})"
                          + (f"; {', '.join(skipped)} not installed" if skipped else "")
-                         + "".join(f"; {n}" for n in notes)))
+                         + "".join(f"; {n}" for n in notes if n)))
     return out
-
-
-class _NotRun(Exception):
-    """An executor the contract did not run, and why."""
 
 
 def _plain(reward_cfg: Any) -> dict[str, Any]:
@@ -189,8 +195,8 @@ def _same(x: Any, y: Any) -> bool:
     return x == y or (math.isnan(x) and math.isnan(y))
 
 
-def _diff(a: Sequence[Any], b: Sequence[Any]) -> str:
-    i = next(k for k, (x, y) in enumerate(zip(a, b)) if not _same(x, y))
+def _diff(a: Sequence[Any], b: Sequence[Any], skip: set[int] | None = None) -> str:
+    i = next(k for k, (x, y) in enumerate(zip(a, b)) if not _same(x, y) and (not skip or k not in skip))
     return f"row {i}: {_fmt(a[i])} vs {_fmt(b[i])}"
 
 
