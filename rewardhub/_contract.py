@@ -70,7 +70,10 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
 
     section = _plain(reward_cfg)
     data = [dict(r) for r in (rows or DEFAULT_ROWS)]
-    edge = [{**data[0], "response": text} for text in EDGE_RESPONSES.values()]
+    # the edge responses on the first row of each data source (a reward routed by data_source sees them)
+    firsts = list({repr(r.get("data_source")): r for r in reversed(data)}.values())[::-1]
+    edge = [{**row, "response": text} for text in EDGE_RESPONSES.values() for row in firsts]
+    labels = [label for label in EDGE_RESPONSES for _ in firsts]
     batch = data + edge
     with Runner.from_config(validate_reward(section)) as probe:
         terms = {t.name: t for t in probe.terms}
@@ -119,16 +122,17 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         out.append(Check(name, "returns a score", FAIL if errs else PASS,
                          f"{len(errs)} of {len(data)} rows failed; first: {errs[0][1]}" if errs
                          else f"{len(data)} rows: " + _summary(col.values[:len(data)])))
-        bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(EDGE_RESPONSES)
+        bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(labels)
                if st.get(len(data) + k) == ERROR]
         out.append(Check(name, "edge responses", FAIL if bad else PASS,
-                         "; ".join(f"{label}: {err}" for label, err in bad) if bad
-                         else ", ".join(f"{label}={_fmt(v)}" for label, v in zip(EDGE_RESPONSES, col.values[len(data):]))))
+                         "; ".join(f"{label}: {err}" for label, err in bad[:4]) + (" ..." if len(bad) > 4 else "")
+                         if bad else ", ".join(f"{label}={_fmt(v)}" for label, v in zip(labels, col.values[len(data):])
+                                               if v is not None or len(firsts) == 1) or "not applicable to any"))
         slow = [i for i in range(len(batch)) if st.get(i) == TIMEOUT or second[name].status.get(i) == TIMEOUT]
         worst = max(col.latency or [0.0])
         limit = f"timeout_s {timeouts[name]:g}" + ("" if timeout else " (none declared: the contract's default)")
         out.append(Check(name, "under timeout", FAIL if slow else PASS,
-                         f"{len(slow)} calls ran past {limit}, e.g. on the {_row_label(slow[0], len(data))}" if slow
+                         f"{len(slow)} calls ran past {limit}, e.g. on the {_row_label(slow[0], len(data), labels)}" if slow
                          else f"slowest call {worst * 1000:.1f} ms, {limit}"))
         same = _equal(col.values, second[name].values, skip=hung)
         if pure:
@@ -200,8 +204,8 @@ def _diff(a: Sequence[Any], b: Sequence[Any], skip: set[int] | None = None) -> s
     return f"row {i}: {_fmt(a[i])} vs {_fmt(b[i])}"
 
 
-def _row_label(i: int, n_data: int) -> str:
-    return f"row {i}" if i < n_data else f"{list(EDGE_RESPONSES)[i - n_data]} response"
+def _row_label(i: int, n_data: int, labels: Sequence[str]) -> str:
+    return f"row {i}" if i < n_data else f"{labels[i - n_data]} response"
 
 
 def _fmt(v: Any) -> str:

@@ -13,7 +13,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from serve_process import Server
 
 pytest.importorskip("aiohttp")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,7 +86,8 @@ class Batcher:
             task.add_done_callback(self._tasks.discard)
 
     def _take(self) -> list[_Pending]:
-        taken, rows = [], 0
+        taken: list[_Pending] = []
+        rows = 0
         while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
             p = self._queue.pop(0)
             if p.future.cancelled():  # its client went away before it was scored
@@ -97,8 +99,8 @@ class Batcher:
     async def _score_batch(self, batch: list[_Pending]) -> None:
         try:
             try:
-                results = await self._call(lambda: _score(self.runner, [r for p in batch for r in p.rows],
-                                                          self.needing, self.metrics))
+                results = await self._call(functools.partial(
+                    _score, self.runner, [r for p in batch for r in p.rows], self.needing))
                 parts = _split(results, [len(p.rows) for p in batch])
             except Exception as exc:
                 # one request's rows made the whole Runner call raise (on_failure: raise): score each
@@ -109,7 +111,7 @@ class Batcher:
                     return
                 for p in batch:
                     try:
-                        rows = await self._call(lambda p=p: _score(self.runner, p.rows, self.needing, self.metrics))
+                        rows = await self._call(functools.partial(_score, self.runner, p.rows, self.needing))
                     except Exception as one:
                         _set(p.future, exc=one)
                     else:
@@ -139,8 +141,7 @@ class Batcher:
         self._threads.shutdown(wait=True)
 
 
-def _score(runner: Any, rows: list[dict[str, Any]], needing: list[str],
-           metrics: ServerMetrics) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _score(runner: Any, rows: list[dict[str, Any]], needing: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from .._commands.score import score_chunk
 
     out, columns, _ = score_chunk(runner, rows, needing)

@@ -71,7 +71,7 @@ def openrlhf_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
     for key, values in (("prompts", prompts), ("labels", labels)):
         if values is not None and (not isinstance(values, list) or len(values) != len(queries)):
             raise UsageError(f"{key!r} must be a list as long as 'query' ({len(queries)} items)")
-    out = []
+    out: list[dict[str, Any]] = []
     for i, query in enumerate(queries):
         if not isinstance(query, str):
             raise UsageError(f"query[{i}] is a {type(query).__name__}, not a string")
