@@ -37,8 +37,10 @@ class Server:
         if not line or "http://" not in line[0]:
             self.proc.kill()
             raise RuntimeError(f"server did not start: {line!r}\n{''.join(self.stderr)}")
-        self.url = line[0].split("http://", 1)[1].split()[0]
-        self.url = "http://" + self.url
+        self.url = "http://" + line[0].split("http://", 1)[1].split()[0]
+        # whatever the rewards print later is read too: a full pipe would block the server
+        self._stdout_thread = threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True)  # type: ignore[union-attr]
+        self._stdout_thread.start()
         self.token: str | None = (env or {}).get("REWARDHUB_SERVE_TOKEN")
 
     def _read_stderr(self) -> None:
@@ -88,6 +90,7 @@ class Server:
             return self.proc.wait()
         finally:
             self._stderr_thread.join(10)
+            self._stdout_thread.join(10)
             for f in (self.proc.stdout, self.proc.stderr):
                 if f is not None:
                     f.close()

@@ -181,8 +181,10 @@ def test_token_and_host(tmp_path, cli):
 
 
 def test_hanging_reward_times_out_per_row_while_others_are_served(tmp_path):
+    """A hangs until its timeout; /health answers meanwhile; the four requests that arrive while A's
+    rows are in the Runner wait together and are scored in ONE Runner call (pooled, not one by one)."""
     cfg = tmp_path / "hang.yaml"
-    cfg.write_text(HANG_CFG.format(timeout=3))
+    cfg.write_text(HANG_CFG.format(timeout=5))
     with Server(cfg) as server:
         slow: dict = {}
         t = threading.Thread(target=lambda: slow.update(
@@ -192,19 +194,25 @@ def test_hanging_reward_times_out_per_row_while_others_are_served(tmp_path):
         t0 = time.monotonic()
         assert server.get("/health")[0] == 200  # the event loop answers while a reward hangs
         assert time.monotonic() - t0 < 1.0
-        status, body = server.post("/score", {"rows": [{"response": "ok:0.25"}, {"response": "raise"}]})
-        assert status == 200
-        assert [r["score"] for r in body["rows"]] == [0.25, 0.0]
-        assert "boom" in body["rows"][1]["errors"]["misbehave"]
+        bodies = [{"rows": [{"response": f"ok:0.{k}"}, {"response": "raise"}]} for k in range(1, 5)]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(server.post, "/score", b) for b in bodies]
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 5, "four more requests waiting")
+            answers = [f.result() for f in futures]
+        for k, (status, body) in enumerate(answers, 1):
+            assert status == 200
+            assert [r["score"] for r in body["rows"]] == [k / 10, 0.0]
+            assert "boom" in body["rows"][1]["errors"]["misbehave"]
         t.join(60)
         status, body = slow["r"]
         assert status == 200
         hang, ok = body["rows"]
         assert ok["score"] == 0.5 and "errors" not in ok
         assert hang["score"] == 0.0 and "timed out" in hang["errors"]["misbehave"]
+        assert server.metric("rewardhub_batches_total") == 2  # A's, then the four pooled
         assert server.metric('rewardhub_reward_timeouts_total{reward="misbehave"}') == 1
-        assert server.metric('rewardhub_reward_errors_total{reward="misbehave"}') == 1
-        assert server.metric('rewardhub_reward_samples_total{reward="misbehave"}') == 4
+        assert server.metric('rewardhub_reward_errors_total{reward="misbehave"}') == 4
+        assert server.metric('rewardhub_reward_samples_total{reward="misbehave"}') == 10
 
 
 def test_sigterm_drains_requests_in_flight(tmp_path):
