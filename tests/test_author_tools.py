@@ -141,6 +141,14 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     assert [c["contract"] for c in checks] == ["returns a score", "edge responses", "under timeout", "deterministic",
                                                "same on every executor"]
     assert next(c for c in checks if c["contract"] == "returns a score")["detail"] == "2 rows: 1, 0"
+    # a config file: each of its terms, with its own kwargs; a named reward with --kwargs
+    res = cli("test", os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "score.yaml"),
+              "--executors", "inline", "--json")
+    assert res.returncode == 0, res.stderr
+    assert sorted({c["term"] for c in json.loads(res.stdout)}) == ["boxed_format", "math_verify"]
+    res = cli("test", "regex_match", "--kwargs", '{"pattern": "[0-9]"}', "--executors", "inline", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["detail"] == "3 rows: 1, 1, 1"
     res = cli("test", "no_such_reward")
     assert res.returncode == 2 and res.stderr.startswith("ERROR: ")
     res = cli("test", "exact_match", "--executors", "gpu")
