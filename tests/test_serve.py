@@ -234,3 +234,23 @@ def test_sigterm_drains_requests_in_flight(tmp_path):
         assert server.proc.wait(60) == 0
     finally:
         server.stop()
+
+
+def test_on_failure_raise_fails_only_the_request_whose_row_raised(tmp_path):
+    """B and C arrive while A hangs, and are pooled into one Runner call; C's row raises (on_failure:
+    raise), so that call fails: each is scored again alone, and only C gets the error."""
+    cfg = tmp_path / "raise.yaml"
+    cfg.write_text(HANG_CFG.format(timeout=4) + "      on_failure: raise\n")
+    with Server(cfg) as server:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "A in flight")
+            b = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
+            c = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.25"}, {"response": "raise"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
+            (sa, ba), (sb, bb), (sc, bc) = a.result(), b.result(), c.result()
+        assert sa == 500 and "timed out" in ba["error"] and "on_failure: raise" in ba["error"]
+        assert sb == 200 and bb["rows"][0]["score"] == 0.5
+        assert sc == 500 and "boom" in bc["error"]
+        assert server.metric("rewardhub_batch_failures_total") == 2  # A's, and B+C's pooled call
+        assert server.get("/health")[0] == 200
