@@ -6,9 +6,9 @@ the event loop keeps answering, and hands each request its own rows back. While 
 the next one gathers. Rows are scored exactly as ``rewardhub score`` scores them (the same
 :func:`rewardhub._commands.score.score_chunk`), so the answers are equal row for row.
 
-``max_inflight`` Runner calls run at once. It is 1 by default: the Runner's process pool is made safe
-for concurrent callers in issue 28 §1; until then one call at a time, and concurrency comes from
-pooling. Raising it needs no other change here.
+``max_inflight`` Runner calls run at once (:data:`MAX_INFLIGHT`, 1: the Runner's process pool is made
+safe for concurrent callers in issue 28 §1; until then one call at a time, and concurrency comes from
+pooling). Raising it needs no other change here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ from typing import Any
 from ..errors import RewardhubError
 from ._metrics import ServerMetrics
 
-__all__ = ["Batcher"]
+__all__ = ["MAX_INFLIGHT", "Batcher"]
+
+#: Runner calls at once. 1 until the Runner and its process pool are safe for concurrent callers
+#: (issue 28 §1); then raise it (the batcher needs no other change)
+MAX_INFLIGHT = 1
 
 
 @dataclass
@@ -39,7 +43,7 @@ class Batcher:
     """Pools the rows of concurrent requests into Runner calls; :meth:`score` is what a handler awaits."""
 
     def __init__(self, runner: Any, metrics: ServerMetrics, *, max_batch_rows: int = 4096,
-                 max_inflight: int = 1) -> None:
+                 max_inflight: int = MAX_INFLIGHT) -> None:
         from ..datasets import terms_needing
 
         self.runner = runner
