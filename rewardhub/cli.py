@@ -22,6 +22,9 @@ BUILTIN_COMMANDS: tuple[str, ...] = (
     "rewardhub._commands.check",
     "rewardhub._commands.score",
     "rewardhub._commands.doctor",
+    "rewardhub._commands.serve",
+    "rewardhub._commands.new",
+    "rewardhub._commands.test",
 )
 
 

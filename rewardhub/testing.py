@@ -10,7 +10,7 @@ from typing import Any
 from .registry import RewardRegistry
 from .registry import build_registry
 
-__all__ = ["make_registry", "write_distribution"]
+__all__ = ["check_reward", "make_registry", "write_distribution"]
 
 
 def make_registry(*plugins: Any, include_builtins: bool = True) -> RewardRegistry:
@@ -71,3 +71,24 @@ def write_distribution(
         path.write_text(source)
     (info / "RECORD").write_text("")
     return info
+
+
+def check_reward(reward: str | Mapping[str, Any], rows: Any = None, *,
+                 executors: tuple[str, ...] = ("inline", "process", "ray"), default_timeout_s: float = 10.0) -> list[Any]:
+    """Run the reward contract (what ``rewardhub test`` checks) and raise ``AssertionError`` with the
+    table of checks when one fails; returns the checks.
+
+    :param reward: a registered reward name, or a ``reward:`` section (a mapping with ``rewards``).
+    :param rows: the samples to score (default: three small built-in rows).
+    """
+    from ._commands._common import table
+    from ._contract import FAIL
+    from ._contract import run_contract
+    from .config.schema import validate_reward
+
+    section = validate_reward({"rewards": [{"name": reward}]} if isinstance(reward, str) else reward)
+    checks = run_contract(section, rows, executors=executors, default_timeout_s=default_timeout_s)
+    if any(c.status == FAIL for c in checks):
+        raise AssertionError("the reward contract fails:\n" + table(
+            [[c.term, c.contract, c.status, c.detail] for c in checks], ["reward", "contract", "result", "detail"]))
+    return checks

@@ -129,6 +129,9 @@ class RewardConfig:
     #: the verl reward manager a migrated config named; its behaviour is already in the terms'
     #: policies, and ``rewardhub check`` says which manager it was
     manager: Optional[str] = None
+    #: a `rewardhub serve` URL: the trainer scores there (its terms are the server's config's; the ones
+    #: listed here are not resolved where the trainer runs)
+    remote: Optional[str] = None
 
 
 #: key path (``*`` for a list item) -> allowed values
@@ -220,6 +223,10 @@ def validate_reward(section: Any) -> Any:
     if dup:
         raise UsageError(f"reward.rewards names {', '.join(map(repr, dup))} more than once\n"
                          "give each term a distinct 'alias'")
+    if checked.get("remote") is not None:
+        from ..server.client import check_url
+
+        checked["remote"] = check_url(checked["remote"])
     base = OmegaConf.structured(RewardConfig)
     try:
         return OmegaConf.merge(base, checked)

@@ -170,6 +170,13 @@ class RewardClient:
         # one chunk per worker and batch (groups kept whole): the fewest round trips
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
+        self.pool: Any
+        if reward_cfg.get("remote"):  # reward.remote: scored by a `rewardhub serve` server, no workers here
+            from rewardhub.server.client import RemoteScorer
+
+            self.pool = RemoteScorer(str(reward_cfg["remote"]))
+            self.fingerprint = self.pool.fingerprint()
+            return
         try:
             self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
                                          num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,

@@ -352,7 +352,7 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
 
     resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
     reward = plain(cfg.get("reward"))
-    if not reward or not reward.get("rewards"):
+    if not reward or not (reward.get("rewards") or reward.get("remote")):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
     _check_model(model)

@@ -44,6 +44,8 @@ def _needs_answer(reward_cfg: Mapping[str, Any]) -> list[str]:
     from rewardhub.execution import Runner
     from rewardhub.registry import build_registry
 
+    if reward_cfg.get("remote"):  # the server's terms: rows without an answer get its error, per term
+        return []
     node = OmegaConf.create(dict(reward_cfg))
     with Runner.from_config(node, build_registry(node)) as runner:
         return terms_needing(runner)

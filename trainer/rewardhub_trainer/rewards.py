@@ -42,6 +42,8 @@ def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) 
     from rewardhub.execution import Runner
     from rewardhub.registry import build_registry
 
+    if reward_cfg.get("remote"):
+        return _validate_remote(reward_cfg)
     node = _to_node(reward_cfg)
     try:
         registry = build_registry(node)
@@ -76,6 +78,10 @@ def used_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> l
     from rewardhub.distributed import prepare_setup
     from rewardhub.distributed import reward_facts
 
+    if reward_cfg.get("remote"):  # the server's own provenance of each term it scores with
+        from rewardhub.server.client import RemoteScorer
+
+        return [{**r, "remote": reward_cfg["remote"]} for r in RemoteScorer(str(reward_cfg["remote"])).info()["rewards"]]
     setup, registry = prepare_setup(reward_cfg, ship_files=False, validated=validated)
     return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
             for name in dict.fromkeys(setup.used)]
@@ -90,6 +96,8 @@ def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]], *,
     file's sha256) equals the driver's.
     """
     used = used_rewards(reward_cfg, validated=validated)
+    if reward_cfg.get("remote"):
+        return used
     scorers = [w for w in workers if w["role"] == "reward_worker"]
     for r in used:
         r["workers"] = [{"pool": w.get("pool"), "node": w.get("node"), "pid": w.get("pid"),
@@ -97,3 +105,22 @@ def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]], *,
                          **({"file": w["files"][r["name"]]} if r["name"] in (w.get("files") or {}) else {})}
                         for w in scorers]
     return used
+
+
+def _validate_remote(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``reward.remote``: the server answers (``GET /info``) before Ray starts; its terms are its own,
+    so the ones listed here are not resolved (they need not be installed where the trainer runs)."""
+    from rewardhub.distributed import prepare_setup
+    from rewardhub.server.client import RemoteScorer
+    from rewardhub.server.client import check_url
+
+    url = check_url(reward_cfg["remote"])
+    try:
+        terms = RemoteScorer(url, tries=2).terms
+    except RewardhubError as exc:
+        raise UsageError(f"reward.remote: {exc}") from None
+    if not terms:
+        raise UsageError(f"reward.remote: the server at {url} scores with no reward terms")
+    section = {**dict(reward_cfg), "remote": url}
+    setup, _ = prepare_setup({**section, "rewards": []})
+    return section, setup

@@ -95,12 +95,18 @@ def judge(*, prompts: Sequence[Any], responses: Sequence[str], ground_truths: Se
           reward_model: Mapping[str, Any] | None = None, model_path: str | None = None,
           rubric: str = DEFAULT_RUBRIC, low: float = 0, high: float = 10, max_new_tokens: int = 16,
           batch_size: int | None = None, trust_remote_code: bool | None = None, dtype: str = "float32",
-          device: str = "cpu", **kwargs: Any) -> list[float]:
-    """An LLM judge: rubric + question + reference + response -> `Score: N`, scaled to [0, 1]."""
+          device: str = "cpu", max_response_chars: int | None = None, **kwargs: Any) -> list[float]:
+    """An LLM judge: rubric + question + reference + response -> `Score: N`, scaled to [0, 1].
+
+    ``max_response_chars``: the judge sees at most this many characters of each response (its start),
+    so that one very long response cannot make a prompt the model takes minutes over.
+    """
     cfg = settings(reward_model, model_path=model_path, batch_size=batch_size, trust_remote_code=trust_remote_code)
     if high <= low:
         raise ValueError(f"judge high={high!r} must be above low={low!r}")
     gts = list(ground_truths) if ground_truths is not None else [None] * len(responses)
+    if max_response_chars is not None:
+        responses = [r[:max_response_chars] for r in responses]
     texts = [build_prompt(rubric, p, r, g, low, high) for p, r, g in zip(prompts, responses, gts)]
     model = load_once(Judge, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
     answers = model.answer(texts, max_new_tokens=max_new_tokens, batch_size=int(cfg.get("batch_size") or 8))

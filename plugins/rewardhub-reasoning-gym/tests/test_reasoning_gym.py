@@ -49,3 +49,15 @@ def test_extract():
     assert extract("think... <answer> 4 </answer>") == "4"
     assert extract("so \\boxed{12}") == "12"
     assert extract(" 7 ") == "7"
+
+
+def test_an_answer_the_dataset_cannot_read_is_wrong_not_a_failure():
+    """prime_factorization's own score_answer raises ValueError on text that is not "p × q"
+    (found by `rewardhub test`'s edge responses): scored 0.0, as any wrong answer."""
+    from rewardhub_reasoning_gym.scoring import score
+
+    entry = reasoning_gym.create_dataset("prime_factorization", size=1, seed=0)[0]
+    sample = {"prompt": entry["question"], "ground_truth": entry["answer"], "data_source": "prime_factorization",
+              "extra_info": {"entry": entry}}
+    assert score(response=f"<answer>{entry['answer']}</answer>", **sample) == 1.0
+    assert score(response="<answer>The answer is 42. Really.</answer>", **sample) == 0.0

@@ -1,0 +1,96 @@
+"""``rewardhub serve CONFIG``: the config's ``reward:`` section behind HTTP (OpenRLHF's protocol and our own).
+
+Scored by the same Runner as ``rewardhub score`` (pool, timeouts, ``on_failure``, metrics,
+provenance); see :mod:`rewardhub.server`. Needs the ``rewardhub[serve]`` extra (aiohttp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from typing import Any
+
+from ..errors import UsageError
+
+NAME = "serve"
+HELP = "serve the config's rewards over HTTP (POST /score, OpenRLHF's POST /get_reward, /health, /metrics)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..server import TOKEN_ENV
+
+    parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help=f"address to listen on (default 127.0.0.1; any other needs ${TOKEN_ENV})")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port, printed)")
+    parser.add_argument("--max-rows", type=int, default=4096, help="rows one request may send (default 4096)")
+    parser.add_argument("--max-body-mb", type=float, default=64.0, help="MiB one request body may have (default 64)")
+    parser.add_argument("--max-batch-rows", type=int, default=4096,
+                        help="rows one Runner call pools from the requests waiting (default 4096)")
+    parser.add_argument("--drain-timeout", type=float, default=120.0,
+                        help="seconds SIGTERM waits for the requests in flight (default 120)")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from ..distributed import runner_from_config
+    from ..server import TOKEN_ENV
+    from .check import term_problems
+    from .score import provenance
+
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise UsageError("rewardhub serve needs aiohttp\ninstall it: pip install 'rewardhub[serve]'") from None
+    from ..server._app import ServeOptions
+    from ..server._app import serve_forever
+
+    for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
+                        ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout)):
+        if value <= 0:
+            raise UsageError(f"{flag} {value} must be above 0")
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is not a port (0-65535; 0: any free port)")
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is None and not is_loopback(args.host):
+        raise UsageError(f"--host {args.host} listens beyond this machine, and ${TOKEN_ENV} is not set\n"
+                         f"set {TOKEN_ENV} to a secret the clients send as 'Authorization: Bearer ...', "
+                         "or listen on 127.0.0.1")
+    opts = ServeOptions(host=args.host, port=args.port, token=token, max_rows=args.max_rows,
+                        max_body=int(args.max_body_mb * 1024 * 1024),
+                        max_batch_rows=max(args.max_batch_rows, args.max_rows), drain_timeout=args.drain_timeout)
+    cfg = load_config(args.config, args.overrides)
+    with runner_from_config(cfg.reward) as runner:
+        if not runner.terms:
+            raise UsageError(f"{args.config}: the reward: section has no reward terms to serve\n"
+                             "add reward.rewards: [{name: ...}] (see `rewardhub list`)")
+        problems = [p for t in runner.terms for p in term_problems(t, runner)]
+        if problems:
+            raise UsageError("\n".join(problems))
+
+        def info() -> dict[str, Any]:
+            return {"terms": runner.describe(), "rewards": provenance(runner), "aggregation": runner.aggregation}
+
+        def ready(host: str, port: int) -> None:
+            names = ", ".join(t.name for t in runner.terms)
+            print(f"rewardhub serve: {names} on http://{host}:{port} "
+                  f"(POST /score, POST /get_reward, GET /health, GET /metrics; token {'on' if token else 'off'})",
+                  flush=True)
+
+        import asyncio
+
+        asyncio.run(serve_forever(runner, opts, info, ready))
+    print("rewardhub serve: stopped", file=sys.stderr, flush=True)
+    return 0

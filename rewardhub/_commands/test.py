@@ -1,0 +1,88 @@
+"""``rewardhub test REWARD [DATA]``: the reward contract (see :mod:`rewardhub._contract`) as a table; exit 1 on a failure."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ..errors import UsageError
+from ._common import table
+
+NAME = "test"
+HELP = ("check a reward's contract (a float for every row, edge responses, timeout, determinism, the same "
+        "scores on every executor); REWARD: a registered name or a config file")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reward", help="a registered reward name (see `rewardhub list`), or a YAML config whose "
+                                       "reward: terms are tested")
+    parser.add_argument("data", nargs="?", help="JSONL or parquet rows to score (default: three small built-in rows)")
+    parser.add_argument("--kwargs", metavar="JSON", help="keyword arguments for a named reward, e.g. "
+                                                         "'{\"pattern\": \"\\\\d+\"}'")
+    parser.add_argument("--executors", default="inline,process,ray",
+                        help="executors compared (default inline,process,ray; ray only where it is installed)")
+    parser.add_argument("--timeout", type=float, default=10.0,
+                        help="seconds a call may take when the reward declares no timeout_s (default 10)")
+    parser.add_argument("--rows", type=int, default=64, help="at most this many rows of DATA (default 64)")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+
+def reward_section(reward: str, kwargs: str | None) -> Any:
+    """The ``reward:`` section to test: a config file's, or one term naming a registered reward."""
+    import json
+
+    from ..config import load_config
+    from ..config.schema import validate_reward
+
+    if os.path.isfile(reward) or reward.endswith((".yaml", ".yml", ".json")):
+        if kwargs:
+            raise UsageError("--kwargs is for a named reward; a config file's terms have their own kwargs")
+        return load_config(reward).reward
+    try:
+        kw = json.loads(kwargs) if kwargs else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--kwargs is not JSON: {exc}") from None
+    if not isinstance(kw, dict):
+        raise UsageError("--kwargs must be a JSON object, e.g. '{\"pattern\": \"x\"}'")
+    from ..errors import UnknownRewardError
+    from ..registry import get_registry
+
+    try:
+        get_registry().get_reward(reward)
+    except UnknownRewardError as exc:
+        raise UsageError(f"{exc}\nname a registered reward (see `rewardhub list`) or a config file") from None
+    return validate_reward({"rewards": [{"name": reward, "kwargs": kw}]})
+
+
+def run(args: argparse.Namespace) -> int:
+    import itertools
+
+    from .._contract import EXECUTORS
+    from .._contract import FAIL
+    from .._contract import run_contract
+    from ._common import dump_json
+    from .score import read_samples
+
+    executors = [e.strip() for e in args.executors.split(",") if e.strip()]
+    wrong = [e for e in executors if e not in EXECUTORS]
+    if wrong or not executors:
+        raise UsageError(f"--executors {args.executors!r}: choose from {', '.join(EXECUTORS)}")
+    if args.timeout <= 0 or args.rows <= 0:
+        raise UsageError("--timeout and --rows must be above 0")
+    section = reward_section(args.reward, args.kwargs)
+    rows = list(itertools.islice(read_samples(args.data), args.rows)) if args.data else None
+    if args.data and not rows:
+        raise UsageError(f"{args.data}: no rows")
+    checks = run_contract(section, rows, executors=executors, default_timeout_s=args.timeout)
+    failed = [c for c in checks if c.status == FAIL]
+    if args.json:
+        dump_json([c.__dict__ for c in checks])
+    else:
+        print(table([[c.term, c.contract, c.status, c.detail] for c in checks],
+                    ["reward", "contract", "result", "detail"]))
+        terms = len({c.term for c in checks})
+        print(f"\n{terms} reward{'s' * (terms != 1)}: " + (f"{len(failed)} contract{'s' * (len(failed) != 1)} failed"
+                                                          if failed else "every contract holds"), file=sys.stderr)
+    return 1 if failed else 0

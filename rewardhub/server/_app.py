@@ -1,0 +1,172 @@
+"""The aiohttp application: routes, bearer token, limits, and a start and drain that lose no request.
+
+Routes: ``POST /score`` (own API), ``POST /get_reward`` (OpenRLHF), ``GET /health``, ``GET /metrics``
+(Prometheus text), ``GET /info`` (the terms and their provenance, as ``rewardhub score --summary-json``
+writes it). A bad request gets a 4xx with ``{"error": REASON}``; an unexpected failure while scoring
+a 500 with its reason; neither stops the server. SIGTERM (or SIGINT) stops listening, answers the
+requests already received, then exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import signal
+import sys
+from collections.abc import Awaitable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RewardhubError
+from ..errors import UsageError
+from ._batcher import Batcher
+from ._metrics import ServerMetrics
+from ._protocols import openrlhf_answer
+from ._protocols import openrlhf_rows
+from ._protocols import own_rows
+
+__all__ = ["ServeOptions", "build_app", "serve_forever"]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    #: rows one request may send
+    max_rows: int = 4096
+    #: bytes one request body may have
+    max_body: int = 64 * 1024 * 1024
+    #: rows one Runner call may pool from waiting requests
+    max_batch_rows: int = 4096
+    #: seconds SIGTERM waits for the requests in flight
+    drain_timeout: float = 120.0
+
+
+def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info: Callable[[], Any]) -> Any:
+    from aiohttp import web
+
+    state = {"draining": False}
+
+    def reply(data: Any, status: int = 200) -> Any:
+        return web.json_response(data, status=status, dumps=lambda o: json.dumps(o, default=str))
+
+    @web.middleware
+    async def guard(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        endpoint = request.path if request.path in ROUTES else "other"
+        status = 500
+        try:
+            if opts.token is not None and request.path != "/health" and not _authorized(request, opts.token):
+                status = 401
+                return web.json_response({"error": "missing or wrong bearer token (Authorization: Bearer ...)"},
+                                         status=401, headers={"WWW-Authenticate": "Bearer"})
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            if exc.status == 413:
+                return reply({"error": f"the request body is larger than this server's limit of {opts.max_body} "
+                                       "bytes; send smaller batches, or start the server with a larger --max-body-mb"},
+                             413)
+            return reply({"error": exc.reason}, exc.status)
+        except UsageError as exc:
+            status = 413 if "more than this server's limit" in str(exc) else 400
+            return reply({"error": str(exc)}, status)
+        except RewardhubError as exc:
+            status = 503 if state["draining"] else 500
+            return reply({"error": str(exc)}, status)
+        except Exception as exc:  # a bug or a reward's failure under on_failure: raise; never the server's end
+            return reply({"error": f"{type(exc).__name__}: {exc}"}, 500)
+        finally:
+            metrics.request(endpoint, status)
+
+    async def body_of(request: Any) -> Any:
+        raw = await request.read()
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise UsageError("the request body is not UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"the request body is not JSON: {exc}") from None
+
+    async def scored(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        metrics.inflight += 1
+        try:
+            return await batcher.score(rows)
+        finally:
+            metrics.inflight -= 1
+
+    async def score(request: Any) -> Any:
+        rows = own_rows(await body_of(request), opts.max_rows)
+        return reply({"rows": await scored(rows)})
+
+    async def get_reward(request: Any) -> Any:
+        rows = openrlhf_rows(await body_of(request), opts.max_rows)
+        return reply(openrlhf_answer(await scored(rows)))
+
+    async def health(request: Any) -> Any:
+        return reply({"status": "draining" if state["draining"] else "ok", "inflight": metrics.inflight,
+                      "rewards": list(metrics.terms)}, 503 if state["draining"] else 200)
+
+    async def metrics_text(request: Any) -> Any:
+        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type": "text/plain; version=0.0.4"})
+
+    async def info_json(request: Any) -> Any:
+        return reply(info())
+
+    app = web.Application(middlewares=[guard], client_max_size=opts.max_body)
+    app.router.add_post("/score", score)
+    app.router.add_post("/get_reward", get_reward)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics_text)
+    app.router.add_get("/info", info_json)
+    app["rewardhub_state"] = state
+    return app
+
+
+ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
+
+
+def _authorized(request: Any, token: str) -> bool:
+    given = request.headers.get("Authorization", "")
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any],
+                        ready: Callable[[str, int], None]) -> None:
+    """Serve until SIGTERM/SIGINT, then drain: stop listening, answer what was received, return."""
+    from aiohttp import web
+
+    metrics = ServerMetrics([t.name for t in runner.terms])
+    batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows)
+    batcher.start()
+    app = build_app(batcher, metrics, opts, info)
+    app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=opts.drain_timeout)
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, opts.host, opts.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await app_runner.cleanup()
+        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}\n"
+                         "pick another --port (0: any free port) or --host") from None
+    port = int(app_runner.addresses[0][1])  # the bound port (the one the OS chose for --port 0)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ready(opts.host, port)
+    try:
+        await stop.wait()
+    finally:
+        app["rewardhub_state"]["draining"] = True
+        print(f"rewardhub serve: draining ({metrics.inflight} requests in flight)", file=sys.stderr, flush=True)
+        await app_runner.cleanup()  # stops listening, then waits for the handlers in flight
+        await batcher.drain()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,170 @@
+"""Requests from many clients pooled into Runner calls.
+
+A request's rows wait in a queue; the batcher takes every request waiting (up to ``max_batch_rows``
+rows, never splitting a request) into one :meth:`Runner.score` call, made on a worker thread so that
+the event loop keeps answering, and hands each request its own rows back. While a batch is scored,
+the next one gathers. Rows are scored exactly as ``rewardhub score`` scores them (the same
+:func:`rewardhub._commands.score.score_chunk`), so the answers are equal row for row.
+
+``max_inflight`` Runner calls run at once (:data:`MAX_INFLIGHT`, 1: the Runner's process pool is made
+safe for concurrent callers in issue 28 §1; until then one call at a time, and concurrency comes from
+pooling). Raising it needs no other change here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from ..errors import RewardhubError
+from ._metrics import ServerMetrics
+
+__all__ = ["MAX_INFLIGHT", "Batcher"]
+
+#: Runner calls at once. 1 until the Runner and its process pool are safe for concurrent callers
+#: (issue 28 §1); then raise it (the batcher needs no other change)
+MAX_INFLIGHT = 1
+
+
+@dataclass
+class _Pending:
+    rows: list[dict[str, Any]]
+    future: asyncio.Future[list[dict[str, Any]]]
+    queued: float = field(default_factory=time.monotonic)
+
+
+class Batcher:
+    """Pools the rows of concurrent requests into Runner calls; :meth:`score` is what a handler awaits."""
+
+    def __init__(self, runner: Any, metrics: ServerMetrics, *, max_batch_rows: int = 4096,
+                 max_inflight: int = MAX_INFLIGHT) -> None:
+        from ..datasets import terms_needing
+
+        self.runner = runner
+        self.metrics = metrics
+        self.max_batch_rows = max_batch_rows
+        self.needing = terms_needing(runner)
+        self._queue: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_inflight, thread_name_prefix="rewardhub-score")
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # ---- the handlers' side -------------------------------------------------------------
+    async def score(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The output rows of ``rows`` (input row + ``score``, ``rewards``, ``extra``, ``errors``)."""
+        if self._closing:
+            raise RewardhubError("the server is shutting down")
+        fut: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(rows, fut))
+        self._wake.set()
+        return await fut
+
+    # ---- the batching loop --------------------------------------------------------------
+    def start(self) -> None:
+        self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._slots.acquire()
+            batch = self._take()  # whatever waited while the slot was busy: the next batch
+            if not batch:
+                self._slots.release()
+                continue
+            task = asyncio.get_running_loop().create_task(self._score_batch(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[_Pending]:
+        taken: list[_Pending] = []
+        rows = 0
+        while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
+            p = self._queue.pop(0)
+            if p.future.cancelled():  # its client went away before it was scored
+                continue
+            taken.append(p)
+            rows += len(p.rows)
+        return taken
+
+    async def _score_batch(self, batch: list[_Pending]) -> None:
+        try:
+            try:
+                results = await self._call(functools.partial(
+                    _score, self.runner, [r for p in batch for r in p.rows], self.needing))
+                parts = _split(results, [len(p.rows) for p in batch])
+            except Exception as exc:
+                # one request's rows made the whole Runner call raise (on_failure: raise): score each
+                # request alone, so that only the requests whose rows raise get the error
+                self.metrics.batch_failures += 1
+                if len(batch) == 1:
+                    _set(batch[0].future, exc=exc)
+                    return
+                for p in batch:
+                    try:
+                        rows = await self._call(functools.partial(_score, self.runner, p.rows, self.needing))
+                    except Exception as one:
+                        _set(p.future, exc=one)
+                    else:
+                        _set(p.future, rows)
+                return
+            for p, part in zip(batch, parts):
+                _set(p.future, part)
+        finally:
+            self._slots.release()
+            self._wake.set()
+
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        out, columns = await loop.run_in_executor(self._threads, fn)
+        self.metrics.batch(len(out), columns)  # on the loop's thread (see ServerMetrics)
+        return out
+
+    # ---- shutdown -------------------------------------------------------------------------
+    async def drain(self) -> None:
+        """Score what is queued and in flight, then stop the loop (new requests are refused)."""
+        self._closing = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self._threads.shutdown(wait=True)
+
+
+def _score(runner: Any, rows: list[dict[str, Any]], needing: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from .._commands.score import score_chunk
+
+    out, columns, _ = score_chunk(runner, rows, needing)
+    return out, columns
+
+
+def _split(rows: list[dict[str, Any]], sizes: list[int]) -> list[list[dict[str, Any]]]:
+    parts, k = [], 0
+    for n in sizes:
+        parts.append(rows[k:k + n])
+        k += n
+    return parts
+
+
+def _set(fut: asyncio.Future[list[dict[str, Any]]], rows: list[dict[str, Any]] | None = None, *,
+         exc: BaseException | None = None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(rows or [])

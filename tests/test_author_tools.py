@@ -1,0 +1,155 @@
+"""Tools for reward authors: `rewardhub new` from nothing to a listed, tested reward; `rewardhub test`'s contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from rewardhub._contract import run_contract
+
+
+def _venv_beside_ours(path):
+    """A virtual environment of its own (so the shared one is not altered) that sees our packages:
+    a ``.pth`` adds our site-packages as a site directory, editable installs included."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    py = path / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    with open(os.path.join(site, "_rewardhub_parent.pth"), "w") as f:
+        f.write(f"import site; site.addsitedir({ours!r})\n")
+    return py
+
+
+@pytest.mark.slow
+def test_new_install_list_test_from_nothing(tmp_path):
+    py = _venv_beside_ours(tmp_path / "venv")
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run(*args, cwd=work, check=True):
+        res = subprocess.run([str(py), *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+        assert not check or res.returncode == 0, res.stdout + res.stderr
+        return res
+
+    listed = json.loads(run("-m", "rewardhub", "list", "--json").stdout)
+    assert "shouty_answer" not in {r["name"] for r in listed}
+    run("-m", "rewardhub", "new", "shouty_answer")
+    pkg = work / "shouty-answer"
+    assert sorted(p.name for p in pkg.iterdir()) == ["README.md", "pyproject.toml", "shouty_answer", "tests"]
+    run("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(pkg))
+    listed = {r["name"]: r for r in json.loads(run("-m", "rewardhub", "list", "--json").stdout)}
+    assert listed["shouty_answer"]["status"] == "ok", listed["shouty_answer"]
+    assert listed["shouty_answer"]["dist"] == "shouty-answer"
+    assert listed["shouty_answer"]["source"] == "entry-point"
+    # its own generated test (which runs the contract) passes
+    res = run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(pkg / "tests"), cwd=tmp_path)
+    assert "2 passed" in res.stdout
+    res = run("-m", "rewardhub", "test", "shouty_answer", "--executors", "inline,process")
+    assert "every contract holds" in res.stderr
+    # an edit the author makes is live at once (editable install), and a broken contract fails the command
+    reward = pkg / "shouty_answer" / "reward.py"
+    reward.write_text(reward.read_text().replace("    numbers = _NUMBER.findall(response)",
+                                                 "    numbers = _NUMBER.findall(response)\n"
+                                                 "    if not response:\n        raise ValueError('empty')"))
+    res = run("-m", "rewardhub", "test", "shouty_answer", "--executors", "inline", check=False)
+    assert res.returncode == 1
+    assert "edge responses" in res.stdout and "FAIL" in res.stdout and "empty: " in res.stdout
+    # the name is refused where it exists
+    res = run("-m", "rewardhub", "new", "shouty_answer", check=False)
+    assert res.returncode == 2 and res.stderr.startswith("ERROR: 'shouty-answer' already exists")
+
+
+def test_new_refuses_bad_names(cli, tmp_path):
+    for name, why in (("9lives", "not a package name"), ("class", "Python keyword"), ("Bad", "not a package name")):
+        res = cli("new", name, cwd=str(tmp_path))
+        assert res.returncode == 2 and why in res.stderr, res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+BAD_REWARDS = textwrap.dedent('''
+    import random
+    import time
+
+    import rewardhub
+
+    @rewardhub.reward(pure=True)
+    def coin(*, response, **kw):
+        """Declared pure, but random."""
+        return random.random()
+
+    def picky(*, response, **kw):
+        """Raises on the edge responses."""
+        if not response or len(response) > 10_000 or not response.isascii():
+            raise ValueError("cannot read this")
+        return 1.0
+
+    def stringly(*, response, **kw):
+        """Returns a string, not a float."""
+        return "1.0"
+
+    def sleepy(*, response, **kw):
+        """Too slow on a long response."""
+        if len(response) > 10_000:
+            time.sleep(60)
+        return 0.5
+
+    def by_pid(*, response, **kw):
+        """A different score in a worker process than inline."""
+        import multiprocessing
+        return 1.0 if multiprocessing.parent_process() is None else 0.0
+''')
+
+
+def test_contract_fails_each_broken_promise(tmp_path, monkeypatch):
+    (tmp_path / "bad_rewards.py").write_text(BAD_REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    section = {"rewards": [{"module": "bad_rewards", "function": f, **({"timeout_s": 2} if f == "sleepy" else {})}
+                           for f in ("coin", "picky", "stringly", "sleepy", "by_pid")]}
+    checks = {(c.term, c.contract): c for c in run_contract(section, executors=("inline", "process"))}
+    assert checks["coin", "deterministic"].status == "FAIL"
+    assert checks["coin", "returns a score"].status == "pass"
+    assert checks["picky", "edge responses"].status == "FAIL"
+    assert "empty: " in checks["picky", "edge responses"].detail and "cannot read this" in \
+        checks["picky", "edge responses"].detail
+    assert checks["picky", "returns a score"].status == "pass"
+    assert checks["stringly", "returns a score"].status == "FAIL"
+    assert checks["sleepy", "under timeout"].status == "FAIL"
+    assert "very long response" in checks["sleepy", "under timeout"].detail
+    assert checks["sleepy", "returns a score"].status == "pass"
+    assert checks["by_pid", "same on every executor"].status == "FAIL"
+    assert checks["by_pid", "deterministic"].status == "skip"
+
+
+def test_cli_table_and_exit_codes(cli, tmp_path):
+    res = cli("test", "exact_match", "--executors", "inline,process")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].split() == ["reward", "contract", "result", "detail"]
+    assert len(res.stdout.splitlines()) == 2 + 5 and all(" pass " in line or " skip " in line
+                                                          for line in res.stdout.splitlines()[2:])
+    assert "every contract holds" in res.stderr
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"response": r, "ground_truth": "a"}) for r in ("a", "b")) + "\n")
+    res = cli("test", "exact_match", str(data), "--executors", "inline", "--json")
+    checks = json.loads(res.stdout)
+    assert [c["contract"] for c in checks] == ["returns a score", "edge responses", "under timeout", "deterministic",
+                                               "same on every executor"]
+    assert next(c for c in checks if c["contract"] == "returns a score")["detail"] == "2 rows: 1, 0"
+    # a config file: each of its terms, with its own kwargs; a named reward with --kwargs
+    res = cli("test", os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "score.yaml"),
+              "--executors", "inline", "--json")
+    assert res.returncode == 0, res.stderr
+    assert sorted({c["term"] for c in json.loads(res.stdout)}) == ["boxed_format", "math_verify"]
+    res = cli("test", "regex_match", "--kwargs", '{"pattern": "[0-9]"}', "--executors", "inline", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["detail"] == "3 rows: 1, 1, 1"
+    res = cli("test", "no_such_reward")
+    assert res.returncode == 2 and res.stderr.startswith("ERROR: ")
+    res = cli("test", "exact_match", "--executors", "gpu")
+    assert res.returncode == 2 and "choose from inline, process, ray" in res.stderr
