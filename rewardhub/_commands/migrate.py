@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(_dump(cfg))
     if args.report != "json":
         _print_summary(report)
+    else:
+        _print_unknown(report)
     return 0
 
 
@@ -103,9 +105,19 @@ def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
         return migrate(copy.deepcopy(dict(source)))[0]
 
 
+def _print_unknown(report: Any) -> None:
+    """One ``WARNING:`` line per key verl does not have (left out of the printed config, and left as it is in
+    a rewritten file, for the user to fix)."""
+    from ..config.shim import unknown_line
+
+    for u in report.unknown:
+        print(f"WARNING: {unknown_line(u)}", file=sys.stderr)
+
+
 def _print_summary(report: Any) -> None:
     err = sys.stderr
-    if not report:
+    _print_unknown(report)
+    if not (report.moved or report.dropped):
         print("no legacy reward keys: nothing to migrate", file=err)
         return
     print(f"moved {len(report.moved)} legacy key(s), dropped {len(report.dropped)}:", file=err)

@@ -274,6 +274,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
         text = _read_text(path)
         kind, from_path = _parse(path, text)
     cfg, report = read_and_migrate(path, overrides, source=from_path)
+    if report.unknown:  # a misspelt verl key: never run without the setting it meant
+        raise report.unknown_error()
     check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
     section = cfg.get("reward")
     if section is not None and not isinstance(section, Mapping):
