@@ -84,3 +84,123 @@ def test_total_epochs_alone_is_the_trainers_own_key():
 def test_an_interpolation_is_dropped_not_resolved():
     cfg, report, _ = mapped("actor_rollout_ref.rollout.response_length=${data.max_response_length}")
     assert "rollout" not in cfg and "interpolation" in report.dropped[0]["reason"]
+
+
+# ---- issue 27 §7 / issue 29 §2: the migration tells the truth -------------------------------------------------
+
+import os  # noqa: E402
+
+from rewardhub.config._verl_keys import VERL_YAMLS  # noqa: E402
+from rewardhub.config._verl_keys import derive_table  # noqa: E402
+from rewardhub.config._verl_keys_table import TABLE  # noqa: E402
+from rewardhub.config.loader import load_plan  # noqa: E402
+from rewardhub.config.verl_trainer import _TABLE  # noqa: E402
+
+VERL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat", "verl")
+
+
+def test_the_key_table_is_the_installed_verls():
+    if not os.path.isdir(VERL):
+        pytest.skip("verl is not installed for the tests (make install puts it in .venv/verl-compat)")
+    from pathlib import Path
+
+    texts = [Path(VERL, p).read_text(encoding="utf-8") for p in VERL_YAMLS]
+    assert derive_table(texts) == TABLE
+
+
+@pytest.mark.parametrize("key,value,meant", [
+    ("actor_rollout_ref.rollout.nn", "8", "actor_rollout_ref.rollout.n"),
+    ("actor_rollout_ref.actor.optim.lrr", "1e-6", "actor_rollout_ref.actor.optim.lr"),
+    ("actor_rollout_ref.actr.ppo_epochs", "2", "actor_rollout_ref.actor.ppo_epochs"),
+    ("algorithm.kl_ctrl.kl_coeff", "0.1", "algorithm.kl_ctrl.kl_coef"),
+    ("actor_rollout_ref.model.enable_gradient_checkpoint", "True",
+     "actor_rollout_ref.model.enable_gradient_checkpointing"),
+    ("custom_reward_function.pth", "r.py", "custom_reward_function.path"),
+    ("reward_model.reward_manger", "prime", "reward_model.reward_manager"),
+    ("sandbox_fusion.urll", "http://h", "sandbox_fusion.url"),
+    ("async_training.staleness_treshold", "0.5", "async_training.staleness_threshold"),
+])
+def test_a_misspelt_verl_key_is_unknown_with_a_did_you_mean(key, value, meant):
+    cfg, report, msgs = mapped(f"{key}={value}")
+    assert report.unknown == [{"key": key, "value": report.unknown[0]["value"], "suggestion": meant}]
+    assert not report.dropped and not report.moved  # never "dropped" with an invented reason
+    assert not any(key in m for m in msgs)
+    with pytest.raises(UsageError) as err:  # train and check refuse it
+        load_plan(None, [f"{key}={value}", "reward.rewards=[{name:exact_match}]"])
+    assert str(err.value).startswith(f"unknown key {key}") and f"did you mean {meant}?" in str(err.value)
+
+
+def test_no_drop_reason_says_what_the_trainer_does_not_do():
+    reasons = [a[1] for _, a in _TABLE if a[0] == "drop"]
+    for false in ("every checkpoint is kept", "never deleted", "learner is one process", "GPU inference engine",
+                  "model-loading/FSDP"):
+        assert not [r for r in reasons if false in r], false
+    _, report, _ = mapped("actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=32",
+                          "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+                          "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                          "trainer.del_local_ckpt_after_load=True", "actor_rollout_ref.rollout.do_sample=True",
+                          "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "trainer.balance_batch=True")
+    why = {d["key"]: d["reason"] for d in report.dropped}
+    assert "trains every weight" in why["actor_rollout_ref.model.lora_rank"]
+    assert "no LoRA" in why["actor_rollout_ref.model.lora_alpha"]
+    assert "no gradient checkpointing" in why["actor_rollout_ref.model.enable_gradient_checkpointing"]
+    assert "trainer.num_learners" in why["actor_rollout_ref.actor.fsdp_config.param_offload"]
+    assert "trainer.checkpoint_keep" in why["trainer.del_local_ckpt_after_load"]
+    assert "always sample" in why["actor_rollout_ref.rollout.do_sample"]
+    assert "gspo is not implemented" in why["actor_rollout_ref.actor.policy_loss.loss_mode"]
+    assert "whole GRPO groups across trainer.num_learners" in why["trainer.balance_batch"]
+    assert any("not LoRA adapters" in n for n in report.notes)
+
+
+def test_checkpoints_kept_dual_clip_and_warmup_ratio_are_mapped():
+    cfg, report, _ = mapped("trainer.max_actor_ckpt_to_keep=2", "actor_rollout_ref.actor.clip_ratio_c=2.5",
+                            "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1",
+                            "trainer.total_training_steps=50", "actor_rollout_ref.actor.optim.clip_grad=0.5")
+    assert cfg["trainer"]["checkpoint_keep"] == 2 and cfg["trainer"]["clip_ratio_c"] == 2.5
+    assert cfg["trainer"]["lr_warmup_steps"] == 5 and cfg["trainer"]["max_grad_norm"] == 0.5
+    _, report, _ = mapped("trainer.max_actor_ckpt_to_keep=null")
+    assert "deletes older ones" in report.dropped[0]["reason"] and "3" in report.dropped[0]["reason"]
+
+
+def test_the_trainer_accepts_clip_ratio_c():
+    from rewardhub.config.fields import check_section
+    from rewardhub_trainer.config import RULES
+    from rewardhub_trainer.config import TrainerConfig
+
+    assert check_section({"clip_ratio_c": 3.0}, TrainerConfig, "trainer", RULES["trainer"])["clip_ratio_c"] == 3.0
+
+
+def test_verls_defaults_are_carried_over_or_listed():
+    cfg, report, _ = mapped("actor_rollout_ref.model.path=/m", "data.train_batch_size=64",
+                            "actor_rollout_ref.actor.ppo_mini_batch_size=16")
+    assert cfg["trainer"]["loss_agg_mode"] == "token-mean" and cfg["trainer"]["weight_decay"] == 0.01
+    notes = "\n".join(report.notes)
+    assert "verl's default actor_rollout_ref.actor.loss_agg_mode='token-mean' is carried over" in notes
+    assert "verl's default actor_rollout_ref.actor.optim.lr=1e-06, here trainer.lr=1e-05" in notes
+    assert "verl's default actor_rollout_ref.actor.optim.betas=[0.9, 0.999], here AdamW betas (0.9, 0.99)" in notes
+    mini = next(d for d in report.dropped if d["key"].endswith("ppo_mini_batch_size"))
+    assert "verl makes 4 optimizer step(s) per batch" in mini["reason"] and "the trainer makes 1" in mini["reason"]
+    # set by the config: neither carried nor listed
+    cfg, report, _ = mapped("actor_rollout_ref.model.path=/m", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+                            "trainer.weight_decay=0.0")
+    assert cfg["trainer"] == {"loss_agg_mode": "seq-mean-token-sum", "weight_decay": 0.0, "clip_ratio_c": 3.0} or \
+        cfg["trainer"] == {"loss_agg_mode": "seq-mean-token-sum", "weight_decay": 0.0}
+    assert not any("weight_decay" in n or "loss_agg_mode" in n for n in report.notes)
+
+
+def test_verls_fully_async_keys():
+    cfg, report, _ = mapped("async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=2",
+                            "async_training.partial_rollout=True", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                            "data.train_batch_size=0", "async_training.require_batches=2",
+                            "async_training.use_dynamic_resource_scheduling=False")
+    assert cfg["trainer"]["mode"] == "fully_async" and cfg["trainer"]["sync_interval"] == 2
+    assert cfg["trainer"]["staleness_limit"] == 2  # 2 - 1 + ceil(0.5 * 2)
+    assert cfg["rollout"]["prompts_per_step"] == 32
+    why = {d["key"]: d["reason"] for d in report.dropped}
+    assert "never in the middle of a response" in why["async_training.partial_rollout"]
+    assert "trainer.num_rollouters" in why["async_training.use_dynamic_resource_scheduling"]
+    assert any("trainer.mode=fully_async" in n for n in report.notes)
+    # verl's defaults when the section does not give them: sync every 4 steps, staleness 0.1
+    cfg, report, _ = mapped("trainer.v1.trainer_mode=separate_async")
+    assert (cfg["trainer"]["mode"], cfg["trainer"]["sync_interval"], cfg["trainer"]["staleness_limit"]) == \
+        ("fully_async", 4, 4)
