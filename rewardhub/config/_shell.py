@@ -281,18 +281,19 @@ class _Reader:
                 if value:
                     put(value)
                 elif after_eq and not name.isdigit():
-                    put("${oc.env:" + name + "," + (default or "''") + "}")
+                    put("${oc.env:" + name + "," + (self.expand_text(default, where, True) or "''") + "}")
                 else:
-                    put(self.expand_text(default, where))
+                    put(self.expand_text(default, where, after_eq))
         words = ["".join(f) for f in fields]
         if not quoted_any(raw):
             words = [w for w in words if w != ""]
         return [(w, not split) for w in words]
 
-    def expand_text(self, text: str, where: str) -> str:
+    def expand_text(self, text: str, where: str, after_eq: bool = False) -> str:
         inner = _Reader(text)
         inner.vars, inner.cwd_known = self.vars, self.cwd_known
         raw, _ = inner.word(0)
+        raw.parts = [(k, p, q, after_eq or e) for k, p, q, e in raw.parts]
         return "".join(w for w, _ in inner.expand(raw, where))
 
     def variable(self, name: str, after_eq: bool, quoted: bool, where: str) -> str:
@@ -389,7 +390,7 @@ def _entry(words: list[ShellWord]) -> dict[str, Any] | None:
     for k, w in enumerate(words):
         module = w.text
         if _VERL_RE.search(module) and (k == 0 or words[k - 1].text == "-m" or module.endswith(".py")):
-            mode = "fully_async" if module.rsplit("/", 1)[-1].startswith("fully_async_main") else "sync"
+            mode = "fully_async" if re.search(r"fully_async_main(\.py)?$", module) else "sync"
             return {"module": module, "mode": mode, "line": w.line, "index": k}
     return None
 

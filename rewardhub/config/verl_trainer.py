@@ -17,14 +17,7 @@ accounted for. ``trainer.n_gpus_per_node``, ``trainer.nnodes`` and
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
 from typing import Any
-
-from ..errors import RewardhubDeprecationWarning
-from ..errors import UsageError
-from ._legacy_rules import truthy
-from .overrides import leaves as dotted_leaves
 
 __all__ = ["NOT_HERE", "VERL_ROOTS", "map_verl_keys"]
 
