@@ -414,3 +414,50 @@ def test_write_never_makes_a_script_bash_rejects(cli, tmp_path, script):
     check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, (new, check.stderr)
     assert "custom_reward_function" not in new and "reward.rewards.0.path=" in new
+
+
+def test_more_of_what_the_shell_does(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = script_config(tmp_path, """\
+export N=4
+STEPS=${STEPS:-7}
+EXTRA=${EXTRA:-trainer.test_freq=2}
+python3 -u -m verl.trainer.main_ppo --config-name=ppo_trainer \\
+    --config-path=$HOME/verl/verl/trainer/config \\
+    actor_rollout_ref.rollout.n=$N trainer.total_training_steps=$STEPS $EXTRA \\
+    data.train_files="[$HOME/a.parquet,$HOME/b.parquet]" "$@"
+""")
+    assert cfg["actor_rollout_ref"] == {"rollout": {"n": 4}}
+    assert cfg["trainer"]["total_training_steps"] == 7  # STEPS is not in the environment: the default
+    assert cfg["trainer"]["test_freq"] == 2  # an unset variable's default, split into words
+    assert cfg["data"]["train_files"] == [f"{tmp_path}/a.parquet", f"{tmp_path}/b.parquet"]
+
+
+def test_a_sourced_file_makes_its_variables_unknown(tmp_path):
+    from rewardhub.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"\$MODEL in line 3 may be set by line 2: source env.sh"):
+        script_config(tmp_path, "source env.sh\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL\n")
+
+
+def test_a_hydra_flow_list_of_terms_is_read_as_one():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg, _ = read_and_migrate(None, ["custom_reward_function.path=r.py",
+                                         "reward.rewards=[{path:r.py,function:compute_score}]"])
+    assert cfg["reward"]["rewards"] == [{"path": "r.py", "function": "compute_score"}]  # the same term, once
+
+
+def test_write_refuses_a_legacy_key_inside_a_variable_and_keeps_misspelt_ones(cli, tmp_path):
+    path = tmp_path / "run.sh"
+    script = ('R="custom_reward_function.path=r.py reward_model.reward_manager=prime"\n'
+              "python3 -m verl.trainer.main_ppo $R\n")
+    path.write_text(script)
+    out = cli("migrate", str(path), "--write")
+    assert out.returncode == 2 and "line 2: custom_reward_function.path comes from $R" in out.stderr
+    assert path.read_text() == script
+    path.write_text("python3 -m verl.trainer.main_ppo custom_reward_function.path=r.py custom_reward_function.nme=f\n")
+    out = cli("migrate", str(path), "--write")
+    assert out.returncode == 0 and "did you mean custom_reward_function.name?" in out.stderr
+    assert path.read_text() == ("python3 -m verl.trainer.main_ppo reward.rewards.0.path=r.py "
+                                "reward.rewards.0.function=compute_score custom_reward_function.nme=f\n")

@@ -239,9 +239,18 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
 
     words = script_overrides(text)
     parsed = [parse_override(w.text) for w in words]
-    legacy = [i for i, ov in enumerate(parsed) if is_legacy_key(ov.key)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unknown = {u["key"] for u in migrate(apply_overrides({}, parsed))[1].unknown}
+    # a misspelt key stays as it is, for the user to fix (migrate warns about it)
+    legacy = [i for i, ov in enumerate(parsed) if is_legacy_key(ov.key) and ov.key not in unknown]
     if not legacy:
         return text
+    for k in legacy:
+        if not words[k].whole:  # one of the words of an expansion ($ARGS): its text is not in the script
+            raise UsageError(f"{path}: line {words[k].line}: {parsed[k].key} comes from {words[k].raw}, which --write "
+                             "cannot rewrite\nmove it out of the variable into the command, or drop --write to "
+                             "print the migrated config")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         before = migrate(apply_overrides({}, [ov for i, ov in enumerate(parsed) if i not in legacy]))[0]

@@ -23,16 +23,12 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-from ..errors import UsageError
-
 __all__ = ["Script", "ShellWord", "read_script"]
 
 _META = " \t\r\n;&|()<>"
 _NAME_RE = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)=")
-_VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
-#: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
-VERL_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer", "fully_async_ppo_trainer", "fully_async_ppo_megatron_trainer")
+_KEY_RE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 
 
 @dataclass
@@ -75,6 +71,8 @@ class _Reader:
         self.s, self.n = text, len(text)
         self.vars: dict[str, str | None] = {}  # None: set in a way that cannot be known here
         self.cwd_known = True
+        self.assigning = False  # expanding an assignment's value (a variable, not an override)
+        self.sourced = ""  # "line N: source FILE" once the script reads variables from a file not read here
 
     def line(self, pos: int) -> int:
         return self.s.count("\n", 0, pos) + 1
@@ -158,8 +156,9 @@ class _Reader:
             elif c == "$" or c == "`":
                 i = self.dollar(i, add, quoted=False)
             else:
-                if c == "=":
-                    seen_eq = True
+                if c == "=" and not seen_eq and all(p[0] == "text" for p in raw.parts) and \
+                        _KEY_RE.match("".join(p[1] for p in raw.parts)):
+                    seen_eq = True  # what follows is an override's value (a flag's "=" is not)
                 add("text", c, False)
                 i += 1
         raw.end = i
@@ -278,10 +277,14 @@ class _Reader:
                     value = None
                 if name in self.vars and value is None:
                     raise _Unsafe(f"${{{name}}} in {where} is set by the script in a way that cannot be read here")
+                if name not in self.vars and self.sourced and not name.isdigit():
+                    raise _Unsafe(f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here")
                 if value:
                     put(value)
-                elif after_eq and not name.isdigit():
+                elif after_eq and not name.isdigit() and not self.assigning:
                     put("${oc.env:" + name + "," + (self.expand_text(default, where, True) or "''") + "}")
+                elif name in os.environ and not name.isdigit() and os.environ[name]:
+                    put(os.environ[name])  # what the shell takes, run from here
                 else:
                     put(self.expand_text(default, where, after_eq))
         words = ["".join(f) for f in fields]
@@ -307,20 +310,27 @@ class _Reader:
                 raise _Unsafe(f"${name} in {where} is set by the script in a way that cannot be read here "
                               "(a command substitution, read, or a for loop)")
             return value
-        if after_eq:
-            return "${oc.env:" + name + "}"
-        raise _Unsafe(f"${name} in {where} is not set in the script, so its words cannot be known here")
+        if self.sourced:
+            raise _Unsafe(f"${name} in {where} may be set by {self.sourced}, which is not read here")
+        if name in os.environ:
+            return os.environ[name]  # what the shell takes, run from here
+        if after_eq and not self.assigning:
+            return "${oc.env:" + name + "}"  # unset: loading the config says so, naming the key
+        raise _Unsafe(f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be known here")
 
     def assign(self, raw: _Raw, where: str) -> None:
         name = _ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))
         if not name:
             return
+        self.assigning = True
         try:
             words = self.expand(_Raw(raw.start, raw.end, [p for p in raw.parts]), where)
             value: str | None = "".join(w for w, _ in words).split("=", 1)[1]
             # an assignment is not split: its value is everything after "="
         except _Unsafe:
             value = None
+        finally:
+            self.assigning = False
         self.vars[name.group(1)] = value
 
 
@@ -339,6 +349,7 @@ def _literal_head(raw: _Raw) -> str:
 
 def read_script(text: str) -> Script:
     """The override words of ``text`` (a launch script or a file of overrides) and the verl entry point."""
+    from ._shell_pick import entry_point
     from .overrides import is_override_word
 
     r = _Reader(text)
@@ -375,72 +386,16 @@ def read_script(text: str) -> Script:
             for raw in cmd[1:]:
                 if _NAME_RE.fullmatch(_literal_head(raw)):
                     r.vars[_literal_head(raw)] = None
+        elif head in ("source", ".") and len(cmd) > 1:
+            r.sourced = f"line {r.line(cmd[0].start)}: {head} {text[cmd[1].start:cmd[1].end]}"
         elif head in ("cd", "pushd", "popd"):
             r.cwd_known = False
         elif head == "unset":
             for raw in cmd[1:]:
                 r.vars.pop(_literal_head(raw), None)
-        entry = _entry(words)
+        entry = entry_point(words)
         if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:
             runs.append((index, words, entry, unsafe))
-    return _choose(runs)
+    from ._shell_pick import choose
 
-
-def _entry(words: list[ShellWord]) -> dict[str, Any] | None:
-    for k, w in enumerate(words):
-        module = w.text
-        if _VERL_RE.search(module) and (k == 0 or words[k - 1].text == "-m" or module.endswith(".py")):
-            mode = "fully_async" if re.search(r"fully_async_main(\.py)?$", module) else "sync"
-            return {"module": module, "mode": mode, "line": w.line, "index": k}
-    return None
-
-
-def _choose(runs: list[Any]) -> Script:
-    from .overrides import is_override_word
-
-    verl = [run for run in runs if run[2] is not None]
-    if len(verl) > 1:
-        lines = ", ".join(str(run[2]["line"]) for run in verl)
-        raise UsageError(f"the script runs verl more than once (lines {lines})\nkeep one verl command per "
-                         "script, or pass the overrides of the run you mean")
-    if verl:
-        _, words, entry, _ = verl[0]
-        _check_unsafe(verl[0])
-        after = words[entry["index"] + 1:]
-        out: list[ShellWord] = []
-        k = 0
-        while k < len(after):
-            w = after[k]
-            flag, _, inline = w.text.partition("=")
-            if flag in ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"):
-                value = inline if inline else (after[k + 1].text if k + 1 < len(after) else "")
-                k += 1 if inline else 2
-                if flag in ("--config-name", "-cn") and value in VERL_CONFIGS:
-                    if value.startswith("fully_async"):
-                        entry["mode"] = "fully_async"
-                    continue
-                raise UsageError(f"line {w.line}: {flag} {value}: the run's base config is not verl's own "
-                                 f"({', '.join(VERL_CONFIGS)}) and is not read here\npass that YAML file as "
-                                 "the config, with the script's overrides after it")
-            if is_override_word(w.text):
-                out.append(w)
-            elif w.text != "":
-                raise UsageError(f"line {w.line}: {w.text!r} is not a KEY=VALUE override of the verl command\n"
-                                 "write the verl command's arguments as overrides only")
-            k += 1
-        entry.pop("index", None)
-        return Script(out, entry)
-    carrying = [run for run in runs if any(is_override_word(w.text) for w in run[1])]
-    pure = all(all(is_override_word(w.text) for w in run[1]) for run in carrying)
-    if len(carrying) > 1 and not pure:
-        lines = ", ".join(str(run[1][0].line) for run in carrying)
-        raise UsageError(f"no verl command (python3 -m verl.trainer.main_ppo ...) found, and the commands on "
-                         f"lines {lines} all carry KEY=VALUE words\nkeep the overrides of one command")
-    for run in carrying:
-        _check_unsafe(run)
-    return Script([w for run in carrying for w in run[1] if is_override_word(w.text)])
-
-
-def _check_unsafe(run: Any) -> None:
-    if run[3]:
-        raise UsageError(f"{run[3][0]}\nwrite the value out in the script (or set the variable in it)")
+    return choose(runs)

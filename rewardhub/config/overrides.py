@@ -34,6 +34,7 @@ __all__ = [
 
 _KEY = r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*"
 _OVERRIDE_RE = re.compile(rf"^(\+\+|\+|~)?({_KEY})(?:=(.*))?$", re.S)
+_FLOW_KEY_RE = re.compile(r"([{,]\s*)([^\s:{}\[\],'\"]+):(?=\S)")
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
@@ -76,8 +77,8 @@ def parse_value(text: str) -> Any:
         return float(text) if low != "nan" else math.nan
     if text[0] in "[{":
         try:
-            # Hydra writes {a:1}; YAML needs a space after the colon
-            loaded = yaml.safe_load(re.sub(r":(?=\S)", ": ", text) if text[0] == "{" else text)
+            # Hydra writes {a:1} (also inside a list: [{a:1}]); YAML needs a space after a key's colon
+            loaded = yaml.safe_load(_FLOW_KEY_RE.sub(r"\1\2: ", text))
         except yaml.YAMLError:
             return text
         return _convert_nested(loaded)
