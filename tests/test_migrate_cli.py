@@ -461,3 +461,35 @@ def test_write_refuses_a_legacy_key_inside_a_variable_and_keeps_misspelt_ones(cl
     assert out.returncode == 0 and "did you mean custom_reward_function.name?" in out.stderr
     assert path.read_text() == ("python3 -m verl.trainer.main_ppo reward.rewards.0.path=r.py "
                                 "reward.rewards.0.function=compute_score custom_reward_function.nme=f\n")
+
+
+LAYOUTS = {
+    "one line": lambda words: "python3 -m verl.trainer.main_ppo " + " ".join(words) + "\n",
+    "continued": lambda words: "set -x\npython3 -m verl.trainer.main_ppo \\\n    "
+                               + " \\\n    ".join(["data.train_files=t.parquet", *words]) + "\n",
+    "continued, last word legacy, then more": lambda words: "python3 -m verl.trainer.main_ppo \\\n  "
+                                                            + " \\\n  ".join(words) + " \\\n  \"$@\" 2>&1 | tee l.txt\n"
+                                                            "echo done\n",
+    "in a pipeline after a step": lambda words: "python3 prep.py && python3 -m verl.trainer.main_ppo "
+                                                + " ".join(words) + "; status=$?\n",
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("path", [p for p in example_files() if p.suffix == ".overrides"], ids=lambda p: p.name)
+def test_write_keeps_every_example_a_valid_script(cli, tmp_path, path, layout):
+    import subprocess
+
+    words = [w for w in path.read_text().splitlines() if w.strip() and not w.startswith("#")]
+    script = tmp_path / "run.sh"
+    script.write_text(LAYOUTS[layout](words))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = read_and_migrate(str(script))[0]["reward"]
+    out = cli("migrate", str(script), "--write")
+    assert out.returncode == 0, out.stderr
+    check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, (script.read_text(), check.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert read_and_migrate(str(script))[0]["reward"] == expected  # the same reward config, read back
