@@ -119,6 +119,9 @@ def test_the_key_table_is_the_installed_verls():
     ("reward_model.reward_manger", "prime", "reward_model.reward_manager"),
     ("sandbox_fusion.urll", "http://h", "sandbox_fusion.url"),
     ("async_training.staleness_treshold", "0.5", "async_training.staleness_threshold"),
+    ("actor_rollout_reff.rollout.n", "8", "actor_rollout_ref.rollout.n"),  # a misspelt section
+    ("custom_reward_functon.path", "r.py", "custom_reward_function.path"),
+    ("critic.optm.lr", "1e-5", "critic.optim.lr"),
 ])
 def test_a_misspelt_verl_key_is_unknown_with_a_did_you_mean(key, value, meant):
     cfg, report, msgs = mapped(f"{key}={value}")

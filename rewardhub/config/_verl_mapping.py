@@ -106,6 +106,7 @@ class Mapping_:
                   for k, v in dotted_leaves(self.cfg[root], root)]
         unknown = [(k, v) for k, v in leaves if k.split(".")[0] in VERL_ROOTS and k.split(".")[0] != "hydra"
                    and not is_verl_key(k) and not self._explicit(k)]
+        unknown += self._misspelt_roots(roots)
         self.taken = {k: (v, rule) for k, v in leaves if (rule := self.rule(k)) is not None}
         if "trainer.total_training_steps" not in self.taken:  # then it is the trainer's own key, as it is
             self.taken.pop("trainer.total_epochs", None)
@@ -143,6 +144,19 @@ class Mapping_:
             self.defaults()
         for new, (value, _) in self.sets.items():
             self.put(new, value)
+
+    def _misspelt_roots(self, roots: tuple[str, ...]) -> list[tuple[str, Any]]:
+        """The leaves of a top-level key that is a misspelling of one of verl's sections (``actor_rollout_reff``);
+        a misspelt section of the trainer's (``trainr``) is left for the section check."""
+        from ._verl_keys import suggest
+        from .loader import SECTIONS
+
+        out: list[tuple[str, Any]] = []
+        for key in [k for k in self.cfg if isinstance(k, str) and k not in roots and k not in SECTIONS]:
+            meant = suggest(key)
+            if meant and meant not in SECTIONS and isinstance(self.cfg[key], Mapping):
+                out.extend(dotted_leaves(self.cfg[key], key))
+        return out
 
     def _explicit(self, key: str) -> bool:
         """Whether the table names ``key`` itself (a key of an earlier verl version), not by a wildcard."""
