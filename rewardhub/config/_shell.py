@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Script", "ShellWord", "all_words", "read_script"]
+__all__ = ["Script", "ShellWord", "read_script"]
 
 _META = " \t\r\n;&|()<>"
 _NAME_RE = re.compile(r"[A-Za-z_]\w*")
@@ -288,7 +288,7 @@ class _Reader:
                 else:
                     put(self.expand_text(default, where, after_eq))
         words = ["".join(f) for f in fields]
-        if not quoted_any(raw):
+        if not any(p[2] for p in raw.parts):  # an unquoted empty expansion is no word at all
             words = [w for w in words if w != ""]
         return [(w, not split) for w in words]
 
@@ -332,10 +332,6 @@ class _Reader:
         finally:
             self.assigning = False
         self.vars[name.group(1)] = value
-
-
-def quoted_any(raw: _Raw) -> bool:
-    return any(p[2] for p in raw.parts)
 
 
 def _literal_head(raw: _Raw) -> str:
@@ -399,19 +395,3 @@ def read_script(text: str) -> Script:
     from ._shell_pick import choose
 
     return choose(runs)
-
-
-def all_words(text: str) -> list[ShellWord]:
-    """Every word of every command of ``text`` (assignments too), expanded where it can be."""
-    r = _Reader(text)
-    out: list[ShellWord] = []
-    for index, cmd in enumerate(r.commands()):
-        for position, raw in enumerate(cmd):
-            line = r.line(raw.start)
-            try:
-                expanded = r.expand(raw, f"line {line}")
-            except _Unsafe:
-                expanded = [(text[raw.start:raw.end], True)]
-            for t, whole in expanded:
-                out.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
-    return out

@@ -13,8 +13,10 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "suggest"]
+__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "suggest", "unknown_line"]
 
 #: the files of a verl checkout (relative to its ``verl/`` package) the table is derived from
 VERL_YAMLS = (
@@ -106,6 +108,12 @@ def suggest(key: str) -> str | None:
         fixed = ".".join([*parts[:i], close[0], *parts[i + 1:]])
         return fixed if is_verl_key(fixed) else ".".join([*parts[:i], close[0]])
     return None
+
+
+def unknown_line(entry: Mapping[str, Any]) -> str:
+    """``unknown key K (not a key of verl's config); did you mean S?`` for one ``{"key", "suggestion"}``."""
+    hint = f"; did you mean {entry['suggestion']}?" if entry.get("suggestion") else ""
+    return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates _verl_keys_table.py's text

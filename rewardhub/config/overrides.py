@@ -226,7 +226,7 @@ def _delete(node: Any, last: str) -> None:
 
 def shell_words(script: str) -> list[Any]:
     """Every word of ``script``, split and expanded as a POSIX shell would (see
-    :func:`rewardhub.config._shell.all_words`; a word that cannot be expanded here keeps its text)."""
-    from ._shell import all_words
+    :func:`rewardhub.config._shell_pick.all_words`; a word that cannot be expanded here keeps its text)."""
+    from ._shell_pick import all_words
 
     return all_words(script)

@@ -50,6 +50,8 @@ from ._legacy_rules import DEFAULT_FUNCTION
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
 from ._legacy_rules import truthy
+from ._verl_keys import suggest
+from ._verl_keys import unknown_line
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate",
            "unknown_line"]
@@ -75,8 +77,6 @@ class MigrationReport:
 
     def add_unknown(self, key: str, value: Any) -> None:
         """Record ``key`` as not a key of verl's config, with the closest one that is."""
-        from ._verl_keys import suggest
-
         self.unknown.append({"key": key, "value": value, "suggestion": suggest(key)})
 
     def unknown_error(self) -> UsageError:
@@ -84,12 +84,6 @@ class MigrationReport:
         lines = [unknown_line(u) for u in self.unknown]
         return UsageError(lines[0] + "".join(f"\n{line}" for line in lines[1:])
                           + "\nfix the spelling (verl's keys: verl/trainer/config/ppo_trainer.yaml), or remove it")
-
-
-def unknown_line(entry: Mapping[str, Any]) -> str:
-    """``unknown key K (not a key of verl's config); did you mean S?`` for one :attr:`MigrationReport.unknown`."""
-    hint = f"; did you mean {entry['suggestion']}?" if entry.get("suggestion") else ""
-    return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
 class _Migration:
