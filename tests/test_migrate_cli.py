@@ -493,3 +493,20 @@ def test_write_keeps_every_example_a_valid_script(cli, tmp_path, path, layout):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert read_and_migrate(str(script))[0]["reward"] == expected  # the same reward config, read back
+
+
+@pytest.mark.parametrize("body,message", [
+    ("for lr in 1e-6 2e-6; do\n  python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.optim.lr=$lr\ndone\n",
+     r"\$lr in line 3 is set by the script in a way that cannot be read here"),
+    ("run() {\n  python3 -m verl.trainer.main_ppo \"$@\"\n}\nrun custom_reward_function.path=r.py\n",
+     r"\$@ in line 3: the script defines a function"),
+    ("read -r MODEL < model.txt\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL\n",
+     r"\$MODEL in line 3 is set by the script"),
+    ("if [ -n \"$BIG\" ]; then\n  python3 -m verl.trainer.main_ppo a.b=1\nelse\n"
+     "  python3 -m verl.trainer.main_ppo a.b=2\nfi\n", "lines 3, 5"),
+])
+def test_loops_functions_and_branches_are_refused(tmp_path, body, message):
+    from rewardhub.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        script_config(tmp_path, body)

@@ -28,6 +28,7 @@ __all__ = ["Script", "ShellWord", "read_script"]
 _META = " \t\r\n;&|()<>"
 _NAME_RE = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)=")
+_FUNCTION_RE = re.compile(r"^\s*(function\s+[\w-]+|[\w-]+\s*\(\s*\))", re.M)
 _KEY_RE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 
 
@@ -71,6 +72,7 @@ class _Reader:
         self.s, self.n = text, len(text)
         self.vars: dict[str, str | None] = {}  # None: set in a way that cannot be known here
         self.cwd_known = True
+        self.functions = bool(_FUNCTION_RE.search(text))  # then $1, $@ may be a function's arguments
         self.assigning = False  # expanding an assignment's value (a variable, not an override)
         self.sourced = ""  # "line N: source FILE" once the script reads variables from a file not read here
 
@@ -301,6 +303,9 @@ class _Reader:
 
     def variable(self, name: str, after_eq: bool, quoted: bool, where: str) -> str:
         if name in ("@", "*", "#") or name.isdigit():
+            if self.functions and name != "0":
+                raise _Unsafe(f"${name} in {where}: the script defines a function, whose arguments are not known "
+                              "here")
             return "0" if name == "#" else ""  # a script run without arguments
         if name == "PWD" and name not in self.vars and self.cwd_known:
             return os.getcwd()
