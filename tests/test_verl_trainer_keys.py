@@ -207,3 +207,19 @@ def test_verls_fully_async_keys():
     cfg, report, _ = mapped("trainer.v1.trainer_mode=separate_async")
     assert (cfg["trainer"]["mode"], cfg["trainer"]["sync_interval"], cfg["trainer"]["staleness_limit"]) == \
         ("fully_async", 4, 4)
+
+
+def test_a_misspelt_verl_only_name_under_data_or_trainer_is_unknown():
+    import dataclasses
+
+    from rewardhub_trainer.config import DataConfig
+    from rewardhub_trainer.config import TrainerConfig
+
+    _, report, _ = mapped("trainer.total_training_step=5", "data.train_batch_siz=4", "trainer.save_frq=3",
+                          "data.train_file=x.parquet")
+    assert {u["key"]: u["suggestion"] for u in report.unknown} == {
+        "trainer.total_training_step": "trainer.total_training_steps", "data.train_batch_siz": "data.train_batch_size",
+        "trainer.save_frq": "trainer.save_freq"}  # data.train_file: the trainer's schema names data.train_files
+    own = [f"trainer.{f.name}=1" for f in dataclasses.fields(TrainerConfig)] + \
+        [f"data.{f.name}=1" for f in dataclasses.fields(DataConfig)]
+    assert mapped(*own)[1].unknown == []  # the trainer's own keys are never taken for misspellings

@@ -91,7 +91,7 @@ def is_verl_key(key: str) -> bool:
     return any(".".join(parts[:i]) in opened for i in range(1, len(parts)))
 
 
-def suggest(key: str) -> str | None:
+def suggest(key: str, cutoff: float = 0.6) -> str | None:
     """The verl key closest to a misspelt ``key``: a sibling of its last part, else of the first part that
     is not verl's (``actor_rollout_ref.actr.optim.lr`` -> ``actor_rollout_ref.actor.optim.lr``)."""
     _, _, children = _known()
@@ -102,7 +102,7 @@ def suggest(key: str) -> str | None:
             return None
         if parts[i] in children[head]:
             continue
-        close = difflib.get_close_matches(parts[i], children[head], n=1, cutoff=0.6)
+        close = difflib.get_close_matches(parts[i], children[head], n=1, cutoff=cutoff)
         if not close:
             return None
         fixed = ".".join([*parts[:i], close[0], *parts[i + 1:]])

@@ -106,7 +106,7 @@ class Mapping_:
                   for k, v in dotted_leaves(self.cfg[root], root)]
         unknown = [(k, v) for k, v in leaves if k.split(".")[0] in VERL_ROOTS and k.split(".")[0] != "hydra"
                    and not is_verl_key(k) and not self._explicit(k)]
-        unknown += self._misspelt_roots(roots)
+        unknown += self._misspelt_roots(roots) + self._misspelt_verl_names(leaves)
         self.taken = {k: (v, rule) for k, v in leaves if (rule := self.rule(k)) is not None}
         if "trainer.total_training_steps" not in self.taken:  # then it is the trainer's own key, as it is
             self.taken.pop("trainer.total_epochs", None)
@@ -144,6 +144,20 @@ class Mapping_:
             self.defaults()
         for new, (value, _) in self.sets.items():
             self.put(new, value)
+
+    def _misspelt_verl_names(self, leaves: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Keys under ``data.``/``trainer.`` one letter or so from a verl-only name (``trainer.total_training_step``):
+        the trainer's schema would not know what was meant. A name close to one the trainer shares with verl
+        (``data.train_file``) is left to the schema, whose did-you-mean names it."""
+        from ._verl_keys import suggest
+
+        out = []
+        for key, value in leaves:
+            if key.split(".")[0] in ("data", "trainer") and self.rule(key) is None and not is_verl_key(key):
+                meant = suggest(key, cutoff=0.85)
+                if meant and self.rule(meant) is not None and meant not in ("trainer.total_epochs",):
+                    out.append((key, value))
+        return out
 
     def _misspelt_roots(self, roots: tuple[str, ...]) -> list[tuple[str, Any]]:
         """The leaves of a top-level key that is a misspelling of one of verl's sections (``actor_rollout_reff``);

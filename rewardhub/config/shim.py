@@ -77,7 +77,7 @@ class MigrationReport:
 
     def add_unknown(self, key: str, value: Any) -> None:
         """Record ``key`` as not a key of verl's config, with the closest one that is."""
-        self.unknown.append({"key": key, "value": value, "suggestion": suggest(key)})
+        self.unknown.append({"key": key, "value": value, "suggestion": suggest(key) or suggest(key, 0.85)})
 
     def unknown_error(self) -> UsageError:
         """The ``unknown key`` error for :attr:`unknown` (``train`` and ``check`` refuse to run with one)."""
