@@ -510,3 +510,16 @@ def test_loops_functions_and_branches_are_refused(tmp_path, body, message):
 
     with pytest.raises(UsageError, match=message):
         script_config(tmp_path, body)
+
+
+@pytest.mark.parametrize("body,line", [
+    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\\n    # the model\n"
+     "    actor_rollout_ref.model.path=/m \\\n    custom_reward_function.path=r.py\n", 5),
+    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\ \n    custom_reward_function.path=r.py\n", 4),
+    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet\n    custom_reward_function.path=r.py\n", 4),
+])
+def test_a_broken_continuation_is_refused_not_half_read(tmp_path, body, line):
+    from rewardhub.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"line {line}: .* is a command of its own"):
+        script_config(tmp_path, body)

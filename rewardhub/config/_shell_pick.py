@@ -41,6 +41,11 @@ def choose(runs: list[Any]) -> Script:
     if verl:
         _, words, entry, _ = verl[0]
         _check_unsafe(verl[0])
+        for run in runs:
+            if run[2] is None and run[1] and is_override_word(run[1][0].text):
+                raise UsageError(f"line {run[1][0].line}: {run[1][0].text!r} is a command of its own, not an argument "
+                                 f"of the verl command (line {entry['line']}): the line before it does not end "
+                                 "with \\\nend every line of the command but the last with \\ (nothing after it)")
         after = words[entry["index"] + 1:]
         out: list[ShellWord] = []
         k = 0

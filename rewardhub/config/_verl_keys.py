@@ -102,7 +102,8 @@ def suggest(key: str, cutoff: float = 0.6) -> str | None:
             return None
         if parts[i] in children[head]:
             continue
-        close = difflib.get_close_matches(parts[i], children[head], n=1, cutoff=cutoff)
+        same_case = [c for c in children[head] if c.lower() == parts[i].lower()]
+        close = same_case or difflib.get_close_matches(parts[i], children[head], n=1, cutoff=cutoff)
         if not close:
             return None
         fixed = ".".join([*parts[:i], close[0], *parts[i + 1:]])
