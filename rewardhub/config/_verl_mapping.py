@@ -101,6 +101,8 @@ class Mapping_:
         from .verl_trainer import VERL_ROOTS
 
         entry = self.cfg.pop(ENTRY_KEY, None)
+        if "defaults" in self.cfg:  # a Hydra config of verl's: built on verl's own base config
+            entry = self.hydra_defaults(self.cfg.pop("defaults")) or entry
         roots = ("data", *VERL_ROOTS, "rollout", "trainer")
         leaves = [(k, v) for root in roots if isinstance(self.cfg.get(root), Mapping)
                   for k, v in dotted_leaves(self.cfg[root], root)]
@@ -144,6 +146,23 @@ class Mapping_:
             self.defaults()
         for new, (value, _) in self.sets.items():
             self.put(new, value)
+
+    def hydra_defaults(self, value: Any) -> dict[str, Any] | None:
+        """A YAML config's Hydra ``defaults:`` list: verl's own base configs are what the report's defaults
+        describe; any other file it would be built on is not read here, so the config is refused."""
+        from ._shell_pick import VERL_CONFIGS
+
+        items = value if isinstance(value, list) else [value]
+        names = [str(next(iter(i.values())) if isinstance(i, Mapping) and i else i) for i in items]
+        other = [n for n in names if n not in (*VERL_CONFIGS, "_self_")]
+        if other:
+            raise UsageError(f"defaults={value!r}: the config is built on {', '.join(other)}, which is not read "
+                             "here\nwrite those settings into this file, or keep only verl's own base config "
+                             f"({', '.join(VERL_CONFIGS)})")
+        self.dropped("defaults", "verl's own base config: its defaults that differ from the trainer's are in the "
+                                 "notes", value)
+        fully = next((n for n in names if n.startswith("fully_async")), None)
+        return {"module": f"defaults: {fully}", "mode": "fully_async", "line": "-"} if fully else None
 
     def _misspelt_verl_names(self, leaves: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         """Keys under ``data.``/``trainer.`` one letter or so from a verl-only name (``trainer.total_training_step``):

@@ -48,6 +48,8 @@ _SYNC_KEYS = ("async_training.trigger_parameter_sync_step", "trainer.v1.separate
 def fully_async(entry: dict[str, Any] | None, taken: dict[str, tuple[Any, tuple[str, ...]]]) -> str | None:
     """Why the config is verl's fully-async training (a sentence for the report), or ``None``."""
     if entry is not None and entry.get("mode") == "fully_async":
+        if str(entry["module"]).startswith("defaults:"):
+            return f"the config is built on verl's fully-async config ({entry['module']})"
         return f"the script runs verl's fully-async entry point {entry['module']} (line {entry['line']})"
     mode = taken.get("trainer.v1.trainer_mode", (None,))[0]
     if str(mode) == "separate_async":
@@ -144,6 +146,9 @@ def _step_size(m: Any, keys: dict[str, Any]) -> None:
         return
     if batch is not None:
         m.moved(batch_key, "rollout.prompts_per_step", batch)
+        m.report.notes.append(f"{batch_key}={batch}: verl's fully-async trainer would train ppo_mini_batch_size "
+                              "(verl's default 256) x require_batches prompts a step; here rollout.prompts_per_step="
+                              f"{batch} (set actor_rollout_ref.actor.ppo_mini_batch_size to size it as verl does)")
     if mini is not None:
         m.dropped(mini_key, "not a whole number > 0", mini)
     if batches is not None:
