@@ -143,7 +143,8 @@ class Mapping_:
                 self.special(action[0], key, value)
         map_async(self, why, async_keys)
         if verl_config:
-            self.defaults()
+            # verl's fully-async trainer sizes a step by its mini-batches (said by map_async)
+            self.defaults(skip=("actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size") if why else ())
         for new, (value, _) in self.sets.items():
             self.put(new, value)
 
@@ -324,10 +325,10 @@ class Mapping_:
         if mini is not None and batch is not None and 0 < mini < batch:
             self.report.notes.append(f"{key}={value}: {how}; raise trainer.ppo_epochs for more updates per batch")
 
-    def defaults(self) -> None:
+    def defaults(self, skip: tuple[str, ...] = ()) -> None:
         """verl's defaults that differ from the trainer's, for a config written for verl."""
         for verl_key, verl_value, key, here, carried in VERL_DEFAULTS:
-            if verl_key in self.taken or (key and (key in self.sets or _given(self.cfg, key))):
+            if verl_key in skip or verl_key in self.taken or (key and (key in self.sets or _given(self.cfg, key))):
                 continue
             if verl_value == here:
                 continue
