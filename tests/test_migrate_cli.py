@@ -523,3 +523,19 @@ def test_a_broken_continuation_is_refused_not_half_read(tmp_path, body, line):
 
     with pytest.raises(UsageError, match=f"line {line}: .* is a command of its own"):
         script_config(tmp_path, body)
+
+
+def test_write_keeps_a_misspelt_key_of_a_yaml_file(cli, tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("custom_reward_function:\n  path: r.py\n  nmae: my_fn  # typo\ntrainer:\n  total_steps: 3\n")
+    out = cli("migrate", str(path), "--write")
+    assert out.returncode == 0 and "did you mean custom_reward_function.name?" in out.stderr
+    written = yaml.safe_load(path.read_text())
+    assert written["custom_reward_function"] == {"nmae": "my_fn"}  # kept for the user to fix, not lost
+    assert written["reward"]["rewards"] == [{"path": "r.py", "function": "compute_score"}]
+
+
+def test_words_inside_a_substitution_are_not_overrides(tmp_path):
+    cfg = script_config(tmp_path, "N=$(python3 -c 'print(1)' trainer.total_training_steps=9)\n"
+                                  "python3 -m verl.trainer.main_ppo trainer.total_epochs=2\n")
+    assert cfg == {"trainer": {"total_epochs": 2}}

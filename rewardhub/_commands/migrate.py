@@ -97,12 +97,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
     """The file's content ``source`` with its legacy reward keys migrated and nothing else changed
-    (what ``--write`` saves)."""
+    (what ``--write`` saves); a misspelt legacy key stays where it was, for the user to fix."""
+    from ..config.overrides import apply_overrides
+    from ..config.overrides import format_value
     from ..config.shim import migrate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return migrate(copy.deepcopy(dict(source)))[0]
+        new, report = migrate(copy.deepcopy(dict(source)))
+    return apply_overrides(new, [f"{u['key']}={format_value(u['value'])}" for u in report.unknown])
 
 
 def _print_unknown(report: Any) -> None:
