@@ -242,3 +242,28 @@ def test_fully_async_without_mini_batches_says_how_verl_would_size_a_step():
     cfg, report, _ = mapped("async_training.trigger_parameter_sync_step=1", "data.train_batch_size=8")
     assert cfg["rollout"]["prompts_per_step"] == 8 and cfg["trainer"]["staleness_limit"] == 1  # 0 + ceil(0.1)
     assert any("ppo_mini_batch_size (verl's default 256) x require_batches" in n for n in report.notes)
+
+
+def test_the_defaults_table_says_the_trainers_and_verls_real_defaults():
+    import dataclasses
+
+    import yaml
+
+    from rewardhub.config._verl_mapping import VERL_DEFAULTS
+    from rewardhub_trainer.config import DataConfig
+    from rewardhub_trainer.config import RolloutConfig
+    from rewardhub_trainer.config import TrainerConfig
+
+    ours = {f"{section}.{f.name}": f.default for section, cls in (("trainer", TrainerConfig), ("rollout", RolloutConfig),
+                                                                  ("data", DataConfig)) for f in dataclasses.fields(cls)}
+    for _, _, key, here, _ in VERL_DEFAULTS:
+        if key:
+            assert ours[key] == here, key
+    if os.path.isdir(VERL):
+        from pathlib import Path
+
+        from rewardhub.config.overrides import leaves
+
+        verl = dict(leaves(yaml.safe_load(Path(VERL, VERL_YAMLS[0]).read_text(encoding="utf-8"))))
+        for verl_key, value, *_ in VERL_DEFAULTS:
+            assert verl[verl_key] == value, verl_key
