@@ -539,3 +539,10 @@ def test_words_inside_a_substitution_are_not_overrides(tmp_path):
     cfg = script_config(tmp_path, "N=$(python3 -c 'print(1)' trainer.total_training_steps=9)\n"
                                   "python3 -m verl.trainer.main_ppo trainer.total_epochs=2\n")
     assert cfg == {"trainer": {"total_epochs": 2}}
+
+
+def test_an_assignment_is_not_split_but_its_unquoted_use_is(tmp_path):
+    cfg = script_config(tmp_path, 'A="trainer.total_epochs=2 trainer.test_freq=1"\nB=$A\n'
+                                  'python3 -m verl.trainer.main_ppo $B data.prompt_key="$A"\n')
+    assert cfg == {"trainer": {"total_epochs": 2, "test_freq": 1},
+                   "data": {"prompt_key": "trainer.total_epochs=2 trainer.test_freq=1"}}

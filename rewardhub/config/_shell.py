@@ -329,9 +329,9 @@ class _Reader:
             return
         self.assigning = True
         try:
-            words = self.expand(_Raw(raw.start, raw.end, [p for p in raw.parts]), where)
+            # an assignment's value is not split into words (as if quoted)
+            words = self.expand(_Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts]), where)
             value: str | None = "".join(w for w, _ in words).split("=", 1)[1]
-            # an assignment is not split: its value is everything after "="
         except _Unsafe:
             value = None
         finally:
