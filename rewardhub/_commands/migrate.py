@@ -90,22 +90,37 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(_dump(cfg))
     if args.report != "json":
         _print_summary(report)
+    else:
+        _print_unknown(report)
     return 0
 
 
 def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
     """The file's content ``source`` with its legacy reward keys migrated and nothing else changed
-    (what ``--write`` saves)."""
+    (what ``--write`` saves); a misspelt legacy key stays where it was, for the user to fix."""
+    from ..config.overrides import apply_overrides
+    from ..config.overrides import format_value
     from ..config.shim import migrate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return migrate(copy.deepcopy(dict(source)))[0]
+        new, report = migrate(copy.deepcopy(dict(source)))
+    return apply_overrides(new, [f"{u['key']}={format_value(u['value'])}" for u in report.unknown])
+
+
+def _print_unknown(report: Any) -> None:
+    """One ``WARNING:`` line per key verl does not have (left out of the printed config, and left as it is in
+    a rewritten file, for the user to fix)."""
+    from ..config.shim import unknown_line
+
+    for u in report.unknown:
+        print(f"WARNING: {unknown_line(u)}", file=sys.stderr)
 
 
 def _print_summary(report: Any) -> None:
     err = sys.stderr
-    if not report:
+    _print_unknown(report)
+    if not (report.moved or report.dropped):
         print("no legacy reward keys: nothing to migrate", file=err)
         return
     print(f"moved {len(report.moved)} legacy key(s), dropped {len(report.dropped)}:", file=err)
@@ -227,9 +242,18 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
 
     words = script_overrides(text)
     parsed = [parse_override(w.text) for w in words]
-    legacy = [i for i, ov in enumerate(parsed) if is_legacy_key(ov.key)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unknown = {u["key"] for u in migrate(apply_overrides({}, parsed))[1].unknown}
+    # a misspelt key stays as it is, for the user to fix (migrate warns about it)
+    legacy = [i for i, ov in enumerate(parsed) if is_legacy_key(ov.key) and ov.key not in unknown]
     if not legacy:
         return text
+    for k in legacy:
+        if not words[k].whole:  # one of the words of an expansion ($ARGS): its text is not in the script
+            raise UsageError(f"{path}: line {words[k].line}: {parsed[k].key} comes from {words[k].raw}, which --write "
+                             "cannot rewrite\nmove it out of the variable into the command, or drop --write to "
+                             "print the migrated config")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         before = migrate(apply_overrides({}, [ov for i, ov in enumerate(parsed) if i not in legacy]))[0]

@@ -110,6 +110,12 @@ def legacy_keys(config: Any) -> list[str]:
     return [leaf.key for leaf in _legacy_leaves(_plain(config))]
 
 
+def _is_verl(leaf: _Leaf) -> bool:
+    from ._verl_keys import is_verl_key
+
+    return is_verl_key(leaf.key) or is_verl_key(f"{leaf.ns}.{leaf.rel}")
+
+
 def _rule(leaf: _Leaf) -> tuple[str, ...]:
     if leaf.ns in ("drop", "num_workers"):
         return ("drop", "not a mapping of settings") if leaf.ns == "drop" else ("move", "reward.workers.num_workers")
@@ -117,5 +123,7 @@ def _rule(leaf: _Leaf) -> tuple[str, ...]:
         return ("drop", "a verl dataclass target; no meaning here")
     for pattern, action in _RULES[leaf.ns]:
         if _match(pattern, leaf.rel):
+            if pattern == "*" and action[0] == "drop" and not _is_verl(leaf):
+                return ("unknown",)  # a misspelling (reward_model.reward_manger), not a setting to drop
             return action
     raise AssertionError(leaf)  # every namespace ends with "*"

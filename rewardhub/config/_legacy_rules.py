@@ -76,7 +76,7 @@ _RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("optim.*", ("drop", _FSDP)),
         ("fsdp_config.*", ("drop", _FSDP)),
         ("profiler.*", ("drop", "verl's profiler settings have no meaning here")),
-        ("*", ("drop", "not a reward setting rewardhub knows")),
+        ("*", ("drop", "a setting of verl's reward-model worker that rewardhub has no counterpart for")),
     ],
     "custom_reward_function": [
         ("path", ("crf",)),

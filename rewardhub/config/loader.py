@@ -89,29 +89,38 @@ def config_file_kind(path: str, text: str) -> str:
 
 
 def script_overrides(text: str) -> list[Any]:
-    """The override words of a shell script (or overrides file), as shell words with their spans."""
-    from .overrides import is_override_word
-    from .overrides import shell_words
+    """The override words a shell script (or overrides file) hands to verl, as shell words with their spans
+    (see :mod:`rewardhub.config._shell`: only the verl command's words, expanded as the shell would)."""
+    from ._shell import read_script
 
-    return [w for w in shell_words(text) if is_override_word(w.text)]
+    return read_script(text).words
 
 
 def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config, or a shell launch script's / overrides file's ``KEY=VALUE`` words, into a dict."""
-    return _parse(path, _read_text(path))[1]
+    from ._verl_mapping import ENTRY_KEY
+
+    data = _parse(path, _read_text(path))[1]
+    data.pop(ENTRY_KEY, None)
+    return data
 
 
 def _parse(path: str, text: str) -> tuple[str, dict[str, Any]]:
     """The kind (``yaml`` / ``shell``) and content of a config file's text."""
     kind = config_file_kind(path, text)
     if kind == "shell":
+        from ._shell import read_script
+        from ._verl_mapping import ENTRY_KEY
         from .overrides import apply_overrides
 
-        words = script_overrides(text)
-        if not words:
+        script = read_script(text)
+        if not script.words and script.entry is None:
             raise UsageError(f"config {path!r} is neither YAML nor a script with KEY=VALUE overrides\n"
                              "pass a YAML file, or a launch script whose command has dotted overrides")
-        return kind, apply_overrides({}, [w.text for w in words])
+        data = apply_overrides({}, [w.text for w in script.words])
+        if script.entry is not None:
+            data[ENTRY_KEY] = script.entry  # the verl entry point run: verl_trainer reads it (fully-async)
+        return kind, data
     import yaml
 
     try:
@@ -138,7 +147,7 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
 
     :param source: the file's content when the caller has read it already (the file is not read again).
     """
-    raw: dict[str, Any] = dict(source) if source is not None else read_config_file(path) if path else {}
+    raw: dict[str, Any] = dict(source) if source is not None else _parse(path, _read_text(path))[1] if path else {}
     return _override_and_migrate(raw, list(overrides))
 
 
@@ -274,6 +283,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
         text = _read_text(path)
         kind, from_path = _parse(path, text)
     cfg, report = read_and_migrate(path, overrides, source=from_path)
+    if report.unknown:  # a misspelt verl key: never run without the setting it meant
+        raise report.unknown_error()
     check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
     section = cfg.get("reward")
     if section is not None and not isinstance(section, Mapping):

@@ -1,9 +1,9 @@
-"""Command-line overrides as users type them (``a.b=c``, Hydra's ``+a.b=c`` / ``++a.b=c`` / ``~a.b``),
-and shell launch scripts that carry them.
+"""Command-line overrides as users type them (``a.b=c``, Hydra's ``+a.b=c`` / ``++a.b=c`` / ``~a.b``).
 
 :func:`parse_overrides` reads argv-style tokens (the shell has already removed its quotes);
-:func:`shell_words` splits a script's text the way a POSIX shell would, remembering where each word
-is, so that a rewrite can replace override tokens and leave every other byte alone.
+:func:`shell_words` splits a script's text the way a POSIX shell would (:mod:`rewardhub.config._shell`),
+remembering where each word is, so that a rewrite can replace override tokens and leave every other
+byte alone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ..errors import UsageError
 
 __all__ = [
     "Override",
-    "ShellWord",
     "apply_overrides",
     "format_value",
     "is_override_word",
@@ -34,6 +33,7 @@ __all__ = [
 
 _KEY = r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*"
 _OVERRIDE_RE = re.compile(rf"^(\+\+|\+|~)?({_KEY})(?:=(.*))?$", re.S)
+_FLOW_KEY_RE = re.compile(r"([{,]\s*)([^\s:{}\[\],'\"]+):(?=\S)")
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
@@ -76,8 +76,8 @@ def parse_value(text: str) -> Any:
         return float(text) if low != "nan" else math.nan
     if text[0] in "[{":
         try:
-            # Hydra writes {a:1}; YAML needs a space after the colon
-            loaded = yaml.safe_load(re.sub(r":(?=\S)", ": ", text) if text[0] == "{" else text)
+            # Hydra writes {a:1} (also inside a list: [{a:1}]); YAML needs a space after a key's colon
+            loaded = yaml.safe_load(_FLOW_KEY_RE.sub(r"\1\2: ", text))
         except yaml.YAMLError:
             return text
         return _convert_nested(loaded)
@@ -224,105 +224,9 @@ def _delete(node: Any, last: str) -> None:
 
 # ---- shell scripts ------------------------------------------------------------------------------
 
-@dataclass
-class ShellWord:
-    """One word of a shell script: its text with the shell's quoting removed and ``$VAR`` expanded
-    as far as the script itself says, its span in the script, and the command it belongs to."""
+def shell_words(script: str) -> list[Any]:
+    """Every word of ``script``, split and expanded as a POSIX shell would (see
+    :func:`rewardhub.config._shell_pick.all_words`; a word that cannot be expanded here keeps its text)."""
+    from ._shell_pick import all_words
 
-    raw: str
-    text: str
-    start: int
-    end: int
-    command: int
-    position: int  #: 0 for the first word of its command
-
-
-_ENV_RE = re.compile(r"\$(\{(\w+)(:?-([^}]*))?\}|(\w+))")
-
-
-def _expand(text: str, variables: Mapping[str, str]) -> str:
-    """Expand ``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` with the script's own assignments; a
-    variable the script does not set becomes OmegaConf's ``${oc.env:NAME}`` (resolved at load time)."""
-
-    def repl(m: re.Match[str]) -> str:
-        name = m.group(2) or m.group(5)
-        if name in variables:
-            return variables[name]
-        if m.group(3) is not None:
-            default = m.group(4) or ""
-            return "${oc.env:" + name + (f",{default}" if default else ",''") + "}"
-        return "${oc.env:" + name + "}"
-
-    return _ENV_RE.sub(repl, text)
-
-
-def shell_words(script: str) -> list[ShellWord]:
-    """Split ``script`` into words like a POSIX shell: quotes, backslashes, ``\\``-newline
-    continuations, ``#`` comments and command separators (newline, ``;``, ``&``, ``|``)."""
-    words: list[ShellWord] = []
-    variables: dict[str, str] = {}
-    i, n = 0, len(script)
-    command, position = 0, 0
-    while i < n:
-        c = script[i]
-        if c == "\\" and i + 1 < n and script[i + 1] == "\n":
-            i += 2
-            continue
-        if c in " \t\r":
-            i += 1
-            continue
-        if c in "\n;&|()":
-            if position:
-                command += 1
-                position = 0
-            i += 1
-            continue
-        if c == "#":
-            while i < n and script[i] != "\n":
-                i += 1
-            continue
-        start = i
-        parts: list[str] = []
-        while i < n and script[i] not in " \t\r\n;&|()":
-            c = script[i]
-            if c == "\\":
-                if i + 1 < n and script[i + 1] == "\n":
-                    i += 2
-                    continue
-                parts.append(script[i + 1: i + 2])
-                i += 2
-            elif c == "'":
-                j = script.find("'", i + 1)
-                j = n if j < 0 else j
-                parts.append(script[i + 1: j].replace("$", "\x00"))  # no expansion inside '...'
-                i = j + 1
-            elif c == '"':
-                j, buf = i + 1, []
-                while j < n and script[j] != '"':
-                    if script[j] == "\\" and j + 1 < n and script[j + 1] in '"\\$`\n':
-                        if script[j + 1] != "\n":
-                            buf.append(script[j + 1].replace("$", "\x00"))
-                        j += 2
-                        continue
-                    buf.append(script[j])
-                    j += 1
-                parts.append("".join(buf))
-                i = j + 1
-            else:
-                parts.append(c)
-                i += 1
-        raw = script[start:i]
-        text = _expand("".join(parts), variables).replace("\x00", "$")
-        if position == 0 and text == "export":
-            i_word = ShellWord(raw, text, start, i, command, position)
-            words.append(i_word)
-            continue  # 'export A=b': A=b is still an assignment
-        m = re.match(r"^([A-Za-z_]\w*)=(.*)$", text, re.S)
-        if m and (position == 0 or (words and words[-1].command == command and words[-1].text == "export"
-                                    and words[-1].position == position - 1)):
-            variables[m.group(1)] = m.group(2)
-            words.append(ShellWord(raw, text, start, i, command, position))
-            continue  # assignments before the command word do not make it a command yet
-        words.append(ShellWord(raw, text, start, i, command, position))
-        position += 1
-    return words
+    return all_words(script)

@@ -50,23 +50,40 @@ from ._legacy_rules import DEFAULT_FUNCTION
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
 from ._legacy_rules import truthy
+from ._verl_keys import suggest
+from ._verl_keys import unknown_line
 
-__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate"]
+__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate",
+           "unknown_line"]
 
 @dataclass
 class MigrationReport:
     """What :func:`migrate` did: ``moved`` ``{"from", "to"}`` pairs and ``dropped`` ``{"key", "reason",
-    "value"}`` entries (the value, so that nothing is lost); ``notes`` explain choices made."""
+    "value"}`` entries (the value, so that nothing is lost); ``notes`` explain choices made; ``unknown``
+    ``{"key", "value", "suggestion"}``: keys under verl's sections that verl itself does not have (a
+    misspelling: an error for ``train``/``check``, a warning for ``migrate``)."""
 
     moved: list[dict[str, str]] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unknown: list[dict[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.moved or self.dropped)
+        return bool(self.moved or self.dropped or self.unknown)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"moved": list(self.moved), "dropped": list(self.dropped), "notes": list(self.notes)}
+        return {"moved": list(self.moved), "dropped": list(self.dropped), "notes": list(self.notes),
+                "unknown": list(self.unknown)}
+
+    def add_unknown(self, key: str, value: Any) -> None:
+        """Record ``key`` as not a key of verl's config, with the closest one that is."""
+        self.unknown.append({"key": key, "value": value, "suggestion": suggest(key) or suggest(key, 0.85)})
+
+    def unknown_error(self) -> UsageError:
+        """The ``unknown key`` error for :attr:`unknown` (``train`` and ``check`` refuse to run with one)."""
+        lines = [unknown_line(u) for u in self.unknown]
+        return UsageError(lines[0] + "".join(f"\n{line}" for line in lines[1:])
+                          + "\nfix the spelling (verl's keys: verl/trainer/config/ppo_trainer.yaml), or remove it")
 
 
 class _Migration:
@@ -79,6 +96,8 @@ class _Migration:
         elif not isinstance(reward, Mapping):
             raise UsageError(f"reward={reward!r} is not valid\nexpected a mapping (the reward: section)")
         self.reward: dict[str, Any] = dict(reward)
+        #: a legacy key -> the other legacy keys that agree with it (each gets the same report line)
+        self.also: dict[str, list[str]] = {}
         #: new dotted key -> (value, legacy key that set it)
         self.sets: dict[str, tuple[Any, str]] = {}
         self.crf: dict[str, tuple[Any, str]] = {}  # path / name -> (value, key)
@@ -89,13 +108,15 @@ class _Migration:
 
     # ---- recording ------------------------------------------------------------------------------
     def moved(self, key: str, to: str) -> None:
-        self.report.moved.append({"from": key, "to": to})
-        warnings.warn(LEGACY_KEY_MOVED.format(old=key, new=to), RewardhubDeprecationWarning, stacklevel=4)
+        for k in (key, *self.also.pop(key, ())):
+            self.report.moved.append({"from": k, "to": to})
+            warnings.warn(LEGACY_KEY_MOVED.format(old=k, new=to), RewardhubDeprecationWarning, stacklevel=4)
 
     def dropped(self, key: str, reason: str, value: Any) -> None:
-        self.report.dropped.append({"key": key, "reason": reason, "value": value})
-        warnings.warn(LEGACY_KEY_DROPPED.format(old=key, value=value, reason=reason), RewardhubDeprecationWarning,
-                      stacklevel=4)
+        for k in (key, *self.also.pop(key, ())):
+            self.report.dropped.append({"key": k, "reason": reason, "value": value})
+            warnings.warn(LEGACY_KEY_DROPPED.format(old=k, value=value, reason=reason), RewardhubDeprecationWarning,
+                          stacklevel=4)
 
     def put(self, new: str, value: Any, key: str) -> None:
         """Set a new dotted key (under ``reward.``) from a legacy key, checking for conflicts."""
@@ -115,7 +136,9 @@ class _Migration:
                 continue
             action = _rule(leaf)
             kind = action[0]
-            if kind == "drop":
+            if kind == "unknown":
+                self.report.add_unknown(leaf.key, leaf.value)
+            elif kind == "drop":
                 self.dropped(leaf.key, action[1], leaf.value)
             elif kind == "move":
                 target = action[1]
@@ -154,15 +177,17 @@ class _Migration:
                 rel = leaf.rel[len("sandbox_fusion."):] if leaf.ns == "reward_model" else leaf.rel
                 if rel in _SANDBOX_KEYS:
                     self.put(f"reward.sandbox.{_SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
-                else:
-                    self.dropped(leaf.key, "not a sandbox setting rewardhub has (url, max_concurrent, "
-                                           "memory_limit_mb)", leaf.value)
+                else:  # verl's sandbox_fusion has these three keys only
+                    self.report.add_unknown(leaf.key, leaf.value)
         self._finish()
 
     def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: _Leaf) -> None:
-        if rel in table and table[rel][0] != leaf.value:
+        if rel in table:
             other_value, other = table[rel]
-            raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
+            if other_value != leaf.value:
+                raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
+            self.also.setdefault(other, []).append(leaf.key)  # agreeing: reported with the first, line for line
+            return
         table[rel] = (leaf.value, leaf.key)
 
     # ---- decisions that need every key ----------------------------------------------------------

@@ -19,14 +19,7 @@ maps them; the last one onto ``rollout.tensor_parallel_size`` and ``resources.ro
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
 from typing import Any
-
-from ..errors import RewardhubDeprecationWarning
-from ..errors import UsageError
-from ._legacy_rules import truthy
-from .overrides import leaves as dotted_leaves
 
 __all__ = ["NOT_HERE", "VERL_ROOTS", "map_verl_keys"]
 
@@ -35,69 +28,128 @@ NOT_HERE = frozenset({"trainer.n_gpus_per_node", "trainer.nnodes",
                       "actor_rollout_ref.rollout.tensor_model_parallel_size"})
 #: top-level sections that exist only in verl's config
 VERL_ROOTS = ("actor_rollout_ref", "algorithm", "critic", "ray_init", "ray_kwargs", "global_profiler",
-              "transfer_queue")
+              "transfer_queue", "distillation", "skip", "hydra", "async_training")
 
-_FSDP = "an FSDP/parallelism setting of verl's workers; the trainer's learner is one process"
-_ENGINE = "a setting of verl's GPU inference engine; the trainer's rollouters have no such knob"
+_WORKER = ("an implementation setting of verl's FSDP/Megatron workers (sharding, offload, kernels, padding); the "
+           "trainer's learner is trainer.num_learners torch.distributed processes, each holding the whole model")
+_ENGINE = ("a setting of verl's rollout servers (vLLM/SGLang engine, scheduling, tracing) that the trainer's "
+           "rollouters do not have")
+_MODEL = ("a model-loading option of verl's workers (kernels, offload, config overrides); the trainer loads "
+          "model.path with transformers as it is")
+_VARIANT = "a parameter of a verl policy-loss variant the trainer does not implement (its loss is PPO-clip)"
+_LOGPROB = ("verl recomputes log-probs in its own micro-batches; the trainer's learner uses "
+            "trainer.micro_batch_size")
+_PROFILER = "verl's profiler has no meaning here"
+_TOKENS = "the learner's micro-batches hold trainer.micro_batch_size samples (no packing by token count)"
+_SINGLE_TURN = "the trainer generates single-turn responses (no agent loop, no tool calls)"
+_TEXT = "the trainer is text-only"
 
 # pattern (dotted, "*" = this key and everything under it) -> ("move", new key) | ("drop", reason) | (special,)
-# first match wins; a key under data./trainer. that matches nothing is left for the trainer's schema
+# first match wins; a key under data./trainer. that matches nothing is left for the trainer's schema; a key
+# under verl's own sections that verl does not have either is an unknown key (a misspelling), not a drop
 _TABLE: list[tuple[str, tuple[str, ...]]] = [
     # data
     ("data.train_batch_size", ("move", "rollout.prompts_per_step")),
     ("data.max_response_length", ("move", "rollout.max_new_tokens")),
     ("data.val_batch_size", ("drop", "evaluation generates the whole validation set, 32 prompts a call")),
-    ("data.gen_batch_size", ("drop", "the trainer generates data.train_batch_size prompts a step")),
+    ("data.gen_batch_size", ("drop", "the trainer generates rollout.prompts_per_step prompts a step (no "
+                                     "over-generation to filter from)")),
     ("data.shuffle", ("drop", "the trainer always shuffles, with data.seed, every epoch")),
     ("data.validation_shuffle", ("drop", "evaluation reads the validation set in order")),
     ("data.return_raw_chat", ("drop", "verl's dataloader output format; the trainer renders prompts itself")),
     ("data.return_raw_input_ids", ("drop", "verl's dataloader output format; the trainer renders prompts itself")),
     ("data.return_full_prompt", ("drop", "verl's dataloader output format; the trainer renders prompts itself")),
-    ("data.return_multi_modal_inputs", ("drop", "the trainer is text-only")),
-    ("data.image_key", ("drop", "the trainer is text-only")),
-    ("data.video_key", ("drop", "the trainer is text-only")),
+    ("data.return_multi_modal_inputs", ("drop", _TEXT)),
+    ("data.image_key", ("drop", _TEXT)),
+    ("data.video_key", ("drop", _TEXT)),
+    ("data.audio_key", ("drop", _TEXT)),
+    ("data.image_patch_size", ("drop", _TEXT)),
+    ("data.mm_processor_kwargs.*", ("drop", _TEXT)),
     ("data.tokenizer", ("drop", "the model's own tokenizer is used")),
     ("data.use_shm", ("drop", "the data is read by the driver from local files")),
-    ("data.trust_remote_code", ("drop", "the data is read with pyarrow, no remote code")),
+    ("data.trust_remote_code", ("drop", "the data is read with pyarrow/datasets, no remote code")),
     ("data.dataloader_num_workers", ("drop", "the driver reads the data in one process")),
     ("data.filter_overlong_prompts_workers", ("drop", "the driver reads the data in one process")),
+    ("data.train_max_samples", ("drop", "the trainer reads every row of data.train_files (no cap on the rows)")),
+    ("data.val_max_samples", ("drop", "evaluation reads every row of data.val_files (no cap on the rows)")),
     ("data.reward_fn_key", ("drop", "rewards get data_source from each row (reward.rewards decides who scores)")),
     ("data.apply_chat_template_kwargs.*", ("drop", "the chat template is applied with its defaults")),
     ("data.custom_cls.*", ("drop", "verl dataset classes do not run here; give JSONL/parquet/save_to_disk data")),
     ("data.sampler.*", ("drop", "verl samplers do not run here; the trainer shuffles with data.seed")),
     ("data.datagen.*", ("drop", "verl's dynamic data generation does not run here")),
-    ("data.tool_config_path", ("drop", "the trainer has no multi-turn tool calls")),
+    ("data.tool_config_path", ("drop", _SINGLE_TURN)),
+    ("data.function_tool_path", ("drop", _SINGLE_TURN)),
     # the model
     ("actor_rollout_ref.model.path", ("move", "model.path")),
-    ("actor_rollout_ref.model.*", ("drop", "a model-loading/FSDP option of verl's workers (the trainer loads "
-                                           "model.path with transformers as it is)")),
+    ("actor_rollout_ref.model.enable_gradient_checkpointing", ("drop", "the learner keeps the activations for "
+                                                                       "the backward pass (no gradient "
+                                                                       "checkpointing); lower "
+                                                                       "trainer.micro_batch_size to use less memory")),
+    ("actor_rollout_ref.model.lora_rank", ("lora",)),
+    ("actor_rollout_ref.model.lora.rank", ("lora",)),
+    ("actor_rollout_ref.model.lora_alpha", ("drop", "no LoRA: the trainer trains every weight of the model")),
+    ("actor_rollout_ref.model.target_modules", ("drop", "no LoRA: the trainer trains every weight of the model")),
+    ("actor_rollout_ref.model.exclude_modules", ("drop", "no LoRA: the trainer trains every weight of the model")),
+    ("actor_rollout_ref.model.lora_adapter_path", ("drop", "no LoRA: the trainer trains every weight of the model "
+                                                           "and loads no adapter")),
+    ("actor_rollout_ref.model.lora.*", ("drop", "no LoRA: the trainer trains every weight of the model")),
+    ("actor_rollout_ref.model.trust_remote_code", ("drop", "the trainer loads the model without remote code "
+                                                           "(transformers' own architectures)")),
+    ("actor_rollout_ref.model.tokenizer_path", ("drop", "the tokenizer of model.path is used")),
+    ("actor_rollout_ref.model.custom_chat_template", ("drop", "the tokenizer's own chat template is used")),
+    ("actor_rollout_ref.model.*", ("drop", _MODEL)),
     # the actor (learner)
     ("actor_rollout_ref.actor.optim.lr", ("move", "trainer.lr")),
     ("actor_rollout_ref.actor.optim.weight_decay", ("move", "trainer.weight_decay")),
     ("actor_rollout_ref.actor.optim.lr_warmup_steps", ("warmup",)),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", ("warmup",)),
     ("actor_rollout_ref.actor.optim.warmup_style", ("move", "trainer.lr_schedule")),
     ("actor_rollout_ref.actor.optim.lr_scheduler_type", ("move", "trainer.lr_schedule")),
     ("actor_rollout_ref.actor.optim.min_lr_ratio", ("move", "trainer.min_lr_ratio")),
-    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", ("drop", "give the warm-up in steps (lr_warmup_steps)")),
-    ("actor_rollout_ref.actor.optim.*", ("drop", "an optimizer setting the trainer does not have (AdamW, "
-                                                 "betas 0.9/0.99)")),
+    ("actor_rollout_ref.actor.optim.clip_grad", ("move", "trainer.max_grad_norm")),
+    ("actor_rollout_ref.actor.optim.betas", ("drop", "the trainer's AdamW uses betas (0.9, 0.99)")),
+    ("actor_rollout_ref.actor.optim.total_training_steps", ("drop", "the LR schedule spans trainer.total_steps")),
+    ("actor_rollout_ref.actor.optim.num_cycles", ("drop", "the cosine schedule decays once, to min_lr_ratio")),
+    ("actor_rollout_ref.actor.optim.*", ("drop", "an optimizer setting the trainer does not have (it uses torch "
+                                                 "AdamW, betas 0.9/0.99)")),
     ("actor_rollout_ref.actor.grad_clip", ("move", "trainer.max_grad_norm")),
     ("actor_rollout_ref.actor.ppo_epochs", ("move", "trainer.ppo_epochs")),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", ("move", "trainer.micro_batch_size")),
     ("actor_rollout_ref.actor.ppo_micro_batch_size", ("move", "trainer.micro_batch_size")),
-    ("actor_rollout_ref.actor.ppo_mini_batch_size", ("drop", "the trainer makes one optimizer step per batch "
-                                                             "and PPO epoch (mini batch = data.train_batch_size)")),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", ("mini",)),
     ("actor_rollout_ref.actor.clip_ratio", ("move", "trainer.clip_eps")),
-    ("actor_rollout_ref.actor.clip_ratio_low", ("drop", "the clip range is symmetric (clip_ratio)")),
-    ("actor_rollout_ref.actor.clip_ratio_high", ("drop", "the clip range is symmetric (clip_ratio)")),
-    ("actor_rollout_ref.actor.clip_ratio_c", ("drop", "no dual-clip PPO in the trainer")),
+    ("actor_rollout_ref.actor.clip_ratio_low", ("drop", "the clip range is symmetric, 1 +- trainer.clip_eps "
+                                                        "(clip_ratio); no separate low/high bounds")),
+    ("actor_rollout_ref.actor.clip_ratio_high", ("drop", "the clip range is symmetric, 1 +- trainer.clip_eps "
+                                                         "(clip_ratio); no separate low/high bounds")),
+    ("actor_rollout_ref.actor.clip_ratio_c", ("move", "trainer.clip_ratio_c")),
     ("actor_rollout_ref.actor.use_kl_loss", ("kl",)),
     ("actor_rollout_ref.actor.kl_loss_coef", ("kl",)),
     ("actor_rollout_ref.actor.kl_loss_type", ("drop", "the KL term is the k3 estimator (verl's low_var_kl "
                                                       "without the clamp)")),
     ("actor_rollout_ref.actor.entropy_coeff", ("move", "trainer.entropy_coeff")),
     ("actor_rollout_ref.actor.loss_agg_mode", ("move", "trainer.loss_agg_mode")),
-    ("actor_rollout_ref.actor.*", ("drop", _FSDP)),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode", ("loss_mode",)),
+    ("actor_rollout_ref.actor.policy_loss.*", ("drop", _VARIANT)),
+    ("actor_rollout_ref.actor.tau_pos", ("drop", _VARIANT)),
+    ("actor_rollout_ref.actor.tau_neg", ("drop", _VARIANT)),
+    ("actor_rollout_ref.actor.loss_scale_factor", ("drop", "it scales verl's seq-mean-token-sum-norm aggregation, "
+                                                           "which the trainer does not have")),
+    ("actor_rollout_ref.actor.use_dynamic_bsz", ("drop", _TOKENS)),
+    ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", ("drop", _TOKENS)),
+    ("actor_rollout_ref.actor.shuffle", ("drop", "one optimizer step per batch and PPO epoch: the order of the "
+                                                 "samples does not change the update")),
+    ("actor_rollout_ref.actor.data_loader_seed", ("drop", "one optimizer step per batch and PPO epoch: the order "
+                                                          "of the samples does not change the update")),
+    ("actor_rollout_ref.actor.calculate_entropy", ("drop", "the learner always logs the entropy")),
+    ("actor_rollout_ref.actor.calculate_sum_pi_squared", ("drop", "a metric of verl's actor the trainer does not "
+                                                                  "log")),
+    ("actor_rollout_ref.actor.checkpoint.*", ("drop", "what verl's checkpoints hold; the trainer's hold the "
+                                                      "model, the optimizer and the run state")),
+    ("actor_rollout_ref.actor.profiler.*", ("drop", _PROFILER)),
+    ("actor_rollout_ref.actor.use_rollout_log_probs", ("drop", "the PPO ratio is always taken against the "
+                                                               "rollouters' log-probs")),
+    ("actor_rollout_ref.actor.*", ("drop", _WORKER)),
     # the rollout
     ("actor_rollout_ref.rollout.n", ("move", "rollout.n")),
     ("actor_rollout_ref.rollout.temperature", ("move", "rollout.temperature")),
@@ -110,29 +162,55 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("actor_rollout_ref.rollout.max_model_len", ("move", "rollout.max_model_len")),
     ("actor_rollout_ref.rollout.gpu_memory_utilization", ("move", "rollout.gpu_memory_utilization")),
     ("actor_rollout_ref.rollout.enforce_eager", ("move", "rollout.enforce_eager")),
+    ("actor_rollout_ref.rollout.prompt_length", ("drop", "the prompt limit here is data.max_prompt_length")),
+    ("actor_rollout_ref.rollout.do_sample", ("drop", "the rollouters always sample (GRPO), at rollout.temperature")),
+    ("actor_rollout_ref.rollout.calculate_log_probs", ("drop", "the rollouters always record the sampling "
+                                                               "log-probs")),
+    ("actor_rollout_ref.rollout.ignore_eos", ("drop", "a response ends at end-of-sequence (or rollout.stop)")),
+    ("actor_rollout_ref.rollout.mode", ("drop", "verl's rollout server mode; the rollouters are Ray actors "
+                                                "(trainer.mode picks sync or fully_async training)")),
+    ("actor_rollout_ref.rollout.multi_turn.*", ("drop", _SINGLE_TURN)),
+    ("actor_rollout_ref.rollout.agent.*", ("drop", _SINGLE_TURN)),
+    ("actor_rollout_ref.rollout.log_prob_*", ("drop", _LOGPROB)),
     ("actor_rollout_ref.rollout.val_kwargs.n", ("move", "rollout.val_n")),
     ("actor_rollout_ref.rollout.val_kwargs.temperature", ("val_temperature",)),
     ("actor_rollout_ref.rollout.val_kwargs.do_sample", ("val_temperature",)),
     ("actor_rollout_ref.rollout.val_kwargs.*", ("drop", "evaluation samples with val_kwargs.n and temperature only")),
     ("actor_rollout_ref.rollout.*", ("drop", _ENGINE)),
+    ("actor_rollout_ref.ref.log_prob_*", ("drop", _LOGPROB)),
     ("actor_rollout_ref.ref.*", ("drop", "the reference policy is the learner's starting weights (used when "
                                          "trainer.kl_coef > 0); verl's ref worker settings have no meaning here")),
     ("actor_rollout_ref.hybrid_engine", ("drop", "the trainer's rollouters and learner are separate processes")),
-    ("actor_rollout_ref.*", ("drop", _FSDP)),
+    ("actor_rollout_ref.*", ("drop", _WORKER)),
     # the algorithm
     ("algorithm.adv_estimator", ("adv",)),
     ("algorithm.norm_adv_by_std_in_grpo", ("move", "trainer.scale_advantages")),
     ("algorithm.use_kl_in_reward", ("kl",)),
     ("algorithm.kl_ctrl.kl_coef", ("kl",)),
     ("algorithm.kl_ctrl.*", ("drop", "the KL coefficient is fixed (no adaptive controller)")),
+    ("algorithm.kl_penalty", ("drop", "verl's estimator for a KL penalty in the reward; the KL term here is in the "
+                                      "loss, the k3 estimator")),
     ("algorithm.gamma", ("drop", "GRPO's advantages are per response (no discounting)")),
     ("algorithm.lam", ("drop", "GRPO's advantages are per response (no GAE)")),
+    ("algorithm.filter_groups.*", ("drop", "DAPO's dynamic sampling (generating more until the groups with mixed "
+                                           "rewards fill the batch) is not implemented; a group whose rewards are "
+                                           "all equal gets zero advantage")),
+    ("algorithm.rollout_correction.*", ("drop", "verl's importance-sampling correction is not implemented; the PPO "
+                                                "ratio is taken against the rollouters' log-probs")),
     ("algorithm.*", ("drop", "a verl algorithm setting the trainer does not implement")),
     ("critic.*", ("drop", "GRPO has no critic")),
     ("ray_init.*", ("drop", "the trainer starts Ray itself (or joins RAY_ADDRESS)")),
     ("ray_kwargs.*", ("drop", "the trainer starts Ray itself (or joins RAY_ADDRESS)")),
-    ("global_profiler.*", ("drop", "verl's profiler has no meaning here")),
+    ("global_profiler.*", ("drop", _PROFILER)),
     ("transfer_queue.*", ("drop", "verl's transfer queue has no meaning here")),
+    ("distillation.*", ("drop", "the trainer has no distillation from a teacher model")),
+    ("skip.*", ("drop", "verl's step-skipping debug switches have no meaning here")),
+    ("hydra.*", ("drop", "Hydra's own settings (run folders, logging); the trainer does not run under Hydra")),
+    # the fully-async entry point (verl_async.py decides with the whole config)
+    ("async_training.*", ("async",)),
+    ("rollout.nnodes", ("async",)),
+    ("rollout.n_gpus_per_node", ("async",)),
+    ("rollout.total_rollout_steps", ("async",)),
     # the trainer
     ("trainer.total_training_steps", ("move", "trainer.total_steps")),
     ("trainer.total_epochs", ("epochs",)),
@@ -147,17 +225,24 @@ _TABLE: list[tuple[str, tuple[str, ...]]] = [
     ("trainer.log_val_generations", ("drop", "evaluation logs scores, not generations")),
     ("trainer.val_generations_to_log_to_wandb", ("drop", "evaluation logs scores, not generations")),
     ("trainer.val_only", ("drop", "the trainer always trains")),
-    ("trainer.balance_batch", ("drop", _FSDP)),
+    ("trainer.balance_batch", ("drop", "verl balances sequence lengths across its ranks; the trainer splits a "
+                                       "batch by whole GRPO groups across trainer.num_learners")),
     ("trainer.use_legacy_worker_impl", ("drop", "verl's worker implementation has no meaning here")),
+    ("trainer.use_v1", ("drop", "which of verl's trainer implementations runs; no meaning here")),
+    ("trainer.v1.trainer_mode", ("async",)),
+    ("trainer.v1.separate_async.parameter_sync_step", ("async",)),
+    ("trainer.v1.*", ("drop", "a setting of verl's v1 trainer modes the trainer does not have")),
+    ("trainer.checkpoint_callback_class", ("drop", "verl checkpoint callbacks do not run here")),
     ("trainer.ray_wait_register_center_timeout", ("drop", "verl's worker registration has no meaning here")),
-    ("trainer.max_actor_ckpt_to_keep", ("drop", "every checkpoint is kept")),
+    ("trainer.max_actor_ckpt_to_keep", ("keep",)),
     ("trainer.max_critic_ckpt_to_keep", ("drop", "GRPO has no critic")),
-    ("trainer.del_local_ckpt_after_load", ("drop", "checkpoints are never deleted")),
+    ("trainer.del_local_ckpt_after_load", ("drop", "the checkpoint a run resumes from is kept; it is removed only "
+                                                   "once trainer.checkpoint_keep newer ones are complete")),
     ("trainer.esi_redundant_time", ("drop", "verl's elastic-instance setting has no meaning here")),
     ("trainer.rollout_data_dir", ("drop", "the trainer does not dump rollouts")),
     ("trainer.validation_data_dir", ("drop", "the trainer does not dump validation generations")),
-    ("trainer.profile_steps", ("drop", "verl's profiler has no meaning here")),
-    ("trainer.profile_continuous_steps", ("drop", "verl's profiler has no meaning here")),
+    ("trainer.profile_steps", ("drop", _PROFILER)),
+    ("trainer.profile_continuous_steps", ("drop", _PROFILER)),
     ("trainer.val_before_train_only", ("drop", "the trainer always trains")),
 ]
 
@@ -165,6 +250,8 @@ _ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"
 
 
 def _match(pattern: str, key: str) -> bool:
+    if pattern.endswith("_*"):  # a name prefix: log_prob_*
+        return key.startswith(pattern[:-1])
     if pattern.endswith(".*"):
         head = pattern[:-2]
         return key == head or key.startswith(head + ".")
@@ -180,135 +267,9 @@ def _rule(key: str) -> tuple[str, ...] | None:
     return None
 
 
-def _pop(cfg: dict[str, Any], key: str) -> None:
-    parts = key.split(".")
-    nodes = [cfg]
-    for p in parts[:-1]:
-        nodes.append(nodes[-1][p])
-    del nodes[-1][parts[-1]]
-    for node, p in zip(reversed(nodes[:-1]), reversed(parts[:-1])):  # remove the mappings left empty
-        if node[p] == {}:
-            del node[p]
-
-
-class _Mapping:
-    def __init__(self, cfg: dict[str, Any], report: Any) -> None:
-        self.cfg, self.report = cfg, report
-        self.sets: dict[str, tuple[Any, str]] = {}
-
-    def moved(self, key: str, new: str, value: Any) -> None:
-        if new in self.sets and self.sets[new][0] != value:
-            other_value, other = self.sets[new]
-            raise UsageError(f"{other}={other_value!r} and {key}={value!r} both set {new} to different values\n"
-                             "keep one of them")
-        self.sets[new] = (value, key)
-        self.report.moved.append({"from": key, "to": new})
-        warnings.warn(f"verl key {key} is now {new}", RewardhubDeprecationWarning, stacklevel=5)
-
-    def dropped(self, key: str, reason: str, value: Any) -> None:
-        self.report.dropped.append({"key": key, "reason": reason, "value": value})
-        warnings.warn(f"verl key {key}={value!r} is ignored: {reason}", RewardhubDeprecationWarning, stacklevel=5)
-
-    def run(self) -> None:
-        leaves = [(k, v) for root in ("data", *VERL_ROOTS, "trainer") if isinstance(self.cfg.get(root), Mapping)
-                  for k, v in dotted_leaves(self.cfg[root], root)]
-        taken = {k: (v, rule) for k, v in leaves if (rule := _rule(k)) is not None}
-        if "trainer.total_training_steps" not in taken:  # then it is the trainer's own key, as it is
-            taken.pop("trainer.total_epochs", None)
-        if not taken:
-            return
-        for key in taken:
-            _pop(self.cfg, key)
-        for key, (value, action) in taken.items():
-            if isinstance(value, str) and value.startswith("${") and value.endswith("}") \
-                    and not value.startswith(("${oc.env:", "${oc.decode:")):
-                self.dropped(key, f"an interpolation of another key of verl's config ({value}); write the value "
-                                  "itself if it matters here", value)
-            elif action[0] == "move":
-                self.moved(key, action[1], value)
-            elif action[0] == "drop":
-                self.dropped(key, action[1], value)
-            else:
-                self.special(action[0], key, value, taken)
-        for new, (value, _) in self.sets.items():
-            self.put(new, value)
-
-    def special(self, kind: str, key: str, value: Any, taken: dict[str, Any]) -> None:
-        def given(k: str) -> Any:
-            return taken[k][0] if k in taken else None
-
-        if kind == "engine":
-            engine = _ENGINES.get(str(value).lower())
-            if engine:
-                self.moved(key, "rollout.engine", engine)
-            else:
-                self.dropped(key, f"the trainer generates with transformers or vllm (rollout.engine), not {value}",
-                             value)
-        elif kind == "val_temperature":
-            sample = given("actor_rollout_ref.rollout.val_kwargs.do_sample")
-            if key.endswith("do_sample"):
-                if sample is not None and not truthy(sample):
-                    self.moved(key, "rollout.val_temperature", 0.0)  # greedy
-                else:
-                    self.dropped(key, "sampling is on whenever rollout.val_temperature > 0", value)
-            elif sample is not None and not truthy(sample):
-                self.dropped(key, "do_sample=false: evaluation is greedy", value)
-            else:
-                self.moved(key, "rollout.val_temperature", value)
-        elif kind == "kl":
-            use_loss = given("actor_rollout_ref.actor.use_kl_loss")
-            in_reward = given("algorithm.use_kl_in_reward")
-            if key.endswith("use_kl_loss") or key.endswith("use_kl_in_reward"):
-                self.dropped(key, "the KL term is on when trainer.kl_coef > 0 (a loss term, never in the reward)",
-                             value)
-            elif key.endswith("kl_loss_coef"):
-                if use_loss is not None and truthy(use_loss):
-                    self.moved(key, "trainer.kl_coef", value)
-                else:
-                    self.dropped(key, "use_kl_loss is not true", value)
-            else:  # algorithm.kl_ctrl.kl_coef: verl uses it only as a KL penalty in the reward
-                if in_reward is not None and truthy(in_reward) and not (use_loss is not None and truthy(use_loss)):
-                    self.moved(key, "trainer.kl_coef", value)
-                    self.report.notes.append(f"{key}: the trainer applies the KL term in the loss, not in the reward")
-                else:
-                    self.dropped(key, "verl applies it only with algorithm.use_kl_in_reward=true, which is not set"
-                                 + ("; the KL loss coefficient is used" if use_loss is not None and truthy(use_loss)
-                                    else ""), value)
-        elif kind == "adv":
-            if str(value).lower() == "grpo":
-                self.dropped(key, "the trainer is GRPO (group-normalised advantages), as asked", value)
-            else:
-                self.dropped(key, f"the trainer computes GRPO advantages only; {value} is not implemented", value)
-                self.report.notes.append(f"{key}={value!r}: this run uses GRPO advantages instead")
-        elif kind == "epochs":  # only with total_training_steps (else left in place)
-            self.dropped(key, "trainer.total_training_steps is set and wins, as in verl", value)
-        elif kind == "warmup":  # verl: -1 means "use lr_warmup_steps_ratio"
-            if str(value).lstrip("-").isdigit() and int(value) < 0:
-                self.dropped(key, "negative: verl then uses lr_warmup_steps_ratio (give the warm-up in steps)", value)
-            else:
-                self.moved(key, "trainer.lr_warmup_steps", value)
-        elif kind == "save":
-            every = int(value) if str(value).lstrip("-").isdigit() else value
-            if isinstance(every, int) and every <= 0:
-                self.moved(key, "trainer.checkpoint_every", 0)
-                self.report.notes.append(f"{key}={value}: the trainer still saves one checkpoint at the end")
-            else:
-                self.moved(key, "trainer.checkpoint_every", every)
-
-    def put(self, new: str, value: Any) -> None:
-        section, name = new.split(".", 1)
-        node = self.cfg.get(section)
-        if node is None:
-            node = self.cfg[section] = {}
-        if not isinstance(node, dict):
-            raise UsageError(f"{section}={node!r} is not a mapping; verl keys move into it")
-        if name in node and node[name] != value:
-            raise UsageError(f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
-                             f"values\nkeep one of them ({new} is the trainer's key)")
-        node[name] = value
-
-
 def map_verl_keys(cfg: dict[str, Any], report: Any) -> None:
     """Move verl's trainer keys in ``cfg`` (a plain dict, changed in place) to the trainer's, recording each
-    in ``report`` (``moved`` / ``dropped`` / ``notes``)."""
-    _Mapping(cfg, report).run()
+    in ``report`` (``moved`` / ``dropped`` / ``notes``, and ``unknown`` for a key verl does not have)."""
+    from ._verl_mapping import Mapping_
+
+    Mapping_(cfg, report, _rule).run()

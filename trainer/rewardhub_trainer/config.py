@@ -65,6 +65,7 @@ class TrainerConfig:
     lr: float = 1e-5
     kl_coef: float = 0.0
     clip_eps: float = 0.2
+    clip_ratio_c: float = 3.0  #: dual-clip bound for negative advantages (verl's clip_ratio_c; the loss branch implements it)
     ppo_epochs: int = 1
     micro_batch_size: int = 8
     max_grad_norm: float = 1.0

@@ -1,0 +1,105 @@
+"""Which command of a launch script runs verl, and which of its words are the run's overrides
+(see :mod:`rewardhub.config._shell`, which splits and expands the script); every word of a script."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import UsageError
+from ._shell import Script
+from ._shell import ShellWord
+from ._shell import _Reader
+from ._shell import _Unsafe
+
+__all__ = ["VERL_CONFIGS", "all_words", "choose", "entry_point"]
+
+_VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
+#: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
+VERL_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer", "fully_async_ppo_trainer", "fully_async_ppo_megatron_trainer")
+#: ``--config-path`` folders that hold verl's own configs (in a verl checkout)
+_VERL_CONFIG_DIRS = ("verl/trainer/config", "fully_async_policy/config")
+
+
+def entry_point(words: list[ShellWord]) -> dict[str, Any] | None:
+    for k, w in enumerate(words):
+        module = w.text
+        if _VERL_RE.search(module) and (k == 0 or words[k - 1].text == "-m" or module.endswith(".py")):
+            mode = "fully_async" if re.search(r"fully_async_main(\.py)?$", module) else "sync"
+            return {"module": module, "mode": mode, "line": w.line, "index": k}
+    return None
+
+
+def choose(runs: list[Any]) -> Script:
+    from .overrides import is_override_word
+
+    verl = [run for run in runs if run[2] is not None]
+    if len(verl) > 1:
+        lines = ", ".join(str(run[2]["line"]) for run in verl)
+        raise UsageError(f"the script runs verl more than once (lines {lines})\nkeep one verl command per "
+                         "script, or pass the overrides of the run you mean")
+    if verl:
+        _, words, entry, _ = verl[0]
+        _check_unsafe(verl[0])
+        for run in runs:
+            if run[2] is None and run[1] and is_override_word(run[1][0].text):
+                raise UsageError(f"line {run[1][0].line}: {run[1][0].text!r} is a command of its own, not an argument "
+                                 f"of the verl command (line {entry['line']}): the line before it does not end "
+                                 "with \\\nend every line of the command but the last with \\ (nothing after it)")
+        after = words[entry["index"] + 1:]
+        out: list[ShellWord] = []
+        k = 0
+        while k < len(after):
+            w = after[k]
+            flag, _, inline = w.text.partition("=")
+            if flag in ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"):
+                value = inline if inline else (after[k + 1].text if k + 1 < len(after) else "")
+                k += 1 if inline else 2
+                if flag in ("--config-path", "-cp", "--config-dir", "-cd") and \
+                        value.rstrip("/").endswith(_VERL_CONFIG_DIRS):
+                    continue  # verl's own folder: --config-name then picks one of verl's configs
+                if flag in ("--config-name", "-cn") and value in VERL_CONFIGS:
+                    if value.startswith("fully_async"):
+                        entry["mode"] = "fully_async"
+                    continue
+                raise UsageError(f"line {w.line}: {flag} {value}: the run's base config is not verl's own "
+                                 f"({', '.join(VERL_CONFIGS)}) and is not read here\npass that YAML file as "
+                                 "the config, with the script's overrides after it")
+            if is_override_word(w.text):
+                out.append(w)
+            elif w.text != "":
+                raise UsageError(f"line {w.line}: {w.text!r} is not a KEY=VALUE override of the verl command\n"
+                                 "write the verl command's arguments as overrides only")
+            k += 1
+        entry.pop("index", None)
+        return Script(out, entry)
+    carrying = [run for run in runs if any(is_override_word(w.text) for w in run[1])]
+    pure = all(all(is_override_word(w.text) for w in run[1]) for run in carrying)
+    if len(carrying) > 1 and not pure:
+        lines = ", ".join(str(run[1][0].line) for run in carrying)
+        raise UsageError(f"no verl command (python3 -m verl.trainer.main_ppo ...) found, and the commands on "
+                         f"lines {lines} all carry KEY=VALUE words\nkeep the overrides of one command")
+    for run in carrying:
+        _check_unsafe(run)
+    return Script([w for run in carrying for w in run[1] if is_override_word(w.text)])
+
+
+def _check_unsafe(run: Any) -> None:
+    if run[3]:
+        raise UsageError(f"{run[3][0]}\nwrite the value out in the script (or set the variable in it)")
+
+
+def all_words(text: str) -> list[ShellWord]:
+    """Every word of every command of ``text`` (assignments too), expanded where it can be."""
+    r = _Reader(text)
+    out: list[ShellWord] = []
+    for index, cmd in enumerate(r.commands()):
+        for position, raw in enumerate(cmd):
+            line = r.line(raw.start)
+            try:
+                expanded = r.expand(raw, f"line {line}")
+            except _Unsafe:
+                expanded = [(text[raw.start:raw.end], True)]
+            for t, whole in expanded:
+                out.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
+    return out

@@ -1,0 +1,125 @@
+"""The keys verl's trainer config has, to tell a misspelt verl key from one the migration handles.
+
+:data:`TABLE` lists verl 0.9.1's keys (``verl/trainer/config/_generated_ppo_trainer.yaml``, its
+Megatron twin, the fully-async configs and ``legacy_reward_impl.yaml``), one line per node:
+``parent: leaf leaf ...``; a leaf written ``name/`` is a free-form mapping (any key below it is
+verl's: ``engine_kwargs``, ``override_config``). :func:`derive_table` builds it from those files
+(tests/test_verl_trainer_keys.py checks it against the installed verl);
+``python -m rewardhub.config._verl_keys VERL_DIR`` prints it again for a newer verl.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Iterable
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "suggest", "unknown_line"]
+
+#: the files of a verl checkout (relative to its ``verl/`` package) the table is derived from
+VERL_YAMLS = (
+    "trainer/config/_generated_ppo_trainer.yaml",
+    "trainer/config/_generated_ppo_megatron_trainer.yaml",
+    "trainer/config/legacy_reward_impl.yaml",
+    "experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml",
+    "experimental/fully_async_policy/config/fully_async_ppo_megatron_trainer.yaml",
+)
+
+#: keys of earlier verl versions (0.4-0.8) that launch scripts still carry, and free-form nodes the
+#: YAML files leave null (``name/``)
+OLDER = """\
+custom_reward_function: reward_kwargs/
+reward_model: reward_kwargs/ sandbox_fusion/ strategy micro_batch_size mini_batch_size use_dynamic_bsz \
+forward_max_token_len_per_gpu ulysses_sequence_parallel_size use_reward_loop launch_reward_fn_async optim/ \
+profiler/ max_length micro_batch_size_per_gpu
+reward_model.model: input_tokenizer fsdp_config/ use_remove_padding use_fused_kernels
+reward_model.rollout: engine_kwargs/
+reward_manager: name source module/
+reward: reward_kwargs/
+data: gen_batch_size datagen/ tool_config_path
+actor_rollout_ref.rollout: engine_kwargs/ val_kwargs/ custom_chat_template
+actor_rollout_ref.actor.optim: warmup_style
+ray_init: num_cpus timeline_json_file
+"""
+
+
+def derive_table(yaml_texts: Iterable[str]) -> str:
+    """The table (see :data:`TABLE`) of the keys in verl's config files ``yaml_texts``."""
+    import yaml
+
+    from .overrides import leaves
+
+    groups: dict[str, set[str]] = {}
+    for text in yaml_texts:
+        data = yaml.safe_load(text) or {}
+        for skip in ("defaults", "hydra"):
+            data.pop(skip, None)
+        for key, value in leaves(data):
+            parent, _, name = key.rpartition(".")
+            groups.setdefault(parent, set()).add(name + ("/" if value == {} else ""))
+    return "".join(f"{parent}: {' '.join(sorted(names))}\n" for parent, names in sorted(groups.items()))
+
+
+@functools.cache
+def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
+    """(every leaf key, the free-form nodes, parent -> its children's names, inner nodes too)."""
+    from ._verl_keys_table import TABLE
+
+    keys: set[str] = set()
+    opened: set[str] = set()
+    for line in (TABLE + OLDER).splitlines():
+        parent, _, names = line.partition(": ")
+        for name in names.split():
+            leaf = name.rstrip("/")
+            (opened if name.endswith("/") else keys).add(f"{parent}.{leaf}")
+    children: dict[str, set[str]] = {}
+    for key in keys | opened:
+        parts = key.split(".")
+        for i in range(len(parts)):
+            children.setdefault(".".join(parts[:i]), set()).add(parts[i])
+    return frozenset(keys), frozenset(opened), {k: sorted(v) for k, v in children.items()}
+
+
+def is_verl_key(key: str) -> bool:
+    """Whether dotted ``key`` is a key of verl's config (a leaf, a node, or under a free-form node)."""
+    keys, opened, children = _known()
+    if key in keys or key in children or key in opened:
+        return True
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in opened for i in range(1, len(parts)))
+
+
+def suggest(key: str, cutoff: float = 0.6) -> str | None:
+    """The verl key closest to a misspelt ``key``: a sibling of its last part, else of the first part that
+    is not verl's (``actor_rollout_ref.actr.optim.lr`` -> ``actor_rollout_ref.actor.optim.lr``)."""
+    _, _, children = _known()
+    parts = key.split(".")
+    for i in range(len(parts)):
+        head = ".".join(parts[:i])
+        if head not in children:
+            return None
+        if parts[i] in children[head]:
+            continue
+        same_case = [c for c in children[head] if c.lower() == parts[i].lower()]
+        close = same_case or difflib.get_close_matches(parts[i], children[head], n=1, cutoff=cutoff)
+        if not close:
+            return None
+        fixed = ".".join([*parts[:i], close[0], *parts[i + 1:]])
+        return fixed if is_verl_key(fixed) else ".".join([*parts[:i], close[0]])
+    return None
+
+
+def unknown_line(entry: Mapping[str, Any]) -> str:
+    """``unknown key K (not a key of verl's config); did you mean S?`` for one ``{"key", "suggestion"}``."""
+    hint = f"; did you mean {entry['suggestion']}?" if entry.get("suggestion") else ""
+    return f"unknown key {entry['key']} (not a key of verl's config){hint}"
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates _verl_keys_table.py's text
+    import os
+    import sys
+
+    base = sys.argv[1]
+    print(derive_table(open(os.path.join(base, p), encoding="utf-8").read() for p in VERL_YAMLS), end="")

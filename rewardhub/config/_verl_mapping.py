@@ -1,0 +1,353 @@
+"""Applying :mod:`rewardhub.config.verl_trainer`'s table to a config: moves, drops with their reasons,
+the keys decided with the whole config (KL, warm-up, checkpoints kept, mini-batches, LoRA, the
+fully-async keys), the unknown (misspelt) keys, and verl's defaults that differ from the trainer's."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import RewardhubDeprecationWarning
+from ..errors import UsageError
+from ._legacy_rules import truthy
+from ._verl_keys import is_verl_key
+from .overrides import leaves as dotted_leaves
+
+__all__ = ["ENTRY_KEY", "VERL_DEFAULTS", "Mapping_"]
+
+#: the top-level key the script reader sets to the verl entry point it found ({"module", "mode", "line"})
+ENTRY_KEY = "__verl_entry_point__"
+
+_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
+
+#: verl's defaults (verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1) that differ from this trainer's:
+#: (verl key, verl's default, trainer key, trainer's default, carried over). A verl config that does not set
+#: the verl key (nor the trainer key) runs with verl's value when ``carried`` (said in the report's notes), and
+#: otherwise gets a note "verl's default X, here Y".
+VERL_DEFAULTS: tuple[tuple[str, Any, str, Any, bool], ...] = (
+    ("actor_rollout_ref.actor.loss_agg_mode", "token-mean", "trainer.loss_agg_mode", "seq-mean-token-mean", True),
+    ("actor_rollout_ref.actor.optim.weight_decay", 0.01, "trainer.weight_decay", 0.0, True),
+    ("actor_rollout_ref.actor.clip_ratio_c", 3.0, "trainer.clip_ratio_c", 3.0, True),
+    ("actor_rollout_ref.actor.optim.lr", 1e-6, "trainer.lr", 1e-5, False),
+    ("actor_rollout_ref.actor.optim.betas", [0.9, 0.999], "", "AdamW betas (0.9, 0.99)", False),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", 256, "", "1 optimizer step per batch and PPO epoch (the whole "
+     "batch is the mini-batch)", False),
+    ("data.max_response_length", 512, "rollout.max_new_tokens", 32, False),
+    ("data.max_prompt_length", 512, "data.max_prompt_length", 0, False),
+    ("data.train_batch_size", 1024, "rollout.prompts_per_step", 4, False),
+    ("trainer.max_actor_ckpt_to_keep", None, "trainer.checkpoint_keep", 3, False),
+    ("trainer.val_before_train", True, "trainer.val_before_train", False, False),
+)
+
+
+def _given(cfg: Mapping[str, Any], key: str) -> bool:
+    node: Any = cfg
+    for p in key.split("."):
+        if not isinstance(node, Mapping) or p not in node:
+            return False
+        node = node[p]
+    return True
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _pop(cfg: dict[str, Any], key: str) -> None:
+    parts = key.split(".")
+    nodes = [cfg]
+    for p in parts[:-1]:
+        nodes.append(nodes[-1][p])
+    del nodes[-1][parts[-1]]
+    for node, p in zip(reversed(nodes[:-1]), reversed(parts[:-1])):  # remove the mappings left empty
+        if node[p] == {}:
+            del node[p]
+
+
+class Mapping_:
+    """One pass of the table over a config (``rule(key)`` gives a key's action, ``None`` for the trainer's)."""
+
+    def __init__(self, cfg: dict[str, Any], report: Any, rule: Callable[[str], tuple[str, ...] | None]) -> None:
+        self.cfg, self.report, self.rule = cfg, report, rule
+        self.sets: dict[str, tuple[Any, str]] = {}
+        self.taken: dict[str, tuple[Any, tuple[str, ...]]] = {}
+
+    def moved(self, key: str, new: str, value: Any) -> None:
+        if new in self.sets and self.sets[new][0] != value:
+            other_value, other = self.sets[new]
+            raise UsageError(f"{other}={other_value!r} and {key}={value!r} both set {new} to different values\n"
+                             "keep one of them")
+        self.sets[new] = (value, key)
+        self.report.moved.append({"from": key, "to": new})
+        warnings.warn(f"verl key {key} is now {new}", RewardhubDeprecationWarning, stacklevel=5)
+
+    def dropped(self, key: str, reason: str, value: Any) -> None:
+        self.report.dropped.append({"key": key, "reason": reason, "value": value})
+        warnings.warn(f"verl key {key}={value!r} is ignored: {reason}", RewardhubDeprecationWarning, stacklevel=5)
+
+    def given(self, key: str) -> Any:
+        return self.taken[key][0] if key in self.taken else None
+
+    def run(self) -> None:
+        from .verl_trainer import VERL_ROOTS
+
+        entry = self.cfg.pop(ENTRY_KEY, None)
+        if "defaults" in self.cfg:  # a Hydra config of verl's: built on verl's own base config
+            entry = self.hydra_defaults(self.cfg.pop("defaults")) or entry
+        roots = ("data", *VERL_ROOTS, "rollout", "trainer")
+        leaves = [(k, v) for root in roots if isinstance(self.cfg.get(root), Mapping)
+                  for k, v in dotted_leaves(self.cfg[root], root)]
+        unknown = [(k, v) for k, v in leaves if k.split(".")[0] in VERL_ROOTS and k.split(".")[0] != "hydra"
+                   and not is_verl_key(k) and not self._explicit(k)]
+        unknown += self._misspelt_roots(roots) + self._misspelt_verl_names(leaves)
+        self.taken = {k: (v, rule) for k, v in leaves if (rule := self.rule(k)) is not None}
+        if "trainer.total_training_steps" not in self.taken:  # then it is the trainer's own key, as it is
+            self.taken.pop("trainer.total_epochs", None)
+        for key, value in unknown:
+            self.taken.pop(key, None)
+            _pop(self.cfg, key)
+            self.report.add_unknown(key, value)
+        verl_config = entry is not None or any(k.split(".")[0] in VERL_ROOTS for k in self.taken)
+        for key in self.taken:
+            _pop(self.cfg, key)
+        from .verl_async import fully_async
+        from .verl_async import map_async
+
+        why = fully_async(entry, self.taken)
+        if why:  # verl's fully-async trainer sizes a step by its mini-batches
+            for key in ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"):
+                if key in self.taken:
+                    self.taken[key] = (self.taken[key][0], ("async",))
+        async_keys = {k: v for k, (v, action) in self.taken.items() if action[0] == "async"}
+        for key, (value, action) in self.taken.items():
+            if action[0] == "async":
+                continue
+            if isinstance(value, str) and value.startswith("${") and value.endswith("}") \
+                    and not value.startswith(("${oc.env:", "${oc.decode:")):
+                self.dropped(key, f"an interpolation of another key of verl's config ({value}); write the value "
+                                  "itself if it matters here", value)
+            elif action[0] == "move":
+                self.moved(key, action[1], value)
+            elif action[0] == "drop":
+                self.dropped(key, action[1], value)
+            else:
+                self.special(action[0], key, value)
+        map_async(self, why, async_keys)
+        if verl_config:
+            # verl's fully-async trainer sizes a step by its mini-batches (said by map_async)
+            self.defaults(skip=("actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size") if why else ())
+        for new, (value, _) in self.sets.items():
+            self.put(new, value)
+
+    def hydra_defaults(self, value: Any) -> dict[str, Any] | None:
+        """A YAML config's Hydra ``defaults:`` list: verl's own base configs are what the report's defaults
+        describe; any other file it would be built on is not read here, so the config is refused."""
+        from ._shell_pick import VERL_CONFIGS
+
+        items = value if isinstance(value, list) else [value]
+        names = [str(next(iter(i.values())) if isinstance(i, Mapping) and i else i) for i in items]
+        other = [n for n in names if n not in (*VERL_CONFIGS, "_self_")]
+        if other:
+            raise UsageError(f"defaults={value!r}: the config is built on {', '.join(other)}, which is not read "
+                             "here\nwrite those settings into this file, or keep only verl's own base config "
+                             f"({', '.join(VERL_CONFIGS)})")
+        self.dropped("defaults", "verl's own base config: its defaults that differ from the trainer's are in the "
+                                 "notes", value)
+        fully = next((n for n in names if n.startswith("fully_async")), None)
+        return {"module": f"defaults: {fully}", "mode": "fully_async", "line": "-"} if fully else None
+
+    def _misspelt_verl_names(self, leaves: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Keys under ``data.``/``trainer.`` one letter or so from a verl-only name (``trainer.total_training_step``):
+        the trainer's schema would not know what was meant. A name close to one the trainer shares with verl
+        (``data.train_file``) is left to the schema, whose did-you-mean names it."""
+        from ._verl_keys import suggest
+
+        out = []
+        for key, value in leaves:
+            if key.split(".")[0] in ("data", "trainer") and self.rule(key) is None and not is_verl_key(key):
+                meant = suggest(key, cutoff=0.85)
+                if meant and self.rule(meant) is not None and meant not in ("trainer.total_epochs",):
+                    out.append((key, value))
+        return out
+
+    def _misspelt_roots(self, roots: tuple[str, ...]) -> list[tuple[str, Any]]:
+        """The leaves of a top-level key that is a misspelling of one of verl's sections (``actor_rollout_reff``);
+        a misspelt section of the trainer's (``trainr``) is left for the section check."""
+        from ._verl_keys import suggest
+        from .loader import SECTIONS
+
+        out: list[tuple[str, Any]] = []
+        for key in [k for k in self.cfg if isinstance(k, str) and k not in roots and k not in SECTIONS]:
+            meant = suggest(key)
+            if meant and meant not in SECTIONS and isinstance(self.cfg[key], Mapping):
+                out.extend(dotted_leaves(self.cfg[key], key))
+        return out
+
+    def _explicit(self, key: str) -> bool:
+        """Whether the table names ``key`` itself (a key of an earlier verl version), not by a wildcard."""
+        from .verl_trainer import _TABLE
+
+        return any(pattern == key for pattern, _ in _TABLE)
+
+    def special(self, kind: str, key: str, value: Any) -> None:
+        if kind == "engine":
+            engine = _ENGINES.get(str(value).lower())
+            if engine:
+                self.moved(key, "rollout.engine", engine)
+            else:
+                self.dropped(key, f"the trainer generates with transformers or vllm (rollout.engine), not {value}",
+                             value)
+        elif kind == "val_temperature":
+            sample = self.given("actor_rollout_ref.rollout.val_kwargs.do_sample")
+            if key.endswith("do_sample"):
+                if sample is not None and not truthy(sample):
+                    self.moved(key, "rollout.val_temperature", 0.0)  # greedy
+                else:
+                    self.dropped(key, "sampling is on whenever rollout.val_temperature > 0", value)
+            elif sample is not None and not truthy(sample):
+                self.dropped(key, "do_sample=false: evaluation is greedy", value)
+            else:
+                self.moved(key, "rollout.val_temperature", value)
+        elif kind == "kl":
+            self._kl(key, value)
+        elif kind == "adv":
+            if str(value).lower() == "grpo":
+                self.dropped(key, "the trainer is GRPO (group-normalised advantages), as asked", value)
+            else:
+                self.dropped(key, f"the trainer computes GRPO advantages only; {value} is not implemented", value)
+                self.report.notes.append(f"{key}={value!r}: this run uses GRPO advantages instead")
+        elif kind == "epochs":  # only with total_training_steps (else left in place)
+            self.dropped(key, "trainer.total_training_steps is set and wins, as in verl", value)
+        elif kind == "warmup":
+            self._warmup(key, value)
+        elif kind == "save":
+            every = int(value) if str(value).lstrip("-").isdigit() else value
+            if isinstance(every, int) and every <= 0:
+                self.moved(key, "trainer.checkpoint_every", 0)
+                self.report.notes.append(f"{key}={value}: the trainer still saves one checkpoint at the end")
+            else:
+                self.moved(key, "trainer.checkpoint_every", every)
+        elif kind == "keep":
+            n = _int(value)
+            if n is not None and n > 0:
+                self.moved(key, "trainer.checkpoint_keep", n)
+            else:
+                self.dropped(key, "verl keeps every checkpoint when it is unset or not positive; the trainer keeps "
+                                  "the newest trainer.checkpoint_keep (3 unless set) and deletes older ones", value)
+        elif kind == "lora":
+            rank = _int(value)
+            if rank == 0:
+                self.dropped(key, "0 is no LoRA: every weight is trained, as the trainer always does", value)
+            else:
+                self.dropped(key, "no LoRA: the trainer trains every weight of the model (full fine-tuning), not "
+                                  "low-rank adapters", value)
+                self.report.notes.append(f"{key}={value!r}: this run trains every weight, not LoRA adapters (more "
+                                         "memory; lower trainer.lr than for LoRA)")
+        elif kind == "loss_mode":
+            if str(value).lower() == "vanilla":
+                self.dropped(key, "vanilla is the trainer's loss: PPO-clip (with dual-clip, trainer.clip_ratio_c)",
+                             value)
+            else:
+                self.dropped(key, f"the trainer's loss is PPO-clip (verl's vanilla); {value} is not implemented",
+                             value)
+                self.report.notes.append(f"{key}={value!r}: this run uses the PPO-clip loss instead")
+        elif kind == "mini":
+            self._mini(key, value)
+        else:  # pragma: no cover - every kind of the table is handled above
+            raise AssertionError(kind)
+
+    def _kl(self, key: str, value: Any) -> None:
+        use_loss = self.given("actor_rollout_ref.actor.use_kl_loss")
+        in_reward = self.given("algorithm.use_kl_in_reward")
+        if key.endswith("use_kl_loss") or key.endswith("use_kl_in_reward"):
+            self.dropped(key, "the KL term is on when trainer.kl_coef > 0 (a loss term, never in the reward)", value)
+        elif key.endswith("kl_loss_coef"):
+            if use_loss is not None and truthy(use_loss):
+                self.moved(key, "trainer.kl_coef", value)
+            else:
+                self.dropped(key, "use_kl_loss is not true", value)
+        else:  # algorithm.kl_ctrl.kl_coef: verl uses it only as a KL penalty in the reward
+            if in_reward is not None and truthy(in_reward) and not (use_loss is not None and truthy(use_loss)):
+                self.moved(key, "trainer.kl_coef", value)
+                self.report.notes.append(f"{key}: the trainer applies the KL term in the loss, not in the reward")
+            else:
+                self.dropped(key, "verl applies it only with algorithm.use_kl_in_reward=true, which is not set"
+                             + ("; the KL loss coefficient is used" if use_loss is not None and truthy(use_loss)
+                                else ""), value)
+
+    def _warmup(self, key: str, value: Any) -> None:
+        """verl: lr_warmup_steps < 0 (its default) means lr_warmup_steps_ratio x the run's steps."""
+        steps = _int(self.given("actor_rollout_ref.actor.optim.lr_warmup_steps"))
+        if key.endswith("lr_warmup_steps"):
+            if steps is not None and steps >= 0:
+                self.moved(key, "trainer.lr_warmup_steps", steps)
+            else:
+                self.dropped(key, "negative: verl then takes lr_warmup_steps_ratio of the run's steps", value)
+            return
+        if steps is not None and steps >= 0:
+            self.dropped(key, "lr_warmup_steps is set, and wins, as in verl", value)
+            return
+        total = _int(self.given("trainer.total_training_steps"))
+        try:
+            ratio = float(value)
+        except (TypeError, ValueError):
+            ratio = -1.0
+        if total is not None and total > 0 and 0 <= ratio <= 1:
+            self.moved(key, "trainer.lr_warmup_steps", int(ratio * total))
+            self.report.notes.append(f"{key}={value}: {int(ratio * total)} warm-up steps of "
+                                     f"trainer.total_training_steps={total}, as verl computes them")
+        elif ratio == 0:
+            self.dropped(key, "0: no warm-up, as here unless trainer.lr_warmup_steps is set", value)
+        else:
+            self.dropped(key, "verl takes this fraction of the run's steps, which are not known here without "
+                              "trainer.total_training_steps; give trainer.lr_warmup_steps", value)
+
+    def _mini(self, key: str, value: Any) -> None:
+        mini = _int(value)
+        batch = _int(self.given("data.train_batch_size"))
+        if mini is not None and batch is not None and mini > 0 and batch > 0:
+            verl_steps = max(1, math.ceil(batch / mini))
+            how = (f"verl makes {verl_steps} optimizer step(s) per batch and PPO epoch here (train_batch_size "
+                   f"{batch} / ppo_mini_batch_size {mini}); the trainer makes 1")
+        else:
+            how = ("verl makes train_batch_size / ppo_mini_batch_size optimizer steps per batch and PPO epoch; the "
+                   "trainer makes 1 (the whole batch is the mini-batch)")
+        self.dropped(key, how, value)
+        if mini is not None and batch is not None and 0 < mini < batch:
+            self.report.notes.append(f"{key}={value}: {how}; raise trainer.ppo_epochs for more updates per batch")
+
+    def defaults(self, skip: tuple[str, ...] = ()) -> None:
+        """verl's defaults that differ from the trainer's, for a config written for verl."""
+        for verl_key, verl_value, key, here, carried in VERL_DEFAULTS:
+            if verl_key in skip or verl_key in self.taken or (key and (key in self.sets or _given(self.cfg, key))):
+                continue
+            if verl_value == here:
+                continue
+            if carried:
+                self.sets[key] = (verl_value, verl_key)
+                self.report.notes.append(f"verl's default {verl_key}={verl_value!r} is carried over: {key}="
+                                         f"{verl_value!r} (this trainer's own default is {here!r})")
+            else:
+                self.report.notes.append(f"verl's default {verl_key}={verl_value!r}, here "
+                                         + (f"{key}={here!r}" if key else here) + " (the config does not set it)")
+
+    def put(self, new: str, value: Any) -> None:
+        section, name = new.split(".", 1)
+        node = self.cfg.get(section)
+        if node is None:
+            node = self.cfg[section] = {}
+        if not isinstance(node, dict):
+            raise UsageError(f"{section}={node!r} is not a mapping; verl keys move into it")
+        if name in node and node[name] != value:
+            raise UsageError(f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
+                             f"values\nkeep one of them ({new} is the trainer's key)")
+        node[name] = value
