@@ -75,10 +75,9 @@ def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
     cfg = dict(cfg)
     reward = dict(cfg.get("reward") or {})
     for legacy, new in (("custom_reward_function", "custom_reward_function"), ("sandbox_fusion", "sandbox_fusion")):
-        block = cfg.get(legacy)
+        block = cfg.pop(legacy, None)  # gone after verl's migration, set or not
         if isinstance(block, Mapping) and any(v is not None for v in block.values()):
             reward[new] = dict(block)
-            cfg.pop(legacy)
     rm = cfg.get("reward_model")
     if isinstance(rm, Mapping):
         manager = dict(reward.get("reward_manager") or {})
