@@ -33,7 +33,7 @@ def response_lengths(data: Any) -> list[int]:
     """Each row's response length, from ``attention_mask`` over the ``responses`` columns."""
     import torch
 
-    batch = getattr(data, "batch", None)
+    batch: Any = getattr(data, "batch", None)
     keys = set(batch.keys()) if batch is not None else set()
     for field in ("responses", "attention_mask"):
         if field not in keys:

@@ -289,9 +289,11 @@ def register() -> bool:
         async def _flush(self) -> None:
             pending, self._pending = self._pending, []
             try:
-                samples = self.scorer.samples_of([d for d, _ in pending], self.tokenizer)
+                parts = [d for d, _ in pending]
                 loop = asyncio.get_running_loop()
-                scores, infos = await loop.run_in_executor(None, self.scorer.score, samples)
+                # the decode too runs off the event loop (as naive's does), which meanwhile gathers the next group
+                scores, infos = await loop.run_in_executor(
+                    None, lambda: self.scorer.score(self.scorer.samples_of(parts, self.tokenizer)))
             except BaseException as exc:  # noqa: BLE001 - every waiting call gets the failure
                 for _, fut in pending:
                     if not fut.done():

@@ -49,4 +49,4 @@ def in_lasting_thread(fn: Callable[[], T]) -> T:
     ready.wait()
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
