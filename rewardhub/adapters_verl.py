@@ -161,6 +161,14 @@ class VerlBatchScorer:
         from ._verl_batch import VerlBatchError
         from ._verl_batch import decode_samples
 
+        by_source = VERL_DEFAULT_TERM["alias"] in self.names  # verl's scorer picks its function by data source
+        for data in parts:
+            nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
+            if by_source and len(data) and self.reward_fn_key not in nt:
+                raise VerlBatchError(
+                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default scorer "
+                    f"picks its function\nfields there: {sorted(nt) or 'none'}; or name a "
+                    "reward.custom_reward_function")
         if self.needing:
             for data in parts:
                 nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}

@@ -89,7 +89,22 @@ def mask(fn):
     return change
 
 
+def no_data_source():  # verl's default scorer picks its function by data_source
+    d = batch(ROWS4)
+    del d.non_tensor_batch["data_source"]
+    return loop(config(), d)[0]
+
+
+def data_source_unknown():
+    d = batch(ROWS4)
+    d.non_tensor_batch["data_source"][:] = "my/unknown"
+    return [(r["reward_score"], r["reward_extra_info"]["rewardhub_failed"], r["reward_extra_info"]["rewardhub_error"])
+            for r in loop(config(), d)[0]]
+
+
 case("no_reward_model", no_reward_model)
+case("no_data_source", no_data_source)
+case("data_source_unknown", data_source_unknown)
 case("gt_none", gt_none)
 case("plain", variant(lambda d: None))
 case("no_prompts", variant(drop("prompts")))
@@ -166,6 +181,15 @@ def test_no_ground_truth_is_an_error_or_a_flag_never_a_silent_zero(cases):
     assert [s for s, _ in gt] == [1.0, 0.0, 0.0, 0.0]
     assert [i["rewardhub_failed"] for _, i in gt] == [0.0, 1.0, 1.0, 0.0]
     assert "no ground truth" in gt[1][1]["rewardhub_error"] and "no ground truth" in gt[2][1]["rewardhub_error"]
+
+
+@pytest.mark.timeout(300)
+def test_verls_default_scorer_without_a_known_data_source(cases):
+    err = cases["no_data_source"]["error"]  # the field is missing: one error naming it
+    assert err.startswith("VerlBatchError: ") and "non_tensor_batch['data_source']" in err
+    rows = cases["data_source_unknown"]  # verl has no function for it: every row flagged with verl's error
+    assert [(s, f) for s, f, _ in rows] == [(0.0, 1.0)] * 4
+    assert all("NotImplementedError" in e and "my/unknown" in e for _, _, e in rows)
 
 
 @pytest.mark.timeout(300)
