@@ -162,7 +162,13 @@ class _Migration:
     def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: _Leaf) -> None:
         if rel in table and table[rel][0] != leaf.value:
             other_value, other = table[rel]
-            raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
+            if leaf.value is None or other_value is None:  # an unset key (verl's default null) leaves the set one
+                unset, kept = (leaf.key, other) if leaf.value is None else (other, leaf.key)
+                self.dropped(unset, f"unset (null); {kept} is set", None)
+                if leaf.value is None:
+                    return
+            else:
+                raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
         table[rel] = (leaf.value, leaf.key)
 
     # ---- decisions that need every key ----------------------------------------------------------
