@@ -110,3 +110,33 @@ def test_workers_outlive_the_thread_that_started_them():
         _check(r.score(rows), expected)
         assert r._pool is not None and r._pool.crashes == 0
         assert set(pids) <= set(r.worker_pids())
+
+
+@pytest.mark.timeout(300)
+def test_a_callers_failing_progress_callback_fails_that_caller_only(math_runner):
+    """Callbacks of one caller may run in another caller's thread (whichever drives the pool):
+    what they raise reaches their own caller, and the others' batches finish."""
+    got: dict[str, object] = {}
+    start = threading.Barrier(4)
+
+    def bad_progress(done, total):
+        raise ValueError("progress callback failed")
+
+    def caller(name, progress):
+        start.wait()
+        rows, expected = math_rows(hash(name) % 1000 * 100)
+        try:
+            res = math_runner.score(rows, progress=progress)
+            got[name] = res.scores == expected
+        except ValueError as exc:
+            got[name] = str(exc)
+
+    threads = [threading.Thread(target=caller, args=(n, p)) for n, p in
+               (("a", None), ("bad", bad_progress), ("b", None), ("c", None))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {"a": True, "b": True, "c": True, "bad": "progress callback failed"}
+    rows, expected = math_rows(3)
+    _check(math_runner.score(rows), expected)
