@@ -1,97 +1,144 @@
-"""verl 0.9.1's reward loop: its own ``naive`` manager vs ``rewardhub`` (reward.reward_manager.name=rewardhub).
+"""verl 0.9.1's own RewardLoopWorker with its ``naive`` manager vs ``rewardhub``, on the same math samples.
 
     PYTHONPATH=.venv/verl-compat python bench/bench_verl_manager.py --samples 3000
 
-Both managers get the same DataProto batch and are driven the way verl's RewardLoopWorker drives
-them (every row's ``run_single`` at once on one event loop); verl's default scorer by data source
-(gsm8k and MATH rows, half right). Prints samples per second of each and the ratio; the scores
-must be equal. Best of three runs each, alternating; the host may be shared: compare the ratio, not
-the rates.
+The worker is verl's own (``verl.experimental.reward_loop.RewardLoopWorker``, built in this process
+from a config composed of verl's YAML defaults, as tests/verl_loop_driver.py composes it; a Ray
+actor runs the same code), the manager chosen by the legacy key ``reward_model.reward_manager`` and
+verl's ``migrate_legacy_reward_impl``. The rewards are verl's default scorer by data source (gsm8k
+and MATH rows, half right), so the scores must be equal. Two ways verl calls the worker:
+
+- ``batch``: ``compute_score_batch`` over all samples (what ``RewardLoopManager.compute_rm_score``
+  runs on each worker): every ``run_single`` at once, so rewardhub scores them as one group;
+- ``agent``: the fully-async agent loop's way: trajectories finish one at a time, each sent by its
+  own coroutine (``--agents`` of them, each "generating" for 0-4 ms between trajectories) to
+  ``compute_score``; rewardhub groups the calls that arrive together. Prints the mean group size
+  and the mean reward latency per trajectory.
+
+Best of ``--repeat`` runs each, alternating; the host may be shared: compare the ratios, not the rates.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import random
 import sys
+import tempfile
 import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rows(n: int) -> list[dict[str, Any]]:
+    kinds = [("openai/gsm8k", "so it is #### {a}"), ("openai/gsm8k", "so it is #### {b}"),
+             ("lighteval/MATH", "the answer is \\boxed{{{a}}}"), ("lighteval/MATH", "\\boxed{{{b}}}")]
+    rows = []
+    for i in range(n):
+        src, resp = kinds[i % 4]
+        rows.append({"prompt": f"q{i}", "response": resp.format(a=i, b=i + 1), "ground_truth": str(i),
+                     "data_source": src, "index": i})
+    return rows
+
+
+async def _agents(worker: Any, datas: list[Any], agents: int, seed: int) -> tuple[list[float], list[float]]:
+    rng = random.Random(seed)
+    todo = iter(range(len(datas)))
+    scores: list[float] = [0.0] * len(datas)
+    latency: list[float] = []
+
+    async def agent() -> None:
+        for i in todo:
+            await asyncio.sleep(rng.uniform(0, 0.004))  # the trajectory's generation finishing
+            start = time.perf_counter()
+            out = await worker.compute_score(datas[i])
+            latency.append(time.perf_counter() - start)
+            scores[i] = out["reward_score"]
+
+    await asyncio.gather(*(agent() for _ in range(agents)))
+    return scores, latency
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3000)
+    parser.add_argument("--agents", type=int, default=64, help="trajectories in flight at once (agent mode)")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
     try:
         import verl  # noqa: F401
     except ImportError:  # `make bench`: verl lives in .venv/verl-compat, out of the main environment's way
-        import os
         import subprocess
 
-        compat = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat")
+        compat = os.path.join(ROOT, ".venv", "verl-compat")
         if not os.path.isdir(os.path.join(compat, "verl")) or os.environ.get("_RH_BENCH_REEXEC"):
             print("verl is not installed (make install puts it in .venv/verl-compat): skipped")
             return 0
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([compat, os.environ.get("PYTHONPATH", "")]),
                    _RH_BENCH_REEXEC="1")
         return subprocess.call([sys.executable, os.path.abspath(__file__), *(argv or sys.argv[1:])], env=env)
-    import numpy as np
-    import torch
-    from omegaconf import OmegaConf
-    from verl import DataProto
-    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
-    from verl.trainer.ppo.reward import load_reward_manager
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from transformers import AutoTokenizer
+    from verl.experimental.reward_loop import RewardLoopWorker
+    from verl_loop_driver import compose
+    from verl_loop_driver import padded_batch
+    from verl_loop_driver import tokenizer_dir
+    from verl_loop_driver import trajectory
 
-    class CharTokenizer:
-        def decode(self, ids, skip_special_tokens=True):
-            return "".join(chr(int(i)) for i in ids if int(i) != 0)
+    folder = tempfile.mkdtemp(prefix="bench_verl_")
+    tok_path = tokenizer_dir(folder)
+    tok = AutoTokenizer.from_pretrained(tok_path)
+    rows = _rows(args.samples)
+    datas = [trajectory(tok, r) for r in rows]
+    whole = padded_batch(datas)
+    base = [f"actor_rollout_ref.model.path={tok_path}"]
+    workers = {"naive": RewardLoopWorker(compose(base, True)),
+               "rewardhub": RewardLoopWorker(compose(base + ["reward_model.reward_manager=rewardhub"], True))}
+    assert type(workers["rewardhub"].reward_manager).__name__ == "RewardhubLoopManager"
 
-        def batch_decode(self, seqs, skip_special_tokens=True):
-            return [self.decode(s) for s in seqs]
-
-    kinds = [("openai/gsm8k", "so it is #### {a}", "{a}"), ("openai/gsm8k", "so it is #### {b}", "{a}"),
-             ("lighteval/MATH", "the answer is \\boxed{{{a}}}", "{a}"), ("lighteval/MATH", "\\boxed{{{b}}}", "{a}")]
-    rows = []
-    for i in range(args.samples):
-        src, resp, gt = kinds[i % 4]
-        rows.append((src, resp.format(a=i, b=i + 1), gt.format(a=i)))
-    P, R = 4, 40
-    responses = [[ord(c) for c in r][:R] for _, r, _ in rows]
-    data = DataProto.from_dict(
-        tensors={"prompts": torch.ones(len(rows), P, dtype=torch.long) * ord("q"),
-                 "responses": torch.tensor([r + [0] * (R - len(r)) for r in responses]),
-                 "attention_mask": torch.tensor([[1] * (P + len(r)) + [0] * (R - len(r)) for r in responses])},
-        non_tensors={"data_source": np.array([s for s, _, _ in rows], dtype=object),
-                     "reward_model": np.array([{"ground_truth": g} for _, _, g in rows], dtype=object),
-                     "extra_info": np.array([{"index": i} for i in range(len(rows))], dtype=object)})
-    cfg = OmegaConf.create({"reward": {"custom_reward_function": {"path": None, "name": "compute_score"},
-                                       "reward_manager": {"source": "register", "name": "rewardhub"},
-                                       "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
-    tok = CharTokenizer()
-
-    items = [data[i:i + 1] for i in range(len(data))]  # as RewardLoopWorker slices its chunk (not timed)
-
-    def drive(manager):
-        async def go():
-            return await asyncio.gather(*(manager.run_single(item) for item in items))
+    def batch_mode(w: Any) -> tuple[list[float], float]:
         start = time.perf_counter()
-        out = manager.loop.run_until_complete(go())
+        out = w.loop.run_until_complete(w.compute_score_batch(whole))
         return [r["reward_score"] for r in out], time.perf_counter() - start
 
-    ours_mgr = load_reward_manager(cfg, tok, reward_router_address=None, reward_model_tokenizer=None)
-    drive(ours_mgr)  # warm-up: imports, first calls
-    theirs_mgr = NaiveRewardManager(cfg, tok, None)
-    drive(theirs_mgr)
-    t_ours = t_theirs = float("inf")
-    for _ in range(3):  # alternating, best of three: the host may be shared
-        ours, t = drive(ours_mgr)
-        t_ours = min(t_ours, t)
-        theirs, t = drive(theirs_mgr)
-        t_theirs = min(t_theirs, t)
-    assert ours == theirs, "the scores differ"
+    def agent_mode(w: Any) -> tuple[list[float], float, float]:
+        start = time.perf_counter()
+        scores, latency = w.loop.run_until_complete(_agents(w, datas, args.agents, seed=1))
+        return scores, time.perf_counter() - start, sum(latency) / len(latency)
+
+    for w in workers.values():  # warm-up: imports, first calls, the Runner's pool
+        batch_mode(w)
+    best: dict[str, dict[str, float]] = {k: {"batch": float("inf"), "agent": float("inf"), "lat": float("inf")}
+                                         for k in workers}
+    scores: dict[str, list[float]] = {}
+    for _ in range(args.repeat):
+        for name, w in workers.items():
+            s, t = batch_mode(w)
+            scores.setdefault(name, s)
+            assert s == scores[name]
+            best[name]["batch"] = min(best[name]["batch"], t)
+    mgr = workers["rewardhub"].reward_manager
+    groups0, samples0 = mgr.batches, mgr.batched_samples
+    for _ in range(args.repeat):
+        for name, w in workers.items():
+            s, t, lat = agent_mode(w)
+            assert s == scores[name], "agent mode scores differ from batch mode"
+            best[name]["agent"] = min(best[name]["agent"], t)
+            best[name]["lat"] = min(best[name]["lat"], lat)
+    group = (mgr.batched_samples - samples0) / max(1, mgr.batches - groups0)
+    assert scores["naive"] == scores["rewardhub"], "the scores differ"
     n = len(rows)
-    print(f"verl naive (reward loop): {n / t_theirs:,.0f} samples/s ({t_theirs:.2f}s)")
-    print(f"rewardhub manager:        {n / t_ours:,.0f} samples/s ({t_ours:.2f}s)")
-    print(f"ratio rewardhub/verl: {t_theirs / t_ours:.2f}x, scores equal, mean {sum(ours) / n:.3f}")
+    nv, rh = best["naive"], best["rewardhub"]
+    print(f"{n} samples, verl's RewardLoopWorker, verl's default scorer (gsm8k + MATH), mean score "
+          f"{sum(scores['naive']) / n:.3f} (equal for both)")
+    print(f"batch (compute_score_batch):  naive {n / nv['batch']:,.0f}/s ({nv['batch']:.2f}s)   "
+          f"rewardhub {n / rh['batch']:,.0f}/s ({rh['batch']:.2f}s)   ratio rewardhub/naive "
+          f"{nv['batch'] / rh['batch']:.2f}x")
+    print(f"agent loop ({args.agents} in flight, one at a time): naive {nv['agent']:.2f}s, "
+          f"{nv['lat'] * 1e3:.2f} ms/trajectory   rewardhub {rh['agent']:.2f}s, {rh['lat'] * 1e3:.2f} ms/trajectory"
+          f"   ratio {nv['agent'] / rh['agent']:.2f}x; rewardhub's mean group: {group:.1f} samples")
     return 0
 
 

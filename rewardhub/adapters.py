@@ -1,7 +1,9 @@
 """Export registered rewards to other frameworks: a TRL ``reward_funcs`` callable, a verl ``compute_score``.
 
 Both run through the execution engine, so the reward's policy (timeouts, process isolation,
-``on_failure``) holds inside TRL or verl too.
+``on_failure``) holds inside TRL or verl too. A failed call is never passed off as a score: TRL gets
+None for it ("not scored", unless the term's own ``on_failure`` says otherwise) and a count in its
+metrics; verl gets a flag and the error text next to the score.
 """
 
 from __future__ import annotations
@@ -33,13 +35,19 @@ class _LazyRunner:
         self.registry = registry
         self._runner: Any = None
         self._lock = threading.Lock()
+        #: whether the reward takes a ground truth (known once the runner is built)
+        self.needs_ground_truth = False
+        #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
+        self.extra_keys: dict[str, None] = {}
 
     def get(self) -> Any:
         with self._lock:
             if self._runner is None:
+                from .datasets import terms_needing
                 from .distributed import runner_from_config
 
                 self._runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
+                self.needs_ground_truth = bool(terms_needing(self._runner))
                 atexit.register(self._runner.close)
             return self._runner
 
@@ -55,7 +63,11 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
     """A TRL ``reward_funcs`` callable for a registered reward (or a config term mapping).
 
     TRL calls it as ``f(prompts=..., completions=..., completion_ids=..., **dataset_columns)``;
-    it returns one float per completion (``None`` where the reward does not apply).
+    it returns one float per completion, or ``None`` (TRL's "not scored") where the reward does not
+    apply, where its call failed (raised, timed out) and where the row has no ground truth that the
+    reward needs. A term that names ``on_failure`` itself gets that instead (``zero``: 0.0, ``nan``,
+    ``raise``: the error stops TRL's step). The failures of each call are logged through TRL's
+    ``log_metric`` as ``<name>/failed`` (a count).
 
     Example::
 
@@ -65,17 +77,28 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
         trainer = GRPOTrainer(model=..., reward_funcs=[to_trl("math_verify")], train_dataset=ds)
 
     :param ground_truth_key: the dataset column with the gold answer (default: the first of
-        ``ground_truth``, ``solution``, ``answer``, ``reward_model`` present).
+        ``ground_truth``, ``solution``, ``answer``, ``reward_model`` present). A reward that takes a
+        ground truth with no such column in the batch is an error naming the columns there are.
     :param term: execution-policy overrides (``timeout_s``, ``executor``, ``kwargs``, ...).
     """
+    from .errors import UsageError
+
     t = _term(reward, term)
+    t.setdefault("on_failure", "drop")  # None: TRL's own word for "not scored"
     lazy = _LazyRunner(t, registry)
     skip = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
+    name = str(t.get("alias") or t.get("name") or t.get("function") or "reward")
 
     def reward_func(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        runner = lazy.get()
         n = len(completions)
         key = ground_truth_key or next((k for k in _GT_KEYS if k in kwargs), None)
         columns = {k: v for k, v in kwargs.items() if k not in skip and isinstance(v, (list, tuple)) and len(v) == n}
+        if lazy.needs_ground_truth and n and key not in columns:
+            wanted = repr(ground_truth_key) if ground_truth_key else " or ".join(map(repr, _GT_KEYS))
+            raise UsageError(f"to_trl({name!r}): the reward needs a ground truth, but TRL passed no column {wanted}"
+                             f"\ncolumns there: {', '.join(sorted(columns)) or 'none'}; name the right one with "
+                             "to_trl(..., ground_truth_key=...)")
         samples = []
         for i in range(n):
             gt = columns[key][i] if key in columns else None
@@ -88,11 +111,22 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
                 "data_source": columns["data_source"][i] if "data_source" in columns else None,
                 "extra_info": {k: v[i] for k, v in columns.items() if k not in (key, "data_source")},
             })
-        return lazy.get().score(samples).scores
+        missing = {i for i, s in enumerate(samples) if lazy.needs_ground_truth and s["ground_truth"] is None}
+        ok = [i for i in range(n) if i not in missing]
+        out: list[float | None] = [None] * n
+        failed = len(missing)
+        if ok:
+            res = runner.score([samples[i] for i in ok])
+            for i, score, errors in zip(ok, res.scores, res.errors):
+                out[i] = score
+                failed += bool(errors)
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"{name}/failed", float(failed))
+        return out
 
-    name = t.get("alias") or t.get("name") or t.get("function") or "reward"
-    reward_func.__name__ = str(name)  # TRL logs rewards under the function's name
-    reward_func.__qualname__ = str(name)
+    reward_func.__name__ = name  # TRL logs rewards under the function's name
+    reward_func.__qualname__ = name
     reward_func.__doc__ = f"rewardhub reward {name!r} for TRL."
     return reward_func
 
@@ -100,23 +134,31 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
 def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: Any) -> Any:
     """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)``.
 
-    Returns a float, or a dict with ``score`` plus the reward's extra metrics when it has any (verl
-    accepts both). Point verl's ``custom_reward_function`` at a module holding
+    Returns a dict (verl's naive manager puts its keys in ``reward_extra_info``, and stacks the
+    same keys for every sample): ``score`` (a failed call's is what ``on_failure`` gives: 0.0 by
+    default), ``acc`` (the score, as naive gives it for a plain float; None where the call
+    failed), the reward's extra metrics, ``rewardhub_failed`` (1.0 or 0.0) and ``rewardhub_error``
+    (the error text, or ""). Point verl's ``custom_reward_function`` at a module holding
     ``compute_score = to_verl("math_verify")``.
     """
     t = _term(reward, term)
     lazy = _LazyRunner(t, registry)
 
     def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
-                      **kwargs: Any) -> Any:
+                      **kwargs: Any) -> dict[str, Any]:
         sample = {"prompt": (extra_info or {}).get("prompt") if isinstance(extra_info, Mapping) else None,
                   "response": solution_str, "ground_truth": ground_truth, "data_source": data_source,
                   "extra_info": extra_info}
         res = lazy.get().score([sample])
-        score = res.scores[0]
-        extra = next(iter(res.extra[0].values()), None)
-        score = 0.0 if score is None else float(score)
-        return {"score": score, **extra} if extra else score
+        errors = res.errors[0]
+        score = 0.0 if res.scores[0] is None else float(res.scores[0])
+        extra = dict(next(iter(res.extra[0].values()), None) or {})
+        lazy.extra_keys.update(dict.fromkeys(extra))
+        out: dict[str, Any] = {"score": score, "acc": None if errors else score}
+        out.update({k: extra.get(k) for k in lazy.extra_keys})
+        out["rewardhub_failed"] = 1.0 if errors else 0.0
+        out["rewardhub_error"] = "; ".join(errors.values())
+        return out
 
     compute_score.__name__ = "compute_score"
     return compute_score

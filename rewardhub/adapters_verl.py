@@ -2,16 +2,18 @@
 
 A verl launch script selects them with one key::
 
-    reward.reward_manager.name=rewardhub
+    reward.reward_manager.name=rewardhub        # or the legacy reward_model.reward_manager=rewardhub
 
 verl imports this module itself: rewardhub declares it under verl's ``verl.plugins`` entry-point
 group, which ``import verl`` loads in every verl process (driver and Ray workers alike), and the
 module registers the name ``rewardhub`` in both of verl 0.9's manager registries:
 
 - the reward loop's (``verl.experimental.reward_loop.reward_manager``, verl 0.9's default):
-  :class:`RewardhubLoopManager`. verl calls ``run_single`` once per sample, all of a worker's
-  samples at once; the manager gathers the calls that arrive together and scores them as one batch
-  (one decode, one ``Runner.score``), then answers each call;
+  :class:`RewardhubLoopManager`. verl calls ``run_single`` once per sample (all of a worker's samples
+  at once from ``compute_score_batch``, or one trajectory at a time from the agent loop); the
+  manager gathers the calls that arrive together and scores them as one batch (one decode, one
+  ``Runner.score``), then answers each call. Groups still scoring when the next arrive run side by
+  side on the same Runner (its process pool takes concurrent callers);
 - the batch managers' (``verl.workers.reward_manager``): :class:`RewardhubBatchManager`, whose
   ``__call__(data, return_dict)`` scores a whole ``DataProto``.
 
@@ -19,11 +21,20 @@ Which rewards: the launch script's own. ``reward.custom_reward_function`` (path,
 reward_kwargs) becomes a rewardhub term through the config migration, and without one, verl's
 default scorer (``verl.utils.reward_score.default_compute_score``, by data source) is the term: the
 scores are verl's. ``reward.reward_manager.module.path`` may name a rewardhub YAML config instead
-(its ``reward:`` section: several terms, weights, executors, timeouts). Either way the Runner's
-policies hold: process isolation and timeouts, ``on_failure``, retries, metrics.
+(its ``reward:`` section: several terms, weights, executors, timeouts); naming both is an error.
+A config that still holds verl's legacy keys (``verl.experimental.reward_loop.migrate_legacy_reward_impl``
+not called) is read as that function would migrate it: a set legacy ``custom_reward_function`` wins
+over verl's defaults under ``reward.``. Either way the Runner's policies hold: process isolation and
+timeouts, ``on_failure``, retries, metrics.
 
-``reward_extra_info`` gets, per sample: ``score`` (the aggregate), each term's value under its
-name, and the terms' extra metrics (under their own keys for one term, ``term/key`` for several).
+``reward_extra_info`` gets, per sample (the same keys on every sample, as verl stacks them):
+``score`` (the reward verl gets), ``acc`` (as verl's ``naive`` manager gives it: the score, or the
+reward's own ``acc``; None for a failed sample), each term's value under its name, the terms' extra
+metrics (under their own keys for one term, ``term/key`` for several), ``rewardhub_failed`` (1.0
+where a reward call failed or the sample had no ground truth that a reward needs, else 0.0: its
+mean is verl's failure-rate metric) and ``rewardhub_error`` (the error text, "" if none). A failed
+sample's ``reward_score`` is what the term's ``on_failure`` says: ``zero`` 0.0, ``nan`` NaN,
+``raise`` an error for the whole call, ``drop`` 0.0 (verl cannot leave a sample out here).
 
 Importing this module without verl installed defines the plain helpers only.
 """
@@ -57,16 +68,49 @@ def _plain(cfg: Any) -> Any:
     return cfg
 
 
+def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A verl config whose legacy reward keys were not migrated (verl's ``migrate_legacy_reward_impl``
+    was not called), with those keys applied by that function's rule: a legacy block with a value
+    set replaces its place under ``reward.`` (verl's defaults there are no choice of the user's)."""
+    cfg = dict(cfg)
+    reward = dict(cfg.get("reward") or {})
+    for legacy, new in (("custom_reward_function", "custom_reward_function"), ("sandbox_fusion", "sandbox_fusion")):
+        block = cfg.pop(legacy, None)  # gone after verl's migration, set or not
+        if isinstance(block, Mapping) and any(v is not None for v in block.values()):
+            reward[new] = dict(block)
+    rm = cfg.get("reward_model")
+    if isinstance(rm, Mapping):
+        manager = dict(reward.get("reward_manager") or {})
+        if rm.get("reward_manager") is not None:
+            manager["name"] = rm["reward_manager"]
+        if rm.get("reward_loop_module_path") is not None:
+            manager["module"] = {**dict(manager.get("module") or {}), "path": rm["reward_loop_module_path"]}
+        if manager:
+            reward["reward_manager"] = manager
+        if rm.get("reward_kwargs") is not None:
+            reward["reward_kwargs"] = rm["reward_kwargs"]
+        cfg.pop("reward_model")
+    if reward:
+        cfg["reward"] = reward
+    return cfg
+
+
 def reward_section(verl_config: Any) -> dict[str, Any]:
     """The rewardhub ``reward:`` section for a verl config: from the rewardhub YAML named by
     ``reward.reward_manager.module.path``, else migrated from verl's own reward keys."""
     from .config import load_config
     from .config.shim import migrate
+    from .errors import UsageError
 
-    cfg = _plain(verl_config) or {}
+    cfg = _legacy_applied(dict(_plain(verl_config) or {}))
     verl_reward = cfg.get("reward") or {}
     module = ((verl_reward.get("reward_manager") or {}).get("module") or {}).get("path")
     if module and str(module).endswith((".yaml", ".yml")):
+        fn = (verl_reward.get("custom_reward_function") or {}).get("path")
+        if fn:
+            raise UsageError(f"reward.custom_reward_function.path={fn!r} and reward.reward_manager.module.path="
+                             f"{module!r} both name the rewards\nkeep one: put the function in the YAML as a term "
+                             f"({{path: {fn}, function: ...}}), or drop the module.path")
         return dict(_plain(load_config(str(module)).reward))
     with warnings.catch_warnings():  # a launch script's legacy keys are expected here
         warnings.simplefilter("ignore")
@@ -83,15 +127,28 @@ def reward_section(verl_config: Any) -> dict[str, Any]:
     return {k: v for k, v in section.items() if k in ("rewards", "aggregation", "sandbox", "plugins")}
 
 
+#: what a sample without a ground truth gets from the rewards that need one (as ``rewardhub score`` says)
+NO_GROUND_TRUTH = "no ground truth in this row (reward_model.ground_truth), which this reward needs"
+
+
 class VerlBatchScorer:
-    """Scores verl batches with a Runner built from a verl config (see the module's text)."""
+    """Scores verl batches with a Runner built from a verl config (see the module's text).
+
+    :ivar scored: samples scored so far. :ivar failed: those of them flagged ``rewardhub_failed``.
+    """
 
     def __init__(self, verl_config: Any, reward_fn_key: str = "data_source") -> None:
+        from .datasets import terms_needing
         from .execution import Runner
 
         self.reward_fn_key = reward_fn_key
         self.runner = Runner.from_config(reward_section(verl_config))
         self.names = [t.name for t in self.runner.terms]
+        self.policies = {t.name: t.policy.on_failure for t in self.runner.terms}
+        self.needing = terms_needing(self.runner)
+        self.scored = 0
+        self.failed = 0
+        self._extra_keys: dict[str, None] = {}  # every extra key seen so far, in order (filled on every row)
         atexit.register(self.runner.close)
 
     # ---- DataProto -> samples ---------------------------------------------------------------
@@ -101,60 +158,92 @@ class VerlBatchScorer:
 
     def samples_of(self, parts: Sequence[Any], tokenizer: Any) -> list[dict[str, Any]]:
         """The samples of several ``DataProto`` (each row once, in order), decoded in one call."""
-        ids: list[list[int]] = []
-        rows: list[tuple[dict[str, Any], int]] = []
+        from ._verl_batch import VerlBatchError
+        from ._verl_batch import decode_samples
+
+        by_source = VERL_DEFAULT_TERM["alias"] in self.names  # verl's scorer picks its function by data source
         for data in parts:
-            prompt_len = data.batch["prompts"].shape[-1]
-            lengths = data.batch["attention_mask"][:, prompt_len:].sum(dim=-1).tolist()
-            responses = data.batch["responses"]
-            ids += [responses[i][:n].tolist() for i, n in enumerate(lengths)]
-            rows += [(data.non_tensor_batch, i) for i in range(len(lengths))]
-        out = []
-        for text, (nt, i) in zip(_decode(tokenizer, ids), rows):
-            rm = nt["reward_model"][i] if "reward_model" in nt else {}
-            info = dict(nt["extra_info"][i]) if "extra_info" in nt and nt["extra_info"][i] is not None else {}
-            info["num_turns"] = nt["__num_turns__"][i] if "__num_turns__" in nt else None
-            info["rollout_reward_scores"] = nt["reward_scores"][i] if "reward_scores" in nt else {}
-            out.append({"prompt": nt["raw_prompt"][i] if "raw_prompt" in nt else None, "response": text,
-                        "ground_truth": rm.get("ground_truth") if isinstance(rm, Mapping) else None,
-                        "data_source": nt[self.reward_fn_key][i] if self.reward_fn_key in nt else None,
-                        "extra_info": info})
-        return out
+            nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
+            if by_source and len(data) and self.reward_fn_key not in nt:
+                raise VerlBatchError(
+                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default scorer "
+                    f"picks its function\nfields there: {sorted(nt) or 'none'}; or name a "
+                    "reward.custom_reward_function")
+        if self.needing:
+            for data in parts:
+                nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
+                if len(data) and "reward_model" not in nt:
+                    raise VerlBatchError(
+                        f"verl batch has no non_tensor_batch['reward_model'] (reward_model.ground_truth), which "
+                        f"{', '.join(map(repr, self.needing))} needs\nfields there: {sorted(nt) or 'none'}; "
+                        "verl's datasets carry it as reward_model: {ground_truth: ...}")
+        return decode_samples(parts, tokenizer, self.reward_fn_key)
 
     # ---- scoring ------------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[dict[str, Any]]]:
         """(reward per sample, ``reward_extra_info`` per sample)."""
-        res = self.runner.score(list(samples))
-        scores = [0.0 if s is None else float(s) for s in res.scores]
-        infos = []
+        from .errors import RewardExecutionError
+
+        samples = list(samples)
+        missing = {i for i, s in enumerate(samples) if self.needing and s.get("ground_truth") is None}
+        if missing:
+            first = self.needing[0]
+            if self.policies[first] == "raise":
+                raise RewardExecutionError(f"reward {first!r} on sample {min(missing)}: {NO_GROUND_TRUTH}\n"
+                                           f"(on_failure: raise for reward {first!r})", reward=first,
+                                           index=min(missing))
+        ok = [i for i in range(len(samples)) if i not in missing]
+        res = self.runner.score([samples[i] for i in ok]) if ok else None
         one = len(self.names) == 1
-        for i, total in enumerate(scores):
-            info: dict[str, Any] = {"score": total}
+        rows: list[tuple[float, dict[str, Any]]] = []
+        where = {i: k for k, i in enumerate(ok)}
+        for i in range(len(samples)):
+            info: dict[str, Any] = {}
+            if i in missing:
+                total: float | None = _failure_value(self.policies[self.needing[0]])
+                errors = {n: NO_GROUND_TRUTH for n in self.needing}
+                values: Mapping[str, Any] = {}
+            else:
+                assert res is not None
+                k = where[i]
+                total, errors, values = res.scores[k], res.errors[k], res.rewards[k]
+                for name in self.names:
+                    for key, v in (res.extra[k].get(name) or {}).items():
+                        info[key if one and key not in ("score", name) else f"{name}/{key}"] = v
+            reward = 0.0 if total is None else float(total)
+            row: dict[str, Any] = {"score": reward, "acc": None if errors else reward}
             for name in self.names:
-                value = res.rewards[i].get(name)
-                info[name] = math.nan if value is None else value
-                for key, v in (res.extra[i].get(name) or {}).items():
-                    info[key if one and key not in ("score", name) else f"{name}/{key}"] = v
-            infos.append(info)
-        return scores, infos
+                value = values.get(name)
+                row[name] = math.nan if value is None else value
+            row.update(info)
+            row["rewardhub_failed"] = 1.0 if errors else 0.0
+            row["rewardhub_error"] = "; ".join(errors.values())
+            self._extra_keys.update(dict.fromkeys(info))
+            rows.append((reward, row))
+        self.scored += len(rows)
+        self.failed += sum(1 for _, r in rows if r["rewardhub_failed"])
+        infos = []
+        for _, row in rows:  # every extra key on every row: verl stacks the keys of its first row
+            for key in self._extra_keys:
+                row.setdefault(key, None)
+            infos.append(row)
+        return [r for r, _ in rows], infos
 
 
-def _decode(tokenizer: Any, ids: list[list[int]]) -> list[str]:
-    batch = getattr(tokenizer, "batch_decode", None)
-    if batch is not None:
-        return list(batch(ids, skip_special_tokens=True))
-    return [tokenizer.decode(x, skip_special_tokens=True) for x in ids]
+def _failure_value(on_failure: str) -> float | None:
+    return math.nan if on_failure == "nan" else 0.0
 
 
 def _reward_tensor(data: Any, scores: list[float]) -> Any:
     """verl's token-level reward: each sample's score on its last valid response token."""
     import torch
 
-    prompt_len = data.batch["prompts"].shape[-1]
-    lengths = data.batch["attention_mask"][:, prompt_len:].sum(dim=-1)
+    from ._verl_batch import response_lengths
+
+    lengths = torch.tensor(response_lengths(data), dtype=torch.long)
     out = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
     rows = torch.arange(out.shape[0], device=out.device)
-    out[rows, (lengths - 1).clamp(min=0)] = out.new_tensor(scores)
+    out[rows, (lengths.to(out.device) - 1).clamp(min=0)] = out.new_tensor(scores)
     return out
 
 
@@ -208,9 +297,11 @@ def register() -> bool:
         async def _flush(self) -> None:
             pending, self._pending = self._pending, []
             try:
-                samples = self.scorer.samples_of([d for d, _ in pending], self.tokenizer)
+                parts = [d for d, _ in pending]
                 loop = asyncio.get_running_loop()
-                scores, infos = await loop.run_in_executor(None, self.scorer.score, samples)
+                # the decode too runs off the event loop (as naive's does), which meanwhile gathers the next group
+                scores, infos = await loop.run_in_executor(
+                    None, lambda: self.scorer.score(self.scorer.samples_of(parts, self.tokenizer)))
             except BaseException as exc:  # noqa: BLE001 - every waiting call gets the failure
                 for _, fut in pending:
                     if not fut.done():

@@ -102,3 +102,17 @@ def slow_or_hang(*, response, **kwargs):
         time.sleep(3600)
     time.sleep(0.01)
     return 1.0
+
+
+def meet(*, response, extra_info=None, **kwargs):
+    """1.0 once ``extra_info['k']`` calls are running at the same time (each leaves a file in
+    ``extra_info['dir']`` and waits for the others); 0.0 if they do not meet within 20 s."""
+    folder, k = extra_info["dir"], int(extra_info["k"])
+    with open(os.path.join(folder, f"{os.getpid()}-{response}"), "w"):
+        pass
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if len(os.listdir(folder)) >= k:
+            return 1.0
+        time.sleep(0.005)
+    return 0.0

@@ -57,8 +57,8 @@ def test_verl_compute_score_signature_and_values():
     # verl's naive reward manager calls it with keywords
     got = compute_score(data_source="openai/gsm8k", solution_str="... #### so 72", ground_truth="72",
                         extra_info={"index": 0})
-    assert got == {"score": 1.0, "extracted": 1.0}
-    assert to_verl("exact_match")("x", "paris", "Paris") == 1.0
+    assert got == {"score": 1.0, "acc": 1.0, "extracted": 1.0, "rewardhub_failed": 0.0, "rewardhub_error": ""}
+    assert to_verl("exact_match")("x", "paris", "Paris")["score"] == 1.0
 
 
 VERL_COMPAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat")
@@ -100,8 +100,9 @@ def test_to_verl_inside_real_verl(tmp_path):
     res = subprocess.run([sys.executable, str(check), str(module)], capture_output=True, text=True, env=env,
                          timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads(res.stdout.strip().splitlines()[-1]) == [{"score": 1.0, "extracted": 1.0},
-                                                               {"score": 0.0, "extracted": 1.0}]
+    ok = {"rewardhub_failed": 0.0, "rewardhub_error": ""}
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [{"score": 1.0, "acc": 1.0, "extracted": 1.0, **ok},
+                                                               {"score": 0.0, "acc": 0.0, "extracted": 1.0, **ok}]
 
 
 def test_real_verl_compute_score_runs_unchanged(tmp_path):

@@ -98,7 +98,8 @@ a = ours(data, return_dict=True)
 b = NaiveRewardManager(tok, 0)(batch(ROWS), return_dict=True)
 print(json.dumps({"equal": bool(torch.equal(a["reward_tensor"], b["reward_tensor"])),
                   "sums": [float(a["reward_tensor"].sum()), float(b["reward_tensor"].sum())],
-                  "extra": {k: [float(x) for x in v] for k, v in a["reward_extra_info"].items()}}))
+                  "extra": {k: [x if isinstance(x, str) else float(x) for x in v]
+                            for k, v in a["reward_extra_info"].items()}}))
 '''
 
 
@@ -150,7 +151,8 @@ def test_batch_manager_scores_a_dataproto_like_verls_naive_manager(tmp_path):
     out = _run(tmp_path, BATCH_CHECK)
     assert out["equal"], out["sums"]
     assert out["extra"]["score"] == [1.0, 0.0, 1.0, 0.0] * 8
-    assert out["extra"]["verl_default"] == out["extra"]["score"]
+    assert out["extra"]["verl_default"] == out["extra"]["score"] == out["extra"]["acc"]  # naive's acc too
+    assert out["extra"]["rewardhub_failed"] == [0.0] * 32 and out["extra"]["rewardhub_error"] == [""] * 32
 
 
 @pytest.mark.timeout(300)

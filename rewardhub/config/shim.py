@@ -184,10 +184,16 @@ class _Migration:
     def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: _Leaf) -> None:
         if rel in table:
             other_value, other = table[rel]
-            if other_value != leaf.value:
+            if leaf.value is None or other_value is None:  # an unset key (verl's default null) leaves the set one
+                unset, kept = (leaf.key, other) if leaf.value is None else (other, leaf.key)
+                self.dropped(unset, f"unset (null); {kept} is set", None)
+                if leaf.value is None:
+                    return
+            elif other_value != leaf.value:
                 raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
-            self.also.setdefault(other, []).append(leaf.key)  # agreeing: reported with the first, line for line
-            return
+            else:
+                self.also.setdefault(other, []).append(leaf.key)  # agreeing: reported with the first, line for line
+                return
         table[rel] = (leaf.value, leaf.key)
 
     # ---- decisions that need every key ----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -72,14 +73,16 @@ class RayExecutor:
         self.reward_cfg = {"rewards": rewards, "plugins": plugins, "workers": workers}
         self.extra = {k: v for k, v in opts.items() if k not in _WORKER_KEYS}
         self._workers: RewardWorkerPool | None = None
+        self._start_lock = threading.Lock()  # the Runner's callers may be several threads
 
     @property
     def workers(self) -> RewardWorkerPool:
-        """The reward workers, started at the first use."""
-        if self._workers is None:
-            self._workers = RewardWorkerPool(self.reward_cfg, **{k: v for k, v in self.extra.items()
-                                                                if k in ("runtime_env", "ship_files", "strict")})
-        return self._workers
+        """The reward workers, started at the first use (once, whichever thread comes first)."""
+        with self._start_lock:
+            if self._workers is None:
+                self._workers = RewardWorkerPool(self.reward_cfg, **{k: v for k, v in self.extra.items()
+                                                                    if k in ("runtime_env", "ship_files", "strict")})
+            return self._workers
 
     def workers_info(self) -> list[dict[str, Any]]:
         """Facts of the reward workers (none before the first score)."""

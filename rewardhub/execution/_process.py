@@ -3,6 +3,9 @@
 Work goes to the workers in chunks (one message carries many calls, so a worker never waits for
 the parent between calls), and each call's result comes back on its own as soon as it is done, so
 timeouts stay per call: the parent knows which call a worker is running and since when.
+
+Callers in several threads may run batches at once: their calls join one queue and share the
+workers (see :meth:`ProcessPool.run`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _template
+from ._callers import Batch
+from ._callers import Callers
 from ._task import Task
 from ._task import WorkerPayload
 from ._watch import MIN_FREE_BYTES
@@ -78,11 +83,14 @@ class ProcessPool:
         #: workers handed over by the template
         self.warm_started = 0
         self._dying: list[Worker] = []  # killed, not yet reaped
-        self._done: Callable[[Task], None] = lambda t: None
         #: every worker's connection and sentinel, registered once (``connection.wait`` would build
         #: and fill a selector on every turn of the loop, i.e. for every answer)
         self._poll = select.poll()
         self._fds: dict[int, Worker] = {}
+        #: the calls of every caller's batch, in one queue (see run)
+        self._queue: collections.deque[Task] = collections.deque()
+        self._callers = Callers()
+        self._poll.register(self._callers.wake_fd, select.POLLIN)
 
     @property
     def stuck_after_s(self) -> float:
@@ -181,14 +189,13 @@ class ProcessPool:
         return pickle.dumps((key, payload, chunk[0].kwargs, w.sent, [(t.mode, t.payload) for t in chunk]),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
-    def _finish(self, task: Task, result: tuple[str, Any, float], queue: collections.deque[Task],
-                done: Callable[[Task], None]) -> None:
+    def _finish(self, task: Task, result: tuple[str, Any, float], queue: collections.deque[Task]) -> None:
         task.attempts += 1
         if result[0] != "ok" and task.attempts <= task.retries:
             queue.appendleft(task)
             return
         task.result = result
-        done(task)
+        self._callers.finished(task)
 
     def _replace(self, w: Worker) -> None:
         self._remove(w)
@@ -219,10 +226,34 @@ class ProcessPool:
         return left is None or left >= MIN_FREE_BYTES
 
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
-        """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order."""
-        self._done = done
-        queue = collections.deque(tasks)
-        while queue or any(w.inflight for w in self._workers):
+        """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order.
+
+        Callers in several threads share the workers, not wait for each other (see :mod:`._callers`);
+        ``done`` is called per finished task in the thread driving the pool, and what it raises is
+        raised here once this call's tasks are done."""
+        if not tasks:
+            return tasks
+        batch = self._callers.join(tasks, done)
+        if batch.left:
+            try:
+                self._drive(batch)
+            except BaseException:
+                self._callers.forget(batch, self._queue)
+                raise
+            finally:
+                self._trim()
+                self._reap()
+                self._callers.hand_on()
+        if batch.error is not None:
+            raise batch.error
+        return tasks
+
+    def _drive(self, batch: Batch) -> None:
+        """The pool's loop, for every caller's calls, until ``batch``'s are done."""
+        queue = self._queue
+        while batch.left:
+            if self._callers.waiting:
+                self._callers.take(queue)
             now = time.monotonic()
             self._dispatch(queue, now)
             busy = [w for w in self._workers if w.inflight]
@@ -254,26 +285,25 @@ class ProcessPool:
             wait_s = max(0.0, min(deadlines) - now) if deadlines else None
             events = self._poll.poll(None if wait_s is None else math.ceil(wait_s * 1000))
             ready = {self._fds[fd] for fd, _ in events if fd in self._fds}
+            if len(ready) < len(events):  # another caller's calls came
+                self._callers.take(queue)
             for w in busy:
-                self._collect(w, w in ready, queue, done)
+                self._collect(w, w in ready, queue)
             for w in ready.difference(busy):  # an idle worker that died (or a spare that got no work yet)
                 if w in self._workers:
-                    self._collect(w, True, queue, done)
+                    self._collect(w, True, queue)
             now = time.monotonic()
             for w in list(self._workers):
                 task = w.task
                 if task is not None and task.timeout_s and now - w.started >= task.timeout_s:
-                    self._collect(w, True, queue, done)  # an answer that came in just now wins
+                    self._collect(w, True, queue)  # an answer that came in just now wins
                     if w not in self._workers or w.task is not task:
                         continue
                     self.kills += 1
                     queue.extendleft(reversed(w.unstarted()))
                     self._finish(task, ("timeout", f"timed out after {task.timeout_s:g}s; worker killed",
-                                        now - w.started), queue, done)
+                                        now - w.started), queue)
                     self._replace(w)
-        self._trim()
-        self._reap()
-        return tasks
 
     def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
         self._grow(queue)
@@ -308,10 +338,9 @@ class ProcessPool:
         task = chunk[0]
         task.attempts = task.retries  # no retry can help
         self._finish(task, ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}",
-                            0.0), queue, self._done)
+                            0.0), queue)
 
-    def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task],
-                 done: Callable[[Task], None]) -> None:
+    def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task]) -> None:
         """Take every answer the worker has sent; handle its death."""
         if not ready:
             return
@@ -335,7 +364,7 @@ class ProcessPool:
                     calls = self._recent[task.key] = collections.deque(maxlen=_template.WARM_CALLS)
                 calls.append((task.mode, task.payload))
                 self._recent_kwargs[task.key] = task.kwargs
-            self._finish(task, (status, value, latency), queue, done)
+            self._finish(task, (status, value, latency), queue)
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:
@@ -355,7 +384,7 @@ class ProcessPool:
         task = w.inflight[0]
         queue.extendleft(reversed(w.unstarted()))
         self._finish(task, ("error", f"reward worker process died ({how})", time.monotonic() - w.started),
-                     queue, done)
+                     queue)
         self._replace(w)
 
     def _trim(self) -> None:
@@ -368,6 +397,8 @@ class ProcessPool:
             idle.stop()
 
     def close(self) -> None:
+        if not self._callers.close():
+            return
         for w in self._workers:  # ask all first, so they exit in parallel
             tell_to_stop(w.conn)
         for w in self._workers:
@@ -382,6 +413,8 @@ class ProcessPool:
         if self._template is not None:
             self._template.close()
             self._template = None
+        self._poll.unregister(self._callers.wake_fd)
+        self._callers.close_fds()
 
     def __enter__(self) -> ProcessPool:
         return self

@@ -44,3 +44,5 @@ class Task:
     attempts: int = 0
     tag: Any = None  # the caller's bookkeeping (indices)
     result: tuple[str, Any, float] | None = field(default=None)
+    #: the pool's record of the caller whose batch holds it (callers in several threads share a pool)
+    owner: Any = field(default=None, repr=False, compare=False)

@@ -26,6 +26,7 @@ import time
 from multiprocessing import reduction
 from typing import Any
 
+from ._lasting import in_lasting_thread
 from ._worker import build_invoker
 from ._worker import detach
 from ._worker import next_message
@@ -177,7 +178,7 @@ class Template:
                                 daemon=True, name="rewardhub-template")
         gc.freeze()
         try:
-            self.proc.start()
+            in_lasting_thread(self.proc.start)  # its parent thread must outlive it (PR_SET_PDEATHSIG)
         finally:
             gc.unfreeze()
         child.close()

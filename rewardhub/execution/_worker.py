@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING
 from typing import Any
 
+from ._lasting import in_lasting_thread
 from ._outcome import error_text
 
 if TYPE_CHECKING:
@@ -259,7 +260,7 @@ class Worker:
         # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
         gc.freeze()
         try:
-            proc.start()
+            in_lasting_thread(proc.start)  # its parent thread must outlive it (PR_SET_PDEATHSIG)
         finally:
             gc.unfreeze()
         child.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -83,6 +84,9 @@ class Runner:
         self._executors = dict(executors or {})
         self._remote: dict[str | None, RemoteExecutor] = {}  # pool name -> its executor, once started
         self.abandoned_threads = 0
+        #: score() may be called from several threads at once: their batches share the process pool
+        #: (see ProcessPool.run); this lock only guards starting the pool and the remote executors
+        self._start_lock = threading.Lock()
 
     # ---- construction -----------------------------------------------------------------
     @classmethod
@@ -100,6 +104,9 @@ class Runner:
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None, *,
               indices: Sequence[int] | None = None) -> ScoreResult:
         """Score every sample with every term that applies to it; never loses a sample.
+
+        Safe to call from several threads at once (e.g. ``asyncio.to_thread`` from many tasks, or
+        :meth:`score_async`): their batches run side by side, sharing the process pool's workers.
 
         :param indices: the samples' positions in a larger batch they were taken from (a Ray
             reward worker gets part of the driver's batch): named in error messages and carried
@@ -158,6 +165,15 @@ class Runner:
                 self._apply(term, col)
         return self._combine(n, columns)
 
+    async def score_async(self, samples: Sequence[Mapping[str, Any]], *,
+                          indices: Sequence[int] | None = None) -> ScoreResult:
+        """:meth:`score` for a coroutine: runs in a thread of the event loop's default executor, so
+        many tasks may await their batches at once (they share the pool) without blocking the loop."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.score(samples, indices=indices))
+
     def _is_fast(self, term: Term) -> bool:
         return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
 
@@ -197,7 +213,9 @@ class Runner:
             calls = [_call_many(inv, batch, u, kw) for u in units]
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
-            self.abandoned_threads += abandoned
+            if abandoned:
+                with self._start_lock:
+                    self.abandoned_threads += abandoned
         elif inv.is_async:
             results = run_async(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
         else:
@@ -214,6 +232,12 @@ class Runner:
             self._store(term, unit, "many", res, col, 1)
 
     def _run_ray(self, term: Term, batch: list[Any], idx: list[int], col: Column) -> None:
+        with self._start_lock:
+            executor = self._start_remote(term)
+        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx], idx)):
+            col.put_outcome(i, out)
+
+    def _start_remote(self, term: Term) -> RemoteExecutor:
         executor = self._remote.get(term.pool)
         if executor is None:
             factory = self._executors.get("ray")
@@ -223,8 +247,7 @@ class Runner:
                                  "or pass Runner(..., executors={'ray': ...})")
             mine = [t for t in self.terms if t.policy.executor == "ray" and t.pool == term.pool]
             executor = self._remote[term.pool] = factory(term.pool, mine)
-        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx], idx)):
-            col.put_outcome(i, out)
+        return executor
 
     @staticmethod
     def _store(term: Term, unit: list[int], mode: str, res: tuple[str, Any, float], col: Column,
@@ -258,6 +281,13 @@ class Runner:
 
     # ---- resources ----------------------------------------------------------------------
     def _get_pool(self) -> ProcessPool:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._start_lock:
+            return self._new_pool()
+
+    def _new_pool(self) -> ProcessPool:
         if self._pool is None:
             sizes = [t.policy.max_concurrency for t in self.terms
                      if self._executor_of(t) == "process" and t.policy.max_concurrency]

@@ -1,0 +1,121 @@
+"""The process pool's callers: several threads may run batches on one pool at once.
+
+Each caller's tasks join one queue that all share; one caller at a time drives the pool (sends the
+calls, collects the answers, kills hung ones) for everyone, and hands that job on once its own tasks
+are done. :class:`Callers` owns what the callers share: the tasks not yet taken into the pool's
+queue, who drives, and a wake-up pipe that ends the driver's wait in ``poll()`` when calls come.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Callable
+
+from ._task import Task
+
+__all__ = ["Batch", "Callers"]
+
+
+class Batch:
+    """One caller's share of the pool's work: how many of its tasks are not done yet."""
+
+    __slots__ = ("done", "error", "left")
+
+    def __init__(self, left: int, done: Callable[[Task], None]) -> None:
+        self.left = left
+        #: called once per finished task, in the thread driving the pool at the time
+        self.done = done
+        #: what ``done`` raised (raised again in the caller's own thread)
+        self.error: Exception | None = None
+
+
+class Callers:
+    """The callers of one pool (see the module's text)."""
+
+    def __init__(self) -> None:
+        self._incoming: list[Task] = []  # under _cond: tasks the driver has not taken yet
+        self._cond = threading.Condition()
+        self._driving = False
+        self.closed = False
+        self.wake_fd, self._wake_w = os.pipe()
+        os.set_blocking(self.wake_fd, False)
+        os.set_blocking(self._wake_w, False)
+
+    def join(self, tasks: list[Task], done: Callable[[Task], None]) -> Batch:
+        """Queue a caller's tasks; returns once they are done by another caller's driving, or once
+        this caller is to drive (then ``batch.left`` > 0 and it must call :meth:`hand_on` after)."""
+        batch = Batch(len(tasks), done)
+        for t in tasks:
+            t.owner = batch
+        with self._cond:
+            if self.closed:
+                raise RuntimeError("the process pool is closed")
+            self._incoming.extend(tasks)
+            if self._driving:
+                try:
+                    os.write(self._wake_w, b"w")
+                except OSError:  # the pipe is full: a wake-up is pending anyway
+                    pass
+            while batch.left and self._driving:
+                self._cond.wait()
+            if batch.left:  # this caller drives now
+                self._driving = True
+        return batch
+
+    def hand_on(self) -> None:
+        """The driver's own tasks are done (or it stopped): another caller may drive."""
+        with self._cond:
+            self._driving = False
+            self._cond.notify_all()
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._incoming)
+
+    def take(self, queue: collections.deque[Task]) -> None:
+        """Move the tasks that came into the pool's queue (the driver's thread)."""
+        with self._cond:
+            queue.extend(self._incoming)
+            self._incoming.clear()
+        try:
+            while os.read(self.wake_fd, 4096):
+                pass
+        except OSError:  # nothing more to read
+            pass
+
+    def finished(self, task: Task) -> None:
+        """A task has its result: tell its caller (woken when its batch is done)."""
+        batch = task.owner
+        if batch is None:
+            return
+        try:
+            batch.done(task)
+        except Exception as exc:  # the callback's failure is its caller's, raised in its own thread
+            if batch.error is None:
+                batch.error = exc
+        batch.left -= 1
+        if not batch.left:
+            with self._cond:
+                self._cond.notify_all()
+
+    def forget(self, batch: Batch, queue: collections.deque[Task]) -> None:
+        """A caller stopped (Ctrl-C): its tasks not yet sent are dropped; those sent run to their end."""
+        with self._cond:
+            self._incoming[:] = [t for t in self._incoming if t.owner is not batch]
+        kept = [t for t in queue if t.owner is not batch]
+        queue.clear()
+        queue.extend(kept)
+
+    def close(self) -> bool:
+        """Refuse new callers; False if already closed."""
+        with self._cond:
+            if self.closed:
+                return False
+            self.closed = True
+        return True
+
+    def close_fds(self) -> None:
+        os.close(self.wake_fd)
+        os.close(self._wake_w)

@@ -1,0 +1,142 @@
+"""One Runner, many callers at once: threads and asyncio tasks score overlapping batches on the same
+process pool (verl's reward loop and a reward server do), each getting its own batch's scores."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from rewardhub.execution import Runner
+
+
+@pytest.fixture(autouse=True)
+def _tests_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+
+
+def math_rows(offset, n=12):
+    """Half right, half wrong; the answers depend on ``offset`` so that mixed-up batches show."""
+    return [{"prompt": "p", "response": f"so \\boxed{{{offset + i}}}", "ground_truth": str(offset + i + i % 2)}
+            for i in range(n)], [1.0 if i % 2 == 0 else 0.0 for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def math_runner():
+    # math_verify's default executor is the process pool (timeout_s: 10)
+    with Runner.from_config({"rewards": [{"name": "math_verify"}]}, process_workers=2) as r:
+        assert r.describe()[0]["executor"] == "process"
+        yield r
+
+
+def _check(res, expected):
+    assert res.errors == [{}] * len(expected), [e for e in res.errors if e][:3]
+    assert res.scores == expected
+
+
+@pytest.mark.timeout(300)
+def test_many_threads_score_overlapping_batches_on_one_pool(math_runner):
+    failures = []
+    start = threading.Barrier(8)
+
+    def caller(k):
+        try:
+            start.wait()
+            for j in range(6):
+                rows, expected = math_rows(1000 * k + 100 * j)
+                _check(math_runner.score(rows), expected)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(f"thread {k}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert math_runner._pool is not None and math_runner._pool.crashes == 0
+
+
+@pytest.mark.timeout(300)
+def test_many_asyncio_tasks_score_overlapping_batches_on_one_pool(math_runner):
+    async def main():
+        async def one(k):
+            rows, expected = math_rows(50_000 + 100 * k)
+            if k % 2:
+                res = await math_runner.score_async(rows)
+            else:
+                res = await asyncio.to_thread(math_runner.score, rows)
+            return res, expected
+
+        return await asyncio.gather(*(one(k) for k in range(24)))
+
+    for res, expected in asyncio.run(main()):
+        _check(res, expected)
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_batches_share_the_workers_rather_than_wait_in_turn(tmp_path):
+    """Four callers with one sample each, on a pool of four: all four calls run at once (each waits
+    until the four meet); callers queued behind one another would never meet."""
+    term = {"module": "rewards_for_tests", "function": "meet", "executor": "process", "timeout_s": 60}
+    info = {"dir": str(tmp_path), "k": 4}
+    with Runner.from_config({"rewards": [term]}, process_workers=4) as r:
+        out: dict[int, object] = {}
+
+        def caller(k):
+            out[k] = r.score([{"prompt": "p", "response": str(k), "extra_info": info}])
+
+        threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [out[k].scores for k in range(4)] == [[1.0]] * 4, [out[k].errors for k in range(4)]
+
+
+@pytest.mark.timeout(120)
+def test_workers_outlive_the_thread_that_started_them():
+    """Linux kills a worker when the *thread* that forked it ends (PR_SET_PDEATHSIG): a pool
+    started by a caller's short-lived thread must keep its workers for the next callers."""
+    with Runner.from_config({"rewards": [{"name": "math_verify"}]}, process_workers=2) as r:
+        rows, expected = math_rows(7)
+        t = threading.Thread(target=lambda: _check(r.score(rows), expected))
+        t.start()
+        t.join()
+        pids = r.worker_pids()
+        assert pids
+        _check(r.score(rows), expected)
+        assert r._pool is not None and r._pool.crashes == 0
+        assert set(pids) <= set(r.worker_pids())
+
+
+@pytest.mark.timeout(300)
+def test_a_callers_failing_progress_callback_fails_that_caller_only(math_runner):
+    """Callbacks of one caller may run in another caller's thread (whichever drives the pool):
+    what they raise reaches their own caller, and the others' batches finish."""
+    got: dict[str, object] = {}
+    start = threading.Barrier(4)
+
+    def bad_progress(done, total):
+        raise ValueError("progress callback failed")
+
+    def caller(name, progress):
+        start.wait()
+        rows, expected = math_rows(hash(name) % 1000 * 100)
+        try:
+            res = math_runner.score(rows, progress=progress)
+            got[name] = res.scores == expected
+        except ValueError as exc:
+            got[name] = str(exc)
+
+    threads = [threading.Thread(target=caller, args=(n, p)) for n, p in
+               (("a", None), ("bad", bad_progress), ("b", None), ("c", None))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {"a": True, "b": True, "c": True, "bad": "progress callback failed"}
+    rows, expected = math_rows(3)
+    _check(math_runner.score(rows), expected)
