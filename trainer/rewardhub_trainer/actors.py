@@ -220,13 +220,15 @@ class RewardClient:
 
 
 def _nan(value: Any) -> float:
-    """A reward that does not apply or failed (``None``) is NaN: left out of its group's statistics."""
+    """A reward that does not apply or failed (``None``), or is not a finite number (``inf``, ``-inf``),
+    is NaN: an invalid sample, left out of its group's statistics and counted in ``reward/nan``."""
     if value is None:
         return math.nan
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return math.nan
+    return number if math.isfinite(number) else math.nan
 
 
 class Learner:
