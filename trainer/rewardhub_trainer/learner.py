@@ -226,13 +226,7 @@ class GRPOLearner:
         self.steps += 1
         for group in self.optimizer.param_groups:
             group["lr"] = stats["lr"]
-        ref_cache: list[torch.Tensor] = []
-        if self.ref is not None:
-            with torch.no_grad():
-                for start in range(0, len(samples), mbs):
-                    lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature,
-                                              autocast=s.autocast)
-                    ref_cache.append(lp)
+        ref_cache = self.reference_logprobs(samples)
         skipped = 0
         for _epoch in range(s.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
@@ -263,6 +257,18 @@ class GRPOLearner:
         stats["samples/without_gradient"] = float(idle)  #: no backward pass (see gradients)
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
+    def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """The reference model's log-probs of ``samples``, one tensor per micro-batch (none without a reference)."""
+        s = self.settings
+        mbs = max(1, s.micro_batch_size)
+        out: list[torch.Tensor] = []
+        if self.ref is not None:
+            with torch.no_grad():
+                for start in range(0, len(samples), mbs):
+                    lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature, autocast=s.autocast)
+                    out.append(lp)
+        return out
+
     def gradients(self, samples: Sequence[TrainSample], stats: dict[str, float] | None = None,
                   ref_cache: Sequence[torch.Tensor] = ()) -> bool:
         """Forward and backward over ``samples`` in micro-batches; False when a loss is not finite.
@@ -277,6 +283,8 @@ class GRPOLearner:
         """
         s = self.settings
         mbs = max(1, s.micro_batch_size)
+        if self.ref is not None and not ref_cache:
+            ref_cache = self.reference_logprobs(samples)  # (with a reference no sample is idle: same chunks)
         total = len(samples)
         tokens = sum(len(c.response_ids) for c in samples)
         if self.group is not None:  # normalise by the batch's totals, so the ranks' losses add up to it
