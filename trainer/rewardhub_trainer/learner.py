@@ -219,7 +219,6 @@ class GRPOLearner:
         metrics are those of the whole batch (every rank returns the same metrics).
         """
         s = self.settings
-        mbs = max(1, s.micro_batch_size)
         stats: dict[str, float] = dict.fromkeys(SUMMED, 0.0)
         stats["grad_norm"] = 0.0
         stats["lr"] = s.lr * lr_factor(self.steps, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio)
