@@ -216,6 +216,8 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
     assert bool(torch.isfinite(adv).all())
     assert adv[0, 1] == 0 and adv[1, 0] == 0 and adv[1, 3] == 0
     torch.testing.assert_close(adv[0, [0, 2, 3]], group_advantages(torch.tensor([[1.0, 0.0, 0.5]]))[0])
+    huge = group_advantages(torch.tensor([[1e39, 0.0]], dtype=torch.float64))  # as the learner holds rewards
+    assert huge[0].tolist() == pytest.approx([1.0, -1.0])
     assert [_nan(v) for v in (math.inf, -math.inf, "inf", 2)] == pytest.approx([math.nan] * 3 + [2.0], nan_ok=True)
 
     learner = Learner(tiny_path, {"lr": 1e-2, "device": "cpu", "autocast": "none", "dtype": "float32"})
@@ -227,7 +229,7 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
                           finished=True) for s in samples[2:]]]
     batch = PromptBatch(index=0, prompts=[], dataset_indices=[])
     rollout = Rollout(batch=batch, version=0, groups=groups, gen_s=0.0, rollouter_pid=0,
-                      rewards=[[1.0, 0.0], [math.inf, 0.0]])
+                      rewards=[[1e39, 0.0], [math.inf, 0.0]])  # 1e39: finite (past float32's range)
     before = {k: v.clone() for k, v in learner.impl.model.state_dict().items()}
     stats = learner.train(rollout)
     assert stats["optim/skipped_steps"] == 0 and stats["version"] == 1.0

@@ -315,7 +315,8 @@ class Learner:
 
         t0 = time.perf_counter()
         assert rollout.rewards is not None, "rollout was not scored"
-        matrix = torch.tensor(rollout.rewards, dtype=torch.float32)
+        # float64: a reward of 1e39 is a finite number (float32 would make it inf, an invalid sample)
+        matrix = torch.tensor(rollout.rewards, dtype=torch.float64)
         adv = group_advantages(matrix, scale=self.scale)
         groups = [[TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j])) for j, c in enumerate(group)]
                   for i, group in enumerate(rollout.groups)]
