@@ -234,3 +234,26 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
     stats = learner.train(rollout)
     assert stats["optim/skipped_steps"] == 0 and stats["version"] == 1.0
     assert any(not torch.equal(v, learner.impl.model.state_dict()[k]) for k, v in before.items())
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_a_run_with_three_ppo_epochs_decays_the_lr_over_its_steps(ray_session, tiny_config, tmp_path):
+    """Through the real trainer: ppo_epochs 3, a linear schedule over 3 steps; the config's keys reach the
+    learner (clip_ratio_c=0: no token is held by the dual clip)."""
+    import json
+
+    from rewardhub_trainer.cli import train
+
+    out = tmp_path / "run"
+    summary = train(tiny_config(trainer={"mode": "sync", "total_steps": 3, "ppo_epochs": 3, "lr": 3e-3,
+                                         "lr_schedule": "linear", "clip_ratio_c": 0, "kl_coef": 0.1,
+                                         "entropy_coeff": 0.01}), output=str(out))
+    assert summary["steps"] == 3
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in rows] == pytest.approx([3e-3, 2e-3, 1e-3])
+    assert [r["policy_version"] for r in rows] == [0, 3, 6]  # three updates a step
+    assert all(r["clip_frac/dual"] == 0 for r in rows)
+    assert rows[-1]["kl"] > 0
+    for r in rows:  # the composed loss, as logged
+        assert r["loss/total"] == pytest.approx(r["loss/policy"] - 0.01 * r["entropy"] + 0.1 * r["kl"], rel=1e-4, abs=1e-6)
