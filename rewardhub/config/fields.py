@@ -11,6 +11,9 @@ in one wording:
 * an unknown key: ``unknown key trainer.totl_steps``, then ``did you mean trainer.total_steps?``
   where a key is close, and the allowed keys.
 
+A number must be finite: ``nan`` is refused for every number, ``inf`` / ``-inf`` unless its rule says
+``infinite=True`` (e.g. "no limit"), so ``trainer.lr=nan`` fails here, not deep in a run.
+
 Nothing here imports more than the standard library.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Iterable
@@ -27,7 +31,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["Rule", "above", "at_least", "between", "check_section", "invalid", "one_of", "unknown_key"]
+__all__ = ["Rule", "above", "at_least", "between", "check_section", "finite", "invalid", "one_of", "unknown_key"]
 
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
@@ -58,6 +62,10 @@ class Rule:
     maximum_inclusive: bool = True
     #: why the bounds are what they are (shown after "is not valid: ")
     why: str = ""
+    #: values allowed besides the bounds (``0`` that turns a feature off)
+    also: tuple[float, ...] = ()
+    #: ``inf`` / ``-inf`` are allowed (within the bounds); NaN never is
+    infinite: bool = False
 
     def check(self, path: str, value: Any) -> None:
         if self.choices and value not in self.choices:
@@ -65,35 +73,51 @@ class Rule:
             raise invalid(path, value, f"allowed: {shown}", self.why)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return
+        if math.isnan(value) or (math.isinf(value) and not self.infinite):
+            raise invalid(path, value, f"allowed: {self.describe()}", "not a number" if math.isnan(value)
+                          else "not a finite number")
+        if value in self.also:
+            return
         low = self.minimum is not None and (value < self.minimum or (value == self.minimum and not self.minimum_inclusive))
         high = self.maximum is not None and (value > self.maximum or (value == self.maximum and not self.maximum_inclusive))
         if low or high:
             raise invalid(path, value, f"allowed: {self.describe()}", self.why)
 
     def describe(self) -> str:
-        """``a value >= 1``, ``a value > 0 and < 1``."""
+        """``a value >= 1``, ``a value > 0 and < 1``, ``a value > 1, or 0``, ``a finite number``."""
         parts = []
         if self.minimum is not None:
             parts.append(f"{'>=' if self.minimum_inclusive else '>'} {_num(self.minimum)}")
         if self.maximum is not None:
             parts.append(f"{'<=' if self.maximum_inclusive else '<'} {_num(self.maximum)}")
-        return "a value " + " and ".join(parts)
+        text = "a value " + " and ".join(parts) if parts else "a finite number"
+        if self.also:
+            text += ", or " + " or ".join(_num(v) for v in self.also)
+        if self.infinite:
+            text += " (inf allowed)"
+        return text
 
 
 def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
+    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else str(x)
 
 
 def one_of(*choices: Any, why: str = "") -> Rule:
     return Rule(choices=tuple(choices), why=why)
 
 
-def at_least(minimum: float, why: str = "") -> Rule:
-    return Rule(minimum=minimum, why=why)
+def at_least(minimum: float, why: str = "", *, also: tuple[float, ...] = ()) -> Rule:
+    return Rule(minimum=minimum, why=why, also=also)
 
 
-def above(minimum: float, why: str = "") -> Rule:
-    return Rule(minimum=minimum, minimum_inclusive=False, why=why)
+def above(minimum: float, why: str = "", *, also: tuple[float, ...] = ()) -> Rule:
+    """``x > minimum`` (or one of ``also``: ``above(1, also=(0,))`` for "> 1, 0 turns it off")."""
+    return Rule(minimum=minimum, minimum_inclusive=False, why=why, also=also)
+
+
+def finite(why: str = "") -> Rule:
+    """Any finite number (a reward's weight may be negative)."""
+    return Rule(why=why)
 
 
 def between(minimum: float, maximum: float, *, exclusive: bool = False, why: str = "") -> Rule:
@@ -190,7 +214,12 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
         if not isinstance(v, Mapping):
             raise invalid(sub, v, "expected a mapping")
         vtyp = typing.get_args(base)[1] if typing.get_args(base) else Any
-        return {str(kk): (check_scalar(f"{sub}.{kk}", vv, vtyp) if vtyp is not Any else vv) for kk, vv in v.items()}
+        if vtyp is Any:
+            return {str(kk): vv for kk, vv in v.items()}
+        out = {str(kk): check_scalar(f"{sub}.{kk}", vv, vtyp) for kk, vv in v.items()}
+        for kk, vv in out.items():  # a mapping's values: its rule under "key.*" (numbers: finite at least)
+            _apply(rules.get(f"{subpat}.*"), f"{sub}.{kk}", vv)
+        return out
     if origin in (list, typing.List):
         if v is None:
             return None if optional else []
@@ -201,7 +230,15 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
         item = typing.get_args(base)[0] if typing.get_args(base) else Any
         return [check_scalar(f"{sub}[{i}]", x, item) for i, x in enumerate(v)]
     value = check_scalar(sub, v, typ)
-    rule = rules.get(subpat)
-    if rule is not None and value is not None and not (isinstance(value, str) and value.startswith("${")):
-        rule.check(sub, value)
+    _apply(rules.get(subpat), sub, value)
     return value
+
+
+_FINITE = Rule()
+
+
+def _apply(rule: Rule | None, path: str, value: Any) -> None:
+    """``rule``'s check of ``value``; a number without a rule must still be finite."""
+    if value is None or (isinstance(value, str) and value.startswith("${")):
+        return
+    (rule or _FINITE).check(path, value)

@@ -19,6 +19,7 @@ from .fields import Rule
 from .fields import above
 from .fields import at_least
 from .fields import check_section
+from .fields import finite
 from .fields import invalid
 from .fields import one_of
 
@@ -149,6 +150,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 #: key path -> its rule (the choices above, and the bounds)
 RULES: dict[str, Rule] = {
     **{key: one_of(*allowed) for key, allowed in CHOICES.items()},
+    "rewards.*.weight": finite("a term's weight may be negative (a penalty), not NaN or infinite"),
     "rewards.*.timeout_s": above(0),
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
@@ -156,9 +158,12 @@ RULES: dict[str, Rule] = {
     "workers.num_workers": at_least(0),
     "workers.num_cpus": at_least(0),
     "workers.num_gpus": at_least(0),
+    "workers.resources.*": at_least(0),
     "reward_model.num_workers": at_least(0),
     "reward_model.batch_size": at_least(1),
     "reward_model.max_length": at_least(1),
+    "reward_model.n_gpus_per_node": at_least(0),
+    "reward_model.nnodes": at_least(0),
     "sandbox.max_concurrent": at_least(1),
     "sandbox.memory_limit_mb": at_least(1),
     "sandbox.timeout_s": above(0),

@@ -30,14 +30,17 @@ job = torch.load(sys.argv[1], weights_only=False)
 rank = int(sys.argv[2])
 group = Group("127.0.0.1", job["port"], rank, 2, timeout_s=120)
 out = dict()
-for case, (groups, modes) in job["cases"].items():
-    out[case] = measure(job["path"], split_groups(groups, 2)[rank], group, modes)
+for case, (groups, modes, kl_coef) in job["cases"].items():
+    out[case] = measure(job["path"], split_groups(groups, 2)[rank], group, modes, kl_coef)
 torch.save(out, sys.argv[3])
 """
 
 
-def measure(path: str, samples: list, group=None, modes=MODES) -> dict:
-    """Per loss mode: the loss, the gradients and the weights after one step (fp32, on the CPU)."""
+def measure(path: str, samples: list, group=None, modes=MODES, kl_coef: float = 0.0) -> dict:
+    """Per loss mode: the loss, the gradients and the weights after one step (fp32, on the CPU).
+
+    With ``kl_coef``, every rank moves its policy away from the reference by the same seeded noise
+    (so that the KL term and its gradient are not zero)."""
     import torch
 
     from rewardhub_trainer.learner import GRPOLearner
@@ -48,8 +51,13 @@ def measure(path: str, samples: list, group=None, modes=MODES) -> dict:
     for mode in modes:
         # micro-batches of 2: the ranks run different numbers of them; the bonus makes entropy count
         settings = LearnerSettings(lr=1e-2, micro_batch_size=2, loss_agg_mode=mode, entropy_coeff=0.01,
-                                   max_grad_norm=1e9)
+                                   max_grad_norm=1e9, kl_coef=kl_coef)
         learner = GRPOLearner(path, settings, group=group)
+        if kl_coef:
+            gen = torch.Generator().manual_seed(1)
+            with torch.no_grad():
+                for p in learner.model.parameters():
+                    p.add_(0.05 * torch.randn(p.shape, generator=gen))
         learner.optimizer.zero_grad(set_to_none=True)
         assert learner.gradients(samples)
         grads = {n: p.grad.detach().clone() for n, p in learner.model.named_parameters()}
@@ -96,7 +104,7 @@ def _groups(path: str) -> list[list]:
     return groups
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_two_gloo_ranks_give_the_loss_gradients_and_step_of_one_process(tiny_path, tmp_path):
     import torch
 
@@ -109,17 +117,20 @@ def test_two_gloo_ranks_give_the_loss_gradients_and_step_of_one_process(tiny_pat
     # whole groups; unequal sequences and tokens; rank 1 runs two micro-batches, rank 0 one
     assert [len(s) for s in shares] == [2, 4] and tokens == [16, 7]
     job = tmp_path / "job.pt"
-    # and a batch of one group: rank 0 gets nothing, and still takes part in every collective
-    cases = {"three": (groups, MODES), "one": (groups[:1], MODES[:1])}
+    # and a batch of one group: rank 0 gets nothing, and still takes part in every collective;
+    # and KL on with the entropy bonus: both terms aggregated by the mode, whatever the split
+    cases = {"three": (groups, MODES, 0.0), "one": (groups[:1], MODES[:1], 0.0), "kl": (groups, MODES, 0.5)}
     torch.save({"path": tiny_path, "cases": cases, "port": rendezvous()[1]}, job)
     script = WORKER.format(here=str(Path(__file__).parent))
     procs = [subprocess.Popen([sys.executable, "-c", script, str(job), str(r), str(tmp_path / f"rank{r}.pt")],
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
-    errors = [p.communicate(timeout=150)[1] for p in procs]
+    errors = [p.communicate(timeout=240)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     runs = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    for case, (batch, modes) in cases.items():
-        _compare(measure(tiny_path, [s for g in batch for s in g], None, modes), [r[case] for r in runs])
+    for case, (batch, modes, kl_coef) in cases.items():
+        _compare(measure(tiny_path, [s for g in batch for s in g], None, modes, kl_coef), [r[case] for r in runs])
+        if kl_coef:
+            assert all(runs[0][case][m]["stats"]["kl"] > 1e-4 for m in modes)
 
 
 def _compare(one: dict, ranks: list[dict]) -> None:
@@ -127,8 +138,8 @@ def _compare(one: dict, ranks: list[dict]) -> None:
 
     for mode, want in one.items():
         for got in (r[mode] for r in ranks):
-            for key in ("loss/policy", "loss/total", "entropy", "clip_frac", "ratio/mean", "grad_norm",
-                        "response_len/mean"):
+            for key in ("loss/policy", "loss/total", "entropy", "kl", "clip_frac", "clip_frac/dual", "ratio/mean",
+                        "grad_norm", "response_len/mean"):
                 assert got["stats"][key] == pytest.approx(want["stats"][key], rel=RTOL, abs=ATOL), (mode, key)
             assert got["version"] == want["version"] == 1
             for name, grad in want["grads"].items():

@@ -191,9 +191,9 @@ def test_a_learning_rate_that_overflows_stops_the_run_with_one_named_error(ray_s
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["sync", "fully_async"])
 def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_session, tiny_config, tmp_path, mode):
-    """An extreme reward scale: every response scores 1 x 1e39, which is inf once the learner holds
-    rewards in float32, so every group's advantages are NaN and so is every loss. Each update is
-    skipped, and the third in a row stops the run (trainer.max_nonfinite_steps)."""
+    """An extreme reward scale without advantage scaling: every response scores a random fraction of
+    1e45, so its advantage (reward - group mean) is past float32's range and every loss is non-finite.
+    Each update is skipped, and the third in a row stops the run (trainer.max_nonfinite_steps)."""
     import ray
 
     def weights_of(actor) -> tuple[bool, float]:  # runs in a rollouter (a nested function travels by value)
@@ -207,8 +207,10 @@ def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_s
     def rollouter_weights(step, metrics, run):
         held.append(ray.get([h.__ray_call__.remote(weights_of) for h in run.rollouters.pool.handles]))
 
-    cfg = tiny_config(trainer={"mode": mode, "total_steps": 12, "max_nonfinite_steps": 3},
-                      reward={"rewards": [{"name": "regex_match", "kwargs": {"pattern": "^"}, "weight": 1e39}]})
+    (tmp_path / "huge.py").write_text("import random\n\ndef huge(*, response, **kw):\n"
+                                      "    return random.random() * 1e45\n")
+    cfg = tiny_config(trainer={"mode": mode, "total_steps": 12, "max_nonfinite_steps": 3, "scale_advantages": False},
+                      reward={"rewards": [{"path": str(tmp_path / "huge.py"), "function": "huge"}]})
     out = tmp_path / "o"
     t0 = time.monotonic()
     with pytest.raises(RunAborted) as info:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -205,3 +207,34 @@ def test_rollout_settings_reach_the_running_engine(tiny_models):
         assert config.cache_config.gpu_memory_utilization == 0.35
     with pytest.raises(ValueError, match="max_model_len=192"):
         eng.generate(["x" * 180], n=2, max_new_tokens=16, temperature=1.0, top_p=1.0, seed=0)
+
+
+def test_top_k_is_refused_because_vllm_records_the_truncated_distribution(engine, tiny_models):
+    """Why ``rollout.top_k > 0`` is refused with vLLM: its log-probs (``processed_logprobs``) are those of
+    the top-k renormalised distribution, several times closer to 0 than the learner's whole-vocabulary
+    ones on a random model; the engine refuses the setting too."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    with pytest.raises(ValueError, match="top_k=5: the vLLM engine records log-probs of the distribution after "
+                                         "top-k truncation"):
+        engine.generate([engine.format_prompt("Hi", "plain")], n=2, max_new_tokens=4, temperature=TEMPERATURE,
+                        top_p=1.0, seed=0, top_k=5)
+    sd, model = _perturbed_state_dict(tiny_models["qwen2"], seed=0, scale=0.0)  # the engine may hold other weights
+    engine.load_weights(sd, engine.version + 1)
+    ids = list(engine.tokenizer(engine.format_prompt(QUESTION, "plain"), add_special_tokens=False)["input_ids"])
+    [out] = engine.llm.generate([TokensPrompt(prompt_token_ids=ids)], SamplingParams(
+        n=2, max_tokens=8, temperature=TEMPERATURE, top_k=5, seed=3, logprobs=0, detokenize=False,
+        ignore_eos=True), use_tqdm=False)
+    from rewardhub_trainer.generation import Completion
+
+    groups = [[Completion(prompt_ids=ids, response_ids=list(c.token_ids), logprobs=[
+        float(step[t].logprob) for step, t in zip(c.logprobs, c.token_ids)], text="", finished=False)
+        for c in out.outputs]]
+    ours = _learner_logprobs(model, groups, TEMPERATURE)
+    recorded = [lp for c in groups[0] for lp in c.logprobs]
+    learner = [lp for row in ours for lp in row]
+    # log p - log(mass of the top 5): on a near-flat random model the ratio exp(learner - recorded)
+    # would be far from 1 at step 0
+    assert len(recorded) == 16 and all(r > lp + 0.5 for r, lp in zip(recorded, learner))
+    assert min(learner) < math.log(1 / 5)

@@ -229,13 +229,15 @@ class RewardClient:
 
 
 def _nan(value: Any) -> float:
-    """A reward that does not apply or failed (``None``) is NaN: left out of its group's statistics."""
+    """A reward that does not apply or failed (``None``), or is not a finite number (``inf``, ``-inf``),
+    is NaN: an invalid sample, left out of its group's statistics and counted in ``reward/nan``."""
     if value is None:
         return math.nan
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return math.nan
+    return number if math.isfinite(number) else math.nan
 
 
 class Learner:
@@ -331,7 +333,8 @@ class Learner:
 
         t0 = time.perf_counter()
         assert rollout.rewards is not None, "rollout was not scored"
-        matrix = torch.tensor(rollout.rewards, dtype=torch.float32)
+        # float64: a reward of 1e39 is a finite number (float32 would make it inf, an invalid sample)
+        matrix = torch.tensor(rollout.rewards, dtype=torch.float64)
         adv = group_advantages(matrix, scale=self.scale)
         groups = [[TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j])) for j, c in enumerate(group)]
                   for i, group in enumerate(rollout.groups)]

@@ -23,6 +23,7 @@ from rewardhub.config.fields import Rule
 from rewardhub.config.fields import above
 from rewardhub.config.fields import at_least
 from rewardhub.config.fields import between
+from rewardhub.config.fields import check_scalar
 from rewardhub.config.fields import check_section
 from rewardhub.config.fields import invalid
 from rewardhub.config.fields import one_of
@@ -51,6 +52,9 @@ ENGINES = ("transformers", "vllm")
 DATA_SOURCES = ("builtin", "reasoning_gym")
 BUILTIN_MODELS = ("smollm2-135m",)
 TINY_ARCHS = ("qwen2", "llama")
+#: model.tiny's numbers (the other keys go to the transformers config as given)
+TINY_RULES = {**{k: at_least(1) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                          "num_key_value_heads", "max_position_embeddings")}, "seed": at_least(0)}
 
 
 @dataclass(frozen=True)
@@ -65,10 +69,13 @@ class TrainerConfig:
     lr: float = 1e-5
     kl_coef: float = 0.0
     clip_eps: float = 0.2
-    clip_ratio_c: float = 3.0  #: dual-clip bound for negative advantages (verl's clip_ratio_c; the loss branch implements it)
+    #: dual-clip PPO (verl's clip_ratio_c and its default): a token of negative advantage loses at most
+    #: clip_ratio_c * |advantage|, however far its ratio has run (stale or extreme behaviour log-probs);
+    #: 0 turns it off (plain PPO clip)
+    clip_ratio_c: float = 3.0
     ppo_epochs: int = 1
     micro_batch_size: int = 8
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  #: the gradient's norm is clipped to this (0: not clipped, only measured)
     weight_decay: float = 0.0
     queue_size: int = 2  #: batches the message queue holds at most
     num_rollouters: int = 1
@@ -217,6 +224,10 @@ RULES: dict[str, dict[str, Rule]] = {
         "lr": above(0),
         "kl_coef": at_least(0, "0 turns the KL term off"),
         "clip_eps": between(0, 1, exclusive=True),
+        "clip_ratio_c": above(1, "the dual clip bounds a negative advantage's loss at clip_ratio_c * |A|; 0: off", also=(0,)),
+        "max_grad_norm": at_least(0, "the gradient's norm is clipped to it (0: not clipped)"),
+        "weight_decay": at_least(0),
+        "seed": at_least(0),
         "autocast": one_of(*AUTOCASTS),
         "device": one_of(*DEVICES),
         "lend_idle_cores": one_of("auto", "always", "never"),
@@ -252,6 +263,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "max_prompt_length": at_least(0, "0 is no limit"),
         "template": one_of("auto", "chat", "plain"),
         "size": at_least(1),
+        "seed": at_least(0),
     },
     "resources": RESOURCE_RULES,
 }
@@ -289,6 +301,9 @@ def _check_model(model: ModelConfig) -> None:
         arch = model.tiny.get("arch", "qwen2")
         if arch not in TINY_ARCHS:
             raise invalid("model.tiny.arch", arch, f"allowed: {', '.join(TINY_ARCHS)}")
+        for key, rule in TINY_RULES.items():  # the sizes models.py builds the model from
+            if key in model.tiny:
+                rule.check(f"model.tiny.{key}", check_scalar(f"model.tiny.{key}", model.tiny[key], int))
 
 
 def _check_rollout(rollout: RolloutConfig) -> None:
@@ -297,6 +312,13 @@ def _check_rollout(rollout: RolloutConfig) -> None:
             "rollout.top_p", rollout.top_p, "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which "
             "records whole-vocabulary log-probs, as the learner does)",
             "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated (top-p "
+            "renormalised) distribution while the learner computes them over the whole vocabulary, so the PPO ratio "
+            "would be wrong from the first step")
+    if rollout.engine == "vllm" and rollout.top_k > 0:
+        raise invalid(
+            "rollout.top_k", rollout.top_k, "use rollout.top_k=-1 (or 0) with vllm, or rollout.engine=transformers (which "
+            "records whole-vocabulary log-probs, as the learner does)",
+            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated (top-k "
             "renormalised) distribution while the learner computes them over the whole vocabulary, so the PPO ratio "
             "would be wrong from the first step")
     if rollout.val_n != 1 and rollout.val_temperature <= 0:
@@ -370,6 +392,10 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
         if not (value is None or isinstance(value, str) or (
                 isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value))):
             raise invalid(f"data.{key}", value, "expected a path or a list of paths")
+        if value is not None and not all(str(v).strip() for v in ([value] if isinstance(value, str) else value)):
+            raise invalid(f"data.{key}", value, f"give a file or folder, or leave data.{key} out"
+                          + (" (the prompts then come from data.source)" if key == "train_files" else ""),
+                          "an empty path names no file")
     from .loggers import logger_names
 
     logger_names(trainer.logger)

@@ -26,6 +26,7 @@ __all__ = [
     "LearnerSettings",
     "TrainSample",
     "clipped_policy_loss",
+    "policy_loss_per_token",
     "full_logprobs",
     "group_advantages",
     "aggregate",
@@ -46,13 +47,13 @@ LOG_RATIO_CLAMP = 20.0
 def group_advantages(rewards: torch.Tensor, *, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """Advantages of a ``[groups, n]`` reward matrix: ``(r - mean_group) / (std_group + eps)``.
 
-    NaN rewards (a reward that failed or does not apply) are left out of their group's statistics
-    and get advantage 0. A group whose rewards are all equal gets advantages 0 (nothing to learn).
-    The standard deviation is the population one (``unbiased=False``).
+    Invalid rewards, NaN (a reward that failed or does not apply) or infinite, are left out of their
+    group's statistics and get advantage 0. A group whose rewards are all equal gets advantages 0
+    (nothing to learn). The standard deviation is the population one (``unbiased=False``).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [groups, n], got shape {tuple(rewards.shape)}")
-    valid = ~torch.isnan(rewards)
+    valid = torch.isfinite(rewards)
     filled = torch.where(valid, rewards, torch.zeros_like(rewards))
     count = valid.sum(dim=1, keepdim=True).clamp(min=1)
     mean = filled.sum(dim=1, keepdim=True) / count
@@ -72,7 +73,7 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 
 
 #: the metrics that are a weighted sum over the batch's micro-batches (summed over the ranks, too)
-SUMMED = ("loss/policy", "loss/total", "kl", "clip_frac", "ratio/mean", "entropy")
+SUMMED = ("loss/policy", "loss/total", "kl", "clip_frac", "clip_frac/dual", "ratio/mean", "entropy")
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 LR_SCHEDULES = ("constant", "linear", "cosine")
@@ -90,8 +91,11 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean
 
 def lr_factor(step: int, lr_schedule: str = "constant", warmup_steps: int = 0, total_steps: int = 0,
               min_lr_ratio: float = 0.0) -> float:
-    """The learning rate of optimizer step ``step`` (0-based) as a fraction of the peak: a linear warm-up
-    over ``warmup_steps``, then constant, or a linear / cosine decay to ``min_lr_ratio`` at ``total_steps``."""
+    """The learning rate of train step ``step`` (0-based) as a fraction of the peak: a linear warm-up
+    over ``warmup_steps``, then constant, or a linear / cosine decay to ``min_lr_ratio`` at ``total_steps``.
+
+    A train step is one batch (``trainer.total_steps`` counts them); its ``ppo_epochs`` optimizer
+    updates all use its learning rate, as verl steps its scheduler once per batch."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if lr_schedule == "constant" or total_steps <= warmup_steps:
@@ -101,23 +105,38 @@ def lr_factor(step: int, lr_schedule: str = "constant", warmup_steps: int = 0, t
     return min_lr_ratio + (1.0 - min_lr_ratio) * decay
 
 
-def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, clip_eps: float,
-                        agg: str = "seq-mean-token-mean") -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate, per token, aggregated by ``agg`` (:func:`aggregate`; by default averaged
-    per sequence then over sequences).
+def policy_loss_per_token(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
+                          clip_ratio_c: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate per token, with verl's dual clip: ``(loss, clipped, dual_clipped)``.
 
-    ``logp``/``old_logp``/``mask`` are ``[batch, tokens]``, ``advantages`` is ``[batch]``.
-    Returns ``(loss, clipped_fraction)``; the loss is to be minimised.
+    ``logp``/``old_logp`` are ``[batch, tokens]``, ``advantages`` is ``[batch]``. Per token the loss is
+    ``max(-A * r, -A * clip(r, 1 - eps, 1 + eps))`` (``r`` the policy/behaviour ratio). With
+    ``clip_ratio_c > 1`` (dual-clip PPO, verl's ``clip_ratio_c``) a token of negative advantage loses
+    at most ``clip_ratio_c * |A|``: ``min(that, -A * clip_ratio_c)``, so a token whose ratio has run far
+    above 1 (a stale or extreme behaviour log-prob) stops driving the update (its gradient is 0 there).
+    ``clip_ratio_c = 0``: no dual clip. ``clipped`` / ``dual_clipped`` mark the tokens where each clip
+    is active (as verl's ``pg_clipfrac`` and ``pg_clipfrac_lower`` count them).
     """
     ratio = torch.exp(torch.clamp(logp - old_logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     adv = advantages.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    loss = aggregate(per_token, mask, agg)
-    clip_frac = masked_mean((clipped < unclipped).float(), mask)
-    return loss, clip_frac.detach()
+    dual = torch.zeros_like(per_token, dtype=torch.bool)
+    if clip_ratio_c:
+        bound = (-adv * clip_ratio_c).expand_as(per_token)
+        dual = (adv < 0) & (per_token > bound)
+        per_token = torch.where(dual, bound, per_token)
+    return per_token, (clipped < unclipped).detach(), dual.detach()
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, clip_eps: float, agg: str = "seq-mean-token-mean",
+                        clip_ratio_c: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`policy_loss_per_token` aggregated by ``agg`` (:func:`aggregate`; by default averaged per
+    sequence then over sequences): ``(loss, clipped_fraction)``; the loss is to be minimised."""
+    per_token, clipped, _ = policy_loss_per_token(logp, old_logp, advantages, clip_eps, clip_ratio_c)
+    return aggregate(per_token, mask, agg), masked_mean(clipped.float(), mask)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -143,8 +162,9 @@ class LearnerSettings:
     clip_eps: float = 0.2
     ppo_epochs: int = 1
     micro_batch_size: int = 8
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  #: 0: no clipping (the norm is still measured)
     weight_decay: float = 0.0
+    clip_ratio_c: float = 3.0  #: dual clip for negative advantages (policy_loss_per_token); 0: off
     temperature: float = 1.0
     dtype: str = "float32"
     autocast: str = "none"  #: none | bfloat16 (fp32 master weights, bf16 matmuls)
@@ -182,11 +202,13 @@ class GRPOLearner:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr,
                                            betas=(0.9, 0.99), weight_decay=settings.weight_decay)
         self.version = 0  #: optimizer updates applied since the base model
+        self.steps = 0  #: train steps (calls of train_step) since the base model: the LR schedule's clock
         self.nonfinite_in_row = 0
 
     # -- training ----------------------------------------------------------------------------
     def train_step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        """One optimizer step per PPO epoch over ``samples``.
+        """One train step: one optimizer step per PPO epoch over ``samples``, all at this step's
+        learning rate (:func:`lr_factor` of the train steps before this one).
 
         The policy version counts optimizer updates: it goes up by one per epoch whose loss and
         gradient are finite. An epoch with a non-finite loss or gradient is skipped (no update, the
@@ -197,26 +219,21 @@ class GRPOLearner:
         metrics are those of the whole batch (every rank returns the same metrics).
         """
         s = self.settings
-        mbs = max(1, s.micro_batch_size)
         stats: dict[str, float] = dict.fromkeys(SUMMED, 0.0)
         stats["grad_norm"] = 0.0
-        stats["lr"] = s.lr * lr_factor(self.version, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio)
+        stats["lr"] = s.lr * lr_factor(self.steps, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio)
+        self.steps += 1
         for group in self.optimizer.param_groups:
             group["lr"] = stats["lr"]
-        ref_cache: list[torch.Tensor] = []
-        if self.ref is not None:
-            with torch.no_grad():
-                for start in range(0, len(samples), mbs):
-                    lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature,
-                                              autocast=s.autocast)
-                    ref_cache.append(lp)
+        ref_cache = self.reference_logprobs(samples)
         skipped = 0
         for _epoch in range(s.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             last = _epoch == s.ppo_epochs - 1
             finite = self.gradients(samples, stats if last else None, ref_cache)
             if finite:
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
+                # max_grad_norm 0: measured, not clipped (an infinite bound scales by 1)
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm or math.inf)
                 finite = bool(torch.isfinite(norm))
                 if last:
                     stats["grad_norm"] = float(norm)
@@ -239,6 +256,18 @@ class GRPOLearner:
         stats["samples/without_gradient"] = float(idle)  #: no backward pass (see gradients)
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
+    def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """The reference model's log-probs of ``samples``, one tensor per micro-batch (none without a reference)."""
+        s = self.settings
+        mbs = max(1, s.micro_batch_size)
+        out: list[torch.Tensor] = []
+        if self.ref is not None:
+            with torch.no_grad():
+                for start in range(0, len(samples), mbs):
+                    lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature, autocast=s.autocast)
+                    out.append(lp)
+        return out
+
     def gradients(self, samples: Sequence[TrainSample], stats: dict[str, float] | None = None,
                   ref_cache: Sequence[torch.Tensor] = ()) -> bool:
         """Forward and backward over ``samples`` in micro-batches; False when a loss is not finite.
@@ -253,6 +282,8 @@ class GRPOLearner:
         """
         s = self.settings
         mbs = max(1, s.micro_batch_size)
+        if self.ref is not None and not ref_cache:
+            ref_cache = self.reference_logprobs(samples)  # (with a reference no sample is idle: same chunks)
         total = len(samples)
         tokens = sum(len(c.response_ids) for c in samples)
         if self.group is not None:  # normalise by the batch's totals, so the ranks' losses add up to it
@@ -275,23 +306,26 @@ class GRPOLearner:
             weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
             old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)
             adv = torch.tensor([c.advantage for c in chunk], dtype=torch.float32, device=self.device)
-            policy, clip_frac = clipped_policy_loss(logp, old, adv, mask, s.clip_eps, s.loss_agg_mode)
+            per_token, clipped, dual = policy_loss_per_token(logp, old, adv, s.clip_eps, s.clip_ratio_c)
+            # verl's composition: every term aggregated by loss_agg_mode, then
+            # policy - entropy_coeff * entropy + kl_coef * kl
+            policy = aggregate(per_token, mask, s.loss_agg_mode)
             entropy = aggregate(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
             if not s.entropy_coeff:
                 ent.clear()  # the metric only: let its graph go
             loss = policy - s.entropy_coeff * entropy
             kl_value = torch.zeros((), device=self.device)
             if self.ref is not None:
-                kl_tok = kl_k3(logp, ref_cache[k])
-                kl_value = masked_mean(kl_tok, mask, dim=-1).mean()
-                loss = policy + s.kl_coef * kl_value
+                kl_value = aggregate(kl_k3(logp, ref_cache[k]), mask, s.loss_agg_mode)
+                loss = loss + s.kl_coef * kl_value
             if stats is not None:
                 log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
                 stats["loss/policy"] += float(policy.detach()) * weight
                 stats["loss/total"] += float(loss.detach()) * weight
                 stats["kl"] += float(kl_value.detach()) * weight
                 stats["entropy"] += float(entropy.detach()) * weight
-                stats["clip_frac"] += float(clip_frac) * weight
+                stats["clip_frac"] += float(masked_mean(clipped.float(), mask)) * weight
+                stats["clip_frac/dual"] += float(masked_mean(dual.float(), mask)) * weight
                 stats["ratio/mean"] += float(masked_mean(torch.exp(log_ratio), mask).detach()) * weight
             if not torch.isfinite(loss.detach()):
                 finite = False  # nothing of this epoch reaches the weights
@@ -328,7 +362,7 @@ class GRPOLearner:
     def save(self, path: str, extra: Mapping[str, Any] | None = None) -> None:
         os.makedirs(path, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
-        torch.save({"optimizer": self.optimizer.state_dict(), "version": self.version,
+        torch.save({"optimizer": self.optimizer.state_dict(), "version": self.version, "steps": self.steps,
                     "rng": torch.get_rng_state()}, os.path.join(path, "learner.pt"))
         if extra is not None:
             with open(os.path.join(path, "learner.json"), "w") as f:
@@ -344,6 +378,7 @@ class GRPOLearner:
         if self.group is not None:
             self.group.broadcast(self.model)
         self.version = int(state["version"])
+        self.steps = int(state.get("steps", state["version"]))  # a checkpoint from before the step clock
         self.nonfinite_in_row = 0
         torch.set_rng_state(state["rng"])
 

@@ -82,7 +82,8 @@ class Lifecycle(RunState):
             cores=cores(1 + i)),
             t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok)
         self._start_reward_client(opts)
-        settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "ppo_epochs": t.ppo_epochs,
+        settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "clip_ratio_c": t.clip_ratio_c,
+                    "ppo_epochs": t.ppo_epochs,
                     "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
                     "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
                     "dtype": cfg.model.dtype, "autocast": t.autocast, "lr_schedule": t.lr_schedule,

@@ -94,6 +94,7 @@ class Resources:
 RULES: dict[str, Rule] = {
     "placement": one_of(*PLACEMENTS),
     **{f"{role}.{k}": at_least(0) for role in ROLES for k in ("num_cpus", "num_gpus")},
+    **{f"{role}.resources.*": at_least(0) for role in ROLES},
     "nnodes": at_least(0),
     "gpus_per_node": at_least(0),
 }

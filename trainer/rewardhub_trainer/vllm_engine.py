@@ -7,10 +7,12 @@ It tokenizes and decodes with the same tokenizer as the transformers engine
 tokenizer of ``model.tiny`` works too and both engines see identical prompt ids.
 
 Log-probabilities: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. the log-softmax of
-the logits *after* temperature (and top-k/top-p) — with ``top_p=1`` that is exactly the learner's
-``log_softmax(logits / T)``. With ``top_p < 1`` it would be the log-probability under the truncated,
-renormalised distribution, which the learner does not compute: the config refuses that setting
-(``rollout.top_p`` must be 1 with vLLM) and :meth:`VLLMEngine.generate` does too. The model
+the logits *after* temperature (and top-k/top-p) — with ``top_p=1`` and no top-k that is exactly the
+learner's ``log_softmax(logits / T)``. With ``top_p < 1`` or ``top_k > 0`` it would be the log-probability
+under the truncated, renormalised distribution, which the learner does not compute (and no vLLM
+``logprobs_mode`` gives the log-probs after temperature but before truncation): the config refuses
+those settings (``rollout.top_p`` must be 1 and ``rollout.top_k`` -1 or 0 with vLLM) and
+:meth:`VLLMEngine.generate` does too. The model
 folder's ``generation_config.json`` is not read (``generation_config="vllm"``).
 
 Weight sync (:class:`WeightSyncExtension`, vLLM's ``worker_extension_cls``): vLLM's CPU backend
@@ -203,6 +205,9 @@ class VLLMEngine:
         if top_p < 1:
             raise ValueError(f"top_p={top_p}: the vLLM engine records log-probs of the distribution after "
                              "top-p truncation, which the learner does not compute; sample with top_p=1")
+        if top_k > 0:
+            raise ValueError(f"top_k={top_k}: the vLLM engine records log-probs of the distribution after "
+                             "top-k truncation, which the learner does not compute; sample with top_k=-1")
         tok = self.tokenizer
         prompt_ids = [list(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         for ids in prompt_ids:
