@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rewardhub.config._shell_pick import all_words as shell_words
 from rewardhub.config.loader import read_and_migrate
 from rewardhub.config.loader import read_config_file
 from rewardhub.config.overrides import is_override_word
-from rewardhub.config.overrides import shell_words
 from rewardhub.config.shim import is_legacy_key
 from rewardhub.config.shim import migrate
 

@@ -94,7 +94,7 @@ from rewardhub.config._verl_keys import VERL_YAMLS  # noqa: E402
 from rewardhub.config._verl_keys import derive_table  # noqa: E402
 from rewardhub.config._verl_keys_table import TABLE  # noqa: E402
 from rewardhub.config.loader import load_plan  # noqa: E402
-from rewardhub.config.verl_trainer import _TABLE  # noqa: E402
+from rewardhub.config.verl_trainer import KEY_RULES  # noqa: E402
 
 VERL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat", "verl")
 
@@ -134,7 +134,7 @@ def test_a_misspelt_verl_key_is_unknown_with_a_did_you_mean(key, value, meant):
 
 
 def test_no_drop_reason_says_what_the_trainer_does_not_do():
-    reasons = [a[1] for _, a in _TABLE if a[0] == "drop"]
+    reasons = [a[1] for _, a in KEY_RULES if a[0] == "drop"]
     for false in ("every checkpoint is kept", "never deleted", "learner is one process", "GPU inference engine",
                   "model-loading/FSDP"):
         assert not [r for r in reasons if false in r], false

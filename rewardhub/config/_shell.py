@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Script", "ShellWord", "read_script"]
+__all__ = ["ASSIGN_RE", "NAME_RE", "Raw", "Reader", "Script", "ShellWord", "Unsafe", "literal_head"]
 
 _META = " \t\r\n;&|()<>"
-_NAME_RE = re.compile(r"[A-Za-z_]\w*")
-_ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)=")
+NAME_RE = re.compile(r"[A-Za-z_]\w*")
+ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)=")
 _FUNCTION_RE = re.compile(r"^\s*(function\s+[\w-]+|[\w-]+\s*\(\s*\))", re.M)
 _KEY_RE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 
@@ -55,19 +55,19 @@ class Script:
     entry: dict[str, Any] | None = None
 
 
-class _Unsafe(Exception):
+class Unsafe(Exception):
     pass
 
 
 @dataclass
-class _Raw:
+class Raw:
     start: int
     end: int
     #: (kind, payload, quoted, after "=") with kind text | var | subst | unsafe | default
     parts: list[tuple[str, Any, bool, bool]] = field(default_factory=list)
 
 
-class _Reader:
+class Reader:
     def __init__(self, text: str) -> None:
         self.s, self.n = text, len(text)
         self.vars: dict[str, str | None] = {}  # None: set in a way that cannot be known here
@@ -80,9 +80,9 @@ class _Reader:
         return self.s.count("\n", 0, pos) + 1
 
     # ---- splitting ------------------------------------------------------------------------------
-    def commands(self) -> list[list[_Raw]]:
+    def commands(self) -> list[list[Raw]]:
         s, n = self.s, self.n
-        out: list[list[_Raw]] = [[]]
+        out: list[list[Raw]] = [[]]
         heredocs: list[tuple[str, bool]] = []
         i = 0
         while i < n:
@@ -132,9 +132,9 @@ class _Reader:
             heredocs.append((delim, op == "<<-"))
         return i
 
-    def word(self, i: int) -> tuple[_Raw, int]:
+    def word(self, i: int) -> tuple[Raw, int]:
         s, n = self.s, self.n
-        raw = _Raw(i, i)
+        raw = Raw(i, i)
         seen_eq = False
 
         def add(kind: str, payload: Any, quoted: bool) -> None:
@@ -241,8 +241,8 @@ class _Reader:
         return n
 
     # ---- expanding ------------------------------------------------------------------------------
-    def expand(self, raw: _Raw, where: str) -> list[tuple[str, bool]]:
-        """The words ``raw`` becomes (text, whole); :class:`_Unsafe` names what cannot be known."""
+    def expand(self, raw: Raw, where: str) -> list[tuple[str, bool]]:
+        """The words ``raw`` becomes (text, whole); :class:`Unsafe` names what cannot be known."""
         fields: list[list[str]] = [[]]
         split = False
 
@@ -267,9 +267,9 @@ class _Reader:
                 if payload.strip() == "pwd" and self.cwd_known:
                     put(os.getcwd())
                 else:
-                    raise _Unsafe(f"the command substitution $({payload.strip()}) in {where} cannot be run here")
+                    raise Unsafe(f"the command substitution $({payload.strip()}) in {where} cannot be run here")
             elif kind == "unsafe":
-                raise _Unsafe(f"{payload} in {where} cannot be expanded without running the script")
+                raise Unsafe(f"{payload} in {where} cannot be expanded without running the script")
             elif kind == "var":
                 put(self.variable(payload, after_eq, quoted, where))
             else:
@@ -278,9 +278,9 @@ class _Reader:
                 if name.isdigit() or name in "@*#":
                     value = None
                 if name in self.vars and value is None:
-                    raise _Unsafe(f"${{{name}}} in {where} is set by the script in a way that cannot be read here")
+                    raise Unsafe(f"${{{name}}} in {where} is set by the script in a way that cannot be read here")
                 if name not in self.vars and self.sourced and not name.isdigit():
-                    raise _Unsafe(f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here")
+                    raise Unsafe(f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here")
                 if value:
                     put(value)
                 elif after_eq and not name.isdigit() and not self.assigning:
@@ -295,7 +295,7 @@ class _Reader:
         return [(w, not split) for w in words]
 
     def expand_text(self, text: str, where: str, after_eq: bool = False) -> str:
-        inner = _Reader(text)
+        inner = Reader(text)
         inner.vars, inner.cwd_known = self.vars, self.cwd_known
         raw, _ = inner.word(0)
         raw.parts = [(k, p, q, after_eq or e) for k, p, q, e in raw.parts]
@@ -304,7 +304,7 @@ class _Reader:
     def variable(self, name: str, after_eq: bool, quoted: bool, where: str) -> str:
         if name in ("@", "*", "#") or name.isdigit():
             if self.functions and name != "0":
-                raise _Unsafe(f"${name} in {where}: the script defines a function, whose arguments are not known "
+                raise Unsafe(f"${name} in {where}: the script defines a function, whose arguments are not known "
                               "here")
             return "0" if name == "#" else ""  # a script run without arguments
         if name == "PWD" and name not in self.vars and self.cwd_known:
@@ -312,91 +312,37 @@ class _Reader:
         if name in self.vars:
             value = self.vars[name]
             if value is None:
-                raise _Unsafe(f"${name} in {where} is set by the script in a way that cannot be read here "
+                raise Unsafe(f"${name} in {where} is set by the script in a way that cannot be read here "
                               "(a command substitution, read, or a for loop)")
             return value
         if self.sourced:
-            raise _Unsafe(f"${name} in {where} may be set by {self.sourced}, which is not read here")
+            raise Unsafe(f"${name} in {where} may be set by {self.sourced}, which is not read here")
         if name in os.environ:
             return os.environ[name]  # what the shell takes, run from here
         if after_eq and not self.assigning:
             return "${oc.env:" + name + "}"  # unset: loading the config says so, naming the key
-        raise _Unsafe(f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be known here")
+        raise Unsafe(f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be known here")
 
-    def assign(self, raw: _Raw, where: str) -> None:
-        name = _ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))
+    def assign(self, raw: Raw, where: str) -> None:
+        name = ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))
         if not name:
             return
         self.assigning = True
         try:
             # an assignment's value is not split into words (as if quoted)
-            words = self.expand(_Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts]), where)
+            words = self.expand(Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts]), where)
             value: str | None = "".join(w for w, _ in words).split("=", 1)[1]
-        except _Unsafe:
+        except Unsafe:
             value = None
         finally:
             self.assigning = False
         self.vars[name.group(1)] = value
 
 
-def _literal_head(raw: _Raw) -> str:
+def literal_head(raw: Raw) -> str:
     out = []
     for kind, payload, _, _ in raw.parts:
         if kind != "text":
             break
         out.append(payload)
     return "".join(out)
-
-
-def read_script(text: str) -> Script:
-    """The override words of ``text`` (a launch script or a file of overrides) and the verl entry point."""
-    from ._shell_pick import entry_point
-    from .overrides import is_override_word
-
-    r = _Reader(text)
-    runs: list[tuple[int, list[ShellWord], dict[str, Any] | None, list[str]]] = []
-    for index, cmd in enumerate(r.commands()):
-        words: list[ShellWord] = []
-        unsafe: list[str] = []
-        position = 0
-        head = _literal_head(cmd[0])
-        assigning = True
-        for raw in cmd:
-            line = r.line(raw.start)
-            lit = _literal_head(raw)
-            if assigning and _ASSIGN_RE.match(lit) and (position == 0 or words and words[-1].text in (
-                    "export", "local", "declare", "readonly", "typeset")):
-                if len(cmd) == 1 or all(_ASSIGN_RE.match(_literal_head(x)) for x in cmd) or position:
-                    r.assign(raw, f"line {line}")
-                continue
-            assigning = assigning and lit in ("export", "local", "declare", "readonly", "typeset")
-            try:
-                expanded = r.expand(raw, f"line {line}")
-            except _Unsafe as exc:
-                unsafe.append(str(exc))
-                words.append(ShellWord(text[raw.start:raw.end], "\x00", raw.start, raw.end, index, position, line,
-                                       False))
-                position += 1
-                continue
-            for t, whole in expanded:
-                words.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
-                position += 1
-        if head in ("for", "select") and len(cmd) > 1:
-            r.vars[_literal_head(cmd[1])] = None
-        elif head == "read":
-            for raw in cmd[1:]:
-                if _NAME_RE.fullmatch(_literal_head(raw)):
-                    r.vars[_literal_head(raw)] = None
-        elif head in ("source", ".") and len(cmd) > 1:
-            r.sourced = f"line {r.line(cmd[0].start)}: {head} {text[cmd[1].start:cmd[1].end]}"
-        elif head in ("cd", "pushd", "popd"):
-            r.cwd_known = False
-        elif head == "unset":
-            for raw in cmd[1:]:
-                r.vars.pop(_literal_head(raw), None)
-        entry = entry_point(words)
-        if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:
-            runs.append((index, words, entry, unsafe))
-    from ._shell_pick import choose
-
-    return choose(runs)

@@ -7,12 +7,16 @@ import re
 from typing import Any
 
 from ..errors import UsageError
+from ._shell import ASSIGN_RE
+from ._shell import NAME_RE
+from ._shell import Reader
 from ._shell import Script
 from ._shell import ShellWord
-from ._shell import _Reader
-from ._shell import _Unsafe
+from ._shell import Unsafe
+from ._shell import literal_head
+from .overrides import is_override_word
 
-__all__ = ["VERL_CONFIGS", "all_words", "choose", "entry_point"]
+__all__ = ["VERL_CONFIGS", "all_words", "choose", "entry_point", "read_script"]
 
 _VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
 #: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
@@ -31,8 +35,6 @@ def entry_point(words: list[ShellWord]) -> dict[str, Any] | None:
 
 
 def choose(runs: list[Any]) -> Script:
-    from .overrides import is_override_word
-
     verl = [run for run in runs if run[2] is not None]
     if len(verl) > 1:
         lines = ", ".join(str(run[2]["line"]) for run in verl)
@@ -91,15 +93,64 @@ def _check_unsafe(run: Any) -> None:
 
 def all_words(text: str) -> list[ShellWord]:
     """Every word of every command of ``text`` (assignments too), expanded where it can be."""
-    r = _Reader(text)
+    r = Reader(text)
     out: list[ShellWord] = []
     for index, cmd in enumerate(r.commands()):
         for position, raw in enumerate(cmd):
             line = r.line(raw.start)
             try:
                 expanded = r.expand(raw, f"line {line}")
-            except _Unsafe:
+            except Unsafe:
                 expanded = [(text[raw.start:raw.end], True)]
             for t, whole in expanded:
                 out.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
     return out
+
+
+def read_script(text: str) -> Script:
+    """The override words of ``text`` (a launch script or a file of overrides) and the verl entry point."""
+    r = Reader(text)
+    runs: list[tuple[int, list[ShellWord], dict[str, Any] | None, list[str]]] = []
+    for index, cmd in enumerate(r.commands()):
+        words: list[ShellWord] = []
+        unsafe: list[str] = []
+        position = 0
+        head = literal_head(cmd[0])
+        assigning = True
+        for raw in cmd:
+            line = r.line(raw.start)
+            lit = literal_head(raw)
+            if assigning and ASSIGN_RE.match(lit) and (position == 0 or words and words[-1].text in (
+                    "export", "local", "declare", "readonly", "typeset")):
+                if len(cmd) == 1 or all(ASSIGN_RE.match(literal_head(x)) for x in cmd) or position:
+                    r.assign(raw, f"line {line}")
+                continue
+            assigning = assigning and lit in ("export", "local", "declare", "readonly", "typeset")
+            try:
+                expanded = r.expand(raw, f"line {line}")
+            except Unsafe as exc:
+                unsafe.append(str(exc))
+                words.append(ShellWord(text[raw.start:raw.end], "\x00", raw.start, raw.end, index, position, line,
+                                       False))
+                position += 1
+                continue
+            for t, whole in expanded:
+                words.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
+                position += 1
+        if head in ("for", "select") and len(cmd) > 1:
+            r.vars[literal_head(cmd[1])] = None
+        elif head == "read":
+            for raw in cmd[1:]:
+                if NAME_RE.fullmatch(literal_head(raw)):
+                    r.vars[literal_head(raw)] = None
+        elif head in ("source", ".") and len(cmd) > 1:
+            r.sourced = f"line {r.line(cmd[0].start)}: {head} {text[cmd[1].start:cmd[1].end]}"
+        elif head in ("cd", "pushd", "popd"):
+            r.cwd_known = False
+        elif head == "unset":
+            for raw in cmd[1:]:
+                r.vars.pop(literal_head(raw), None)
+        entry = entry_point(words)
+        if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:
+            runs.append((index, words, entry, unsafe))
+    return choose(runs)

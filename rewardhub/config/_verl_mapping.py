@@ -15,8 +15,11 @@ from ..errors import UsageError
 from ._legacy_rules import truthy
 from ._verl_keys import is_verl_key
 from .overrides import leaves as dotted_leaves
+from .verl_trainer import KEY_RULES
+from .verl_trainer import VERL_ROOTS
+from .verl_trainer import rule
 
-__all__ = ["ENTRY_KEY", "VERL_DEFAULTS", "Mapping_"]
+__all__ = ["ENTRY_KEY", "VERL_DEFAULTS", "Mapping_", "map_verl_keys"]
 
 #: the top-level key the script reader sets to the verl entry point it found ({"module", "mode", "line"})
 ENTRY_KEY = "__verl_entry_point__"
@@ -98,7 +101,6 @@ class Mapping_:
         return self.taken[key][0] if key in self.taken else None
 
     def run(self) -> None:
-        from .verl_trainer import VERL_ROOTS
 
         entry = self.cfg.pop(ENTRY_KEY, None)
         if "defaults" in self.cfg:  # a Hydra config of verl's: built on verl's own base config
@@ -183,7 +185,7 @@ class Mapping_:
         """The leaves of a top-level key that is a misspelling of one of verl's sections (``actor_rollout_reff``);
         a misspelt section of the trainer's (``trainr``) is left for the section check."""
         from ._verl_keys import suggest
-        from .loader import SECTIONS
+        from .fields import SECTIONS
 
         out: list[tuple[str, Any]] = []
         for key in [k for k in self.cfg if isinstance(k, str) and k not in roots and k not in SECTIONS]:
@@ -194,9 +196,8 @@ class Mapping_:
 
     def _explicit(self, key: str) -> bool:
         """Whether the table names ``key`` itself (a key of an earlier verl version), not by a wildcard."""
-        from .verl_trainer import _TABLE
 
-        return any(pattern == key for pattern, _ in _TABLE)
+        return any(pattern == key for pattern, _ in KEY_RULES)
 
     def special(self, kind: str, key: str, value: Any) -> None:
         if kind == "engine":
@@ -351,3 +352,9 @@ class Mapping_:
             raise UsageError(f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
                              f"values\nkeep one of them ({new} is the trainer's key)")
         node[name] = value
+
+
+def map_verl_keys(cfg: dict[str, Any], report: Any) -> None:
+    """Move verl's trainer keys in ``cfg`` (a plain dict, changed in place) to the trainer's, recording each
+    in ``report`` (``moved`` / ``dropped`` / ``notes``, and ``unknown`` for a key verl does not have)."""
+    Mapping_(cfg, report, rule).run()

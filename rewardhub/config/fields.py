@@ -31,7 +31,10 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["Rule", "above", "at_least", "between", "check_section", "finite", "invalid", "one_of", "unknown_key"]
+__all__ = ["SECTIONS", "Rule", "above", "at_least", "between", "check_section", "finite", "invalid", "one_of", "unknown_key"]
+
+#: the sections of a config (a top-level key that is none of these is an unknown key)
+SECTIONS = ("reward", "trainer", "model", "rollout", "data", "resources")
 
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from .fields import SECTIONS
 from .shim import MigrationReport
 
 __all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
@@ -91,7 +92,7 @@ def config_file_kind(path: str, text: str) -> str:
 def script_overrides(text: str) -> list[Any]:
     """The override words a shell script (or overrides file) hands to verl, as shell words with their spans
     (see :mod:`rewardhub.config._shell`: only the verl command's words, expanded as the shell would)."""
-    from ._shell import read_script
+    from ._shell_pick import read_script
 
     return read_script(text).words
 
@@ -109,7 +110,7 @@ def _parse(path: str, text: str) -> tuple[str, dict[str, Any]]:
     """The kind (``yaml`` / ``shell``) and content of a config file's text."""
     kind = config_file_kind(path, text)
     if kind == "shell":
-        from ._shell import read_script
+        from ._shell_pick import read_script
         from ._verl_mapping import ENTRY_KEY
         from .overrides import apply_overrides
 
@@ -157,7 +158,7 @@ def _override_and_migrate(raw: dict[str, Any], overrides: list[str]) -> tuple[di
     if overrides:
         raw = apply_overrides(raw, overrides)
     cfg, report = _migrate(raw)
-    from .verl_trainer import map_verl_keys
+    from ._verl_mapping import map_verl_keys
 
     map_verl_keys(cfg, report)  # then verl's data/model/rollout/optimizer/algorithm/trainer keys, same report
     return cfg, report
@@ -198,7 +199,6 @@ def _strings(node: Any) -> set[str]:
 #: the sections a config may have once its legacy keys are migrated: the core's ``reward:`` and the
 #: trainer's (verl's own sections, ``custom_reward_function`` ... ``actor_rollout_ref``, are migrated
 #: or dropped with a reason by then)
-SECTIONS = ("reward", "trainer", "model", "rollout", "data", "resources")
 
 
 def check_sections(cfg: Mapping[str, Any], anchors: Callable[[], set[str]] = set) -> None:

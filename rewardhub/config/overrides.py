@@ -1,9 +1,8 @@
 """Command-line overrides as users type them (``a.b=c``, Hydra's ``+a.b=c`` / ``++a.b=c`` / ``~a.b``).
 
 :func:`parse_overrides` reads argv-style tokens (the shell has already removed its quotes);
-:func:`shell_words` splits a script's text the way a POSIX shell would (:mod:`rewardhub.config._shell`),
-remembering where each word is, so that a rewrite can replace override tokens and leave every other
-byte alone.
+:func:`is_override_word` tells an override among a launch script's words (which
+:mod:`rewardhub.config._shell_pick` splits and expands as a POSIX shell would).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ __all__ = [
     "parse_override",
     "parse_overrides",
     "parse_value",
-    "shell_words",
 ]
 
 _KEY = r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*"
@@ -220,13 +218,3 @@ def _delete(node: Any, last: str) -> None:
             del node[int(last)]
     else:
         node.pop(last, None)
-
-
-# ---- shell scripts ------------------------------------------------------------------------------
-
-def shell_words(script: str) -> list[Any]:
-    """Every word of ``script``, split and expanded as a POSIX shell would (see
-    :func:`rewardhub.config._shell_pick.all_words`; a word that cannot be expanded here keeps its text)."""
-    from ._shell_pick import all_words
-
-    return all_words(script)

@@ -1,7 +1,7 @@
 """verl's trainer keys -> the trainer's sections (``trainer``, ``model``, ``rollout``, ``data``).
 
 A verl GRPO launch script (``python3 -m verl.trainer.main_ppo data.train_files=... actor_rollout_ref...``)
-runs with ``rewardhub train``: :func:`map_verl_keys`, called by the shim after the reward keys, moves
+runs with ``rewardhub train``: :func:`rewardhub.config._verl_mapping.map_verl_keys`, called by the shim after the reward keys, moves
 each verl key it knows to the trainer's key, or drops it with the reason (FSDP, GPU-engine and
 logging settings the trainer does not have), into the same :class:`MigrationReport` as the reward
 keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
@@ -19,9 +19,7 @@ maps them; the last one onto ``rollout.tensor_parallel_size`` and ``resources.ro
 
 from __future__ import annotations
 
-from typing import Any
-
-__all__ = ["NOT_HERE", "VERL_ROOTS", "map_verl_keys"]
+__all__ = ["NOT_HERE", "KEY_RULES", "VERL_ROOTS", "rule"]
 
 #: left for the resource mapping (another table)
 NOT_HERE = frozenset({"trainer.n_gpus_per_node", "trainer.nnodes",
@@ -47,7 +45,7 @@ _TEXT = "the trainer is text-only"
 # pattern (dotted, "*" = this key and everything under it) -> ("move", new key) | ("drop", reason) | (special,)
 # first match wins; a key under data./trainer. that matches nothing is left for the trainer's schema; a key
 # under verl's own sections that verl does not have either is an unknown key (a misspelling), not a drop
-_TABLE: list[tuple[str, tuple[str, ...]]] = [
+KEY_RULES: list[tuple[str, tuple[str, ...]]] = [
     # data
     ("data.train_batch_size", ("move", "rollout.prompts_per_step")),
     ("data.max_response_length", ("move", "rollout.max_new_tokens")),
@@ -258,18 +256,10 @@ def _match(pattern: str, key: str) -> bool:
     return key == pattern
 
 
-def _rule(key: str) -> tuple[str, ...] | None:
+def rule(key: str) -> tuple[str, ...] | None:
     if key in NOT_HERE:
         return None
-    for pattern, action in _TABLE:
+    for pattern, action in KEY_RULES:
         if _match(pattern, key):
             return action
     return None
-
-
-def map_verl_keys(cfg: dict[str, Any], report: Any) -> None:
-    """Move verl's trainer keys in ``cfg`` (a plain dict, changed in place) to the trainer's, recording each
-    in ``report`` (``moved`` / ``dropped`` / ``notes``, and ``unknown`` for a key verl does not have)."""
-    from ._verl_mapping import Mapping_
-
-    Mapping_(cfg, report, _rule).run()
