@@ -60,20 +60,35 @@ class ParquetRows:
         import pyarrow as pa
 
         try:
-            return pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError,
-                ValueError) as exc:
-            for i, v in enumerate(values):  # the first row that fails alone, if any
-                try:
-                    pa.array([v])
-                except OverflowError:
-                    raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: a number too large for "
-                                     f"parquet's 64-bit integers ({str(v)[:40]})\n{_HINT}") from None
-                except Exception as one:  # noqa: BLE001 - pyarrow's errors have no common base
-                    raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet cannot store "
-                                     f"this value ({one})\n{_HINT}") from None
-            raise UsageError(f"-o {self.path}: column {name!r} (rows {offset + 1}-{offset + len(values)}) mixes "
-                             f"values parquet cannot put in one column ({exc})\n{_HINT}") from None
+            return self._checked(name, values, pa.array(values), offset)
+        except OverflowError:
+            if all(v is None or (type(v) is int and 0 <= v < 2 ** 64) for v in values):
+                return pa.array(values, pa.uint64())  # unsigned 64-bit numbers (a parquet uint64 column's)
+            why = "numbers beyond 64 bits"
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
+            why = str(exc)
+        for i, v in enumerate(values):  # the first row that fails alone, if any
+            try:
+                pa.array([v])
+            except OverflowError:
+                raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: a number too large for "
+                                 f"parquet's 64-bit integers ({str(v)[:40]})\n{_HINT}") from None
+            except Exception as one:  # noqa: BLE001 - pyarrow's errors have no common base
+                raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet cannot store "
+                                 f"this value ({one})\n{_HINT}") from None
+        raise UsageError(f"-o {self.path}: column {name!r} (rows {offset + 1}-{offset + len(values)}) mixes "
+                         f"values parquet cannot put in one column ({why})\n{_HINT}")
+
+    def _checked(self, name: str, values: list[Any], arr: Any, offset: int) -> Any:
+        """``arr``, after checking that it holds ``values`` (pyarrow's inference makes naive and aware
+        times one kind, for one)."""
+        got = arr.to_pylist()
+        for i, (v, g) in enumerate(zip(values, got)):
+            if not _holds(v, g):
+                raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet would store "
+                                 f"{str(v)[:60]!r} as {str(g)[:60]!r} (the column's other rows make it "
+                                 f"{arr.type})\n{_HINT}")
+        return arr
 
     def _table(self, rows: list[Mapping[str, Any]]) -> Any:
         import pyarrow as pa
@@ -205,6 +220,24 @@ class ParquetRows:
 
 
 _RESULTS = ("score", "rewards", "extra", "errors")
+
+
+def _holds(given: Any, got: Any) -> bool:
+    """Whether ``got`` (read back from arrow) is ``given``: equal (an int as a double only when the column is
+    one of doubles), an object with every key of ``given`` and the others null (a struct's fields are the
+    keys of all its rows)."""
+    if isinstance(given, dict):
+        return isinstance(got, dict) and all(k in got and _holds(v, got[k]) for k, v in given.items()) \
+            and all(got[k] is None for k in got.keys() - given.keys())
+    if isinstance(given, (list, tuple)):
+        return isinstance(got, list) and len(given) == len(got) and all(map(_holds, given, got))
+    if isinstance(given, float) and given != given:
+        return isinstance(got, float) and got != got
+    if given is None or got is None:
+        return given is got
+    if type(given) is not type(got) and not (type(given) is int and type(got) is float):
+        return False
+    return bool(given == got)
 
 
 def _result_column(name: str, values: list[Any]) -> Any:
