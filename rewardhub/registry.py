@@ -254,6 +254,12 @@ class RewardRegistry:
                 plugin_name=spec.plugin or spec.name,
                 dist=spec.dist,
             ) from exc
+        return self.use_object(spec, obj)
+
+    def use_object(self, spec: RewardSpec, obj: Any) -> tuple[RewardSpec, Any]:
+        """Resolve ``spec`` to ``obj`` from now on, without loading its target: what :meth:`load_full`
+        does after the import (``rewardhub check`` reads reward files instead of importing them, and
+        hands in a stand-in with the function's signature)."""
         if spec.params:
             obj = functools.partial(obj, **dict(spec.params))
         meta = getattr(obj, "__rewardhub__", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import sys
@@ -212,7 +213,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     progress = Progress(total, show)
     n_rows = 0
-    with runner_from_config(cfg.reward) as runner:
+    with contextlib.ExitStack() as stack:
+        with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
+            runner = stack.enter_context(runner_from_config(cfg.reward))
         problems = [p for t in runner.terms for p in term_problems(t, runner)]
         if problems:
             raise UsageError("\n".join(problems))
