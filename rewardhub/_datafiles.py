@@ -160,8 +160,8 @@ def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[s
             hint = ("it looks like UTF-16 text: convert it, e.g. iconv -f utf-16 -t utf-8"
                     if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:8]
                     else "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8")
-            raise UsageError(f"{path}, row {n}: not UTF-8 (byte {exc.start} of the line), and not a "
-                             f"parquet, arrow or compressed file either\n{hint}") from None
+            raise UsageError(f"{path}, row {n}: not UTF-8 (byte {exc.start} of the line)\n"
+                             f"nor is it a parquet, arrow or compressed file; {hint}") from None
         if not line.strip():
             continue
         try:
