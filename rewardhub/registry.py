@@ -303,6 +303,29 @@ class RewardRegistry:
         return sha256(blob.encode()).hexdigest()[:16]
 
 
+def plugin_manager(reward_cfg: Any = None) -> RewardhubPluginManager:
+    """The plugins a registry built from ``reward_cfg`` would load (built-ins, entry points, forced ones,
+    less the blocked), for calling hooks other than the registration ones (``rewardhub_doctor_lines``)."""
+    return _loaded_plugins(reward_cfg, None, None, True)[0]
+
+
+def _loaded_plugins(reward_cfg: Any, autoload: bool | None, plugins: Iterable[Any] | None,
+                    builtins: bool) -> tuple[RewardhubPluginManager, list[Any], tuple[str, ...], bool]:
+    """``(manager, entry points, forced plugin names, autoload)``: steps 1-4 of :func:`build_registry`."""
+    plugins_cfg = _get(reward_cfg, "plugins")
+    block = frozenset(_get(plugins_cfg, "block", ()) or ())
+    pm = RewardhubPluginManager()
+    if plugins is not None:
+        pm.load_given(plugins, builtins=builtins)
+        return pm, [], (), False
+    if autoload is None:
+        autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
+    load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
+    eps = scan_entry_points()
+    pm.load_plugins(eps, autoload=autoload, load=load, block=block)
+    return pm, eps, load, autoload
+
+
 def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
                    plugins: Iterable[Any] | None = None, builtins: bool = True) -> RewardRegistry:
     """Build a fresh registry from every source, in the documented load order.
@@ -319,18 +342,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
     """
     plugins_cfg = _get(reward_cfg, "plugins")
     block = frozenset(_get(plugins_cfg, "block", ()) or ())
-    pm = RewardhubPluginManager()
-    if plugins is not None:
-        eps: list[Any] = []
-        load: tuple[str, ...] = ()
-        autoload = False
-        pm.load_given(plugins, builtins=builtins)
-    else:
-        if autoload is None:
-            autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
-        load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
-        eps = scan_entry_points()
-        pm.load_plugins(eps, autoload=autoload, load=load, block=block)
+    pm, eps, load, autoload = _loaded_plugins(reward_cfg, autoload, plugins, builtins)
     registry = RewardRegistry()
     registry.blocked = block
     registry.collect_aliases(pm)
