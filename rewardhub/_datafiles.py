@@ -81,14 +81,14 @@ def _decompress(f: BinaryIO, kind: str) -> BinaryIO:
     if kind == "gzip":
         import gzip
 
-        return io.BufferedReader(gzip.GzipFile(fileobj=f, mode="rb"))  # type: ignore[arg-type]
+        return io.BufferedReader(gzip.GzipFile(fileobj=f, mode="rb"))
     if kind == "bz2":
         import bz2
 
-        return io.BufferedReader(bz2.BZ2File(f, mode="rb"))  # type: ignore[arg-type]
+        return io.BufferedReader(bz2.BZ2File(f, mode="rb"))
     import lzma
 
-    return io.BufferedReader(lzma.LZMAFile(f, mode="rb"))  # type: ignore[arg-type]
+    return io.BufferedReader(lzma.LZMAFile(f, mode="rb"))
 
 
 def kind_of(path: str) -> str:

@@ -103,7 +103,10 @@ def connect_bounded(address: str, seconds: float) -> Any:
                 stop(f"ERROR: Ray did not connect to {address} within {seconds:g} s (its port answers, but not "
                      "as a Ray cluster's)\n  check the address and port (`ray status` on the head node shows "
                      "them)\n", 1)
-            got = signal.sigtimedwait(signals, min(left, 0.2)) if main else time.sleep(min(left, 0.2))
+            if not main:
+                done.wait(min(left, 0.2))
+                continue
+            got = signal.sigtimedwait(signals, min(left, 0.2))
             if got is not None and not done.is_set():
                 name = signal.Signals(got.si_signo).name
                 stop(f"ERROR: interrupted ({name}) while connecting to Ray at {address}\n", 128 + got.si_signo)

@@ -21,7 +21,6 @@ import glob
 import json
 import os
 from collections.abc import Collection
-from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence

@@ -94,7 +94,7 @@ def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence
             raise UsageError(f"{flag} {path!r} is read-only\nmake it writable, or write the output elsewhere")
 
 
-def read_input(path: str, reader: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def read_input(path: str, reader: Callable[[str], list[Any]]) -> list[Any]:
     """``reader(path)``, with text that is not UTF-8 a one-line error."""
     try:
         return reader(path)

@@ -191,8 +191,8 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config
     from .._datafiles import is_regular
+    from ..config import load_config
     from ..datasets import count_rows
     from ..datasets import input_files
     from ..datasets import terms_needing
