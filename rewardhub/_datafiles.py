@@ -165,7 +165,10 @@ def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[s
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = _DECODER.decode(line)
+        except _DuplicateKey as exc:
+            raise UsageError(f"{path}, row {n}: the key {exc.args[0]!r} appears twice in one object; a row can hold "
+                             "only one of its values\nrename one of them") from None
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path}, row {n}: not valid JSON ({exc.msg})\n"
                              "each line must be one JSON object") from None
@@ -175,6 +178,23 @@ def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[s
             raise UsageError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object\n"
                              "each line must be one JSON object")
         yield n, row
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (``json`` would keep the last one silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return obj
+
+
+#: one decoder for every line (``json.loads`` with a hook would build a decoder per call)
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
 
 
 def _lines(path: str, f: BinaryIO, what: str) -> Iterator[bytes]:

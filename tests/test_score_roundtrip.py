@@ -214,3 +214,13 @@ def test_summary_json_of_a_run_where_every_row_failed_is_valid_json(tmp_path, ca
 
     got = json.loads(summary.read_text(), parse_constant=no_constants)
     assert got["metrics"]["reward/mean"] is None and got["samples"] == 2
+
+
+@pytest.mark.parametrize("line,key", [('{"response": "a", "x": 1, "x": 2}', "x"),
+                                      ('{"response": "a", "info": {"k": 1, "k": null}}', "k")])
+def test_a_jsonl_key_given_twice_is_an_error(tmp_path, cfg, line, key, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"response": "ok"}\n' + line + "\n")
+    assert main(["score", cfg, str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ERROR: {data}, row 2: the key {key!r} appears twice in one object"), err

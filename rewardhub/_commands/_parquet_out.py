@@ -83,6 +83,8 @@ class ParquetRows:
         """``arr``, after checking that it holds ``values`` (pyarrow's inference makes naive and aware
         times one kind, for one)."""
         got = arr.to_pylist()
+        if got == values:  # equal as Python values (inference changes no kind of value but int -> float)
+            return arr
         for i, (v, g) in enumerate(zip(values, got)):
             if not _holds(v, g):
                 raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet would store "
