@@ -119,11 +119,13 @@ def test_parquet_input_of_every_type_comes_out_unchanged(tmp_path, cfg, capsys):
 
 
 @pytest.mark.parametrize("case", ["int_beyond_64_bits", "numbers_then_text", "precise_int_then_float",
-                                  "always_empty_object", "naive_then_tz_time"])
+                                  "always_empty_object", "naive_then_tz_time", "text_then_bytes", "bool_then_int",
+                                  "list_then_scalar"])
 def test_what_parquet_cannot_hold_is_one_error_and_no_output(tmp_path, cfg, case, capsys):
     rows = [{"response": "x", "i": i} for i in range(LATE + 5)]
     column = {"int_beyond_64_bits": "big", "numbers_then_text": "v", "precise_int_then_float": "p",
-              "always_empty_object": "extra_info", "naive_then_tz_time": "t"}[case]
+              "always_empty_object": "extra_info", "naive_then_tz_time": "t", "text_then_bytes": "t",
+              "bool_then_int": "b", "list_then_scalar": "l"}[case]
     for i, r in enumerate(rows):
         if case == "int_beyond_64_bits":
             r["big"] = 2 ** 70 if i == LATE else i
@@ -133,7 +135,16 @@ def test_what_parquet_cannot_hold_is_one_error_and_no_output(tmp_path, cfg, case
             r["p"] = 2 ** 60 + 1 if i < LATE else 0.5
         elif case == "always_empty_object":
             r["extra_info"] = {}
-    if case == "naive_then_tz_time":
+        elif case == "bool_then_int":
+            r["b"] = True if i < LATE else 1
+        elif case == "list_then_scalar":
+            r["l"] = [i] if i < LATE else i
+    if case == "text_then_bytes":
+        (tmp_path / "in").mkdir()
+        pq.write_table(pa.table({"response": ["x"], "t": pa.array(["text"])}), tmp_path / "in" / "d.parquet")
+        pq.write_table(pa.table({"response": ["z"], "t": pa.array([b"bytes"])}), tmp_path / "in" / "e.parquet")
+        data_arg, rows = str(tmp_path / "in" / "*.parquet"), None
+    elif case == "naive_then_tz_time":
         (tmp_path / "in").mkdir()
         pq.write_table(pa.table({"response": ["x", "y"], "t": pa.array([datetime.datetime(2024, 1, 1)] * 2)}),
                        tmp_path / "in" / "d.parquet")

@@ -144,10 +144,22 @@ class ParquetRows:
                     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                         raise UsageError(f"-o {self.path}: column {field.name!r}: its values cannot all be written "
                                          f"as {field.type} without changing them ({exc})\n{_HINT}") from None
+                    self._same_values(field, table.column(field.name), col)
                 cols.append(col)
             else:
                 cols.append(pa.nulls(table.num_rows, field.type))
         return pa.Table.from_arrays(cols, schema=schema)
+
+    def _same_values(self, field: Any, before: Any, after: Any) -> None:
+        """Refuse a widening that changes a value's kind (pyarrow promotes text to bytes, for one)."""
+        was, now = before.to_pylist(), after.to_pylist()
+        if was == now:
+            return
+        for i, (v, g) in enumerate(zip(was, now)):
+            if not _holds(v, g):
+                raise UsageError(f"-o {self.path}: column {field.name!r} holds {before.type} values in some rows and "
+                                 f"{field.type} in others; as one column {str(v)[:40]!r} would become "
+                                 f"{str(g)[:40]!r}\n{_HINT}")
 
     # ---- writing ----------------------------------------------------------------------------------
 
