@@ -159,3 +159,25 @@ def test_a_shard_truncated_while_read_is_an_error_not_a_bus_error(tmp_path):
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50)
     assert res.returncode == 0, (res.returncode, res.stderr)
     assert res.stdout.startswith(f"ERROR: {shard}: cannot be read as arrow"), res.stdout
+
+
+def test_sighup_stops_like_sigterm_unless_ignored():
+    import signal as sig
+
+    from rewardhub._commands._output import stop_on_signals
+    from rewardhub.errors import Interrupted
+
+    before = sig.getsignal(sig.SIGHUP)
+    try:
+        sig.signal(sig.SIGHUP, sig.SIG_DFL)
+        with stop_on_signals(), pytest.raises(Interrupted) as info:
+            os.kill(os.getpid(), sig.SIGHUP)
+            for _ in range(1000):  # the handler runs between bytecodes
+                pass
+        assert info.value.signal_name == "SIGHUP" and info.value.signum == sig.SIGHUP
+        assert sig.getsignal(sig.SIGHUP) == sig.SIG_DFL
+        sig.signal(sig.SIGHUP, sig.SIG_IGN)  # as under nohup: the run goes on
+        with stop_on_signals():
+            assert sig.getsignal(sig.SIGHUP) == sig.SIG_IGN
+    finally:
+        sig.signal(sig.SIGHUP, before)

@@ -34,10 +34,12 @@ CHUNK_S = 1.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
-    parser.add_argument("data", help="JSONL or parquet file, or a datasets save_to_disk folder: response, prompt, "
-                        "ground_truth (or verl's reward_model.ground_truth), data_source, extra_info")
+    parser.add_argument("data", help="JSONL or parquet file (told by content; gzip/bz2/xz too; '-' for stdin, or a "
+                        "pipe), a glob, or a datasets save_to_disk folder: response, prompt, ground_truth (or "
+                        "verl's reward_model.ground_truth), data_source, extra_info")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. reward.aggregation=normalize_then_sum")
-    parser.add_argument("-o", "--output", help="write scored rows here, JSONL or .parquet (default: stdout)")
+    parser.add_argument("-o", "--output", help="write scored rows here, JSONL or .parquet (default: stdout): each "
+                        "input row unchanged plus the results; never inside what DATA reads")
     parser.add_argument("--prompt-key", help="the prompt column (default: prompt, else question)")
     parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
                         "reward_model.ground_truth, ground_truth, answer)")
