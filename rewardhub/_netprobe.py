@@ -117,7 +117,12 @@ def connect_bounded(address: str, seconds: float) -> Any:
     watcher.start()
     try:
         if not ray.is_initialized():  # as rewardhub.distributed connects (check_cluster then finds it up)
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                text = str(exc).strip().splitlines()
+                raise RewardhubError(f"cannot connect to Ray at {address}: {text[0] if text else type(exc).__name__}\n"
+                                     "check the address (`ray status` on the head node shows it)") from None
         return ray
     finally:
         done.set()
