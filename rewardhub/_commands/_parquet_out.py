@@ -135,16 +135,17 @@ class ParquetRows:
         import pyarrow as pa
 
         cols = []
+        have = dict(zip(table.column_names, table.columns))  # by name once: a row may have 10k columns
         for field in schema:
-            if field.name in table.column_names:
-                col = table.column(field.name)
+            col = have.get(field.name)
+            if col is not None:
                 if col.type != field.type:
                     try:
                         col = col.cast(field.type, safe=True)
                     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                         raise UsageError(f"-o {self.path}: column {field.name!r}: its values cannot all be written "
                                          f"as {field.type} without changing them ({exc})\n{_HINT}") from None
-                    self._same_values(field, table.column(field.name), col)
+                    self._same_values(field, have[field.name], col)
                 cols.append(col)
             else:
                 cols.append(pa.nulls(table.num_rows, field.type))

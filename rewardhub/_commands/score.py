@@ -84,14 +84,19 @@ def read_pairs(path: str, *, prompt_key: str | None = None,
         yield row.data, to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
 
 
-def _columns(data: dict[str, Any], prefix: str = "") -> str:
-    """The row's columns, nested ones dotted (``reward_model.ground_truth``)."""
-    names = []
-    for k, v in data.items():
-        names.append(f"{prefix}{k}")
-        if isinstance(v, dict) and v and len(names) < 60:
-            names.extend(_columns(v, f"{prefix}{k}.").split(", "))
-    return ", ".join(names) or "(none)"
+def _columns(data: dict[str, Any], shown: int = 40) -> str:
+    """The row's columns, nested ones dotted (``reward_model.ground_truth``); the first ``shown`` of them."""
+    names: list[str] = []
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for k, v in node.items():
+            names.append(f"{prefix}{k}")
+            if isinstance(v, dict) and len(names) <= shown:
+                walk(v, f"{prefix}{k}.")
+
+    walk(data, "")
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    return (", ".join(names[:shown]) or "(none)") + more
 
 
 def chunks(samples: Iterator[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
