@@ -172,14 +172,24 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
     path = None if patched else _cache_file()
     state = _path_state() if path else []
     if path:
+        cached: Any = _NO_FILE
         try:
             with open(path, encoding="utf-8") as f:
                 cached = json.load(f)
-            if _still_valid(cached.get("state"), state):
-                os.utime(path)  # most recently used: the last to be pruned
-                return [EntryPointInfo(g, n, v, d, ver, None) for g, n, v, d, ver in cached["eps"] if g in groups]
-        except (OSError, ValueError, KeyError, TypeError):
+        except FileNotFoundError:
             pass
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            _cache_warning(path, f"{type(exc).__name__}: {exc}")
+        if cached is not _NO_FILE:
+            eps = _cached_eps(cached)
+            if eps is None:
+                _cache_warning(path, "not the shape this rewardhub writes")
+            elif _still_valid(cached.get("state"), state):
+                try:
+                    os.utime(path)  # most recently used: the last to be pruned
+                except OSError:
+                    pass
+                return [EntryPointInfo(g, n, v, d, ver, None) for g, n, v, d, ver in eps if g in groups]
     found = _scan(ALL_GROUPS if path else groups)
     if path:
         try:
@@ -192,6 +202,31 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
             pass
         _prune_cache(os.path.dirname(path), _cache_keep())
     return [e for e in found if e.group in groups]
+
+
+_NO_FILE = object()
+
+
+def _cached_eps(cached: Any) -> list[list[Any]] | None:
+    """The entry points of a cache file's content, or ``None`` when it is not what :func:`scan_entry_points`
+    writes (``{"state": [...], "eps": [[group, name, value, dist|null, version|null], ...]}``)."""
+    if not isinstance(cached, dict) or not isinstance(cached.get("state"), list) or not isinstance(cached.get("eps"), list):
+        return None
+    eps = cached["eps"]
+    for ep in eps:
+        if not (isinstance(ep, list) and len(ep) == 5 and all(isinstance(x, str) for x in ep[:3])
+                and all(x is None or isinstance(x, str) for x in ep[3:])):
+            return None
+    return eps
+
+
+def _cache_warning(path: str, why: str) -> None:
+    """One line on stderr: the cache file is ignored (and rewritten by this scan)."""
+    try:
+        sys.stderr.write(f"WARNING: the entry-point cache {path} cannot be used ({why}); the installed "
+                         "distributions are scanned again and the file rewritten\n")
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _scan(groups: tuple[str, ...]) -> list[EntryPointInfo]:

@@ -163,13 +163,13 @@ class RewardhubPluginManager(pluggy.PluginManager):
         return self.plugin_dists.get(name, (None, None))
 
     # ---- calling hooks ----------------------------------------------------------------------
-    def call_each(self, hook_name: str, error_prefix: str = "") -> Iterator[tuple[str, Any]]:
+    def call_each(self, hook_name: str, error_prefix: str = "", **kwargs: Any) -> Iterator[tuple[str, Any]]:
         """Call a hook once per plugin, through pluggy; yields (plugin name, its result).
 
         Each call goes through a subset of the hook's caller holding that plugin's
         implementation (and every wrapper), so pluggy's tracing and ``wrapper=True``
-        implementations work as in a plain hook call. A plugin whose call raises is marked
-        broken (``error_prefix`` + the error) and skipped.
+        implementations work as in a plain hook call; ``kwargs`` are the hook's arguments. A plugin
+        whose call raises is marked broken (``error_prefix`` + the error) and skipped.
         """
         impls = getattr(self.hook, hook_name).get_hookimpls()
         plain = [i for i in impls if not (i.hookwrapper or i.wrapper)]
@@ -177,7 +177,7 @@ class RewardhubPluginManager(pluggy.PluginManager):
             others = [i.plugin for i in plain if i is not impl]
             caller = self.subset_hook_caller(hook_name, remove_plugins=others)
             try:
-                results = caller()
+                results = caller(**kwargs)
             except (Exception, SystemExit) as exc:  # one plugin's error must not break the others
                 self.mark_broken(impl.plugin_name, f"{error_prefix}{type(exc).__name__}: {exc}",
                                  *self.dist_of(impl.plugin_name))

@@ -80,16 +80,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}\nsee `{self.prog} --help`")
 
 
-def _command_modules(wanted: str | None = None) -> list[Any]:
-    """Every subcommand's module; only ``wanted``'s when it names a builtin command (plugin commands
-    are found through entry points, which takes a scan of every installed distribution)."""
+def _command_modules(wanted: str | None = None) -> list[tuple[Any, str | None]]:
+    """Every subcommand's module, with the plugin that provides it (``None`` for a builtin); only
+    ``wanted``'s when it names a builtin command (plugin commands are found through entry points, which
+    takes a scan of every installed distribution)."""
     for name in BUILTIN_COMMANDS:
         if wanted and name.rpartition(".")[2] == wanted:
-            return [importlib.import_module(name)]
-    mods: list[Any] = []
+            return [(importlib.import_module(name), None)]
+    mods: list[tuple[Any, str | None]] = []
     for name in BUILTIN_COMMANDS:
         try:
-            mods.append(importlib.import_module(name))
+            mods.append((importlib.import_module(name), None))
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
@@ -97,10 +98,11 @@ def _command_modules(wanted: str | None = None) -> list[Any]:
     from ._discovery import scan_entry_points
 
     for ep in scan_entry_points((COMMAND_GROUP,)):
+        origin = f"{ep.dist or '?'} {ep.version or ''}".strip() + f" (entry point {ep.name} = {ep.value})"
         try:
-            mods.append(ep.load())
+            mods.append((ep.load(), origin))
         except (Exception, SystemExit) as exc:
-            mods.append(_BrokenCommand(ep.name, f"{ep.dist} {ep.version}", exc))
+            mods.append((_BrokenCommand(ep.name, f"{ep.dist} {ep.version}", exc), origin))
     return mods
 
 
@@ -124,11 +126,50 @@ def build_parser(wanted: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="rewardhub", description="Reward functions for LLM RL: list, check, score, train.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for mod in _command_modules(wanted):
-        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+    taken: dict[str, str] = {}
+    for mod, origin in _command_modules(wanted):
+        if origin is None:
+            _add_command(sub, mod)
+            taken[mod.NAME] = "rewardhub itself"
+            continue
+        problem = _plugin_command_problem(mod, taken)
+        if problem:
+            _warn(f"command plugin {origin}: {problem}; it is left out (fix or uninstall the plugin)")
+            continue
+        try:
+            _add_command(sub, mod)
+        except (Exception, SystemExit) as exc:  # its add_arguments failed: the command runs as broken
+            _warn(f"command plugin {origin}: its options cannot be added ({type(exc).__name__}: {exc})")
+            broken = _BrokenCommand(mod.NAME, origin, exc)
+            sub.choices[mod.NAME].set_defaults(_run=broken.run)
+        taken[mod.NAME] = origin
     return parser
+
+
+def _add_command(sub: Any, mod: Any) -> None:
+    text = getattr(mod, "HELP", None) or ""
+    p = sub.add_parser(mod.NAME, help=text, description=text)
+    p.set_defaults(_run=mod.run)
+    mod.add_arguments(p)
+
+
+def _plugin_command_problem(mod: Any, taken: dict[str, str]) -> str | None:
+    """Why a plugin's command module cannot be added (``None`` when it can)."""
+    missing = [a for a in ("NAME", "add_arguments", "run") if not hasattr(mod, a)]
+    if missing:
+        return f"its object has no {', '.join(missing)} (a command module defines NAME, HELP, add_arguments, run)"
+    name = mod.NAME
+    if not isinstance(name, str) or not name or name.startswith("-") or any(c.isspace() for c in name):
+        return f"its NAME {name!r} is not a command name"
+    if not isinstance(getattr(mod, "HELP", ""), str):
+        return f"its HELP {mod.HELP!r} is not text"
+    if name in taken:
+        return f"it names its command {name!r}, which {taken[name]} already provides"
+    return None
+
+
+def _warn(line: str) -> None:
+    print(f"WARNING: {line}", file=sys.stderr)
 
 
 #: extension modules built with nanobind, which report what the interpreter did not free at exit as

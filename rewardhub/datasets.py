@@ -21,7 +21,6 @@ import glob
 import json
 import os
 from collections.abc import Collection
-from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -36,6 +35,8 @@ __all__ = [
     "answer_of",
     "count_rows",
     "expand_paths",
+    "has_column",
+    "input_files",
     "iter_rows",
     "prompt_of",
     "terms_needing",
@@ -75,24 +76,6 @@ class Row:
 # ---- files -------------------------------------------------------------------------------------
 
 
-def _kind(path: str) -> str:
-    if os.path.isdir(path):
-        return "hf"
-    lower = path.lower()
-    if lower.endswith(PARQUET_SUFFIXES):
-        return "parquet"
-    if lower.endswith(".arrow"):
-        return "arrow"
-    if lower.endswith(JSONL_SUFFIXES) or path == "-":
-        return "jsonl"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError as exc:
-        raise UsageError(f"cannot read data file {path!r}: {exc.strerror}") from None
-    return "parquet" if head == b"PAR1" else "jsonl"
-
-
 def expand_paths(paths: str | Sequence[str], key: str = "data") -> list[str]:
     """One or more files or folders (globs allowed), as a list of existing paths.
 
@@ -116,123 +99,57 @@ def expand_paths(paths: str | Sequence[str], key: str = "data") -> list[str]:
 
 
 def iter_rows(paths: str | Sequence[str], *, key: str = "data", batch_rows: int = BATCH_ROWS) -> Iterator[Row]:
-    """Every row of ``paths`` in order, streamed.
+    """Every row of ``paths`` in order, streamed; each file read by its content (JSONL, parquet, arrow,
+    gzip/bz2/xz-compressed), from a regular file, a pipe or stdin (``-``), without losing a byte.
 
     :raises UsageError: a missing, empty, unreadable or non-UTF-8 file, or a row that is not an
         object, naming the file and the row.
     """
+    from ._datafiles import open_rows
+
     for path in expand_paths(paths, key):
-        kind = _kind(path)
-        if kind == "jsonl":
-            rows = _jsonl_rows(path)
-        elif kind == "parquet":
-            rows = _parquet_rows(path, batch_rows)
-        elif kind == "arrow":
-            rows = _arrow_rows(path, [path], batch_rows)
-        else:
-            rows = _arrow_rows(path, _hf_files(path), batch_rows)
         empty = True
-        for row in rows:
-            empty = False
-            yield row
+        if os.path.isdir(path):
+            n = 0
+            for file in _hf_files(path):
+                for _, data in open_rows(file, batch_rows):
+                    n += 1
+                    empty = False
+                    yield Row(path, n, data)
+        else:
+            for n, data in open_rows(path, batch_rows):
+                empty = False
+                yield Row(path, n, data)
         if empty:
             raise UsageError(f"{path}: the file has no rows\ngive a file with at least one row, or leave it out")
 
 
 def count_rows(paths: str | Sequence[str], key: str = "data") -> int:
-    """How many rows :func:`iter_rows` will yield (parquet/arrow from metadata, JSONL by lines)."""
+    """How many rows :func:`iter_rows` will yield (parquet from metadata, JSONL by lines); 0 when one of
+    ``paths`` can be read only once (stdin, a pipe), which is not read."""
+    from ._datafiles import is_regular
+    from ._datafiles import kind_of
+    from ._datafiles import unreadable
+
     total = 0
-    for path in expand_paths(paths, key):
-        kind = _kind(path)
+    files = expand_paths(paths, key)
+    if not all(is_regular(p) for p in files):
+        return 0
+    for path in files:
+        kind = "hf" if os.path.isdir(path) else kind_of(path)
         if kind == "jsonl":
-            if path == "-":
-                return 0
             with open(path, "rb") as f:
                 total += sum(1 for line in f if line.strip())
         elif kind == "parquet":
-            pq = _pyarrow(path, "parquet")
+            import pyarrow.parquet as pq
+
             try:
                 total += pq.ParquetFile(path).metadata.num_rows
             except Exception as exc:  # noqa: BLE001 - pyarrow's errors have no common base we can name
-                raise _unreadable(path, "parquet", exc) from None
+                raise unreadable(path, "parquet", exc) from None
         else:
             total += sum(1 for _ in iter_rows(path, key=key))
     return total
-
-
-def _unreadable(path: str, what: str, exc: BaseException) -> UsageError:
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return UsageError(f"{path}: cannot be read as {what} ({msg})\ncheck that the file is complete and really {what}")
-
-
-def _jsonl_rows(path: str) -> Iterator[Row]:
-    import sys
-
-    try:
-        f = sys.stdin.buffer if path == "-" else open(path, "rb")
-    except OSError as exc:
-        raise UsageError(f"cannot read data file {path!r}: {exc.strerror}") from None
-    with f:
-        for n, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise UsageError(f"{path}, row {n}: not UTF-8 (byte {exc.start} of the line)\n"
-                                 "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}, row {n}: not valid JSON ({exc.msg})\n"
-                                 "each line must be one JSON object") from None
-            except RecursionError:
-                raise UsageError(f"{path}, row {n}: JSON nested too deeply") from None
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object\n"
-                                 "each line must be one JSON object")
-            yield Row(path, n, row)
-
-
-def _pyarrow(path: str, module: str) -> Any:
-    try:
-        if module == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq
-        import pyarrow.ipc as ipc
-
-        return ipc
-    except ImportError:
-        raise UsageError(f"{path}: reading {module} files needs pyarrow\npip install pyarrow") from None
-
-
-def _batches_to_rows(path: str, batches: Iterable[Any], what: str) -> Iterator[Row]:
-    n = 0
-    it = iter(batches)
-    while True:
-        try:
-            batch = next(it)
-            rows = batch.to_pylist()
-        except StopIteration:
-            return
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"{path}, row {n + 1}+: a text column is not UTF-8 ({exc.reason})\n"
-                             "rewrite the column as UTF-8 text") from None
-        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
-            raise _unreadable(path, what, exc) from None
-        for row in rows:
-            n += 1
-            yield Row(path, n, row)
-
-
-def _parquet_rows(path: str, batch_rows: int) -> Iterator[Row]:
-    pq = _pyarrow(path, "parquet")
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:  # noqa: BLE001
-        raise _unreadable(path, "parquet", exc) from None
-    yield from _batches_to_rows(path, pf.iter_batches(batch_size=batch_rows), "parquet")
 
 
 def _hf_files(folder: str) -> list[str]:
@@ -246,7 +163,7 @@ def _hf_files(folder: str) -> list[str]:
         try:
             with open(state, encoding="utf-8") as f:
                 files = [os.path.join(folder, d["filename"]) for d in json.load(f).get("_data_files", [])]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"{state}: not a readable datasets state file ({exc})") from None
     else:
         files = sorted(glob.glob(os.path.join(folder, "*.arrow")))
@@ -256,27 +173,18 @@ def _hf_files(folder: str) -> list[str]:
     return files
 
 
-def _arrow_rows(path: str, files: list[str], batch_rows: int) -> Iterator[Row]:
-    """Rows of arrow IPC files (``save_to_disk`` writes the stream format; the file format is read too)."""
-    ipc = _pyarrow(path, "arrow")
-    import pyarrow as pa
-
-    n = 0
-    for file in files:
-        try:
-            source = pa.memory_map(file)
+def input_files(paths: str | Sequence[str], key: str = "data") -> list[str]:
+    """Every file and folder :func:`iter_rows` reads for ``paths``: the files, and each folder with its
+    arrow shards (an output must be none of them, nor inside a folder read)."""
+    out: list[str] = []
+    for path in expand_paths(paths, key):
+        out.append(path)
+        if os.path.isdir(path):
             try:
-                reader: Any = ipc.open_stream(source)
-                batches: Iterable[Any] = reader
-            except pa.ArrowInvalid:
-                source = pa.memory_map(file)
-                reader = ipc.open_file(source)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-        except Exception as exc:  # noqa: BLE001
-            raise _unreadable(file, "arrow (datasets' save_to_disk)", exc) from None
-        for row in _batches_to_rows(file, batches, "arrow"):
-            n += 1
-            yield Row(path, n, row.data)
+                out.extend(_hf_files(path))
+            except UsageError:
+                pass
+    return out
 
 
 # ---- columns -----------------------------------------------------------------------------------
@@ -289,6 +197,11 @@ def _get(data: Mapping[str, Any], dotted: str) -> Any:
             return MISSING
         node = node[part]
     return node
+
+
+def has_column(data: Mapping[str, Any], dotted: str) -> bool:
+    """Whether a row has the column ``dotted`` (``a.b`` for the key ``b`` of the object in ``a``)."""
+    return _get(data, dotted) is not MISSING
 
 
 def _columns(data: Mapping[str, Any]) -> str:

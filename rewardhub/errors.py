@@ -126,7 +126,7 @@ class Interrupted(KeyboardInterrupt):
     """The user stopped the run (Ctrl-C or SIGTERM), as opposed to a reward raising
     ``KeyboardInterrupt`` itself (which fails that sample only).
 
-    :param signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+    :param signal_name: ``"SIGINT"``, ``"SIGTERM"`` or ``"SIGHUP"``.
     """
 
     __module__ = "rewardhub"
@@ -134,6 +134,16 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signal_name: str = "SIGINT") -> None:
         super().__init__(signal_name)
         self.signal_name = signal_name
+
+    @property
+    def signum(self) -> int:
+        """The signal's number (a command stopped by it exits ``128 + signum``)."""
+        import signal
+
+        try:
+            return int(signal.Signals[self.signal_name])
+        except KeyError:
+            return int(signal.SIGINT)
 
 
 class RewardhubWarning(UserWarning):

@@ -12,7 +12,7 @@ import pluggy
 if TYPE_CHECKING:
     from .types import RewardSpec
 
-__all__ = ["hookimpl", "hookspec", "rewardhub_legacy_aliases", "rewardhub_register_rewards"]
+__all__ = ["hookimpl", "hookspec", "rewardhub_doctor_lines", "rewardhub_legacy_aliases", "rewardhub_register_rewards"]
 
 #: marker for hook specifications
 hookspec = pluggy.HookspecMarker("rewardhub")
@@ -72,4 +72,32 @@ def rewardhub_legacy_aliases() -> Mapping[str, str]:  # type: ignore[empty-body]
             return {"old_exact": "exact_answer"}  # configs naming old_exact get exact_answer, with a warning
 
     .. versionadded:: 0.1
+    """
+
+
+# -------------------------------------------------------------------------
+# reports
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def rewardhub_doctor_lines(config: Any, nodes: Sequence[Mapping[str, Any]]) -> Sequence[str]:  # type: ignore[empty-body]
+    """Return lines to add to ``rewardhub doctor``'s report.
+
+    Called once per ``rewardhub doctor`` run in the driver, after every node was checked. ``config``
+    is the whole loaded config (read-only; sections other than ``reward:`` are the plugin's to read),
+    ``nodes`` the report's nodes, each a mapping with ``node_id``, ``ip``, ``is_head``, ``resources``
+    (Ray's resource totals of the node), ``ok`` and ``problems``. A line containing ``PROBLEM`` makes
+    ``doctor`` exit 1. This is how the trainer (``rewardhub-trainer``) reports where its learner,
+    rollouters and reward workers would be placed, without the core importing it. A plugin whose call
+    raises is named in a warning; the other plugins' lines are kept.
+
+    Example::
+
+        @rewardhub.hookimpl
+        def rewardhub_doctor_lines(config, nodes):
+            gpus = sum(n["resources"].get("GPU", 0) for n in nodes)
+            return [f"my_trainer: {gpus:g} GPUs" + ("" if gpus else "  PROBLEM: it needs one")]
+
+    .. versionadded:: 0.2
     """

@@ -239,6 +239,12 @@ class RewardRegistry:
                 plugin_name=spec.plugin or spec.name,
                 dist=spec.dist,
             ) from exc
+        return self.use_object(spec, obj)
+
+    def use_object(self, spec: RewardSpec, obj: Any) -> tuple[RewardSpec, Any]:
+        """Resolve ``spec`` to ``obj`` from now on, without loading its target: what :meth:`load_full`
+        does after the import (``rewardhub check`` reads reward files instead of importing them, and
+        hands in a stand-in with the function's signature)."""
         if spec.params:
             obj = functools.partial(obj, **dict(spec.params))
         meta = getattr(obj, "__rewardhub__", None)
@@ -282,6 +288,29 @@ class RewardRegistry:
         return sha256(blob.encode()).hexdigest()[:16]
 
 
+def plugin_manager(reward_cfg: Any = None) -> RewardhubPluginManager:
+    """The plugins a registry built from ``reward_cfg`` would load (built-ins, entry points, forced ones,
+    less the blocked), for calling hooks other than the registration ones (``rewardhub_doctor_lines``)."""
+    return _loaded_plugins(reward_cfg, None, None, True)[0]
+
+
+def _loaded_plugins(reward_cfg: Any, autoload: bool | None, plugins: Iterable[Any] | None,
+                    builtins: bool) -> tuple[RewardhubPluginManager, list[Any], tuple[str, ...], bool]:
+    """``(manager, entry points, forced plugin names, autoload)``: steps 1-4 of :func:`build_registry`."""
+    plugins_cfg = _get(reward_cfg, "plugins")
+    block = frozenset(_get(plugins_cfg, "block", ()) or ())
+    pm = RewardhubPluginManager()
+    if plugins is not None:
+        pm.load_given(plugins, builtins=builtins)
+        return pm, [], (), False
+    if autoload is None:
+        autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
+    load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
+    eps = scan_entry_points()
+    pm.load_plugins(eps, autoload=autoload, load=load, block=block)
+    return pm, eps, load, autoload
+
+
 def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
                    plugins: Iterable[Any] | None = None, builtins: bool = True) -> RewardRegistry:
     """Build a fresh registry from every source, in the documented load order.
@@ -298,18 +327,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
     """
     plugins_cfg = _get(reward_cfg, "plugins")
     block = frozenset(_get(plugins_cfg, "block", ()) or ())
-    pm = RewardhubPluginManager()
-    if plugins is not None:
-        eps: list[Any] = []
-        load: tuple[str, ...] = ()
-        autoload = False
-        pm.load_given(plugins, builtins=builtins)
-    else:
-        if autoload is None:
-            autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
-        load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
-        eps = scan_entry_points()
-        pm.load_plugins(eps, autoload=autoload, load=load, block=block)
+    pm, eps, load, autoload = _loaded_plugins(reward_cfg, autoload, plugins, builtins)
     registry = RewardRegistry()
     registry.blocked = block
     registry.collect_aliases(pm)

@@ -146,7 +146,8 @@ def test_score_reads_verl_rows_from_every_format(cli, tmp_path):
         assert res.returncode == 0, res.stderr
         got = pq.read_table(out).to_pylist()
         assert [r["score"] for r in got] == [1.0, 0.0, 1.0, 0.0, 1.0, None]
-        assert got[0]["ground_truth"] == "1" and got[0]["prompt"] == rows[0]["prompt"]
+        assert got[0]["reward_model"] == rows[0]["reward_model"] and got[0]["prompt"] == rows[0]["prompt"]
+        assert "ground_truth" not in got[0]  # the input's columns, unchanged, and the results: nothing else
         assert "no ground truth" in json.loads(got[5]["errors"])["math_verify"]
         assert got[0]["errors"] is None
         line = next(ln for ln in res.stdout.splitlines() if ln.startswith("math_verify"))

@@ -187,12 +187,12 @@ def test_every_hook_has_a_test_and_a_documented_example():
     import rewardhub.hookspecs as hookspecs
 
     hooks = sorted(n for n in dir(hookspecs) if n.startswith("rewardhub_"))
-    assert hooks == ["rewardhub_legacy_aliases", "rewardhub_register_rewards"]
+    assert hooks == ["rewardhub_doctor_lines", "rewardhub_legacy_aliases", "rewardhub_register_rewards"]
     tests_text = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "tests").rglob("test_*.py"))
     for hook in hooks:
         doc = getattr(hookspecs, hook).__doc__ or ""
         assert "Example::" in doc and f"def {hook}(" in doc, f"{hook}: document an example implementation"
-        assert f"def {hook}(self)" in tests_text or f"def {hook}()" in tests_text, f"{hook}: no test implements it"
+        assert f"def {hook}(" in tests_text, f"{hook}: no test implements it"
 
 
 def test_execution_modules_share_no_private_names():

@@ -121,7 +121,7 @@ def test_new_output_appears_only_when_the_run_succeeds(cli, simple, tmp_path):
 # ---- interrupted runs keep their rows ----------------------------------------------------------
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
     from rewardhub._commands.score import FIRST_CHUNK
 
@@ -155,7 +155,7 @@ def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
     n = len(got)
     assert FIRST_CHUNK <= n <= slow_at  # whole chunks, all before the row that hangs
     assert [r["i"] for r in got] == list(range(n)) and all(r["score"] == 1.0 for r in got)
-    name = "SIGINT" if sig == signal.SIGINT else "SIGTERM"
+    name = sig.name
     assert f"ERROR: interrupted ({name}) after {n} of {len(rows)} rows; the {n} rows scored so far " \
            f"are in {kept} ({out} is unchanged)" in err
     assert "Traceback" not in err

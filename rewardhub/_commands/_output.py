@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import Interrupted
@@ -28,7 +29,10 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 
 __all__ = ["RESULT_KEYS", "ScoredRows", "check_outputs", "check_result_fields", "output_row", "read_input",
-           "rewards_print_to_stderr", "stop_on_sigterm", "write_summary"]
+           "rewards_print_to_stderr", "stop_on_signals", "stop_on_sigterm", "write_summary"]
+
+if TYPE_CHECKING:
+    from ._parquet_out import ParquetRows
 
 #: the fields ``score`` adds to each row
 RESULT_KEYS = ("score", "rewards", "extra", "errors")
@@ -43,6 +47,12 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is in ``folder`` or below it (links resolved)."""
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([real, top]) == top
+
+
 def _is_special(path: str) -> bool:
     """A device or pipe (``/dev/stdout``, a fifo): written straight, never renamed over."""
     try:
@@ -54,8 +64,8 @@ def _is_special(path: str) -> bool:
 
 
 def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence[str]) -> None:
-    """Refuse an output that is an input (or the other output), a folder, or in a missing or
-    read-only folder; nothing has been read or written yet when this raises."""
+    """Refuse an output that is an input (or the other output), inside a folder that is an input, a folder,
+    or in a missing or read-only folder; nothing has been read or written yet when this raises."""
     outs = [(flag, path) for flag, path in (("-o", output), ("--summary-json", summary_json)) if path]
     ins = [p for p in inputs if p and p != "-"]
     for n, (flag, path) in enumerate(outs):
@@ -64,6 +74,10 @@ def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence
                 what = "an input" if k < len(ins) else "the other output"
                 raise UsageError(f"{flag} {path!r} is the same file as {what} ({other!r}); writing it "
                                  "would destroy it\nwrite the output to another file")
+        for folder_in in (p for p in ins if os.path.isdir(p)):
+            if _inside(path, folder_in):
+                raise UsageError(f"{flag} {path!r} is inside the folder {folder_in!r}, which is read as the data; "
+                                 "writing there could replace or add a shard of it\nwrite the output elsewhere")
         if _is_special(path):
             continue
         if os.path.isdir(path):
@@ -80,7 +94,7 @@ def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence
             raise UsageError(f"{flag} {path!r} is read-only\nmake it writable, or write the output elsewhere")
 
 
-def read_input(path: str, reader: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def read_input(path: str, reader: Callable[[str], list[Any]]) -> list[Any]:
     """``reader(path)``, with text that is not UTF-8 a one-line error."""
     try:
         return reader(path)
@@ -89,9 +103,15 @@ def read_input(path: str, reader: Callable[[str], list[dict[str, Any]]]) -> list
                          f"cannot be decoded)\nconvert it, e.g. iconv -f latin1 -t utf-8") from None
 
 
-def check_result_fields(chunk: Sequence[Mapping[str, Any]], offset: int, data: str) -> None:
-    """Refuse input rows that have a field ``score`` would overwrite (see ``--namespace``)."""
+def check_result_fields(chunk: Sequence[Mapping[str, Any]], offset: int, data: str, namespace: str | None = None) -> None:
+    """Refuse input rows that have a field ``score`` would overwrite: one of :data:`RESULT_KEYS`, or the
+    ``--namespace`` key."""
     for i, row in enumerate(chunk):
+        if namespace:
+            if namespace in row:
+                raise UsageError(f"{data}: row {offset + i + 1} has a field {namespace!r}, the --namespace score "
+                                 "writes its results to\npass another --namespace NAME")
+            continue
         if "score" in row or "rewards" in row or "extra" in row or "errors" in row:
             key = next(k for k in RESULT_KEYS if k in row)
             raise UsageError(f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
@@ -128,12 +148,13 @@ class ScoredRows:
         self._f: Any = None
         self._stdout_fd: int | None = None
         self._parquet: ParquetRows | None = None
+        self.namespace: str | None = None
 
     def __enter__(self) -> ScoredRows:
         if self.path is None:
             self._f = None  # opened by rewards_print_to_stderr (it knows where stdout went)
         elif _is_special(self.path):
-            self._f = open(self.path, "w", encoding="utf-8")
+            self._f = open(self.path, "wb" if self.parquet else "w", encoding=None if self.parquet else "utf-8")
         else:
             folder, base = os.path.split(os.path.abspath(self.path))
             self.tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp")
@@ -142,7 +163,10 @@ class ScoredRows:
             except OSError as exc:
                 self.tmp = None
                 raise UsageError(f"cannot create a file in {folder!r} for -o {self.path!r}: {exc.strerror}") from None
-            self._f = os.fdopen(fd, "wb") if self.parquet else os.fdopen(fd, "w", encoding="utf-8")
+            if self.parquet:
+                os.close(fd)  # the name is ours; ParquetRows writes (and may rewrite) the file by name
+            else:
+                self._f = os.fdopen(fd, "w", encoding="utf-8")
         return self
 
     @property
@@ -157,7 +181,9 @@ class ScoredRows:
         if self.parquet:
             rows = list(rows)
             if self._parquet is None:
-                self._parquet = ParquetRows(self._f, str(self.path))
+                from ._parquet_out import ParquetRows
+
+                self._parquet = ParquetRows(self.tmp, str(self.path), self._f, self.namespace)
             try:
                 self._parquet.write(rows)
             except OSError as exc:
@@ -195,9 +221,12 @@ class ScoredRows:
             return
         try:
             if self._parquet is not None:
-                self._parquet.close()
+                self._parquet.close(complete=typ is None)
             if f is not None:
                 f.close()
+        except UsageError:
+            self._discard()
+            raise
         except OSError as err:
             if typ is None:
                 self._discard()
@@ -259,23 +288,46 @@ def rewards_print_to_stderr(out: ScoredRows) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises :class:`~rewardhub.Interrupted` (in the main thread), like Ctrl-C does."""
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (the terminal closed) raise :class:`~rewardhub.Interrupted` in the main thread,
+    as Ctrl-C does, so that a stopped run keeps its rows; a SIGHUP ignored when the run began (``nohup``)
+    stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise Interrupted("SIGTERM")
+    def on_signal(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
 
-    old = signal.signal(signal.SIGTERM, on_sigterm)
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is None or (sig != signal.SIGTERM and signal.getsignal(sig) is signal.SIG_IGN):
+            continue
+        old[sig] = signal.signal(sig, on_signal)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+#: the old name
+stop_on_sigterm = stop_on_signals
 
 
 # ---- after the run -----------------------------------------------------------------------------
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float made null (JSON has no NaN; a run where every row
+    failed has no mean)."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
 
 def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) -> None:
     """Write the summary JSON (through a temporary file); a failure says where the rows are."""
@@ -283,7 +335,7 @@ def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) ->
     tmp = path if _is_special(path) else os.path.join(folder, f".{base}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2, sort_keys=True)
+            json.dump(_finite(summary), f, indent=2, sort_keys=True, allow_nan=False)
         if tmp != path:
             os.replace(tmp, path)
     except OSError as exc:
@@ -292,44 +344,3 @@ def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) ->
                 os.unlink(tmp)
         where = f"the scored rows are in {rows_at}" if rows_at else "the scored rows were written to stdout"
         raise RewardhubError(f"cannot write --summary-json {path!r}: {exc.strerror}\n{where}") from None
-
-
-class ParquetRows:
-    """Scored rows to a parquet file, a row group per chunk; ``extra`` and ``errors`` as JSON text and
-    the result columns with fixed types, so that every chunk has the same columns."""
-
-    def __init__(self, out: Any, path: str) -> None:
-        self.out, self.path = out, path
-        self._writer: Any = None
-        self._schema: Any = None
-
-    def write(self, rows: list[Mapping[str, Any]]) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        flat = [{**r, "extra": json.dumps(r.get("extra") or {}, sort_keys=True, default=str),
-                 "errors": json.dumps(r["errors"], sort_keys=True) if r.get("errors") else None}
-                if "rewards" in r else dict(r) for r in rows]  # (under --namespace the results stay one struct)
-        try:
-            if self._schema is None:  # the result columns get fixed types (a first chunk may be all null)
-                table = pa.Table.from_pylist(flat)
-                names = sorted({k for r in rows for k in r.get("rewards") or {}})
-                fixed = {"score": pa.float64(), "extra": pa.string(), "errors": pa.string(),
-                         "rewards": pa.struct([(n, pa.float64()) for n in names])}
-                schema = table.schema
-                for name, kind in fixed.items():
-                    if name in schema.names:
-                        schema = schema.set(schema.get_field_index(name), pa.field(name, kind))
-                self._schema = schema
-            table = pa.Table.from_pylist(flat, schema=self._schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
-            raise UsageError(f"-o {self.path}: these rows do not fit the parquet columns of the first ones ({exc})\n"
-                             "write JSONL instead (-o FILE.jsonl), or give every row the same column types") from None
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.out, table.schema)
-        self._writer.write_table(table)
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None

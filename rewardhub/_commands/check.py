@@ -1,5 +1,8 @@
 """``rewardhub check CONFIG [KEY=VALUE ...]``: migrate, validate, resolve every term; run nothing.
 
+A ``path:`` / ``module:`` term's file is parsed, not imported (its module code would run): the
+function's existence, parameters and ``@reward`` metadata are read from the source.
+
 Every problem is listed (not only the first), and the exit status is 1 when there is any.
 """
 
@@ -18,7 +21,8 @@ from ..errors import UsageError
 from ._common import dump_json
 
 NAME = "check"
-HELP = "check a config: migrate legacy keys, validate, resolve every reward term (nothing is run)"
+HELP = ("check a config: migrate legacy keys, validate, resolve every reward term (nothing is run: "
+        "path:/module: reward files are read, not imported)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +58,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     for i, term_cfg in enumerate(terms_cfg):
         where = f"reward.rewards[{i}]"
         try:
+            notes.extend(f"{where}: {n}" for n in _read_not_import(registry, term_cfg))
             term = resolve_term(registry, term_cfg, i)
         except RewardhubError as exc:
             problems.append(f"{where}: {exc}")
@@ -88,6 +93,43 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                      "the terms above with the policies shown instead of that manager")
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
+
+
+def _read_not_import(registry: Any, term_cfg: Any) -> list[str]:
+    """For a ``path:`` or ``module:`` term whose module is not imported yet: read the function from the
+    file (see :mod:`._static`) and hand the registry a stand-in, so that resolving the term imports
+    nothing; returns notes on what could not be read."""
+    from .._discovery import find_module_file
+    from ..execution import plain
+    from ._static import read_reward
+
+    cfg = plain(term_cfg)
+    if not isinstance(cfg, dict) or (cfg.get("path") is None and cfg.get("module") is None):
+        return []
+    spec = registry.term_spec(cfg)
+    module, _, function = spec.target.rpartition(":")
+    if spec.is_file_target:
+        file = module
+    elif module in sys.modules:
+        return []  # imported already (by a plugin): nothing more runs
+    else:
+        file = find_module_file(module) or ""
+    if not file.endswith(".py"):
+        return [f"{spec.target}: not a Python source file; its signature is checked when the reward runs"]
+    stand_in, notes = read_reward(file, function, spec.target)
+    if stand_in is not None:
+        registry.use_object(spec, stand_in)
+    else:  # its signature is unknown: resolving it must not import it either
+        registry.use_object(spec, _unknown(function, spec.target))
+    return notes
+
+
+def _unknown(function: str, target: str) -> Any:
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{target} was read, not imported, by rewardhub check")
+
+    stand_in.__name__ = stand_in.__qualname__ = function
+    return stand_in
 
 
 def effective_executor(term: Any) -> str:

@@ -10,6 +10,8 @@ from typing import Any
 from ._common import dump_json
 
 NAME = "doctor"
+#: seconds Ray may take to connect to a cluster whose port answers before doctor gives up
+CONNECT_S = 10.0
 HELP = "cluster preflight: on every Ray node, build the registry and resolve the config's rewards"
 
 
@@ -49,15 +51,32 @@ def _human(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _trainer_pools(cfg: Any, report: dict[str, Any]) -> list[str]:
-    """What the trainer's learner, rollouters and reward workers would get here (its ``resources:``)."""
-    if "resources" not in cfg and "trainer" not in cfg:
-        return []
-    try:
-        from rewardhub_trainer.placement import doctor_lines
-    except ImportError:  # the trainer is not installed: only the reward pools are checked
-        return []
-    return doctor_lines(cfg, report["nodes"])
+def _plugin_lines(cfg: Any, report: dict[str, Any]) -> list[str]:
+    """What plugins add to the report (``rewardhub_doctor_lines``): the trainer, when installed, says where
+    its learner, rollouters and reward workers would go (its ``resources:``). A plugin that fails is a
+    warning naming it."""
+    from ..registry import plugin_manager
+
+    pm = plugin_manager(cfg.reward)
+    lines: list[str] = []
+    for name, result in pm.call_each("rewardhub_doctor_lines", "rewardhub_doctor_lines: ",
+                                        config=cfg, nodes=report["nodes"]):
+        if result is None:
+            continue
+        if isinstance(result, str) or not all(isinstance(x, str) for x in result):
+            _plugin_warning(pm, name, f"returned {type(result).__name__}, not a list of lines")
+            continue
+        lines.extend(result)
+    for name, (_, _, error) in pm.broken.items():
+        if error.startswith("rewardhub_doctor_lines: "):
+            _plugin_warning(pm, name, error.partition(": ")[2])
+    return lines
+
+
+def _plugin_warning(pm: Any, name: str, why: str) -> None:
+    dist, version = pm.dist_of(name)
+    who = f"{name} (from {dist} {version or ''}".rstrip() + ")" if dist else name
+    print(f"WARNING: plugin {who}: rewardhub_doctor_lines {why}; its lines are left out", file=sys.stderr)
 
 
 def _warn(report: dict[str, Any]) -> None:
@@ -78,9 +97,16 @@ def run(args: argparse.Namespace) -> int:
 
     config, overrides = _split(list(args.args))
     cfg = load_config(config, overrides)
+    address = args.address or (cfg.reward.get("workers") or {}).get("address")
+    if address:
+        from .._netprobe import connect_bounded
+        from .._netprobe import probe_ray_address
+
+        probe_ray_address(address, flag="--address" if args.address else "reward.workers.address")
+        connect_bounded(address, CONNECT_S)
     report = check_cluster(cfg.reward, address=args.address, ship_files=not args.no_ship_files,
                            strict=args.strict, timeout_s=args.timeout, validated=True)
-    report["trainer_pools"] = _trainer_pools(cfg, report)
+    report["trainer_pools"] = _plugin_lines(cfg, report)
     if args.json:
         dump_json(report)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import sys
@@ -19,7 +20,7 @@ from ._output import check_result_fields
 from ._output import output_row
 from ._output import read_input
 from ._output import rewards_print_to_stderr
-from ._output import stop_on_sigterm
+from ._output import stop_on_signals
 from ._output import write_summary
 
 NAME = "score"
@@ -33,10 +34,12 @@ CHUNK_S = 1.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
-    parser.add_argument("data", help="JSONL or parquet file, or a datasets save_to_disk folder: response, prompt, "
-                        "ground_truth (or verl's reward_model.ground_truth), data_source, extra_info")
+    parser.add_argument("data", help="JSONL or parquet file (told by content; gzip/bz2/xz too; '-' for stdin, or a "
+                        "pipe), a glob, or a datasets save_to_disk folder: response, prompt, ground_truth (or "
+                        "verl's reward_model.ground_truth), data_source, extra_info")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. reward.aggregation=normalize_then_sum")
-    parser.add_argument("-o", "--output", help="write scored rows here, JSONL or .parquet (default: stdout)")
+    parser.add_argument("-o", "--output", help="write scored rows here, JSONL or .parquet (default: stdout): each "
+                        "input row unchanged plus the results; never inside what DATA reads")
     parser.add_argument("--prompt-key", help="the prompt column (default: prompt, else question)")
     parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
                         "reward_model.ground_truth, ground_truth, answer)")
@@ -50,20 +53,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_samples(path: str, *, prompt_key: str | None = None, answer_key: str | None = None) -> Iterator[dict[str, Any]]:
     """The samples of a JSONL or parquet file or a ``save_to_disk`` folder, streamed, in either row
     format (verl's ``reward_model.ground_truth`` becomes ``ground_truth``)."""
+    for _, sample in read_pairs(path, prompt_key=prompt_key, answer_key=answer_key):
+        yield sample
+
+
+def read_pairs(path: str, *, prompt_key: str | None = None,
+               answer_key: str | None = None) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(input row, sample)`` for every row of ``path``: the row as read (what the output keeps, unchanged)
+    and the sample the rewards get.
+
+    :raises UsageError: a row without ``response``, or a ``prompt_key`` / ``answer_key`` that names no
+        column of the first row (naming the columns it has).
+    """
+    from ..datasets import has_column
     from ..datasets import iter_rows
     from ..datasets import to_sample
 
+    first = True
     for row in iter_rows(path, key="data"):
         if "response" not in row.data:
             raise UsageError(f"{row.where}: no 'response' column\n"
                              "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
                              "data_source, extra_info")
-        yield to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
+        if first:
+            first = False
+            for flag, key in (("--prompt-key", prompt_key), ("--answer-key", answer_key)):
+                if key and not has_column(row.data, key):
+                    raise UsageError(f"{flag} {key!r}: {row.where} has no such column\n"
+                                     f"its columns are: {_columns(row.data)}")
+        yield row.data, to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
 
 
-def read_jsonl(path: str) -> list[dict[str, Any]]:
-    """Every sample of ``path`` in a list (see :func:`read_samples`, which streams)."""
-    return list(read_samples(path))
+def _columns(data: dict[str, Any], shown: int = 40) -> str:
+    """The row's columns, nested ones dotted (``reward_model.ground_truth``); the first ``shown`` of them."""
+    names: list[str] = []
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for k, v in node.items():
+            names.append(f"{prefix}{k}")
+            if isinstance(v, dict) and len(names) <= shown:
+                walk(v, f"{prefix}{k}.")
+
+    walk(data, "")
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    return (", ".join(names[:shown]) or "(none)") + more
 
 
 def chunks(samples: Iterator[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
@@ -78,8 +111,10 @@ def chunks(samples: Iterator[dict[str, Any]], size: int = CHUNK) -> Iterator[lis
 
 
 def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], namespace: str | None = None,
-                progress: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any], list[Any]]:
-    """Score one chunk: ``(output rows in input order, term -> Column, scores)``.
+                progress: Any = None, inputs: list[dict[str, Any]] | None = None,
+                ) -> tuple[list[dict[str, Any]], dict[str, Any], list[Any]]:
+    """Score one chunk: ``(output rows in input order, term -> Column, scores)``; an output row is the
+    input row (``inputs[i]``, else the sample) with the results added.
 
     A row with no ground truth is not given to the rewards when some term needs one (``needing``):
     its row gets ``score: null`` and an error for each of those terms, counted as errors.
@@ -88,17 +123,19 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
     from ..execution._outcome import ERROR
 
     names = [t.name for t in runner.terms]
+    rows_in = chunk if inputs is None else inputs
     missing = [i for i, s in enumerate(chunk) if needing and s.get("ground_truth") is None]
     if not missing:
         res = runner.score(chunk, progress=progress)
-        return [output_row(s, res, i, namespace) for i, s in enumerate(chunk)], dict(res.columns), list(res.scores)
+        return [output_row(r, res, i, namespace) for i, r in enumerate(rows_in)], dict(res.columns), list(res.scores)
     gone = set(missing)
     ok = [s for i, s in enumerate(chunk) if i not in gone]
     res = runner.score(ok, progress=progress) if ok else None
-    scored = iter([output_row(s, res, i, namespace) for i, s in enumerate(ok)] if res is not None else [])
+    kept = [r for i, r in enumerate(rows_in) if i not in gone]
+    scored = iter([output_row(r, res, i, namespace) for i, r in enumerate(kept)] if res is not None else [])
     msg = "no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward needs"
     rows = []
-    for i, s in enumerate(chunk):
+    for i, s in enumerate(rows_in):
         if i in gone:
             result = {"score": None, "rewards": {n: None for n in names}, "extra": {}, "errors": {n: msg for n in needing}}
             rows.append({**s, namespace: result} if namespace else {**s, **result})
@@ -161,8 +198,10 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._datafiles import is_regular
     from ..config import load_config
     from ..datasets import count_rows
+    from ..datasets import input_files
     from ..datasets import terms_needing
     from ..distributed import runner_from_config
     from ..execution._columns import Column
@@ -172,16 +211,18 @@ def run(args: argparse.Namespace) -> int:
     from .check import term_problems
 
     # validate everything first; the output is written last, to a temporary file renamed at the end
-    check_outputs(args.output, args.summary_json, [args.config, args.data])
+    check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
     cfg = load_config(args.config, args.overrides)
-    samples = read_samples(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
-    first = read_input(args.data, lambda _: next(chunks(samples, 1), []))  # a bad file fails before any output
+    pairs = read_pairs(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
+    first = read_input(args.data, lambda _: list(itertools.islice(pairs, 1)))  # a bad file fails before any output
     show = sys.stderr.isatty() and not args.no_progress
     total = count_rows(args.data) if show else 0
     start = time.monotonic()
     progress = Progress(total, show)
     n_rows = 0
-    with runner_from_config(cfg.reward) as runner:
+    with contextlib.ExitStack() as stack:
+        with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
+            runner = stack.enter_context(runner_from_config(cfg.reward))
         problems = [p for t in runner.terms for p in term_problems(t, runner)]
         if problems:
             raise UsageError("\n".join(problems))
@@ -192,16 +233,18 @@ def run(args: argparse.Namespace) -> int:
         columns: dict[str, Column] = {n: Column(0) for n in names}
         scores: list[Any] = []
         out = ScoredRows(args.output)
+        out.namespace = args.namespace
         try:
-            with out, rewards_print_to_stderr(out), stop_on_sigterm(), interrupts_told_apart():
-                rest, size = _chain(first, samples), FIRST_CHUNK
+            with stop_on_signals(), out, rewards_print_to_stderr(out), interrupts_told_apart():
+                rest, size = _chain(first, pairs), FIRST_CHUNK
                 while chunk := list(itertools.islice(rest, size)):
-                    if not args.namespace:
-                        check_result_fields(chunk, n_rows, args.data)
+                    inputs = [row for row, _ in chunk]
+                    check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
                     rows, cols, chunk_scores = score_chunk(
-                        runner, chunk, needing, args.namespace,
-                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
+                        runner, [sample for _, sample in chunk], needing, args.namespace,
+                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)),
+                        inputs=inputs)
                     size = max(FIRST_CHUNK, min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))))
                     out.write(rows)
                     for n in names:
@@ -210,10 +253,9 @@ def run(args: argparse.Namespace) -> int:
                     n_rows += len(chunk)
                     progress(n_rows)
         except Interrupted as exc:
-            of = "" if args.data == "-" else f" of {count_rows(args.data)}"
-            print(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; "
-                  f"{out.where_kept()}", file=sys.stderr)
-            return 130 if exc.signal_name == "SIGINT" else 143
+            of = f" of {count_rows(args.data)}" if all(map(is_regular, input_files(args.data))) else ""
+            _say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; {out.where_kept()}")
+            return 128 + exc.signum
         finally:
             progress.finish()
         used = provenance(runner)
@@ -256,6 +298,14 @@ def provenance(runner: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _chain(first: list[dict[str, Any]], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _say(line: str) -> None:
+    """``line`` on stderr, if there still is one (a closed terminal's, after SIGHUP, is gone)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _chain(first: list[Any], rest: Iterator[Any]) -> Iterator[Any]:
     yield from first
     yield from rest
