@@ -65,11 +65,13 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
         bar = tqdm(total=prep.cfg.trainer.total_steps, initial=run_.step, desc=f"train ({prep.cfg.trainer.mode})",
                    unit="step", file=sys.stderr, dynamic_ncols=True)
 
+        from .reward_failures import progress_postfix
+
         def _tick(step: int, metrics: Any, _run: Any) -> None:
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                             sps=f"{metrics['throughput/samples_per_s']:.1f}",
-                            stale=metrics["staleness"], refresh=False)
+                            stale=metrics["staleness"], **progress_postfix(metrics), refresh=False)
 
         run_.callbacks = (*run_.callbacks, _tick)
     from .loggers import Trackers
@@ -111,6 +113,10 @@ def _report(summary: dict[str, Any]) -> str:
         f"idle ratio: rollouter {summary['idle_ratio']['rollouter']:.2f}, "
         f"learner {summary['idle_ratio']['learner']:.2f}; weight syncs {summary['weight_syncs']}",
     ]
+    failed = {name: rate for name, rate in (summary.get("reward_error_rate") or {}).items() if rate}
+    if failed:
+        lines.append("reward errors: " + ", ".join(f"{name} {rate:.1%} of calls failed" for name, rate in failed.items())
+                     + f"; {summary.get('samples_invalid', 0)} samples invalid (advantage 0)")
     first, last = summary.get("reward_first_fifth"), summary.get("reward_last_fifth")
     if first is not None and last is not None and not (math.isnan(first) or math.isnan(last)):
         verdict = "improved" if last > first else "did not improve"

@@ -32,6 +32,7 @@ from .lifecycle import Lifecycle
 from .modes import Modes
 from .prepare import Prepared
 from .recovery import Recovery
+from .reward_failures import FailureWatch
 from .stats import StepStats
 
 __all__ = ["Run", "RunAborted", "start_ray"]
@@ -101,6 +102,7 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
         self.weight_syncs = 0
         self.stale_in_row = self.max_stale_in_row = 0
         self.skipped_updates = 0
+        self.reward_watch = FailureWatch(self.t.max_reward_error_rate)
         self.last_checkpoint_t = time.monotonic()
         self._reset_flight()
         self._queue_size = 0

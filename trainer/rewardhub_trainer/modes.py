@@ -17,10 +17,14 @@ from .actors import PromptBatch
 from .actors import Rollout
 from .faults import ACTOR_ERRORS
 from .faults import Pool
+from .faults import RunAborted
+from .faults import cause
 from .faults import wait_alive
 from .runstate import RunState
 
 __all__ = ["Modes"]
+
+from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
 
 
 @dataclasses.dataclass
@@ -68,6 +72,8 @@ class Modes(RunState):
             except ACTOR_ERRORS:
                 self.lost_calls[pool.role] += 1
                 wait_alive(pool.failed(i), pool.role)
+            except RayTaskError as exc:  # e.g. a reward with on_failure: raise
+                raise RunAborted(f"{pool.role}: {method} failed: {cause(exc)}") from None
 
     def _generate(self, batch: PromptBatch) -> Rollout:
         import ray
@@ -185,6 +191,8 @@ class Modes(RunState):
             wait_alive(handle, "reward_client")
             f.score[handle.score.remote(item)] = (w, item)
             return
+        except RayTaskError as exc:  # e.g. a reward with on_failure: raise
+            raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
         f.ready[scored.batch.index] = scored
 
     def _trained_async(self, ref: Any) -> None:

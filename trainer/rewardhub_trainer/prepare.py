@@ -67,7 +67,8 @@ def prepare(raw: Any) -> Prepared:
     validated = isinstance(raw, ConfigPlan)
     cfg = parse_config(raw.config if validated else raw)
     check_engine(cfg.rollout.engine)
-    reward, reward_setup = validate_rewards(cfg.reward, validated=validated)
+    reward, reward_setup = validate_rewards(cfg.reward, validated=validated,
+                                            default_timeout_s=cfg.trainer.reward_timeout_s)
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []
     dataset = load_dataset(cfg.data, needs)
