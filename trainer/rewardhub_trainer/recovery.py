@@ -52,7 +52,7 @@ class Recovery(RunState):
         carried = {k: totals[k] for k in ("trained", "dropped_stale", "lost_on_restart")}
         carried["generated"] = sum(carried.values())
         write_state(staged, {"step": self.step, "data_cursor": self.consumed, "counts": carried,
-                             "max_staleness_seen": self.max_staleness, "config": self.cfg.to_dict()})
+                             "max_staleness_seen": self.max_staleness, "config": self.prep.public_config()})
         path = commit_checkpoint(staged, self.step, keep=self.t.checkpoint_keep)
         self.restore_point = {"path": str(path), "step": self.step, "cursor": self.consumed,
                               "trained": totals["trained"]}
