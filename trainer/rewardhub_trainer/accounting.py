@@ -128,6 +128,7 @@ class Accounting(RunState):
                           "reward_client": self.reward_client.recreated, "learner": self.learners.recreated},
             "rescored_samples": counters["rescored_samples"],
             "lost_calls": {**self.lost_calls, "rollouter": self.rollouters.lost_calls},
+            "hung_rollouter_calls": self.rollouters.hung,
             "reward_pids": sorted(self.stats.reward_pids),
             "model_path": self.prep.model_path,
             "data": dict(self.prep.data_report),
