@@ -71,7 +71,6 @@ def prepare(raw: Any) -> Prepared:
     from .models import load_tokenizer
     from .models import materialize
     from .rewards import validate_rewards
-
     from .runfolder import env_paths
 
     validated = isinstance(raw, ConfigPlan)

@@ -5,7 +5,7 @@
 * :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
   ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder and the
   config has the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
-  sections), or ``--overwrite`` is given. Nothing of the earlier run is deleted here: with
+  sections, less how the rewards run), or ``--overwrite`` is given. Nothing of the earlier run is deleted here: with
   ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
 * :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
   config's model fails before Ray starts, naming the keys that differ.
@@ -41,6 +41,7 @@ FINGERPRINTED = ("model", "data", "reward")
 SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
               "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
 _SPECIAL = ("/proc", "/sys", "/dev")
+_RUNTIME_TERM_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "memory_limit_mb")
 
 
 def check_output(output: str) -> Path:
@@ -70,10 +71,23 @@ def holds_run(path: Path) -> bool:
     return any((path / name).exists() for name in RUN_ENTRIES[:5])
 
 
+def _what_is_learned(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``model``, ``data`` and ``reward`` sections, less how the rewards run (``reward.workers``, and
+    each term's executor, timeout, concurrency and retries: a resumed run may change those)."""
+    part = {k: copy.deepcopy(config.get(k)) for k in FINGERPRINTED}
+    reward = part.get("reward")
+    if isinstance(reward, dict):
+        reward.pop("workers", None)
+        for term in reward.get("rewards") or []:
+            if isinstance(term, dict):
+                for key in _RUNTIME_TERM_KEYS:
+                    term.pop(key, None)
+    return part
+
+
 def fingerprint(config: Mapping[str, Any]) -> str:
-    """The sha256 of the config's ``model``, ``data`` and ``reward`` sections (as :func:`public_config` writes them)."""
-    part = {k: config.get(k) for k in FINGERPRINTED}
-    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()
+    """The sha256 of what the run learns from (:func:`_what_is_learned`, as :func:`public_config` writes it)."""
+    return hashlib.sha256(json.dumps(_what_is_learned(config), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None]:
@@ -102,7 +116,8 @@ def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite
         recorded, old = _recorded_fingerprint(out)
         if recorded is None or recorded == fingerprint(config):
             return
-        differ = [k for k in FINGERPRINTED if (old or {}).get(k) != config.get(k)]
+        was, now = _what_is_learned(old or {}), _what_is_learned(config)
+        differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
         raise UsageError(f"--resume {resume}: the run in that folder has another config "
                          f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
                          "resume it with its own config, or start a new run: another --output, or --overwrite")
