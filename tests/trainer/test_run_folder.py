@@ -116,3 +116,22 @@ def test_sigterm_stops_a_run_with_one_error_line_and_143(model_cache, tiny_confi
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "ERROR: terminated", err
     assert err.count("ERROR") == 1 and "Traceback" not in err, err
+
+
+def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from rewardhub_trainer.runfolder import env_paths
+    from rewardhub_trainer.runfolder import public_config
+
+    monkeypatch.setenv("RF_KEY", SECRET)
+    raw = OmegaConf.create({"reward": {"rewards": [{"name": "judge", "kwargs": {
+        "headers": ["x", "Bearer ${oc.env:RF_KEY}"], "url": "${oc.env:RF_URL,http://localhost}"}}]},
+        "trainer": {"lr": 0.1, "lr2": "${trainer.lr}"}})
+    resolved = OmegaConf.to_container(raw, resolve=True)
+    assert SECRET in json.dumps(resolved)
+    public = public_config(resolved, env_paths(raw))
+    assert SECRET not in json.dumps(public)
+    kwargs = public["reward"]["rewards"][0]["kwargs"]
+    assert kwargs == {"headers": ["x", "Bearer ${oc.env:RF_KEY}"], "url": "${oc.env:RF_URL,http://localhost}"}
+    assert public["trainer"] == {"lr": 0.1, "lr2": 0.1}  # other interpolations stay resolved
