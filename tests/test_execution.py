@@ -132,6 +132,13 @@ def test_a_failure_is_nan_unless_the_reward_or_its_term_says_otherwise():
     assert res.scores == [1.0, 0.0]
 
 
+def test_a_reward_execution_error_survives_pickling():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(RewardExecutionError("reward 'r' on sample 3: boom", reward="r", index=3)))
+    assert (str(err), err.reward, err.index) == ("reward 'r' on sample 3: boom", "r", 3)
+
+
 def test_on_failure_raise_names_reward_and_sample():
     with pytest.raises(RewardExecutionError, match=r"reward 'misbehave' on sample 1: .*RuntimeError: boom") as e:
         run([term("misbehave", on_failure="raise")], samples_of("ok:1", "raise"))

@@ -110,3 +110,14 @@ def test_the_progress_line_and_the_report_show_the_error_rate():
                "staleness_limit": 0, "idle_ratio": {"rollouter": 0.0, "learner": 0.0}, "weight_syncs": 3,
                "reward_error_rate": {"half": 0.25, "ok": 0.0}, "samples_invalid": 2}
     assert "reward errors: half 25.0% of calls failed; 2 samples invalid (advantage 0)" in _report(summary)
+
+
+@pytest.mark.timeout(300)
+def test_on_failure_raise_stops_the_run_at_the_first_failure_with_one_line(ray_session, tiny_config, tmp_path):
+    cfg = tiny_config(trainer={"total_steps": 4}, reward=_reward(tmp_path, HALF_FAILS, "half", on_failure="raise"))
+    out = tmp_path / "o"
+    with pytest.raises(RunAborted) as info:
+        train(cfg, output=str(out))
+    msg = str(info.value)
+    assert msg.startswith("reward_client: score failed: ") and "odd response" in msg and "\n" not in msg, msg
+    assert not (out / "summary.json").exists()
