@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "BrokenRewardError",
@@ -120,6 +121,12 @@ class RewardExecutionError(RewardhubError):
         super().__init__(message)
         self.reward = reward
         self.index = index
+
+    def __reduce__(self) -> Any:
+        """Pickled with its keywords (a Ray actor that raises it hands it to the driver)."""
+        import functools
+
+        return functools.partial(type(self), reward=self.reward, index=self.index), (self.args[0],)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -39,7 +39,7 @@ class ExecutionPolicy:
     timeout_s: float | None = None
     max_concurrency: int | None = None
     retries: int = 0
-    on_failure: str = "zero"
+    on_failure: str = "nan"  #: a failure is never a score unless a reward or term says so
     pure: bool = False
     memory_limit_mb: int | None = None
 

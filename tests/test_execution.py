@@ -11,6 +11,7 @@ import pytest
 from rewardhub.errors import RewardExecutionError
 from rewardhub.errors import UsageError
 from rewardhub.execution import Runner
+from rewardhub.types import ExecutionPolicy
 
 MOD = "rewards_for_tests"
 
@@ -21,7 +22,8 @@ def _tests_on_path(monkeypatch):
 
 
 def term(function, **kw):
-    return {"module": MOD, "function": function, **kw}
+    """A term of the test rewards; failures score 0.0 here (``on_failure: zero``) unless ``kw`` says otherwise."""
+    return {"module": MOD, "function": function, "on_failure": "zero", **kw}
 
 
 def run(terms, samples, **kw):
@@ -115,6 +117,26 @@ def test_failures_get_their_policy_value(response, message, on_failure):
     assert message in res.errors[1]["misbehave"] and "sample 1" in res.errors[1]["misbehave"]
     assert res.metrics["rewards/misbehave/errors"] == 1.0
     assert len(res.scores) == 3
+
+
+def test_a_failure_is_nan_unless_the_reward_or_its_term_says_otherwise():
+    """Failures are never scores: with no on_failure anywhere a failed call is NaN (an invalid
+    sample), and counted; a term's on_failure (here zero) still wins."""
+    assert ExecutionPolicy().on_failure == "nan"
+    plain = {"module": MOD, "function": "misbehave"}
+    res, _ = run([plain], samples_of("ok:1", "raise", "ok:2"))
+    assert math.isnan(res.scores[1]) and math.isnan(res.rewards[1]["misbehave"])
+    assert res.scores[0] == 1.0 and res.scores[2] == 2.0
+    assert res.metrics["rewards/misbehave/errors"] == 1.0 and "sample 1" in res.errors[1]["misbehave"]
+    res, _ = run([{**plain, "on_failure": "zero"}], samples_of("ok:1", "raise"))
+    assert res.scores == [1.0, 0.0]
+
+
+def test_a_reward_execution_error_survives_pickling():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(RewardExecutionError("reward 'r' on sample 3: boom", reward="r", index=3)))
+    assert (str(err), err.reward, err.index) == ("reward 'r' on sample 3: boom", "r", 3)
 
 
 def test_on_failure_raise_names_reward_and_sample():

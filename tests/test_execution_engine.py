@@ -96,7 +96,8 @@ def rfile(tmp_path):
 
 
 def term(rfile, function, **kw):
-    return {"path": rfile, "function": function, **kw}
+    """A term of the test rewards; failures score 0.0 here (``on_failure: zero``) unless ``kw`` says otherwise."""
+    return {"path": rfile, "function": function, "on_failure": "zero", **kw}
 
 
 def samples_of(*responses, **info):

@@ -18,6 +18,7 @@ from typing import Any
 from .actors import Rollout
 from .devices import devices_summary
 from .faults import RunAborted
+from .reward_failures import invalid_samples
 from .rewards import provenance
 from .runstate import RunState
 
@@ -57,11 +58,15 @@ class Accounting(RunState):
         self.max_staleness = max(self.max_staleness, staleness)
         self.versions[self.step] = int(result["version"])
         self.skipped_updates += int(result.get("optim/skipped_steps", 0))
+        invalid = invalid_samples(item.rewards)
         extra = {"policy_version": self.versions.get(item.version, item.version), "weights_step": item.version,
-                 "stale/batches_in_a_row": self.stale_in_row}
+                 "stale/batches_in_a_row": self.stale_in_row, "samples/invalid": invalid}
         self.stale_in_row = 0
         metrics = self.stats.step(self.step, item, staleness, result, self._totals(),
                                   queue_size=self._queue_size, extra=extra)
+        failing = self.reward_watch.step(item.reward_failures, invalid)
+        if failing:
+            raise RunAborted(failing)
         if int(result.get("optim/nonfinite_in_row", 0)) >= self.t.max_nonfinite_steps:
             raise RunAborted(
                 f"learner: {int(result['optim/nonfinite_in_row'])} optimizer updates in a row skipped "
@@ -104,6 +109,8 @@ class Accounting(RunState):
             "total_steps": self.t.total_steps,
             "policy_version": self.versions.get(self.step),
             "skipped_updates": self.skipped_updates,
+            "samples_invalid": self.reward_watch.invalid,
+            "reward_error_rate": self.reward_watch.rates(),
             "resumed_from_step": self.resumed_from,
             "learner_restores": self.learner_restores,
             "weight_syncs": self.weight_syncs,
@@ -121,6 +128,7 @@ class Accounting(RunState):
                           "reward_client": self.reward_client.recreated, "learner": self.learners.recreated},
             "rescored_samples": counters["rescored_samples"],
             "lost_calls": {**self.lost_calls, "rollouter": self.rollouters.lost_calls},
+            "hung_rollouter_calls": self.rollouters.hung,
             "reward_pids": sorted(self.stats.reward_pids),
             "model_path": self.prep.model_path,
             "data": dict(self.prep.data_report),

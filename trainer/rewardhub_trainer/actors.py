@@ -21,6 +21,8 @@ from typing import Any
 
 from .cores import busy as _busy
 from .cores import share_for as _share
+from .reward_failures import error_rates
+from .reward_failures import failures
 
 __all__ = ["Learner", "MessageQueue", "PromptBatch", "RewardClient", "Rollout", "Rollouter"]
 
@@ -49,6 +51,8 @@ class Rollout:
     score_s: float = 0.0
     reward_pids: list[int] = field(default_factory=list)  #: the reward workers that scored it
     threads: float = 0.0  #: the rollouter's mean torch threads while generating it (0: not counted)
+    #: reward term -> (samples it failed on, samples it applied to, its last error's first line)
+    reward_failures: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     @property
     def num_samples(self) -> int:
@@ -219,6 +223,8 @@ class RewardClient:
         rollout.rewards, rollout.terms = rewards, per_term
         rollout.reward_metrics = {key: float(v) for key, v in dict(res.metrics).items()
                                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        rollout.reward_failures = failures(res)
+        rollout.reward_metrics.update(error_rates(rollout.reward_failures))
         rollout.score_s = time.perf_counter() - t0
         rollout.reward_pids = sorted(self.pool.last_pids)
         return rollout

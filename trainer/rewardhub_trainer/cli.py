@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,12 +28,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", help="run folder (metrics, summary, plot, checkpoints); "
                         "defaults to the --resume folder")
     parser.add_argument("--resume", metavar="DIR", help="continue from the latest checkpoint in DIR")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run in the --output folder (its files are removed once the new run starts)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
-          resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False) -> dict[str, Any]:
+          resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False,
+          overwrite: bool = False) -> dict[str, Any]:
     """Load, validate (before Ray), run and summarise; the programmatic form of the command.
+
+    ``output`` may hold another run only when ``resume`` names it (same config) or with ``overwrite``
+    (:mod:`rewardhub_trainer.runfolder`). Once Ray has started, SIGTERM raises
+    :class:`rewardhub.Interrupted` (the actors are stopped on the way out).
 
     :param config: a config file (``None``: overrides only), or a
         :class:`rewardhub.config.ConfigPlan` loaded already (then ``overrides`` must be empty).
@@ -57,7 +65,7 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
 
     # absolute: the actors (the learner writes checkpoints) may run in another working directory
     # (Any: evaluate.py reads the val_callbacks set below, which Run does not declare)
-    run_: Any = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks))
+    run_: Any = Run(prep, output, resume=resume, callbacks=tuple(callbacks), overwrite=overwrite)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -65,11 +73,13 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
         bar = tqdm(total=prep.cfg.trainer.total_steps, initial=run_.step, desc=f"train ({prep.cfg.trainer.mode})",
                    unit="step", file=sys.stderr, dynamic_ncols=True)
 
+        from .reward_failures import progress_postfix
+
         def _tick(step: int, metrics: Any, _run: Any) -> None:
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                             sps=f"{metrics['throughput/samples_per_s']:.1f}",
-                            stale=metrics["staleness"], refresh=False)
+                            stale=metrics["staleness"], **progress_postfix(metrics), refresh=False)
 
         run_.callbacks = (*run_.callbacks, _tick)
     from .loggers import Trackers
@@ -77,16 +87,34 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
 
     t = prep.cfg.trainer
     trackers = Trackers(logger_names(t.logger), run_.out, project=t.project_name, experiment=t.experiment_name,
-                        config=prep.cfg.to_dict())
+                        config=prep.public_config())
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
     start_ray()
+    old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
     try:
         return run_.run()
     finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
         trackers.close()
         if bar is not None:
             bar.close()
+
+
+def _sigterm_raises() -> Any:
+    """SIGTERM raises :class:`rewardhub.Interrupted` in the main thread; the handler it replaces (None: not the main thread)."""
+    import threading
+
+    from rewardhub.errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise Interrupted("SIGTERM")
+
+    return signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _data_report(counts: dict[str, Any], limit: int) -> str:
@@ -111,6 +139,10 @@ def _report(summary: dict[str, Any]) -> str:
         f"idle ratio: rollouter {summary['idle_ratio']['rollouter']:.2f}, "
         f"learner {summary['idle_ratio']['learner']:.2f}; weight syncs {summary['weight_syncs']}",
     ]
+    failed = {name: rate for name, rate in (summary.get("reward_error_rate") or {}).items() if rate}
+    if failed:
+        lines.append("reward errors: " + ", ".join(f"{name} {rate:.1%} of calls failed" for name, rate in failed.items())
+                     + f"; {summary.get('samples_invalid', 0)} samples invalid (advantage 0)")
     first, last = summary.get("reward_first_fifth"), summary.get("reward_last_fifth")
     if first is not None and last is not None and not (math.isnan(first) or math.isnan(last)):
         verdict = "improved" if last > first else "did not improve"
@@ -121,8 +153,19 @@ def _report(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """The command, as the core CLI calls it; its errors go to the core CLI's one handler
     (:func:`rewardhub.cli.main`: one ``ERROR:`` line, exit code 2 for bad input, 1 otherwise)."""
+    from rewardhub.errors import Interrupted
+
     output = args.output or args.resume  # else trainer.default_local_dir (verl's), checked by train()
-    summary = train(args.config, args.overrides, output=output, resume=args.resume, progress=not args.no_progress)
+    old = _sigterm_raises()
+    try:
+        summary = train(args.config, args.overrides, output=output, resume=args.resume,
+                        progress=not args.no_progress, overwrite=args.overwrite)
+    except Interrupted as exc:
+        print("ERROR: terminated" if exc.signal_name == "SIGTERM" else "ERROR: interrupted", file=sys.stderr)
+        return 143 if exc.signal_name == "SIGTERM" else 130
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
     print(_report(summary))
     print(f"outputs in {output or os.path.dirname(summary['metrics'])}")
     return 0

@@ -123,6 +123,9 @@ class TrainerConfig:
     weight_sync_retries: int = 3  #: failed weight syncs in a row on one rollouter before the run stops
     max_stale_batches: int = 20  #: fully_async: batches in a row all dropped as stale before the run stops
     max_nonfinite_steps: int = 3  #: optimizer updates in a row skipped as non-finite before the run stops
+    max_reward_error_rate: float = 0.5  #: a reward failing more often in 3 steps in a row stops the run (1: never)
+    reward_timeout_s: float = 60.0  #: timeout_s of each reward call whose term and reward set none (0: none)
+    call_timeout_s: float = 1800.0  #: a generate/train call unanswered this long: its actor is restarted (0: never)
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,9 @@ RULES: dict[str, dict[str, Rule]] = {
         "loss_agg_mode": one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
         "min_lr_ratio": between(0, 1),
         "entropy_coeff": at_least(0, "0 turns it off"),
+        "max_reward_error_rate": between(0, 1),
+        "reward_timeout_s": at_least(0, "0 leaves rewards without a timeout"),
+        "call_timeout_s": at_least(0, "0 waits for ever"),
     },
     "model": {
         "builtin": one_of(*BUILTIN_MODELS),

@@ -160,7 +160,9 @@ def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIV
 
     A rank that dies breaks the group at once (rank 0 would otherwise wait in a collective for it):
     this process ends (:func:`_restart`), as it does when a rank is still not done ``timeout_s``
-    after rank 0's part ended. An error a rank raised is raised here (the driver stops the run naming it).
+    after rank 0's part ended. An error a rank raised is raised here at once, as ``learner rank N:
+    <its error>`` (the driver stops the run naming it), not rank 0's collective timeout that follows it;
+    an error of rank 0's own part is raised once every rank is done.
     """
     import threading
     import time
@@ -168,6 +170,8 @@ def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIV
     import ray
     from ray.exceptions import ActorUnavailableError
     from ray.exceptions import RayActorError
+
+    from .faults import cause
 
     result: dict[str, Any] = {}
 
@@ -190,16 +194,18 @@ def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIV
                     ray.get(ref)
                 except (RayActorError, ActorUnavailableError):
                     _restart(f"learner rank {rank_of[ref]} died")
-                except Exception as exc:  # noqa: BLE001 - its own error
-                    errors.append(exc)
+                except Exception as exc:  # noqa: BLE001 - its own error: the group is broken, say it now
+                    errors.append(RuntimeError(f"learner rank {rank_of[ref]}: {cause(exc)}"))
+            if errors:
+                break  # rank 0's part waits in a collective for the rank that failed: never for its timeout
         else:
             thread.join(timeout=0.5)
         if not thread.is_alive() and pending:
             deadline = deadline or time.monotonic() + timeout_s
             if time.monotonic() > deadline:
                 _restart(f"learner rank {rank_of[pending[0]]} did not finish within {timeout_s:g}s of rank 0")
-    if "error" in result:
-        raise result["error"]
     if errors:
         raise errors[0]
+    if "error" in result:
+        raise result["error"]
     return result["out"]

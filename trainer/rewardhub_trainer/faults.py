@@ -19,7 +19,7 @@ from rewardhub.errors import RewardhubError
 from .actors import PromptBatch
 from .actors import Rollout
 
-__all__ = ["LearnerLost", "Pool", "Rollouters", "RunAborted", "cause", "wait_alive"]
+__all__ = ["LearnerLost", "Pool", "Rollouters", "RunAborted", "cause", "hang", "wait_alive"]
 
 from ray.exceptions import ActorUnavailableError  # noqa: E402 - loaded only once the config is valid
 from ray.exceptions import RayActorError  # noqa: E402
@@ -69,6 +69,19 @@ def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
         if time.monotonic() > deadline:
             raise RunAborted(f"{what}: not back {timeout:.0f}s after a restart; see the Ray logs of its node")
         time.sleep(0.2)
+
+
+def hang(handle: Any, what: str, why: str) -> None:
+    """An actor that is alive but does not answer (``why``): killed so that Ray restarts it, as after a death."""
+    import sys
+
+    import ray
+
+    print(f"WARNING: {what}: {why}; restarting it as a dead one (trainer.call_timeout_s)", file=sys.stderr, flush=True)
+    try:
+        ray.kill(handle, no_restart=False)
+    except Exception:  # noqa: BLE001 - gone already: its calls fail, and are handled
+        pass
 
 
 class Pool:
@@ -123,8 +136,14 @@ class Rollouters:
         the run stops.
     """
 
-    def __init__(self, pool: Pool, *, retries: int, check_weights: Callable[[], None]) -> None:
+    def __init__(self, pool: Pool, *, retries: int, check_weights: Callable[[], None],
+                 deadline_s: float = 0.0) -> None:
+        """``deadline_s``: a generate call not answered by then is hung: :meth:`overdue` kills its
+        rollouter, which is then restarted as a dead one is (0: no deadline)."""
         self.pool = pool
+        self.deadline_s = deadline_s
+        self.started: dict[Any, float] = {}  #: generate ref -> when it was sent
+        self.hung = 0  #: rollouters killed because a generate call passed the deadline
         size = len(pool.handles)
         self.sent = [0] * size  #: the weights tag each rollouter was last sent (0: the base weights)
         self.in_row = [0] * size  #: failures in a row on each rollouter
@@ -211,10 +230,28 @@ class Rollouters:
 
     # -- generation --------------------------------------------------------------------------
     def submit(self, i: int, batch: PromptBatch) -> Any:
+        import time
+
         ref = self.pool.handles[i].generate.remote(batch, self.sent[i])
         self._calls += 1
         self.gen[ref] = (i, batch, self.pool.epochs[i], self._calls)
+        self.started[ref] = time.monotonic()
         return ref
+
+    def overdue(self) -> None:
+        """Kill each rollouter whose generate call has passed the deadline (Ray restarts it; the call
+        then fails as a dead rollouter's does, and :meth:`done` resubmits its batch)."""
+        import time
+
+        if not self.deadline_s:
+            return
+        now = time.monotonic()
+        for ref, t0 in list(self.started.items()):
+            if now - t0 > self.deadline_s and ref in self.gen:
+                i = self.gen[ref][0]
+                del self.started[ref]  # killed once
+                self.hung += 1
+                hang(self.pool.handles[i], f"rollouter {i}", f"generate not answered within {self.deadline_s:g}s")
 
     def busy(self) -> set[int]:
         return {i for i, _, _, _ in self.gen.values()}
@@ -224,6 +261,7 @@ class Rollouters:
         import ray
 
         i, batch, epoch, number = self.gen.pop(ref)
+        self.started.pop(ref, None)
         # the weights sent before this call were loaded (or not) before it ran; those sent after it
         # (queued behind it on the actor) are checked as they come
         self.settle(i, before=number)
@@ -266,5 +304,6 @@ class Rollouters:
             if not isinstance(rollout, int):
                 out.append(rollout)
         self.gen.clear()
+        self.started.clear()
         self.acks.clear()
         return out

@@ -80,7 +80,8 @@ class Lifecycle(RunState):
         self.rollouters = Rollouters(Pool("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
             path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed,
             cores=cores(1 + i)),
-            t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok)
+            t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok,
+            deadline_s=t.call_timeout_s)
         self._start_reward_client(opts)
         settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "clip_ratio_c": t.clip_ratio_c,
                     "ppo_epochs": t.ppo_epochs,

@@ -32,6 +32,11 @@ from .lifecycle import Lifecycle
 from .modes import Modes
 from .prepare import Prepared
 from .recovery import Recovery
+from .reward_failures import FailureWatch
+from .runfolder import begin
+from .runfolder import check_output
+from .runfolder import check_resume_model
+from .runfolder import claim
 from .stats import StepStats
 
 __all__ = ["Run", "RunAborted", "start_ray"]
@@ -61,12 +66,17 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
     """One training run; :meth:`run` returns the summary it also writes to ``summary.json``."""
 
     def __init__(self, prep: Prepared, output: str | os.PathLike[str], *, resume: str | None = None,
-                 callbacks: tuple[StepCallback, ...] = ()) -> None:
+                 callbacks: tuple[StepCallback, ...] = (), overwrite: bool = False) -> None:
+        """``output`` is checked (:func:`rewardhub_trainer.runfolder.check_output` and ``claim``): it may hold
+        another run only with ``overwrite`` (whose files go once the actors have started) or when
+        ``resume`` names it."""
         self.prep = prep
         self.cfg = prep.cfg
         self.t = prep.cfg.trainer
-        self.out = Path(output)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.out = check_output(str(output))
+        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
+        self.overwrite = overwrite
+        self.resumed_here = bool(resume) and Path(os.path.abspath(str(resume))) == self.out
         self.callbacks = callbacks
         self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
         if resume and self.resume_ckpt is None:
@@ -74,6 +84,8 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
 
             raise UsageError(f"--resume: no checkpoint in {resume!r}\n"
                              "point it at the --output folder of an earlier run")
+        if self.resume_ckpt is not None:
+            check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
         self.counts = dict.fromkeys(COUNTS, 0)
         self.prior = dict.fromkeys(COUNTS, 0)
         self.step = 0
@@ -101,6 +113,7 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
         self.weight_syncs = 0
         self.stale_in_row = self.max_stale_in_row = 0
         self.skipped_updates = 0
+        self.reward_watch = FailureWatch(self.t.max_reward_error_rate)
         self.last_checkpoint_t = time.monotonic()
         self._reset_flight()
         self._queue_size = 0
@@ -118,6 +131,7 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
 
         self.evaluator = Evaluator(self)  # data.val_files: evaluations before/every test_freq/at the end
         self._start_actors()
+        begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here)
         self.stats.start()
         self.evaluator.before_training()
         while self.step < self.t.total_steps:

@@ -17,10 +17,15 @@ from .actors import PromptBatch
 from .actors import Rollout
 from .faults import ACTOR_ERRORS
 from .faults import Pool
+from .faults import RunAborted
+from .faults import cause
+from .faults import hang
 from .faults import wait_alive
 from .runstate import RunState
 
 __all__ = ["Modes"]
+
+from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
 
 
 @dataclasses.dataclass
@@ -33,6 +38,7 @@ class _Flight:
     ready: dict[int, Rollout] = dataclasses.field(default_factory=dict)  #: scored, waiting for its turn
     queued: int = 0
     train: tuple[Any, Rollout, int] | None = None  #: the learner's call, its batch and staleness
+    train_t0: float = 0.0  #: when the learner's call was sent (trainer.call_timeout_s)
 
 
 class Modes(RunState):
@@ -68,6 +74,8 @@ class Modes(RunState):
             except ACTOR_ERRORS:
                 self.lost_calls[pool.role] += 1
                 wait_alive(pool.failed(i), pool.role)
+            except RayTaskError as exc:  # e.g. a reward with on_failure: raise
+                raise RunAborted(f"{pool.role}: {method} failed: {cause(exc)}") from None
 
     def _generate(self, batch: PromptBatch) -> Rollout:
         import ray
@@ -75,7 +83,10 @@ class Modes(RunState):
         roll = self.rollouters
         ref = roll.submit(0, batch)
         while True:
-            ray.wait([ref])
+            ready, _ = ray.wait([ref], timeout=roll.deadline_s or None)
+            if not ready:  # hung: killed (restarted by Ray), and the call fails as a dead one's does
+                roll.overdue()
+                ray.wait([ref])
             rollout = roll.done(ref)
             if rollout is not None:
                 return rollout
@@ -144,6 +155,7 @@ class Modes(RunState):
             staleness = self.step - item.version
             assert staleness <= self.t.staleness_limit
             f.train = (self.learner.train.remote(item), item, staleness)
+            f.train_t0 = time.monotonic()
         return True
 
     def _run_async(self) -> None:
@@ -158,7 +170,8 @@ class Modes(RunState):
             refs = list(roll.gen) + list(f.score) + ([f.train[0]] if f.train else []) + list(roll.acks)
             if not refs:
                 raise RuntimeError("fully_async loop stalled with nothing in flight")
-            done, _ = ray.wait(refs, num_returns=1, timeout=60.0)
+            done, _ = ray.wait(refs, num_returns=1, timeout=min(60.0, self.t.call_timeout_s or 60.0))
+            self._overdue()
             for ref in done:
                 if ref in roll.acks:
                     roll.acked(ref)
@@ -171,6 +184,14 @@ class Modes(RunState):
                     self._scored(ref)
                 else:
                     self._trained_async(ref)
+
+    def _overdue(self) -> None:
+        """Calls past trainer.call_timeout_s: their actor is hung, and is killed to be restarted as a dead one."""
+        f, deadline = self.flight, self.t.call_timeout_s
+        self.rollouters.overdue()
+        if deadline and f.train is not None and f.train_t0 and time.monotonic() - f.train_t0 > deadline:
+            f.train_t0 = 0.0  # killed once; its call then fails, and the learner is restored (LearnerLost)
+            hang(self.learner, "learner", f"train not answered within {deadline:g}s")
 
     def _scored(self, ref: Any) -> None:
         import ray
@@ -185,6 +206,8 @@ class Modes(RunState):
             wait_alive(handle, "reward_client")
             f.score[handle.score.remote(item)] = (w, item)
             return
+        except RayTaskError as exc:  # e.g. a reward with on_failure: raise
+            raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
         f.ready[scored.batch.index] = scored
 
     def _trained_async(self, ref: Any) -> None:

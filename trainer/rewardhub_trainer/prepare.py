@@ -34,6 +34,14 @@ class Prepared:
     data_report: dict[str, Any] = field(default_factory=dict)
     #: the driver's rewardhub.distributed.WorkerSetup: what the reward workers are checked against
     reward_setup: Any = None
+    #: where the config took a value from the environment (:func:`rewardhub_trainer.runfolder.env_paths`)
+    env_paths: dict[tuple[Any, ...], str] = field(default_factory=dict)
+
+    def public_config(self) -> dict[str, Any]:
+        """The config as the run writes it: each value from an environment interpolation unresolved."""
+        from .runfolder import public_config
+
+        return public_config(self.cfg.to_dict(), self.env_paths)
 
 
 def _needs_answer(reward_cfg: Mapping[str, Any]) -> list[str]:
@@ -65,11 +73,14 @@ def prepare(raw: Any) -> Prepared:
     from .models import load_tokenizer
     from .models import materialize
     from .rewards import validate_rewards
+    from .runfolder import env_paths
 
     validated = isinstance(raw, ConfigPlan)
     cfg = parse_config(raw.config if validated else raw)
+    secrets = env_paths(raw.config if validated else raw)
     check_engine(cfg.rollout.engine)
-    reward, reward_setup = validate_rewards(cfg.reward, validated=validated)
+    reward, reward_setup = validate_rewards(cfg.reward, validated=validated,
+                                            default_timeout_s=cfg.trainer.reward_timeout_s)
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []
     dataset = load_dataset(cfg.data, needs)
@@ -87,5 +98,5 @@ def prepare(raw: Any) -> Prepared:
         steps = cfg.trainer.total_epochs * max(1, len(dataset) // cfg.rollout.prompts_per_step)
         cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
     return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=reward_setup.driver_fingerprint,
-                    val_dataset=val, data_report=report, reward_setup=reward_setup)
+                    val_dataset=val, data_report=report, reward_setup=reward_setup, env_paths=secrets)
 

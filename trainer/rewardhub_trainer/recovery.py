@@ -20,6 +20,7 @@ from .faults import ACTOR_ERRORS
 from .faults import LearnerLost
 from .faults import RunAborted
 from .faults import cause
+from .faults import hang
 from .faults import wait_alive
 from .runstate import RunState
 
@@ -52,18 +53,24 @@ class Recovery(RunState):
         carried = {k: totals[k] for k in ("trained", "dropped_stale", "lost_on_restart")}
         carried["generated"] = sum(carried.values())
         write_state(staged, {"step": self.step, "data_cursor": self.consumed, "counts": carried,
-                             "max_staleness_seen": self.max_staleness, "config": self.cfg.to_dict()})
+                             "max_staleness_seen": self.max_staleness, "config": self.prep.public_config()})
         path = commit_checkpoint(staged, self.step, keep=self.t.checkpoint_keep)
         self.restore_point = {"path": str(path), "step": self.step, "cursor": self.consumed,
                               "trained": totals["trained"]}
         self.last_checkpoint_t = time.monotonic()
 
     def _learner_call(self, ref: Any, what: str = "train failed") -> Any:
+        """The learner's answer; a learner that died, or does not answer within trainer.call_timeout_s
+        (hung: it is killed), is restored from the latest checkpoint (:class:`LearnerLost`)."""
         import ray
+        from ray.exceptions import GetTimeoutError
         from ray.exceptions import RayTaskError
 
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=self.t.call_timeout_s or None)
+        except GetTimeoutError:
+            hang(self.learner, "learner", f"{what.split()[0]} not answered within {self.t.call_timeout_s:g}s")
+            raise LearnerLost from None
         except ACTOR_ERRORS:
             raise LearnerLost from None
         except RayTaskError as exc:

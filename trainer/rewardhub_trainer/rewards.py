@@ -26,9 +26,13 @@ def _to_node(reward_cfg: Mapping[str, Any]) -> Any:
     return OmegaConf.create(dict(reward_cfg))
 
 
-def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> tuple[dict[str, Any], Any]:
+def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False,
+                     default_timeout_s: float | None = None) -> tuple[dict[str, Any], Any]:
     """Resolve every reward term in the driver, before Ray starts.
 
+    :param default_timeout_s: the ``timeout_s`` of each term whose config and reward set none
+        (``trainer.reward_timeout_s``): in training a hung reward call fails (and its sample is
+        invalid) instead of hanging the run.
     :param validated: ``reward_cfg`` is a :class:`~rewardhub.config.ConfigPlan`'s ``reward:`` section,
         validated when the config was loaded: its schema is not checked again.
     :returns: the ``reward:`` section the reward workers get (validated, with the driver's plugin
@@ -60,13 +64,27 @@ def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) 
         except UnknownRewardError as exc:
             raise UsageError(f"reward.rewards[{i}].name: {exc}") from exc
     try:
-        Runner.from_config(node, registry).close()  # resolves (imports) file and module terms too
+        runner = Runner.from_config(node, registry)  # resolves (imports) file and module terms too
+        runner.close()
+        if default_timeout_s:
+            reward_cfg = _with_timeouts(reward_cfg, [t.policy.timeout_s for t in runner.terms], default_timeout_s)
         setup, _ = prepare_setup(reward_cfg, validated=validated)
     except UsageError:
         raise
     except RewardhubError as exc:
         raise UsageError(f"reward: {exc}") from exc
     return dict(setup.reward_cfg), setup
+
+
+def _with_timeouts(reward_cfg: Mapping[str, Any], timeouts: list[float | None], default: float) -> dict[str, Any]:
+    """``reward_cfg`` with ``timeout_s: default`` in each term whose resolved policy has no timeout."""
+    terms = []
+    for term, timeout in zip(reward_cfg.get("rewards") or [], timeouts):
+        term = {"name": term} if isinstance(term, str) else dict(term)
+        if timeout is None:
+            term["timeout_s"] = default
+        terms.append(term)
+    return {**reward_cfg, "rewards": terms}
 
 
 def used_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from .faults import Pool
 from .faults import Rollouters
 from .placement import Placement
 from .prepare import Prepared
+from .reward_failures import FailureWatch
 from .stats import StepStats
 
 __all__ = ["RunState"]
@@ -47,6 +48,7 @@ class RunState:
     stale_in_row: int
     max_stale_in_row: int
     skipped_updates: int
+    reward_watch: FailureWatch  #: failed reward calls, per reward (:mod:`.reward_failures`)
     lost_calls: dict[str, int]
     stats: StepStats
     restore_point: dict[str, Any]

@@ -35,13 +35,8 @@ class StepStats:
         self.metrics_path = out / "metrics.jsonl"
         self.samples_per_step = samples_per_step
         self.num_rollouters = num_rollouters
-        # Carry the earlier run's rows up to the checkpoint (and none after it) into this run's file.
-        if resumed_from is not None and resume_dir is not None:
-            rows = [r for r in read_metrics(resume_dir / "metrics.jsonl") if r["step"] <= resumed_from]
-            self.metrics_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-        elif self.metrics_path.exists():
-            self.metrics_path.unlink()
-        self.tb = open_event_writer(out / "tensorboard")
+        self.resumed_from, self.resume_dir = resumed_from, resume_dir
+        self.tb: Any = None  #: opened by :meth:`start`: nothing is written into the folder before
         self.busy_s = {"rollouter": 0.0, "learner": 0.0, "step": 0.0}
         self.trained_here = 0
         self.trained_at: dict[int, int] = {}  # step -> samples trained in it (this run)
@@ -51,6 +46,15 @@ class StepStats:
         self.wall_s = 0.0
 
     def start(self) -> None:
+        """The run has started for real (its actors are up): the metrics file and TensorBoard open now."""
+        # Carry the earlier run's rows up to the checkpoint (and none after it) into this run's file.
+        if self.resumed_from is not None and self.resume_dir is not None:
+            rows = [r for r in read_metrics(self.resume_dir / "metrics.jsonl") if r["step"] <= self.resumed_from]
+            self.metrics_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        elif self.metrics_path.exists():
+            self.metrics_path.unlink()
+        if self.tb is None:
+            self.tb = open_event_writer(self.out / "tensorboard")
         self.t0 = self.t_last = time.perf_counter()
 
     def busy(self, role: str, seconds: float) -> None:
@@ -124,7 +128,8 @@ class StepStats:
 
     def finish(self) -> None:
         self.wall_s = time.perf_counter() - self.t0
-        self.tb.close()
+        if self.tb is not None:
+            self.tb.close()
 
     def summary(self) -> dict[str, Any]:
         rows = read_metrics(self.metrics_path)

@@ -1,0 +1,137 @@
+"""The run folder: one run per ``--output``, nothing of an earlier run deleted before a new one has
+started, bad places refused before Ray starts, no resolved secret in any output, SIGTERM -> 143.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rewardhub.errors import UsageError
+from rewardhub_trainer.cli import train
+from rewardhub_trainer.faults import RunAborted
+
+SECRET = "rf-secret-7f3a9c"
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rewardhub", "train", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.timeout(180)
+def test_output_naming_a_file_an_unwritable_place_or_proc_is_one_error(model_cache, tiny_config, tmp_path):
+    cfg = tiny_config()
+    a_file = tmp_path / "taken.txt"
+    a_file.write_text("not a folder")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    cases = [(str(a_file), "is a file, not a folder"), (str(a_file / "sub"), "cannot write there"),
+             ("/proc/self/run", "not a place for a run folder")]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((str(locked / "run"), "cannot write there (Permission denied)"))
+    for output, error in cases:
+        with pytest.raises(UsageError, match=r"^--output .*" + error.replace("(", r"\(").replace(")", r"\)")):
+            train(cfg, output=output)
+    assert a_file.read_text() == "not a folder"
+    res = _cli(cfg, "--output", str(a_file))  # the command: one ERROR line, exit 2, no traceback
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines()[0] == f"ERROR: --output {a_file}: is a file, not a folder"
+    assert "Traceback" not in res.stderr and "ray" not in res.stderr.lower()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(420)
+def test_a_run_folder_belongs_to_one_run_and_holds_no_secret(ray_session, tiny_config, tmp_path, monkeypatch):
+    monkeypatch.setenv("RF_TEST_SECRET", f"[0-9]|{SECRET}")
+    reward = {"rewards": [{"name": "regex_match", "kwargs": {"pattern": "${oc.env:RF_TEST_SECRET}"}}]}
+    cfg = tiny_config(trainer={"total_steps": 2}, reward=reward)
+    out = tmp_path / "o"
+    summary = train(cfg, output=str(out))
+    assert summary["steps"] == 2
+    before = _files(out)
+    assert "checkpoints/step_000002/trainer_state.json" in before and "run.json" in before
+    for name, data in before.items():  # checkpoints, summary, metrics, TensorBoard, run.json
+        assert SECRET.encode() not in data, name
+    state = json.loads(before["checkpoints/step_000002/trainer_state.json"])
+    assert state["config"]["reward"]["rewards"][0]["kwargs"]["pattern"] == "${oc.env:RF_TEST_SECRET}"
+
+    # the same folder again: refused, whatever the config, and nothing of the run is touched
+    with pytest.raises(UsageError, match=r"^--output .*: holds another run .*\n.*--resume .* or --overwrite"):
+        train(cfg, output=str(out))
+    other = tiny_config(trainer={"total_steps": 3}, model={"tiny": {"arch": "qwen2", "hidden_size": 32,
+                                                                    "num_hidden_layers": 1, "num_attention_heads": 1,
+                                                                    "num_key_value_heads": 1}})
+    with pytest.raises(UsageError, match=r"^--resume .*: the run in that folder has another config \(model, reward differ\)"):
+        train(other, output=str(out), resume=str(out))
+    # another model shape from its checkpoint: refused before anything starts, naming what differs
+    elsewhere = tmp_path / "elsewhere"
+    with pytest.raises(UsageError, match=r"^--resume .*: its checkpoint step_000002 holds a model of another "
+                                         r"shape \(.*hidden_size 64 -> 32.*\)"):
+        train(other, output=str(elsewhere), resume=str(out))
+    assert _files(out) == before and not any(elsewhere.iterdir())
+
+    # --overwrite: the earlier run's files go only once the new run has started (here: one whose
+    # reward always fails, which stops it after 3 steps)
+    failing = tmp_path / "fails.py"
+    failing.write_text("def nope(**kwargs):\n    raise ValueError('nope')\n")
+    bad = tiny_config(trainer={"total_steps": 6}, reward={"rewards": [{"path": str(failing), "function": "nope"}]})
+    with pytest.raises(RunAborted, match="reward 'nope'"):
+        train(bad, output=str(out), overwrite=True)
+    after = _files(out)
+    assert not any(n.startswith("checkpoints/") for n in after) and "summary.json" not in after
+    assert [json.loads(x)["step"] for x in after["metrics.jsonl"].decode().splitlines()] == [1, 2, 3]
+    assert json.loads(after["run.json"])["fingerprint"] != json.loads(before["run.json"])["fingerprint"]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_sigterm_stops_a_run_with_one_error_line_and_143(model_cache, tiny_config, tmp_path):
+    cfg = tiny_config(trainer={"total_steps": 500})
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "train", cfg, "--output", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "ERROR: terminated", err
+    assert err.count("ERROR") == 1 and "Traceback" not in err, err
+
+
+def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from rewardhub_trainer.runfolder import env_paths
+    from rewardhub_trainer.runfolder import public_config
+
+    monkeypatch.setenv("RF_KEY", SECRET)
+    raw = OmegaConf.create({"reward": {"rewards": [{"name": "judge", "kwargs": {
+        "headers": ["x", "Bearer ${oc.env:RF_KEY}"], "url": "${oc.env:RF_URL,http://localhost}"}}]},
+        "trainer": {"lr": 0.1, "lr2": "${trainer.lr}"}})
+    resolved = OmegaConf.to_container(raw, resolve=True)
+    assert SECRET in json.dumps(resolved)
+    public = public_config(resolved, env_paths(raw))
+    assert SECRET not in json.dumps(public)
+    kwargs = public["reward"]["rewards"][0]["kwargs"]
+    assert kwargs == {"headers": ["x", "Bearer ${oc.env:RF_KEY}"], "url": "${oc.env:RF_URL,http://localhost}"}
+    assert public["trainer"] == {"lr": 0.1, "lr2": 0.1}  # other interpolations stay resolved

@@ -1,0 +1,97 @@
+"""Failed reward calls in training: counted per reward, shown, and a run that keeps failing stops.
+
+A reward call that raises, times out or returns something that is not a finite number is a *failed*
+call. Unless the reward (or its config term) sets ``on_failure: zero``, its sample gets NaN (the
+core's default ``on_failure: nan``; ``drop`` gives None, read as NaN too): an *invalid* sample, left
+out of its group's mean and std and given advantage 0 (:func:`rewardhub_trainer.learner.group_advantages`),
+never read as a wrong answer. Each step's ``metrics.jsonl`` row has ``rewards/<name>/error_rate`` (failed
+calls over the samples the reward applies to) and ``samples/invalid``; the progress line shows the rate
+of each reward that failed, and ``summary.json`` the run's (``reward_error_rate``, ``samples_invalid``).
+
+A reward whose error rate is above ``trainer.max_reward_error_rate`` (default 0.5; 1.0 never stops) in
+:data:`STEPS_IN_A_ROW` trained steps in a row stops the run with one line naming it and its last error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["STEPS_IN_A_ROW", "FailureWatch", "error_rates", "failures", "invalid_samples", "progress_postfix"]
+
+#: trained steps in a row above ``trainer.max_reward_error_rate`` before the run stops
+STEPS_IN_A_ROW = 3
+
+
+def failures(result: Any) -> dict[str, tuple[int, int, str]]:
+    """Per reward term of a :class:`rewardhub.execution.ScoreResult`: (failed samples, samples it
+    applied to, the first line of its last error). A sample the term does not apply to (None, not
+    failed) is not counted."""
+    out: dict[str, tuple[int, int, str]] = {}
+    errors, rewards = result.errors, result.rewards
+    for name in result.columns:
+        failed, applied, last = 0, 0, ""
+        for errs, values in zip(errors, rewards):
+            if name in errs:
+                failed += 1
+                applied += 1
+                last = str(errs[name]).strip().splitlines()[0] if str(errs[name]).strip() else last
+            elif values.get(name) is not None:
+                applied += 1
+        out[str(name)] = (failed, applied, last)
+    return out
+
+
+def error_rates(fails: dict[str, tuple[int, int, str]]) -> dict[str, float]:
+    """``rewards/<name>/error_rate`` of each term (0.0 for a term that applied to no sample)."""
+    return {f"rewards/{name}/error_rate": failed / applied if applied else 0.0
+            for name, (failed, applied, _) in fails.items()}
+
+
+def invalid_samples(rewards: list[list[float]] | None) -> int:
+    """Samples whose reward is NaN (a failed call, or no reward applied): trained with advantage 0."""
+    return sum(1 for group in rewards or [] for r in group if math.isnan(r))
+
+
+class FailureWatch:
+    """The driver's count of failed reward calls over the run, and the stop rule."""
+
+    def __init__(self, max_rate: float) -> None:
+        self.max_rate = max_rate
+        self.failed: dict[str, int] = {}
+        self.applied: dict[str, int] = {}
+        self.in_row: dict[str, int] = {}
+        self.last: dict[str, str] = {}
+        self.invalid = 0
+
+    def step(self, fails: dict[str, tuple[int, int, str]], invalid: int) -> str | None:
+        """Count one trained step's failures; the reason to stop the run, or None."""
+        self.invalid += invalid
+        stop = None
+        for name, (failed, applied, last) in fails.items():
+            self.failed[name] = self.failed.get(name, 0) + failed
+            self.applied[name] = self.applied.get(name, 0) + applied
+            if last:
+                self.last[name] = last
+            rate = failed / applied if applied else 0.0
+            self.in_row[name] = self.in_row.get(name, 0) + 1 if rate > self.max_rate else 0
+            if stop is None and self.in_row[name] >= STEPS_IN_A_ROW:
+                stop = (f"reward {name!r}: {rate:.0%} of its calls failed, above trainer.max_reward_error_rate="
+                        f"{self.max_rate:g} in {self.in_row[name]} steps in a row; last error: "
+                        f"{self.last.get(name, '?')}")
+        return stop
+
+    def rates(self) -> dict[str, float]:
+        """Each reward's failed calls over the samples it applied to, over the whole run."""
+        return {name: round(self.failed[name] / self.applied[name], 6) if self.applied[name] else 0.0
+                for name in self.failed}
+
+
+def progress_postfix(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """The progress line's error rates: ``err[name]=0.25`` for each reward that failed in the step."""
+    out = {}
+    for key, value in metrics.items():
+        if key.startswith("rewards/") and key.endswith("/error_rate") and value:
+            out[f"err[{key[len('rewards/'):-len('/error_rate')]}]"] = f"{value:.2f}"
+    return out

@@ -1,0 +1,209 @@
+"""The run folder (``--output``): one run per folder, checked before Ray starts, and no secret in it.
+
+* :func:`check_output`: ``--output`` must be a folder this process can create and write (not a file,
+  not under ``/proc``, ``/sys`` or ``/dev``), else one ``UsageError`` naming it.
+* :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
+  ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder and the
+  config has the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
+  sections, less how the rewards run), or ``--overwrite`` is given. Nothing of the earlier run is deleted here: with
+  ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
+* :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
+  config's model fails before Ray starts, naming the keys that differ.
+* :func:`public_config`: the config as the run writes it (checkpoints, ``run.json``, trackers): every
+  value that came from an environment interpolation (``${oc.env:NAME}``) is written as that
+  interpolation, never resolved, as ``rewardhub score`` never writes a reward's kwargs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rewardhub.errors import UsageError
+
+__all__ = ["RUN_FILE", "begin", "check_output", "check_resume_model", "claim", "env_paths", "fingerprint",
+           "holds_run", "public_config"]
+
+RUN_FILE = "run.json"
+#: what a run writes into its folder (what ``--overwrite`` removes, once the new run has started)
+RUN_ENTRIES = (RUN_FILE, "metrics.jsonl", "summary.json", "checkpoints", "tensorboard", "metrics.png",
+               "mlflow.db", "mlruns", "wandb")
+#: the sections whose difference makes a checkpoint another run's
+FINGERPRINTED = ("model", "data", "reward")
+#: the keys of a model's config.json that fix the shape of its weights
+SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
+_SPECIAL = ("/proc", "/sys", "/dev")
+_RUNTIME_TERM_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "memory_limit_mb")
+
+
+def check_output(output: str) -> Path:
+    """``output`` as an absolute folder, created, and shown to be writable (one error line otherwise)."""
+    path = Path(os.path.abspath(output))
+    real = os.path.realpath(path)
+    if any(real == s or real.startswith(s + "/") for s in _SPECIAL):
+        raise UsageError(f"--output {output}: not a place for a run folder ({real} is a kernel file system)\n"
+                         "choose a folder on a disk, e.g. --output runs/my-run")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--output {output}: is a file, not a folder\n"
+                         "name a folder (it is created if missing), e.g. --output runs/my-run")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output {output}: cannot write there ({reason})\n"
+                         "choose a folder you can write, e.g. --output runs/my-run") from None
+    return path
+
+
+def holds_run(path: Path) -> bool:
+    """Does folder ``path`` hold (part of) a run's output?"""
+    return any((path / name).exists() for name in RUN_ENTRIES[:5])
+
+
+def _what_is_learned(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``model``, ``data`` and ``reward`` sections, less how the rewards run (``reward.workers``, and
+    each term's executor, timeout, concurrency and retries: a resumed run may change those)."""
+    part = {k: copy.deepcopy(config.get(k)) for k in FINGERPRINTED}
+    reward = part.get("reward")
+    if isinstance(reward, dict):
+        reward.pop("workers", None)
+        for term in reward.get("rewards") or []:
+            if isinstance(term, dict):
+                for key in _RUNTIME_TERM_KEYS:
+                    term.pop(key, None)
+    return part
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    """The sha256 of what the run learns from (:func:`_what_is_learned`, as :func:`public_config` writes it)."""
+    return hashlib.sha256(json.dumps(_what_is_learned(config), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """The fingerprint of the run in ``path`` and its config (from ``run.json``, else its latest checkpoint)."""
+    from .checkpoint import latest_checkpoint
+    from .checkpoint import read_state
+
+    try:
+        if (path / RUN_FILE).exists():
+            info = json.loads((path / RUN_FILE).read_text())
+            return info.get("fingerprint"), info.get("config")
+        ckpt = latest_checkpoint(path)
+        if ckpt is not None:
+            config = read_state(ckpt).get("config") or {}
+            return fingerprint(config), config
+    except (OSError, ValueError):
+        pass
+    return None, None
+
+
+def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite: bool) -> None:
+    """Refuse ``out`` when it holds another run (see the module's docstring); deletes nothing."""
+    if overwrite or not holds_run(out):
+        return
+    if resume and Path(os.path.abspath(resume)) == out:
+        recorded, old = _recorded_fingerprint(out)
+        if recorded is None or recorded == fingerprint(config):
+            return
+        was, now = _what_is_learned(old or {}), _what_is_learned(config)
+        differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
+        raise UsageError(f"--resume {resume}: the run in that folder has another config "
+                         f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
+                         "resume it with its own config, or start a new run: another --output, or --overwrite")
+    hint = f"--resume {out} to continue it (same config)" if not resume else "another --output for this run"
+    raise UsageError(f"--output {out}: holds another run (metrics, checkpoints or summary)\n"
+                     f"use {hint}, or --overwrite to replace it (its files are removed once the new run starts)")
+
+
+def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool) -> None:
+    """The run has started for real: with ``--overwrite`` the earlier run's files go now; ``run.json`` is written."""
+    if overwrite and not resumed_here:
+        for name in RUN_ENTRIES:
+            p = out / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+    info = {"fingerprint": fingerprint(config), "config": dict(config), "started": time.time(),
+            "driver_pid": os.getpid()}
+    tmp = out / f".{RUN_FILE}.tmp"
+    tmp.write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, out / RUN_FILE)
+
+
+def _shape(folder: Path) -> dict[str, Any] | None:
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    return {k: text.get(k, cfg.get(k)) for k in SHAPE_KEYS if k in text or k in cfg}
+
+
+def check_resume_model(ckpt: Path, model_path: str, resume: str) -> None:
+    """The checkpoint's model has the shape of the config's model (``config.json`` of each), or one error line."""
+    old, new = _shape(ckpt), _shape(Path(model_path))
+    if old is None or new is None:
+        return
+    differ = [f"{k} {old.get(k)} -> {new.get(k)}" for k in SHAPE_KEYS if old.get(k) != new.get(k)]
+    if differ:
+        raise UsageError(f"--resume {resume}: its checkpoint {ckpt.name} holds a model of another shape "
+                         f"({', '.join(differ)})\n"
+                         "resume with the model: section that run used, or start a new run without --resume")
+
+
+# -- secrets -----------------------------------------------------------------------------------------
+
+def env_paths(raw: Any) -> dict[tuple[Any, ...], str]:
+    """Where the unresolved config ``raw`` (an OmegaConf node) takes a value from the environment:
+    path (keys and list indices) -> the interpolation as written (``${oc.env:NAME}``)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(raw):
+        return {}
+    out: dict[tuple[Any, ...], str] = {}
+
+    def walk(node: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+        elif isinstance(node, str) and "${" in node and ("oc.env:" in node or "env:" in node or "oc.decode:" in node):
+            out[path] = node
+
+    walk(OmegaConf.to_container(raw, resolve=False), ())
+    return out
+
+
+def public_config(config: Mapping[str, Any], paths: Mapping[tuple[Any, ...], str]) -> dict[str, Any]:
+    """A copy of ``config`` with each value taken from the environment written as its interpolation."""
+    out = copy.deepcopy(dict(config))
+    for path, text in paths.items():
+        node: Any = out
+        for key in path[:-1]:
+            if isinstance(node, Mapping) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+                node = node[key]
+            else:
+                node = None
+                break
+        last = path[-1]
+        if isinstance(node, dict) and last in node:
+            node[last] = text
+        elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+            node[last] = text
+    return out
