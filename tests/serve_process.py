@@ -16,6 +16,10 @@ from typing import Any
 TESTS = Path(__file__).resolve().parent
 
 
+def _not_json(token: str) -> Any:
+    raise AssertionError(f"the server answered {token}, which is not JSON")
+
+
 class Server:
     """``rewardhub serve CONFIG --port 0``; the bound port comes from the line it prints when ready."""
 
@@ -62,7 +66,7 @@ class Server:
         except urllib.error.HTTPError as exc:
             status, text = exc.code, exc.read().decode()
         try:
-            return status, json.loads(text)
+            return status, json.loads(text, parse_constant=_not_json)
         except json.JSONDecodeError:
             return status, text
 

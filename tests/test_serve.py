@@ -109,7 +109,7 @@ def test_openrlhf_client_reads_the_answer(example_server):
     _, mine = example_server.post("/score", {"rows": inputs})
     assert answers[0]["rewards"] == [r["score"] for r in mine["rows"]]
     assert answers[0]["scores"] == answers[0]["rewards"]
-    assert set(answers[0]["extra_logs"]) == {"math_verify", "boxed_format"}
+    assert set(answers[0]["extra_logs"]) == {"math_verify", "boxed_format", "rewardhub_failed"}
 
 
 def test_eight_concurrent_clients(example_server):
@@ -181,38 +181,99 @@ def test_token_and_host(tmp_path, cli):
 
 
 def test_hanging_reward_times_out_per_row_while_others_are_served(tmp_path):
-    """A hangs until its timeout; /health answers meanwhile; the four requests that arrive while A's
-    rows are in the Runner wait together and are scored in ONE Runner call (pooled, not one by one)."""
+    """A's row hangs until its timeout_s; four requests sent while A is in flight are answered before
+    A (their Runner calls run beside A's), and A's hanging row gets its timeout result."""
     cfg = tmp_path / "hang.yaml"
-    cfg.write_text(HANG_CFG.format(timeout=5))
+    cfg.write_text(HANG_CFG.format(timeout=4))
     with Server(cfg) as server:
         slow: dict = {}
-        t = threading.Thread(target=lambda: slow.update(
-            r=server.post("/score", {"rows": [{"response": "hang"}, {"response": "ok:0.5"}]})))
+        a_done = threading.Event()
+
+        def post_a() -> None:
+            slow["r"] = server.post("/score", {"rows": [{"response": "hang"}, {"response": "ok:0.5"}]})
+            a_done.set()
+
+        t = threading.Thread(target=post_a)
         t.start()
-        _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "the hanging request in flight")
-        t0 = time.monotonic()
+        _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's Runner call running")
         assert server.get("/health")[0] == 200  # the event loop answers while a reward hangs
-        assert time.monotonic() - t0 < 1.0
         bodies = [{"rows": [{"response": f"ok:0.{k}"}, {"response": "raise"}]} for k in range(1, 5)]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(server.post, "/score", b) for b in bodies]
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 5, "four more requests waiting")
-            answers = [f.result() for f in futures]
+            answers = list(pool.map(lambda b: server.post("/score", b), bodies))
+        assert not a_done.is_set(), "the other requests waited for the hanging one"
         for k, (status, body) in enumerate(answers, 1):
             assert status == 200
-            assert [r["score"] for r in body["rows"]] == [k / 10, 0.0]
+            assert [r["score"] for r in body["rows"]] == [k / 10, None]  # on_failure nan: null in JSON
+            assert body["rows"][1]["rewards"] == {"misbehave": None}
             assert "boom" in body["rows"][1]["errors"]["misbehave"]
         t.join(60)
         status, body = slow["r"]
         assert status == 200
         hang, ok = body["rows"]
         assert ok["score"] == 0.5 and "errors" not in ok
-        assert hang["score"] == 0.0 and "timed out" in hang["errors"]["misbehave"]
-        assert server.metric("rewardhub_batches_total") == 2  # A's, then the four pooled
+        assert hang["score"] is None and "timed out after 4s" in hang["errors"]["misbehave"]
+        assert server.metric("rewardhub_inflight_batches") == 0
         assert server.metric('rewardhub_reward_timeouts_total{reward="misbehave"}') == 1
         assert server.metric('rewardhub_reward_errors_total{reward="misbehave"}') == 4
         assert server.metric('rewardhub_reward_samples_total{reward="misbehave"}') == 10
+
+
+def test_requests_waiting_while_every_call_is_busy_are_pooled_into_one(tmp_path, cli):
+    """--max-calls 2: A and B hang in the two calls; C..F arrive meanwhile and wait; the first call
+    that frees takes all four into ONE Runner call (pooled, not one by one)."""
+    cfg = tmp_path / "hang.yaml"
+    cfg.write_text(HANG_CFG.format(timeout=3))
+    with Server(cfg, "--max-calls", "2") as server:
+        assert server.get("/health")[1]["max_calls"] == 2
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            b = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 2, "B's call running")
+            rest = [pool.submit(server.post, "/score", {"rows": [{"response": f"ok:0.{k}"}]}) for k in range(1, 5)]
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 6, "C..F waiting")
+            assert server.metric("rewardhub_inflight_batches") == 2  # no third call
+            for k, f in enumerate(rest, 1):
+                status, body = f.result()
+                assert status == 200 and body["rows"][0]["score"] == k / 10
+            for f in (a, b):
+                status, body = f.result()
+                assert status == 200 and "timed out" in body["rows"][0]["errors"]["misbehave"]
+        assert server.metric("rewardhub_batches_total") == 3  # A's, B's, then C..F pooled
+    res = cli("serve", str(cfg), "--max-calls", "0")
+    assert res.returncode == 2 and res.stderr.startswith("ERROR: --max-calls 0 must be above 0")
+
+
+def test_failed_rows_are_null_in_both_protocols(tmp_path):
+    """on_failure nan (the default): a failed row's score is NaN in the core; the own API writes it
+    null (strict JSON); OpenRLHF's /get_reward gives null rewards and flags the row in extra_logs
+    (numbers only), and OpenRLHF's own client reads that answer; on_failure zero gives 0.0."""
+    cfg = tmp_path / "fail.yaml"
+    cfg.write_text(HANG_CFG.format(timeout=30))
+    zero = tmp_path / "zero.yaml"
+    zero.write_text(HANG_CFG.format(timeout=30) + "      on_failure: zero\n")
+    rows = [{"response": "ok:0.5"}, {"response": "raise"}, {"response": "nan"}, {"response": "dict"}]
+    with Server(cfg) as server:
+        status, body = server.post("/score", {"rows": rows})  # parsed strictly: NaN would raise
+        assert status == 200
+        assert [r["score"] for r in body["rows"]] == [0.5, None, None, 0.25]
+        assert [sorted(r.get("errors", {})) for r in body["rows"]] == [[], ["misbehave"], ["misbehave"], []]
+        query = {"query": ["Q: ok:0.5", "Q: raise", "Q: nan"], "prompts": ["Q: "] * 3, "labels": [None] * 3}
+        status, ans = server.post("/get_reward", query)
+        assert status == 200
+        assert ans["rewards"] == ans["scores"] == [0.5, None, None]
+        assert ans["extra_logs"] == {"misbehave": [0.5, 0.0, 0.0], "rewardhub_failed": [0.0, 1.0, 1.0]}
+        if (OPENRLHF / "openrlhf" / "utils" / "agent.py").exists():
+            import asyncio
+
+            executor = _openrlhf_agent().SingleTurnAgentExecutor(server.url + "/get_reward")
+            got = asyncio.run(executor._fetch_rewards_via_http(query["query"], query["prompts"], query["labels"]))
+            assert got == [ans]
+    with Server(zero) as server:
+        status, ans = server.post("/get_reward", {"query": ["ok:0.5", "raise"]})
+        assert status == 200
+        assert ans["rewards"] == [0.5, 0.0]
+        assert ans["extra_logs"]["rewardhub_failed"] == [0.0, 1.0]
 
 
 def test_sigterm_drains_requests_in_flight(tmp_path):
@@ -237,11 +298,12 @@ def test_sigterm_drains_requests_in_flight(tmp_path):
 
 
 def test_on_failure_raise_fails_only_the_request_whose_row_raised(tmp_path):
-    """B and C arrive while A hangs, and are pooled into one Runner call; C's row raises (on_failure:
-    raise), so that call fails: each is scored again alone, and only C gets the error."""
+    """B and C arrive while A hangs in the one Runner call (--max-calls 1), and are pooled into the
+    next; C's row raises (on_failure: raise), so that call fails: each is scored again alone, and
+    only C gets the error."""
     cfg = tmp_path / "raise.yaml"
     cfg.write_text(HANG_CFG.format(timeout=4) + "      on_failure: raise\n")
-    with Server(cfg) as server:
+    with Server(cfg, "--max-calls", "1") as server:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
             _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "A in flight")

@@ -20,6 +20,7 @@ HELP = "serve the config's rewards over HTTP (POST /score, OpenRLHF's POST /get_
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..server import TOKEN_ENV
+    from ..server._batcher import MAX_CALLS
 
     parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
@@ -30,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-mb", type=float, default=64.0, help="MiB one request body may have (default 64)")
     parser.add_argument("--max-batch-rows", type=int, default=4096,
                         help="rows one Runner call pools from the requests waiting (default 4096)")
+    parser.add_argument("--max-calls", type=int, default=MAX_CALLS,
+                        help=f"Runner calls at once (default {MAX_CALLS}; they share the process pool, so a call held by a "
+                             "hanging reward does not stop the others; what waits while all are busy is pooled "
+                             "into one call); 1 with executor: ray terms")
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds SIGTERM waits for the requests in flight (default 120)")
 
@@ -58,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from ..server._app import serve_forever
 
     for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
-                        ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout)):
+                        ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),
+                        ("--max-calls", args.max_calls)):
         if value <= 0:
             raise UsageError(f"{flag} {value} must be above 0")
     if not 0 <= args.port <= 65535:
@@ -70,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
                          "or listen on 127.0.0.1")
     opts = ServeOptions(host=args.host, port=args.port, token=token, max_rows=args.max_rows,
                         max_body=int(args.max_body_mb * 1024 * 1024),
-                        max_batch_rows=max(args.max_batch_rows, args.max_rows), drain_timeout=args.drain_timeout)
+                        max_batch_rows=max(args.max_batch_rows, args.max_rows), drain_timeout=args.drain_timeout,
+                        max_calls=args.max_calls)
     cfg = load_config(args.config, args.overrides)
     with runner_from_config(cfg.reward) as runner:
         if not runner.terms:

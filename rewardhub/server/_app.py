@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import RewardhubError
 from ..errors import UsageError
+from ._batcher import MAX_CALLS
 from ._batcher import Batcher
 from ._metrics import ServerMetrics
 from ._protocols import openrlhf_answer
@@ -43,6 +44,8 @@ class ServeOptions:
     max_batch_rows: int = 4096
     #: seconds SIGTERM waits for the requests in flight
     drain_timeout: float = 120.0
+    #: Runner calls at once (see :data:`rewardhub.server._batcher.MAX_CALLS`)
+    max_calls: int = MAX_CALLS
 
 
 def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info: Callable[[], Any]) -> Any:
@@ -51,7 +54,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     state = {"draining": False}
 
     def reply(data: Any, status: int = 200) -> Any:
-        return web.json_response(data, status=status, dumps=lambda o: json.dumps(o, default=str))
+        return web.json_response(data, status=status, dumps=json_text)
 
     @web.middleware
     async def guard(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -109,7 +112,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
 
     async def health(request: Any) -> Any:
         return reply({"status": "draining" if state["draining"] else "ok", "inflight": metrics.inflight,
-                      "rewards": list(metrics.terms)}, 503 if state["draining"] else 200)
+                      "calls": metrics.calls, "max_calls": batcher.max_calls, "rewards": list(metrics.terms)}, 503 if state["draining"] else 200)
 
     async def metrics_text(request: Any) -> Any:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
@@ -128,6 +131,17 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     return app
 
 
+def json_text(data: Any) -> str:
+    """``data`` as strict JSON: a NaN or infinite float (a failed row's score under ``on_failure: nan``,
+    a reward's extra) is written ``null``, as JSON has no NaN; the row's ``errors`` say why."""
+    try:
+        return json.dumps(data, default=str, allow_nan=False)
+    except ValueError:  # rare: walk the answer only when it holds one
+        from .._commands._output import _finite
+
+        return json.dumps(_finite(data), default=str, allow_nan=False)
+
+
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
 
 
@@ -143,7 +157,7 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
     from aiohttp import web
 
     metrics = ServerMetrics([t.name for t in runner.terms])
-    batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows)
+    batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     batcher.start()
     app = build_app(batcher, metrics, opts, info)
     app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=opts.drain_timeout)

@@ -6,9 +6,13 @@ the event loop keeps answering, and hands each request its own rows back. While 
 the next one gathers. Rows are scored exactly as ``rewardhub score`` scores them (the same
 :func:`rewardhub._commands.score.score_chunk`), so the answers are equal row for row.
 
-``max_inflight`` Runner calls run at once (:data:`MAX_INFLIGHT`, 1: the Runner's process pool is made
-safe for concurrent callers in issue 28 §1; until then one call at a time, and concurrency comes from
-pooling). Raising it needs no other change here.
+Up to ``max_calls`` Runner calls run at once (:data:`MAX_CALLS`, ``rewardhub serve --max-calls``):
+the Runner is safe for concurrent callers, whose batches share the process pool's workers. A request
+arriving while a slot is free is scored at once, beside the calls in flight (so a call held by a
+hanging reward until its ``timeout_s`` does not hold up the others); the requests arriving while every
+slot is busy wait, and the next free slot takes all of them into one call (pooled, not one by one).
+A config with ``executor: ray`` terms gets one call at a time: the Ray reward-worker pool drives its
+workers from one caller.
 """
 
 from __future__ import annotations
@@ -25,11 +29,18 @@ from typing import Any
 from ..errors import RewardhubError
 from ._metrics import ServerMetrics
 
-__all__ = ["MAX_INFLIGHT", "Batcher"]
+__all__ = ["MAX_CALLS", "Batcher", "max_calls_for"]
 
-#: Runner calls at once. 1 until the Runner and its process pool are safe for concurrent callers
-#: (issue 28 §1); then raise it (the batcher needs no other change)
-MAX_INFLIGHT = 1
+#: Runner calls at once, by default. Concurrent calls share the same process-pool workers, so more
+#: calls add no CPU; what they buy is that a call waiting on a hung reward (until its timeout_s) does
+#: not stop the rest: with 4, three such calls may hang while the fourth still serves everyone else.
+#: Few calls keep pooling: what waits while all are busy is scored as one call, in large chunks.
+MAX_CALLS = 4
+
+
+def max_calls_for(runner: Any, wanted: int) -> int:
+    """``wanted``, or 1 when a term runs on Ray (its reward-worker pool takes one caller at a time)."""
+    return 1 if any(getattr(t.policy, "executor", None) == "ray" for t in runner.terms) else max(1, wanted)
 
 
 @dataclass
@@ -43,7 +54,7 @@ class Batcher:
     """Pools the rows of concurrent requests into Runner calls; :meth:`score` is what a handler awaits."""
 
     def __init__(self, runner: Any, metrics: ServerMetrics, *, max_batch_rows: int = 4096,
-                 max_inflight: int = MAX_INFLIGHT) -> None:
+                 max_calls: int = MAX_CALLS) -> None:
         from ..datasets import terms_needing
 
         self.runner = runner
@@ -52,8 +63,9 @@ class Batcher:
         self.needing = terms_needing(runner)
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
-        self._slots = asyncio.Semaphore(max_inflight)
-        self._threads = concurrent.futures.ThreadPoolExecutor(max_inflight, thread_name_prefix="rewardhub-score")
+        self.max_calls = max_calls_for(runner, max_calls)
+        self._slots = asyncio.Semaphore(self.max_calls)
+        self._threads = concurrent.futures.ThreadPoolExecutor(self.max_calls, thread_name_prefix="rewardhub-score")
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
@@ -101,6 +113,7 @@ class Batcher:
         return taken
 
     async def _score_batch(self, batch: list[_Pending]) -> None:
+        self.metrics.calls += 1
         try:
             try:
                 results = await self._call(functools.partial(
@@ -124,6 +137,7 @@ class Batcher:
             for p, part in zip(batch, parts):
                 _set(p.future, part)
         finally:
+            self.metrics.calls -= 1
             self._slots.release()
             self._wake.set()
 

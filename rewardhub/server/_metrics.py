@@ -51,6 +51,8 @@ class ServerMetrics:
         self.batch_rows = 0
         self.rows = 0
         self.inflight = 0
+        #: Runner calls running now (at most the batcher's max_calls)
+        self.calls = 0
         self.batch_failures = 0
 
     def request(self, endpoint: str, status: int) -> None:
@@ -95,6 +97,8 @@ class ServerMetrics:
             out.append(f'rewardhub_requests_total{{endpoint="{_esc(endpoint)}",code="{code}"}} {n}')
         family("rewardhub_inflight_requests", "gauge", "requests being scored now")
         out.append(f"rewardhub_inflight_requests {self.inflight}")
+        family("rewardhub_inflight_batches", "gauge", "Runner calls running now (at most --max-calls)")
+        out.append(f"rewardhub_inflight_batches {self.calls}")
         family("rewardhub_rows_total", "counter", "rows scored")
         out.append(f"rewardhub_rows_total {self.rows}")
         family("rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)")

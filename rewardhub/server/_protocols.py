@@ -9,9 +9,15 @@ OpenRLHF (0.11's ``SingleTurnAgentExecutor._fetch_rewards_via_http``, with ``--r
 http://HOST:PORT/get_reward``): ``{"query": [...], "prompts": [...], "labels": [...]}`` where a query
 is the decoded prompt + response; the response is the query after its prompt (the whole query when
 it does not start with the prompt), the label is the ground truth. The answer is ``{"rewards": [...],
-"scores": [...], "extra_logs": {TERM: [...]}}``, one value per query. A row whose score failed (an
-``on_failure`` other than ``zero``) gets ``null``: OpenRLHF then cannot build its reward tensor and
-fails that sample loudly, never training on a made-up number.
+"scores": [...], "extra_logs": {TERM: [...], "rewardhub_failed": [...]}}``, one value per query.
+
+A failed row's reward follows its terms' ``on_failure`` as far as JSON goes: ``zero`` gives 0.0;
+``nan`` (the default) and ``drop`` give ``null`` (JSON has no NaN, and a failure is never a score);
+``raise`` fails the request (500). OpenRLHF turns every value into a tensor, so it stops at a ``null``
+reward rather than train on a made-up number: give the terms ``on_failure: zero`` where a failure
+should score 0.0 there. ``extra_logs`` holds only numbers (OpenRLHF logs each as a tensor): each
+term's value, 0.0 where the term failed or did not apply, and ``rewardhub_failed``, 1.0 for a row
+where some term failed (its ``errors``), else 0.0.
 """
 
 from __future__ import annotations
@@ -85,9 +91,14 @@ def openrlhf_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
     return out
 
 
+#: the ``extra_logs`` key that flags a row where some term failed (1.0) or none did (0.0)
+FAILED_LOG = "rewardhub_failed"
+
+
 def openrlhf_answer(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """OpenRLHF's answer for scored rows: ``rewards`` and ``scores`` (the same values) and
-    ``extra_logs`` (each term's value per row; failures NaN, logged only)."""
+    """OpenRLHF's answer for scored rows: ``rewards`` and ``scores`` (the same values; ``null`` for a
+    failed row) and ``extra_logs`` (numbers only: each term's value, 0.0 where it failed or did not
+    apply, and :data:`FAILED_LOG`)."""
     scores = [_finite_or_none(r.get("score")) for r in rows]
     terms: dict[str, list[float]] = {}
     for r in rows:
@@ -95,9 +106,9 @@ def openrlhf_answer(rows: list[dict[str, Any]]) -> dict[str, Any]:
             terms.setdefault(name, [])
     for name, values in terms.items():
         for r in rows:
-            v = (r.get("rewards") or {}).get(name)
-            values.append(math.nan if v is None else float(v))
-    return {"rewards": scores, "scores": scores, "extra_logs": terms}
+            values.append(_finite_or_none((r.get("rewards") or {}).get(name)) or 0.0)
+    logs: dict[str, list[float]] = {**terms, FAILED_LOG: [1.0 if r.get("errors") else 0.0 for r in rows]}
+    return {"rewards": scores, "scores": scores, "extra_logs": logs}
 
 
 def _finite_or_none(v: Any) -> float | None:
