@@ -11,8 +11,9 @@ the Runner is safe for concurrent callers, whose batches share the process pool'
 arriving while a slot is free is scored at once, beside the calls in flight (so a call held by a
 hanging reward until its ``timeout_s`` does not hold up the others); the requests arriving while every
 slot is busy wait, and the next free slot takes all of them into one call (pooled, not one by one).
-A config with ``executor: ray`` terms gets one call at a time: the Ray reward-worker pool drives its
-workers from one caller.
+A config with ``executor: ray`` terms gets one call at a time: the Ray reward-worker pool
+(:class:`rewardhub.distributed.RewardWorkerPool`) keeps its dispatch state without a lock, so it is
+not made safe for concurrent callers.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ MAX_CALLS = 4
 
 
 def max_calls_for(runner: Any, wanted: int) -> int:
-    """``wanted``, or 1 when a term runs on Ray (its reward-worker pool takes one caller at a time)."""
+    """``wanted``, or 1 when a term runs on Ray (its reward-worker pool is not safe for concurrent callers)."""
     return 1 if any(getattr(t.policy, "executor", None) == "ray" for t in runner.terms) else max(1, wanted)
 
 
