@@ -33,7 +33,9 @@ def check_url(url: Any, key: str = "reward.remote") -> str:
 
 
 class RemoteResult:
-    """One batch's scores from the server, shaped like :class:`rewardhub.execution.ScoreResult`."""
+    """One batch's scores from the server, shaped like :class:`rewardhub.execution.ScoreResult`
+    (``scores``, ``rewards``, ``extra``, ``errors``, ``metrics``, ``columns``); a failed row's ``null``
+    score is None, which the trainer reads as NaN, as it reads the core's ``on_failure: nan``."""
 
     def __init__(self, rows: list[dict[str, Any]], terms: Sequence[str]) -> None:
         from ..execution._columns import Column
@@ -48,8 +50,10 @@ class RemoteResult:
         self.errors: list[dict[str, str]] = [dict(r.get("errors") or {}) for r in rows]
         mean, std, count = stats(self.scores)
         self.metrics: dict[str, float] = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
+        #: per term, its values and failures (what the trainer counts failed calls from)
+        self.columns: dict[str, Column] = {}
         for name in terms:
-            col = Column(len(rows))
+            col = self.columns[name] = Column(len(rows))
             for i, (rew, err) in enumerate(zip(self.rewards, self.errors)):
                 col.values[i] = rew.get(name)
                 if name in err:
