@@ -19,6 +19,7 @@ from rewardhub.config import schema as reward_schema
 from rewardhub.config.fields import Rule
 from rewardhub.errors import UsageError
 from rewardhub_trainer import config as trainer_config
+from rewardhub_trainer import config_checks
 from rewardhub_trainer import placement
 from rewardhub_trainer.config import parse_config
 
@@ -113,7 +114,7 @@ def _keys() -> list[tuple[str, type, Rule | None]]:
     for section, cls in (("trainer", trainer_config.TrainerConfig), ("rollout", trainer_config.RolloutConfig),
                          ("data", trainer_config.DataConfig), ("model", trainer_config.ModelConfig)):
         out += [(f"{section}.{k}", t, trainer_config.RULES[section].get(k)) for k, t in _numeric(cls)]
-    out += [(f"model.tiny.{k}", int, rule) for k, rule in trainer_config.TINY_RULES.items()]
+    out += [(f"model.tiny.{k}", int, rule) for k, rule in config_checks.TINY_RULES.items()]
     out += [(f"resources.{k}", t, placement.RULES.get(k)) for k, t in _numeric(placement.Resources)]
     for role in placement.ROLES:
         out += [(f"resources.{role}.{k}", t, placement.RULES.get(f"{role}.{k}"))

@@ -207,9 +207,9 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
     from rewardhub_trainer.actors import Learner
     from rewardhub_trainer.actors import PromptBatch
     from rewardhub_trainer.actors import Rollout
-    from rewardhub_trainer.actors import _nan
     from rewardhub_trainer.generation import Completion
     from rewardhub_trainer.learner import group_advantages
+    from rewardhub_trainer.reward_client import reward_value
 
     rewards = torch.tensor([[1.0, math.inf, 0.0, 0.5], [-math.inf, 1.0, 0.0, math.nan]])
     adv = group_advantages(rewards)
@@ -218,7 +218,7 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
     torch.testing.assert_close(adv[0, [0, 2, 3]], group_advantages(torch.tensor([[1.0, 0.0, 0.5]]))[0])
     huge = group_advantages(torch.tensor([[1e39, 0.0]], dtype=torch.float64))  # as the learner holds rewards
     assert huge[0].tolist() == pytest.approx([1.0, -1.0])
-    assert [_nan(v) for v in (math.inf, -math.inf, "inf", 2)] == pytest.approx([math.nan] * 3 + [2.0], nan_ok=True)
+    assert [reward_value(v) for v in (math.inf, -math.inf, "inf", 2)] == pytest.approx([math.nan] * 3 + [2.0], nan_ok=True)
 
     learner = Learner(tiny_path, {"lr": 1e-2, "device": "cpu", "autocast": "none", "dtype": "float32"})
     ref = _learner(tiny_path)

@@ -1,62 +1,31 @@
 """The run's processes: rollouter, reward client (of the reward workers), learner and the bounded message queue.
 
 Each is a plain class (testable without Ray) that :mod:`rewardhub_trainer.loop` wraps with
-``ray.remote``. Only plain data crosses between them: prompt batches, :class:`Rollout` records
-tagged with the policy version that produced them, weight dicts, and the ``reward:`` config.
+``ray.remote``. Only plain data crosses between them: prompt batches and :class:`Rollout` records
+tagged with the policy version that produced them (defined in :mod:`rewardhub_trainer.rollouts`),
+weight dicts, and the ``reward:`` config. The reward client is defined in
+:mod:`rewardhub_trainer.reward_client`; it and the two records are re-exported here. Each process's
+``info()`` says where it runs (:func:`rewardhub_trainer.devices.where`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import socket
 import time
 from collections import deque
 from collections.abc import Mapping
 from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 
 from .cores import busy as _busy
 from .cores import share_for as _share
-from .reward_failures import error_rates
-from .reward_failures import failures
+from .devices import where
+from .reward_client import RewardClient
+from .rollouts import PromptBatch
+from .rollouts import Rollout
 
 __all__ = ["Learner", "MessageQueue", "PromptBatch", "RewardClient", "Rollout", "Rollouter"]
-
-
-@dataclass
-class PromptBatch:
-    index: int  #: position in the run's data order
-    prompts: list[Any]  #: data.Prompt
-    dataset_indices: list[int]
-
-
-@dataclass
-class Rollout:
-    """One generated batch: ``prompts_per_step`` groups of ``n`` completions."""
-
-    batch: PromptBatch
-    #: the weights that generated it, tagged by the trainer step that produced them (staleness is
-    #: counted in steps; the metrics' ``policy_version`` is the optimizer updates of those weights)
-    version: int
-    groups: list[list[Any]]  #: engine.Completion
-    gen_s: float
-    rollouter_pid: int
-    rewards: list[list[float]] | None = None
-    terms: list[list[dict[str, float]]] | None = None
-    reward_metrics: dict[str, float] = field(default_factory=dict)
-    score_s: float = 0.0
-    reward_pids: list[int] = field(default_factory=list)  #: the reward workers that scored it
-    threads: float = 0.0  #: the rollouter's mean torch threads while generating it (0: not counted)
-    #: reward term -> (samples it failed on, samples it applied to, its last error's first line)
-    reward_failures: dict[str, tuple[int, int, str]] = field(default_factory=dict)
-
-    @property
-    def num_samples(self) -> int:
-        return sum(len(g) for g in self.groups)
 
 
 def _set_threads(threads: int) -> None:
@@ -66,22 +35,6 @@ def _set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
         with contextlib.suppress(RuntimeError):  # already set in this process
             torch.set_num_interop_threads(1)
-
-
-def _where() -> dict[str, Any]:
-    node = socket.gethostname()
-    gpu_ids: list[str] = []
-    try:
-        import ray
-
-        if ray.is_initialized():
-            context = ray.get_runtime_context()
-            node = context.get_node_id()
-            gpu_ids = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
-    except Exception:  # noqa: BLE001 - outside Ray
-        pass
-    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": gpu_ids,
-            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}  # what the process sees (None: unset)
 
 
 class Rollouter:
@@ -106,7 +59,7 @@ class Rollouter:
         self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
-        return {"role": "rollouter", **_where(), "version": self.engine.version, "device": self.choice.device,
+        return {"role": "rollouter", **where(), "version": self.engine.version, "device": self.choice.device,
                 "dtype": self.choice.rollout_dtype, "choice": self.choice,
                 "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
 
@@ -148,102 +101,6 @@ class Rollouter:
             **{k: list(self.rollout[k]) for k in ("stop", "stop_token_ids") if self.rollout.get(k)})
         return Rollout(batch=batch, version=version, groups=groups,
                        gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
-
-
-class RewardClient:
-    """Scores rollouts on a :class:`rewardhub.distributed.RewardWorkerPool` (the reward workers).
-
-    The pool's workers rebuild the registry from the ``reward:`` config and prove it by their
-    fingerprint before scoring; a worker that dies mid-batch is restarted by the pool and its
-    samples re-scored once. Scores and ``rewards/<term>/...`` metrics come from the execution engine.
-
-    ``reference`` is the driver's :class:`rewardhub.distributed.WorkerSetup`: Ray places this actor
-    on any node, whose installed distributions may not be the driver's, so the workers are checked
-    against the driver's registry, never against this process's.
-    """
-
-    def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
-                 num_cpus: float | None = None, num_gpus: float | None = None,
-                 resources: Mapping[str, float] | None = None, batch_size: int | None = None,
-                 reference: Any = None) -> None:
-        from rewardhub.distributed import RewardWorkerPool
-        from rewardhub.errors import RewardhubError
-
-        from .devices import NO_GPU_ENV
-
-        # one chunk per worker and batch (groups kept whole): the fewest round trips
-        chunk = math.ceil(batch_size / num_workers) if batch_size else None
-        self.error: str | None = None
-        self.pool: Any
-        if reward_cfg.get("remote"):  # reward.remote: scored by a `rewardhub serve` server, no workers here
-            from rewardhub.server.client import RemoteScorer
-
-            self.pool = RemoteScorer(str(reward_cfg["remote"]))
-            self.fingerprint = self.pool.fingerprint()
-            return
-        try:
-            self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
-                                         num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
-                                         chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
-        except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
-            self.error = str(exc)
-            return
-        self.fingerprint = self.pool.fingerprint()
-
-    def info(self) -> dict[str, Any]:
-        """Where it runs; ``error`` when its reward workers could not start (the driver stops the run)."""
-        if self.error is not None:
-            return {"role": "reward_client", **_where(), "error": self.error}
-        return {"role": "reward_client", **_where(), "registry_fingerprint": self.fingerprint}
-
-    def workers(self) -> list[dict[str, Any]]:
-        """The pool's reward workers: role, node, pid, registry_fingerprint (and more)."""
-        return [] if self.error is not None else self.pool.workers_info()
-
-    def counters(self) -> dict[str, int]:
-        pools = self.pool.pools()  # the reward pool, and the reward-model pool when there is one
-        return {"restarts": sum(p.restarts for p in pools), "rescored_samples": sum(p.rescored_samples for p in pools)}
-
-    def score(self, rollout: Rollout) -> Rollout:
-        t0 = time.perf_counter()
-        samples = []
-        for prompt, group in zip(rollout.batch.prompts, rollout.groups):
-            for c in group:
-                samples.append({"prompt": prompt.text or prompt.question, "response": c.text,
-                                "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
-                                "extra_info": dict(prompt.extra_info)})
-        res = self.pool.score(samples)
-        scores = [_nan(v) for v in res.scores]
-        terms = [{k: _nan(v) for k, v in dict(r).items()} for r in res.rewards]
-        rewards, per_term, k = [], [], 0
-        for group in rollout.groups:
-            rewards.append(scores[k:k + len(group)])
-            per_term.append(terms[k:k + len(group)])
-            k += len(group)
-        rollout.rewards, rollout.terms = rewards, per_term
-        rollout.reward_metrics = {key: float(v) for key, v in dict(res.metrics).items()
-                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        rollout.reward_failures = failures(res)
-        rollout.reward_metrics.update(error_rates(rollout.reward_failures))
-        rollout.score_s = time.perf_counter() - t0
-        rollout.reward_pids = sorted(self.pool.last_pids)
-        return rollout
-
-    def close(self) -> None:
-        if self.error is None:
-            self.pool.close()
-
-
-def _nan(value: Any) -> float:
-    """A reward that does not apply or failed (``None``), or is not a finite number (``inf``, ``-inf``),
-    is NaN: an invalid sample, left out of its group's statistics and counted in ``reward/nan``."""
-    if value is None:
-        return math.nan
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return number if math.isfinite(number) else math.nan
 
 
 class Learner:
@@ -301,9 +158,9 @@ class Learner:
 
     def info(self) -> dict[str, Any]:
         if self.error is not None:
-            return {"role": "learner", **_where(), "error": self.error, "rank": self.rank, "world": self.world}
+            return {"role": "learner", **where(), "error": self.error, "rank": self.rank, "world": self.world}
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
-        return {"role": "learner", **_where(), "version": self.impl.version, "loaded_from": self.loaded_from,
+        return {"role": "learner", **where(), "version": self.impl.version, "loaded_from": self.loaded_from,
                 "device": self.choice.device, "dtype": dtype, "choice": self.choice, "rank": self.rank,
                 "world": self.world}
 
@@ -413,4 +270,4 @@ class MessageQueue:
         return items
 
     def info(self) -> dict[str, Any]:
-        return {"role": "message_queue", **_where()}
+        return {"role": "message_queue", **where()}

@@ -5,15 +5,15 @@ The whole config is read by :func:`rewardhub.config.load_config` (the one loader
 legacy shim and validates ``reward:``); this module turns the sections it owns into frozen, picklable
 dataclasses and rejects bad values *before* Ray starts. It checks them with the core's validator
 (:func:`rewardhub.config.fields.check_section`: the dataclasses below and the table :data:`RULES`), so
-an error reads the same as one in ``reward:``. Whether the rollout engine can run here is checked where
-engines are built (:func:`rewardhub_trainer.engine.check_engine`), not here. Nothing here imports Ray
-or torch.
+an error reads the same as one in ``reward:``; the checks that span keys (model source, engine
+settings, GPU asks, data files) are in :mod:`rewardhub_trainer.config_checks`. Whether the rollout
+engine can run here is checked where engines are built (:func:`rewardhub_trainer.engine.check_engine`),
+not here. Nothing here imports Ray or torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -23,13 +23,18 @@ from rewardhub.config.fields import Rule
 from rewardhub.config.fields import above
 from rewardhub.config.fields import at_least
 from rewardhub.config.fields import between
-from rewardhub.config.fields import check_scalar
 from rewardhub.config.fields import check_section
 from rewardhub.config.fields import invalid
 from rewardhub.config.fields import one_of
 from rewardhub.errors import UsageError
 from rewardhub.execution import plain
 
+from .config_checks import BUILTIN_MODELS
+from .config_checks import check_cuda
+from .config_checks import check_data_files
+from .config_checks import check_model
+from .config_checks import check_rollout
+from .config_checks import rollouter_gpus
 from .devices import AUTOCASTS
 from .devices import DEVICES
 from .devices import DTYPES
@@ -50,11 +55,6 @@ __all__ = [
 MODES = ("sync", "fully_async")
 ENGINES = ("transformers", "vllm")
 DATA_SOURCES = ("builtin", "reasoning_gym")
-BUILTIN_MODELS = ("smollm2-135m",)
-TINY_ARCHS = ("qwen2", "llama")
-#: model.tiny's numbers (the other keys go to the transformers config as given)
-TINY_RULES = {**{k: at_least(1) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                          "num_key_value_heads", "max_position_embeddings")}, "seed": at_least(0)}
 
 
 @dataclass(frozen=True)
@@ -282,91 +282,6 @@ def _section(cls: type, raw: Any, key: str) -> Any:
     return cls(**check_section(resolve_or_explain(raw, key), cls, key, RULES[key]))
 
 
-def _check_list(value: Any, kind: type, key: str, what: str) -> None:
-    if value is not None and not (isinstance(value, (list, tuple)) and all(
-            isinstance(v, kind) and not isinstance(v, bool) for v in value)):
-        raise invalid(key, value, f"expected {what}")
-
-
-def _check_model(model: ModelConfig) -> None:
-    given = [k for k in ("path", "builtin", "tiny") if getattr(model, k)]
-    if len(given) != 1:
-        raise UsageError(
-            (f"model sets {' and '.join('model.' + g for g in given)}" if given
-             else "model sets none of model.path, model.builtin, model.tiny")
-            + "\nset exactly one of model.path (a local Hugging Face folder), "
-            f"model.builtin ({', '.join(BUILTIN_MODELS)}) or model.tiny ({{arch: qwen2}})")
-    if model.path:
-        path = os.path.expanduser(model.path)
-        if not os.path.isdir(path):
-            raise invalid("model.path", model.path, "point it at a local model folder (config.json + weights), or use "
-                          "model.builtin=smollm2-135m or model.tiny.arch=qwen2", "no such folder")
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise invalid("model.path", model.path, "it must be a saved Hugging Face model folder", "no config.json")
-    if model.tiny:
-        arch = model.tiny.get("arch", "qwen2")
-        if arch not in TINY_ARCHS:
-            raise invalid("model.tiny.arch", arch, f"allowed: {', '.join(TINY_ARCHS)}")
-        for key, rule in TINY_RULES.items():  # the sizes models.py builds the model from
-            if key in model.tiny:
-                rule.check(f"model.tiny.{key}", check_scalar(f"model.tiny.{key}", model.tiny[key], int))
-
-
-def _check_rollout(rollout: RolloutConfig) -> None:
-    if rollout.engine == "vllm" and rollout.top_p < 1:
-        raise invalid(
-            "rollout.top_p", rollout.top_p, "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which "
-            "records whole-vocabulary log-probs, as the learner does)",
-            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated (top-p "
-            "renormalised) distribution while the learner computes them over the whole vocabulary, so the PPO ratio "
-            "would be wrong from the first step")
-    if rollout.engine == "vllm" and rollout.top_k > 0:
-        raise invalid(
-            "rollout.top_k", rollout.top_k, "use rollout.top_k=-1 (or 0) with vllm, or rollout.engine=transformers (which "
-            "records whole-vocabulary log-probs, as the learner does)",
-            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated (top-k "
-            "renormalised) distribution while the learner computes them over the whole vocabulary, so the PPO ratio "
-            "would be wrong from the first step")
-    if rollout.val_n != 1 and rollout.val_temperature <= 0:
-        raise invalid("rollout.val_n", rollout.val_n, "set rollout.val_temperature > 0 (0 is greedy)",
-                      "more than one response per prompt needs sampling")
-    _check_list(rollout.stop, str, "rollout.stop", "a list of strings")
-    _check_list(rollout.stop_token_ids, int, "rollout.stop_token_ids", "a list of integers")
-    if rollout.stop and rollout.engine == "vllm":
-        raise invalid("rollout.stop", rollout.stop, "with vllm, give rollout.stop_token_ids",
-                      "stop strings need rollout.engine=transformers")
-
-
-def _check_cuda(resources: Resources, *, evaluator: bool) -> None:
-    """``trainer.device=cuda``: every role that runs the model asks Ray for a GPU (one given none sees none)."""
-    evaluator_gpus = (resources.evaluator or resources.rollouter).num_gpus
-    for role, gpus in (("learner", resources.learner.num_gpus), ("rollouter", resources.rollouter.num_gpus),
-                       ("evaluator", evaluator_gpus if evaluator else 1.0)):
-        if gpus <= 0:
-            raise invalid("trainer.device", "cuda", f"set resources.{role}.num_gpus (1, or a share such as 0.5), "
-                          "or use trainer.device=auto",
-                          f"the {role} asks Ray for no GPU, so it would see none (an actor given no GPU gets "
-                          "CUDA_VISIBLE_DEVICES='')")
-
-
-def _rollouter_gpus(rollout: RolloutConfig, resources: Resources) -> Resources:
-    """``rollout.tensor_parallel_size`` > 1: each rollouter asks for that many GPUs (set here when
-    ``resources.rollouter.num_gpus`` is 0; another value is an error)."""
-    tp = rollout.tensor_parallel_size
-    if tp == 1:
-        return resources
-    if rollout.engine != "vllm":
-        raise invalid("rollout.tensor_parallel_size", tp, "set rollout.engine=vllm, or rollout.tensor_parallel_size=1",
-                      "only the vLLM engine splits a model over GPUs")
-    have = resources.rollouter.num_gpus
-    if have == 0:
-        return dataclasses.replace(resources, rollouter=dataclasses.replace(resources.rollouter, num_gpus=float(tp)))
-    if have != tp:
-        raise invalid("resources.rollouter.num_gpus", have, f"set it to {tp} (or leave it out)",
-                      f"rollout.tensor_parallel_size={tp} needs {tp} GPUs per rollouter")
-    return resources
-
-
 def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     """Validate the trainer's sections of ``cfg`` (the result of ``load_config``).
 
@@ -384,24 +299,16 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     if not reward or not (reward.get("rewards") or reward.get("remote")):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
-    _check_model(model)
+    check_model(model)
     if resources.learner.num_gpus > 1:
         raise invalid("resources.learner.num_gpus", resources.learner.num_gpus,
                       "set it to 1 and trainer.num_learners to the number of GPUs (one data-parallel rank each)",
                       "a learner rank uses exactly one GPU")
-    _check_rollout(rollout)
-    resources = _rollouter_gpus(rollout, resources)
+    check_rollout(rollout)
+    resources = rollouter_gpus(rollout, resources)
     if trainer.device == "cuda":
-        _check_cuda(resources, evaluator=data.val_files is not None)
-    for key in ("train_files", "val_files"):
-        value = getattr(data, key)
-        if not (value is None or isinstance(value, str) or (
-                isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value))):
-            raise invalid(f"data.{key}", value, "expected a path or a list of paths")
-        if value is not None and not all(str(v).strip() for v in ([value] if isinstance(value, str) else value)):
-            raise invalid(f"data.{key}", value, f"give a file or folder, or leave data.{key} out"
-                          + (" (the prompts then come from data.source)" if key == "train_files" else ""),
-                          "an empty path names no file")
+        check_cuda(resources, evaluator=data.val_files is not None)
+    check_data_files(data)
     from .loggers import logger_names
 
     logger_names(trainer.logger)

@@ -16,8 +16,8 @@ from typing import Any
 
 from rewardhub.errors import RewardhubError
 
-from .actors import PromptBatch
-from .actors import Rollout
+from .rollouts import PromptBatch
+from .rollouts import Rollout
 
 __all__ = ["LearnerLost", "Pool", "Rollouters", "RunAborted", "cause", "hang", "wait_alive"]
 

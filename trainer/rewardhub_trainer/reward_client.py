@@ -1,0 +1,119 @@
+"""The reward client: the run's process that scores rollouts on the reward workers.
+
+:class:`RewardClient` sends every completion of a :class:`~rewardhub_trainer.rollouts.Rollout` to a
+:class:`rewardhub.distributed.RewardWorkerPool` (or to a ``rewardhub serve`` server with
+``reward.remote``) and writes the scores, the per-term rewards, the ``rewards/<term>/...`` metrics and
+the failed calls back into it; :func:`reward_value` is how a returned reward becomes a number (NaN: an
+invalid sample). Like the other actors (:mod:`rewardhub_trainer.actors`, which re-exports it) it is a
+plain class that :mod:`rewardhub_trainer.loop` wraps with ``ray.remote``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .devices import where
+from .reward_failures import error_rates
+from .reward_failures import failures
+from .rollouts import Rollout
+
+__all__ = ["RewardClient", "reward_value"]
+
+
+class RewardClient:
+    """Scores rollouts on a :class:`rewardhub.distributed.RewardWorkerPool` (the reward workers).
+
+    The pool's workers rebuild the registry from the ``reward:`` config and prove it by their
+    fingerprint before scoring; a worker that dies mid-batch is restarted by the pool and its
+    samples re-scored once. Scores and ``rewards/<term>/...`` metrics come from the execution engine.
+
+    ``reference`` is the driver's :class:`rewardhub.distributed.WorkerSetup`: Ray places this actor
+    on any node, whose installed distributions may not be the driver's, so the workers are checked
+    against the driver's registry, never against this process's.
+    """
+
+    def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
+                 num_cpus: float | None = None, num_gpus: float | None = None,
+                 resources: Mapping[str, float] | None = None, batch_size: int | None = None,
+                 reference: Any = None) -> None:
+        from rewardhub.distributed import RewardWorkerPool
+        from rewardhub.errors import RewardhubError
+
+        from .devices import NO_GPU_ENV
+
+        # one chunk per worker and batch (groups kept whole): the fewest round trips
+        chunk = math.ceil(batch_size / num_workers) if batch_size else None
+        self.error: str | None = None
+        self.pool: Any
+        if reward_cfg.get("remote"):  # reward.remote: scored by a `rewardhub serve` server, no workers here
+            from rewardhub.server.client import RemoteScorer
+
+            self.pool = RemoteScorer(str(reward_cfg["remote"]))
+            self.fingerprint = self.pool.fingerprint()
+            return
+        try:
+            self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
+                                         num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
+                                         chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
+        except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
+            self.error = str(exc)
+            return
+        self.fingerprint = self.pool.fingerprint()
+
+    def info(self) -> dict[str, Any]:
+        """Where it runs; ``error`` when its reward workers could not start (the driver stops the run)."""
+        if self.error is not None:
+            return {"role": "reward_client", **where(), "error": self.error}
+        return {"role": "reward_client", **where(), "registry_fingerprint": self.fingerprint}
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The pool's reward workers: role, node, pid, registry_fingerprint (and more)."""
+        return [] if self.error is not None else self.pool.workers_info()
+
+    def counters(self) -> dict[str, int]:
+        pools = self.pool.pools()  # the reward pool, and the reward-model pool when there is one
+        return {"restarts": sum(p.restarts for p in pools), "rescored_samples": sum(p.rescored_samples for p in pools)}
+
+    def score(self, rollout: Rollout) -> Rollout:
+        t0 = time.perf_counter()
+        samples = []
+        for prompt, group in zip(rollout.batch.prompts, rollout.groups):
+            for c in group:
+                samples.append({"prompt": prompt.text or prompt.question, "response": c.text,
+                                "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
+                                "extra_info": dict(prompt.extra_info)})
+        res = self.pool.score(samples)
+        scores = [reward_value(v) for v in res.scores]
+        terms = [{k: reward_value(v) for k, v in dict(r).items()} for r in res.rewards]
+        rewards, per_term, k = [], [], 0
+        for group in rollout.groups:
+            rewards.append(scores[k:k + len(group)])
+            per_term.append(terms[k:k + len(group)])
+            k += len(group)
+        rollout.rewards, rollout.terms = rewards, per_term
+        rollout.reward_metrics = {key: float(v) for key, v in dict(res.metrics).items()
+                                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        rollout.reward_failures = failures(res)
+        rollout.reward_metrics.update(error_rates(rollout.reward_failures))
+        rollout.score_s = time.perf_counter() - t0
+        rollout.reward_pids = sorted(self.pool.last_pids)
+        return rollout
+
+    def close(self) -> None:
+        if self.error is None:
+            self.pool.close()
+
+
+def reward_value(value: Any) -> float:
+    """A reward that does not apply or failed (``None``), or is not a finite number (``inf``, ``-inf``),
+    is NaN: an invalid sample, left out of its group's statistics and counted in ``reward/nan``."""
+    if value is None:
+        return math.nan
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
