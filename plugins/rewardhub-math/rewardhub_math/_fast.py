@@ -6,9 +6,10 @@ namespace, ~0.3 ms each) and is most of the time a check takes. :func:`parse` fo
 own extraction step by step — its own regular expressions (``get_extraction_regexes`` of the
 default targets), its priority groups, its rightmost-first order, its LaTeX normalisation — and
 only where the answer it would convert is a plain integer or decimal (``-?digits``,
-``-?digits.digits``, at most 15 significant digits) makes that object directly
-(``sympy.Integer``/``sympy.Float``, what ``sympy.Number`` makes of that text) with the same
-fallback string. For anything else (fractions, expressions, sets, percentages, units, several
+``-?digits.digits``, at most 15 significant digits), or a LaTeX ``\\frac`` of two plain integers,
+makes that object directly (``sympy.Integer``/``sympy.Float``, what ``sympy.Number`` makes of
+that text; ``sympy.Rational`` for the fraction, as latex2sympy evaluates it) with the same
+fallback string. For anything else (other fractions, expressions, sets, percentages, units, several
 boxed answers...) it returns ``None`` and the caller runs math-verify itself. Nothing of sympy or
 math-verify is changed. The plugin's tests check the result against math-verify's over
 thousands of generated responses (types, ``srepr``, hashes, strings and scores).
@@ -86,7 +87,24 @@ def _latex_number(parser: Any, match: re.Match[str], config: Any) -> tuple[Any, 
         norm = replace(norm, boxed="last")
     text = parser.normalize_latex(latex, config=norm)
     number = plain_number(text)
+    if number is None:
+        number = _fraction(text)
     return None if number is None else (number, text)
+
+
+_FRACTION = re.compile(r"(-?)\\frac\{(-?(?:0|[1-9][0-9]{0,14}))\}\{([1-9][0-9]{0,14})\}")
+
+
+def _fraction(latex: str) -> Any:
+    """``\\frac{a}{b}`` (``-`` in front or not) of plain integers, ``b > 0``: the rational number
+    latex2sympy makes of it (``Rational(a, b)``, an ``Integer`` when ``b`` divides ``a``); else ``None``."""
+    m = _FRACTION.fullmatch(latex)
+    if m is None:
+        return None
+    import sympy
+
+    value = sympy.Rational(int(m.group(2)), int(m.group(3)))
+    return -value if m.group(1) else value
 
 
 def parse(text: str) -> list[Any] | None:

@@ -38,8 +38,16 @@ def _texts(n: int, seed: int) -> list[str]:
     out = []
     for _ in range(n):
         k = rng.random()
-        number = (rng.choice(_NUMBERS) if k < 0.5 else str(rng.randint(-10 ** rng.randint(1, 16), 10 ** rng.randint(1, 16)))
-                  if k < 0.75 else f"{rng.uniform(-1000, 1000):.{rng.randint(1, 12)}f}")
+        if k < 0.4:
+            number = rng.choice(_NUMBERS)
+        elif k < 0.6:
+            number = str(rng.randint(-10 ** rng.randint(1, 16), 10 ** rng.randint(1, 16)))
+        elif k < 0.8:
+            number = f"{rng.uniform(-1000, 1000):.{rng.randint(1, 12)}f}"
+        else:  # fractions: the fast path takes \frac of two plain integers
+            a, b = rng.randint(-10 ** rng.randint(1, 16), 10 ** rng.randint(1, 16)), rng.randint(-3, 10 ** rng.randint(1, 4))
+            number = rng.choice(["\\frac{%d}{%d}", "-\\frac{%d}{%d}", "\\dfrac{%d}{%d}", "\\frac{%d.5}{%d}",
+                                 "\\frac {%d}{%d}", "\\frac%d%d", "\\tfrac{%d}{%d}"]) % (a, b)
         template = rng.choice(_TEMPLATES)
         out.append(template % number if "%s" in template else template)
     return out
