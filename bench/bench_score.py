@@ -5,8 +5,8 @@ sample in turn. ``rewardhub score`` is always timed whole (start-up, reading, sc
 baseline is printed two ways: its whole run (start-up included), and its loop alone (start-up, i.e.
 the imports, excluded: issue 20's definition, the one the goal is stated against). Also checks that
 every score agrees. Goal on 2 cores (issue 20): >= 2.0x against the loop alone. A third line runs
-rewardhub-math's own ``math_verify`` (the reward ``score`` calls, with its gold fast path) in the
-same loop: what the process pool itself adds, apart from the reward's own speed.
+rewardhub-math's own ``math_verify`` (the reward ``score`` calls, with its plain-number fast path) in
+the same loop: what the process pool itself adds, apart from the reward's own speed.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from make_samples import samples
 BASELINE = r"""
 import json, re, sys, time
 from math_verify import parse, verify
-# rewardhub-math's gold normalisation, written out: importing rewardhub_math would also speed up
-# sympy's Number(text) in this process (see _fast_number_strings), and the baseline is plain math-verify
+# rewardhub-math's gold normalisation, written out: the baseline is plain math-verify, nothing of rewardhub
 def extract_gold(ground_truth):
     if isinstance(ground_truth, (list, tuple)):
         ground_truth = ground_truth[0] if ground_truth else ""

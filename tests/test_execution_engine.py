@@ -62,6 +62,14 @@ def sleepy(*, response, **kwargs):
             time.sleep(1)
     return 1.0
 
+def meet(*, response, extra_info, **kwargs):
+    # "meet": a rendezvous: mark this call, then wait until extra_info["n"] calls have marked
+    if response == "meet":
+        open(os.path.join(extra_info["dir"], "%d-%d" % (os.getpid(), time.monotonic_ns())), "w").close()
+        while len(os.listdir(extra_info["dir"])) < extra_info["n"]:
+            time.sleep(0.2)  # asleep nearly all the time: the pool sees a waiting call, as for a hang
+    return 1.0
+
 def hang_with_pidfile(*, response, extra_info, **kwargs):
     with open(extra_info["pidfile"], "w") as f:
         f.write(str(os.getpid()))
@@ -203,15 +211,35 @@ def _hang_many(rfile, hangs, **pool):
     return spares, time.monotonic() - start
 
 
-def test_many_hangs_at_once_do_not_queue_behind_a_spare_cap(rfile):
-    """40 hung calls sleep side by side: with the default cap each gets a spare and the run ends
-    about one timeout after its last hang (1.7 s here); a cap of 8 lets 10 hang at once, so the rest
-    wait for the first timeouts: four timeouts in a row (6.1 s here). The bound between them leaves
-    room for slow forks on a loaded host."""
-    spares, took = _hang_many(rfile, 40)
-    assert spares >= 40 and took < 3 * 1.5, (spares, took)
-    spares, took = _hang_many(rfile, 40, max_spares=8)
-    assert took >= 3 * 1.5, (spares, took)
+def _meet_many(rfile, meet_dir, calls, n, timeout_s, **pool):
+    """``calls`` rendezvous calls (each waits until ``n`` have started) among fast ones, two
+    workers; returns the result and the spares started."""
+    batch = samples_of(*(["meet"] + ["x"] * 9) * calls, dir=str(meet_dir), n=n)
+    with Runner.from_config({"rewards": [term(rfile, "meet", executor="process", timeout_s=timeout_s)]},
+                            process_workers=2) as r:
+        r.score(samples_of("x", "x", dir=str(meet_dir), n=n))  # the pool exists: set its knobs
+        for k, v in pool.items():
+            setattr(r._pool, k, v)
+        res = r.score(batch)
+        spares = r._pool.spares_started
+    assert len(res.scores) == 10 * calls
+    return res, spares
+
+
+def test_many_hangs_at_once_do_not_queue_behind_a_spare_cap(rfile, tmp_path):
+    """40 calls that each wait until all 40 have started (a rendezvous: they sleep like hung calls
+    until then) can only finish if all 40 run side by side: with the default cap each gets a spare
+    and every one finishes, no timeout (the 60 s timeout only bounds a failure). A cap of 8 spares
+    runs at most 10 at once: none of them can finish until an 11th starts, which needs one of them
+    to end first, by its timeout (after it, the rest find 11 marks and finish). Events, not
+    seconds: it holds however slowly spares start."""
+    (tmp_path / "all").mkdir()
+    res, spares = _meet_many(rfile, tmp_path / "all", 40, n=40, timeout_s=60)
+    assert res.metrics["rewards/meet/timeouts"] == 0 and res.scores == [1.0] * 400
+    assert spares >= 38, spares
+    (tmp_path / "capped").mkdir()
+    res, spares = _meet_many(rfile, tmp_path / "capped", 40, n=11, timeout_s=1.5, max_spares=8)
+    assert res.metrics["rewards/meet/timeouts"] >= 1, res.metrics
 
 
 def test_no_spares_while_memory_is_short(rfile, monkeypatch):

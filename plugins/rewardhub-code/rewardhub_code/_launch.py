@@ -8,7 +8,8 @@ thread-unsafe ``preexec_fn``), and before any untrusted code:
 3. then either ``exec``\\ s bubblewrap (``mode == "bwrap"``), or, in ``native`` mode, unshares
    network/mount/IPC/UTS namespaces itself, puts private tmpfs mounts over the world-writable
    directories, copies the program files into a private working directory, drops to the
-   unprivileged uid and ``exec``\\ s the interpreter.
+   unprivileged uid, installs the seccomp filter that blocks the kernel keyrings, and ``exec``\\ s
+   the interpreter.
 
 Only the standard library is used, and nothing from ``rewardhub``. Failures print a line
 starting with ``rhc-launch:`` to stderr and exit with status 125.
@@ -37,6 +38,8 @@ _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
 _SIGKILL = 9
 
 _LIMITS = {
@@ -125,6 +128,17 @@ def _runtime_root(spec: dict[str, Any], libc: Any, ctypes: Any) -> None:
            "remount / read-only", ctypes)
 
 
+def _seccomp(program: bytes, libc: Any, ctypes: Any) -> None:
+    """Install a classic-BPF seccomp filter (``struct sock_filter`` array; see ``_seccomp.py``)."""
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp filter", ctypes)
+
+
 def _native(spec: dict[str, Any]) -> None:
     """Namespaces, private tmpfs, privilege drop, exec (used when bubblewrap is not available)."""
     libc, ctypes = _libc()
@@ -180,6 +194,8 @@ def _native(spec: dict[str, Any]) -> None:
     if os.getppid() != spec["parent"]:
         _die("parent exited")
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if spec.get("seccomp"):
+        _seccomp(bytes.fromhex(spec["seccomp"]), libc, ctypes)
     argv = spec["argv"]
     os.execve(argv[0], argv, spec["env"])
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _cgroup
 from ._config import SandboxConfig
+from ._seccomp import keyring_filter
 from ._view import PATH
 from ._view import PRIVATE_TMPFS
 from ._view import SANDBOX_CWD
@@ -132,6 +133,7 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
         "runtime_only_filesystem": p["runtime_only"],
         "pid_namespace": p["mode"] == "bwrap",
         "ipc_uts_namespaces": ns,
+        "kernel_keyrings_blocked": keyring_filter() is not None,
     }
     notes = []
     if not p["root"]:

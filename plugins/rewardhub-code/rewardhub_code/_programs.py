@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,41 +142,51 @@ def parse_tests(ground_truth: Any) -> AssertTests | IOTests:
 
 # ----------------------------------------------------------------------------- assert harness
 
-# The harness is the program that runs: it loads the model's code as a module named
-# "solution", runs the setup, then each test, and reports one line per test on stdout, each
-# prefixed by a nonce it reads from stdin (so that ordinary prints cannot pass for results).
-# A hostile program running in the same interpreter could still dig the nonce out of the
-# harness's frames; the sandbox protects the machine, the nonce only keeps honest output
-# from being misread.
-_HARNESS = r'''
+# The harness is the program that runs. Its first process (the supervisor) never runs the
+# model's code: it makes itself non-dumpable (so that a process of the same uid cannot open its
+# /proc/<pid>/fd, read its memory or ptrace it), then forks a child that loads the model's code
+# as a module named "solution", runs the setup, then each test. The child has /dev/null as its
+# stdin, its stdout joined to stderr, and reports to the supervisor on a pipe of its own, each record prefixed by a
+# nonce drawn in the sandbox (it is never on stdin, in a file or in the environment). The
+# supervisor passes on, on its own stdout (which the child does not hold), only records that
+# come in the harness's order (compile or load error, or test 0, 1, ... then done) with the
+# nonce; anything else ends the run as "tampered". What is left: the child runs the program in
+# its own interpreter, so a program that reads that interpreter's memory (the harness's frames)
+# can learn the nonce and imitate the harness; it cannot reach the scorer's channel.
+_HARNESS = r"""
 import json as _json
+import os as _os
 import sys as _sys
 
+_LINE_MAX = 4096
 
-def _rh_main(payload):
-    nonce = _sys.stdin.readline().strip()
-    out = _sys.stdout
 
+def _rh_libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True), ctypes
+
+
+def _rh_child(payload, wfd, nonce, exit_):
     def emit(rec):
-        out.write("\n" + nonce + " " + _json.dumps(rec) + "\n")
-        out.flush()
+        _os.write(wfd, (nonce + " " + _json.dumps(rec) + "\n").encode())
 
     def kind(exc):
-        return type(exc).__name__
+        return type(exc).__name__[:100]
 
     g = {"__name__": "solution", "__builtins__": __builtins__}
     try:
         code = compile(payload["solution"], "solution.py", "exec")
     except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError ...
         emit({"phase": "compile", "error": kind(exc)})
-        return
+        exit_(0)
     try:
         exec(code, g)
         if payload["setup"]:
             exec(compile(payload["setup"], "tests_setup.py", "exec"), g)
     except BaseException as exc:
         emit({"phase": "load", "error": kind(exc)})
-        return
+        exit_(0)
     for i, test in enumerate(payload["tests"]):
         try:
             exec(compile(test, "test_%d.py" % i, "exec"), g)
@@ -186,38 +195,138 @@ def _rh_main(payload):
         else:
             emit({"i": i, "ok": True})
     emit({"phase": "done"})
+    exit_(0)
 
 
-_rh_main(_json.loads(PAYLOAD))
-'''
+def _rh_clean(rec, expect, n):
+    # the record to pass on, or None when it is not the one the harness would send next
+    if type(rec) is not dict:
+        return None
+    err = rec.get("error")
+    err = err[:100] if type(err) is str else "?"
+    phase = rec.get("phase")
+    if phase in ("compile", "load") and expect == 0 and len(rec) == 2:
+        return {"phase": phase, "error": err}
+    if phase == "done" and expect == n and len(rec) == 1:
+        return {"phase": "done"}
+    i, ok = rec.get("i"), rec.get("ok")
+    if phase is None and type(i) is int and i == expect < n and type(ok) is bool:
+        return {"i": i, "ok": True} if ok and len(rec) == 2 else {"i": i, "ok": False, "error": err}
+    return None
 
 
-def build_harness(solution: str, tests: AssertTests) -> tuple[str, str]:
-    """(program source, nonce); feed ``nonce + "\\n"`` on the program's standard input."""
+def _rh_relay(rfd, report, nonce, n):
+    prefix = (nonce + " ").encode()
+    buf = b""
+    expect = 0
+    while True:
+        chunk = _os.read(rfd, 65536)
+        if not chunk:
+            return "eof"
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            rec = None
+            if line.startswith(prefix):
+                try:
+                    rec = _rh_clean(_json.loads(line[len(prefix):]), expect, n)
+                except ValueError:
+                    rec = None
+            if rec is None:
+                return "tampered"
+            report(rec)
+            if "phase" in rec:
+                return "end"
+            expect += 1
+        if len(buf) > _LINE_MAX:
+            return "tampered"
+
+
+def _rh_main(payload):
+    def report(rec):
+        _os.write(1, ("RHC " + _json.dumps(rec) + "\n").encode())
+
+    try:
+        libc, ctypes = _rh_libc()
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+    except Exception as exc:
+        report({"phase": "harness", "error": "cannot hide the harness: %r" % (exc,)})
+        return 0
+    nonce = _os.urandom(16).hex()
+    rfd, wfd = _os.pipe()
+    pid = _os.fork()
+    if pid == 0:  # the child: the program's process
+        exit_ = _os._exit
+        try:
+            null = _os.open(_os.devnull, _os.O_RDONLY)
+            _os.dup2(null, 0)
+            _os.close(null)
+            _os.dup2(2, 1)  # what the program prints goes to stderr (capped there like any output)
+            _os.close(rfd)
+            _os.closerange(3, wfd)
+            _os.closerange(wfd + 1, 65536)
+            libc.prctl(4, 1, 0, 0, 0)  # dumpable again: the program's own business
+            _rh_child(payload, wfd, nonce, exit_)
+        finally:
+            exit_(0)
+    _os.close(wfd)
+    end = _rh_relay(rfd, report, nonce, len(payload["tests"]))
+    if end == "tampered":
+        report({"phase": "tampered"})
+    if end != "eof":
+        try:
+            _os.kill(pid, 9)
+        except OSError:
+            pass
+    status = _os.waitpid(pid, 0)[1]
+    if end == "eof" and _os.WIFSIGNALED(status):  # die as the program did (memory, CPU time ...)
+        import signal
+
+        sig = _os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        _os.kill(_os.getpid(), sig)
+    return _os.WEXITSTATUS(status) if end == "eof" and _os.WIFEXITED(status) else 0
+
+
+_sys.exit(_rh_main(_json.loads(PAYLOAD)))
+"""
+
+_PREFIX = "RHC "
+
+
+def build_harness(solution: str, tests: AssertTests) -> str:
+    """The program that runs ``tests`` against ``solution`` (it reads nothing on standard input)."""
     payload = json.dumps({"solution": solution, "setup": tests.setup, "tests": list(tests.tests)})
-    nonce = "RHC-" + secrets.token_hex(16)
-    return _HARNESS.replace("PAYLOAD", repr(payload), 1), nonce
+    return _HARNESS.replace("PAYLOAD", repr(payload), 1)
 
 
-def read_harness_output(stdout: str, nonce: str, n_tests: int) -> dict[str, Any]:
-    """Results from the harness's report lines.
+def read_harness_output(stdout: str, n_tests: int) -> dict[str, Any]:
+    """Results from the harness's report lines (its supervisor's standard output).
 
     :returns: ``{"results": [bool|None per test], "phase_error": str|None, "done": bool,
-        "first_error": str|None}``; ``None`` marks a test that never reported (the run died).
+        "first_error": str|None, "harness_error": str|None}``; ``None`` marks a test that never
+        reported (the run died); a tampered run reports no result at all.
     """
     results: list[bool | None] = [None] * n_tests
-    phase_error = first_error = None
+    phase_error = first_error = harness_error = None
     done = False
-    prefix = nonce + " "
     for line in stdout.splitlines():
-        if not line.startswith(prefix):
+        if not line.startswith(_PREFIX):
             continue
         try:
-            rec = json.loads(line[len(prefix):])
+            rec = json.loads(line[len(_PREFIX):])
         except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict):
             continue
         if rec.get("phase") == "done":
             done = True
+        elif rec.get("phase") == "tampered":
+            return {"results": [None] * n_tests, "phase_error": "tampered", "done": False,
+                    "first_error": None, "harness_error": None}
+        elif rec.get("phase") == "harness":
+            harness_error = str(rec.get("error"))
         elif rec.get("phase") in ("compile", "load"):
             phase_error = "syntax_error" if rec["phase"] == "compile" and rec.get("error") == "SyntaxError" \
                 else _error_kind(str(rec.get("error")))
@@ -225,7 +334,8 @@ def read_harness_output(stdout: str, nonce: str, n_tests: int) -> dict[str, Any]
             results[rec["i"]] = bool(rec.get("ok"))
             if not rec.get("ok") and first_error is None:
                 first_error = _error_kind(str(rec.get("error")))
-    return {"results": results, "phase_error": phase_error, "done": done, "first_error": first_error}
+    return {"results": results, "phase_error": phase_error, "done": done, "first_error": first_error,
+            "harness_error": harness_error}
 
 
 def _error_kind(exc_name: str) -> str:

@@ -111,11 +111,14 @@ def reachable_by_others(path: str) -> bool:
 
 
 def bwrap_argv(bwrap: str, config: SandboxConfig, workdir: str, files: list[str], uid: int | None,
-               inner: list[str]) -> list[str]:
+               inner: list[str], *, seccomp_fd: int | None = None) -> list[str]:
     """bubblewrap's command line: an empty root with the runtime read-only, private /tmp and
-    /dev/shm, a minimal /dev, the program's files read-only in :data:`SANDBOX_CWD`."""
+    /dev/shm, a minimal /dev, the program's files read-only in :data:`SANDBOX_CWD`, and the
+    seccomp filter read from ``seccomp_fd`` (see :mod:`._seccomp`)."""
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     made: set[str] = set()
     for path, how in runtime_paths(config):
         # bubblewrap would make missing parents (/etc, /root/.pyenv...) mode 0700: unusable by the

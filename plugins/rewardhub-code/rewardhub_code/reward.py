@@ -145,10 +145,11 @@ def _mode(backend: Any) -> str:
 def _run_asserts(backend: Any, code: str, tests: AssertTests, per_run: float,
                  all_or_nothing: bool) -> dict[str, Any]:
     n = len(tests.tests)
-    program, nonce = build_harness(code, tests)
-    res = backend.run(program, stdin=nonce + "\n", timeout_s=per_run)
+    res = backend.run(build_harness(code, tests), stdin="", timeout_s=per_run)
     _check_run(res)
-    got = read_harness_output(res.stdout, nonce, n)
+    got = read_harness_output(res.stdout, n)
+    if got["harness_error"]:
+        raise SandboxUnavailableError(f"code sandbox failed (not the program): {got['harness_error']}")
     passed = sum(1 for r in got["results"] if r is True)
     if res.status in _STATUS_ERRORS:
         error = _STATUS_ERRORS[res.status]
@@ -213,7 +214,8 @@ def code_tests(*, response: str, ground_truth: Any, prompt: Any = None, data_sou
     or ``{"inputs": [...], "outputs": [...]}`` pairs run one program each. The program is the
     last fenced code block of the response. Returns ``{"score", "passed", "failed", "total",
     "timed_out", "error", "backend"}``; ``error`` is ``""``, ``no_code``, ``syntax_error``,
-    ``wrong_answer``, ``runtime_error``, ``timeout``, ``memory`` or ``output_limit``.
+    ``wrong_answer``, ``runtime_error``, ``timeout``, ``memory``, ``output_limit`` or ``tampered``
+    (the program wrote on the harness's report channel: it scores 0).
 
     :param sandbox: the ``reward.sandbox`` section (``url`` set: a SandboxFusion server).
     :param all_or_nothing: 1.0 only when every test passes, else 0.0.

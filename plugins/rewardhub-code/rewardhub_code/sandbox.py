@@ -34,6 +34,7 @@ from ._config import RunResult
 from ._config import SandboxConfig
 from ._plan import LAUNCH
 from ._plan import isolation_report
+from ._seccomp import keyring_filter
 from ._slots import acquire_slot
 from ._slots import try_slot
 from ._view import PATH
@@ -132,14 +133,23 @@ def _shell_launch(spec: dict[str, Any]) -> list[str] | None:
             *spec["argv"]]
 
 
-def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[bytes, bytes, str | None]:
-    """Read both pipes until EOF, the deadline, or ``cap`` bytes on a stream; returns the stop reason."""
+def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int,
+                 stdin: bytes = b"") -> tuple[bytes, bytes, str | None]:
+    """Feed ``stdin`` to the program's stdin pipe (then close it) and read both output pipes until
+    EOF, the deadline, or ``cap`` bytes on a stream; returns the stop reason."""
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     sel = selectors.DefaultSelector()
     for f in bufs:
         assert f is not None
         os.set_blocking(f.fileno(), False)
         sel.register(f, selectors.EVENT_READ)
+    pending = memoryview(stdin)
+    if proc.stdin is not None:
+        if pending:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
     reason = None
     exited_at: float | None = None
     try:
@@ -155,6 +165,17 @@ def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tu
             wait = min(deadline - now, 0.05 if exited_at is not None else 0.25)
             for key, _ in sel.select(wait):
                 stream: Any = key.fileobj
+                if stream is proc.stdin and proc.stdin is not None:
+                    try:
+                        pending = pending[os.write(key.fd, pending[:65536]):]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the program closed its stdin or exited: the rest is not read
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
                 try:
                     chunk = os.read(key.fd, 65536)
                 except BlockingIOError:
@@ -171,6 +192,8 @@ def _read_capped(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tu
                 break
     finally:
         sel.close()
+        if proc.stdin is not None and not proc.stdin.closed:
+            proc.stdin.close()
     return bytes(bufs[proc.stdout][:cap]), bytes(bufs[proc.stderr][:cap]), reason
 
 
@@ -213,6 +236,8 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
     # anything a killed earlier holder of this slot left behind (its cgroup is emptied below)
     _clean_slot(slot.uid, (), scan="pids" not in plan["cgroups"])
     workdir = tempfile.mkdtemp(prefix=os.path.basename(_workdir_prefix(slot.uid)))
+    seccomp_fd: int | None = None
+    pass_fds: tuple[int, ...] = ()
     try:
         if plan["cgroups"]:
             cg = _cgroup.RunCgroup(f"slot-{slot.uid}", plan["cgroups"])
@@ -220,9 +245,6 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
         for name, content in files.items():
             with open(os.path.join(workdir, name), "wb") as fh:
                 fh.write(content.encode() if isinstance(content, str) else content)
-        stdin_path = os.path.join(workdir, ".stdin")
-        with open(stdin_path, "wb") as fh:
-            fh.write(stdin.encode() if isinstance(stdin, str) else stdin)
         cpu = int(config.cpu_s if config.cpu_s is not None else -(-config.timeout_s // 1) + 1)
         rlimits = {"cpu": max(1, cpu), "as": config.memory_mb << 20, "fsize": config.file_size_mb << 20,
                    "nofile": 256, "core": 0}
@@ -234,9 +256,18 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
         env = clean_env()
         spec: dict[str, Any] = {"mode": plan["mode"], "cgroups": cg.procs_files if cg else [],
                                 "rlimits": rlimits, "env": env}
+        seccomp = keyring_filter()
         if plan["mode"] == "bwrap":
-            spec["argv"] = bwrap_argv(plan["bwrap"], config, workdir, list(files), uid, inner)
+            if seccomp is not None:  # bubblewrap reads the filter from a pipe before it runs the program
+                seccomp_fd, w = os.pipe()
+                os.write(w, seccomp)
+                os.close(w)
+                pass_fds = (seccomp_fd,)
+            spec["argv"] = bwrap_argv(plan["bwrap"], config, workdir, list(files), uid, inner,
+                                      seccomp_fd=seccomp_fd)
         else:
+            if seccomp is not None:  # the launcher installs it just before it runs the program
+                spec["seccomp"] = seccomp.hex()
             prefix = interpreter(config)[1]
             hide = [d for d in config.hide_paths if os.path.isdir(d)]
             spec.update(namespaces=plan["mode"] == "native", workdir=workdir, cwd=SANDBOX_CWD,
@@ -255,12 +286,18 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
                         "namespaces it cannot be mounted in: set local.python (SandboxConfig.python) to one "
                         "that is, e.g. /usr/bin/python3"), extra={"mode": "plain"})
         launch = _shell_launch(spec) or [sys.executable, "-I", "-S", LAUNCH, json.dumps(spec)]
-        with open(stdin_path, "rb") as fin:
-            proc = subprocess.Popen(launch, stdin=fin,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                    cwd=workdir, start_new_session=True, close_fds=True)
+        # stdin is a pipe (not a file the program could seek back in), fed while the output is read
         try:
-            out, err, reason = _read_capped(proc, started + config.timeout_s, config.max_output_bytes)
+            proc = subprocess.Popen(launch, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env, cwd=workdir, start_new_session=True,
+                                    close_fds=True, pass_fds=pass_fds)
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+                seccomp_fd = None
+        try:
+            out, err, reason = _read_capped(proc, started + config.timeout_s, config.max_output_bytes,
+                                            stdin.encode() if isinstance(stdin, str) else stdin)
         finally:
             _kill_everything(proc, cg, uid)
             proc.wait()
@@ -291,6 +328,8 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
         return RunResult(status="sandbox_error", stderr=f"rhc-sandbox: {type(exc).__name__}: {exc}",
                          wall_s=time.monotonic() - started)
     finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
         if cg is not None and not cg.destroy():
             sys.stderr.write(f"rewardhub-code: could not empty cgroup slot-{slot.uid}\n")
         shutil.rmtree(workdir, ignore_errors=True)

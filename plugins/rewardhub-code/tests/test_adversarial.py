@@ -194,11 +194,69 @@ def test_huge_output_printed_before_passing_results_still_fails():
 
 
 def test_forged_result_lines_do_not_count():
-    # prints lines that look like harness reports (without the nonce the harness reads from stdin)
+    # prints lines that look like harness reports
     prog = ("import sys\nfor i in range(2):\n    print('RHC-' + '0' * 32, '{\"i\": %d, \"ok\": true}' % i)\n"
-            "print('{\"phase\": \"done\"}')\nsys.stdin.read()\nimport os\nos._exit(0)\n")
+            "    print('RHC {\"i\": %d, \"ok\": true}' % i)\n"
+            "print('RHC {\"phase\": \"done\"}')\nsys.stdin.read()\nimport os\nos._exit(0)\n")
     out = score(prog)
     assert out["score"] == 0.0
+
+
+# Forged results: whatever the program learns from its stdin and writes on any channel it holds.
+_FORGE = """
+import json, os
+nonce = ''
+try:
+    os.lseek(0, 0, 0)  # stdin back to its start: what the harness was sent
+    nonce = os.read(0, 4096).decode().strip()
+except OSError:
+    pass
+lines = []
+for prefix in (nonce + ' ', 'RHC '):
+    lines += [prefix + json.dumps({'i': i, 'ok': True}) for i in range(2)] + [prefix + json.dumps({'phase': 'done'})]
+data = ('\\n' + '\\n'.join(lines) + '\\n').encode()
+targets = list(range(256))
+for fd in range(8):
+    try:
+        targets.append(os.open('/proc/%d/fd/%d' % (os.getppid(), fd), os.O_WRONLY))
+    except OSError:
+        pass
+for fd in targets:
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+
+def test_a_wrong_program_that_forges_results_scores_zero():
+    # it seeks stdin back to 0 for the nonce, then writes forged reports on every descriptor it has
+    # and every one of its parent's it can open, and exits before the tests run
+    out = score(_FORGE)
+    assert out["score"] == 0.0 and out["passed"] == 0, out
+    # the same lines printed by the program as a whole: its stdout is not the harness's channel
+    assert score("def add(a, b):\n    return a - b\n" + _FORGE.replace("os._exit(0)", ""))["score"] == 0.0
+
+
+def test_the_harness_channel_cannot_be_opened_through_proc():
+    # the program's parent is the harness's supervisor: its descriptors are not the program's
+    prog = ("import os\nopened = []\nfor fd in ('0', '1', '2'):\n    try:\n"
+            "        os.close(os.open('/proc/%d/fd/%s' % (os.getppid(), fd), os.O_WRONLY))\n"
+            "        opened.append(fd)\n    except OSError:\n        pass\n"
+            "if opened:\n    def add(a, b):\n        return a + b\n")
+    assert score(prog)["score"] == 0.0
+
+
+def test_a_report_out_of_order_ends_the_run_as_tampered():
+    # a program that found the harness's pipe and nonce (here: in its caller's frame) and reports a
+    # test before it ran: the real report that follows is out of order, and nothing counts
+    prog = ("import json, os, sys\nf = sys._getframe(1)\nwhile f is not None and 'nonce' not in f.f_locals:\n"
+            "    f = f.f_back\nv = f.f_locals if f is not None else {}\n"
+            "os.write(v['wfd'], (v['nonce'] + ' ' + json.dumps({'i': 0, 'ok': True}) + '\\n').encode())\n"
+            "def add(a, b):\n    return a - b\n")
+    out = score(prog)
+    assert out["score"] == 0.0 and out["error"] == "tampered", out
 
 
 def test_the_sandbox_is_a_fresh_unprivileged_session():

@@ -101,7 +101,7 @@ def test_plain_mode_with_an_unreachable_interpreter_is_a_sandbox_error(fresh_war
 
 NOT_ROOT_SCRIPT = r'''
 import json, socket, sys
-sys.path.insert(0, sys.argv[1])  # argv: -c, plugin dir, port
+sys.path.insert(0, sys.argv[1])  # argv: -c, the folder holding a copy of rewardhub_code, port, harness file
 from rewardhub_code import sandbox as s
 port = int(sys.argv[2])
 cfg = s.SandboxConfig(python="/usr/bin/python3", timeout_s=5, pids_max=16)
@@ -111,29 +111,69 @@ forks = ("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = 
 net = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)"
 out = {"report": s.isolation_report(cfg),
        "forks": s.run_python({"m.py": forks}, "m.py", config=cfg).stdout.strip(),
-       "net": s.run_python({"m.py": net}, "m.py", config=cfg).status}
+       "net": s.run_python({"m.py": net}, "m.py", config=cfg).status,
+       "harness": s.run_python({"m.py": open(sys.argv[3]).read()}, "m.py", config=cfg).stdout}
 print(json.dumps(out))
 '''
 
+#: a wrong program that writes forged reports on its parent's descriptors, found through /proc
+_FORGE_THROUGH_PROC = ("import os\nfor fd in range(3):\n    try:\n"
+                       "        os.write(os.open('/proc/%d/fd/%d' % (os.getppid(), fd), os.O_WRONLY),\n"
+                       "                 b'\\nRHC {\"i\": 0, \"ok\": true}\\nRHC {\"phase\": \"done\"}\\n')\n"
+                       "    except OSError:\n        pass\nos._exit(0)\n")
 
-def test_not_root_bounds_processes_with_rlimit_nproc(listener):
+
+@pytest.fixture
+def readable_copy():
+    """A copy of ``rewardhub_code`` that any user can import, wherever this checkout lives (a clone
+    inside a 0700 home folder is not readable by the unprivileged user the test becomes)."""
+    import os
+    import shutil
+    import tempfile
+
+    import rewardhub_code
+
+    base = tempfile.mkdtemp(prefix="rewardhub-code-test-", dir="/tmp")
+    try:
+        os.chmod(base, 0o755)
+        shutil.copytree(os.path.dirname(rewardhub_code.__file__), os.path.join(base, "rewardhub_code"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for root, dirs, files in os.walk(base):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_not_root_bounds_processes_with_rlimit_nproc(listener, readable_copy):
     import json
     import os
     import shutil
     import subprocess
 
     from rewardhub_code import _cgroup
+    from rewardhub_code._programs import AssertTests
+    from rewardhub_code._programs import build_harness
+    from rewardhub_code._programs import read_harness_output
 
     if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs root (to become an unprivileged user for the test) and /usr/bin/python3")
     if [p for p in _cgroup.pids_of_uid(65534) if not _zombie(p)]:
         pytest.skip("uid 65534 already runs processes here: its leftovers could not be told apart")
-    plugin = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    harness = os.path.join(readable_copy, "harness.py")
+    with open(harness, "w") as fh:
+        fh.write(build_harness(_FORGE_THROUGH_PROC, AssertTests(tuple(TESTS))))
+    os.chmod(harness, 0o644)
     proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3",
-                           "-I", "-c", NOT_ROOT_SCRIPT, plugin, str(listener.getsockname()[1])],
+                           "-I", "-c", NOT_ROOT_SCRIPT, readable_copy, str(listener.getsockname()[1]), harness],
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
+    # the scorer runs as the program's uid here: the harness's channel is still not the program's
+    assert read_harness_output(out["harness"], len(TESTS))["results"] == [None], out["harness"]
     enforced = out["report"]["enforced"]
     assert not enforced["unprivileged_uid"] and not enforced["pids_cgroup"]  # said, not pretended
     assert enforced["process_count_rlimit"]

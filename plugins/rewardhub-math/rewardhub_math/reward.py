@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from typing import Any
 
 import math_verify as _math_verify_module  # noqa: F401 - imported up front: forked workers inherit it
 
 from rewardhub.decorator import reward
+
+from . import _fast
 
 __all__ = ["math_verify", "extract_gold"]
 
@@ -19,68 +22,26 @@ _DELIMITED = re.compile(r"^\s*(\$|\\\(|\\\[)")
 _mv: Any = None
 
 
+def _not_the_timeout_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Timeout is disabled")
+
+
 def _math_verify() -> Any:
-    """Import math-verify once, with its signal-based timeouts and their warnings off."""
+    """Import math-verify once; its "timeout is disabled" notice is filtered out of its loggers."""
     global _mv
     if _mv is None:
         import math_verify
-        from math_verify import grader
-        from math_verify import parser
 
         # We pass timeouts of None (signal.alarm raises off the main thread); rewardhub's
         # execution policy enforces the time limit instead, so the "you must time it out
-        # yourself" log line is moot.
-        parser.TIMEOUT_WARNING_SHOWN = True
-        grader.TIMEOUT_WARNING_SHOWN = True
-        _fast_number_strings()
+        # yourself" log line is moot. A filter on math-verify's loggers (the logging API),
+        # not a change to math-verify's own state.
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logger = logging.getLogger(name)
+            if _not_the_timeout_notice not in logger.filters:
+                logger.addFilter(_not_the_timeout_notice)
         _mv = math_verify
     return _mv
-
-
-#: strings ``sympy.Number`` turns into an ``Integer`` / a ``Float`` (checked by the plugin's tests)
-_INTEGER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
-_DECIMAL_TEXT = re.compile(r"-?[0-9]+\.[0-9]+")
-
-
-def _fast_number_strings() -> None:
-    """Make ``sympy.Number(text)`` of a plain integer or decimal string directly.
-
-    math-verify and latex2sympy turn every number they find into ``sympy.Number(text)``, which
-    runs ``sympify``: it builds a namespace with ``from sympy import *`` and parses ``text`` as
-    Python code, about 0.3 ms per number and over half of a typical check. For ``-?digits`` and
-    ``-?digits.digits``, the result is ``Integer(int(text))`` or ``Float(text)``. The tests check
-    that it is the same object (``srepr``, hash, text), also under ``evaluate(False)``; anything
-    else still goes to sympy's own code. Installed once per process, on first use; it changes
-    nothing but the speed of that one call. sympy's own method stays reachable as
-    :func:`_sympy_number_new`.
-    """
-    import sympy
-
-    number = sympy.Number
-    if hasattr(number.__new__, "_rewardhub_slow"):  # installed already (by another import of this module)
-        return
-    slow = number.__new__
-    integer, real = sympy.Integer, sympy.Float
-
-    def __new__(cls: Any, *obj: Any) -> Any:
-        if cls is number and len(obj) == 1 and type(obj[0]) is str:
-            text = obj[0]
-            if _INTEGER_TEXT.fullmatch(text):
-                return integer(int(text))
-            if _DECIMAL_TEXT.fullmatch(text):
-                return real(text)
-        return slow(cls, *obj)
-
-    __new__._rewardhub_slow = slow  # type: ignore[attr-defined]
-    number.__new__ = staticmethod(__new__)
-
-
-def _sympy_number_new() -> Any:
-    """sympy's own ``Number.__new__`` (what the fast path does not take goes there)."""
-    import sympy
-
-    new = sympy.Number.__new__
-    return getattr(new, "_rewardhub_slow", new)
 
 
 def extract_gold(ground_truth: Any) -> str:
@@ -95,7 +56,11 @@ def extract_gold(ground_truth: Any) -> str:
 
 
 def _parse(text: str) -> list[Any]:
+    """``math_verify.parse(text)``: made directly where the answer is a plain number (see :mod:`._fast`)."""
     mv = _math_verify()
+    fast = _fast.parse(text)
+    if fast is not None:
+        return fast
     return list(mv.parse(text, parsing_timeout=None))
 
 
