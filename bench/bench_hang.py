@@ -40,9 +40,8 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         with open(path, "w") as f:
             f.write(REWARD)
         # two workers (spares may stand in for hung ones: no max_concurrency, which would forbid a third
-        # call at once); pure: the template may replay its calls to warm new workers
-        cfg = {"rewards": [{"path": path, "function": "maybe_hang", "executor": "process", "timeout_s": timeout_s,
-                            "pure": True}]}
+        # call at once)
+        cfg = {"rewards": [{"path": path, "function": "maybe_hang", "executor": "process", "timeout_s": timeout_s}]}
         clean = samples(n, seed=2)
         hung = [dict(s, extra_info=dict(s["extra_info"], hang=(i % 100 == 7))) for i, s in enumerate(clean)]
         t_clean, t_hung = [], []
@@ -53,13 +52,12 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
                 a = r.score(clean)
                 t_clean.append(time.perf_counter() - t)
                 pool = r._pool
-                before = (pool.kills, pool.spares_started, pool.warm_started)
+                before = (pool.kills, pool.spares_started)
                 t = time.perf_counter()
                 b = r.score(hung)
                 t_hung.append(time.perf_counter() - t)
             # of the last run with hangs
-            kills, spares, warm = (x - y for x, y in zip((pool.kills, pool.spares_started, pool.warm_started), before))
-            template = pool._template.state if pool._template is not None else "none"
+            kills, spares = (x - y for x, y in zip((pool.kills, pool.spares_started), before))
         lost = sum(s is None for s in b.scores)
         timeouts = b.metrics["rewards/maybe_hang/timeouts"]
         same = sum(x == y for x, y, h in zip(a.scores, b.scores, hung) if not h["extra_info"]["hang"])
@@ -70,7 +68,7 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
               f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
               f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
               f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "
-              f"{spares} ({warm} warm; template {template}), rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
+              f"{spares}, rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
               f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -242,30 +241,6 @@ def test_many_hangs_at_once_do_not_queue_behind_a_spare_cap(rfile, tmp_path):
     assert res.metrics["rewards/meet/timeouts"] >= 1, res.metrics
 
 
-def test_no_spares_while_memory_is_short(rfile, monkeypatch):
-    """A host (or cgroup) short of memory gets no spare processes: hung calls still time out, and
-    every sample gets its row."""
-    from rewardhub.execution import _process
-
-    monkeypatch.setattr(_process, "memory_left", lambda: _process.MIN_FREE_BYTES - 1)
-    spares, _ = _hang_many(rfile, 3)
-    assert spares == 0
-
-
-def test_memory_left_reads_the_host_and_the_cgroup(tmp_path, monkeypatch):
-    from rewardhub.execution import _watch
-
-    meminfo = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) * 1024
-    assert abs(_watch.memory_left() - meminfo) < 256 << 20 or _watch._cgroup_files()
-    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
-    limit.write_text("1073741824\n")
-    usage.write_text("805306368\n")
-    monkeypatch.setattr(_watch, "_cgroup_files", lambda: [(str(limit), str(usage))])
-    assert _watch.memory_left() == 256 << 20  # the container's limit, not the host's memory
-    limit.write_text("max\n")
-    assert _watch.memory_left() > 256 << 20
-
-
 def test_workers_die_with_their_parent(rfile, tmp_path):
     """A scoring process killed with SIGKILL leaves no worker behind (its hung worker included)."""
     pidfile = tmp_path / "pid"
@@ -303,72 +278,25 @@ def _ppid(pid):
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def _ready(template, within=30.0):
-    """The template, once it has warmed up (it does so while the pool goes on without it)."""
-    assert template is not None
-    deadline = time.monotonic() + within
-    while not template.ready() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert template.state == "ready"
-    return template
-
-
-def test_spares_come_warm_from_a_template(rfile):
-    """Once a fast reward has a history, new workers are forked by a template that replayed it:
-    they start with the reward's caches, and the pool heals and cleans up as before."""
-    known = [f"r{i}" for i in range(100)]
+def test_a_worker_that_dies_is_reported_and_the_pool_heals(rfile):
+    """Workers replaced after hangs and a SIGKILL: each sample is scored once (a new worker starts
+    without the old one's cache), a death fails only its call, and closing leaves no process."""
     runner = Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
                                                   max_concurrency=2, pure=True)]})
-    first = runner.score(samples_of(*known))
-    old_pids = {e["remembers"]["pid"] for e in first.extra}
-    pool = runner._pool
-    assert pool._template is None and pool.warm_started == 0  # no hang yet: no template
-    runner.score(samples_of("hang", "r0"))  # a spare is needed: the template starts warming up
-    template = _ready(pool._template)
+    known = [f"r{i}" for i in range(100)]
     batch = [x for i, r in enumerate(known) for x in (["hang", r] if i % 25 == 0 else [r])]
     res = runner.score(samples_of(*batch))
     assert len(res.scores) == len(batch) and res.metrics["rewards/remembers/timeouts"] == 4.0
     assert [res.scores[i] for i, r in enumerate(batch) if r != "hang"] == [1.0] * 100
-    assert pool.warm_started >= 4
-    warm = [e["remembers"] for e in res.extra if e.get("remembers") and e["remembers"]["pid"] not in old_pids
-            and _alive(int(e["remembers"]["pid"])) and _ppid(int(e["remembers"]["pid"])) == template.proc.pid]
-    assert warm and all(e["seen"] == 1.0 for e in warm)  # replayed in the template: cached already
-    # a warm worker that dies is reported as any other
-    assert all(_ppid(p) == template.proc.pid for p in runner.worker_pids())
+    assert all(e["remembers"]["seen"] == 0.0 for e in res.extra if e.get("remembers"))  # never called twice
+    assert all(_ppid(p) == os.getpid() for p in runner.worker_pids())
     died = runner.score(samples_of("r1", "sigkill", "r2"))
     assert "reward worker process died (signal 9)" in died.errors[1]["remembers"]
     assert died.scores[0] == died.scores[2] == 1.0
-    pids = runner.worker_pids() + [template.proc.pid]
+    pids = runner.worker_pids()
     runner.close()
     time.sleep(0.2)
-    assert not any(_alive(p) for p in pids)
-
-
-def test_pool_outlives_its_template(rfile):
-    """The template killed (and with it the workers it forked): the pool forks its own again."""
-    runner = Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
-                                                  max_concurrency=2, pure=True)]})
-    with runner:
-        runner.score(samples_of(*[f"r{i}" for i in range(60)]))
-        runner.score(samples_of("hang", *[f"s{i}" for i in range(30)]))
-        template = _ready(runner._pool._template)
-        runner.score(samples_of("hang", *[f"t{i}" for i in range(30)], "hang", *[f"w{i}" for i in range(30)]))
-        assert runner._pool.warm_started >= 2
-        os.kill(template.proc.pid, signal.SIGKILL)
-        res = runner.score(samples_of(*[f"u{i}" for i in range(40)], "hang", *[f"v{i}" for i in range(40)]))
-        assert len(res.scores) == 81 and res.scores.count(1.0) == 80
-        assert res.metrics["rewards/remembers/timeouts"] == 1.0
-        assert template.state == "broken"
-        assert all(_ppid(p) == os.getpid() for p in runner.worker_pids())
-
-
-def test_no_template_when_turned_off(rfile):
-    with Runner.from_config({"rewards": [term(rfile, "remembers", executor="process", timeout_s=1,
-                                                  max_concurrency=2)]}, warm_spares=False) as runner:
-        runner.score(samples_of(*[f"r{i}" for i in range(60)]))
-        res = runner.score(samples_of("hang", *[f"r{i}" for i in range(60)]))
-        assert res.scores.count(1.0) == 60 and runner._pool._template is None
-        assert runner._pool.warm_started == 0 and runner._pool.spares_started >= 1
+    assert pids and not any(_alive(p) for p in pids)
 
 
 def test_results_come_back_in_order_with_many_chunks(rfile):

@@ -76,7 +76,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                       "version": spec.version, "target": spec.target, "kind": spec.kind,
                       "executor": effective_executor(term), "executor_why": executor_reason(term),
                       "timeout_s": pol.timeout_s, "on_failure": pol.on_failure, "weight": term.weight,
-                      "pure": pol.pure, "replayed": replayed(term), "max_concurrency": pol.max_concurrency,
+                      "pure": pol.pure, "max_concurrency": pol.max_concurrency,
                       "memory_limit_mb": pol.memory_limit_mb, "capabilities": sorted(spec.capabilities)})
     rm = reward.reward_model
     if rm.enable and not rm.model_path:
@@ -147,11 +147,6 @@ def executor_reason(term: Any) -> str:
     return ""
 
 
-def replayed(term: Any) -> bool:
-    """Whether the process pool may call the term again on samples it scored (``pure`` rewards only)."""
-    return effective_executor(term) == "process" and bool(term.policy.pure)
-
-
 def _executor_problems(term: Any) -> list[str]:
     import importlib.util
 
@@ -217,8 +212,7 @@ def run(args: argparse.Namespace) -> int:
         origin = f"{t['source']} {t['dist']} {t['version']}" if t["dist"] else t["source"]
         why = f" ({t['executor_why']})" if t["executor_why"] else ""
         print(f"ok  reward.rewards[{t['index']}] {t['name']}: {t['reward']} ({origin}), executor "
-              f"{t['executor'] or 'inline'}{why}, timeout {t['timeout_s'] or 'none'}, weight {t['weight']:g}"
-              + (", replayed to warm new workers (pure)" if t["replayed"] else ""))
+              f"{t['executor'] or 'inline'}{why}, timeout {t['timeout_s'] or 'none'}, weight {t['weight']:g}")
     for note in result["notes"]:
         print(f"note: {note}")
     if result["problems"]:

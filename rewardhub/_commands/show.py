@@ -62,12 +62,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _runs_on(spec: Any) -> str:
-    """The executor the reward's own policy really runs it on, and whether the pool may replay it."""
+    """The executor the reward's own policy really runs it on, and why."""
     pol = spec.policy
     ex = pol.executor
     why = ""
     if ex == "inline" and pol.timeout_s and "async" not in spec.capabilities:
         ex, why = "process", f" (inline with timeout_s {pol.timeout_s:g}: a sync call is timed out by killing its process)"
-    if ex == "process":
-        why += "; replayed to warm new workers (pure)" if pol.pure else "; never called twice on a sample (not pure)"
     return ex + why

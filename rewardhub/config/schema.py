@@ -55,7 +55,7 @@ class TermConfig:
     max_concurrency: Optional[int] = None
     retries: Optional[int] = None
     on_failure: Optional[str] = None
-    #: the reward has no side effects: the process pool may replay it (see ExecutionPolicy.pure)
+    #: the reward has no side effects and is deterministic (see ExecutionPolicy.pure)
     pure: Optional[bool] = None
     #: a process-pool worker's memory limit while it runs this reward
     memory_limit_mb: Optional[int] = None

@@ -21,14 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _template
 from ._callers import Batch
 from ._callers import Callers
 from ._task import Task
 from ._task import WorkerPayload
-from ._watch import MIN_FREE_BYTES
 from ._watch import Watch
-from ._watch import memory_left
 from ._worker import Worker
 from ._worker import tell_to_stop
 
@@ -54,7 +51,7 @@ class ProcessPool:
     """
 
     def __init__(self, size: int, start_method: str | None = None, stuck_after_s: float = 0.2,
-                 max_spares: int | None = None, warm_spares: bool = True) -> None:
+                 max_spares: int | None = None) -> None:
         if start_method is None:
             start_method = "fork" if sys.platform.startswith("linux") else "spawn"
         self._ctx = multiprocessing.get_context(start_method)
@@ -73,15 +70,8 @@ class ProcessPool:
         self.taken_back = 0
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
-        #: timeouts free some); spares also stop while memory is short (``_watch.MIN_FREE_BYTES``)
+        #: timeouts free some); the cap is also what bounds the spares' memory
         self.max_spares = max(128, 16 * self.size) if max_spares is None else max_spares
-        #: new workers come from a warmed template process (see :mod:`._template`)
-        self.warm_spares = warm_spares and _template.supported(self._ctx)
-        self._template: _template.Template | None = None
-        self._recent: dict[str, collections.deque[tuple[str, Any]]] = {}  # per key: recent ok calls
-        self._recent_kwargs: dict[str, dict[str, Any]] = {}
-        #: workers handed over by the template
-        self.warm_started = 0
         self._dying: list[Worker] = []  # killed, not yet reaped
         #: every worker's connection and sentinel, registered once (``connection.wait`` would build
         #: and fill a selector on every turn of the loop, i.e. for every answer)
@@ -129,37 +119,8 @@ class ProcessPool:
             self._poll.unregister(fd)
             del self._fds[fd]
 
-    def _spare(self) -> Worker | None:
-        """A spare worker; None while the template's next standby is on its way (a warm one is
-        worth a few milliseconds' wait: a worker forked here starts cold)."""
-        t = self._template
-        if t is not None and t.ready():
-            got = t.take()
-            if got is not None:
-                self.warm_started += 1
-                return Worker(*got)
-            if t.coming():
-                return None
-        return self._new_worker()
-
     def _new_worker(self) -> Worker:
-        """A warm worker from the template where there is one ready, else one forked here."""
-        self._reap(wait=False)  # frees the template's slots of workers killed a moment ago
-        t = self._template
-        if t is None and self.warm_spares:
-            work = [(key, self._payloads[key], self._recent_kwargs[key], list(calls))
-                    for key, calls in self._recent.items()
-                    if self._payloads[key].pure and len(calls) >= _template.WARM_MIN_CALLS
-                    and self.watch.known_fast(key, _template.WARM_MAX_CALL_S)]
-            if work:
-                # slots: the workers and spares, and as many hung or killed ones not yet reaped
-                self._template = t = _template.Template(self._ctx, 2 * (self.size + self.max_spares) + 8, work)
-                self._recent.clear()
-        if t is not None:
-            got = t.take(wait=True)
-            if got is not None:
-                self.warm_started += 1
-                return Worker(*got)
+        self._reap(wait=False)  # the workers killed a moment ago, if gone by now
         return Worker.fork(self._ctx)
 
     def pids(self) -> list[int]:
@@ -211,7 +172,6 @@ class ProcessPool:
         for w in self._dying:
             if wait or w.proc.exitcode is not None:
                 w.proc.join(5 if wait else 0.01)
-                w.reaped()
             else:
                 left.append(w)
         self._dying[:] = left
@@ -220,10 +180,7 @@ class ProcessPool:
         """Whether to start a spare worker: room for one, and the watch says it would help."""
         if len(self._workers) >= self.size + self.max_spares:
             return False
-        if not self.watch.want_spare(self._workers, self.size, now):
-            return False
-        left = memory_left()
-        return left is None or left >= MIN_FREE_BYTES
+        return self.watch.want_spare(self._workers, self.size, now)
 
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order.
@@ -269,16 +226,11 @@ class ProcessPool:
             busy = [w for w in busy if w.inflight]
             if not busy:
                 continue
-            spare_coming = False
             if queue and self._room(queue[0].key) and self._want_spare(now):
-                spare = self._spare()
-                if spare is not None:
-                    self._add(spare)
-                    self.spares_started += 1
-                    continue
-                spare_coming = True
-            deadlines = [now + 0.002] if spare_coming else []
-            deadlines += [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
+                self._add(self._new_worker())
+                self.spares_started += 1
+                continue
+            deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
             watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self.watch.stuck(w, now)]
             deadlines += [w.started + self.watch.stuck_after(w) for w in watched]
             deadlines += [w.next_look for w in watched if w.idle is None]
@@ -358,24 +310,12 @@ class ProcessPool:
             w.started = max(w.started, ended)
             w.probe, w.idle, w.next_look = None, None, 0.0
             self.watch.record(task.key, latency)
-            if status == "ok" and self._template is None and self.warm_spares and self._payloads[task.key].pure:
-                calls = self._recent.get(task.key)
-                if calls is None:
-                    calls = self._recent[task.key] = collections.deque(maxlen=_template.WARM_CALLS)
-                calls.append((task.mode, task.payload))
-                self._recent_kwargs[task.key] = task.kwargs
             self._finish(task, (status, value, latency), queue)
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:
             if w.proc.sentinel is not None and not w.proc.is_alive():
                 self._replace(w)
-            return
-        if getattr(w.proc, "orphaned", False):  # killed with its template, not by its call: run it again
-            task = w.inflight[0]
-            queue.extendleft(reversed(w.unstarted()))
-            queue.appendleft(task)
-            self._replace(w)
             return
         w.proc.join(1)
         code = w.proc.exitcode
@@ -410,9 +350,6 @@ class ProcessPool:
         for w in list(self._workers):
             self._remove(w)
         self._reap()
-        if self._template is not None:
-            self._template.close()
-            self._template = None
         self._poll.unregister(self._callers.wake_fd)
         self._callers.close_fds()
 

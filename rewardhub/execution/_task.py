@@ -19,8 +19,6 @@ class WorkerPayload:
     kind: str
     adapter: str
     name: str
-    #: may be replayed to warm new workers (see ExecutionPolicy.pure)
-    pure: bool = False
     #: the worker's data-segment limit while it runs this reward
     memory_limit_mb: int | None = None
     #: at most this many of its calls at once (None: as many as the pool has workers)

@@ -72,8 +72,7 @@ class Term:
     @property
     def payload(self) -> WorkerPayload:
         return WorkerPayload(self.spec.target, self.spec.sha256, self.spec.params, self.invoker.kind,
-                             self.invoker.adapter, self.name, pure=self.policy.pure,
-                             memory_limit_mb=self.policy.memory_limit_mb,
+                             self.invoker.adapter, self.name, memory_limit_mb=self.policy.memory_limit_mb,
                              max_concurrency=self.policy.max_concurrency)
 
 

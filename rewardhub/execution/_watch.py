@@ -6,7 +6,6 @@ The process pool learns each reward's mean call time; a call that runs many time
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Sequence
@@ -28,57 +27,6 @@ _LOOK_MIN_S = 0.001
 _PROBE_S = 0.001
 #: a worker that computes is looked at again after this, doubling up to _LOOK_MAX_S
 _LOOK_MAX_S = 0.05
-
-
-#: a spare worker starts only while at least this much memory is left (a spare shares most of its
-#: memory with the template it was forked from; what it writes, a few MB for math_verify, is its own)
-MIN_FREE_BYTES = 512 << 20
-
-
-@functools.lru_cache(maxsize=1)
-def _cgroup_files() -> list[tuple[str, str]]:
-    """This process's own cgroup's memory limit and usage files (v2, and v1's memory controller);
-    read once (a process does not change cgroups under the pool)."""
-    files = []
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        path = path.rstrip("/")
-        if hid == "0" and not controllers:
-            files.append((f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup{path}/memory.current"))
-        elif "memory" in controllers.split(","):
-            files.append((f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
-                          f"/sys/fs/cgroup/memory{path}/memory.usage_in_bytes"))
-    return files
-
-
-def memory_left() -> int | None:
-    """Bytes of memory left to this process: the host's ``MemAvailable``, or what its cgroup's limit
-    leaves, whichever is less (a container's limit is what gets it killed); None where unknown."""
-    left: int | None = None
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    left = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    for limit_file, usage_file in _cgroup_files():
-        try:
-            with open(limit_file, "rb") as f:
-                limit = int(f.read())  # "max" (no limit): ValueError
-            with open(usage_file, "rb") as f:
-                usage = int(f.read())
-        except (OSError, ValueError):
-            continue
-        if limit < 1 << 60:  # v1 says "no limit" with a huge number
-            left = limit - usage if left is None else min(left, limit - usage)
-    return left
 
 
 def _cpus() -> int:

@@ -203,7 +203,7 @@ class Worker:
         #: [number of the call it runs, first and end number taken back]; read and written under lock
         self.claim = claim
         self.lock = lock
-        self.proc = proc  # a multiprocessing.Process, or its stand-in for a worker the template forked
+        self.proc = proc  # a multiprocessing.Process
         self.known: set[str] = set()
         #: tasks sent and not yet answered, in the order the worker runs them
         self.inflight: collections.deque[Task] = collections.deque()
@@ -320,12 +320,6 @@ class Worker:
     def task(self) -> Task | None:
         return self.inflight[0] if self.inflight else None
 
-    def reaped(self) -> None:
-        """The worker is dead and waited for: let go of what tracked it."""
-        release = getattr(self.proc, "release", None)
-        if release is not None:
-            release()
-
     def stop(self) -> None:
         """Ask the worker to exit; kill it if it does not within 2 s."""
         tell_to_stop(self.conn)
@@ -334,7 +328,6 @@ class Worker:
             self.kill()
         else:
             self.conn.close()
-            self.reaped()
 
     def kill(self, wait: bool = True) -> None:
         """SIGKILL the worker's process group; with ``wait=False`` the caller reaps it later
@@ -349,4 +342,3 @@ class Worker:
         self.conn.close()
         if wait:
             self.proc.join(5)
-            self.reaped()

@@ -66,8 +66,7 @@ class Runner:
     """
 
     def __init__(self, terms: Sequence[Term], aggregation: str = "weighted_sum", *,
-                 executors: Mapping[str, ExecutorFactory] | None = None, process_workers: int | None = None,
-                 warm_spares: bool = True) -> None:
+                 executors: Mapping[str, ExecutorFactory] | None = None, process_workers: int | None = None) -> None:
         check_aggregation(aggregation)
         names = [t.name for t in terms]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -76,9 +75,6 @@ class Runner:
         self.terms = list(terms)
         self.aggregation = aggregation
         self._process_workers = process_workers
-        #: the process pool's new workers come from a template that replayed recent calls of fast
-        #: rewards (see rewardhub.execution._template); False where a reward must not run twice
-        self._warm_spares = warm_spares
         self._pool: ProcessPool | None = None
         #: executor name (``ray``) -> what builds the executor of one of its pools
         self._executors = dict(executors or {})
@@ -292,7 +288,7 @@ class Runner:
             sizes = [t.policy.max_concurrency for t in self.terms
                      if self._executor_of(t) == "process" and t.policy.max_concurrency]
             size = self._process_workers or (max(sizes) if sizes else (os.cpu_count() or 2))
-            self._pool = ProcessPool(size, warm_spares=self._warm_spares)
+            self._pool = ProcessPool(size)
         return self._pool
 
     def worker_pids(self) -> list[int]:
