@@ -10,7 +10,11 @@ import atexit
 import threading
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
+
+if TYPE_CHECKING:
+    from .execution import Runner
 
 __all__ = ["to_trl", "to_verl"]
 
@@ -31,10 +35,10 @@ class _LazyRunner:
     def __init__(self, term: dict[str, Any], registry: Any) -> None:
         self.term = term
         self.registry = registry
-        self._runner: Any = None
+        self._runner: Runner | None = None
         self._lock = threading.Lock()
 
-    def get(self) -> Any:
+    def get(self) -> Runner:
         with self._lock:
             if self._runner is None:
                 from .distributed import runner_from_config

@@ -54,10 +54,12 @@ def _trainer_pools(cfg: Any, report: dict[str, Any]) -> list[str]:
     if "resources" not in cfg and "trainer" not in cfg:
         return []
     try:
-        from rewardhub_trainer.placement import doctor_lines
+        # the trainer is a separate distribution, which mypy sees only in the run that checks it
+        from rewardhub_trainer.placement import doctor_lines  # type: ignore[import-not-found, unused-ignore]
     except ImportError:  # the trainer is not installed: only the reward pools are checked
         return []
-    return doctor_lines(cfg, report["nodes"])
+    lines: list[str] = doctor_lines(cfg, report["nodes"])
+    return lines
 
 
 def _warn(report: dict[str, Any]) -> None:

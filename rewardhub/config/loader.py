@@ -13,7 +13,8 @@ from ..errors import UsageError
 from .shim import MigrationReport
 
 __all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
-           "load_config_with_report", "load_plan", "read_and_migrate", "read_config_file", "script_overrides"]
+           "load_config_with_report", "load_plan", "parse_text", "read_and_migrate", "read_config_file", "read_text",
+           "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -27,7 +28,7 @@ SHELL_SUFFIXES = (".sh", ".bash", ".overrides", ".txt")
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -98,10 +99,10 @@ def script_overrides(text: str) -> list[Any]:
 
 def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config, or a shell launch script's / overrides file's ``KEY=VALUE`` words, into a dict."""
-    return _parse(path, _read_text(path))[1]
+    return parse_text(path, read_text(path))[1]
 
 
-def _parse(path: str, text: str) -> tuple[str, dict[str, Any]]:
+def parse_text(path: str, text: str) -> tuple[str, dict[str, Any]]:
     """The kind (``yaml`` / ``shell``) and content of a config file's text."""
     kind = config_file_kind(path, text)
     if kind == "shell":
@@ -271,8 +272,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     kind, text = "yaml", ""
     from_path: dict[str, Any] = {}
     if path:
-        text = _read_text(path)
-        kind, from_path = _parse(path, text)
+        text = read_text(path)
+        kind, from_path = parse_text(path, text)
     cfg, report = read_and_migrate(path, overrides, source=from_path)
     check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
     section = cfg.get("reward")

@@ -37,18 +37,18 @@ from ..deprecated import LEGACY_KEY_DROPPED
 from ..deprecated import LEGACY_KEY_MOVED
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
-from ._legacy_leaves import _Leaf
-from ._legacy_leaves import _legacy_leaves
-from ._legacy_leaves import _plain
-from ._legacy_leaves import _rule
+from ._legacy_leaves import Leaf
 from ._legacy_leaves import is_legacy_key
 from ._legacy_leaves import legacy_keys
-from ._legacy_rules import _ENGINES
-from ._legacy_rules import _KEY_INTERP
-from ._legacy_rules import _SANDBOX_KEYS
+from ._legacy_leaves import legacy_leaves
+from ._legacy_leaves import plain_dict
+from ._legacy_leaves import rule_of
 from ._legacy_rules import DEFAULT_FUNCTION
+from ._legacy_rules import ENGINES
+from ._legacy_rules import KEY_INTERP
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
+from ._legacy_rules import SANDBOX_KEYS
 from ._legacy_rules import truthy
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate"]
@@ -85,7 +85,7 @@ class _Migration:
         self.crf_kwargs: dict[str, tuple[Any, str]] = {}
         self.kwargs: dict[str, tuple[Any, str]] = {}  # reward_kwargs.* (rel without prefix)
         self.managers: list[tuple[str, str]] = []  # (name, key)
-        self.pending: list[tuple[_Leaf, str]] = []  # leaves whose destination is decided at the end
+        self.pending: list[tuple[Leaf, str]] = []  # leaves whose destination is decided at the end
 
     # ---- recording ------------------------------------------------------------------------------
     def moved(self, key: str, to: str) -> None:
@@ -107,13 +107,13 @@ class _Migration:
         self.moved(key, new)
 
     # ---- the walk -------------------------------------------------------------------------------
-    def run(self, leaves: list[_Leaf]) -> None:
+    def run(self, leaves: list[Leaf]) -> None:
         for leaf in leaves:
-            if isinstance(leaf.value, str) and _KEY_INTERP.match(leaf.value):
+            if isinstance(leaf.value, str) and KEY_INTERP.match(leaf.value):
                 self.dropped(leaf.key, f"an interpolation of another key of verl's config ({leaf.value}); "
                                        "write the value itself if it matters here", leaf.value)
                 continue
-            action = _rule(leaf)
+            action = rule_of(leaf)
             kind = action[0]
             if kind == "drop":
                 self.dropped(leaf.key, action[1], leaf.value)
@@ -124,7 +124,7 @@ class _Migration:
                     target = target[:-2] + ("." + head[1] if len(head) > 1 else "")
                 self.put(target, leaf.value, leaf.key)
             elif kind == "engine":
-                engine = _ENGINES.get(str(leaf.value).lower()) if leaf.value is not None else None
+                engine = ENGINES.get(str(leaf.value).lower()) if leaf.value is not None else None
                 if engine:
                     self.put("reward.reward_model.engine", engine, leaf.key)
                 else:
@@ -152,14 +152,14 @@ class _Migration:
                     self._once(self.kwargs, rel, leaf)
             elif kind == "sandbox":
                 rel = leaf.rel[len("sandbox_fusion."):] if leaf.ns == "reward_model" else leaf.rel
-                if rel in _SANDBOX_KEYS:
-                    self.put(f"reward.sandbox.{_SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
+                if rel in SANDBOX_KEYS:
+                    self.put(f"reward.sandbox.{SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
                 else:
                     self.dropped(leaf.key, "not a sandbox setting rewardhub has (url, max_concurrent, "
                                            "memory_limit_mb)", leaf.value)
         self._finish()
 
-    def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: _Leaf) -> None:
+    def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: Leaf) -> None:
         if rel in table and table[rel][0] != leaf.value:
             other_value, other = table[rel]
             raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
@@ -363,8 +363,8 @@ def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
         :mod:`rewardhub.config.verl_trainer`).
     :raises UsageError: when a legacy key and a new key (or two legacy spellings) set different values.
     """
-    cfg = _plain(config)
-    leaves = _legacy_leaves(cfg)
+    cfg = plain_dict(config)
+    leaves = legacy_leaves(cfg)
     if not leaves:
         return cfg, MigrationReport()
     m = _Migration(cfg)

@@ -68,6 +68,7 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
         self.out = Path(output)
         self.out.mkdir(parents=True, exist_ok=True)
         self.callbacks = callbacks
+        self.val_callbacks: tuple[StepCallback, ...] = ()  #: called with each evaluation's metrics (evaluate.py)
         self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
         if resume and self.resume_ckpt is None:
             from rewardhub.errors import UsageError
