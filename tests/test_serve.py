@@ -191,9 +191,8 @@ def test_hanging_reward_times_out_per_row_while_others_are_served(tmp_path):
             r=server.post("/score", {"rows": [{"response": "hang"}, {"response": "ok:0.5"}]})))
         t.start()
         _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "the hanging request in flight")
-        t0 = time.monotonic()
-        assert server.get("/health")[0] == 200  # the event loop answers while a reward hangs
-        assert time.monotonic() - t0 < 1.0
+        assert server.get("/health")[0] == 200  # the event loop answers while a reward hangs:
+        assert t.is_alive() and server.metric("rewardhub_inflight_requests") >= 1  # it still hangs
         bodies = [{"rows": [{"response": f"ok:0.{k}"}, {"response": "raise"}]} for k in range(1, 5)]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(server.post, "/score", b) for b in bodies]
