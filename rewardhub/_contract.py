@@ -64,9 +64,9 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                  executors: Sequence[str] = EXECUTORS, default_timeout_s: float = 10.0) -> list[Check]:
     """Check every term of ``reward_cfg`` (a ``reward:`` section); the checks in term order."""
     from .config.schema import validate_reward
+    from .execution import ERROR
+    from .execution import TIMEOUT
     from .execution import Runner
-    from .execution._outcome import ERROR
-    from .execution._outcome import TIMEOUT
 
     section = _plain(reward_cfg)
     data = [dict(r) for r in (rows or DEFAULT_ROWS)]
@@ -85,7 +85,7 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         """Each term's column on ``batch`` (only the rows in ``keep``: the others are ``None``), every
         term on ``executor`` (``None``: as declared) under its timeout (inline: none; it cannot stop one)."""
         from .distributed import runner_from_config
-        from .execution._columns import Column
+        from .execution import Column
 
         cfg = copy.deepcopy(section)
         for term, name in zip(cfg["rewards"], terms):

@@ -12,7 +12,11 @@ import atexit
 import threading
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
+
+if TYPE_CHECKING:
+    from .execution import Runner
 
 __all__ = ["to_trl", "to_verl"]
 
@@ -33,14 +37,14 @@ class _LazyRunner:
     def __init__(self, term: dict[str, Any], registry: Any) -> None:
         self.term = term
         self.registry = registry
-        self._runner: Any = None
+        self._runner: Runner | None = None
         self._lock = threading.Lock()
         #: whether the reward takes a ground truth (known once the runner is built)
         self.needs_ground_truth = False
         #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
         self.extra_keys: dict[str, None] = {}
 
-    def get(self) -> Any:
+    def get(self) -> Runner:
         with self._lock:
             if self._runner is None:
                 from .datasets import terms_needing

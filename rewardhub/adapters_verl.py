@@ -280,14 +280,14 @@ def register() -> bool:
                      **kwargs: Any) -> None:
             super().__init__(config, tokenizer, compute_score)
             self.scorer = VerlBatchScorer(config)
-            self._pending: list[tuple[Any, asyncio.Future[Any]]] = []
+            self._pending: list[tuple[Any, asyncio.Future[dict[str, Any]]]] = []
             #: batches scored so far, and the samples in them (how well calls were gathered)
             self.batches = 0
             self.batched_samples = 0
 
         async def run_single(self, data: Any) -> dict[str, Any]:
             loop = asyncio.get_running_loop()
-            fut: asyncio.Future[Any] = loop.create_future()
+            fut: asyncio.Future[dict[str, Any]] = loop.create_future()
             self._pending.append((data[-1:], fut))  # verl scores the last sequence of a multi-sequence item
             if len(self._pending) == 1:
                 # runs after every run_single that verl started in the same pass has queued its sample

@@ -66,6 +66,21 @@ async def async_len(*, response, **kwargs):
     return float(len(response))
 
 
+#: calls of async_overlap in flight now, and the most there were at once (read by the tests, in-process)
+in_flight = {"now": 0, "peak": 0}
+
+
+async def async_overlap(*, response, **kwargs):
+    """Async reward that counts how many of its calls are in flight at once (``in_flight``)."""
+    in_flight["now"] += 1
+    in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+    try:
+        await asyncio.sleep(0.05)
+    finally:
+        in_flight["now"] -= 1
+    return 1.0
+
+
 class AsyncCallable:
     async def __call__(self, *, response, **kwargs):
         await asyncio.sleep(0.01)

@@ -67,6 +67,15 @@ def meet(*, response, extra_info, **kwargs):
         open(os.path.join(extra_info["dir"], "%d-%d" % (os.getpid(), time.monotonic_ns())), "w").close()
         while len(os.listdir(extra_info["dir"])) < extra_info["n"]:
             time.sleep(0.2)  # asleep nearly all the time: the pool sees a waiting call, as for a hang
+
+
+def held(*, response, extra_info, **kwargs):
+    """'hold' waits (60 s at most) for the file extra_info['release'] and then writes extra_info['ended']."""
+    if response == "hold":
+        end = time.monotonic() + 60
+        while not os.path.exists(extra_info["release"]) and time.monotonic() < end:
+            time.sleep(0.02)
+        open(extra_info["ended"], "w").close()
     return 1.0
 
 def hang_with_pidfile(*, response, extra_info, **kwargs):
@@ -167,19 +176,26 @@ def test_fast_path_kwargs_verl_retries_and_raise(rfile, tmp_path):
 
 
 # ---- the process pool -------------------------------------------------------------------------
-def test_calls_behind_a_slow_one_are_not_held_up(rfile):
-    """One worker; a call that sleeps 3 s: the calls queued behind it go to a spare worker (the
-    reward sets no max_concurrency, which would forbid a second call at once)."""
-    batch = samples_of("sleep:3", *["x"] * 30)
-    start = time.monotonic()
-    seen: list[float] = []
-    with Runner.from_config({"rewards": [term(rfile, "sleepy", executor="process")]}, process_workers=1) as r:
-        res = r.score(batch, progress=lambda done, total: seen.append(time.monotonic() - start))
+def test_calls_behind_a_slow_one_are_not_held_up(rfile, tmp_path):
+    """One worker; a call that holds until the 30 calls behind it are done: they go to a spare worker
+    (the reward sets no max_concurrency, which would forbid a second call at once). Bound by events:
+    the slow call ends only once the progress callback saw the 30 fast ones done (or after 60 s, when
+    the fast ones were held behind it, which the test then sees)."""
+    release, ended = tmp_path / "release", tmp_path / "ended"
+    batch = samples_of("hold", *["x"] * 30, release=str(release), ended=str(ended))
+    slow_ended_first: list[bool] = []
+
+    def progress(done: int, total: int) -> None:
+        if done >= 30 and not release.exists():
+            slow_ended_first.append(ended.exists())
+            release.touch()
+
+    with Runner.from_config({"rewards": [term(rfile, "held", executor="process")]}, process_workers=1) as r:
+        res = r.score(batch, progress=progress)
         pool = r._pool
         assert res.scores == [1.0] * 31 and res.errors == [{}] * 31  # the slow one was not killed
         assert pool.taken_back >= 1 and pool.spares_started >= 1
-    # every fast call was done well before the slow one ended
-    assert len(seen) >= 30 and seen[29] < 2.5
+    assert slow_ended_first == [False]  # thirty calls were done while the slow one still held
 
 
 def test_timeouts_overlap(rfile):

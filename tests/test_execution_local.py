@@ -2,35 +2,40 @@
 
 from __future__ import annotations
 
-import time
-
 from rewardhub.execution import Runner
 
 THREAD_REWARDS = '''
-import threading, time
+import threading
+release = threading.Event()  # set by the test: the calls that hang return
+hung = []  # the threads of the calls that hang
+def hang():
+    hung.append(threading.current_thread())
+    release.wait(60)
+
 seen = []
 def record(*, response, **kw):
     seen.append(threading.current_thread())  # kept alive here, so every thread object is told apart
     if response == "hang":
-        time.sleep(30)
+        hang()
     return 1.0
 
 calls = []
 def count(*, response, **kw):
     calls.append(response)
     if response == "hang":
-        time.sleep(30)
+        hang()
     return 1.0
 '''
 
 ASYNC_REWARDS = '''
 import asyncio, os
+cancelled = []
 async def stubborn(*, response, **kw):
     """Swallows its cancellation and answers anyway."""
     try:
         await asyncio.sleep(30)
     except asyncio.CancelledError:
-        pass
+        cancelled.append(response)
     return 1.0
 
 async def hang_once(*, response, extra_info, **kw):
@@ -61,6 +66,14 @@ def _seen(runner):
     return seen
 
 
+def _hung(runner):
+    """The reward module's threads of hung calls (emptied) and the event that releases them (cleared)."""
+    names = runner.terms[0].invoker.fn.__globals__
+    names["hung"].clear()
+    names["release"].clear()
+    return names["hung"], names["release"]
+
+
 def test_thread_executor_reuses_its_threads(tmp_path):
     with _runner(tmp_path, THREAD_REWARDS, "record", executor="thread", max_concurrency=3) as r:
         seen = _seen(r)
@@ -70,13 +83,15 @@ def test_thread_executor_reuses_its_threads(tmp_path):
 
 
 def test_thread_timeout_replaces_the_thread_and_the_rest_goes_on(tmp_path):
-    start = time.monotonic()
     rows = [f"r{i}" for i in range(40)]
     rows[5] = rows[30] = "hang"
     with _runner(tmp_path, THREAD_REWARDS, "record", executor="thread", max_concurrency=2, timeout_s=0.5) as r:
         seen = _seen(r)
+        hung, release = _hung(r)
         res = r.score(_rows(*rows))
-    assert time.monotonic() - start < 10
+        # the batch was done while both hung calls still hung (it never waited for them)
+        assert len(hung) == 2 and all(t.is_alive() for t in hung)
+        release.set()
     assert [i for i, s in enumerate(res.scores) if s != 1.0] == [5, 30]
     assert res.metrics["rewards/record/timeouts"] == 2.0 and r.abandoned_threads == 2
     assert len(set(seen)) <= 4  # two threads, and one replacement for each hung one
@@ -90,19 +105,21 @@ def test_thread_batches_give_back_the_calls_behind_a_hung_one(tmp_path):
     with _runner(tmp_path, THREAD_REWARDS, "count", executor="thread", max_concurrency=2, timeout_s=0.5) as r:
         calls = r.terms[0].invoker.fn.__globals__["calls"]
         calls.clear()
-        start = time.monotonic()
+        hung, release = _hung(r)
         res = r.score(_rows(*rows))
-    assert time.monotonic() - start < 10
+        assert len(hung) == 1 and hung[0].is_alive()  # done while the hung call still hung
+        release.set()
     assert sorted(calls) == sorted(rows)  # each call made once: none lost, none repeated
     assert [i for i, s in enumerate(res.scores) if s != 1.0] == [1500]
     assert res.metrics["rewards/count/timeouts"] == 1.0 and r.abandoned_threads == 1
 
 
 def test_async_timeout_holds_even_when_the_reward_swallows_its_cancellation(tmp_path):
-    start = time.monotonic()
     with _runner(tmp_path, ASYNC_REWARDS, "stubborn", timeout_s=0.3) as r:
+        cancelled = r.terms[0].invoker.fn.__globals__["cancelled"]
+        cancelled.clear()
         res = r.score(_rows("a", "b"))
-    assert time.monotonic() - start < 5
+    assert sorted(cancelled) == ["a", "b"]  # both were cancelled at the timeout, not waited for
     assert res.metrics["rewards/stubborn/timeouts"] == 2.0
     assert all("timed out after 0.3s" in e["stubborn"] for e in res.errors)
 

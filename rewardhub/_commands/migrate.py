@@ -50,11 +50,11 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config.loader import _parse
-    from ..config.loader import _read_text
     from ..config.loader import anchor_holders
     from ..config.loader import check_sections
+    from ..config.loader import parse_text
     from ..config.loader import read_and_migrate
+    from ..config.loader import read_text
     from ..config.schema import validate_reward
 
     path, overrides = split_items(args.items)
@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.write and overrides:
         raise UsageError("--write rewrites FILE alone; overrides would not be saved\n"
                          "put them into FILE first, or drop --write to print the result")
-    text = _read_text(path) if path else ""  # the file is read once
-    kind, source = _parse(path, text) if path else ("yaml", {})
+    text = read_text(path) if path else ""  # the file is read once
+    kind, source = parse_text(path, text) if path else ("yaml", {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the report below lists every key once
         cfg, report = read_and_migrate(path, overrides, source=copy.deepcopy(source))

@@ -119,8 +119,8 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
     A row with no ground truth is not given to the rewards when some term needs one (``needing``):
     its row gets ``score: null`` and an error for each of those terms, counted as errors.
     """
-    from ..execution._columns import Column
-    from ..execution._outcome import ERROR
+    from ..execution import ERROR
+    from ..execution import Column
 
     names = [t.name for t in runner.terms]
     rows_in = chunk if inputs is None else inputs
@@ -204,10 +204,10 @@ def run(args: argparse.Namespace) -> int:
     from ..datasets import input_files
     from ..datasets import terms_needing
     from ..distributed import runner_from_config
-    from ..execution._columns import Column
-    from ..execution._columns import column_metrics
-    from ..execution._columns import stats
-    from ..execution._local import interrupts_told_apart
+    from ..execution import Column
+    from ..execution import column_metrics
+    from ..execution import interrupts_told_apart
+    from ..execution import stats
     from .check import term_problems
 
     # validate everything first; the output is written last, to a temporary file renamed at the end

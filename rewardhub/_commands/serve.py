@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
         import aiohttp  # noqa: F401
     except ImportError:
         raise UsageError("rewardhub serve needs aiohttp\ninstall it: pip install 'rewardhub[serve]'") from None
-    from ..server._app import ServeOptions
-    from ..server._app import serve_forever
+    from ..server.app import ServeOptions
+    from ..server.app import serve_forever
 
     for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
                         ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),

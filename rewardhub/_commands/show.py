@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
-from typing import Any
 
+from ..types import RewardSpec
 from ._common import add_registry_options
 from ._common import dump_json
 from ._common import registry_from_args
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs_on(spec: Any) -> str:
+def _runs_on(spec: RewardSpec) -> str:
     """The executor the reward's own policy really runs it on, and why."""
     pol = spec.policy
     ex = pol.executor

@@ -8,22 +8,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ._legacy_rules import _RM_FIELDS
-from ._legacy_rules import _RULES
+from ._legacy_rules import RM_FIELDS
+from ._legacy_rules import RULES
 from .overrides import leaves as dotted_leaves
 
-__all__ = ["is_legacy_key", "legacy_keys"]
+__all__ = ["Leaf", "is_legacy_key", "legacy_keys", "legacy_leaves", "plain_dict", "rule_of"]
 
 
 @dataclass
-class _Leaf:
+class Leaf:
     key: str  #: the full dotted legacy key, e.g. "reward_model.reward_kwargs.max_resp_len"
     ns: str  #: the rule namespace
     rel: str  #: the key relative to the namespace's node
     value: Any
 
 
-def _plain(config: Any) -> dict[str, Any]:
+def plain_dict(config: Any) -> dict[str, Any]:
     if type(config).__module__.startswith("omegaconf"):
         from omegaconf import OmegaConf
 
@@ -44,26 +44,26 @@ def _match(pattern: str, rel: str) -> bool:
     return rel == pattern
 
 
-def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
+def legacy_leaves(cfg: dict[str, Any]) -> list[Leaf]:
     """Every legacy key of ``cfg``, in a stable order; the nodes holding them are removed from ``cfg``."""
-    leaves: list[_Leaf] = []
+    leaves: list[Leaf] = []
 
     def take(holder: dict[str, Any], key: str, ns: str, prefix: str) -> None:
         if key not in holder:
             return
         node = holder.pop(key)
         if ns in ("reward_kwargs", "sandbox_fusion") and not isinstance(node, Mapping):
-            leaves.append(_Leaf(prefix, "drop", "", node))
+            leaves.append(Leaf(prefix, "drop", "", node))
             return
         if not isinstance(node, Mapping):
             if ns == "reward_manager" and isinstance(node, str):
                 # verl <= 0.5: `reward_manager: naive` at the top level
-                leaves.append(_Leaf(prefix, "reward_manager", "name", node))
+                leaves.append(Leaf(prefix, "reward_manager", "name", node))
             else:
-                leaves.append(_Leaf(prefix, "drop", "", node))
+                leaves.append(Leaf(prefix, "drop", "", node))
             return
         for rel, value in dotted_leaves(node, ""):
-            leaves.append(_Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
+            leaves.append(Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
 
     take(cfg, "custom_reward_function", "custom_reward_function", "custom_reward_function")
     take(cfg, "reward_manager", "reward_manager", "reward_manager")
@@ -77,14 +77,14 @@ def _legacy_leaves(cfg: dict[str, Any]) -> list[_Leaf]:
         take(reward, "reward_kwargs", "reward_kwargs", "reward.reward_kwargs")
         take(reward, "sandbox_fusion", "sandbox_fusion", "reward.sandbox_fusion")
         if "num_workers" in reward:
-            leaves.append(_Leaf("reward.num_workers", "num_workers", "", reward.pop("num_workers")))
+            leaves.append(Leaf("reward.num_workers", "num_workers", "", reward.pop("num_workers")))
         rm = reward.get("reward_model")
         if isinstance(rm, Mapping):
             rm = reward["reward_model"] = dict(rm)
-            for k in [k for k in rm if k not in _RM_FIELDS]:
+            for k in [k for k in rm if k not in RM_FIELDS]:
                 node = rm.pop(k)
                 for rel, value in dotted_leaves(node, str(k)):
-                    leaves.append(_Leaf(f"reward.reward_model.{rel}", "reward_model", rel, value))
+                    leaves.append(Leaf(f"reward.reward_model.{rel}", "reward_model", rel, value))
     return leaves
 
 
@@ -102,26 +102,26 @@ def is_legacy_key(key: str) -> bool:
         return False
     if parts[1] in _LEGACY_IN_REWARD:
         return True
-    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in _RM_FIELDS
+    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in RM_FIELDS
 
 
 def legacy_keys(config: Any) -> list[str]:
     """The dotted legacy keys in ``config`` (empty when it needs no migration)."""
-    return [leaf.key for leaf in _legacy_leaves(_plain(config))]
+    return [leaf.key for leaf in legacy_leaves(plain_dict(config))]
 
 
-def _is_verl(leaf: _Leaf) -> bool:
+def _is_verl(leaf: Leaf) -> bool:
     from ._verl_keys import is_verl_key
 
     return is_verl_key(leaf.key) or is_verl_key(f"{leaf.ns}.{leaf.rel}")
 
 
-def _rule(leaf: _Leaf) -> tuple[str, ...]:
+def rule_of(leaf: Leaf) -> tuple[str, ...]:
     if leaf.ns in ("drop", "num_workers"):
         return ("drop", "not a mapping of settings") if leaf.ns == "drop" else ("move", "reward.workers.num_workers")
     if leaf.rel.split(".")[-1] == "_target_":
         return ("drop", "a verl dataclass target; no meaning here")
-    for pattern, action in _RULES[leaf.ns]:
+    for pattern, action in RULES[leaf.ns]:
         if _match(pattern, leaf.rel):
             if pattern == "*" and action[0] == "drop" and not _is_verl(leaf):
                 return ("unknown",)  # a misspelling (reward_model.reward_manger), not a setting to drop

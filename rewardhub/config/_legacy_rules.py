@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 from typing import Final
 
-__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "truthy"]
+__all__ = ["DEFAULT_FUNCTION", "ENGINES", "KEY_INTERP", "KNOWN_MANAGERS", "LEGACY_KEYS", "RM_FIELDS", "RULES", "SANDBOX_KEYS",
+           "truthy"]
 
 #: verl's default name of the function in a custom reward file
 DEFAULT_FUNCTION = "compute_score"
@@ -27,7 +28,7 @@ KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
     "rewardhub": {},  # rewardhub's own verl manager (rewardhub.adapters_verl): it scores these terms
 }
 
-_RM_FIELDS = frozenset({
+RM_FIELDS = frozenset({
     "enable", "model_path", "trust_remote_code", "external_lib", "kind", "engine", "pool", "num_workers",
     "n_gpus_per_node", "nnodes", "batch_size", "max_length", "rollout",
 })
@@ -39,7 +40,7 @@ _LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: 
 
 # (legacy namespace, pattern relative to the node) -> ("move", new key) | ("drop", reason) | (special,)
 # Patterns are dotted; "*" matches one or more segments. First match wins.
-_RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "reward_model": [
         ("enable", ("move", "reward.reward_model.enable")),
         ("enable_resource_pool", ("drop", "reward-model terms always get a Ray pool of their own in rewardhub "
@@ -95,9 +96,9 @@ _RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "sandbox_fusion": [("*", ("sandbox",))],
 }
 
-#: the one-to-one moves, old (``*`` = any sub-key) -> new; the rest of the mapping is in ``_RULES``
+#: the one-to-one moves, old (``*`` = any sub-key) -> new; the rest of the mapping is in ``RULES``
 LEGACY_KEYS: Final[Mapping[str, str]] = {
-    **{f"{ns}.{pattern}": action[1] for ns, rules in _RULES.items() for pattern, action in rules
+    **{f"{ns}.{pattern}": action[1] for ns, rules in RULES.items() for pattern, action in rules
        if action[0] == "move"},
     **{f"{root}sandbox_fusion.{k}": f"reward.sandbox.{k}" for root in ("", "reward_model.", "reward.")
        for k in ("url", "max_concurrent", "memory_limit_mb")},
@@ -110,9 +111,9 @@ LEGACY_KEYS: Final[Mapping[str, str]] = {
     "reward.num_workers": "reward.workers.num_workers",
 }
 
-_SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
-_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
-_KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
+SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
+ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
+KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
 
 
 def truthy(value: Any) -> bool:

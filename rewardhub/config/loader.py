@@ -14,7 +14,8 @@ from .fields import SECTIONS
 from .shim import MigrationReport
 
 __all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
-           "load_config_with_report", "load_plan", "read_and_migrate", "read_config_file", "script_overrides"]
+           "load_config_with_report", "load_plan", "parse_text", "read_and_migrate", "read_config_file", "read_text",
+           "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -28,7 +29,7 @@ SHELL_SUFFIXES = (".sh", ".bash", ".overrides", ".txt")
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -101,12 +102,12 @@ def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config, or a shell launch script's / overrides file's ``KEY=VALUE`` words, into a dict."""
     from ._verl_mapping import ENTRY_KEY
 
-    data = _parse(path, _read_text(path))[1]
+    data = parse_text(path, read_text(path))[1]
     data.pop(ENTRY_KEY, None)
     return data
 
 
-def _parse(path: str, text: str) -> tuple[str, dict[str, Any]]:
+def parse_text(path: str, text: str) -> tuple[str, dict[str, Any]]:
     """The kind (``yaml`` / ``shell``) and content of a config file's text."""
     kind = config_file_kind(path, text)
     if kind == "shell":
@@ -148,7 +149,7 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
 
     :param source: the file's content when the caller has read it already (the file is not read again).
     """
-    raw: dict[str, Any] = dict(source) if source is not None else _parse(path, _read_text(path))[1] if path else {}
+    raw: dict[str, Any] = dict(source) if source is not None else parse_text(path, read_text(path))[1] if path else {}
     return _override_and_migrate(raw, list(overrides))
 
 
@@ -280,8 +281,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     kind, text = "yaml", ""
     from_path: dict[str, Any] = {}
     if path:
-        text = _read_text(path)
-        kind, from_path = _parse(path, text)
+        text = read_text(path)
+        kind, from_path = parse_text(path, text)
     cfg, report = read_and_migrate(path, overrides, source=from_path)
     if report.unknown:  # a misspelt verl key: never run without the setting it meant
         raise report.unknown_error()

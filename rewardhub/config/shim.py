@@ -35,18 +35,18 @@ from ..deprecated import LEGACY_KEY_DROPPED
 from ..deprecated import LEGACY_KEY_MOVED
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
-from ._legacy_leaves import _Leaf
-from ._legacy_leaves import _legacy_leaves
-from ._legacy_leaves import _plain
-from ._legacy_leaves import _rule
+from ._legacy_leaves import Leaf
 from ._legacy_leaves import is_legacy_key
 from ._legacy_leaves import legacy_keys
-from ._legacy_rules import _ENGINES
-from ._legacy_rules import _KEY_INTERP
-from ._legacy_rules import _SANDBOX_KEYS
+from ._legacy_leaves import legacy_leaves
+from ._legacy_leaves import plain_dict
+from ._legacy_leaves import rule_of
 from ._legacy_rules import DEFAULT_FUNCTION
+from ._legacy_rules import ENGINES
+from ._legacy_rules import KEY_INTERP
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
+from ._legacy_rules import SANDBOX_KEYS
 from ._legacy_rules import truthy
 from ._verl_keys import unknown_line
 from .migration_report import MigrationReport
@@ -73,7 +73,7 @@ class _Migration:
         self.crf_kwargs: dict[str, tuple[Any, str]] = {}
         self.kwargs: dict[str, tuple[Any, str]] = {}  # reward_kwargs.* (rel without prefix)
         self.managers: list[tuple[str, str]] = []  # (name, key)
-        self.pending: list[tuple[_Leaf, str]] = []  # leaves whose destination is decided at the end
+        self.pending: list[tuple[Leaf, str]] = []  # leaves whose destination is decided at the end
 
     # ---- recording ------------------------------------------------------------------------------
     def moved(self, key: str, to: str) -> None:
@@ -97,13 +97,13 @@ class _Migration:
         self.moved(key, new)
 
     # ---- the walk -------------------------------------------------------------------------------
-    def run(self, leaves: list[_Leaf]) -> None:
+    def run(self, leaves: list[Leaf]) -> None:
         for leaf in leaves:
-            if isinstance(leaf.value, str) and _KEY_INTERP.match(leaf.value):
+            if isinstance(leaf.value, str) and KEY_INTERP.match(leaf.value):
                 self.dropped(leaf.key, f"an interpolation of another key of verl's config ({leaf.value}); "
                                        "write the value itself if it matters here", leaf.value)
                 continue
-            action = _rule(leaf)
+            action = rule_of(leaf)
             kind = action[0]
             if kind == "unknown":
                 self.report.add_unknown(leaf.key, leaf.value)
@@ -116,7 +116,7 @@ class _Migration:
                     target = target[:-2] + ("." + head[1] if len(head) > 1 else "")
                 self.put(target, leaf.value, leaf.key)
             elif kind == "engine":
-                engine = _ENGINES.get(str(leaf.value).lower()) if leaf.value is not None else None
+                engine = ENGINES.get(str(leaf.value).lower()) if leaf.value is not None else None
                 if engine:
                     self.put("reward.reward_model.engine", engine, leaf.key)
                 else:
@@ -144,13 +144,13 @@ class _Migration:
                     self._once(self.kwargs, rel, leaf)
             elif kind == "sandbox":
                 rel = leaf.rel[len("sandbox_fusion."):] if leaf.ns == "reward_model" else leaf.rel
-                if rel in _SANDBOX_KEYS:
-                    self.put(f"reward.sandbox.{_SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
+                if rel in SANDBOX_KEYS:
+                    self.put(f"reward.sandbox.{SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
                 else:  # verl's sandbox_fusion has these three keys only
                     self.report.add_unknown(leaf.key, leaf.value)
         self._finish()
 
-    def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: _Leaf) -> None:
+    def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: Leaf) -> None:
         if rel in table:
             other_value, other = table[rel]
             if leaf.value is None or other_value is None:  # an unset key (verl's default null) leaves the set one
@@ -363,8 +363,8 @@ def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
         :mod:`rewardhub.config.verl_trainer`).
     :raises UsageError: when a legacy key and a new key (or two legacy spellings) set different values.
     """
-    cfg = _plain(config)
-    leaves = _legacy_leaves(cfg)
+    cfg = plain_dict(config)
+    leaves = legacy_leaves(cfg)
     if not leaves:
         return cfg, MigrationReport()
     m = _Migration(cfg)

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..execution import ERROR
 from ..execution import Outcome
 from ..execution import ScoreResult
 from ..execution import aggregate
 from ..execution import apply_on_failure_to_outcomes
 from ..execution import check_aggregation
-from ..execution._outcome import ERROR
 from ._chunks import WorkerTerm
 from ._chunks import check_sample
 from ._chunks import make_chunks
@@ -191,7 +191,7 @@ class RewardWorkerPool:
         """Collect a (re)started worker's hello(); a worker without problems becomes alive."""
         ref, slot.starting = slot.starting, None
         try:
-            info = self._ray.get(ref)
+            info: dict[str, Any] = self._ray.get(ref)
         except actor_errors() as exc:
             return {"pool": self.pool, "index": slot.index,
                     "problems": [{"kind": "error", "detail": f"died while starting: {short_error(exc)}"}]}

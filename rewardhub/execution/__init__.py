@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from ._calls import group_key
+from ._columns import Column
+from ._columns import column_metrics
+from ._columns import stats
+from ._local import interrupts_told_apart
+from ._outcome import ERROR
+from ._outcome import NOT_APPLICABLE
+from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._process import ProcessPool
 from ._results import AGGREGATIONS
@@ -24,6 +31,10 @@ from .runner import Runner
 
 __all__ = [
     "AGGREGATIONS",
+    "ERROR",
+    "NOT_APPLICABLE",
+    "TIMEOUT",
+    "Column",
     "ExecutorFactory",
     "Outcome",
     "ProcessPool",
@@ -35,11 +46,14 @@ __all__ = [
     "apply_on_failure",
     "apply_on_failure_to_outcomes",
     "check_aggregation",
+    "column_metrics",
     "combine",
     "config_value",
     "group_key",
+    "interrupts_told_apart",
     "plain",
     "resolve_term",
     "resolve_terms",
     "sandbox_settings",
+    "stats",
 ]

@@ -67,7 +67,10 @@ def fast_eligible(inv: Invoker) -> bool:
 def _plan(inv: Invoker, kwargs: Mapping[str, Any]) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """(keyword, sample field) pairs read from each sample, and the constant keywords."""
     mapping = _VERL if inv.adapter == "verl" else {f: f for f in FIELDS}
-    accepts = (lambda k: True) if inv.var_kw else (lambda k: k in inv.names)
+
+    def accepts(keyword: str) -> bool:
+        return inv.var_kw or keyword in inv.names
+
     pairs = [(kw, field) for kw, field in mapping.items() if accepts(kw) and kw not in kwargs]
     return pairs, {k: v for k, v in kwargs.items() if accepts(k)}
 

@@ -334,9 +334,9 @@ class Worker:
         (the kernel takes ~10 ms to tear a forked worker down, which the pool need not wait for)."""
         pid = self.proc.pid
         if pid is not None:
-            for sig_target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            for send in (os.killpg, os.kill):  # its group, and itself (if it has no group of its own yet)
                 try:
-                    sig_target()
+                    send(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
         self.conn.close()

@@ -3,7 +3,7 @@
 - :mod:`._batcher`: requests from many clients pooled into Runner calls, split back per request;
 - :mod:`._protocols`: the request and answer formats (the ``score`` row format, OpenRLHF's ``/get_reward``);
 - :mod:`._metrics`: per-reward counters and latencies, as Prometheus text;
-- :mod:`._app`: the aiohttp application (routes, bearer token, limits) and its start and drain;
+- :mod:`.app`: the aiohttp application (routes, bearer token, limits) and its start and drain;
 - :mod:`.client`: a small HTTP client (standard library only) for the server's own API.
 
 Importing this package imports nothing heavy; aiohttp is imported when a server is built.

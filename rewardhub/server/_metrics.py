@@ -61,9 +61,9 @@ class ServerMetrics:
 
     def batch(self, rows: int, columns: Mapping[str, Any]) -> None:
         """A scored batch: ``columns`` are the Runner's per-term columns (status, latency per sample)."""
-        from ..execution._outcome import ERROR
-        from ..execution._outcome import NOT_APPLICABLE
-        from ..execution._outcome import TIMEOUT
+        from ..execution import ERROR
+        from ..execution import NOT_APPLICABLE
+        from ..execution import TIMEOUT
 
         self.batches += 1
         self.batch_rows += rows

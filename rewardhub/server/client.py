@@ -38,11 +38,11 @@ class RemoteResult:
     score is None, which the trainer reads as NaN, as it reads the core's ``on_failure: nan``."""
 
     def __init__(self, rows: list[dict[str, Any]], terms: Sequence[str]) -> None:
-        from ..execution._columns import Column
-        from ..execution._columns import column_metrics
-        from ..execution._columns import stats
-        from ..execution._outcome import ERROR
-        from ..execution._outcome import TIMEOUT
+        from ..execution import ERROR
+        from ..execution import TIMEOUT
+        from ..execution import Column
+        from ..execution import column_metrics
+        from ..execution import stats
 
         self.scores: list[float | None] = [r.get("score") for r in rows]
         self.rewards: list[dict[str, float | None]] = [dict(r.get("rewards") or {}) for r in rows]

@@ -144,16 +144,23 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp
         victim = pool.workers_info()[0]["pid"]
         n = 36
         samples = [{"response": "x" * i, "extra_info": {"i": i, "sleep": 0.1}} for i in range(n)]
-        killer = threading.Timer(0.7, os.kill, (victim, signal.SIGKILL))
+        scored = threading.Event()
+        mid_batch: list[bool] = []  # whether the batch was still being scored when the kill came
+
+        def kill() -> None:
+            mid_batch.append(not scored.is_set())
+            os.kill(victim, signal.SIGKILL)
+
+        killer = threading.Timer(0.7, kill)  # the batch takes >= 36 x 0.1 s / 2 workers
         killer.start()
-        t0 = time.monotonic()
         res = pool.score(samples)
+        scored.set()
         killer.join()
         after = pool.workers_info()
         # the replacement takes work (within the batch when it starts in time; on a loaded host the
         # survivor may finish that batch alone, so the next batch is where it is checked for sure)
         more = pool.score([{"response": "y" * i, "extra_info": {"i": i, "sleep": 0.05}} for i in range(12)])
-    assert time.monotonic() - t0 > 0.7  # the kill happened mid-batch
+    assert mid_batch == [True]  # the kill happened mid-batch
     assert res.scores == [float(i) for i in range(n)]
     assert [e["probe"]["i"] for e in res.extra] == list(range(n)) and not any(res.errors)
     assert pool.restarts == 1 and after[0]["restarts"] == 1 and after[0]["pid"] != victim and after[0]["alive"]

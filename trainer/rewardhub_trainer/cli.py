@@ -64,8 +64,7 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     from .loop import start_ray
 
     # absolute: the actors (the learner writes checkpoints) may run in another working directory
-    # (Any: evaluate.py reads the val_callbacks set below, which Run does not declare)
-    run_: Any = Run(prep, output, resume=resume, callbacks=tuple(callbacks), overwrite=overwrite)
+    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite)
     bar = None
     if progress:
         from tqdm import tqdm

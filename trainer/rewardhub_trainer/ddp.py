@@ -173,13 +173,14 @@ def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIV
 
     from .faults import cause
 
-    result: dict[str, Any] = {}
+    outs: list[T] = []  #: rank 0's result, once its part returned
+    failures: list[BaseException] = []  #: or what it raised
 
     def run() -> None:
         try:
-            result["out"] = own()
+            outs.append(own())
         except BaseException as exc:  # noqa: BLE001 - raised below, unless a rank's death caused it
-            result["error"] = exc
+            failures.append(exc)
 
     thread = threading.Thread(target=run, name="learner-rank-0", daemon=True)
     thread.start()
@@ -206,6 +207,6 @@ def lead(own: Callable[[], T], refs: Sequence[Any], timeout_s: float = COLLECTIV
                 _restart(f"learner rank {rank_of[pending[0]]} did not finish within {timeout_s:g}s of rank 0")
     if errors:
         raise errors[0]
-    if "error" in result:
-        raise result["error"]
-    return result["out"]
+    if failures:
+        raise failures[0]
+    return outs[0]

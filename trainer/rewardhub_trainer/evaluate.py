@@ -27,6 +27,7 @@ from typing import Any
 
 from .actors import PromptBatch
 from .actors import Rollout
+from .config import TrainerConfig
 
 __all__ = ["Evaluator", "val_metrics"]
 
@@ -72,7 +73,7 @@ class Evaluator:
 
     def due(self, step: int) -> bool:
         """Whether a training step ``step`` is followed by an evaluation."""
-        t = self.run.t
+        t: TrainerConfig = self.run.t
         if self.dataset is None or t.test_freq == -1 or (self.history and self.history[-1]["step"] == step):
             return False
         return (t.test_freq > 0 and step % t.test_freq == 0) or step == t.total_steps
@@ -128,7 +129,7 @@ class Evaluator:
             if key != "step":
                 stats.tb.add_scalar(key, float(value), step)
         stats.tb.flush()
-        for cb in getattr(run, "val_callbacks", ()):  # trackers (loggers.py)
+        for cb in run.val_callbacks:  # trackers (loggers.py)
             cb(step, metrics, run)
         return metrics
 

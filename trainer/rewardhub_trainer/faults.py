@@ -266,7 +266,7 @@ class Rollouters:
         # (queued behind it on the actor) are checked as they come
         self.settle(i, before=number)
         try:
-            out = ray.get(ref)
+            out: Rollout | int = ray.get(ref)  # an int: the weights version it holds instead
         except ACTOR_ERRORS as exc:
             self.settle(i)  # the weights queued behind it died with it: a failed sync, seen first
             if epoch == self.pool.epochs[i]:

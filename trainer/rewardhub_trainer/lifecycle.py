@@ -45,7 +45,7 @@ class Lifecycle(RunState):
         t, res = self.t, self.cfg.resources
         if off_because(mode=t.mode, lend=t.lend_idle_cores, torch_threads=t.torch_threads, num_learners=t.num_learners,
                        engine=self.cfg.rollout.engine, gpus_asked=res.learner.num_gpus + res.rollouter.num_gpus,
-                       nodes=sum(1 for n in ray.nodes() if n.get("Alive"))):
+                       nodes=len([n for n in ray.nodes() if n.get("Alive")])):
             return None
         return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 

@@ -62,6 +62,6 @@ def reward_model(*, prompts: Sequence[Any], responses: Sequence[str], reward_mod
     """Score each response with a sequence-classification reward model (its logit, or P(label))."""
     cfg = settings(reward_model, model_path=model_path, batch_size=batch_size, max_length=max_length,
                    trust_remote_code=trust_remote_code)
-    rm = load_once(RewardModel, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
+    rm: RewardModel = load_once(RewardModel, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
     return rm.score(prompts, responses, batch_size=int(cfg.get("batch_size") or 8),
                     max_length=cfg.get("max_length"), template=template, label=label)

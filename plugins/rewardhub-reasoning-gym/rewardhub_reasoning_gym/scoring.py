@@ -26,12 +26,10 @@ def _scorer(dataset: str) -> Any:
 
 def extract(response: str) -> str:
     """The answer part of a response: ``<answer>`` tag, else last ``\\boxed{}``, else all of it."""
-    found = _ANSWER.findall(response or "")
-    if found:
-        return found[-1].strip()
-    boxed = _BOXED.findall(response or "")
-    if boxed:
-        return boxed[-1].strip()
+    for pattern in (_ANSWER, _BOXED):
+        found: list[str] = pattern.findall(response or "")  # one group each: the matched texts
+        if found:
+            return found[-1].strip()
     return (response or "").strip()
 
 
