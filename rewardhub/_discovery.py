@@ -212,7 +212,7 @@ def _cached_eps(cached: Any) -> list[list[Any]] | None:
     writes (``{"state": [...], "eps": [[group, name, value, dist|null, version|null], ...]}``)."""
     if not isinstance(cached, dict) or not isinstance(cached.get("state"), list) or not isinstance(cached.get("eps"), list):
         return None
-    eps = cached["eps"]
+    eps: list[list[Any]] = cached["eps"]
     for ep in eps:
         if not (isinstance(ep, list) and len(ep) == 5 and all(isinstance(x, str) for x in ep[:3])
                 and all(x is None or isinstance(x, str) for x in ep[3:])):

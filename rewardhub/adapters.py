@@ -156,7 +156,8 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
         res = lazy.get().score([sample])
         errors = res.errors[0]
         score = 0.0 if res.scores[0] is None else float(res.scores[0])
-        extra = dict(next(iter(res.extra[0].values()), None) or {})
+        first: Mapping[str, Any] | None = next(iter(res.extra[0].values()), None)
+        extra = dict(first or {})
         lazy.extra_keys.update(dict.fromkeys(extra))
         out: dict[str, Any] = {"score": score, "acc": None if errors else score}
         out.update({k: extra.get(k) for k in lazy.extra_keys})

@@ -49,4 +49,5 @@ def in_lasting_thread(fn: Callable[[], T]) -> T:
     ready.wait()
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    value: T = box["value"]
+    return value
