@@ -28,7 +28,7 @@ from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
 
-__all__ = ["RESULT_KEYS", "ScoredRows", "check_outputs", "check_result_fields", "output_row", "read_input",
+__all__ = ["RESULT_KEYS", "ScoredRows", "check_outputs", "check_result_fields", "nulls_for_non_finite", "output_row", "read_input",
            "rewards_print_to_stderr", "stop_on_signals", "stop_on_sigterm", "write_summary"]
 
 if TYPE_CHECKING:
@@ -317,15 +317,15 @@ stop_on_sigterm = stop_on_signals
 
 # ---- after the run -----------------------------------------------------------------------------
 
-def _finite(value: Any) -> Any:
+def nulls_for_non_finite(value: Any) -> Any:
     """``value`` with every NaN or infinite float made null (JSON has no NaN; a run where every row
     failed has no mean)."""
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else None
     if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: nulls_for_non_finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [nulls_for_non_finite(v) for v in value]
     return value
 
 
@@ -335,7 +335,7 @@ def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) ->
     tmp = path if _is_special(path) else os.path.join(folder, f".{base}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(_finite(summary), f, indent=2, sort_keys=True, allow_nan=False)
+            json.dump(nulls_for_non_finite(summary), f, indent=2, sort_keys=True, allow_nan=False)
         if tmp != path:
             os.replace(tmp, path)
     except OSError as exc:

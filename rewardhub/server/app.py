@@ -28,7 +28,7 @@ from ._protocols import openrlhf_answer
 from ._protocols import openrlhf_rows
 from ._protocols import own_rows
 
-__all__ = ["ServeOptions", "build_app", "serve_forever"]
+__all__ = ["MAX_CALLS", "ServeOptions", "build_app", "serve_forever"]
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,9 @@ def json_text(data: Any) -> str:
     try:
         return json.dumps(data, default=str, allow_nan=False)
     except ValueError:  # rare: walk the answer only when it holds one
-        from .._commands._output import _finite
+        from .._commands._output import nulls_for_non_finite
 
-        return json.dumps(_finite(data), default=str, allow_nan=False)
+        return json.dumps(nulls_for_non_finite(data), default=str, allow_nan=False)
 
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
