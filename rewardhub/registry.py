@@ -31,7 +31,10 @@ from .errors import UnknownRewardError
 from .errors import UsageError
 from .types import RewardSpec
 
-__all__ = ["RewardRegistry", "build_registry", "get_registry", "core_version"]
+__all__ = ["RewardRegistry", "build_registry", "builds_in_process", "get_registry", "core_version"]
+
+#: how many registries :func:`build_registry` built in this process (see :func:`builds_in_process`)
+_builds = 0
 
 
 @functools.cache
@@ -325,6 +328,8 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
         and no environment variable is read); what :func:`rewardhub.testing.make_registry` uses.
     :param builtins: with ``plugins``, whether the built-in rewards are registered too.
     """
+    global _builds
+    _builds += 1
     plugins_cfg = _get(reward_cfg, "plugins")
     block = frozenset(_get(plugins_cfg, "block", ()) or ())
     pm, eps, load, autoload = _loaded_plugins(reward_cfg, autoload, plugins, builtins)
@@ -358,6 +363,12 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
             registry.term_spec(term)
     registry.plugins = pm.facts()
     return registry
+
+
+def builds_in_process() -> int:
+    """How many registries this process has built (each scans the entry points and calls every plugin's
+    hooks): a debug counter; a command's driver builds one, and passes it to what needs it."""
+    return _builds
 
 
 @functools.cache

@@ -78,6 +78,8 @@ class RewardWorkerPool:
     :param reference: the :class:`WorkerSetup` the driver made (:func:`prepare_setup`), when this pool
         is built in another process (the trainer's reward client, an actor on any node): the workers
         are checked against the driver's registry, not this process's.
+    :param registry: with ``reference``, the registry this process built already for a config whose terms
+        include these (the reward-model pool of a split): not built again.
     """
 
     def __init__(self, reward_cfg: Any, *, num_workers: int | None = None, pool: str | None = None,
@@ -86,10 +88,14 @@ class RewardWorkerPool:
                  runtime_env: Mapping[str, Any] | None = None, ship_files: bool = True, strict: bool = False,
                  max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
                  max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True,
-                 reference: WorkerSetup | None = None) -> None:
+                 reference: WorkerSetup | None = None, registry: Any = None) -> None:
         # with the driver's setup as reference, reward_cfg is the section the driver validated already
         self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict,
-                                             reference=reference, validated=reference is not None)
+                                             reference=reference, validated=reference is not None,
+                                             registry=registry if reference is not None else None)
+        # with the driver's values from reference, this registry only resolves names: the split's parts
+        # reuse it (without reference, each part's fingerprint is its own registry's)
+        shared = registry if reference is not None else None
         #: the reward-model pool, when this one scores other terms too
         self.sub: RewardWorkerPool | None = None
         positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms
@@ -103,13 +109,13 @@ class RewardWorkerPool:
                     rm_cfg,
                     runtime_env=runtime_env, ship_files=ship_files, strict=strict, max_restarts=max_restarts,
                     max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
-                    split_models=False, reference=reference)
+                    split_models=False, reference=reference, registry=shared)
                 positions = [i for i in positions if i not in rm_idx]
                 self.setup, _ = prepare_setup({**cfg, "rewards": rest}, pool=pool, ship_files=ship_files,
-                                              strict=strict, reference=reference)
+                                              strict=strict, reference=reference, registry=shared)
             else:  # only reward-model terms: this is their pool
                 self.setup, _ = prepare_setup({**cfg, "workers": rm_workers}, ship_files=ship_files, strict=strict,
-                                              reference=reference)
+                                              reference=reference, registry=shared)
                 num_workers, num_cpus, num_gpus = opts["num_workers"], opts["num_cpus"], opts["num_gpus"]
         w = self.setup.reward_cfg.get("workers") or {}
         self.pool = self.setup.pool

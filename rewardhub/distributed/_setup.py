@@ -150,7 +150,7 @@ def check_driver_only(name: str) -> None:
 
 def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool = True,
                   strict: bool = False, reference: WorkerSetup | None = None,
-                  validated: bool = False) -> tuple[WorkerSetup, Any]:
+                  validated: bool = False, registry: Any = None) -> tuple[WorkerSetup, Any]:
     """Resolve every term's spec in the driver and build the :class:`WorkerSetup` (no reward is imported).
 
     :param reference: the setup the driver itself made, when this runs in another process (e.g. the
@@ -161,6 +161,8 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
     :param validated: ``reward_cfg`` is a section :func:`~rewardhub.config.schema.validate_reward`
         returned already (a :class:`~rewardhub.config.ConfigPlan`'s, or a setup's ``reward_cfg``): it is
         not checked again, only copied to plain data.
+    :param registry: the registry this process built from ``reward_cfg`` already (or from a config that
+        ``reward_cfg``'s terms are part of, with ``reference``): used as it is, not built again.
     :returns: the setup and this process's registry.
     :raises UsageError: a term names an unknown reward (a ``__main__``-only reward is explained).
     """
@@ -179,7 +181,8 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
             raise DriverOnlyRewardError(
                 "reward term module '__main__' names the driver's own script; workers cannot import it\n"
                 "use path: <the script's file> instead", reward=str(term.get("alias")), module="__main__")
-    registry = build_registry(cfg)
+    if registry is None:
+        registry = build_registry(cfg)
     for term in cfg.get("rewards") or ():
         if _is_name_term(term) and term.get("name") and not registry.has_reward(str(term["name"])):
             check_driver_only(str(term["name"]))

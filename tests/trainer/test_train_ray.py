@@ -60,6 +60,8 @@ def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_pat
     _check_fingerprints(summary)
     pools = sorted(w.get("pool") for w in summary["workers"] if w["role"] == "reward_worker")
     assert pools == ["reward", "reward_model"]
+    # the client split its pool in two from the one registry it built (not one per part)
+    assert [w["registry_builds"] for w in summary["workers"] if w["role"] == "reward_client"] == [1]
     for r in _rows(out):
         assert r["rewards/reward_model/count"] == 8 and r["rewards/reward_model/errors"] == 0
         assert "rewards/regex_match/mean" in r

@@ -36,6 +36,9 @@ class Prepared:
     reward_setup: Any = None
     #: where the config took a value from the environment (:func:`rewardhub_trainer.runfolder.env_paths`)
     env_paths: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    #: the driver's provenance of each reward the config uses (:func:`rewardhub_trainer.rewards.used_rewards`),
+    #: from the one registry the driver built; ``None`` with ``reward.remote`` (the server's, asked at the end)
+    rewards: list[dict[str, Any]] | None = None
 
     def public_config(self) -> dict[str, Any]:
         """The config as the run writes it: each value from an environment interpolation unresolved."""
@@ -44,18 +47,17 @@ class Prepared:
         return public_config(self.cfg.to_dict(), self.env_paths)
 
 
-def _needs_answer(reward_cfg: Mapping[str, Any]) -> list[str]:
-    """The reward terms that take a ground truth."""
+def _needs_answer(reward_cfg: Mapping[str, Any], registry: Any) -> list[str]:
+    """The reward terms that take a ground truth (``registry``: the driver's, from :func:`validate_rewards`)."""
     from omegaconf import OmegaConf
 
     from rewardhub.datasets import terms_needing
     from rewardhub.execution import Runner
-    from rewardhub.registry import build_registry
 
     if reward_cfg.get("remote"):  # the server's terms: rows without an answer get its error, per term
         return []
     node = OmegaConf.create(dict(reward_cfg))
-    with Runner.from_config(node, build_registry(node)) as runner:
+    with Runner.from_config(node, registry) as runner:
         return terms_needing(runner)
 
 
@@ -72,6 +74,7 @@ def prepare(raw: Any) -> Prepared:
     from .engine import check_engine
     from .models import load_tokenizer
     from .models import materialize
+    from .rewards import used_rewards
     from .rewards import validate_rewards
     from .runfolder import env_paths
 
@@ -79,10 +82,11 @@ def prepare(raw: Any) -> Prepared:
     cfg = parse_config(raw.config if validated else raw)
     secrets = env_paths(raw.config if validated else raw)
     check_engine(cfg.rollout.engine)
-    reward, reward_setup = validate_rewards(cfg.reward, validated=validated,
-                                            default_timeout_s=cfg.trainer.reward_timeout_s)
+    reward, reward_setup, registry = validate_rewards(cfg.reward, validated=validated,
+                                                      default_timeout_s=cfg.trainer.reward_timeout_s)
     cfg = dataclasses.replace(cfg, reward=reward)
-    needs = _needs_answer(reward) if (cfg.data.train_files or cfg.data.val_files) else []
+    needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
+    used = None if reward.get("remote") else used_rewards(reward, validated=True, registry=registry)
     dataset = load_dataset(cfg.data, needs)
     val = None
     if cfg.data.val_files:
@@ -98,5 +102,6 @@ def prepare(raw: Any) -> Prepared:
         steps = cfg.trainer.total_epochs * max(1, len(dataset) // cfg.rollout.prompts_per_step)
         cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
     return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=reward_setup.driver_fingerprint,
-                    val_dataset=val, data_report=report, reward_setup=reward_setup, env_paths=secrets)
+                    val_dataset=val, data_report=report, reward_setup=reward_setup, env_paths=secrets,
+                    rewards=used)
 

@@ -67,7 +67,10 @@ class RewardClient:
         """Where it runs; ``error`` when its reward workers could not start (the driver stops the run)."""
         if self.error is not None:
             return {"role": "reward_client", **where(), "error": self.error}
-        return {"role": "reward_client", **where(), "registry_fingerprint": self.fingerprint}
+        from rewardhub.registry import builds_in_process
+
+        return {"role": "reward_client", **where(), "registry_fingerprint": self.fingerprint,
+                "registry_builds": builds_in_process()}
 
     def workers(self) -> list[dict[str, Any]]:
         """The pool's reward workers: role, node, pid, registry_fingerprint (and more)."""

@@ -27,7 +27,7 @@ def _to_node(reward_cfg: Mapping[str, Any]) -> Any:
 
 
 def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False,
-                     default_timeout_s: float | None = None) -> tuple[dict[str, Any], Any]:
+                     default_timeout_s: float | None = None) -> tuple[dict[str, Any], Any, Any]:
     """Resolve every reward term in the driver, before Ray starts.
 
     :param default_timeout_s: the ``timeout_s`` of each term whose config and reward set none
@@ -39,7 +39,8 @@ def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False,
         environment folded in, so every process builds the same registry) and the driver's
         :class:`rewardhub.distributed.WorkerSetup` made here, in the driver: the reward workers are
         checked against its fingerprint items (each used reward must be the driver's), wherever
-        the reward client that starts them runs.
+        the reward client that starts them runs; and the registry built here, the driver's only one
+        (``None`` with ``reward.remote``): pass it on (:func:`used_rewards`), never build another.
     :raises UsageError: naming the term (``reward.rewards[i].name``) and the valid choices.
     """
     from rewardhub.distributed import prepare_setup
@@ -68,12 +69,12 @@ def validate_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False,
         runner.close()
         if default_timeout_s:
             reward_cfg = _with_timeouts(reward_cfg, [t.policy.timeout_s for t in runner.terms], default_timeout_s)
-        setup, _ = prepare_setup(reward_cfg, validated=validated)
+        setup, _ = prepare_setup(reward_cfg, validated=validated, registry=registry)
     except UsageError:
         raise
     except RewardhubError as exc:
         raise UsageError(f"reward: {exc}") from exc
-    return dict(setup.reward_cfg), setup
+    return dict(setup.reward_cfg), setup, registry
 
 
 def _with_timeouts(reward_cfg: Mapping[str, Any], timeouts: list[float | None], default: float) -> dict[str, Any]:
@@ -87,11 +88,13 @@ def _with_timeouts(reward_cfg: Mapping[str, Any], timeouts: list[float | None], 
     return {**reward_cfg, "rewards": terms}
 
 
-def used_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> list[dict[str, Any]]:
+def used_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False,
+                 registry: Any = None) -> list[dict[str, Any]]:
     """Provenance of each reward the config uses, in the driver: name, source, distribution and
     version, target, sha256 (a file reward) and ``identity`` (what the reward workers are checked against).
 
     :param validated: ``reward_cfg`` is the section :func:`validate_rewards` returned (not checked again).
+    :param registry: the driver's registry :func:`validate_rewards` built (else one is built here).
     """
     from rewardhub.distributed import prepare_setup
     from rewardhub.distributed import reward_facts
@@ -100,20 +103,21 @@ def used_rewards(reward_cfg: Mapping[str, Any], *, validated: bool = False) -> l
         from rewardhub.server.client import RemoteScorer
 
         return [{**r, "remote": reward_cfg["remote"]} for r in RemoteScorer(str(reward_cfg["remote"])).info()["rewards"]]
-    setup, registry = prepare_setup(reward_cfg, ship_files=False, validated=validated)
+    setup, registry = prepare_setup(reward_cfg, ship_files=False, validated=validated, registry=registry)
     return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
             for name in dict.fromkeys(setup.used)]
 
 
-def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]], *,
-               validated: bool = False) -> list[dict[str, Any]]:
-    """:func:`used_rewards`, each with the reward workers of the run (``workers``: the actors' infos)
-    and each worker's own values of the reward (from the registry it built).
+def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]], *, validated: bool = False,
+               used: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """:func:`used_rewards` (``used``, when the driver listed them already), each with the reward workers
+    of the run (``workers``: the actors' infos) and each worker's own values of the reward (from the
+    registry it built).
 
     A reward worker starts only when its identity of each used reward (dist==version, or the
     file's sha256) equals the driver's.
     """
-    used = used_rewards(reward_cfg, validated=validated)
+    used = [dict(r) for r in used] if used is not None else used_rewards(reward_cfg, validated=validated)
     if reward_cfg.get("remote"):
         return used
     scorers = [w for w in workers if w["role"] == "reward_worker"]
@@ -125,7 +129,7 @@ def provenance(reward_cfg: Mapping[str, Any], workers: list[dict[str, Any]], *,
     return used
 
 
-def _validate_remote(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+def _validate_remote(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any, None]:
     """``reward.remote``: the server answers (``GET /info``) before Ray starts; its terms are its own,
     so the ones listed here are not resolved (they need not be installed where the trainer runs)."""
     from rewardhub.distributed import prepare_setup
@@ -141,4 +145,4 @@ def _validate_remote(reward_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], Any
         raise UsageError(f"reward.remote: the server at {url} scores with no reward terms")
     section = {**dict(reward_cfg), "remote": url}
     setup, _ = prepare_setup({**section, "rewards": []})
-    return section, setup
+    return section, setup, None
