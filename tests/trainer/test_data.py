@@ -283,7 +283,8 @@ def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
     native = [k for k in keys if k not in moved and k not in dropped]
     # every key is mapped, ignored with a reason, or one the trainer has under the same name
     assert native == ["data.train_files", "data.val_files", "data.max_prompt_length", "data.filter_overlong_prompts",
-                      "data.truncation", "trainer.test_freq", "trainer.val_before_train", "trainer.default_local_dir"]
+                      "data.truncation", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+                      "trainer.test_freq", "trainer.val_before_train", "trainer.default_local_dir"]
     assert all(dropped.values())
     assert moved["actor_rollout_ref.model.path"] == "model.path" and moved["data.train_batch_size"] == \
         "rollout.prompts_per_step"
