@@ -146,6 +146,7 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
     ``compute_score = to_verl("math_verify")``.
     """
     t = _term(reward, term)
+    t.setdefault("on_failure", "zero")  # verl cannot leave a sample out; NaN would poison its group
     lazy = _LazyRunner(t, registry)
 
     def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,

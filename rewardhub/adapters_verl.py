@@ -33,8 +33,9 @@ reward's own ``acc``; None for a failed sample), each term's value under its nam
 metrics (under their own keys for one term, ``term/key`` for several), ``rewardhub_failed`` (1.0
 where a reward call failed or the sample had no ground truth that a reward needs, else 0.0: its
 mean is verl's failure-rate metric) and ``rewardhub_error`` (the error text, "" if none). A failed
-sample's ``reward_score`` is what the term's ``on_failure`` says: ``zero`` 0.0, ``nan`` NaN,
-``raise`` an error for the whole call, ``drop`` 0.0 (verl cannot leave a sample out here).
+sample's ``reward_score`` is what the term's ``on_failure`` says: ``zero`` 0.0 (the default here, unlike
+rewardhub's own NaN: verl cannot leave a sample out, and NaN would poison its group), ``nan`` NaN,
+``raise`` an error for the whole call, ``drop`` 0.0.
 
 Importing this module without verl installed defines the plain helpers only.
 """
@@ -111,7 +112,7 @@ def reward_section(verl_config: Any) -> dict[str, Any]:
             raise UsageError(f"reward.custom_reward_function.path={fn!r} and reward.reward_manager.module.path="
                              f"{module!r} both name the rewards\nkeep one: put the function in the YAML as a term "
                              f"({{path: {fn}, function: ...}}), or drop the module.path")
-        return dict(_plain(load_config(str(module)).reward))
+        return _zero_on_failure(dict(_plain(load_config(str(module)).reward)))
     with warnings.catch_warnings():  # a launch script's legacy keys are expected here
         warnings.simplefilter("ignore")
         migrated, _ = migrate(cfg)
@@ -124,7 +125,17 @@ def reward_section(verl_config: Any) -> dict[str, Any]:
             term["kwargs"] = {"sandbox_fusion_url": sandbox["url"],
                               "memory_limit_mb": sandbox.get("memory_limit_mb") or 1024}
         section["rewards"] = [term]
-    return {k: v for k, v in section.items() if k in ("rewards", "aggregation", "sandbox", "plugins")}
+    return _zero_on_failure({k: v for k, v in section.items() if k in ("rewards", "aggregation", "sandbox", "plugins")})
+
+
+def _zero_on_failure(section: dict[str, Any]) -> dict[str, Any]:
+    """verl cannot leave a sample out of its batch, and a NaN reward would poison its group's advantages:
+    a term that names no ``on_failure`` of its own scores a failed call 0.0 here (flagged in
+    ``rewardhub_failed``), where rewardhub's own default is NaN."""
+    terms = section.get("rewards")
+    if isinstance(terms, list):
+        section["rewards"] = [{"on_failure": "zero", **t} if isinstance(t, Mapping) else t for t in terms]
+    return section
 
 
 #: what a sample without a ground truth gets from the rewards that need one (as ``rewardhub score`` says)
