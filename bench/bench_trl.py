@@ -112,6 +112,8 @@ def ours_rate(steps: int, mode: str, extra: list[str] | None = None) -> tuple[fl
             "trainer.kl_coef=0.0", "trainer.micro_batch_size=8", f"rollout.prompts_per_step={PROMPTS}",
             f"rollout.n={N}", f"rollout.max_new_tokens={NEW_TOKENS}", "rollout.temperature=1.0",
             "rollout.dtype=float32", "model.dtype=float32",
+            # the demo's line-break stop and held-out evaluation are not TRL's settings: off here
+            "rollout.stop=null", "trainer.val_before_train=false", "data.val_files=null",
             # TRL's learning rate (GRPOConfig's default) and its linear decay over the run: a larger
             # one changes the policy faster, and with it the completions' lengths (tokens/s)
             "trainer.lr=1e-6", "trainer.lr_schedule=linear", *(extra or [])], output=out)
