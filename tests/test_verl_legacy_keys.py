@@ -33,7 +33,8 @@ def _with(**legacy):
 def test_the_legacy_function_wins_over_verls_default_null_path():
     cfg = _with(custom_reward_function__path="my_reward.py", custom_reward_function__name="my_fn",
                 reward_model__reward_manager="rewardhub")
-    assert reward_section(cfg)["rewards"] == [{"path": "my_reward.py", "function": "my_fn"}]
+    # on_failure "zero": the verl adapter's default, as verl cannot leave a failed sample out
+    assert reward_section(cfg)["rewards"] == [{"on_failure": "zero", "path": "my_reward.py", "function": "my_fn"}]
 
 
 def test_without_any_function_verls_default_scorer_is_the_term():
