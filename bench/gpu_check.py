@@ -64,7 +64,7 @@ def _gpu_count() -> int:
 class _GpuMemory:
     """Peak memory used on the GPUs while the block runs, from nvidia-smi (None without it)."""
 
-    def __enter__(self) -> "_GpuMemory":
+    def __enter__(self) -> _GpuMemory:
         import shutil
         import threading
 

@@ -66,7 +66,7 @@ def probe_ray_address(address: str, flag: str = "--address") -> None:
         why = f"the host {host!r} is not known ({exc.strerror})"
     except ConnectionRefusedError:
         why = f"nothing listens on port {port} of {host} (connection refused)"
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         why = f"no answer from {host}:{port} within {PROBE_S:g} s (the host is down, or a firewall drops it)"
     except OSError as exc:
         why = f"cannot reach {host}:{port} ({exc.strerror or exc})"

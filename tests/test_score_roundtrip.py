@@ -103,7 +103,7 @@ def test_parquet_input_of_every_type_comes_out_unchanged(tmp_path, cfg, capsys):
         "u64": pa.array([2 ** 64 - 1 - i for i in range(n)], pa.uint64()),
         "f32": pa.array([0.5] * n, pa.float32()),
         "when": pa.array([datetime.datetime(2024, 1, i + 1, 12, 30) for i in range(n)], pa.timestamp("ms")),
-        "when_tz": pa.array([datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)] * n, pa.timestamp("us", "UTC")),
+        "when_tz": pa.array([datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)] * n, pa.timestamp("us", "UTC")),
         "day": pa.array([datetime.date(2020, 2, 29)] * n, pa.date32()),
         "raw": pa.array([bytes([i, 0, 255]) for i in range(n)], pa.binary()),
         "money": pa.array([decimal.Decimal("1.25")] * n, pa.decimal128(10, 2)),

@@ -143,7 +143,8 @@ def _split_optional(typ: Any) -> tuple[Any, bool]:
     if typing.get_origin(typ) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(typ) if a is not type(None)]
         if len(args) < len(typing.get_args(typ)):
-            return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), True
+            # a union built at run time from a tuple of members: no `X | Y` spelling for that
+            return (args[0] if len(args) == 1 else typing.Union[tuple(args)]), True  # noqa: UP007
     return typ, False
 
 
@@ -211,7 +212,7 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
     origin = typing.get_origin(base)
     if isinstance(base, type) and dataclasses.is_dataclass(base):
         return None if v is None and optional else check_section(v, base, sub, rules, subpat)
-    if origin in (dict, Mapping, typing.Dict):
+    if origin in (dict, Mapping, dict):
         if v is None:
             return None if optional else {}
         if not isinstance(v, Mapping):
@@ -223,7 +224,7 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
         for kk, vv in out.items():  # a mapping's values: its rule under "key.*" (numbers: finite at least)
             _apply(rules.get(f"{subpat}.*"), f"{sub}.{kk}", vv)
         return out
-    if origin in (list, typing.List):
+    if origin in (list, list):
         if v is None:
             return None if optional else []
         if isinstance(v, str):

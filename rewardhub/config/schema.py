@@ -10,9 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
-from typing import Dict
-from typing import List
-from typing import Optional
 
 from ..errors import UsageError
 from .fields import Rule
@@ -35,45 +32,45 @@ __all__ = [
     "validate_reward",
 ]
 
-# OmegaConf reads these annotations at run time: keep typing's spellings (no PEP 604 unions).
+# OmegaConf reads these annotations at run time: `X | None` and `list[str]` need omegaconf >= 2.3.
 
 
 @dataclass
 class TermConfig:
     """One reward term: a registry ``name``, or a ``function`` in a file ``path`` / ``module``."""
 
-    name: Optional[str] = None
-    path: Optional[str] = None
-    module: Optional[str] = None
-    function: Optional[str] = None
+    name: str | None = None
+    path: str | None = None
+    module: str | None = None
+    function: str | None = None
     #: the term's output name (default: name, else function, else file stem)
-    alias: Optional[str] = None
+    alias: str | None = None
     weight: float = 1.0
-    kwargs: Dict[str, Any] = field(default_factory=dict)
-    timeout_s: Optional[float] = None
-    executor: Optional[str] = None
-    max_concurrency: Optional[int] = None
-    retries: Optional[int] = None
-    on_failure: Optional[str] = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float | None = None
+    executor: str | None = None
+    max_concurrency: int | None = None
+    retries: int | None = None
+    on_failure: str | None = None
     #: the reward has no side effects and is deterministic (see ExecutionPolicy.pure)
-    pure: Optional[bool] = None
+    pure: bool | None = None
     #: a process-pool worker's memory limit while it runs this reward
-    memory_limit_mb: Optional[int] = None
+    memory_limit_mb: int | None = None
     #: routing by the sample's data_source (empty: the reward's own default)
-    data_sources: List[str] = field(default_factory=list)
+    data_sources: list[str] = field(default_factory=list)
     #: routing by a tag in the sample's extra_info["tags"]
-    tags: List[str] = field(default_factory=list)
-    kind: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+    kind: str | None = None
     adapter: str = "auto"
 
 
 @dataclass
 class PluginsConfig:
     autoload: bool = True
-    load: List[str] = field(default_factory=list)
-    block: List[str] = field(default_factory=list)
+    load: list[str] = field(default_factory=list)
+    block: list[str] = field(default_factory=list)
     #: reward name -> the plugin or distribution that provides it, where two installed sources register it
-    prefer: Dict[str, str] = field(default_factory=dict)
+    prefer: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,39 +78,39 @@ class WorkersConfig:
     #: 0 = score in-process, no Ray
     num_workers: int = 0
     pool: str = "reward"
-    resources: Dict[str, float] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     dispatch: str = "least_loaded"
-    address: Optional[str] = None
+    address: str | None = None
 
 
 @dataclass
 class RewardModelConfig:
     enable: bool = False
-    model_path: Optional[str] = None
+    model_path: str | None = None
     trust_remote_code: bool = False
     #: a module imported before the model loads (verl's ``reward_model.model.external_lib``: it
     #: registers a custom architecture with transformers)
-    external_lib: Optional[str] = None
+    external_lib: str | None = None
     kind: str = "discriminative"
-    engine: Optional[str] = None
+    engine: str | None = None
     pool: str = "reward_model"
     num_workers: int = 1
     n_gpus_per_node: int = 0
     nnodes: int = 1
-    batch_size: Optional[int] = None
-    max_length: Optional[int] = None
+    batch_size: int | None = None
+    max_length: int | None = None
     #: inference-engine settings, kept as given (verl's ``reward_model.rollout.*``)
-    rollout: Dict[str, Any] = field(default_factory=dict)
+    rollout: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class SandboxConfig:
-    url: Optional[str] = None
+    url: str | None = None
     max_concurrent: int = 8
     memory_limit_mb: int = 1024
-    timeout_s: Optional[float] = None
+    timeout_s: float | None = None
     language: str = "python"
 
 
@@ -121,7 +118,7 @@ class SandboxConfig:
 class RewardConfig:
     """The ``reward:`` section of a config."""
 
-    rewards: List[TermConfig] = field(default_factory=list)
+    rewards: list[TermConfig] = field(default_factory=list)
     aggregation: str = "weighted_sum"
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -129,10 +126,10 @@ class RewardConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     #: the verl reward manager a migrated config named; its behaviour is already in the terms'
     #: policies, and ``rewardhub check`` says which manager it was
-    manager: Optional[str] = None
+    manager: str | None = None
     #: a `rewardhub serve` URL: the trainer scores there (its terms are the server's config's; the ones
     #: listed here are not resolved where the trainer runs)
-    remote: Optional[str] = None
+    remote: str | None = None
 
 
 #: key path (``*`` for a list item) -> allowed values

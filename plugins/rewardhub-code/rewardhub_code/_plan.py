@@ -26,14 +26,14 @@ __all__ = ["LAUNCH", "isolation_report", "plan"]
 LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch.py")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cgroups_available() -> tuple[str, ...]:
     if os.geteuid() != 0:
         return ()
     return tuple(c for c in ("pids", "memory") if _cgroup.controller_usable(c))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bwrap_works(drop: bool) -> str | None:
     """Path of a working bubblewrap (probed once), or ``None``."""
     bwrap = shutil.which("bwrap", path=PATH)
@@ -75,7 +75,7 @@ def _launcher_runs(runtime: bool) -> bool:
         shutil.rmtree(work, ignore_errors=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _native_support() -> str | None:
     """What the launcher's own namespaces give here (probed once): ``"runtime_only"`` (a root of
     the runtime only, as under bubblewrap), ``"namespaces"`` (the host's tree, hidden paths

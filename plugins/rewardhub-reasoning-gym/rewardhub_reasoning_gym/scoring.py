@@ -12,7 +12,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scorer(dataset: str) -> Any:
     import reasoning_gym
 
