@@ -1,4 +1,5 @@
-"""`rewardhub list --json` wall time as a ratio of `python -c pass` (goal <= 3x, issue 20), and registry.get().
+"""`rewardhub list --json` wall time as a ratio of `python -c pass` (goal <= 3x, issue 20), and
+registry.get().
 
 Also the CPU time (user + system) ratio: on a loaded host wall times mostly measure the wait for a core.
 """

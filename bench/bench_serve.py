@@ -1,4 +1,5 @@
-"""Rows/s through `rewardhub serve` vs `rewardhub score` on the same 3,000 math samples (goal: >= 0.8x at batches of 64).
+"""Rows/s through `rewardhub serve` vs `rewardhub score` on the same 3,000 math samples (goal: >= 0.8x at
+batches of 64).
 
 Both score with examples/score.yaml (math_verify on the process executor, plus a regex term).
 ``rewardhub score``: its own figure, the "N samples scored in X s" it prints (the Runner's pool

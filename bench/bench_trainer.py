@@ -7,8 +7,9 @@ Cases: ``tiny`` (examples/tiny.yaml), ``demo`` (examples/arithmetic.yaml, SmolLM
 the tiny config whose reward asks a local HTTP judge on 127.0.0.1 that takes 200 ms per call
 (started here); ``io2`` is ``io`` with ``trainer.score_concurrency=2`` (two batches scored at once,
 staleness_limit 2), settings that only fully_async reads. Each run's throughput is measured from the
-first step to the last (actor start-up excluded); modes alternate, the median of ``--repeats`` is kept. Goals: fully_async >= 2x sync on tiny and demo (issue 20), >= 1.5x with the I/O-bound reward.
-Prints one line per case with both throughputs, the ratio, and the rollouter and learner idle ratios.
+first step to the last (actor start-up excluded); modes alternate, the median of ``--repeats`` is kept. Goals:
+fully_async >= 2x sync on tiny and demo (issue 20), >= 1.5x with the I/O-bound reward. Prints one line per
+case with both throughputs, the ratio, and the rollouter and learner idle ratios.
 
 A bound on the ratio, whatever the hardware: batches are trained in order, one per step, and with
 ``staleness_limit: 1`` (both example configs) batch b must be generated with weights no older than
@@ -100,7 +101,8 @@ def case_overrides(case: str, workdir: Path, judge_url: str | None) -> tuple[Pat
 
 
 def run_case(case: str, steps: int, workdir: Path, judge_url: str | None, repeats: int) -> dict[str, dict]:
-    """Both modes, alternating (sync, fully_async, sync, ...) after a short warm-up; the median run of each."""
+    """Both modes, alternating (sync, fully_async, sync, ...) after a short warm-up; the median run of
+    each."""
     from rewardhub_trainer.cli import train
 
     config, overrides = case_overrides(case, workdir, judge_url)

@@ -1,14 +1,15 @@
-"""TRL's GRPOTrainer vs rewardhub-trainer on SmolLM2-135M-Instruct: completions and generated tokens per second.
+"""TRL's GRPOTrainer vs rewardhub-trainer on SmolLM2-135M-Instruct: completions and generated tokens per
+second.
 
     python bench/bench_trl.py --steps 3
 
 Equal settings: 8 prompts x 4 completions per step, at most 64 new tokens, fp32 everywhere,
-temperature 1.0, no KL, one PPO epoch, learning rate 1e-6 decaying linearly (TRL's default), the same reasoning-gym arithmetic prompts rendered to the same
-text (examples/arithmetic.yaml's chat template, system prompt and instruction: TRL gets the text) and
-the same two rewards (TRL: a number match and the same format regex as plain functions; ours:
-math_verify + regex_match in reward workers). The first step of each is warm-up and not timed.
-Prints, for both, completions/s, generated tokens/s and the mean completion length, then both
-ratios (goal: ours >= 2x TRL in each).
+temperature 1.0, no KL, one PPO epoch, learning rate 1e-6 decaying linearly (TRL's default), the same
+reasoning-gym arithmetic prompts rendered to the same text (examples/arithmetic.yaml's chat template, system
+prompt and instruction: TRL gets the text) and the same two rewards (TRL: a number match and the same format
+regex as plain functions; ours: math_verify + regex_match in reward workers). The first step of each is
+warm-up and not timed. Prints, for both, completions/s, generated tokens/s and the mean completion length,
+then both ratios (goal: ours >= 2x TRL in each).
 
     python bench/bench_trl.py --skip-trl --against trainer.lend_idle_cores=never
 

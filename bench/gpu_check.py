@@ -1,4 +1,5 @@
-"""GPU check (issue 27 §1): every GPU-node guarantee of the trainer, then the demo with a CUDA learner and vLLM.
+"""GPU check (issue 27 §1): every GPU-node guarantee of the trainer, then the demo with a CUDA learner and
+vLLM.
 
     python bench/gpu_check.py [--steps 10] [--config examples/arithmetic.yaml] [KEY=VALUE ...]
 

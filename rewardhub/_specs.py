@@ -12,7 +12,8 @@ __all__ = ["matches_source", "source_key", "spec_for_reward_ep", "specs_from_hoo
 
 
 def source_key(spec: RewardSpec) -> str:
-    """What names a spec's source in ``reward.plugins.prefer`` / ``block``: its distribution, else its plugin."""
+    """What names a spec's source in ``reward.plugins.prefer`` / ``block``: its distribution, else its
+    plugin."""
     if spec.source == "builtin":
         return spec.plugin or "builtin"
     return spec.dist or spec.plugin or spec.target

@@ -310,7 +310,8 @@ def register() -> bool:
             try:
                 parts = [d for d, _ in pending]
                 loop = asyncio.get_running_loop()
-                # the decode too runs off the event loop (as naive's does), which meanwhile gathers the next group
+                # the decode too runs off the event loop (as naive's does), which meanwhile gathers the next
+                # group
                 scores, infos = await loop.run_in_executor(
                     None, lambda: self.scorer.score(self.scorer.samples_of(parts, self.tokenizer)))
             except BaseException as exc:  # noqa: BLE001 - every waiting call gets the failure

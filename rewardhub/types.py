@@ -28,10 +28,10 @@ class ExecutionPolicy:
 
     ``timeout_s`` ``None`` means no limit; ``max_concurrency`` ``None`` means the executor's default.
     ``pure``: the reward has no side effects and gives the same score for the same sample
-    (the contract check of ``rewardhub new``'s test compares two calls); off unless declared. ``memory_limit_mb``: how much
-    memory (the data segment: heap and private mappings) a process-pool worker may take while it
-    runs this reward, on top of what it started with (inherited from the scoring process it was
-    forked from); a call past it fails with ``MemoryError``.
+    (the contract check of ``rewardhub new``'s test compares two calls); off unless declared.
+    ``memory_limit_mb``: how much memory (the data segment: heap and private mappings) a process-pool worker
+    may take while it runs this reward, on top of what it started with (inherited from the scoring process it
+    was forked from); a call past it fails with ``MemoryError``.
     """
 
     executor: str = "inline"

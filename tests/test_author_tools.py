@@ -1,4 +1,5 @@
-"""Tools for reward authors: `rewardhub new` from nothing to a listed, tested reward; `rewardhub test`'s contract."""
+"""Tools for reward authors: `rewardhub new` from nothing to a listed, tested reward; `rewardhub test`'s
+contract."""
 
 from __future__ import annotations
 

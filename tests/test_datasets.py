@@ -120,7 +120,8 @@ def test_bad_data_is_one_error_naming_file_and_row(tmp_path, case):
 
 
 def test_reading_is_streamed(tmp_path):
-    """A big parquet file is read one record batch at a time: the first rows come before the rest is decoded."""
+    """A big parquet file is read one record batch at a time: the first rows come before the rest is
+    decoded."""
     n = 200_000
     pq.write_table(pa.table({"prompt": [f"q{i}" for i in range(n)], "answer": list(range(n))}),
                    tmp_path / "big.parquet", row_group_size=10_000)

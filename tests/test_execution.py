@@ -22,7 +22,8 @@ def _tests_on_path(monkeypatch):
 
 
 def term(function, **kw):
-    """A term of the test rewards; failures score 0.0 here (``on_failure: zero``) unless ``kw`` says otherwise."""
+    """A term of the test rewards; failures score 0.0 here (``on_failure: zero``) unless ``kw`` says
+    otherwise."""
     return {"module": MOD, "function": function, "on_failure": "zero", **kw}
 
 

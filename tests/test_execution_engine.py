@@ -113,7 +113,8 @@ def rfile(tmp_path):
 
 
 def term(rfile, function, **kw):
-    """A term of the test rewards; failures score 0.0 here (``on_failure: zero``) unless ``kw`` says otherwise."""
+    """A term of the test rewards; failures score 0.0 here (``on_failure: zero``) unless ``kw`` says
+    otherwise."""
     return {"path": rfile, "function": function, "on_failure": "zero", **kw}
 
 

@@ -1,4 +1,5 @@
-"""The thread and asyncio executors: a fixed set of threads or coroutines for a whole batch, timeouts per call."""
+"""The thread and asyncio executors: a fixed set of threads or coroutines for a whole batch, timeouts per
+call."""
 
 from __future__ import annotations
 

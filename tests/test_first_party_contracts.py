@@ -1,4 +1,5 @@
-"""`rewardhub test`'s contract over every first-party reward (builtin + plugins/*), each on rows it is made for.
+"""`rewardhub test`'s contract over every first-party reward (builtin + plugins/*), each on rows it is made
+for.
 
 The model rewards (reward_model, judge) are checked in plugins/rewardhub-models/tests/test_contract.py,
 where their tiny models are built.

@@ -245,7 +245,8 @@ def test_no_module_imports_private_names():
        ``__init__`` and the modules under that package (sub-packages included) import it. Another package
        goes through the public surface: the package's ``__init__`` exports or a public module (e.g.
        ``rewardhub._commands.score`` imports ``rewardhub.execution``, not ``rewardhub.execution._columns``;
-       ``rewardhub.config.shim`` may import the public names of its sibling ``rewardhub.config._legacy_leaves``).
+       ``rewardhub.config.shim`` may import the public names of its sibling
+       ``rewardhub.config._legacy_leaves``).
 
     Dunder names (``__version__``) are not private.
     """

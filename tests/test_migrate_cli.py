@@ -292,7 +292,7 @@ def test_check_names_the_verl_reward_manager_it_replaced(cli, tmp_path):
 
 
 
-# ---- issue 29 §2: launch scripts read as the shell reads them, or refused -------------------------------------
+# ---- issue 29 §2: launch scripts read as the shell reads them, or refused ----------------------------------
 
 def script_config(tmp_path, body: str) -> dict:
     path = tmp_path / "run.sh"

@@ -286,7 +286,8 @@ def test_every_legacy_example_still_loads(recwarn):
 
 
 def test_a_key_holding_a_yaml_anchor_is_no_misspelt_section(tmp_path):
-    """``base: &b {...}`` reused as ``<<: *b`` holds shared values: left as it is; a misspelt section is not."""
+    """``base: &b {...}`` reused as ``<<: *b`` holds shared values: left as it is; a misspelt section is
+    not."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("base: &b {weight: 2.0}\nreward:\n  rewards:\n    - {name: exact_match, <<: *b}\n")
     plan = loader.load_plan(str(cfg))

@@ -86,7 +86,7 @@ def test_an_interpolation_is_dropped_not_resolved():
     assert "rollout" not in cfg and "interpolation" in report.dropped[0]["reason"]
 
 
-# ---- issue 27 §7 / issue 29 §2: the migration tells the truth -------------------------------------------------
+# ---- issue 27 §7 / issue 29 §2: the migration tells the truth ----------------------------------------------
 
 import os  # noqa: E402
 

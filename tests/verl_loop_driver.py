@@ -132,7 +132,8 @@ def _fresh_actors_gone(ray: Any, n: int) -> None:
 
 
 async def one_at_a_time(handles: list[Any], datas: list[Any], seed: int = 0) -> tuple[list[Any], list[float]]:
-    """Each trajectory from its own task, a few ms apart, to a worker picked at random (the agent loop's way)."""
+    """Each trajectory from its own task, a few ms apart, to a worker picked at random (the agent loop's
+    way)."""
     rng = random.Random(seed)
     delays = [rng.uniform(0, 0.004) * i for i in range(len(datas))]
 

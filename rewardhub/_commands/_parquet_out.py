@@ -44,7 +44,8 @@ def _empty_struct(t: Any) -> bool:
 class ParquetRows:
     """Rows to ``tmp`` (the output's temporary file), or, with ``tmp`` None (a fifo or device that cannot be
     rewritten), to ``out`` in one go at the end; ``path`` names the output in messages; the results are
-    under the column ``namespace``, else the top-level columns ``score``, ``rewards``, ``extra``, ``errors``."""
+    under the column ``namespace``, else the top-level columns ``score``, ``rewards``, ``extra``,
+    ``errors``."""
 
     def __init__(self, tmp: str | None, path: str, out: Any = None, namespace: str | None = None) -> None:
         self.tmp, self.path, self.out, self.namespace = tmp, path, out, namespace

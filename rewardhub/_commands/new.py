@@ -1,4 +1,5 @@
-"""``rewardhub new NAME``: write a ready reward package (pyproject with the entry point, the reward, a test, a README).
+"""``rewardhub new NAME``: write a ready reward package (pyproject with the entry point, the reward, a test, a
+README).
 
 ``pip install -e NAME`` then shows the reward in ``rewardhub list``; its test runs the reward contract
 (:func:`rewardhub.testing.check_reward`, what ``rewardhub test`` checks).

@@ -1,4 +1,5 @@
-"""``rewardhub test REWARD [DATA]``: the reward contract (see :mod:`rewardhub._contract`) as a table; exit 1 on a failure."""
+"""``rewardhub test REWARD [DATA]``: the reward contract (see :mod:`rewardhub._contract`) as a table; exit 1
+on a failure."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ def _length(response: str, extra_info: Any, response_length: int | None) -> int:
 def overlong_penalty(*, response: str, extra_info: Any = None, max_resp_len: int = 4096,
                      overlong_buffer_len: int = 1024, penalty_factor: float = 1.0,
                      response_length: int | None = None, **kwargs: Any) -> float:
-    """DAPO soft overlong penalty: 0 up to ``max_resp_len - overlong_buffer_len``, then down to ``-penalty_factor``.
+    """DAPO soft overlong penalty: 0 up to ``max_resp_len - overlong_buffer_len``, then down to
+    ``-penalty_factor``.
 
     The length is ``response_length`` (kwarg), else ``extra_info["response_length"]`` (tokens, as
     a trainer passes it), else the number of characters of the response.

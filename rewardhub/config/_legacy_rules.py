@@ -1,4 +1,5 @@
-"""The table of verl's legacy reward keys: what each one becomes in the ``reward:`` schema, or why it is dropped.
+"""The table of verl's legacy reward keys: what each one becomes in the ``reward:`` schema, or why it is
+dropped.
 
 :mod:`rewardhub.config.shim` applies it.
 """

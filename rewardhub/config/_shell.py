@@ -209,7 +209,8 @@ class Reader:
         return i + m.end()
 
     def closing(self, i: int) -> int:
-        """The index after the ``)`` / backquote closing the substitution at ``i`` (quotes and nesting respected)."""
+        """The index after the ``)`` / backquote closing the substitution at ``i`` (quotes and nesting
+        respected)."""
         s, n = self.s, self.n
         if s[i] == "`":
             j = i + 1

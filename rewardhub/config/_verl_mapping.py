@@ -28,8 +28,8 @@ _ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"
 
 #: verl's defaults (verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1) that differ from this trainer's:
 #: (verl key, verl's default, trainer key, trainer's default, carried over). A verl config that does not set
-#: the verl key (nor the trainer key) runs with verl's value when ``carried`` (said in the report's notes), and
-#: otherwise gets a note "verl's default X, here Y".
+#: the verl key (nor the trainer key) runs with verl's value when ``carried`` (said in the report's notes),
+#: and otherwise gets a note "verl's default X, here Y".
 VERL_DEFAULTS: tuple[tuple[str, Any, str, Any, bool], ...] = (
     ("actor_rollout_ref.actor.loss_agg_mode", "token-mean", "trainer.loss_agg_mode", "seq-mean-token-mean", True),
     ("actor_rollout_ref.actor.optim.weight_decay", 0.01, "trainer.weight_decay", 0.0, True),
@@ -77,7 +77,8 @@ def _pop(cfg: dict[str, Any], key: str) -> None:
 
 
 class Mapping_:
-    """One pass of the table over a config (``rule(key)`` gives a key's action, ``None`` for the trainer's)."""
+    """One pass of the table over a config (``rule(key)`` gives a key's action, ``None`` for the
+    trainer's)."""
 
     def __init__(self, cfg: dict[str, Any], report: Any, rule: Callable[[str], tuple[str, ...] | None]) -> None:
         self.cfg, self.report, self.rule = cfg, report, rule
@@ -168,9 +169,10 @@ class Mapping_:
         return {"module": f"defaults: {fully}", "mode": "fully_async", "line": "-"} if fully else None
 
     def _misspelt_verl_names(self, leaves: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        """Keys under ``data.``/``trainer.`` one letter or so from a verl-only name (``trainer.total_training_step``):
-        the trainer's schema would not know what was meant. A name close to one the trainer shares with verl
-        (``data.train_file``) is left to the schema, whose did-you-mean names it."""
+        """Keys under ``data.``/``trainer.`` one letter or so from a verl-only name
+        (``trainer.total_training_step``): the trainer's schema would not know what was meant. A name close to
+        one the trainer shares with verl (``data.train_file``) is left to the schema, whose did-you-mean names
+        it."""
         from ._verl_keys import suggest
 
         out = []
@@ -182,8 +184,9 @@ class Mapping_:
         return out
 
     def _misspelt_roots(self, roots: tuple[str, ...]) -> list[tuple[str, Any]]:
-        """The leaves of a top-level key that is a misspelling of one of verl's sections (``actor_rollout_reff``);
-        a misspelt section of the trainer's (``trainr``) is left for the section check."""
+        """The leaves of a top-level key that is a misspelling of one of verl's sections
+        (``actor_rollout_reff``); a misspelt section of the trainer's (``trainr``) is left for the section
+        check."""
         from ._verl_keys import suggest
         from .fields import SECTIONS
 

@@ -271,7 +271,8 @@ class ConfigPlan:
 
 
 def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> ConfigPlan:
-    """Read the file once, apply overrides, migrate once, validate ``reward:`` once (see :func:`load_config`)."""
+    """Read the file once, apply overrides, migrate once, validate ``reward:`` once (see
+    :func:`load_config`)."""
     from omegaconf import OmegaConf
 
     from .schema import validate_reward

@@ -1,10 +1,10 @@
 """verl's trainer keys -> the trainer's sections (``trainer``, ``model``, ``rollout``, ``data``).
 
 A verl GRPO launch script (``python3 -m verl.trainer.main_ppo data.train_files=... actor_rollout_ref...``)
-runs with ``rewardhub train``: :func:`rewardhub.config._verl_mapping.map_verl_keys`, called by the shim after the reward keys, moves
-each verl key it knows to the trainer's key, or drops it with the reason (FSDP, GPU-engine and
-logging settings the trainer does not have), into the same :class:`MigrationReport` as the reward
-keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
+runs with ``rewardhub train``: :func:`rewardhub.config._verl_mapping.map_verl_keys`, called by the shim after
+the reward keys, moves each verl key it knows to the trainer's key, or drops it with the reason (FSDP,
+GPU-engine and logging settings the trainer does not have), into the same :class:`MigrationReport` as the
+reward keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
 in the trainer (``data.train_files``, ``data.val_files``, ``data.prompt_key``,
 ``data.max_prompt_length``, ``data.filter_overlong_prompts``, ``data.truncation``,
 ``trainer.test_freq``, ``trainer.val_before_train``, ``trainer.total_epochs``, ``trainer.default_local_dir``,
@@ -42,9 +42,10 @@ _TOKENS = "the learner's micro-batches hold trainer.micro_batch_size samples (no
 _SINGLE_TURN = "the trainer generates single-turn responses (no agent loop, no tool calls)"
 _TEXT = "the trainer is text-only"
 
-# pattern (dotted, "*" = this key and everything under it) -> ("move", new key) | ("drop", reason) | (special,)
-# first match wins; a key under data./trainer. that matches nothing is left for the trainer's schema; a key
-# under verl's own sections that verl does not have either is an unknown key (a misspelling), not a drop
+# pattern (dotted, "*" = this key and everything under it) -> ("move", new key) | ("drop", reason)
+# | (special,); first match wins; a key under data./trainer. that matches nothing is left for the trainer's
+# schema; a key under verl's own sections that verl does not have either is an unknown key (a misspelling),
+# not a drop
 KEY_RULES: list[tuple[str, tuple[str, ...]]] = [
     # data
     ("data.train_batch_size", ("move", "rollout.prompts_per_step")),

@@ -352,7 +352,8 @@ class RewardWorkerPool:
 
     # ---- facts and lifetime --------------------------------------------------------------
     def workers_info(self) -> list[dict[str, Any]]:
-        """One dict per worker: role, pool, index, node, ip, pid, registry_fingerprint, restarts, rewards (its own)."""
+        """One dict per worker: role, pool, index, node, ip, pid, registry_fingerprint, restarts, rewards (its
+        own)."""
         out = []
         for slot in self._slots:
             if slot.starting is not None:

@@ -25,7 +25,8 @@ from ._setup import used_targets
 __all__ = ["RewardWorker", "probe", "where"]
 
 def where() -> dict[str, Any]:
-    """This process's node id, IP, hostname, pid and ``CUDA_VISIBLE_DEVICES`` (node id ``None`` outside Ray)."""
+    """This process's node id, IP, hostname, pid and ``CUDA_VISIBLE_DEVICES`` (node id ``None`` outside
+    Ray)."""
     node_id, ip = None, None
     try:
         import ray

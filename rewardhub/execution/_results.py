@@ -1,4 +1,5 @@
-"""After scoring: each term's ``on_failure`` policy, then the weighted aggregation into a :class:`ScoreResult`.
+"""After scoring: each term's ``on_failure`` policy, then the weighted aggregation into a
+:class:`ScoreResult`.
 
 Public functions, so that whoever scores the terms elsewhere (the Ray reward workers) finishes a
 batch exactly as the runner does.

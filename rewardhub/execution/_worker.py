@@ -57,7 +57,8 @@ def run_call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _die_with_parent() -> None:
-    """On Linux, have the kernel SIGKILL this worker when the parent dies (no orphan outlives a killed run)."""
+    """On Linux, have the kernel SIGKILL this worker when the parent dies (no orphan outlives a killed
+    run)."""
     if not sys.platform.startswith("linux"):
         return
     try:

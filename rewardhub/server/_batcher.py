@@ -40,7 +40,8 @@ MAX_CALLS = 4
 
 
 def max_calls_for(runner: Any, wanted: int) -> int:
-    """``wanted``, or 1 when a term runs on Ray (its reward-worker pool is not safe for concurrent callers)."""
+    """``wanted``, or 1 when a term runs on Ray (its reward-worker pool is not safe for concurrent
+    callers)."""
     return 1 if any(getattr(t.policy, "executor", None) == "ray" for t in runner.terms) else max(1, wanted)
 
 

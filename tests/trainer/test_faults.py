@@ -134,7 +134,8 @@ def test_rollouter_killed_during_a_weight_sync_gets_the_weights_again(ray_sessio
 @pytest.mark.timeout(240)
 def test_rollouter_that_cannot_take_weights_stops_the_run_naming_it(ray_session, tiny_config, tmp_path,
                                                                     model_cache):
-    """The model folder changes on disk (a node with another copy): restarted rollouters cannot load the weights."""
+    """The model folder changes on disk (a node with another copy): restarted rollouters cannot load the
+    weights."""
     from rewardhub_trainer.config import ModelConfig
     from rewardhub_trainer.models import materialize
 

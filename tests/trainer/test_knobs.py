@@ -1,4 +1,5 @@
-"""verl's training knobs: LR schedule with warm-up, entropy (metric and bonus), loss aggregation modes, top-k."""
+"""verl's training knobs: LR schedule with warm-up, entropy (metric and bonus), loss aggregation modes,
+top-k."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The learner's shared-prompt log-probs equal the straightforward full-logits ones: values, entropy, gradients."""
+"""The learner's shared-prompt log-probs equal the straightforward full-logits ones: values, entropy,
+gradients."""
 
 from __future__ import annotations
 

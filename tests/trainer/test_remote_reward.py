@@ -1,4 +1,5 @@
-"""`reward.remote`: the trainer scores on a `rewardhub serve` server (a real process) instead of its own workers."""
+"""`reward.remote`: the trainer scores on a `rewardhub serve` server (a real process) instead of its own
+workers."""
 
 from __future__ import annotations
 

@@ -191,7 +191,8 @@ def test_head_size_unsupported_by_cpu_attention_is_a_usage_error(tmp_path_factor
 
 def test_rollout_settings_reach_the_running_engine(tiny_models):
     """``rollout.max_model_len`` / ``enforce_eager`` / ``tensor_parallel_size`` (and, on a GPU,
-    ``gpu_memory_utilization``) are what the vLLM engine runs with, through make_engine as a rollouter calls it."""
+    ``gpu_memory_utilization``) are what the vLLM engine runs with, through make_engine as a rollouter calls
+    it."""
     from vllm.platforms import current_platform
 
     from rewardhub_trainer.engine import make_engine

@@ -1,4 +1,5 @@
-"""The run's processes: rollouter, reward client (of the reward workers), learner and the bounded message queue.
+"""The run's processes: rollouter, reward client (of the reward workers), learner and the bounded message
+queue.
 
 Each is a plain class (testable without Ray) that :mod:`rewardhub_trainer.loop` wraps with
 ``ray.remote``. Only plain data crosses between them: prompt batches and :class:`Rollout` records
@@ -43,7 +44,8 @@ class Rollouter:
     def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
                  dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0,
                  cores: tuple[str, int, int, str] | None = None) -> None:
-        """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
+        """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores`
+        board."""
         from .devices import choose
         from .engine import make_engine
 
@@ -114,7 +116,8 @@ class Learner:
     def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
                  init_from: str | None = None, peers: Sequence[Mapping[str, Any]] = (),
                  rank: tuple[str, int, int, int] | None = None, cores: tuple[str, int, int, str] | None = None) -> None:
-        """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their threads)."""
+        """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their
+        threads)."""
         from .devices import check_learner_gpus
         from .devices import choose
         from .learner import GRPOLearner

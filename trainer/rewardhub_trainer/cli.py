@@ -102,7 +102,8 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
 
 
 def _sigterm_raises() -> Any:
-    """SIGTERM raises :class:`rewardhub.Interrupted` in the main thread; the handler it replaces (None: not the main thread)."""
+    """SIGTERM raises :class:`rewardhub.Interrupted` in the main thread; the handler it replaces (None: not
+    the main thread)."""
     import threading
 
     from rewardhub.errors import Interrupted

@@ -91,10 +91,11 @@ class TrainerConfig:
     #: threads of those that wait (cores.py): auto (for models large enough to gain) | always | never
     lend_idle_cores: str = "auto"
     scale_advantages: bool = True
-    #: learner matmuls: auto (bf16 where the hardware reports it natively, see devices.py) | none (fp32) | bfloat16
+    #: learner matmuls: auto (bf16 where the hardware reports it natively, see devices.py) | none (fp32) |
+    #: bfloat16
     autocast: str = "auto"
-    #: learner ranks, rollouters, evaluator: auto (cuda when the actor sees a GPU; one Ray gave none sees none:
-    #: CUDA_VISIBLE_DEVICES="") | cpu | cuda (each learner rank then needs exactly one GPU)
+    #: learner ranks, rollouters, evaluator: auto (cuda when the actor sees a GPU; one Ray gave none sees
+    #: none: CUDA_VISIBLE_DEVICES="") | cpu | cuda (each learner rank then needs exactly one GPU)
     device: str = "auto"
     #: fully_async: start a batch only if it will still be within staleness_limit when trained
     staleness_gate: bool = True
@@ -148,18 +149,21 @@ class RolloutConfig:
     max_new_tokens: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
-    #: generation weights: auto (bf16 where the hardware reports it natively) | float32 | bfloat16 (synced weights are cast)
+    #: generation weights: auto (bf16 where the hardware reports it natively) | float32 | bfloat16 (synced
+    #: weights are cast)
     dtype: str = "auto"
     val_n: int = 1  #: evaluation: responses per validation prompt
     top_k: int = 0  #: sample among the k most likely tokens (0 or -1: all)
     stop: Any = None  #: strings that end a response, like end-of-sequence (transformers engine)
     stop_token_ids: Any = None  #: token ids that end a response
     val_temperature: float = 0.0  #: evaluation: 0 is greedy
-    # vLLM engine settings (verl's actor_rollout_ref.rollout.* map onto them; the transformers engine has none)
+    # vLLM engine settings (verl's actor_rollout_ref.rollout.* map onto them; the transformers engine has
+    # none)
     max_model_len: int = 0  #: prompt + response tokens at most (0: the model's context, at most 2048)
     gpu_memory_utilization: float = 0.5  #: on a GPU: the fraction of its memory vLLM may take
     enforce_eager: bool = True  #: no CUDA graphs (faster start, slower decoding)
-    #: GPUs of one rollouter's engine; > 1 makes each rollouter ask for that many (resources.rollouter.num_gpus)
+    #: GPUs of one rollouter's engine; > 1 makes each rollouter ask for that many
+    #: (resources.rollouter.num_gpus)
     tensor_parallel_size: int = 1
 
 
@@ -276,7 +280,8 @@ RULES: dict[str, dict[str, Rule]] = {
 
 
 def _section(cls: type, raw: Any, key: str) -> Any:
-    """Dataclass ``cls`` from mapping ``raw`` (the config's section ``key``), checked by the core's validator."""
+    """Dataclass ``cls`` from mapping ``raw`` (the config's section ``key``), checked by the core's
+    validator."""
     from rewardhub.config.loader import resolve_or_explain
 
     return cls(**check_section(resolve_or_explain(raw, key), cls, key, RULES[key]))

@@ -94,7 +94,8 @@ def check_rollout(rollout: RolloutConfig) -> None:
 
 
 def check_cuda(resources: Resources, *, evaluator: bool) -> None:
-    """``trainer.device=cuda``: every role that runs the model asks Ray for a GPU (one given none sees none)."""
+    """``trainer.device=cuda``: every role that runs the model asks Ray for a GPU (one given none sees
+    none)."""
     evaluator_gpus = (resources.evaluator or resources.rollouter).num_gpus
     for role, gpus in (("learner", resources.learner.num_gpus), ("rollouter", resources.rollouter.num_gpus),
                        ("evaluator", evaluator_gpus if evaluator else 1.0)):

@@ -7,9 +7,9 @@ Ray gave no GPU sees none: since Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` alone 
 (it would see every GPU of its node), every actor of a run is started with Ray's switch
 ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` in its ``runtime_env`` (:data:`NO_GPU_ENV`, which makes Ray
 set ``CUDA_VISIBLE_DEVICES=""``), and :func:`choose` sets it again (:func:`hide_gpus_not_given`) in
-the learners, rollouters and the evaluator before torch looks, whatever the Ray version. An empty ``CUDA_VISIBLE_DEVICES`` means CPU
-without asking torch (:func:`gpus_seen`). A CUDA learner rank must see exactly one GPU
-(:func:`check_learner_gpus`).
+the learners, rollouters and the evaluator before torch looks, whatever the Ray version. An empty
+``CUDA_VISIBLE_DEVICES`` means CPU without asking torch (:func:`gpus_seen`). A CUDA learner rank must see
+exactly one GPU (:func:`check_learner_gpus`).
 
 The dtype is deterministic: the hardware's reported capability alone decides. bf16 on a CUDA GPU of
 compute capability 8.0 or more (Ampere and later; ``torch.cuda.is_bf16_supported()`` also says yes
@@ -144,7 +144,8 @@ def gpus_seen() -> int:
 
 
 def resolve_device(requested: str) -> str:
-    """``auto`` -> ``cuda`` when this process sees a GPU (:func:`gpus_seen`), else ``cpu``; ``cuda`` without one raises."""
+    """``auto`` -> ``cuda`` when this process sees a GPU (:func:`gpus_seen`), else ``cpu``; ``cuda`` without
+    one raises."""
     if requested == "cpu":
         return "cpu"
     seen = gpus_seen()
@@ -257,7 +258,8 @@ def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "aut
 
 def where() -> dict[str, Any]:
     """Where this process runs and what it sees: node (Ray's node id, the hostname outside Ray), hostname,
-    pid, the GPU ids Ray gave it and ``CUDA_VISIBLE_DEVICES`` (None: unset); each actor's ``info()`` has them."""
+    pid, the GPU ids Ray gave it and ``CUDA_VISIBLE_DEVICES`` (None: unset); each actor's ``info()`` has
+    them."""
     node = socket.gethostname()
     gpu_ids: list[str] = []
     try:

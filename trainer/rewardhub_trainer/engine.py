@@ -55,7 +55,8 @@ class TransformersEngine:
     def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
                  top_p: float, seed: int, top_k: int = 0, stop: Sequence[str] = (),
                  stop_token_ids: Sequence[int] = ()) -> list[list[Completion]]:
-        """``stop`` strings and ``stop_token_ids`` end a response like the end-of-sequence token (kept in it)."""
+        """``stop`` strings and ``stop_token_ids`` end a response like the end-of-sequence token (kept in
+        it)."""
         import torch
         from transformers import GenerationConfig
 
@@ -134,7 +135,8 @@ class TransformersEngine:
         ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
         if n < 2 or ids.shape[1] < 2 or getattr(self.model.config, "model_type", None) not in PLAIN_HEAD_MODELS:
             return None
-        # the positions generate gives left-padded prompts (it gives the padding others: masked, they never matter)
+        # the positions generate gives left-padded prompts (it gives the padding others: masked, they never
+        # matter)
         cache = left_padded_cache(self.model, ids[:, :-1], mask[:, :-1])
         cache.batch_repeat_interleave(n)
         return cache
@@ -283,7 +285,8 @@ VLLM_KEYS = ("max_model_len", "gpu_memory_utilization", "enforce_eager", "tensor
 def make_engine(name: str, model_path: str, *, dtype: str = "float32", device: str = "cpu",
                 rollout: Mapping[str, Any] | None = None) -> GenerationEngine:
     """The engine called ``name`` (``rollout.engine``); vLLM picks its own device (its GPU or CPU build)
-    and takes :data:`VLLM_KEYS` from ``rollout`` (the ``rollout:`` section; absent keys: the engine's defaults)."""
+    and takes :data:`VLLM_KEYS` from ``rollout`` (the ``rollout:`` section; absent keys: the engine's
+    defaults)."""
     if name == "transformers":
         return TransformersEngine(model_path, dtype=dtype, device=device)
     if name == "vllm":

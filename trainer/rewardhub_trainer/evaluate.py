@@ -1,4 +1,5 @@
-"""Evaluation on ``data.val_files``: generate with the learner's current weights, score with the same registry.
+"""Evaluation on ``data.val_files``: generate with the learner's current weights, score with the same
+registry.
 
 When it runs (verl's keys): before the first step with ``trainer.val_before_train``, every
 ``trainer.test_freq`` steps, and at the last step (``test_freq: -1`` turns the periodic and final
@@ -96,7 +97,8 @@ class Evaluator:
             run, cfg = self.run, self.run.cfg
             rollout = {**dataclasses.asdict(cfg.rollout), "n": cfg.rollout.val_n,
                        "temperature": cfg.rollout.val_temperature}
-            # placed like the rollouters: its own bundle of resources.evaluator (default: the rollouter's entry)
+            # placed like the rollouters: its own bundle of resources.evaluator (default: the rollouter's
+            # entry)
             self._actor = ray.remote(Rollouter).options(**run.placement.options("evaluator"),
                                                          max_restarts=run.t.max_restarts).remote(
                 run.prep.model_path, rollout, dataclasses.asdict(cfg.data),

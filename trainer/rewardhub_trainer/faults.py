@@ -72,7 +72,8 @@ def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
 
 
 def hang(handle: Any, what: str, why: str) -> None:
-    """An actor that is alive but does not answer (``why``): killed so that Ray restarts it, as after a death."""
+    """An actor that is alive but does not answer (``why``): killed so that Ray restarts it, as after a
+    death."""
     import sys
 
     import ray

@@ -85,7 +85,8 @@ class GRPOLearner:
     """Holds the policy, the optimizer and (with ``kl_coef > 0``) a frozen reference model."""
 
     def __init__(self, model_path: str, settings: LearnerSettings, *, seed: int = 0, group: Any = None) -> None:
-        """``group``: a :class:`rewardhub_trainer.ddp.Group` when this is one of several data-parallel ranks."""
+        """``group``: a :class:`rewardhub_trainer.ddp.Group` when this is one of several data-parallel
+        ranks."""
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
@@ -163,7 +164,8 @@ class GRPOLearner:
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
-        """The reference model's log-probs of ``samples``, one tensor per micro-batch (none without a reference)."""
+        """The reference model's log-probs of ``samples``, one tensor per micro-batch (none without a
+        reference)."""
         s = self.settings
         mbs = max(1, s.micro_batch_size)
         out: list[torch.Tensor] = []

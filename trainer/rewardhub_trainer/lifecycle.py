@@ -160,7 +160,8 @@ class Lifecycle(RunState):
                                  f"{w['pid']}): {w['error']}")
 
     def _sync_weights(self, *, wait: bool = False) -> None:
-        """Send the learner's weights to every rollouter; each acknowledgement is checked (now, or as it comes)."""
+        """Send the learner's weights to every rollouter; each acknowledgement is checked (now, or as it
+        comes)."""
         self.rollouters.sync(self.learner.get_weights.remote(), self.step)
         self.weight_syncs += 1
         if wait:

@@ -186,7 +186,8 @@ class Modes(RunState):
                     self._trained_async(ref)
 
     def _overdue(self) -> None:
-        """Calls past trainer.call_timeout_s: their actor is hung, and is killed to be restarted as a dead one."""
+        """Calls past trainer.call_timeout_s: their actor is hung, and is killed to be restarted as a dead
+        one."""
         f, deadline = self.flight, self.t.call_timeout_s
         self.rollouters.overdue()
         if deadline and f.train is not None and f.train_t0 and time.monotonic() - f.train_t0 > deadline:

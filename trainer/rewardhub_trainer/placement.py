@@ -17,10 +17,10 @@ then runs only on a node that declares them (``ray start --resources='{"a100": 8
 
 Every learner, rollouter and the evaluator (the actor that generates on ``data.val_files``; it
 asks for ``resources.evaluator``, by default what each rollouter asks) that asks for something gets
-a bundle of one placement group (its strategy from ``placement``), so the pool lands where declared and each actor sees only the GPUs Ray
-gave it (``CUDA_VISIBLE_DEVICES``; empty for an actor given none: every actor is started with
-:data:`~rewardhub_trainer.devices.NO_GPU_ENV`). Roles that ask for nothing are scheduled as before (0 CPUs). The
-reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs,
+a bundle of one placement group (its strategy from ``placement``), so the pool lands where declared and each
+actor sees only the GPUs Ray gave it (``CUDA_VISIBLE_DEVICES``; empty for an actor given none: every actor is
+started with :data:`~rewardhub_trainer.devices.NO_GPU_ENV`). Roles that ask for nothing are scheduled as
+before (0 CPUs). The reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs,
 GPUs and custom resources declared here (or under ``reward.workers``); the reward-model pool by
 ``reward.reward_model``. A request no node can meet is an error before any actor starts (the plan
 here; the reward pool's own check), naming what is missing and listing the nodes.
@@ -298,8 +298,9 @@ class Placement:
                              f"the cluster lacks them\nthe cluster:\n{_describe_nodes(ray.nodes())}") from None
 
     def options(self, role: str, index: int = 0) -> dict[str, Any]:
-        """Ray actor options for ``role``'s actor ``index``: its CPUs, GPUs and custom resources, in its bundle,
-        and Ray's switch that gives an actor without GPUs ``CUDA_VISIBLE_DEVICES=""`` (:data:`~.devices.NO_GPU_ENV`)."""
+        """Ray actor options for ``role``'s actor ``index``: its CPUs, GPUs and custom resources, in its
+        bundle, and Ray's switch that gives an actor without GPUs ``CUDA_VISIBLE_DEVICES=""``
+        (:data:`~.devices.NO_GPU_ENV`)."""
         for b, (group, i) in zip(self.items, self.slots):
             if b.role == role and b.index == index:
                 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

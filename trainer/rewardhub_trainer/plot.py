@@ -103,7 +103,8 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def plot_metrics(rows: Sequence[Mapping[str, Any]], png: str | os.PathLike[str], title: str = "") -> str:
-    """Reward and throughput over steps, one PNG with two panels; evaluations (``val/score``) as their own line."""
+    """Reward and throughput over steps, one PNG with two panels; evaluations (``val/score``) as their own
+    line."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)

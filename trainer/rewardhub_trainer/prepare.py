@@ -36,8 +36,9 @@ class Prepared:
     reward_setup: Any = None
     #: where the config took a value from the environment (:func:`rewardhub_trainer.runfolder.env_paths`)
     env_paths: dict[tuple[Any, ...], str] = field(default_factory=dict)
-    #: the driver's provenance of each reward the config uses (:func:`rewardhub_trainer.rewards.used_rewards`),
-    #: from the one registry the driver built; ``None`` with ``reward.remote`` (the server's, asked at the end)
+    #: the driver's provenance of each reward the config uses
+    #: (:func:`rewardhub_trainer.rewards.used_rewards`), from the one registry the driver built; ``None`` with
+    #: ``reward.remote`` (the server's, asked at the end)
     rewards: list[dict[str, Any]] | None = None
 
     def public_config(self) -> dict[str, Any]:
@@ -48,7 +49,8 @@ class Prepared:
 
 
 def _needs_answer(reward_cfg: Mapping[str, Any], registry: Any) -> list[str]:
-    """The reward terms that take a ground truth (``registry``: the driver's, from :func:`validate_rewards`)."""
+    """The reward terms that take a ground truth (``registry``: the driver's, from
+    :func:`validate_rewards`)."""
     from omegaconf import OmegaConf
 
     from rewardhub.datasets import terms_needing

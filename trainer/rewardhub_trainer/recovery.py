@@ -31,7 +31,8 @@ class Recovery(RunState):
     """Checkpoint writing, and the learner's restart from the latest checkpoint (mixed into ``Run``)."""
 
     def _weights_ok(self) -> None:
-        """After a failed acknowledgement: are the weights sent the fault (the learner died, or they are not finite)?"""
+        """After a failed acknowledgement: are the weights sent the fault (the learner died, or they are not
+        finite)?"""
         import ray
         from ray.exceptions import RayTaskError
 

@@ -1,4 +1,5 @@
-"""The registry adapter: the ``reward:`` section checked in the driver, and the fingerprint every process proves.
+"""The registry adapter: the ``reward:`` section checked in the driver, and the fingerprint every process
+proves.
 
 Only the ``reward:`` section (plain data) crosses process boundaries. The driver resolves every
 term here, before Ray starts; the reward workers (:class:`rewardhub.distributed.RewardWorkerPool`,

@@ -5,8 +5,8 @@
 * :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
   ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder and the
   config has the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
-  sections, less how the rewards run), or ``--overwrite`` is given. Nothing of the earlier run is deleted here: with
-  ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
+  sections, less how the rewards run), or ``--overwrite`` is given. Nothing of the earlier run is deleted
+  here: with ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
 * :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
   config's model fails before Ray starts, naming the keys that differ.
 * :func:`public_config`: the config as the run writes it (checkpoints, ``run.json``, trackers): every
@@ -86,12 +86,14 @@ def _what_is_learned(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def fingerprint(config: Mapping[str, Any]) -> str:
-    """The sha256 of what the run learns from (:func:`_what_is_learned`, as :func:`public_config` writes it)."""
+    """The sha256 of what the run learns from (:func:`_what_is_learned`, as :func:`public_config` writes
+    it)."""
     return hashlib.sha256(json.dumps(_what_is_learned(config), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None]:
-    """The fingerprint of the run in ``path`` and its config (from ``run.json``, else its latest checkpoint)."""
+    """The fingerprint of the run in ``path`` and its config (from ``run.json``, else its latest
+    checkpoint)."""
     from .checkpoint import latest_checkpoint
     from .checkpoint import read_state
 
@@ -127,7 +129,8 @@ def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite
 
 
 def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool) -> None:
-    """The run has started for real: with ``--overwrite`` the earlier run's files go now; ``run.json`` is written."""
+    """The run has started for real: with ``--overwrite`` the earlier run's files go now; ``run.json`` is
+    written."""
     if overwrite and not resumed_here:
         for name in RUN_ENTRIES:
             p = out / name
@@ -152,7 +155,8 @@ def _shape(folder: Path) -> dict[str, Any] | None:
 
 
 def check_resume_model(ckpt: Path, model_path: str, resume: str) -> None:
-    """The checkpoint's model has the shape of the config's model (``config.json`` of each), or one error line."""
+    """The checkpoint's model has the shape of the config's model (``config.json`` of each), or one error
+    line."""
     old, new = _shape(ckpt), _shape(Path(model_path))
     if old is None or new is None:
         return

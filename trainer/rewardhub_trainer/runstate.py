@@ -1,4 +1,5 @@
-"""What the parts of a run share: :class:`RunState`, the base of each part of :class:`~rewardhub_trainer.loop.Run`.
+"""What the parts of a run share: :class:`RunState`, the base of each part of
+:class:`~rewardhub_trainer.loop.Run`.
 
 ``Run`` is made of parts kept in their own modules (:mod:`.lifecycle`, :mod:`.modes`,
 :mod:`.accounting`, :mod:`.recovery`); each uses the run's state, set in ``Run.__init__`` or by

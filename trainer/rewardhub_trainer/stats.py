@@ -65,7 +65,8 @@ class StepStats:
         self.tb.add_scalar("stale/batches_in_a_row", float(in_row), len(self.dropped_events))
 
     def rewind(self, step: int) -> None:
-        """Forget the steps after ``step`` (the learner restarted from it): their rows leave ``metrics.jsonl``."""
+        """Forget the steps after ``step`` (the learner restarted from it): their rows leave
+        ``metrics.jsonl``."""
         rows = [r for r in read_metrics(self.metrics_path) if r["step"] <= step]
         self.metrics_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         for s in [s for s in self.trained_at if s > step]:

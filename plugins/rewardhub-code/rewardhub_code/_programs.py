@@ -146,8 +146,8 @@ def parse_tests(ground_truth: Any) -> AssertTests | IOTests:
 # model's code: it makes itself non-dumpable (so that a process of the same uid cannot open its
 # /proc/<pid>/fd, read its memory or ptrace it), then forks a child that loads the model's code
 # as a module named "solution", runs the setup, then each test. The child has /dev/null as its
-# stdin, its stdout joined to stderr, and reports to the supervisor on a pipe of its own, each record prefixed by a
-# nonce drawn in the sandbox (it is never on stdin, in a file or in the environment). The
+# stdin, its stdout joined to stderr, and reports to the supervisor on a pipe of its own, each record prefixed
+# by a nonce drawn in the sandbox (it is never on stdin, in a file or in the environment). The
 # supervisor passes on, on its own stdout (which the child does not hold), only records that
 # come in the harness's order (compile or load error, or test 0, 1, ... then done) with the
 # nonce; anything else ends the run as "tampered". What is left: the child runs the program in

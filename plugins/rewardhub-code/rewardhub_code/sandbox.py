@@ -5,9 +5,9 @@ tmpfs, resource limits (CPU time, address space, file size, open files, processe
 environment, a wall-clock deadline after which everything it started is killed, and capped
 stdout/stderr. As root it also gets its own unprivileged uid (one per concurrent run) and a
 cgroup-v1 ``pids`` and ``memory`` group. With bubblewrap it runs in new network/PID/IPC/UTS/mount
-namespaces and sees only the Python runtime, read-only (see :mod:`._view`); without it, the launcher's own network/IPC/UTS/mount
-namespaces (no PID namespace, root filesystem left writable to file permissions). What is
-actually enforced on this machine is reported by :func:`isolation_report`; nothing is claimed
+namespaces and sees only the Python runtime, read-only (see :mod:`._view`); without it, the launcher's own
+network/IPC/UTS/mount namespaces (no PID namespace, root filesystem left writable to file permissions). What
+is actually enforced on this machine is reported by :func:`isolation_report`; nothing is claimed
 that is not.
 
 The parts: :mod:`._config` (limits and results), :mod:`._view` (the program's filesystem),
