@@ -5,7 +5,8 @@ Megatron twin, the fully-async configs and ``legacy_reward_impl.yaml``), one lin
 ``parent: leaf leaf ...``; a leaf written ``name/`` is a free-form mapping (any key below it is
 verl's: ``engine_kwargs``, ``override_config``). :func:`derive_table` builds it from those files
 (tests/test_verl_trainer_keys.py checks it against the installed verl);
-``python -m rewardhub.config._verl_keys VERL_DIR`` prints it again for a newer verl.
+``python -m rewardhub.config._verl_keys VERL_DIR`` prints it again for a newer verl, long lines continued
+with a backslash (:func:`table_source`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "suggest", "unknown_line"]
+__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "suggest", "table_source", "unknown_line"]
 
 #: the files of a verl checkout (relative to its ``verl/`` package) the table is derived from
 VERL_YAMLS = (
@@ -60,6 +61,23 @@ def derive_table(yaml_texts: Iterable[str]) -> str:
             parent, _, name = key.rpartition(".")
             groups.setdefault(parent, set()).add(name + ("/" if value == {} else ""))
     return "".join(f"{parent}: {' '.join(sorted(names))}\n" for parent, names in sorted(groups.items()))
+
+
+def table_source(table: str, width: int = 110) -> str:
+    """``table``'s text for _verl_keys_table.py: a line longer than ``width`` goes on over several, each
+    but the last ending in a space and a backslash (a backslash-newline, which the string's value drops)."""
+    out = []
+    for line in table.splitlines():
+        words = line.split(" ")
+        cur = words[0]
+        for word in words[1:]:
+            if len(cur) + 1 + len(word) + 2 > width:
+                out.append(cur + " \\")
+                cur = word
+            else:
+                cur += " " + word
+        out.append(cur)
+    return "\n".join(out) + "\n"
 
 
 @functools.cache
@@ -122,4 +140,5 @@ if __name__ == "__main__":  # pragma: no cover - regenerates _verl_keys_table.py
     import sys
 
     base = sys.argv[1]
-    print(derive_table(open(os.path.join(base, p), encoding="utf-8").read() for p in VERL_YAMLS), end="")
+    texts = (open(os.path.join(base, p), encoding="utf-8").read() for p in VERL_YAMLS)
+    print(table_source(derive_table(texts)), end="")

@@ -20,8 +20,8 @@ asks for ``resources.evaluator``, by default what each rollouter asks) that asks
 a bundle of one placement group (its strategy from ``placement``), so the pool lands where declared and each
 actor sees only the GPUs Ray gave it (``CUDA_VISIBLE_DEVICES``; empty for an actor given none: every actor is
 started with :data:`~rewardhub_trainer.devices.NO_GPU_ENV`). Roles that ask for nothing are scheduled as
-before (0 CPUs). The reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool` with the CPUs,
-GPUs and custom resources declared here (or under ``reward.workers``); the reward-model pool by
+before (0 CPUs). The reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool`
+with the CPUs, GPUs and custom resources declared here (or under ``reward.workers``); the reward-model pool by
 ``reward.reward_model``. A request no node can meet is an error before any actor starts (the plan
 here; the reward pool's own check), naming what is missing and listing the nodes.
 
