@@ -1,10 +1,10 @@
 """Applying :mod:`rewardhub.config.verl_trainer`'s table to a config: moves, drops with their reasons,
-the keys decided with the whole config (KL, warm-up, checkpoints kept, mini-batches, LoRA, the
-fully-async keys), the unknown (misspelt) keys, and verl's defaults that differ from the trainer's."""
+the keys decided with the whole config (KL, warm-up, checkpoints kept, mini-batches, LoRA: in
+:mod:`._verl_special`; the fully-async keys: :mod:`.verl_async`), the unknown (misspelt) keys, and verl's
+defaults that differ from the trainer's."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -12,8 +12,8 @@ from typing import Any
 
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
-from ._legacy_rules import truthy
 from ._verl_keys import is_verl_key
+from ._verl_special import decide
 from .overrides import leaves as dotted_leaves
 from .verl_trainer import KEY_RULES
 from .verl_trainer import VERL_ROOTS
@@ -23,8 +23,6 @@ __all__ = ["ENTRY_KEY", "VERL_DEFAULTS", "Mapping_", "map_verl_keys"]
 
 #: the top-level key the script reader sets to the verl entry point it found ({"module", "mode", "line"})
 ENTRY_KEY = "__verl_entry_point__"
-
-_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
 
 #: verl's defaults (verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1) that differ from this trainer's:
 #: (verl key, verl's default, trainer key, trainer's default, carried over). A verl config that does not set
@@ -53,16 +51,6 @@ def _given(cfg: Mapping[str, Any], key: str) -> bool:
             return False
         node = node[p]
     return True
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
 
 
 def _pop(cfg: dict[str, Any], key: str) -> None:
@@ -203,131 +191,8 @@ class Mapping_:
         return any(pattern == key for pattern, _ in KEY_RULES)
 
     def special(self, kind: str, key: str, value: Any) -> None:
-        if kind == "engine":
-            engine = _ENGINES.get(str(value).lower())
-            if engine:
-                self.moved(key, "rollout.engine", engine)
-            else:
-                self.dropped(key, f"the trainer generates with transformers or vllm (rollout.engine), not {value}",
-                             value)
-        elif kind == "val_temperature":
-            sample = self.given("actor_rollout_ref.rollout.val_kwargs.do_sample")
-            if key.endswith("do_sample"):
-                if sample is not None and not truthy(sample):
-                    self.moved(key, "rollout.val_temperature", 0.0)  # greedy
-                else:
-                    self.dropped(key, "sampling is on whenever rollout.val_temperature > 0", value)
-            elif sample is not None and not truthy(sample):
-                self.dropped(key, "do_sample=false: evaluation is greedy", value)
-            else:
-                self.moved(key, "rollout.val_temperature", value)
-        elif kind == "kl":
-            self._kl(key, value)
-        elif kind == "adv":
-            if str(value).lower() == "grpo":
-                self.dropped(key, "the trainer is GRPO (group-normalised advantages), as asked", value)
-            else:
-                self.dropped(key, f"the trainer computes GRPO advantages only; {value} is not implemented", value)
-                self.report.notes.append(f"{key}={value!r}: this run uses GRPO advantages instead")
-        elif kind == "epochs":  # only with total_training_steps (else left in place)
-            self.dropped(key, "trainer.total_training_steps is set and wins, as in verl", value)
-        elif kind == "warmup":
-            self._warmup(key, value)
-        elif kind == "save":
-            every = int(value) if str(value).lstrip("-").isdigit() else value
-            if isinstance(every, int) and every <= 0:
-                self.moved(key, "trainer.checkpoint_every", 0)
-                self.report.notes.append(f"{key}={value}: the trainer still saves one checkpoint at the end")
-            else:
-                self.moved(key, "trainer.checkpoint_every", every)
-        elif kind == "keep":
-            n = _int(value)
-            if n is not None and n > 0:
-                self.moved(key, "trainer.checkpoint_keep", n)
-            else:
-                self.dropped(key, "verl keeps every checkpoint when it is unset or not positive; the trainer keeps "
-                                  "the newest trainer.checkpoint_keep (3 unless set) and deletes older ones", value)
-        elif kind == "lora":
-            rank = _int(value)
-            if rank == 0:
-                self.dropped(key, "0 is no LoRA: every weight is trained, as the trainer always does", value)
-            else:
-                self.dropped(key, "no LoRA: the trainer trains every weight of the model (full fine-tuning), not "
-                                  "low-rank adapters", value)
-                self.report.notes.append(f"{key}={value!r}: this run trains every weight, not LoRA adapters (more "
-                                         "memory; lower trainer.lr than for LoRA)")
-        elif kind == "loss_mode":
-            if str(value).lower() == "vanilla":
-                self.dropped(key, "vanilla is the trainer's loss: PPO-clip (with dual-clip, trainer.clip_ratio_c)",
-                             value)
-            else:
-                self.dropped(key, f"the trainer's loss is PPO-clip (verl's vanilla); {value} is not implemented",
-                             value)
-                self.report.notes.append(f"{key}={value!r}: this run uses the PPO-clip loss instead")
-        elif kind == "mini":
-            self._mini(key, value)
-        else:  # pragma: no cover - every kind of the table is handled above
-            raise AssertionError(kind)
-
-    def _kl(self, key: str, value: Any) -> None:
-        use_loss = self.given("actor_rollout_ref.actor.use_kl_loss")
-        in_reward = self.given("algorithm.use_kl_in_reward")
-        if key.endswith("use_kl_loss") or key.endswith("use_kl_in_reward"):
-            self.dropped(key, "the KL term is on when trainer.kl_coef > 0 (a loss term, never in the reward)", value)
-        elif key.endswith("kl_loss_coef"):
-            if use_loss is not None and truthy(use_loss):
-                self.moved(key, "trainer.kl_coef", value)
-            else:
-                self.dropped(key, "use_kl_loss is not true", value)
-        else:  # algorithm.kl_ctrl.kl_coef: verl uses it only as a KL penalty in the reward
-            if in_reward is not None and truthy(in_reward) and not (use_loss is not None and truthy(use_loss)):
-                self.moved(key, "trainer.kl_coef", value)
-                self.report.notes.append(f"{key}: the trainer applies the KL term in the loss, not in the reward")
-            else:
-                self.dropped(key, "verl applies it only with algorithm.use_kl_in_reward=true, which is not set"
-                             + ("; the KL loss coefficient is used" if use_loss is not None and truthy(use_loss)
-                                else ""), value)
-
-    def _warmup(self, key: str, value: Any) -> None:
-        """verl: lr_warmup_steps < 0 (its default) means lr_warmup_steps_ratio x the run's steps."""
-        steps = _int(self.given("actor_rollout_ref.actor.optim.lr_warmup_steps"))
-        if key.endswith("lr_warmup_steps"):
-            if steps is not None and steps >= 0:
-                self.moved(key, "trainer.lr_warmup_steps", steps)
-            else:
-                self.dropped(key, "negative: verl then takes lr_warmup_steps_ratio of the run's steps", value)
-            return
-        if steps is not None and steps >= 0:
-            self.dropped(key, "lr_warmup_steps is set, and wins, as in verl", value)
-            return
-        total = _int(self.given("trainer.total_training_steps"))
-        try:
-            ratio = float(value)
-        except (TypeError, ValueError):
-            ratio = -1.0
-        if total is not None and total > 0 and 0 <= ratio <= 1:
-            self.moved(key, "trainer.lr_warmup_steps", int(ratio * total))
-            self.report.notes.append(f"{key}={value}: {int(ratio * total)} warm-up steps of "
-                                     f"trainer.total_training_steps={total}, as verl computes them")
-        elif ratio == 0:
-            self.dropped(key, "0: no warm-up, as here unless trainer.lr_warmup_steps is set", value)
-        else:
-            self.dropped(key, "verl takes this fraction of the run's steps, which are not known here without "
-                              "trainer.total_training_steps; give trainer.lr_warmup_steps", value)
-
-    def _mini(self, key: str, value: Any) -> None:
-        mini = _int(value)
-        batch = _int(self.given("data.train_batch_size"))
-        if mini is not None and batch is not None and mini > 0 and batch > 0:
-            verl_steps = max(1, math.ceil(batch / mini))
-            how = (f"verl makes {verl_steps} optimizer step(s) per batch and PPO epoch here (train_batch_size "
-                   f"{batch} / ppo_mini_batch_size {mini}); the trainer makes 1")
-        else:
-            how = ("verl makes train_batch_size / ppo_mini_batch_size optimizer steps per batch and PPO epoch; the "
-                   "trainer makes 1 (the whole batch is the mini-batch)")
-        self.dropped(key, how, value)
-        if mini is not None and batch is not None and 0 < mini < batch:
-            self.report.notes.append(f"{key}={value}: {how}; raise trainer.ppo_epochs for more updates per batch")
+        """A key of a ``(kind,)`` rule, decided with the whole config (see :mod:`._verl_special`)."""
+        decide(self, kind, key, value)
 
     def defaults(self, skip: tuple[str, ...] = ()) -> None:
         """verl's defaults that differ from the trainer's, for a config written for verl."""
