@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     path = materialize(ModelConfig(builtin="smollm2-135m"))
     choice = choose()
-    print(f"bench_demo_dtype: {choice.reason}; auto = autocast {choice.autocast}, rollout {choice.rollout_dtype}; "
+    print(f"bench_demo_dtype: {choice.reason}; auto = autocast {choice.autocast}, rollout " f"{choice.rollout_dtype}; "
           f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.1f} at start")
     settings = {"fp32": ("none", "float32"), "auto": (choice.autocast, choice.rollout_dtype)}
     if args.bf16:

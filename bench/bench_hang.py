@@ -64,7 +64,7 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         tc, th = min(t_clean), min(t_hung)
         last = max(i for i, h in enumerate(hung) if h["extra_info"]["hang"]) / n
         floor = last * tc + timeout_s
-        print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s ({n / tc:.0f}/s), "
+        print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s " f"({n / tc:.0f}/s), "
               f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
               f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
               f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                     "max_staleness_seen": fa["max_staleness_seen"],
                 }
                 print(f"{case:5s} trained {fa['samples_trained']:5d} samples: sync "
-                      f"{sync['throughput_samples_per_s']:7.2f}/s, fully_async {fa['throughput_samples_per_s']:7.2f}/s"
+                      f"{sync['throughput_samples_per_s']:7.2f}/s, fully_async " f"{fa['throughput_samples_per_s']:7.2f}/s"
                       f"  ratio {ratio:.2f}x (goal {GOALS[case]}x)"
                       f"  idle rollouter/learner: sync {sync['idle_ratio']['rollouter']:.2f}/"
                       f"{sync['idle_ratio']['learner']:.2f}, fully_async {fa['idle_ratio']['rollouter']:.2f}/"

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
           f"rewardhub {n / rh['batch']:,.0f}/s ({rh['batch']:.2f}s)   ratio rewardhub/naive "
           f"{nv['batch'] / rh['batch']:.2f}x")
     print(f"agent loop ({args.agents} in flight, one at a time): naive {nv['agent']:.2f}s, "
-          f"{nv['lat'] * 1e3:.2f} ms/trajectory   rewardhub {rh['agent']:.2f}s, {rh['lat'] * 1e3:.2f} ms/trajectory"
+          f"{nv['lat'] * 1e3:.2f} ms/trajectory   rewardhub {rh['agent']:.2f}s, {rh['lat'] * 1e3:.2f} " "ms/trajectory"
           f"   ratio {nv['agent'] / rh['agent']:.2f}x; rewardhub's mean group: {group:.1f} samples")
     return 0
 

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: {'ok  ' if ok else 'FAIL'} {name}: {detail}")
     failed = [name for name, ok, _ in checks if not ok]
     if gpu is None and not args.allow_cpu:
-        print("gpu_check: no GPU on this machine (torch.cuda.is_available() is False): the GPU checks (visibility "
+        print("gpu_check: no GPU on this machine (torch.cuda.is_available() is False): the GPU checks " "(visibility "
               "in actors, vLLM on a GPU, the CUDA training runs) did not run; run it on a GPU machine")
         return 1 if failed else 0
     gpu = gpu or "CPU (--allow-cpu)"

@@ -100,7 +100,7 @@ def connect_bounded(address: str, seconds: float) -> Any:
         while not done.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
-                stop(f"ERROR: Ray did not connect to {address} within {seconds:g} s (its port answers, but not "
+                stop(f"ERROR: Ray did not connect to {address} within {seconds:g} s (its port answers, but " "not "
                      "as a Ray cluster's)\n  check the address and port (`ray status` on the head node shows "
                      "them)\n", 1)
             if not main:

@@ -177,7 +177,7 @@ class VerlBatchScorer:
             nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
             if by_source and len(data) and self.reward_fn_key not in nt:
                 raise VerlBatchError(
-                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default scorer "
+                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default " "scorer "
                     f"picks its function\nfields there: {sorted(nt) or 'none'}; or name a "
                     "reward.custom_reward_function")
         if self.needing:
@@ -185,7 +185,7 @@ class VerlBatchScorer:
                 nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
                 if len(data) and "reward_model" not in nt:
                     raise VerlBatchError(
-                        f"verl batch has no non_tensor_batch['reward_model'] (reward_model.ground_truth), which "
+                        "verl batch has no non_tensor_batch['reward_model'] (reward_model.ground_truth), " "which "
                         f"{', '.join(map(repr, self.needing))} needs\nfields there: {sorted(nt) or 'none'}; "
                         "verl's datasets carry it as reward_model: {ground_truth: ...}")
         return decode_samples(parts, tokenizer, self.reward_fn_key)

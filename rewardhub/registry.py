@@ -203,7 +203,7 @@ class RewardRegistry:
             if not os.path.isfile(path):
                 raise UsageError(
                     f"reward file {path!r} does not exist (reward term {alias!r})\n"
-                    "fix the term's path (a relative path in a YAML config is resolved against the file's folder; "
+                    "fix the term's path (a relative path in a YAML config is resolved against the file's " "folder; "
                     "one given as an override or in a launch script, against the working directory)"
                 )
             sha = file_sha256(path)

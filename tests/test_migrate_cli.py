@@ -389,15 +389,15 @@ def test_agreeing_legacy_keys_each_get_a_line():
 
 SCRIPTS = [
     "python3 -m verl.trainer.main_ppo custom_reward_function.path=r.py custom_reward_function.name=f\n",
-    "python3 -m verl.trainer.main_ppo \\\n  custom_reward_function.path=r.py \\\n  reward_model.reward_manager=prime\n",
-    "python3 -m verl.trainer.main_ppo \\\n  data.train_files=t.parquet \\\n  custom_reward_function.path=r.py\necho ok\n",
+    "python3 -m verl.trainer.main_ppo \\\n  custom_reward_function.path=r.py \\\n  " "reward_model.reward_manager=prime\n",
+    "python3 -m verl.trainer.main_ppo \\\n  data.train_files=t.parquet \\\n  " "custom_reward_function.path=r.py\necho ok\n",
     "python3 -m verl.trainer.main_ppo custom_reward_function.path=\"$HOME/my r.py\" trainer.x=1 \"$@\" 2>&1 | tee l\n",
     "P=r.py\npython3 -m verl.trainer.main_ppo \\\n    custom_reward_function.path=$P \\\n"
     "    +reward_model.reward_kwargs.overlong_buffer_cfg.enable=True \\\n"
     "    +reward_model.reward_kwargs.overlong_buffer_cfg.len=16 \\\n    data.max_response_length=64\n",
     "cat > x <<EOF\nhello\nEOF\npython3 -m verl.trainer.main_ppo reward_model.reward_manager=naive \\\n"
     "  custom_reward_function.path='a b.py'; echo done\n",
-    "python3 -m verl.trainer.main_ppo \\\n  sandbox_fusion.url=http://h/run \\\n  custom_reward_function.path=r.py\n",
+    "python3 -m verl.trainer.main_ppo \\\n  sandbox_fusion.url=http://h/run \\\n  " "custom_reward_function.path=r.py\n",
 ]
 
 
@@ -496,11 +496,11 @@ def test_write_keeps_every_example_a_valid_script(cli, tmp_path, path, layout):
 
 
 @pytest.mark.parametrize("body,message", [
-    ("for lr in 1e-6 2e-6; do\n  python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.optim.lr=$lr\ndone\n",
+    ("for lr in 1e-6 2e-6; do\n  python3 -m verl.trainer.main_ppo " "actor_rollout_ref.actor.optim.lr=$lr\ndone\n",
      r"\$lr in line 3 is set by the script in a way that cannot be read here"),
     ("run() {\n  python3 -m verl.trainer.main_ppo \"$@\"\n}\nrun custom_reward_function.path=r.py\n",
      r"\$@ in line 3: the script defines a function"),
-    ("read -r MODEL < model.txt\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL\n",
+    ("read -r MODEL < model.txt\npython3 -m verl.trainer.main_ppo " "actor_rollout_ref.model.path=$MODEL\n",
      r"\$MODEL in line 3 is set by the script"),
     ("if [ -n \"$BIG\" ]; then\n  python3 -m verl.trainer.main_ppo a.b=1\nelse\n"
      "  python3 -m verl.trainer.main_ppo a.b=2\nfi\n", "lines 3, 5"),
@@ -515,8 +515,8 @@ def test_loops_functions_and_branches_are_refused(tmp_path, body, message):
 @pytest.mark.parametrize("body,line", [
     ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\\n    # the model\n"
      "    actor_rollout_ref.model.path=/m \\\n    custom_reward_function.path=r.py\n", 5),
-    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\ \n    custom_reward_function.path=r.py\n", 4),
-    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet\n    custom_reward_function.path=r.py\n", 4),
+    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\ \n    " "custom_reward_function.path=r.py\n", 4),
+    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet\n    " "custom_reward_function.path=r.py\n", 4),
 ])
 def test_a_broken_continuation_is_refused_not_half_read(tmp_path, body, line):
     from rewardhub.errors import UsageError

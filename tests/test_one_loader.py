@@ -266,7 +266,7 @@ def test_a_misspelt_top_level_section_is_an_error(command, section, meant, where
     assert main([command, *argv]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert f"ERROR: unknown key {section}\n  did you mean {meant}? allowed: data, model, resources, reward, rollout, " \
+    assert f"ERROR: unknown key {section}\n  did you mean {meant}? allowed: data, model, resources, reward, " "rollout, " \
            "trainer" in err, err
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "out").exists()
 

@@ -62,7 +62,7 @@ def loop(tmp_path_factory):
                                "executor: process, timeout_s: 30}\n")
     (d / "rh_fail.yaml").write_text(
         f"reward:\n  rewards:\n    - {{path: {d / 'r.py'}, function: compute_score, executor: process}}\n"
-        f"    - {{path: {d / 'slow.py'}, function: slow, executor: process, timeout_s: 2, on_failure: zero}}\n")
+        f"    - {{path: {d / 'slow.py'}, function: slow, executor: process, timeout_s: 2, on_failure: " f"zero}}\n")
     legacy_manager = ["reward_model.reward_manager=rewardhub"]
     plan = {"folder": str(d), "rows": _rows(), "runs": [
         # the user's legacy keys, migrated as fully_async_main does

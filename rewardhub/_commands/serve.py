@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         def ready(host: str, port: int) -> None:
             names = ", ".join(t.name for t in runner.terms)
             print(f"rewardhub serve: {names} on http://{host}:{port} "
-                  f"(POST /score, POST /get_reward, GET /health, GET /metrics; token {'on' if token else 'off'})",
+                  "(POST /score, POST /get_reward, GET /health, GET /metrics; token " f"{'on' if token else 'off'})",
                   flush=True)
 
         import asyncio

@@ -322,7 +322,7 @@ class Reader:
             return os.environ[name]  # what the shell takes, run from here
         if after_eq and not self.assigning:
             return "${oc.env:" + name + "}"  # unset: loading the config says so, naming the key
-        raise Unsafe(f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be known here")
+        raise Unsafe(f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be " "known here")
 
     def assign(self, raw: Raw, where: str) -> None:
         name = ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))

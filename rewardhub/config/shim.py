@@ -122,7 +122,7 @@ class _Migration:
                 else:
                     self.put("reward.reward_model.rollout.name", leaf.value, leaf.key)
                     self.report.notes.append(
-                        f"{leaf.key}={leaf.value!r}: rewardhub serves reward models with transformers or vllm; "
+                        f"{leaf.key}={leaf.value!r}: rewardhub serves reward models with transformers or " "vllm; "
                         "the name is kept in reward.reward_model.rollout.name")
             elif kind == "manager":
                 if leaf.value is None:
@@ -260,7 +260,7 @@ class _Migration:
             return
         if custom_index is not None:
             self.report.notes.append(
-                f"{enable[1]}=true with a custom reward function: verl serves the model to that function; rewardhub "
+                f"{enable[1]}=true with a custom reward function: verl serves the model to that function; " "rewardhub "
                 "does not start a model server for it. To score with the model itself add a term "
                 "{name: reward_model} (a classifier) or {name: judge} (a generative judge)")
             return

@@ -29,9 +29,9 @@ TASKS: list[tuple[str, Any, str, str]] = [
     ("fizzbuzz",
      ["assert fizzbuzz(3) == 'Fizz'", "assert fizzbuzz(5) == 'Buzz'", "assert fizzbuzz(15) == 'FizzBuzz'",
       "assert fizzbuzz(7) == '7'"],
-     "def fizzbuzz(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n    if n % 3 == 0:\n        return 'Fizz'\n"
+     "def fizzbuzz(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n    if n % 3 == 0:\n        " "return 'Fizz'\n"
      "    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)",
-     "def fizzbuzz(n):\n    if n % 3 == 0:\n        return 'Fizz'\n    if n % 5 == 0:\n        return 'Buzz'\n"
+     "def fizzbuzz(n):\n    if n % 3 == 0:\n        return 'Fizz'\n    if n % 5 == 0:\n        return " "'Buzz'\n"
      "    if n % 15 == 0:\n        return 'FizzBuzz'\n    return str(n)"),
     ("has_close_elements",  # HumanEval/0, in its own format
      {"entry_point": "has_close_elements",
@@ -84,16 +84,16 @@ TASKS: list[tuple[str, Any, str, str]] = [
       "assert not balanced(')(')"],
      "def balanced(s):\n    pairs = {')': '(', ']': '[', '}': '{'}\n    stack = []\n    for c in s:\n"
      "        if c in '([{':\n            stack.append(c)\n        elif c in pairs:\n"
-     "            if not stack or stack.pop() != pairs[c]:\n                return False\n    return not stack",
+     "            if not stack or stack.pop() != pairs[c]:\n                return False\n    return not " "stack",
      "def balanced(s):\n    return s.count('(') == s.count(')') and s.count('[') == s.count(']')"),
     ("roman",
      ["assert roman(1994) == 'MCMXCIV'", "assert roman(4) == 'IV'", "assert roman(3999) == 'MMMCMXCIX'"],
-     "def roman(n):\n    vals = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'), (90, 'XC'),\n"
+     "def roman(n):\n    vals = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'), (90, " "'XC'),\n"
      "            (50, 'L'), (40, 'XL'), (10, 'X'), (9, 'IX'), (5, 'V'), (4, 'IV'), (1, 'I')]\n"
-     "    out = ''\n    for v, s in vals:\n        while n >= v:\n            out += s\n            n -= v\n"
+     "    out = ''\n    for v, s in vals:\n        while n >= v:\n            out += s\n            n -= " "v\n"
      "    return out",
-     "def roman(n):\n    vals = [(1000, 'M'), (500, 'D'), (100, 'C'), (50, 'L'), (10, 'X'), (5, 'V'), (1, 'I')]\n"
-     "    out = ''\n    for v, s in vals:\n        while n >= v:\n            out += s\n            n -= v\n"
+     "def roman(n):\n    vals = [(1000, 'M'), (500, 'D'), (100, 'C'), (50, 'L'), (10, 'X'), (5, 'V'), (1, " "'I')]\n"
+     "    out = ''\n    for v, s in vals:\n        while n >= v:\n            out += s\n            n -= " "v\n"
      "    return out"),
     ("merge_sorted",
      ["assert merge_sorted([1, 3, 5], [2, 4]) == [1, 2, 3, 4, 5]", "assert merge_sorted([], [1]) == [1]",
@@ -134,8 +134,8 @@ TASKS: list[tuple[str, Any, str, str]] = [
      "for row in m:\n    print(' '.join(row))"),
     ("sort_lines_io",
      {"inputs": ["3\npear\napple\nfig\n", "1\nsolo\n"], "outputs": ["apple\nfig\npear\n", "solo\n"]},
-     "import sys\nn = int(sys.stdin.readline())\nlines = [sys.stdin.readline().strip() for _ in range(n)]\n"
+     "import sys\nn = int(sys.stdin.readline())\nlines = [sys.stdin.readline().strip() for _ in " "range(n)]\n"
      "print('\\n'.join(sorted(lines)))",
-     "import sys\nn = int(sys.stdin.readline())\nlines = [sys.stdin.readline().strip() for _ in range(n)]\n"
+     "import sys\nn = int(sys.stdin.readline())\nlines = [sys.stdin.readline().strip() for _ in " "range(n)]\n"
      "print('\\n'.join(sorted(lines, key=len)))"),
 ]

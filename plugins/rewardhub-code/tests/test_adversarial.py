@@ -102,8 +102,8 @@ def test_writing_outside_the_sandbox_directory_fails():
     targets = [os.path.join(here, f"pwned-{token}"), f"/tmp/pwned-{token}", f"/var/tmp/pwned-{token}",
                f"/dev/shm/pwned-{token}", f"/root/pwned-{token}", f"/etc/pwned-{token}",
                os.path.join(os.path.expanduser("~"), f"pwned-{token}")]
-    prog = (f"import os\ntargets = {targets!r}\nwrote = []\nfor t in targets + ['../pwned-{token}', '/pwned-{token}']:\n"
-            "    try:\n        open(t, 'w').write('x')\n        wrote.append(os.path.realpath(t))\n    except OSError:\n        pass\n"
+    prog = (f"import os\ntargets = {targets!r}\nwrote = []\nfor t in targets + ['../pwned-{token}', " f"'/pwned-{token}']:\n"
+            "    try:\n        open(t, 'w').write('x')\n        wrote.append(os.path.realpath(t))\n    except " "OSError:\n        pass\n"
             "print(wrote, os.listdir('.'))\n"
             "# the private /tmp, /var/tmp and /dev/shm of the sandbox may be written: they vanish with it\n"
             "if any(not t.startswith(('/tmp/', '/var/tmp/', '/dev/shm/')) for t in wrote):\n"

@@ -102,7 +102,7 @@ def test_an_abstract_socket_is_not_reachable_from_a_concurrent_run():
         pytest.skip("no network namespace on this machine: abstract sockets are shared")
     name = "rhc-sock-" + secrets.token_hex(8)
     server = ("import socket, sys, time\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0' + sys.argv[1])\n"
-              "s.listen(1)\nprint('MADE', flush=True)\ns.settimeout(3)\ntry:\n    s.accept()\n    print('REACHED')\n"
+              "s.listen(1)\nprint('MADE', flush=True)\ns.settimeout(3)\ntry:\n    s.accept()\n    " "print('REACHED')\n"
               "except OSError:\n    print('ALONE')\n")
     client = ("import socket, sys, time\nfor _ in range(20):\n    try:\n"
               "        socket.socket(socket.AF_UNIX).connect('\\0' + sys.argv[1])\n        print('FOUND')\n"

@@ -117,7 +117,7 @@ def test_visible_paths_adds_a_folder_read_only(host_folder):
         f.write("def add(a, b):\n    return a + b\n")
     os.chmod(os.path.join(host_folder, "helper.py"), 0o644)
     prog = (f"import sys\nsys.path.insert(0, {host_folder!r})\nfrom helper import add\nprint(add(2, 3))\n"
-            f"try:\n    open({host_folder!r} + '/w', 'w')\nexcept OSError as exc:\n    print(type(exc).__name__)\n")
+            f"try:\n    open({host_folder!r} + '/w', 'w')\nexcept OSError as exc:\n    " "print(type(exc).__name__)\n")
     cfg = sandbox.SandboxConfig(visible_paths=(host_folder,))
     res = sandbox.run_python({"m.py": prog}, "m.py", config=cfg)
     assert res.status == "ok", res.stderr
