@@ -138,7 +138,8 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         if pure:
             out.append(Check(name, "deterministic", PASS if same else FAIL,
                              "two calls gave the same scores" if same
-                             else f"declared pure, but two calls differ: {_diff(col.values, second[name].values, hung)}"))
+                             else "declared pure, but two calls differ: "
+                             f"{_diff(col.values, second[name].values, hung)}"))
         else:
             out.append(Check(name, "deterministic", SKIP, "not declared pure; two calls "
                              + ("gave the same scores" if same else "differ")))

@@ -115,7 +115,8 @@ def test_real_verl_compute_score_runs_unchanged(tmp_path):
                  {"module": "verl.utils.reward_score.gsm8k", "function": "compute_score", "alias": "gsm8k_p",
                   "executor": "process", "timeout_s": 30}]
         with Runner.from_config({"rewards": terms}) as r:
-            rows = [{"response": "so #### 72", "ground_truth": "72"}, {"response": "#### 7", "ground_truth": "72"}]
+            rows = [{"response": "so #### 72", "ground_truth": "72"},
+                    {"response": "#### 7", "ground_truth": "72"}]
             res = r.score(rows)
             print(json.dumps([res.rewards, [d["adapter"] for d in r.describe()]]))
     """)

@@ -32,7 +32,8 @@ def test_a_path_reward_is_read_not_imported(cli, tmp_path):
 import rewardhub
 
 @rewardhub.reward(timeout_s=3, executor="process", pure=True)
-async def compute_score(data_source, solution_str, ground_truth, extra_info=None, *, scale: float = sys.maxsize):
+async def compute_score(data_source, solution_str, ground_truth, extra_info=None, *,
+                        scale: float = sys.maxsize):
     "Doc line."
     return 1.0
 """)

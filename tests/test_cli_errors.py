@@ -63,7 +63,8 @@ def _readonly(path, *args):
 def test_output_folder_missing(cli, simple, tmp_path):
     cfg, data = simple
     line = _error(cli("score", cfg, data, "-o", str(tmp_path / "nope" / "o.jsonl")), 2)
-    assert line == f"ERROR: -o {str(tmp_path / 'nope' / 'o.jsonl')!r}: the folder {str(tmp_path / 'nope')!r} does not exist"
+    assert line == (f"ERROR: -o {str(tmp_path / 'nope' / 'o.jsonl')!r}: the folder {str(tmp_path / 'nope')!r} "
+                    "does not exist")
 
 
 @needs_bwrap

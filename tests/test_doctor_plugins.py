@@ -108,7 +108,8 @@ import rewardhub
 
 @rewardhub.hookimpl
 def rewardhub_doctor_lines(config, nodes):
-    return [f"gpu plugin: {len(nodes)} node(s), {config.reward.rewards[0].name}" + ("  PROBLEM" if not nodes else "")]
+    return [f"gpu plugin: {len(nodes)} node(s), {config.reward.rewards[0].name}"
+            + ("  PROBLEM" if not nodes else "")]
 """
 
 FAILING = """

@@ -391,7 +391,8 @@ SCRIPTS = [
     "python3 -m verl.trainer.main_ppo custom_reward_function.path=r.py custom_reward_function.name=f\n",
     "python3 -m verl.trainer.main_ppo \\\n  custom_reward_function.path=r.py \\\n  " "reward_model.reward_manager=prime\n",
     "python3 -m verl.trainer.main_ppo \\\n  data.train_files=t.parquet \\\n  " "custom_reward_function.path=r.py\necho ok\n",
-    "python3 -m verl.trainer.main_ppo custom_reward_function.path=\"$HOME/my r.py\" trainer.x=1 \"$@\" 2>&1 | tee l\n",
+    "python3 -m verl.trainer.main_ppo custom_reward_function.path=\"$HOME/my r.py\" "
+    "trainer.x=1 \"$@\" 2>&1 | tee l\n",
     "P=r.py\npython3 -m verl.trainer.main_ppo \\\n    custom_reward_function.path=$P \\\n"
     "    +reward_model.reward_kwargs.overlong_buffer_cfg.enable=True \\\n"
     "    +reward_model.reward_kwargs.overlong_buffer_cfg.len=16 \\\n    data.max_response_length=64\n",

@@ -58,7 +58,8 @@ def gt_none():
     d = batch(ROWS4)
     d.non_tensor_batch["reward_model"][1] = {"ground_truth": None}
     d.non_tensor_batch["reward_model"][2] = None
-    return [(r["reward_score"], r["reward_extra_info"]) for r in loop(config(None, yaml_with("zero", NEEDS)), d)[0]]
+    rows = loop(config(None, yaml_with("zero", NEEDS)), d)[0]
+    return [(r["reward_score"], r["reward_extra_info"]) for r in rows]
 
 
 def variant(change):
@@ -98,8 +99,8 @@ def no_data_source():  # verl's default scorer picks its function by data_source
 def data_source_unknown():
     d = batch(ROWS4)
     d.non_tensor_batch["data_source"][:] = "my/unknown"
-    return [(r["reward_score"], r["reward_extra_info"]["rewardhub_failed"], r["reward_extra_info"]["rewardhub_error"])
-            for r in loop(config(), d)[0]]
+    return [(r["reward_score"], r["reward_extra_info"]["rewardhub_failed"],
+             r["reward_extra_info"]["rewardhub_error"]) for r in loop(config(), d)[0]]
 
 
 case("no_reward_model", no_reward_model)
@@ -123,7 +124,8 @@ case("empty", lambda: run_loop(load_reward_manager(config(), tok, reward_router_
 
 
 def batch_manager():
-    m = get_reward_manager_cls("rewardhub")(tokenizer=tok, num_examine=0, config=config(None, yaml_with("zero")))
+    manager_cls = get_reward_manager_cls("rewardhub")
+    m = manager_cls(tokenizer=tok, num_examine=0, config=config(None, yaml_with("zero")))
     d = batch(ROWS4)
     del d.batch["prompts"]
     got = m(d, return_dict=True)

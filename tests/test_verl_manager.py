@@ -50,7 +50,8 @@ def batch(rows, P=12, R=48):
 def config(path=None, module_path=None):
     return OmegaConf.create({"reward": {
         "custom_reward_function": {"path": path, "name": "compute_score", "reward_kwargs": {}},
-        "reward_manager": {"source": "register", "name": "rewardhub", "module": {"path": module_path, "name": "x"}},
+        "reward_manager": {"source": "register", "name": "rewardhub",
+                           "module": {"path": module_path, "name": "x"}},
         "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
 
 

@@ -143,7 +143,8 @@ def effective_executor(term: Any) -> str:
 
 def executor_reason(term: Any) -> str:
     if effective_executor(term) != term.policy.executor:
-        return f"{term.policy.executor} with timeout_s {term.policy.timeout_s:g}: a sync call is timed out by killing its process"
+        return (f"{term.policy.executor} with timeout_s {term.policy.timeout_s:g}: a sync call is timed out by "
+                "killing its process")
     return ""
 
 

@@ -93,7 +93,7 @@ The `{reward}` reward for [rewardhub](https://github.com/rewardhub/rewardhub): {
 ```bash
 pip install -e .
 rewardhub list | grep {reward}       # the reward is registered through its entry point
-rewardhub test {reward}              # the reward contract: a float per row, edge responses, timeout, executors
+rewardhub test {reward}              # the contract: a float per row, edge responses, timeout, executors
 pytest tests/                        # its own tests (the contract included)
 ```
 

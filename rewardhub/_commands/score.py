@@ -24,7 +24,8 @@ from ._output import stop_on_signals
 from ._output import write_summary
 
 NAME = "score"
-HELP = "score a JSONL or parquet file (or save_to_disk folder) of samples with the config's rewards; prints a per-reward summary"
+HELP = ("score a JSONL or parquet file (or save_to_disk folder) of samples with the config's rewards; prints a "
+        "per-reward summary")
 #: rows per Runner call: the first chunk is FIRST_CHUNK rows, later ones about CHUNK_S seconds of
 #: work, at most CHUNK rows (rows are written chunk by chunk: a stopped run keeps the chunks done)
 CHUNK = 4096
@@ -133,7 +134,8 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
     res = runner.score(ok, progress=progress) if ok else None
     kept = [r for i, r in enumerate(rows_in) if i not in gone]
     scored = iter([output_row(r, res, i, namespace) for i, r in enumerate(kept)] if res is not None else [])
-    msg = "no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward needs"
+    msg = ("no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward "
+           "needs")
     rows = []
     for i, s in enumerate(rows_in):
         if i in gone:

@@ -16,7 +16,8 @@ from rewardhub_trainer.loggers import logger_names
 def test_names_are_checked(monkeypatch):
     assert logger_names(None) == [] and logger_names("console") == ["console"]
     assert logger_names(["console", "tensorboard", "file"]) == ["console", "tensorboard", "file"]
-    with pytest.raises(UsageError, match=r"^trainer.logger\[1\]='swanlab' is not valid\nallowed: console, tensorboard, file, wandb, mlflow$"):
+    with pytest.raises(UsageError, match=r"^trainer.logger\[1\]='swanlab' is not valid\n"
+                                         r"allowed: console, tensorboard, file, wandb, mlflow$"):
         logger_names(["console", "swanlab"])
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("wandb", "mlflow")

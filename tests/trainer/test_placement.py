@@ -124,7 +124,8 @@ CLUSTER_SCRIPT = textwrap.dedent('''
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     # the first GPU node also declares a custom resource, "accel"
-    nodes = [cluster.add_node(num_cpus=2, num_gpus=2, resources={"accel": 2} if i == 0 else {}) for i in range(2)]
+    nodes = [cluster.add_node(num_cpus=2, num_gpus=2, resources={"accel": 2} if i == 0 else {})
+             for i in range(2)]
     out = {"gpu_nodes": [n.node_id for n in nodes], "head": cluster.head_node.node_id, "cases": {}}
     try:
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
@@ -167,7 +168,8 @@ CLUSTER_SCRIPT = textwrap.dedent('''
         if os.environ.get("RUN_TRAINER"):
             from rewardhub_trainer.cli import train
             summary = train(sys.argv[1], [], output=sys.argv[2])
-            out["summary"] = {k: summary[k] for k in ("workers", "devices", "resources", "steps", "accounting_exact")}
+            keys = ("workers", "devices", "resources", "steps", "accounting_exact")
+            out["summary"] = {k: summary[k] for k in keys}
     finally:
         print("RESULT " + json.dumps(out))
         ray.shutdown()

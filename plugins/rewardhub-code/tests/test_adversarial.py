@@ -213,7 +213,8 @@ except OSError:
     pass
 lines = []
 for prefix in (nonce + ' ', 'RHC '):
-    lines += [prefix + json.dumps({'i': i, 'ok': True}) for i in range(2)] + [prefix + json.dumps({'phase': 'done'})]
+    lines += [prefix + json.dumps({'i': i, 'ok': True}) for i in range(2)]
+    lines += [prefix + json.dumps({'phase': 'done'})]
 data = ('\\n' + '\\n'.join(lines) + '\\n').encode()
 targets = list(range(256))
 for fd in range(8):

@@ -65,7 +65,8 @@ except AttributeError:
     mq_open = ctypes.CDLL("librt.so.1", use_errno=True).mq_open
 name = ("/" + sys.argv[2]).encode()
 if sys.argv[1] == "make":
-    print("MADE" if mq_open(name, os.O_CREAT | os.O_RDWR, 0o666, None) >= 0 else "REFUSED", ctypes.get_errno())
+    made = mq_open(name, os.O_CREAT | os.O_RDWR, 0o666, None) >= 0
+    print("MADE" if made else "REFUSED", ctypes.get_errno())
 else:
     print("FOUND" if mq_open(name, os.O_RDWR) >= 0 else "ABSENT")
 """

@@ -28,8 +28,9 @@ HOSTILE = {
     "sleep": "import time\ntime.sleep(60)",
     "memory": "x = bytearray(10 << 30)",
     "output": "while True:\n    print('x' * 10000)",
-    "kill_all": "import os, signal\nfor pid in range(1, 4096):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
-                "    except OSError:\n        pass\nos.kill(os.getppid(), signal.SIGKILL)",
+    "kill_all": "import os, signal\nfor pid in range(1, 4096):\n    try:\n"
+                "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
+                "os.kill(os.getppid(), signal.SIGKILL)",
 }
 if GUARDED:  # a fork bomb only ever runs under a process-count guard
     HOSTILE["fork_bomb"] = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"

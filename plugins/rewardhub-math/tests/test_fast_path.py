@@ -114,7 +114,8 @@ def snapshot():
         for k, v in vars(mod).items():
             if callable(v):  # (math-verify's own flags, such as TIMEOUT_WARNING_SHOWN, are its to set)
                 names[(mod.__name__, k)] = v
-    return sympy.Number.__dict__["__new__"], sympy.Integer.__dict__.get("__new__"), sympy.Float.__dict__["__new__"], names
+    return (sympy.Number.__dict__["__new__"], sympy.Integer.__dict__.get("__new__"),
+            sympy.Float.__dict__["__new__"], names)
 before = snapshot()
 import rewardhub_math.reward as r
 if {use!r} == "score":
