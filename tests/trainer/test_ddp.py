@@ -222,9 +222,9 @@ def test_each_learner_rank_gets_a_bundle_and_the_count_is_checked():
     from rewardhub.errors import UsageError
     from rewardhub_trainer.config import parse_config
     from rewardhub_trainer.placement import bundles
-    from rewardhub_trainer.placement import doctor_lines
     from rewardhub_trainer.placement import parse_resources
     from rewardhub_trainer.placement import plan
+    from rewardhub_trainer.placement_doctor import doctor_lines
 
     res = parse_resources({"learner": {"num_gpus": 1}, "rollouter": {"num_gpus": 1}, "placement": "spread"})
     items = bundles(res, 1, num_learners=2)

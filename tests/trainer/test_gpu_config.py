@@ -15,8 +15,8 @@ from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 from rewardhub_trainer.config import parse_config
 from rewardhub_trainer.placement import bundles
-from rewardhub_trainer.placement import doctor_lines
-from rewardhub_trainer.placement import plan_report
+from rewardhub_trainer.placement_doctor import doctor_lines
+from rewardhub_trainer.placement_doctor import plan_report
 
 REWARD = "reward.rewards=[{name: exact_match}]"
 TINY = "model.tiny.arch=qwen2"

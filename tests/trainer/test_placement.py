@@ -24,7 +24,7 @@ from rewardhub_trainer.placement import RoleResources
 from rewardhub_trainer.placement import bundles
 from rewardhub_trainer.placement import parse_resources
 from rewardhub_trainer.placement import plan
-from rewardhub_trainer.placement import plan_report
+from rewardhub_trainer.placement_doctor import plan_report
 
 NODES = [{"NodeID": "a" * 40, "Alive": True, "Resources": {"CPU": 2.0, "GPU": 2.0}},
          {"NodeID": "b" * 40, "Alive": True, "Resources": {"CPU": 2.0, "GPU": 2.0}},
@@ -283,7 +283,7 @@ def test_custom_resources_place_the_actors_on_the_node_that_declares_them(cluste
 
 def test_doctor_lines_from_a_training_config():
     from rewardhub.config import load_config
-    from rewardhub_trainer.placement import doctor_lines
+    from rewardhub_trainer.placement_doctor import doctor_lines
 
     nodes = [{"node_id": n["NodeID"], "ip": "10.0.0.1", "resources": n["Resources"]} for n in NODES]
     cfg = load_config(None, ["trainer.n_gpus_per_node=2", "trainer.nnodes=2",

@@ -18,6 +18,6 @@ def rewardhub_doctor_lines(config: Any, nodes: Sequence[Mapping[str, Any]]) -> l
     """Where the learner, rollouters and reward workers of a training config (``resources:``) would go."""
     if "resources" not in config and "trainer" not in config:
         return []
-    from .placement import doctor_lines
+    from .placement_doctor import doctor_lines
 
     return doctor_lines(config, nodes)

@@ -26,7 +26,8 @@ with the CPUs, GPUs and custom resources declared here (or under ``reward.worker
 here; the reward pool's own check), naming what is missing and listing the nodes.
 
 :func:`plan` is pure (no Ray): it simulates the placement on a list of nodes, for the check before
-the group is created and for ``rewardhub doctor``. Nothing here imports Ray at import time.
+the group is created and for ``rewardhub doctor`` (:mod:`~rewardhub_trainer.placement_doctor`). Nothing here
+imports Ray at import time.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from rewardhub.errors import UsageError
 
 from .devices import NO_GPU_ENV
 
-__all__ = ["PLACEMENTS", "RULES", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "doctor_lines",
-           "parse_resources", "plan", "plan_report"]
+__all__ = ["PLACEMENTS", "RULES", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "cluster_check",
+           "parse_resources", "plan"]
 
 PLACEMENTS = ("pack", "spread", "strict_pack", "strict_spread")
 ROLES = ("learner", "rollouter", "reward_worker", "evaluator")
@@ -219,31 +220,8 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
     return where
 
 
-def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str, Any]],
-                reward_worker: Mapping[str, float] | None = None, num_reward_workers: int = 1,
-                num_learners: int = 1, evaluators: int = 0) -> list[str]:
-    """Lines for ``rewardhub doctor``: what each trainer pool would get on ``nodes`` (or the error)."""
-    lines = []
-    items = bundles(res, num_rollouters, num_learners, evaluators)
-    try:
-        where = plan(items, nodes, res.placement)
-    except UsageError as exc:
-        return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
-    for b, node in zip(items, where):
-        lines.append(f"{b.name}: " + ", ".join(f"{k}={v:g}" for k, v in b.needs.items())
-                     + f" on node {node[:12]} ({res.placement})")
-    for role, count in (("learner", num_learners), ("rollouter", num_rollouters)):
-        if count and not getattr(res, role).as_ray():
-            lines.append(f"{role}" + (f" x{count}" if count > 1 else "")
-                         + ": asks for nothing (0 CPUs, 0 GPUs): any node, shares the CPUs")
-    if reward_worker is not None:
-        needs = ", ".join(f"{k}={v:g}" for k, v in reward_worker.items() if v) or "nothing"
-        lines.append(f"reward_worker x{num_reward_workers}: {needs} each")
-    lines += _cluster_check(res, nodes)
-    return lines
-
-
-def _cluster_check(res: Resources, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+def cluster_check(res: Resources, nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The cluster-wide problems of ``res`` on ``nodes``: too few alive nodes, too few with enough GPUs."""
     alive = [n for n in nodes if n.get("Alive", True)]
     problems = []
     if res.nnodes and len(alive) < res.nnodes:
@@ -274,7 +252,7 @@ class Placement:
         self.slots: list[tuple[Any, int]] = []  #: one (placement group, bundle index) per item
         self.expected: list[str] = []  #: the planned node of each item (Ray may pick other, equivalent ones)
         nodes = ray.nodes()
-        problems = _cluster_check(res, nodes)
+        problems = cluster_check(res, nodes)
         if problems:
             raise UsageError("resources: " + "; ".join(problems) + "\nthe cluster:\n"
                              + _describe_nodes([n for n in nodes if n.get("Alive")])
@@ -342,28 +320,3 @@ def _groups(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placeme
         if all(_node_resources(n).get(k, 0.0) >= share * v for n in fitting for k, v in biggest.items()):
             return [("STRICT_SPREAD", list(items[i:i + width])) for i in range(0, len(items), width)]
     return [("SPREAD", list(items))]
-
-
-def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``rewardhub doctor``'s lines for a training config; ``nodes`` are its report's nodes."""
-    from rewardhub.execution import plain
-
-    raw = plain(cfg)
-    try:
-        res = parse_resources(raw.get("resources"))
-    except UsageError as exc:
-        return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
-    trainer = raw.get("trainer") or {}
-    tp = (raw.get("rollout") or {}).get("tensor_parallel_size") or 1
-    if isinstance(tp, int) and tp > 1 and not res.rollouter.num_gpus:  # as the trainer's config does: each engine's GPUs
-        res = dataclasses.replace(res, rollouter=dataclasses.replace(res.rollouter, num_gpus=float(tp)))
-    workers = (raw.get("reward") or {}).get("workers") or {}
-    rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)),
-                                            dict(workers.get("resources") or {}))
-    count = int(workers.get("num_workers") or trainer.get("num_reward_workers") or 1)
-    as_ray = [{"NodeID": n.get("node_id"), "NodeManagerAddress": n.get("ip"), "Alive": True,
-               "Resources": n.get("resources") or {}} for n in nodes]
-    lines = plan_report(res, int(trainer.get("num_rollouters") or 1), as_ray,
-                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus, **rw.resources}, count,
-                        int(trainer.get("num_learners") or 1), 1 if (raw.get("data") or {}).get("val_files") else 0)
-    return ["trainer pools (resources:):", *(f"  {line}" for line in lines)]
