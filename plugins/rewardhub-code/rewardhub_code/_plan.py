@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from . import _cgroup
-from ._config import SandboxConfig
+from ._config import SandboxLimits
 from ._seccomp import keyring_filter
 from ._view import PATH
 from ._view import PRIVATE_TMPFS
@@ -64,7 +64,7 @@ def _launcher_runs(runtime: bool) -> bool:
             "tmpfs": ["/tmp"], "tmpfs_bytes": 1 << 20, "uid": None, "gid": None, "parent": os.getpid(),
             "argv": ["/bin/true"], "env": {"PATH": PATH}}
     if runtime:
-        spec["runtime"] = runtime_paths(SandboxConfig())
+        spec["runtime"] = runtime_paths(SandboxLimits())
     try:
         proc = subprocess.run([sys.executable, "-I", "-S", LAUNCH, json.dumps(spec)], env={"PATH": PATH},
                               capture_output=True, timeout=20)
@@ -85,7 +85,7 @@ def _native_support() -> str | None:
     return "namespaces" if _launcher_runs(runtime=False) else None
 
 
-def plan(config: SandboxConfig) -> dict[str, Any]:
+def plan(config: SandboxLimits) -> dict[str, Any]:
     root = os.geteuid() == 0
     drop = root and config.drop_privileges
     cgroups = _cgroups_available() if config.use_cgroups is not False else ()
@@ -102,7 +102,7 @@ def plan(config: SandboxConfig) -> dict[str, Any]:
             "runtime_only": runtime_only}
 
 
-def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
+def isolation_report(config: SandboxLimits | None = None) -> dict[str, Any]:
     """What the local sandbox enforces on this machine, and what it cannot.
 
     :returns: ``{"mode": "bwrap"|"native"|"plain", "enforced": {mechanism: bool}, "visible": {...},
@@ -110,7 +110,7 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
         (true under bubblewrap: nothing but what is listed), ``read_only`` (paths, and symlinks as
         ``path -> target``), ``private`` (empty tmpfs mounts of its own), ``dev`` and ``proc``.
     """
-    config = config or SandboxConfig()
+    config = config or SandboxLimits()
     p = plan(config)
     ns = p["mode"] in ("bwrap", "native")
     enforced = {
