@@ -1,4 +1,5 @@
-"""RewardSpec and ExecutionPolicy: the small, picklable things that cross process boundaries."""
+"""RewardSpec and ExecutionPolicy: the small, picklable things that cross process boundaries, and the
+allowed values of a reward's settings (the config's validator reads them too)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import replace
 from typing import Any
 from typing import Literal
 
-__all__ = ["KINDS", "ON_FAILURE", "EXECUTORS", "SOURCES", "ExecutionPolicy", "RewardSpec"]
+__all__ = ["ADAPTERS", "AGGREGATIONS", "KINDS", "ON_FAILURE", "EXECUTORS", "SOURCES", "ExecutionPolicy",
+           "RewardSpec"]
 
 #: reward kinds
 KINDS = ("function", "batched", "group", "model")
@@ -16,6 +18,10 @@ KINDS = ("function", "batched", "group", "model")
 ON_FAILURE = ("zero", "nan", "drop", "raise")
 #: where a reward runs
 EXECUTORS = ("inline", "thread", "process", "ray")
+#: how a reward's signature is called
+ADAPTERS = ("auto", "rewardhub", "verl", "trl")
+#: how the terms' scores become one reward
+AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
 #: where a spec came from
 SOURCES = ("builtin", "entry-point", "plugin", "config")
 

@@ -21,7 +21,7 @@ from ._view import PRIVATE_TMPFS
 from ._view import SANDBOX_CWD
 from ._view import runtime_paths
 
-__all__ = ["LAUNCH", "isolation_report", "plan"]
+__all__ = ["LAUNCH", "isolation_plan", "isolation_report"]
 
 LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch.py")
 
@@ -85,7 +85,10 @@ def _native_support() -> str | None:
     return "namespaces" if _launcher_runs(runtime=False) else None
 
 
-def plan(config: SandboxLimits) -> dict[str, Any]:
+def isolation_plan(config: SandboxLimits) -> dict[str, Any]:
+    """How a run with ``config`` is isolated on this machine: the ``mode`` (``bwrap``, ``native`` or
+    ``plain``), whether privileges are dropped, the cgroup hierarchies used, and whether the program sees
+    only the runtime (``runtime_only``)."""
     root = os.geteuid() == 0
     drop = root and config.drop_privileges
     cgroups = _cgroups_available() if config.use_cgroups is not False else ()
@@ -111,7 +114,7 @@ def isolation_report(config: SandboxLimits | None = None) -> dict[str, Any]:
         ``path -> target``), ``private`` (empty tmpfs mounts of its own), ``dev`` and ``proc``.
     """
     config = config or SandboxLimits()
-    p = plan(config)
+    p = isolation_plan(config)
     ns = p["mode"] in ("bwrap", "native")
     enforced = {
         "process_group": True,

@@ -223,7 +223,7 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
     :param args: extra command-line arguments.
     """
     config = config or SandboxLimits()
-    plan = _plan.plan(config)
+    plan = _plan.isolation_plan(config)
     for name in files:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"bad sandbox file name {name!r}")
