@@ -7,10 +7,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
 from typing import Any
-from typing import Literal
 
-__all__ = ["ADAPTERS", "AGGREGATIONS", "KINDS", "ON_FAILURE", "EXECUTORS", "SOURCES", "ExecutionPolicy",
-           "RewardSpec"]
+__all__ = ["ADAPTERS", "AGGREGATIONS", "KINDS", "ON_FAILURE", "EXECUTORS", "ExecutionPolicy", "RewardSpec"]
 
 #: reward kinds
 KINDS = ("function", "batched", "group", "model")
@@ -22,10 +20,6 @@ EXECUTORS = ("inline", "thread", "process", "ray")
 ADAPTERS = ("auto", "rewardhub", "verl", "trl")
 #: how the terms' scores become one reward
 AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
-#: where a spec came from
-SOURCES = ("builtin", "entry-point", "plugin", "config")
-
-Kind = Literal["function", "batched", "group", "model"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,9 +46,6 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 #: the metrics that are a weighted sum over the batch's micro-batches (summed over the ranks, too)
 SUMMED = ("loss/policy", "loss/total", "kl", "clip_frac", "clip_frac/dual", "ratio/mean", "entropy")
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-LR_SCHEDULES = ("constant", "linear", "cosine")
-
 
 def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean-token-mean") -> torch.Tensor:
     """A ``[batch, tokens]`` loss as one number, the way verl's ``loss_agg_mode`` names it: the mean over
