@@ -35,7 +35,8 @@ KNOWN: dict[str, str] = {
 
 
 def _roots(repo: Path) -> list[Path]:
-    return [repo / "rewardhub", repo / "trainer" / "rewardhub_trainer", *sorted(repo.glob("plugins/*/rewardhub_*"))]
+    plugins = sorted(repo.glob("plugins/*/rewardhub_*"))
+    return [repo / "rewardhub", repo / "trainer" / "rewardhub_trainer", *plugins]
 
 
 def _hooks(repo: Path) -> set[str]:
@@ -74,7 +75,8 @@ def test_the_twin_rule_sees_a_twin_and_spares_hooks(tmp_path):
     (tmp_path / "rewardhub" / "a.py").write_text("def where(): ...\nclass Pool: ...\ndef _helper(): ...\n")
     plugin = tmp_path / "plugins" / "rewardhub-x" / "rewardhub_x"
     plugin.mkdir(parents=True)
-    (plugin / "b.py").write_text("def where(): ...\ndef _helper(): ...\ndef rewardhub_register_rewards(): ...\n"
+    (plugin / "b.py").write_text("def where(): ...\ndef _helper(): ...\n"
+                                 "def rewardhub_register_rewards(): ...\n"
                                  "class Pool:\n    def where(self): ...\n")
     assert public_twins(tmp_path) == {"Pool": ["plugins/rewardhub-x/rewardhub_x/b.py", "rewardhub/a.py"],
                                       "where": ["plugins/rewardhub-x/rewardhub_x/b.py", "rewardhub/a.py"]}
@@ -93,9 +95,9 @@ def spelled_choices(repo: Path) -> dict[str, list[str]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         in_types = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in in_types and node.elts and \
-                    all(isinstance(e, ast.Constant) for e in node.elts):
-                values = frozenset(e.value for e in node.elts if e.value is not None)  # type: ignore[attr-defined]
+            literal = isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in in_types
+            if literal and node.elts and all(isinstance(e, ast.Constant) for e in node.elts):
+                values = frozenset(e.value for e in node.elts if e.value is not None)
                 if len(values) > 1 and values in want:
                     found[want[values]].append(f"{path.relative_to(repo)}:{node.lineno}")
     return dict(found)

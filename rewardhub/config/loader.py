@@ -269,7 +269,8 @@ class Migrated:
     report: MigrationReport
 
 
-def read_migrated(path: str | None = None, overrides: Iterable[str] = (), *, keep_unknown: bool = False) -> Migrated:
+def read_migrated(path: str | None = None, overrides: Iterable[str] = (), *,
+                  keep_unknown: bool = False) -> Migrated:
     """The loader's first steps, for :func:`load_plan` and ``rewardhub migrate``: read the file once,
     apply overrides, migrate legacy keys, check the top-level sections.
 

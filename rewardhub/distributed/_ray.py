@@ -49,8 +49,8 @@ def process_location() -> dict[str, Any]:
             gpu_ids = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
     except Exception:  # noqa: BLE001 - outside Ray or an old Ray
         pass
-    return {"node_id": node_id, "node": node_id or host, "ip": ip or host, "hostname": host, "pid": os.getpid(),
-            "gpu_ids": gpu_ids, "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {"node_id": node_id, "node": node_id or host, "ip": ip or host, "hostname": host,
+            "pid": os.getpid(), "gpu_ids": gpu_ids, "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def actor_errors() -> tuple[type[BaseException], ...]:
