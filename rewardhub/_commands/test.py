@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 
-def reward_section(reward: str, kwargs: str | None) -> Any:
+def section_to_test(reward: str, kwargs: str | None) -> Any:
     """The ``reward:`` section to test: a config file's, or one term naming a registered reward."""
     import json
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--executors {args.executors!r}: choose from {', '.join(EXECUTORS)}")
     if args.timeout <= 0 or args.rows <= 0:
         raise UsageError("--timeout and --rows must be above 0")
-    section = reward_section(args.reward, args.kwargs)
+    section = section_to_test(args.reward, args.kwargs)
     rows = list(itertools.islice(read_samples(args.data), args.rows)) if args.data else None
     if args.data and not rows:
         raise UsageError(f"{args.data}: no rows")

@@ -13,9 +13,9 @@ from ..errors import UsageError
 from .fields import SECTIONS
 from .shim import MigrationReport
 
-__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
-           "load_config_with_report", "load_plan", "parse_text", "read_and_migrate", "read_config_file", "read_text",
-           "script_overrides"]
+__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
+           "config_file_kind", "load_config", "load_config_with_report", "load_plan", "parse_text",
+           "read_and_migrate", "read_config_file", "read_migrated", "read_text", "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -145,7 +145,7 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
                      source: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
     """Read a config file (optional), apply overrides, migrate legacy keys: the raw migrated dict.
 
-    Every entry point reaches this, through :func:`load_plan` or (``rewardhub migrate``) directly.
+    Every entry point reaches this, through :func:`read_migrated` (:func:`load_plan`, ``rewardhub migrate``).
 
     :param source: the file's content when the caller has read it already (the file is not read again).
     """
@@ -252,6 +252,47 @@ def anchor_holders(text: str) -> set[str]:
 
 
 @dataclass(frozen=True)
+class Migrated:
+    """A config file read once, overridden and migrated, its top-level sections checked.
+
+    :ivar kind: ``yaml`` or ``shell`` (a launch script).
+    :ivar text: the file's text (``""``: overrides only).
+    :ivar source: the file's content as read, before overrides and migration.
+    :ivar config: the migrated config (plain containers; ``reward:`` not validated yet).
+    :ivar report: what the migration of legacy keys did.
+    """
+
+    kind: str
+    text: str
+    source: dict[str, Any]
+    config: dict[str, Any]
+    report: MigrationReport
+
+
+def read_migrated(path: str | None = None, overrides: Iterable[str] = (), *,
+                  keep_unknown: bool = False) -> Migrated:
+    """The loader's first steps, for :func:`load_plan` and ``rewardhub migrate``: read the file once,
+    apply overrides, migrate legacy keys, check the top-level sections.
+
+    :param keep_unknown: keep a key verl does not have in the report (``rewardhub migrate`` warns about
+        it) instead of raising the report's error (a misspelt verl key: never run without the setting
+        it meant).
+    """
+    import copy
+
+    kind, text = "yaml", ""
+    source: dict[str, Any] = {}
+    if path:
+        text = read_text(path)
+        kind, source = parse_text(path, text)
+    cfg, report = read_and_migrate(path, overrides, source=copy.deepcopy(source))
+    if report.unknown and not keep_unknown:
+        raise report.unknown_error()
+    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
+    return Migrated(kind, text, source, cfg, report)
+
+
+@dataclass(frozen=True)
 class ConfigPlan:
     """A config read, overridden, migrated and validated once: what every command works from.
 
@@ -278,15 +319,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
 
     overrides = list(overrides)
     file_dir = base_dir or (os.path.dirname(os.path.abspath(path)) if path else None)
-    kind, text = "yaml", ""
-    from_path: dict[str, Any] = {}
-    if path:
-        text = read_text(path)
-        kind, from_path = parse_text(path, text)
-    cfg, report = read_and_migrate(path, overrides, source=from_path)
-    if report.unknown:  # a misspelt verl key: never run without the setting it meant
-        raise report.unknown_error()
-    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
+    read = read_migrated(path, overrides)
+    kind, from_path, cfg, report = read.kind, read.source, read.config, read.report
     section = cfg.get("reward")
     if section is not None and not isinstance(section, Mapping):
         raise UsageError(f"reward must be a mapping, not {type(section).__name__} {section!r}\n"

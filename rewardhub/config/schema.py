@@ -15,6 +15,11 @@ from typing import List
 from typing import Optional
 
 from ..errors import UsageError
+from ..types import ADAPTERS
+from ..types import AGGREGATIONS
+from ..types import EXECUTORS
+from ..types import KINDS
+from ..types import ON_FAILURE
 from .fields import Rule
 from .fields import above
 from .fields import at_least
@@ -135,13 +140,14 @@ class RewardConfig:
     remote: Optional[str] = None
 
 
-#: key path (``*`` for a list item) -> allowed values
+#: key path (``*`` for a list item) -> allowed values: the one table every check of these keys reads
+#: (the values a reward's decorator also checks are spelled in :mod:`rewardhub.types`; ``None``: unset)
 CHOICES: dict[str, tuple[Any, ...]] = {
-    "rewards.*.executor": ("inline", "thread", "process", "ray", None),
-    "rewards.*.on_failure": ("zero", "nan", "drop", "raise", None),
-    "rewards.*.kind": ("function", "batched", "group", "model", None),
-    "rewards.*.adapter": ("auto", "rewardhub", "verl", "trl"),
-    "aggregation": ("weighted_sum", "normalize_then_sum"),
+    "rewards.*.executor": (*EXECUTORS, None),
+    "rewards.*.on_failure": (*ON_FAILURE, None),
+    "rewards.*.kind": (*KINDS, None),
+    "rewards.*.adapter": ADAPTERS,
+    "aggregation": AGGREGATIONS,
     "workers.dispatch": ("least_loaded", "round_robin"),
     "reward_model.kind": ("discriminative", "generative"),
     "reward_model.engine": ("transformers", "vllm", None),

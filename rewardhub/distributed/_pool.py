@@ -18,8 +18,8 @@ from ..execution import ScoreResult
 from ..execution import aggregate
 from ..execution import apply_on_failure_to_outcomes
 from ..execution import check_aggregation
+from ..execution import check_sample
 from ._chunks import WorkerTerm
-from ._chunks import check_sample
 from ._chunks import make_chunks
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
@@ -34,12 +34,10 @@ from ._setup import prepare_setup
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
 
-__all__ = ["DISPATCH", "RewardWorkerPool"]
+__all__ = ["RewardWorkerPool"]
 
 log = logging.getLogger("rewardhub.distributed")
 
-#: how work is handed to workers
-DISPATCH = ("least_loaded", "round_robin")
 _actor_cls: Any = None
 
 
@@ -124,8 +122,11 @@ class RewardWorkerPool:
             raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got {self.num_workers}\n"
                              "set reward.workers.num_workers (0 means: score in-process with a Runner)")
         self.dispatch = dispatch or w.get("dispatch") or "least_loaded"
-        if self.dispatch not in DISPATCH:
-            raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(DISPATCH)}")
+        from ..config.schema import CHOICES  # the validator's table of allowed values
+
+        allowed = CHOICES["workers.dispatch"]  # how work is handed to workers
+        if self.dispatch not in allowed:
+            raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(allowed)}")
         self.resources = {str(k): float(v) for k, v in dict(resources if resources is not None
                                                               else w.get("resources") or {}).items()}
         self.num_cpus = float(num_cpus if num_cpus is not None else w.get("num_cpus", 1.0))

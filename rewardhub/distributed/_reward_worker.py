@@ -8,7 +8,6 @@ scores with a :class:`~rewardhub.execution.Runner` of its own, each term under i
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -18,26 +17,12 @@ from typing import Any
 from ._files import place_files
 from ._fingerprint import diff_items
 from ._fingerprint import reward_facts
+from ._ray import process_location
 from ._setup import WorkerSetup
 from ._setup import check_items
 from ._setup import used_targets
 
-__all__ = ["RewardWorker", "probe", "where"]
-
-def where() -> dict[str, Any]:
-    """This process's node id, IP, hostname, pid and ``CUDA_VISIBLE_DEVICES`` (node id ``None`` outside Ray)."""
-    node_id, ip = None, None
-    try:
-        import ray
-
-        if ray.is_initialized():
-            node_id = ray.get_runtime_context().get_node_id()
-            ip = ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - outside Ray or an old Ray
-        pass
-    host = socket.gethostname()
-    return {"node_id": node_id, "ip": ip or host, "hostname": host, "pid": os.getpid(),
-            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+__all__ = ["RewardWorker", "probe"]
 
 
 class RewardWorker:
@@ -131,7 +116,7 @@ class RewardWorker:
         """Who and where this worker is, its fingerprint, and every problem found at start-up."""
         from ..registry import core_version
 
-        return {"role": "reward_worker", "pool": self.setup.pool, "index": self.index, **where(),
+        return {"role": "reward_worker", "pool": self.setup.pool, "index": self.index, **process_location(),
                 "fingerprint": self.fingerprint, "rewards": self.rewards, "problems": self.problems,
                 "notes": self.notes,
                 "terms": self.terms_info, "files": self.files, "start_s": self.start_s,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
 from ._columns import column_metrics
@@ -46,6 +47,7 @@ __all__ = [
     "apply_on_failure",
     "apply_on_failure_to_outcomes",
     "check_aggregation",
+    "check_sample",
     "column_metrics",
     "combine",
     "config_value",

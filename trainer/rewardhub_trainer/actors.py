@@ -5,7 +5,7 @@ Each is a plain class (testable without Ray) that :mod:`rewardhub_trainer.loop` 
 tagged with the policy version that produced them (defined in :mod:`rewardhub_trainer.rollouts`),
 weight dicts, and the ``reward:`` config. The reward client is defined in
 :mod:`rewardhub_trainer.reward_client`; it and the two records are re-exported here. Each process's
-``info()`` says where it runs (:func:`rewardhub_trainer.devices.where`).
+``info()`` says where it runs (:func:`rewardhub.distributed.process_location`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from rewardhub.distributed import process_location
+
 from .cores import busy as _busy
 from .cores import share_for as _share
-from .devices import where
 from .reward_client import RewardClient
 from .rollouts import PromptBatch
 from .rollouts import Rollout
@@ -59,7 +60,7 @@ class Rollouter:
         self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
-        return {"role": "rollouter", **where(), "version": self.engine.version, "device": self.choice.device,
+        return {"role": "rollouter", **process_location(), "version": self.engine.version, "device": self.choice.device,
                 "dtype": self.choice.rollout_dtype, "choice": self.choice,
                 "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
 
@@ -158,9 +159,9 @@ class Learner:
 
     def info(self) -> dict[str, Any]:
         if self.error is not None:
-            return {"role": "learner", **where(), "error": self.error, "rank": self.rank, "world": self.world}
+            return {"role": "learner", **process_location(), "error": self.error, "rank": self.rank, "world": self.world}
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
-        return {"role": "learner", **where(), "version": self.impl.version, "loaded_from": self.loaded_from,
+        return {"role": "learner", **process_location(), "version": self.impl.version, "loaded_from": self.loaded_from,
                 "device": self.choice.device, "dtype": dtype, "choice": self.choice, "rank": self.rank,
                 "world": self.world}
 
@@ -270,4 +271,4 @@ class MessageQueue:
         return items
 
     def info(self) -> dict[str, Any]:
-        return {"role": "message_queue", **where()}
+        return {"role": "message_queue", **process_location()}

@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .devices import where
+from rewardhub.distributed import process_location
+
 from .reward_failures import error_rates
 from .reward_failures import failures
 from .rollouts import Rollout
@@ -66,10 +67,10 @@ class RewardClient:
     def info(self) -> dict[str, Any]:
         """Where it runs; ``error`` when its reward workers could not start (the driver stops the run)."""
         if self.error is not None:
-            return {"role": "reward_client", **where(), "error": self.error}
+            return {"role": "reward_client", **process_location(), "error": self.error}
         from rewardhub.registry import builds_in_process
 
-        return {"role": "reward_client", **where(), "registry_fingerprint": self.fingerprint,
+        return {"role": "reward_client", **process_location(), "registry_fingerprint": self.fingerprint,
                 "registry_builds": builds_in_process()}
 
     def workers(self) -> list[dict[str, Any]]:

@@ -125,7 +125,7 @@ def test_a_worker_killed_mid_run_takes_its_program_along():
         time.sleep(0.05)
     assert sandbox_processes() == []  # the 16 sleepers died with the worker
     # what a dead scorer cannot remove (an empty cgroup, its working directory) the next runs reap
-    assert sandbox.reap_stale() == len(sandbox.SandboxConfig().uids)
+    assert sandbox.reap_stale() == len(sandbox.SandboxLimits().uids)
 
 
 def test_legacy_sandbox_fusion_keys_reach_the_reward(tmp_path):
