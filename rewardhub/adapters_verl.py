@@ -43,8 +43,8 @@ Importing this module without verl installed defines the plain helpers only.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import atexit
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping

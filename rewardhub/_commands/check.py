@@ -15,7 +15,6 @@ import os
 import sys
 import warnings
 from typing import Any
-from typing import cast
 
 from ..config.schema import TermConfig
 from ..errors import RewardhubError

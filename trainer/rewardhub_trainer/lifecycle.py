@@ -111,9 +111,9 @@ class Lifecycle(RunState):
         from .actors import RewardClient
 
         cfg, t = self.cfg, self.t
-        reward = dict(cfg.reward)
+        reward = cfg.reward
         client_cls = ray.remote(RewardClient)
-        workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
+        workers = reward.workers.num_workers or t.num_reward_workers
         rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus / resources
         rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
         if rw is not None and rw.resources:
