@@ -81,7 +81,7 @@ def test_shipped_file_keeps_its_module_name(reward_file, tmp_path, monkeypatch):
     (shipped,) = setup.files
     assert shipped.data == reward_file.read_bytes() and shipped.sha256 == hashlib.sha256(shipped.data).hexdigest()
     cfg, problems, info = place_files(setup.files, setup.reward_cfg)
-    local = cfg["rewards"][0]["path"]
+    local = cfg.rewards[0].path
     assert problems == [] and local.startswith(str(tmp_path / "node")) and info["length"] == f"shipped {local}"
     assert file_module_name(local) == file_module_name(str(reward_file))
 
@@ -96,7 +96,7 @@ def test_file_problems_are_named(reward_file, tmp_path, monkeypatch):
     not_shipped = ShippedFile(f.reward, f.path, f.sha256, None)
     reward_file.write_text(REWARD_FILE + "\n# edited on this node\n")
     cfg, problems, _ = place_files([not_shipped], setup.reward_cfg)
-    assert problems[0]["kind"] == "file_hash" and problems[0]["reward"] == "length" and cfg["rewards"] == []
+    assert problems[0]["kind"] == "file_hash" and problems[0]["reward"] == "length" and cfg.rewards == ()
     reward_file.unlink()
     _, problems, _ = place_files([not_shipped], setup.reward_cfg)
     assert problems[0]["kind"] == "file_missing" and problems[0]["detail"] == str(reward_file)
