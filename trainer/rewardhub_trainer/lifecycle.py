@@ -8,7 +8,6 @@ config asks for fails before any actor starts; every actor is created through a
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import uuid
 from typing import Any
@@ -68,8 +67,7 @@ class Lifecycle(RunState):
         place = self.placement.options
         opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
         roll_cls = ray.remote(Rollouter)
-        rollout = dataclasses.asdict(cfg.rollout)
-        data = dataclasses.asdict(cfg.data)
+        rollout, data = cfg.rollout, cfg.data  # the typed sections, shipped as they are
         path, threads = self.prep.model_path, self._threads()
         self.cores_token = token = self._cores()
         slots = 1 + t.num_rollouters  # the learner's slot is 0
