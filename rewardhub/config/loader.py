@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ._resolve import resolve_or_explain
 from .fields import SECTIONS
 from .schema import RewardConfig
 from .shim import MigrationReport
 
 __all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
            "load_config_with_report", "load_plan", "parse_text", "read_and_migrate", "read_config_file", "read_text",
-           "script_overrides"]
+           "resolve_or_explain", "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -316,28 +317,6 @@ def load_config_with_report(path: str | None = None, overrides: Iterable[str] = 
     """Like :func:`load_config`, and also the migration report."""
     plan = load_plan(path, overrides, base_dir=base_dir)
     return plan.config, plan.report
-
-
-def resolve_or_explain(node: Any, where: str) -> Any:
-    """``node`` resolved to plain containers; an interpolation that cannot resolve (an environment
-    variable a launch script uses but nobody set) is a one-line error naming the key and the fix."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "?"
-        key = key if key.startswith(where) else f"{where}.{key}"
-        import re
-
-        env = re.search(r"Environment variable '(\w+)' not found", str(exc))
-        if env:
-            name = env.group(1)
-            raise UsageError(f"{key} uses ${name}, which is not set\n"
-                             f"export {name}=... before running, or set it in the script ({name}=...)") from None
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"{key} cannot be resolved: {msg}") from None
 
 
 def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> Any:

@@ -41,6 +41,7 @@ __all__ = [
     "TermConfig",
     "WorkersConfig",
     "as_dict",
+    "check_url",
     "validate_reward",
 ]
 
@@ -199,6 +200,14 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
     return out
 
 
+def check_url(url: Any, key: str = "reward.remote") -> str:
+    """``url`` when it is an http(s) URL of a server; else a :class:`UsageError` naming ``key``."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) < 10:
+        raise UsageError(f"{key}={url!r} is not a server URL\n"
+                         "give the address `rewardhub serve` printed, e.g. http://10.0.0.5:8000")
+    return url.rstrip("/")
+
+
 def term_alias(term: Mapping[str, Any]) -> str | None:
     """A term's output name: alias, else name, else function, else the file's stem."""
     import os
@@ -227,7 +236,7 @@ def validate_reward(section: Any) -> RewardConfig:
     if _has_interpolation(section):
         from omegaconf import OmegaConf
 
-        from .loader import resolve_or_explain
+        from ._resolve import resolve_or_explain
 
         section = resolve_or_explain(section if OmegaConf.is_config(section) else OmegaConf.create(dict(section)),
                                      "reward")
@@ -248,8 +257,6 @@ def validate_reward(section: Any) -> RewardConfig:
         raise UsageError(f"reward.rewards names {', '.join(map(repr, dup))} more than once\n"
                          "give each term a distinct 'alias'")
     if checked.get("remote") is not None:
-        from ..server.client import check_url
-
         checked["remote"] = check_url(checked["remote"])
     return _build(RewardConfig, {**checked, "rewards": tuple(_build(TermConfig, t) for t in rewards)})
 
