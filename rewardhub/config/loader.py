@@ -10,12 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ._resolve import resolve_or_explain
 from .fields import SECTIONS
+from .schema import RewardConfig
 from .shim import MigrationReport
 
 __all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
            "config_file_kind", "load_config", "load_config_with_report", "load_plan", "parse_text",
-           "read_and_migrate", "read_config_file", "read_migrated", "read_text", "script_overrides"]
+           "read_and_migrate", "read_config_file", "read_migrated", "read_text", "resolve_or_explain",
+           "script_overrides"]
 
 
 def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
@@ -296,19 +299,19 @@ def read_migrated(path: str | None = None, overrides: Iterable[str] = (), *,
 class ConfigPlan:
     """A config read, overridden, migrated and validated once: what every command works from.
 
-    :ivar config: the whole config (a read-only ``DictConfig``); ``reward`` is validated, with
-        absolute paths.
+    :ivar config: the whole document as read and migrated (a read-only ``DictConfig``; reward file
+        paths absolute, interpolations as written): the trainer's sections are checked from it, and a
+        run writes it out. Its ``reward`` is raw data: use :attr:`reward`.
+    :ivar reward: the ``reward:`` section, validated (interpolations resolved, defaults filled): a frozen
+        :class:`~rewardhub.config.schema.RewardConfig` every layer takes as it is.
     :ivar report: what the migration of legacy keys did.
     :ivar path: the file it was read from (``None``: overrides only).
     """
 
     config: Any
+    reward: RewardConfig
     report: MigrationReport
     path: str | None = None
-
-    @property
-    def reward(self) -> Any:
-        return self.config.reward
 
 
 def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> ConfigPlan:
@@ -337,13 +340,11 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     else:
         from_file = set()
     _resolve_paths(reward, file_dir, from_file, notes)
-    validated = validate_reward(reward)
-    rest = {k: v for k, v in cfg.items() if k != "reward"}
-    whole = OmegaConf.create(rest)
-    whole.reward = validated
-    resolve_or_explain(whole.reward, "reward")
+    whole = OmegaConf.create({**cfg, "reward": reward} if section is not None else cfg)
+    # interpolations resolve against the whole document (``${data.x}``), then the section is checked once
+    typed = validate_reward(resolve_or_explain(whole.reward, "reward") if section is not None else {})
     OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
-    return ConfigPlan(whole, report, path)
+    return ConfigPlan(whole, typed, report, path)
 
 
 def load_config_with_report(path: str | None = None, overrides: Iterable[str] = (), *,
@@ -353,37 +354,16 @@ def load_config_with_report(path: str | None = None, overrides: Iterable[str] = 
     return plan.config, plan.report
 
 
-def resolve_or_explain(node: Any, where: str) -> Any:
-    """``node`` resolved to plain containers; an interpolation that cannot resolve (an environment
-    variable a launch script uses but nobody set) is a one-line error naming the key and the fix."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "?"
-        key = key if key.startswith(where) else f"{where}.{key}"
-        import re
-
-        env = re.search(r"Environment variable '(\w+)' not found", str(exc))
-        if env:
-            name = env.group(1)
-            raise UsageError(f"{key} uses ${name}, which is not set\n"
-                             f"export {name}=... before running, or set it in the script ({name}=...)") from None
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"{key} cannot be resolved: {msg}") from None
-
-
 def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> Any:
-    """Read a config the one way every entry point does.
+    """Read a config the one way every entry point does: :func:`load_plan`'s document.
 
     Applies ``KEY=VALUE`` overrides (Hydra's ``+``/``++`` accepted), migrates legacy reward keys
     (one :class:`~rewardhub.RewardhubDeprecationWarning` per key), validates ``reward:``, and makes
     reward file paths absolute (relative to the YAML config file when written there; relative to the
     working directory when typed as an override, or in a launch script).
 
-    :returns: the whole config as a ``DictConfig``; sections other than ``reward`` are untouched.
+    :returns: the whole config as a read-only ``DictConfig`` (its ``reward`` as written, paths absolute);
+        the validated, typed ``reward:`` section is :func:`load_plan`'s ``reward``.
     :raises UsageError: naming the key, the bad value and the fix.
     """
     return load_plan(path, overrides, base_dir=base_dir).config

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.schema import RewardConfig
 from ._files import place_files
 from ._fingerprint import diff_items
 from ._fingerprint import reward_facts
@@ -82,22 +83,23 @@ class RewardWorker:
             if name not in flagged and name in mine and mine[name] != target:
                 self.problems.append({"reward": name, "kind": "target", "driver": target, "worker": mine[name],
                                       "fatal": True})
-        self.aggregation = str(cfg.get("aggregation") or "weighted_sum")
+        self.aggregation = cfg.aggregation
         if load and not self.problems:
             self._resolve(registry, cfg)
 
-    def _resolve(self, registry: Any, cfg: Mapping[str, Any]) -> None:
+    def _resolve(self, registry: Any, cfg: RewardConfig) -> None:
+        import dataclasses
+
         from ..execution import resolve_term
         from ..execution import sandbox_settings
 
         sandbox = sandbox_settings(cfg)
-        rm = cfg.get("reward_model")
-        for i, term_cfg in enumerate(cfg.get("rewards") or ()):
+        rm = dataclasses.asdict(cfg.reward_model)
+        for i, term_cfg in enumerate(cfg.rewards):
             try:
-                term = resolve_term(registry, term_cfg, i, sandbox=sandbox,
-                                    reward_model=dict(rm) if isinstance(rm, Mapping) else None)
+                term = resolve_term(registry, term_cfg, i, sandbox=sandbox, reward_model=rm)
             except Exception as exc:  # noqa: BLE001 - an import error on this node
-                name = term_cfg.get("alias") or term_cfg.get("name") or term_cfg.get("function")
+                name = term_cfg.alias or term_cfg.name or term_cfg.function
                 self.problems.append({"reward": name, "kind": "broken", "fatal": True,
                                       "detail": f"{type(exc).__name__}: {exc}"})
                 continue

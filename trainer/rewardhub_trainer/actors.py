@@ -20,6 +20,8 @@ from typing import Any
 
 from rewardhub.distributed import process_location
 
+from .config import DataConfig
+from .config import RolloutConfig
 from .cores import busy as _busy
 from .cores import share_for as _share
 from .reward_client import RewardClient
@@ -41,22 +43,25 @@ def _set_threads(threads: int) -> None:
 class Rollouter:
     """Formats prompts, samples ``n`` completions each with the current policy version."""
 
-    def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
+    def __init__(self, model_path: str, rollout: RolloutConfig, data: DataConfig, *,
                  dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0,
                  cores: tuple[str, int, int, str] | None = None) -> None:
-        """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
+        """``rollout`` and ``data``: the run's typed sections, as the driver parsed them (the evaluator's
+        ``rollout`` has its ``val_n`` / ``val_temperature`` in place). ``cores``: (run token, slot, slots,
+        lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
         from .devices import choose
+        from .engine import VLLM_KEYS
         from .engine import make_engine
 
         _set_threads(threads)
-        self.rollout = dict(rollout)
-        self.template = data.get("template", "auto")
-        self.instruction = data.get("instruction", "")
-        self.system = data.get("system", "")
+        self.rollout = rollout
+        self.template = data.template
+        self.instruction = data.instruction
+        self.system = data.system
         self.seed = seed
         self.choice = choose(device, "none", "float32", dtype)
-        self.engine = make_engine(self.rollout["engine"], model_path, dtype=self.choice.rollout_dtype,
-                                  device=self.choice.device, rollout=self.rollout)
+        self.engine = make_engine(rollout.engine, model_path, dtype=self.choice.rollout_dtype,
+                                  device=self.choice.device, rollout={k: getattr(rollout, k) for k in VLLM_KEYS})
         self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
@@ -95,11 +100,11 @@ class Rollouter:
         texts = [p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
                  for p in batch.prompts]  # p.text: rendered by the driver (data.render)
         version = self.engine.version
+        r = self.rollout
+        stops = {k: list(getattr(r, k)) for k in ("stop", "stop_token_ids") if getattr(r, k)}
         groups = self.engine.generate(
-            texts, n=int(self.rollout["n"]), max_new_tokens=int(self.rollout["max_new_tokens"]),
-            temperature=float(self.rollout["temperature"]), top_p=float(self.rollout["top_p"]),
-            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, int(self.rollout.get("top_k", 0))),
-            **{k: list(self.rollout[k]) for k in ("stop", "stop_token_ids") if self.rollout.get(k)})
+            texts, n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, r.top_k), **stops)
         return Rollout(batch=batch, version=version, groups=groups,
                        gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
 

@@ -8,7 +8,6 @@ config asks for fails before any actor starts; every actor is created through a
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import uuid
 from typing import Any
@@ -68,8 +67,7 @@ class Lifecycle(RunState):
         place = self.placement.options
         opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
         roll_cls = ray.remote(Rollouter)
-        rollout = dataclasses.asdict(cfg.rollout)
-        data = dataclasses.asdict(cfg.data)
+        rollout, data = cfg.rollout, cfg.data  # the typed sections, shipped as they are
         path, threads = self.prep.model_path, self._threads()
         self.cores_token = token = self._cores()
         slots = 1 + t.num_rollouters  # the learner's slot is 0
@@ -111,9 +109,9 @@ class Lifecycle(RunState):
         from .actors import RewardClient
 
         cfg, t = self.cfg, self.t
-        reward = dict(cfg.reward)
+        reward = cfg.reward
         client_cls = ray.remote(RewardClient)
-        workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
+        workers = reward.workers.num_workers or t.num_reward_workers
         rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus / resources
         rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
         if rw is not None and rw.resources:

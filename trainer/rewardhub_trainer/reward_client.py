@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from rewardhub.config import RewardConfig
 from rewardhub.distributed import process_location
 
 from .reward_failures import error_rates
@@ -36,7 +37,7 @@ class RewardClient:
     against the driver's registry, never against this process's.
     """
 
-    def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
+    def __init__(self, reward_cfg: RewardConfig, *, num_workers: int = 1, max_restarts: int = 3,
                  num_cpus: float | None = None, num_gpus: float | None = None,
                  resources: Mapping[str, float] | None = None, batch_size: int | None = None,
                  reference: Any = None) -> None:
@@ -49,14 +50,14 @@ class RewardClient:
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
         self.pool: Any
-        if reward_cfg.get("remote"):  # reward.remote: scored by a `rewardhub serve` server, no workers here
+        if reward_cfg.remote:  # reward.remote: scored by a `rewardhub serve` server, no workers here
             from rewardhub.server.client import RemoteScorer
 
-            self.pool = RemoteScorer(str(reward_cfg["remote"]))
+            self.pool = RemoteScorer(reward_cfg.remote)
             self.fingerprint = self.pool.fingerprint()
             return
         try:
-            self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
+            self.pool = RewardWorkerPool(reward_cfg, num_workers=num_workers, num_cpus=num_cpus,
                                          num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
                                          chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
