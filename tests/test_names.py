@@ -130,16 +130,21 @@ def test_the_pool_takes_its_dispatch_values_from_the_validators_table(monkeypatc
 
 def test_process_location_outside_ray():
     """The one ``where`` (the reward workers' and the trainer's actors' infos): outside Ray the node is
-    the hostname, with no Ray node id and no GPUs given."""
-    import os
-    import socket
+    the hostname, with no Ray node id and no GPUs given. Checked in a fresh interpreter: an earlier
+    test of the session may have left Ray initialised in this one."""
+    import subprocess
+    import sys
 
-    from rewardhub.distributed import process_location
-
-    here = process_location()
-    assert here["node_id"] is None and here["node"] == here["hostname"] == socket.gethostname()
-    assert here["pid"] == os.getpid() and here["gpu_ids"] == []
-    assert here["cuda_visible"] == os.environ.get("CUDA_VISIBLE_DEVICES")
+    code = """
+import os, socket
+from rewardhub.distributed import process_location
+here = process_location()
+assert here["node_id"] is None and here["node"] == here["hostname"] == socket.gethostname(), here
+assert here["pid"] == os.getpid() and here["gpu_ids"] == [], here
+assert here["cuda_visible"] == os.environ.get("CUDA_VISIBLE_DEVICES"), here
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
 
 
 def test_migrate_takes_the_loaders_steps(tmp_path, monkeypatch, capsys):
