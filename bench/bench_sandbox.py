@@ -37,7 +37,7 @@ def _latency(fn, code: str) -> float:
 
 
 def _plain(code: str, n: int, workers: int) -> float:
-    python, _ = sandbox._interpreter(sandbox.SandboxConfig())
+    python, _ = sandbox._interpreter(sandbox.SandboxLimits())
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "main.py")
         with open(path, "w") as fh:
@@ -58,7 +58,7 @@ def _plain(code: str, n: int, workers: int) -> float:
 
 
 def _sandboxed(code: str, n: int, workers: int) -> float:
-    cfg = sandbox.SandboxConfig(timeout_s=30.0, python_flags=FLAGS)
+    cfg = sandbox.SandboxLimits(timeout_s=30.0, python_flags=FLAGS)
 
     def one(_: int) -> bool:
         return sandbox.run_python({"main.py": code}, "main.py", config=cfg).status == "ok"

@@ -19,7 +19,7 @@ score) whatever the term declares.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -68,14 +68,14 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
     from .execution import TIMEOUT
     from .execution import Runner
 
-    section = _plain(reward_cfg)
+    section = validate_reward(reward_cfg)
     data = [dict(r) for r in (rows or DEFAULT_ROWS)]
     # the edge responses on the first row of each data source (a reward routed by data_source sees them)
     firsts = list({repr(r.get("data_source")): r for r in reversed(data)}.values())[::-1]
     edge = [{**row, "response": text} for text in EDGE_RESPONSES.values() for row in firsts]
     labels = [label for label in EDGE_RESPONSES for _ in firsts]
     batch = data + edge
-    with Runner.from_config(validate_reward(section)) as probe:
+    with Runner.from_config(section) as probe:
         terms = {t.name: t for t in probe.terms}
     declared = {name: (t.policy.timeout_s, t.policy.pure, t.policy.executor, t.invoker.kind)
                 for name, t in terms.items()}
@@ -87,17 +87,16 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         from .distributed import runner_from_config
         from .execution import Column
 
-        cfg = copy.deepcopy(section)
-        for term, name in zip(cfg["rewards"], terms):
-            term["on_failure"] = "nan"
-            term["timeout_s"] = None if executor == "inline" else timeouts[name]
-            if executor is not None:
-                term["executor"] = executor
+        rewards = tuple(dataclasses.replace(term, on_failure="nan",
+                                            timeout_s=None if executor == "inline" else timeouts[name],
+                                            executor=executor if executor is not None else term.executor)
+                        for term, name in zip(section.rewards, terms))
+        cfg = dataclasses.replace(section, rewards=rewards)
         if executor == "ray":
-            workers = cfg.setdefault("workers", {})
-            workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))
+            cfg = dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers,
+                                                                       num_workers=max(1, cfg.workers.num_workers)))
         rows = batch if keep is None else [batch[i] for i in keep]
-        with runner_from_config(validate_reward(cfg)) as runner:
+        with runner_from_config(cfg) as runner:
             cols = runner.score(rows).columns if rows else {}
         if keep is None:
             return dict(cols)
@@ -164,17 +163,6 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                          + (f"; {', '.join(skipped)} not installed" if skipped else "")
                          + "".join(f"; {n}" for n in notes if n)))
     return out
-
-
-def _plain(reward_cfg: Any) -> dict[str, Any]:
-    from omegaconf import DictConfig
-    from omegaconf import OmegaConf
-
-    if isinstance(reward_cfg, DictConfig):
-        plain = OmegaConf.to_container(reward_cfg, resolve=True)
-        assert isinstance(plain, dict)
-        return {str(k): v for k, v in plain.items()}
-    return copy.deepcopy(dict(reward_cfg))
 
 
 def _try(fn: Any) -> Any:

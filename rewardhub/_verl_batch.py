@@ -77,7 +77,7 @@ def _mapping(value: Any, field: str, row: int, *, none_ok: bool = True) -> dict[
                          f"{_short(value)}, not a dict\n{field} must be a dict per row")
 
 
-def _plain(x: Any) -> Any:
+def _python_value(x: Any) -> Any:
     """numpy arrays and scalars (how verl's object arrays hand values out) as Python values."""
     tolist = getattr(x, "tolist", None)
     if tolist is not None and type(x).__module__ == "numpy":
@@ -101,18 +101,18 @@ def decode_samples(parts: Sequence[Any], tokenizer: Any, reward_fn_key: str = "d
         gt = None
         if "reward_model" in nt:
             rm = _mapping(nt["reward_model"][i], "reward_model", row)
-            gt = _plain(rm.get("ground_truth")) if rm is not None else None
+            gt = _python_value(rm.get("ground_truth")) if rm is not None else None
         info = _mapping(nt["extra_info"][i], "extra_info", row) if "extra_info" in nt else None
         info = info if info is not None else {}
         if "tool_extra_fields" in nt:
             tools = _mapping(nt["tool_extra_fields"][i], "tool_extra_fields", row)
             if tools:
                 info.update(tools)
-        info["num_turns"] = _plain(nt["__num_turns__"][i]) if "__num_turns__" in nt else None
-        info["rollout_reward_scores"] = _plain(nt["reward_scores"][i]) if "reward_scores" in nt else {}
-        out.append({"prompt": _plain(nt["raw_prompt"][i]) if "raw_prompt" in nt else None, "response": text,
+        info["num_turns"] = _python_value(nt["__num_turns__"][i]) if "__num_turns__" in nt else None
+        info["rollout_reward_scores"] = _python_value(nt["reward_scores"][i]) if "reward_scores" in nt else {}
+        out.append({"prompt": _python_value(nt["raw_prompt"][i]) if "raw_prompt" in nt else None, "response": text,
                     "ground_truth": gt,
-                    "data_source": _plain(nt[reward_fn_key][i]) if reward_fn_key in nt else None,
+                    "data_source": _python_value(nt[reward_fn_key][i]) if reward_fn_key in nt else None,
                     "extra_info": info})
     return out
 

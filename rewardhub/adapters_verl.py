@@ -44,11 +44,16 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
+
+if TYPE_CHECKING:
+    from .config.schema import RewardConfig
 
 __all__ = ["MANAGER_NAME", "VerlBatchScorer", "register"]
 
@@ -56,17 +61,6 @@ __all__ = ["MANAGER_NAME", "VerlBatchScorer", "register"]
 MANAGER_NAME = "rewardhub"
 #: verl's own scorer, used when the launch script names no custom reward function
 VERL_DEFAULT_TERM = {"module": "verl.utils.reward_score", "function": "default_compute_score", "alias": "verl_default"}
-
-
-def _plain(cfg: Any) -> Any:
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(cfg):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:
-        pass
-    return cfg
 
 
 def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -96,14 +90,16 @@ def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def reward_section(verl_config: Any) -> dict[str, Any]:
+def reward_section(verl_config: Any) -> RewardConfig:
     """The rewardhub ``reward:`` section for a verl config: from the rewardhub YAML named by
     ``reward.reward_manager.module.path``, else migrated from verl's own reward keys."""
-    from .config import load_config
+    from .config import load_plan
+    from .config.loader import resolve_or_explain
+    from .config.schema import validate_reward
     from .config.shim import migrate
     from .errors import UsageError
 
-    cfg = _legacy_applied(dict(_plain(verl_config) or {}))
+    cfg = _legacy_applied(dict(resolve_or_explain(verl_config, "verl config") or {}))
     verl_reward = cfg.get("reward") or {}
     module = ((verl_reward.get("reward_manager") or {}).get("module") or {}).get("path")
     if module and str(module).endswith((".yaml", ".yml")):
@@ -112,7 +108,7 @@ def reward_section(verl_config: Any) -> dict[str, Any]:
             raise UsageError(f"reward.custom_reward_function.path={fn!r} and reward.reward_manager.module.path="
                              f"{module!r} both name the rewards\nkeep one: put the function in the YAML as a term "
                              f"({{path: {fn}, function: ...}}), or drop the module.path")
-        return _zero_on_failure(dict(_plain(load_config(str(module)).reward)))
+        return _zero_on_failure(load_plan(str(module)).reward)
     with warnings.catch_warnings():  # a launch script's legacy keys are expected here
         warnings.simplefilter("ignore")
         migrated, _ = migrate(cfg)
@@ -125,17 +121,16 @@ def reward_section(verl_config: Any) -> dict[str, Any]:
             term["kwargs"] = {"sandbox_fusion_url": sandbox["url"],
                               "memory_limit_mb": sandbox.get("memory_limit_mb") or 1024}
         section["rewards"] = [term]
-    return _zero_on_failure({k: v for k, v in section.items() if k in ("rewards", "aggregation", "sandbox", "plugins")})
+    kept = {k: v for k, v in section.items() if k in ("rewards", "aggregation", "sandbox", "plugins")}
+    return _zero_on_failure(validate_reward(kept))
 
 
-def _zero_on_failure(section: dict[str, Any]) -> dict[str, Any]:
+def _zero_on_failure(section: RewardConfig) -> RewardConfig:
     """verl cannot leave a sample out of its batch, and a NaN reward would poison its group's advantages:
     a term that names no ``on_failure`` of its own scores a failed call 0.0 here (flagged in
     ``rewardhub_failed``), where rewardhub's own default is NaN."""
-    terms = section.get("rewards")
-    if isinstance(terms, list):
-        section["rewards"] = [{"on_failure": "zero", **t} if isinstance(t, Mapping) else t for t in terms]
-    return section
+    return dataclasses.replace(section, rewards=tuple(
+        t if t.on_failure is not None else dataclasses.replace(t, on_failure="zero") for t in section.rewards))
 
 
 #: what a sample without a ground truth gets from the rewards that need one (as ``rewardhub score`` says)

@@ -44,8 +44,6 @@ __all__ = [
 ]
 
 BATCH_ROWS = 4096
-JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
-PARQUET_SUFFIXES = (".parquet", ".pq")
 #: the columns tried, in order, when no key is given
 PROMPT_KEYS = ("prompt", "question")
 ANSWER_KEYS = ("reward_model.ground_truth", "ground_truth", "answer")

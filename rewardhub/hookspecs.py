@@ -60,10 +60,17 @@ def rewardhub_register_rewards() -> Sequence[RewardSpec | Any]:  # type: ignore[
 def rewardhub_legacy_aliases() -> Mapping[str, str]:  # type: ignore[empty-body]
     """Return old reward names mapped to their current names.
 
-    Used by the registry's lookup (:meth:`RewardRegistry.get_reward`): a name that is an alias
-    resolves to the current reward, with a ``RewardhubDeprecationWarning`` naming both and the plugin
-    that declared the alias. Aliases from all plugins are merged; an alias that maps to two different
-    names marks the second plugin that declares it broken (``rewardhub list`` shows it).
+    Called once per registry build, before any reward is registered. Only
+    :meth:`RewardRegistry.get_reward` (and so a config term's ``name:``) follows an alias: an old name
+    that no source registers itself resolves to the current reward's spec, with a
+    ``RewardhubDeprecationWarning`` naming both names and the plugin that declared the alias. A name that
+    is registered is never taken as an alias, and an alias whose current name is not registered is an
+    unknown reward. ``rewardhub list``, ``has_reward`` and ``in`` know only registered names.
+
+    Aliases from all plugins are merged in the order the plugins are called; when a later plugin maps
+    an old name to another current name, that plugin is recorded as broken (``rewardhub list`` shows
+    it, with the conflict) and its alias is ignored; its rewards are still registered. A plugin whose
+    hook raises, or returns something other than a mapping of names, is recorded as broken the same way.
 
     Example::
 

@@ -102,6 +102,10 @@ class RewardRegistry:
         """Merge the ``rewardhub_legacy_aliases`` of every plugin; an alias mapped two ways breaks the
         second plugin (recorded like any broken plugin)."""
         for plugin, result in pm.call_each("rewardhub_legacy_aliases", "rewardhub_legacy_aliases: "):
+            if not isinstance(result or {}, Mapping):
+                pm.mark_broken(plugin, f"rewardhub_legacy_aliases: returned a {type(result).__name__}, not a "
+                                       "mapping of old reward names to current ones", *pm.dist_of(plugin))
+                continue
             for old, new in dict(result or {}).items():
                 seen = self.aliases.get(str(old))
                 if seen is not None and seen[0] != str(new):

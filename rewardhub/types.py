@@ -1,4 +1,5 @@
-"""RewardSpec and ExecutionPolicy: the small, picklable things that cross process boundaries."""
+"""RewardSpec and ExecutionPolicy: the small, picklable things that cross process boundaries, and the
+allowed values of a reward's settings (the config's validator reads them too)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
 from typing import Any
-from typing import Literal
 
-__all__ = ["KINDS", "ON_FAILURE", "EXECUTORS", "SOURCES", "ExecutionPolicy", "RewardSpec"]
+__all__ = ["ADAPTERS", "AGGREGATIONS", "KINDS", "ON_FAILURE", "EXECUTORS", "ExecutionPolicy", "RewardSpec"]
 
 #: reward kinds
 KINDS = ("function", "batched", "group", "model")
@@ -16,10 +16,10 @@ KINDS = ("function", "batched", "group", "model")
 ON_FAILURE = ("zero", "nan", "drop", "raise")
 #: where a reward runs
 EXECUTORS = ("inline", "thread", "process", "ray")
-#: where a spec came from
-SOURCES = ("builtin", "entry-point", "plugin", "config")
-
-Kind = Literal["function", "batched", "group", "model"]
+#: how a reward's signature is called
+ADAPTERS = ("auto", "rewardhub", "verl", "trl")
+#: how the terms' scores become one reward
+AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
 
 
 @dataclass(frozen=True, slots=True)

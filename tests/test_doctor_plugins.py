@@ -123,7 +123,7 @@ def rewardhub_doctor_lines(config, nodes):
 
 def test_plugins_add_their_lines_and_a_failing_one_is_named(tmp_path, monkeypatch, capsys):
     from rewardhub._commands.doctor import _plugin_lines
-    from rewardhub.config import load_config
+    from rewardhub.config import load_plan
     from rewardhub.testing import write_distribution
 
     write_distribution(tmp_path, "gpu-plugin", "2.0", {"rewardhub": {"gpu_plugin": "gpu_plugin"}},
@@ -134,8 +134,8 @@ def test_plugins_add_their_lines_and_a_failing_one_is_named(tmp_path, monkeypatc
     monkeypatch.setenv("REWARDHUB_NO_CACHE", "1")
     nodes = [{"node_id": "a" * 40, "ip": "10.0.0.1", "is_head": True, "resources": {"CPU": 4.0, "GPU": 1.0},
               "ok": True, "problems": []}]
-    cfg = load_config(None, ["reward.rewards=[{name: exact_match}]", "trainer.n_gpus_per_node=1"])
-    lines = _plugin_lines(cfg, {"nodes": nodes})
+    plan = load_plan(None, ["reward.rewards=[{name: exact_match}]", "trainer.n_gpus_per_node=1"])
+    lines = _plugin_lines(plan, {"nodes": nodes})
     assert "gpu plugin: 1 node(s), exact_match" in lines
     if _trainer_plugin_installed():  # the trainer's lines, through its hook
         assert "trainer pools (resources:):" in lines

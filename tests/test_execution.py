@@ -280,8 +280,8 @@ def test_bad_inputs_are_named():
         run([term("misbehave")], [], aggregation="mean")
     with pytest.raises(UsageError, match=r"on_failure='ignore' is not valid\nallowed: zero, nan, drop, raise"):
         run([term("misbehave", on_failure="ignore")], [])
-    with pytest.raises(UsageError, match="reward terms named twice: 'misbehave'"):
-        run([term("misbehave"), term("misbehave")], [])
+    with pytest.raises(UsageError, match=r"reward.rewards names 'misbehave' more than once\ngive each term a distinct"):
+        run([term("misbehave"), term("misbehave")], [])  # a raw section: the config's validator says so
     with pytest.raises(UsageError, match="reward.rewards is empty"):
         run([], [])
 

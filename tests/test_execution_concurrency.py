@@ -76,11 +76,11 @@ def test_many_asyncio_tasks_score_overlapping_batches_on_one_pool(math_runner):
         _check(res, expected)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_concurrent_batches_share_the_workers_rather_than_wait_in_turn(tmp_path):
     """Four callers with one sample each, on a pool of four: all four calls run at once (each waits
     until the four meet); callers queued behind one another would never meet."""
-    term = {"module": "rewards_for_tests", "function": "meet", "executor": "process", "timeout_s": 60}
+    term = {"module": "rewards_for_tests", "function": "meet", "executor": "process", "timeout_s": 150}
     info = {"dir": str(tmp_path), "k": 4}
     with Runner.from_config({"rewards": [term]}, process_workers=4) as r:
         out: dict[int, object] = {}
@@ -140,3 +140,47 @@ def test_a_callers_failing_progress_callback_fails_that_caller_only(math_runner)
     assert got == {"a": True, "b": True, "c": True, "bad": "progress callback failed"}
     rows, expected = math_rows(3)
     _check(math_runner.score(rows), expected)
+
+
+@pytest.mark.timeout(60)
+def test_a_caller_joining_while_the_driver_takes_tasks_still_wakes_it(monkeypatch):
+    """The race behind a CI failure: a caller joins (its tasks, then a wake-up byte) while the
+    driver is inside ``take()``. Whatever the interleaving, afterwards either its tasks are in the
+    driver's queue or a byte is left in the pipe for the driver's next ``poll()``; else they wait
+    unseen until some other event (a call's whole timeout)."""
+    import collections
+    import select
+
+    from rewardhub.execution import _callers
+    from rewardhub.execution._task import Task
+
+    callers = _callers.Callers()
+    callers._driving = True  # another caller drives: joining only queues the tasks and writes a byte
+    real_read = os.read
+    joined = threading.Event()
+
+    def late_join():
+        with callers._cond:  # what join() does while a driver runs, without waiting for the result
+            callers._incoming.append(Task.__new__(Task))
+            os.write(callers._wake_w, b"w")
+        joined.set()
+
+    def read_while_a_caller_joins(fd, n):
+        if not joined.is_set():  # the join lands between the pipe's read and the tasks' move
+            threading.Thread(target=late_join).start()
+            joined.wait()
+        return real_read(fd, n)
+
+    class _Os:
+        def __getattr__(self, name):
+            return read_while_a_caller_joins if name == "read" else getattr(os, name)
+
+    monkeypatch.setattr(_callers, "os", _Os())
+    queue: collections.deque = collections.deque()
+    callers.take(queue)
+    monkeypatch.undo()
+    poller = select.poll()
+    poller.register(callers.wake_fd, select.POLLIN)
+    woken = bool(poller.poll(0))
+    assert queue or woken, "a joined caller's tasks neither taken nor signalled"
+    callers.close_fds()

@@ -337,9 +337,9 @@ def test_sandbox_settings_reach_rewards_with_the_capability(rfile):
     # and it reaches a process worker too
     res, _ = score([term(rfile, "sandboxed", executor="process")], samples_of("ab"), **cfg)
     assert res.extra[0]["sandboxed"]["max_concurrent"] == 3.0
-    # no section: no keyword
+    # no section: the section's defaults (a validated section always has one)
     res, _ = score([term(rfile, "sandboxed")], samples_of("ab"))
-    assert res.extra[0]["sandboxed"]["has_sandbox"] == 0.0
+    assert res.extra[0]["sandboxed"] == {"has_sandbox": 1.0, "max_concurrent": 8.0}
 
 
 def test_sandbox_from_the_loaded_config(rfile, tmp_path):

@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -220,6 +221,43 @@ def test_hook_rewardhub_legacy_aliases():
         pm.broken["clash"] = (None, None, "written from outside")  # type: ignore[index]
     broken = pm.broken.get("clash") or pm.broken.get("renamed")
     assert "old_exact" in broken[2] and "conflicts" in broken[2]
+
+
+def test_legacy_aliases_do_what_the_hookspec_says():
+    """The hookspec's docstring, claim by claim: only get_reward follows an alias, a registered name is
+    never an alias, an alias to nothing is unknown, and a bad return value breaks only its plugin."""
+    from rewardhub.errors import RewardhubDeprecationWarning
+
+    class Aliases:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [RewardSpec(name="exact_answer", target="rewardhub.builtin.match:exact_match")]
+
+        @rewardhub.hookimpl
+        def rewardhub_legacy_aliases(self):
+            return {"old_exact": "exact_answer", "exact_match": "exact_answer", "gone": "never_registered"}
+
+    class NotAMapping:
+        @rewardhub.hookimpl
+        def rewardhub_register_rewards(self):
+            return [RewardSpec(name="still_here", target="rewardhub.builtin.match:exact_match")]
+
+        @rewardhub.hookimpl
+        def rewardhub_legacy_aliases(self):
+            return ["old_name"]
+
+    reg = make_registry(Aliases(), NotAMapping())
+    with pytest.warns(RewardhubDeprecationWarning):
+        assert reg.get_reward("old_exact").name == "exact_answer"
+    assert "old_exact" not in reg and not reg.has_reward("old_exact") and "old_exact" not in reg.names()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a registered name is looked up as itself, with no warning
+        assert reg.get_reward("exact_match").name == "exact_match"
+    with pytest.raises(UnknownRewardError, match="'gone'"):
+        reg.get_reward("gone")
+    broken = [s for s in reg.list_rewards() if s.status == "broken"]
+    assert len(broken) == 1 and "not a mapping" in broken[0].error, broken
+    assert reg.get_reward("still_here").status == "ok"  # the plugin's rewards are still registered
 
 
 def test_hooks_go_through_pluggy_one_plugin_at_a_time():

@@ -133,10 +133,15 @@ def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
     data = _jsonl(tmp_path / "d.jsonl", rows)
     out = tmp_path / "o.jsonl"
     out.write_text("earlier results\n")
-    # as from a terminal: SIGINT not ignored (a test run in the background would pass its SIG_IGN on)
+    # as from a terminal: SIGINT and SIGHUP not ignored (a test run in the background, or under
+    # nohup, would pass its SIG_IGN on, and score rightly keeps an ignored SIGHUP ignored)
+    def as_from_a_terminal() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
     proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "score", cfg, data, "-o", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=as_from_a_terminal)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:  # wait until the first chunk is written
@@ -149,6 +154,7 @@ def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
+        proc.wait()
     kept = tmp_path / "o.jsonl.partial"
     assert proc.returncode == 128 + sig, err
     got = [json.loads(x) for x in kept.read_text().splitlines()]

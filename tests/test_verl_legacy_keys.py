@@ -34,11 +34,12 @@ def test_the_legacy_function_wins_over_verls_default_null_path():
     cfg = _with(custom_reward_function__path="my_reward.py", custom_reward_function__name="my_fn",
                 reward_model__reward_manager="rewardhub")
     # on_failure "zero": the verl adapter's default, as verl cannot leave a failed sample out
-    assert reward_section(cfg)["rewards"] == [{"on_failure": "zero", "path": "my_reward.py", "function": "my_fn"}]
+    [term] = reward_section(cfg).rewards
+    assert (term.on_failure, term.path, term.function, term.name) == ("zero", "my_reward.py", "my_fn", None)
 
 
 def test_without_any_function_verls_default_scorer_is_the_term():
-    assert reward_section(_with())["rewards"][0]["function"] == "default_compute_score"
+    assert reward_section(_with()).rewards[0].function == "default_compute_score"
 
 
 def test_a_function_and_a_module_path_yaml_is_an_error_naming_both(tmp_path):
@@ -50,7 +51,7 @@ def test_a_function_and_a_module_path_yaml_is_an_error_naming_both(tmp_path):
                                          r"reward\.reward_manager\.module\.path=.*both name the rewards"):
         reward_section(cfg)
     cfg["custom_reward_function"] = {"path": None, "name": None}
-    assert reward_section(cfg)["rewards"][0]["name"] == "exact_match"
+    assert reward_section(cfg).rewards[0].name == "exact_match"
 
 
 def test_the_shim_takes_the_set_key_when_the_other_spelling_is_null():

@@ -29,7 +29,7 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 
 __all__ = ["RESULT_KEYS", "ScoredRows", "check_outputs", "check_result_fields", "nulls_for_non_finite", "output_row", "read_input",
-           "rewards_print_to_stderr", "stop_on_signals", "stop_on_sigterm", "write_summary"]
+           "rewards_print_to_stderr", "stop_on_signals", "write_summary"]
 
 if TYPE_CHECKING:
     from ._parquet_out import ParquetRows
@@ -310,9 +310,6 @@ def stop_on_signals() -> Iterator[None]:
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
-
-#: the old name
-stop_on_sigterm = stop_on_signals
 
 
 # ---- after the run -----------------------------------------------------------------------------

@@ -9,13 +9,14 @@ Every problem is listed (not only the first), and the exit status is 1 when ther
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import os
 import sys
 import warnings
 from typing import Any
-from typing import cast
 
+from ..config.schema import TermConfig
 from ..errors import RewardhubError
 from ..errors import UsageError
 from ._common import dump_json
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     """The check's findings: ``terms`` (resolved), ``problems``, ``migration``, ``warnings``."""
-    from ..config import load_config_with_report
+    from ..config import load_plan
     from ..execution import resolve_term
     from ..registry import build_registry
 
@@ -41,17 +42,15 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cfg, report = load_config_with_report(path, overrides)
+        plan = load_plan(path, overrides)
+    report = plan.report
     notes.extend(str(w.message) for w in caught if w.category.__name__ != "RewardhubDeprecationWarning")
-    reward = cfg.reward
+    reward = plan.reward
     terms_cfg = list(reward.rewards)
     if not terms_cfg:
         problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
-    from omegaconf import OmegaConf
-
-    base = cast("dict[str, Any]", OmegaConf.to_container(reward, resolve=True))  # a DictConfig's: a dict
-    base["rewards"] = []  # file and module terms are registered one by one below, each problem kept
-    registry = build_registry(base)
+    # file and module terms are registered one by one below, each problem kept
+    registry = build_registry(dataclasses.replace(reward, rewards=()))
     for spec in (s for s in registry.list_rewards() if s.status == "broken"):
         notes.append(f"plugin {spec.name} ({spec.dist or '?'} {spec.version or ''}) is broken: {spec.error}")
     terms: list[dict[str, Any]] = []
@@ -95,18 +94,16 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
 
 
-def _read_not_import(registry: Any, term_cfg: Any) -> list[str]:
+def _read_not_import(registry: Any, term_cfg: TermConfig) -> list[str]:
     """For a ``path:`` or ``module:`` term whose module is not imported yet: read the function from the
     file (see :mod:`._static`) and hand the registry a stand-in, so that resolving the term imports
     nothing; returns notes on what could not be read."""
     from .._discovery import find_module_file
-    from ..execution import plain
     from ._static import read_reward
 
-    cfg = plain(term_cfg)
-    if not isinstance(cfg, dict) or (cfg.get("path") is None and cfg.get("module") is None):
+    if term_cfg.path is None and term_cfg.module is None:
         return []
-    spec = registry.term_spec(cfg)
+    spec = registry.term_spec(term_cfg)
     module, _, function = spec.target.rpartition(":")
     if spec.is_file_target:
         file = module

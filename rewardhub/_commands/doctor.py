@@ -51,16 +51,16 @@ def _human(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _plugin_lines(cfg: Any, report: dict[str, Any]) -> list[str]:
+def _plugin_lines(plan: Any, report: dict[str, Any]) -> list[str]:
     """What plugins add to the report (``rewardhub_doctor_lines``): the trainer, when installed, says where
     its learner, rollouters and reward workers would go (its ``resources:``). A plugin that fails is a
     warning naming it."""
     from ..registry import plugin_manager
 
-    pm = plugin_manager(cfg.reward)
+    pm = plugin_manager(plan.reward)
     lines: list[str] = []
     for name, result in pm.call_each("rewardhub_doctor_lines", "rewardhub_doctor_lines: ",
-                                        config=cfg, nodes=report["nodes"]):
+                                        config=plan.config, nodes=report["nodes"]):
         if result is None:
             continue
         if isinstance(result, str) or not all(isinstance(x, str) for x in result):
@@ -92,21 +92,21 @@ def _warn(report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config
+    from ..config import load_plan
     from ..distributed import check_cluster
 
     config, overrides = _split(list(args.args))
-    cfg = load_config(config, overrides)
-    address = args.address or (cfg.reward.get("workers") or {}).get("address")
+    plan = load_plan(config, overrides)
+    address = args.address or plan.reward.workers.address
     if address:
         from .._netprobe import connect_bounded
         from .._netprobe import probe_ray_address
 
         probe_ray_address(address, flag="--address" if args.address else "reward.workers.address")
         connect_bounded(address, CONNECT_S)
-    report = check_cluster(cfg.reward, address=args.address, ship_files=not args.no_ship_files,
-                           strict=args.strict, timeout_s=args.timeout, validated=True)
-    report["trainer_pools"] = _plugin_lines(cfg, report)
+    report = check_cluster(plan.reward, address=args.address, ship_files=not args.no_ship_files,
+                           strict=args.strict, timeout_s=args.timeout)
+    report["trainer_pools"] = _plugin_lines(plan, report)
     if args.json:
         dump_json(report)
     else:

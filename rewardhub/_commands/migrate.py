@@ -50,11 +50,7 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config.loader import anchor_holders
-    from ..config.loader import check_sections
-    from ..config.loader import parse_text
-    from ..config.loader import read_and_migrate
-    from ..config.loader import read_text
+    from ..config.loader import read_migrated
     from ..config.schema import validate_reward
 
     path, overrides = split_items(args.items)
@@ -63,14 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if args.write and overrides:
         raise UsageError("--write rewrites FILE alone; overrides would not be saved\n"
                          "put them into FILE first, or drop --write to print the result")
-    text = read_text(path) if path else ""  # the file is read once
-    kind, source = parse_text(path, text) if path else ("yaml", {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the report below lists every key once
-        cfg, report = read_and_migrate(path, overrides, source=copy.deepcopy(source))
-    # a migrated config must also be a valid one: its sections named rightly, its reward: section valid
-    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
-    validate_reward(cfg.get("reward"))
+        # the loader's own steps (the file read once; a misspelt verl key is warned about below, not raised)
+        read = read_migrated(path, overrides, keep_unknown=True)
+    text, kind, source, cfg, report = read.text, read.kind, read.source, read.config, read.report
+    validate_reward(cfg.get("reward"))  # a migrated config must also be a valid one
     if args.write:
         assert path is not None
         # the file's reward keys are rewritten; verl's trainer keys stay (`rewardhub train` maps them on load)

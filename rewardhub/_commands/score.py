@@ -201,7 +201,7 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .._datafiles import is_regular
-    from ..config import load_config
+    from ..config import load_plan
     from ..datasets import count_rows
     from ..datasets import input_files
     from ..datasets import terms_needing
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
 
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
-    cfg = load_config(args.config, args.overrides)
+    plan = load_plan(args.config, args.overrides)
     pairs = read_pairs(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
     first = read_input(args.data, lambda _: list(itertools.islice(pairs, 1)))  # a bad file fails before any output
     show = sys.stderr.isatty() and not args.no_progress
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     n_rows = 0
     with contextlib.ExitStack() as stack:
         with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-            runner = stack.enter_context(runner_from_config(cfg.reward))
+            runner = stack.enter_context(runner_from_config(plan.reward))
         problems = [p for t in runner.terms for p in term_problems(t, runner)]
         if problems:
             raise UsageError("\n".join(problems))

@@ -49,7 +49,7 @@ def is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config
+    from ..config import load_plan
     from ..distributed import runner_from_config
     from ..server import TOKEN_ENV
     from .check import term_problems
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
                         max_body=int(args.max_body_mb * 1024 * 1024),
                         max_batch_rows=max(args.max_batch_rows, args.max_rows), drain_timeout=args.drain_timeout,
                         max_calls=args.max_calls)
-    cfg = load_config(args.config, args.overrides)
-    with runner_from_config(cfg.reward) as runner:
+    plan = load_plan(args.config, args.overrides)
+    with runner_from_config(plan.reward) as runner:
         if not runner.terms:
             raise UsageError(f"{args.config}: the reward: section has no reward terms to serve\n"
                              "add reward.rewards: [{name: ...}] (see `rewardhub list`)")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
+from ..config.schema import RewardConfig
 from ..errors import UsageError
 from ._common import table
 
@@ -30,17 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 
-def reward_section(reward: str, kwargs: str | None) -> Any:
+def section_to_test(reward: str, kwargs: str | None) -> RewardConfig:
     """The ``reward:`` section to test: a config file's, or one term naming a registered reward."""
     import json
 
-    from ..config import load_config
+    from ..config import load_plan
     from ..config.schema import validate_reward
 
     if os.path.isfile(reward) or reward.endswith((".yaml", ".yml", ".json")):
         if kwargs:
             raise UsageError("--kwargs is for a named reward; a config file's terms have their own kwargs")
-        return load_config(reward).reward
+        return load_plan(reward).reward
     try:
         kw = json.loads(kwargs) if kwargs else {}
     except json.JSONDecodeError as exc:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--executors {args.executors!r}: choose from {', '.join(EXECUTORS)}")
     if args.timeout <= 0 or args.rows <= 0:
         raise UsageError("--timeout and --rows must be above 0")
-    section = reward_section(args.reward, args.kwargs)
+    section = section_to_test(args.reward, args.kwargs)
     rows = list(itertools.islice(read_samples(args.data), args.rows)) if args.data else None
     if args.data and not rows:
         raise UsageError(f"{args.data}: no rows")

@@ -16,7 +16,7 @@ from ._shell import Unsafe
 from ._shell import literal_head
 from .overrides import is_override_word
 
-__all__ = ["VERL_CONFIGS", "all_words", "choose", "entry_point", "read_script"]
+__all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "read_script"]
 
 _VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
 #: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
@@ -34,7 +34,7 @@ def entry_point(words: list[ShellWord]) -> dict[str, Any] | None:
     return None
 
 
-def choose(runs: list[Any]) -> Script:
+def pick_verl_run(runs: list[Any]) -> Script:
     verl = [run for run in runs if run[2] is not None]
     if len(verl) > 1:
         lines = ", ".join(str(run[2]["line"]) for run in verl)
@@ -153,4 +153,4 @@ def read_script(text: str) -> Script:
         entry = entry_point(words)
         if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:
             runs.append((index, words, entry, unsafe))
-    return choose(runs)
+    return pick_verl_run(runs)

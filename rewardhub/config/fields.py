@@ -212,7 +212,7 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
     origin = typing.get_origin(base)
     if isinstance(base, type) and dataclasses.is_dataclass(base):
         return None if v is None and optional else check_section(v, base, sub, rules, subpat)
-    if origin in (dict, Mapping, dict):
+    if origin in (dict, Mapping):
         if v is None:
             return None if optional else {}
         if not isinstance(v, Mapping):
@@ -224,7 +224,7 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
         for kk, vv in out.items():  # a mapping's values: its rule under "key.*" (numbers: finite at least)
             _apply(rules.get(f"{subpat}.*"), f"{sub}.{kk}", vv)
         return out
-    if origin in (list, list):
+    if origin is list:
         if v is None:
             return None if optional else []
         if isinstance(v, str):

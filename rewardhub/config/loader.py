@@ -10,11 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ._resolve import resolve_or_explain
 from .fields import SECTIONS
+from .schema import RewardConfig
 from .shim import MigrationReport
 
-__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "anchor_holders", "check_sections", "config_file_kind", "load_config",
-           "load_config_with_report", "load_plan", "parse_text", "read_and_migrate", "read_config_file", "read_text",
+__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
+           "config_file_kind", "load_config", "load_config_with_report", "load_plan", "parse_text",
+           "read_and_migrate", "read_config_file", "read_migrated", "read_text", "resolve_or_explain",
            "script_overrides"]
 
 
@@ -145,7 +148,7 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
                      source: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
     """Read a config file (optional), apply overrides, migrate legacy keys: the raw migrated dict.
 
-    Every entry point reaches this, through :func:`load_plan` or (``rewardhub migrate``) directly.
+    Every entry point reaches this, through :func:`read_migrated` (:func:`load_plan`, ``rewardhub migrate``).
 
     :param source: the file's content when the caller has read it already (the file is not read again).
     """
@@ -252,22 +255,63 @@ def anchor_holders(text: str) -> set[str]:
 
 
 @dataclass(frozen=True)
+class Migrated:
+    """A config file read once, overridden and migrated, its top-level sections checked.
+
+    :ivar kind: ``yaml`` or ``shell`` (a launch script).
+    :ivar text: the file's text (``""``: overrides only).
+    :ivar source: the file's content as read, before overrides and migration.
+    :ivar config: the migrated config (plain containers; ``reward:`` not validated yet).
+    :ivar report: what the migration of legacy keys did.
+    """
+
+    kind: str
+    text: str
+    source: dict[str, Any]
+    config: dict[str, Any]
+    report: MigrationReport
+
+
+def read_migrated(path: str | None = None, overrides: Iterable[str] = (), *,
+                  keep_unknown: bool = False) -> Migrated:
+    """The loader's first steps, for :func:`load_plan` and ``rewardhub migrate``: read the file once,
+    apply overrides, migrate legacy keys, check the top-level sections.
+
+    :param keep_unknown: keep a key verl does not have in the report (``rewardhub migrate`` warns about
+        it) instead of raising the report's error (a misspelt verl key: never run without the setting
+        it meant).
+    """
+    import copy
+
+    kind, text = "yaml", ""
+    source: dict[str, Any] = {}
+    if path:
+        text = read_text(path)
+        kind, source = parse_text(path, text)
+    cfg, report = read_and_migrate(path, overrides, source=copy.deepcopy(source))
+    if report.unknown and not keep_unknown:
+        raise report.unknown_error()
+    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
+    return Migrated(kind, text, source, cfg, report)
+
+
+@dataclass(frozen=True)
 class ConfigPlan:
     """A config read, overridden, migrated and validated once: what every command works from.
 
-    :ivar config: the whole config (a read-only ``DictConfig``); ``reward`` is validated, with
-        absolute paths.
+    :ivar config: the whole document as read and migrated (a read-only ``DictConfig``; reward file
+        paths absolute, interpolations as written): the trainer's sections are checked from it, and a
+        run writes it out. Its ``reward`` is raw data: use :attr:`reward`.
+    :ivar reward: the ``reward:`` section, validated (interpolations resolved, defaults filled): a frozen
+        :class:`~rewardhub.config.schema.RewardConfig` every layer takes as it is.
     :ivar report: what the migration of legacy keys did.
     :ivar path: the file it was read from (``None``: overrides only).
     """
 
     config: Any
+    reward: RewardConfig
     report: MigrationReport
     path: str | None = None
-
-    @property
-    def reward(self) -> Any:
-        return self.config.reward
 
 
 def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> ConfigPlan:
@@ -279,15 +323,8 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
 
     overrides = list(overrides)
     file_dir = base_dir or (os.path.dirname(os.path.abspath(path)) if path else None)
-    kind, text = "yaml", ""
-    from_path: dict[str, Any] = {}
-    if path:
-        text = read_text(path)
-        kind, from_path = parse_text(path, text)
-    cfg, report = read_and_migrate(path, overrides, source=from_path)
-    if report.unknown:  # a misspelt verl key: never run without the setting it meant
-        raise report.unknown_error()
-    check_sections(cfg, anchors=lambda: anchor_holders(text) if kind == "yaml" and text else set())
+    read = read_migrated(path, overrides)
+    kind, from_path, cfg, report = read.kind, read.source, read.config, read.report
     section = cfg.get("reward")
     if section is not None and not isinstance(section, Mapping):
         raise UsageError(f"reward must be a mapping, not {type(section).__name__} {section!r}\n"
@@ -304,13 +341,11 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
     else:
         from_file = set()
     _resolve_paths(reward, file_dir, from_file, notes)
-    validated = validate_reward(reward)
-    rest = {k: v for k, v in cfg.items() if k != "reward"}
-    whole = OmegaConf.create(rest)
-    whole.reward = validated
-    resolve_or_explain(whole.reward, "reward")
+    whole = OmegaConf.create({**cfg, "reward": reward} if section is not None else cfg)
+    # interpolations resolve against the whole document (``${data.x}``), then the section is checked once
+    typed = validate_reward(resolve_or_explain(whole.reward, "reward") if section is not None else {})
     OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
-    return ConfigPlan(whole, report, path)
+    return ConfigPlan(whole, typed, report, path)
 
 
 def load_config_with_report(path: str | None = None, overrides: Iterable[str] = (), *,
@@ -320,37 +355,16 @@ def load_config_with_report(path: str | None = None, overrides: Iterable[str] = 
     return plan.config, plan.report
 
 
-def resolve_or_explain(node: Any, where: str) -> Any:
-    """``node`` resolved to plain containers; an interpolation that cannot resolve (an environment
-    variable a launch script uses but nobody set) is a one-line error naming the key and the fix."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "?"
-        key = key if key.startswith(where) else f"{where}.{key}"
-        import re
-
-        env = re.search(r"Environment variable '(\w+)' not found", str(exc))
-        if env:
-            name = env.group(1)
-            raise UsageError(f"{key} uses ${name}, which is not set\n"
-                             f"export {name}=... before running, or set it in the script ({name}=...)") from None
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"{key} cannot be resolved: {msg}") from None
-
-
 def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> Any:
-    """Read a config the one way every entry point does.
+    """Read a config the one way every entry point does: :func:`load_plan`'s document.
 
     Applies ``KEY=VALUE`` overrides (Hydra's ``+``/``++`` accepted), migrates legacy reward keys
     (one :class:`~rewardhub.RewardhubDeprecationWarning` per key), validates ``reward:``, and makes
     reward file paths absolute (relative to the YAML config file when written there; relative to the
     working directory when typed as an override, or in a launch script).
 
-    :returns: the whole config as a ``DictConfig``; sections other than ``reward`` are untouched.
+    :returns: the whole config as a read-only ``DictConfig`` (its ``reward`` as written, paths absolute);
+        the validated, typed ``reward:`` section is :func:`load_plan`'s ``reward``.
     :raises UsageError: naming the key, the bad value and the fix.
     """
     return load_plan(path, overrides, base_dir=base_dir).config

@@ -1,17 +1,29 @@
-"""The ``reward:`` section's schema (OmegaConf structured dataclasses) and its validation.
+"""The ``reward:`` section's schema (frozen dataclasses) and its validation.
+
+:func:`validate_reward` turns a raw section (a mapping or a ``DictConfig``) into a :class:`RewardConfig`
+once, in the loader; every layer after it (runner, Ray executor, worker setup, reward workers, trainer)
+takes that object as it is. The objects are frozen and pickle, so the driver ships them to Ray as they are.
 
 Validation is :func:`rewardhub.config.fields.check_section` (the one validator, shared with the trainer):
-errors name the key, the bad value and the allowed values; OmegaConf's own messages are never shown raw.
+errors name the key, the bad value and the allowed values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
+from typing import TypeVar
+from typing import cast
 
 from ..errors import UsageError
+from ..types import ADAPTERS
+from ..types import AGGREGATIONS
+from ..types import EXECUTORS
+from ..types import KINDS
+from ..types import ON_FAILURE
 from .fields import Rule
 from .fields import above
 from .fields import at_least
@@ -29,13 +41,16 @@ __all__ = [
     "SandboxConfig",
     "TermConfig",
     "WorkersConfig",
+    "as_dict",
+    "check_url",
     "validate_reward",
 ]
 
-# OmegaConf reads these annotations at run time: `X | None` and `list[str]` need omegaconf >= 2.3.
+# check_section reads these annotations at run time (typing.get_type_hints: `X | None` and `tuple[X, ...]`
+# are fine on Python >= 3.10).
 
 
-@dataclass
+@dataclass(frozen=True)
 class TermConfig:
     """One reward term: a registry ``name``, or a ``function`` in a file ``path`` / ``module``."""
 
@@ -64,7 +79,7 @@ class TermConfig:
     adapter: str = "auto"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PluginsConfig:
     autoload: bool = True
     load: list[str] = field(default_factory=list)
@@ -73,7 +88,7 @@ class PluginsConfig:
     prefer: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkersConfig:
     #: 0 = score in-process, no Ray
     num_workers: int = 0
@@ -85,7 +100,7 @@ class WorkersConfig:
     address: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardModelConfig:
     enable: bool = False
     model_path: str | None = None
@@ -105,7 +120,7 @@ class RewardModelConfig:
     rollout: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SandboxConfig:
     url: str | None = None
     max_concurrent: int = 8
@@ -114,11 +129,11 @@ class SandboxConfig:
     language: str = "python"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardConfig:
     """The ``reward:`` section of a config."""
 
-    rewards: list[TermConfig] = field(default_factory=list)
+    rewards: tuple[TermConfig, ...] = ()
     aggregation: str = "weighted_sum"
     plugins: PluginsConfig = field(default_factory=PluginsConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -132,13 +147,14 @@ class RewardConfig:
     remote: str | None = None
 
 
-#: key path (``*`` for a list item) -> allowed values
+#: key path (``*`` for a list item) -> allowed values: the one table every check of these keys reads
+#: (the values a reward's decorator also checks are spelled in :mod:`rewardhub.types`; ``None``: unset)
 CHOICES: dict[str, tuple[Any, ...]] = {
-    "rewards.*.executor": ("inline", "thread", "process", "ray", None),
-    "rewards.*.on_failure": ("zero", "nan", "drop", "raise", None),
-    "rewards.*.kind": ("function", "batched", "group", "model", None),
-    "rewards.*.adapter": ("auto", "rewardhub", "verl", "trl"),
-    "aggregation": ("weighted_sum", "normalize_then_sum"),
+    "rewards.*.executor": (*EXECUTORS, None),
+    "rewards.*.on_failure": (*ON_FAILURE, None),
+    "rewards.*.kind": (*KINDS, None),
+    "rewards.*.adapter": ADAPTERS,
+    "aggregation": AGGREGATIONS,
     "workers.dispatch": ("least_loaded", "round_robin"),
     "reward_model.kind": ("discriminative", "generative"),
     "reward_model.engine": ("transformers", "vllm", None),
@@ -187,6 +203,14 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
     return out
 
 
+def check_url(url: Any, key: str = "reward.remote") -> str:
+    """``url`` when it is an http(s) URL of a server; else a :class:`UsageError` naming ``key``."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) < 10:
+        raise UsageError(f"{key}={url!r} is not a server URL\n"
+                         "give the address `rewardhub serve` printed, e.g. http://10.0.0.5:8000")
+    return url.rstrip("/")
+
+
 def term_alias(term: Mapping[str, Any]) -> str | None:
     """A term's output name: alias, else name, else function, else the file's stem."""
     import os
@@ -200,15 +224,25 @@ def term_alias(term: Mapping[str, Any]) -> str | None:
     return None
 
 
-def validate_reward(section: Any) -> Any:
-    """Check a (migrated) ``reward:`` section and return it as a structured ``DictConfig``.
+def validate_reward(section: Any) -> RewardConfig:
+    """Check a (migrated) ``reward:`` section and return it as a frozen :class:`RewardConfig`.
+
+    A :class:`RewardConfig` is returned as it is (it was checked when it was made); a ``DictConfig`` or a
+    mapping with interpolations (``${oc.env:KEY}``) is resolved first.
 
     :raises UsageError: naming the key, the bad value and the allowed values.
     """
-    from omegaconf import OmegaConf
-
+    if isinstance(section, RewardConfig):
+        return section
     if section is None:
         section = {}
+    if _has_interpolation(section):
+        from omegaconf import OmegaConf
+
+        from ._resolve import resolve_or_explain
+
+        section = resolve_or_explain(section if OmegaConf.is_config(section) else OmegaConf.create(dict(section)),
+                                     "reward")
     if not isinstance(section, Mapping):
         raise invalid("reward", section, "expected a mapping (the reward: section)")
     section = dict(section)
@@ -218,20 +252,51 @@ def validate_reward(section: Any) -> Any:
     if not isinstance(terms, (list, tuple)):
         raise invalid("reward.rewards", terms, "expected a list of reward terms")
     checked = check_section(section, RewardConfig, "reward", RULES)
-    checked["rewards"] = [_check_term(t, i) for i, t in enumerate(terms)]
-    aliases = [term_alias(t) for t in checked["rewards"]]
+    rewards = [_check_term(t, i) for i, t in enumerate(terms)]
+    aliases = [term_alias(t) for t in rewards]
     seen = [a for a in aliases if a is not None]
     dup = sorted({a for a in seen if seen.count(a) > 1})
     if dup:
         raise UsageError(f"reward.rewards names {', '.join(map(repr, dup))} more than once\n"
                          "give each term a distinct 'alias'")
     if checked.get("remote") is not None:
-        from ..server.client import check_url
-
         checked["remote"] = check_url(checked["remote"])
-    base = OmegaConf.structured(RewardConfig)
-    try:
-        return OmegaConf.merge(base, checked)
-    except Exception as exc:  # a case the checks above missed: still name the key
-        key = getattr(exc, "full_key", "") or ""
-        raise UsageError(f"reward.{key} is not valid: {getattr(exc, 'msg', exc)}") from None
+    return _build(RewardConfig, {**checked, "rewards": tuple(_build(TermConfig, t) for t in rewards)})
+
+
+def _has_interpolation(node: Any) -> bool:
+    """Whether ``node`` is a ``DictConfig`` or holds a ``${...}`` string somewhere."""
+    if type(node).__module__.startswith("omegaconf"):
+        return True
+    if isinstance(node, str):
+        return "${" in node
+    if isinstance(node, Mapping):
+        return any(_has_interpolation(v) for v in node.values())
+    if isinstance(node, (list, tuple)):
+        return any(_has_interpolation(v) for v in node)
+    return False
+
+
+def _build(cls: type[_T], values: Mapping[str, Any]) -> _T:
+    """``cls`` from checked ``values``: nested sections built too, missing keys at their defaults."""
+    kwargs = {}
+    for f in dataclasses.fields(cast(Any, cls)):
+        if f.name not in values:
+            continue
+        v = values[f.name]
+        sub = _SECTIONS.get(f.name) if cls is RewardConfig else None
+        kwargs[f.name] = _build(sub, v or {}) if sub is not None and not isinstance(v, sub) else v
+    return cls(**kwargs)
+
+
+_T = TypeVar("_T")
+
+_SECTIONS: dict[str, type] = {"plugins": PluginsConfig, "workers": WorkersConfig,
+                              "reward_model": RewardModelConfig, "sandbox": SandboxConfig}
+
+
+def as_dict(section: RewardConfig) -> dict[str, Any]:
+    """A typed ``reward:`` section as plain data (what a run writes out, or a tool that edits it reads)."""
+    out = dataclasses.asdict(section)
+    out["rewards"] = list(out["rewards"])
+    return out

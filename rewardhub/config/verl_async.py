@@ -24,11 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["FULLY_ASYNC_MODULES", "fully_async", "map_async"]
-
-#: the python modules (``python -m ...``) that run verl's fully-async training
-FULLY_ASYNC_MODULES = ("verl.experimental.fully_async_policy.fully_async_main",
-                       "recipe.fully_async_policy.fully_async_main")
+__all__ = ["fully_async", "map_async"]
 
 _DYNAMIC = ("verl's dynamic scheduling of hybrid rollout replicas on the trainer's GPUs; the trainer's rollouters "
             "are fixed (trainer.num_rollouters)")

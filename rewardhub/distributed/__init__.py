@@ -16,6 +16,8 @@ from ._executor import runner_from_config
 from ._fingerprint import diff_items
 from ._fingerprint import reward_facts
 from ._pool import RewardWorkerPool
+from ._ray import ensure_ray
+from ._ray import process_location
 from ._reward_worker import RewardWorker
 from ._setup import ShippedFile
 from ._setup import WorkerSetup
@@ -33,7 +35,9 @@ __all__ = [
     "WorkerSetup",
     "check_cluster",
     "diff_items",
+    "ensure_ray",
     "prepare_setup",
+    "process_location",
     "reward_facts",
     "runner_from_config",
 ]

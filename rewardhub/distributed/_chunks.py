@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
 from ..execution import group_key
 
-__all__ = ["WorkerTerm", "check_sample", "make_chunks"]
+__all__ = ["WorkerTerm", "make_chunks"]
 
 
 @dataclass(frozen=True)
@@ -39,11 +38,3 @@ def make_chunks(batch: Sequence[Mapping[str, Any]], size: int, groups: bool) -> 
         else:
             chunks.append(list(unit))
     return chunks
-
-
-def check_sample(s: Any, i: int) -> dict[str, Any]:
-    if not isinstance(s, Mapping):
-        raise UsageError(f"sample {i} is a {type(s).__name__}, not a mapping with 'response'")
-    if "response" not in s:
-        raise UsageError(f"sample {i} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})")
-    return dict(s)

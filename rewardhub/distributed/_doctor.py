@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..config.schema import RewardConfig
 from ._errors import describe_problem
 from ._ray import ensure_ray
 from ._reward_worker import probe
@@ -16,17 +17,17 @@ _MISSING = ("missing", "file_missing")
 _MISMATCHED = ("version", "target", "file_hash", "mismatched")
 
 
-def configured_pools(cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+def configured_pools(cfg: RewardConfig) -> list[dict[str, Any]]:
     """The resource pools a config asks for: name and what each of its workers needs."""
     pools = []
-    w = cfg.get("workers") or {}
-    needs = {"CPU": float(w.get("num_cpus") or 0), "GPU": float(w.get("num_gpus") or 0),
-             **{str(k): float(v) for k, v in (w.get("resources") or {}).items()}}
-    pools.append({"pool": str(w.get("pool") or "reward"), "needs": {k: v for k, v in needs.items() if v > 0}})
-    rm = cfg.get("reward_model") or {}
-    if rm.get("enable"):
-        gpus = float(rm.get("n_gpus_per_node") or 0)
-        pools.append({"pool": str(rm.get("pool") or "reward_model"), "needs": {"GPU": gpus} if gpus else {}})
+    w = cfg.workers
+    needs = {"CPU": float(w.num_cpus or 0), "GPU": float(w.num_gpus or 0),
+             **{str(k): float(v) for k, v in w.resources.items()}}
+    pools.append({"pool": w.pool or "reward", "needs": {k: v for k, v in needs.items() if v > 0}})
+    rm = cfg.reward_model
+    if rm.enable:
+        gpus = float(rm.n_gpus_per_node or 0)
+        pools.append({"pool": rm.pool or "reward_model", "needs": {"GPU": gpus} if gpus else {}})
     return pools
 
 
@@ -59,7 +60,7 @@ def _node_report(node: Mapping[str, Any], info: Mapping[str, Any], pools: list[d
 
 
 def check_cluster(reward_cfg: Any = None, *, address: str | None = None, ship_files: bool = True,
-                  strict: bool = False, timeout_s: float = 180.0, validated: bool = False) -> dict[str, Any]:
+                  strict: bool = False, timeout_s: float = 180.0) -> dict[str, Any]:
     """On every alive node, build the registry, resolve every reward the config names, compare.
 
     Every reward of the driver's registry is compared on every node. A difference in a reward the
@@ -67,12 +68,12 @@ def check_cluster(reward_cfg: Any = None, *, address: str | None = None, ship_fi
     when no config names one), unless ``strict``.
     Starts a local Ray when none is running and ``address`` is not given.
 
-    :param validated: ``reward_cfg`` is a loaded plan's section, validated already (not checked again).
+    :param reward_cfg: a loaded plan's :class:`~rewardhub.config.schema.RewardConfig` (taken as it is), or
+        a raw section (validated here).
     :returns: ``{"fingerprint", "rewards", "nodes": [...], "pools": [...], "ok"}``.
     """
-    setup, registry = prepare_setup(reward_cfg or {}, ship_files=ship_files, strict=strict,
-                                    validated=validated and reward_cfg is not None)
-    ray, started = ensure_ray(address or (setup.reward_cfg.get("workers") or {}).get("address"))
+    setup, registry = prepare_setup(reward_cfg or {}, ship_files=ship_files, strict=strict)
+    ray, started = ensure_ray(address or setup.reward_cfg.workers.address)
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -2,75 +2,65 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from .._targets import split_target
+from ..config.schema import PluginsConfig
+from ..config.schema import RewardConfig
+from ..config.schema import TermConfig
+from ..config.schema import WorkersConfig
+from ..config.schema import validate_reward
 from ..execution import Outcome
 from ..execution import Runner
 from ..execution import Term
-from ..execution import config_value
-from ..execution import plain
 from ..execution import resolve_terms
 from ._errors import DriverOnlyRewardError
 from ._placement import place_reward_models
 from ._pool import RewardWorkerPool
 
-__all__ = ["RayExecutor", "RayExecutors", "runner_from_config", "term_config"]
+__all__ = ["RayExecutor", "RayExecutors", "runner_from_config"]
 
 _WORKER_KEYS = ("num_workers", "pool", "resources", "num_cpus", "num_gpus", "dispatch", "address")
 
 
-def term_config(term: Any) -> dict[str, Any]:
-    """A config term that resolves, in a worker, to the same reward and policy as ``term``.
-
-    Only names and plain values: a registry name, or the file / module and function of a config
-    reward; the worker runs it inline (or in its own process pool when it has a timeout).
-    """
-    spec, pol = term.spec, term.policy
-    module = spec.target.rpartition(":")[0]
+def _shipped(term: Term) -> TermConfig:
+    """The config term a reward worker resolves to ``term`` again: its own, run inline there, with the
+    keyword arguments the driver resolved (the ``sandbox`` / ``reward_model`` settings included)."""
+    module = term.spec.target.rpartition(":")[0]
     if module == "__main__":
         raise DriverOnlyRewardError(
             f"reward {term.name!r} is defined in the driver's own script (__main__): reward workers cannot "
             "import it\nput it in a module or file the config names (reward.rewards: [{path: file.py, "
             "function: fn}])", reward=term.name, module=module)
-    cfg: dict[str, Any] = {
-        "alias": term.name, "weight": term.weight, "kwargs": dict(term.kwargs), "timeout_s": pol.timeout_s,
-        "executor": "inline", "max_concurrency": pol.max_concurrency, "retries": pol.retries,
-        "on_failure": pol.on_failure, "data_sources": list(term.data_sources), "tags": list(term.tags),
-        "kind": term.invoker.kind, "adapter": term.adapter,
-    }
-    if spec.source == "config":
-        module, fn = split_target(spec.target)
-        cfg["path" if spec.is_file_target else "module"] = module
-        cfg["function"] = fn
-    else:
-        cfg["name"] = spec.name
-    return cfg
+    return dataclasses.replace(term.config, alias=term.name, executor="inline", kwargs=dict(term.kwargs))
 
 
 class RayExecutor:
     """Scores the runner's ``executor: ray`` terms on reward workers (started at the first call).
 
-    :param terms: the runner's resolved terms; only those with ``executor: ray`` are sent, as names.
-    :param ray_options: the ``reward.workers`` section; its ``plugins`` key, when the runner passes
-        one, is the config's ``reward.plugins`` so the workers load the same plugins.
+    :param terms: the runner's resolved terms; only those with ``executor: ray`` are sent, as their
+        config terms (:class:`~rewardhub.config.schema.TermConfig`, frozen and picklable).
+    :param ray_options: the ``reward.workers`` options; its ``plugins`` key, when the runner passes
+        one, is the config's ``reward.plugins`` (a :class:`PluginsConfig`) so the workers load the same plugins.
     """
 
-    def __init__(self, terms: Sequence[Any], ray_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, terms: Sequence[Term], ray_options: Mapping[str, Any] | None = None) -> None:
         opts = dict(ray_options or {})
         plugins = opts.pop("plugins", None)
         self.terms = [t for t in terms if t.policy.executor == "ray"]
-        rewards = [term_config(t) for t in self.terms]
+        rewards = tuple(_shipped(t) for t in self.terms)
         if plugins is None:  # a runner built by hand: force the plugins the specs came from
             load = sorted({t.spec.plugin for t in self.terms if t.spec.source == "plugin" and t.spec.plugin}
                           | {t.spec.dist for t in self.terms if t.spec.source == "entry-point" and t.spec.dist})
-            plugins = {"autoload": True, "load": load, "block": []}
+            plugins = PluginsConfig(load=load)
         workers = {k: opts[k] for k in _WORKER_KEYS if opts.get(k) is not None}
         workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))
-        self.reward_cfg = {"rewards": rewards, "plugins": plugins, "workers": workers}
+        #: what the reward workers get: the ray terms, the plugins and the pool's options (typed, pickled as is)
+        self.reward_cfg = RewardConfig(rewards=rewards, workers=WorkersConfig(**workers),
+                                       plugins=plugins if isinstance(plugins, PluginsConfig) else PluginsConfig(**plugins))
         self.extra = {k: v for k, v in opts.items() if k not in _WORKER_KEYS}
         self._workers: RewardWorkerPool | None = None
         self._start_lock = threading.Lock()  # the Runner's callers may be several threads
@@ -116,24 +106,22 @@ class RayExecutors:
         return RayExecutor(terms, self.pools.get(pool, self.ray_options) if pool is not None else self.ray_options)
 
 
-def ray_options_of(reward_cfg: Any) -> dict[str, Any]:
+def ray_options_of(reward_cfg: RewardConfig) -> dict[str, Any]:
     """``reward.workers`` as Ray options, with ``reward.plugins`` so the workers load the same plugins."""
-    workers = config_value(reward_cfg, "workers")
-    opts = dict(plain(workers)) if workers is not None else {}
-    plugins = config_value(reward_cfg, "plugins")
-    if plugins is not None:
-        opts["plugins"] = plain(plugins)
-    return opts
+    return {**dataclasses.asdict(reward_cfg.workers), "plugins": reward_cfg.plugins}
 
 
 def runner_from_config(reward_cfg: Any, registry: Any = None, **kwargs: Any) -> Runner:
     """A :class:`~rewardhub.execution.Runner` for a ``reward:`` section, ``executor: ray`` included.
 
+    :param reward_cfg: a :class:`~rewardhub.config.schema.RewardConfig` (a loaded plan's), or a raw
+        section, validated here.
+
     Reward-model terms (``reward.reward_model.enable``) are placed on their own Ray pool; the
     Ray workers start when a term that runs there is first scored.
     """
-    terms = resolve_terms(reward_cfg, registry)
-    opts = ray_options_of(reward_cfg)
-    pools = place_reward_models(reward_cfg, terms, opts)
-    return Runner(terms, config_value(reward_cfg, "aggregation", "weighted_sum"),
-                  executors={"ray": RayExecutors(opts, pools)}, **kwargs)
+    reward = validate_reward(reward_cfg)
+    terms = resolve_terms(reward, registry)
+    opts = ray_options_of(reward)
+    pools = place_reward_models(reward, terms, opts)
+    return Runner(terms, reward.aggregation, executors={"ray": RayExecutors(opts, pools)}, **kwargs)

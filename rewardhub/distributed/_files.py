@@ -7,7 +7,7 @@ driver's; the copy is re-hashed before it is used.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._targets import file_sha256
+from ..config.schema import RewardConfig
+from ..config.schema import TermConfig
 from ._setup import ShippedFile
 
 __all__ = ["files_dir", "place_files"]
@@ -43,8 +45,8 @@ def _write(f: ShippedFile) -> str:
     return dest
 
 
-def place_files(files: Sequence[ShippedFile], reward_cfg: dict[str, Any]
-                ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+def place_files(files: Sequence[ShippedFile], reward_cfg: RewardConfig
+                ) -> tuple[RewardConfig, list[dict[str, Any]], dict[str, str]]:
     """Give every file term of ``reward_cfg`` a local, hash-checked file.
 
     A shipped file is written to :func:`files_dir`; a file that was not shipped must exist here at
@@ -54,26 +56,23 @@ def place_files(files: Sequence[ShippedFile], reward_cfg: dict[str, Any]
         still be checked), the problems (dicts as in :func:`diff_items`, plus ``detail``), and
         reward name -> ``"shipped <path>"`` / ``"local <path>"``.
     """
-    cfg = copy.deepcopy(reward_cfg)
     by_path = {f.path: f for f in files}
     problems: list[dict[str, Any]] = []
     info: dict[str, str] = {}
     keep = []
-    for term in cfg.get("rewards") or ():
-        path = term.get("path")
-        f = by_path.get(os.path.abspath(os.path.expanduser(str(path)))) if path else None
-        problem = _place(f, term, info) if f is not None else None
-        if problem is None:
-            keep.append(term)
+    for term in reward_cfg.rewards:
+        f = by_path.get(os.path.abspath(os.path.expanduser(term.path))) if term.path else None
+        placed = _place(f, term, info) if f is not None else term
+        if isinstance(placed, TermConfig):
+            keep.append(placed)
         else:
             problems.append({"reward": f.reward, "driver": f"sha256:{f.sha256}", "fatal": True,  # type: ignore[union-attr]
-                             **problem})
-    cfg["rewards"] = keep
-    return cfg, problems, info
+                             **placed})
+    return dataclasses.replace(reward_cfg, rewards=tuple(keep)), problems, info
 
 
-def _place(f: ShippedFile, term: dict[str, Any], info: dict[str, str]) -> dict[str, Any] | None:
-    """Point ``term`` at a good local copy of ``f``; returns a problem or ``None``."""
+def _place(f: ShippedFile, term: TermConfig, info: dict[str, str]) -> TermConfig | dict[str, Any]:
+    """``term`` pointed at a good local copy of ``f``, or the problem."""
     if f.data is not None:
         sent = hashlib.sha256(f.data).hexdigest()
         if sent != f.sha256:
@@ -83,13 +82,12 @@ def _place(f: ShippedFile, term: dict[str, Any], info: dict[str, str]) -> dict[s
         got = file_sha256(local)
         if got != f.sha256:
             return {"kind": "file_hash", "worker": f"sha256:{got}", "detail": f"copy written to {local}"}
-        term["path"] = local
         info[f.reward] = f"shipped {local}"
-        return None
+        return dataclasses.replace(term, path=local)
     if not os.path.isfile(f.path):
         return {"kind": "file_missing", "worker": None, "detail": f.path}
     got = file_sha256(f.path)
     if got != f.sha256:
         return {"kind": "file_hash", "worker": f"sha256:{got}", "detail": f"node's copy at {f.path}"}
     info[f.reward] = f"local {f.path}"
-    return None
+    return term

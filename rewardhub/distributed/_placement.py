@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.schema import RewardConfig
+from ..config.schema import RewardModelConfig
+from ..config.schema import TermConfig
 from ..execution import Term
-from ..execution import config_value
-from ..execution import plain
 
 __all__ = ["on_reward_model_pool", "place_reward_models", "reward_model_pool", "reward_model_terms",
            "split_reward_models"]
 
 
-def on_reward_model_pool(rm: Mapping[str, Any] | None, capabilities: Sequence[str], executor: str | None) -> bool:
+def on_reward_model_pool(rm: RewardModelConfig, capabilities: Sequence[str], executor: str | None) -> bool:
     """Whether a term runs on the reward-model pool: ``reward.reward_model.enable`` is set, its
     reward has the ``reward_model`` capability and the term names no executor but ``ray``."""
-    return bool(rm and rm.get("enable")) and "reward_model" in capabilities and executor in (None, "ray")
+    return rm.enable and "reward_model" in capabilities and executor in (None, "ray")
 
 
-def reward_model_pool(rm: Mapping[str, Any], workers: Mapping[str, Any]) -> dict[str, Any]:
+def reward_model_pool(rm: RewardModelConfig, workers: Mapping[str, Any]) -> dict[str, Any]:
     """Ray pool options for reward-model terms, from ``reward.reward_model`` (verl's ``reward_model.*``).
 
-    ``num_workers`` actors on the pool named ``rm["pool"]``; each gets an equal share of
+    ``num_workers`` actors on the pool named ``rm.pool``; each gets an equal share of
     ``n_gpus_per_node * nnodes`` GPUs (none on a CPU machine). The Ray address and the plugin
-    sources are those of ``reward.workers``.
+    sources are those of ``workers`` (``reward.workers``' Ray options).
     """
-    num_workers = max(1, int(rm.get("num_workers") or 1))
-    gpus = float(rm.get("n_gpus_per_node") or 0) * max(1, int(rm.get("nnodes") or 1))
-    opts: dict[str, Any] = {"pool": str(rm.get("pool") or "reward_model"), "num_workers": num_workers,
+    num_workers = max(1, rm.num_workers or 1)
+    gpus = float(rm.n_gpus_per_node or 0) * max(1, rm.nnodes or 1)
+    opts: dict[str, Any] = {"pool": rm.pool or "reward_model", "num_workers": num_workers,
                             "num_cpus": 1.0, "num_gpus": gpus / num_workers}
     for key in ("address", "plugins"):
         if workers.get(key) is not None:
@@ -37,7 +39,8 @@ def reward_model_pool(rm: Mapping[str, Any], workers: Mapping[str, Any]) -> dict
     return opts
 
 
-def place_reward_models(reward_cfg: Any, terms: Sequence[Term], workers: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def place_reward_models(reward_cfg: RewardConfig, terms: Sequence[Term], workers: Mapping[str, Any]
+                        ) -> dict[str, dict[str, Any]]:
     """Move the reward-model terms of ``reward_cfg`` to their Ray pool (``executor: ray``, ``pool``).
 
     :param terms: the config's resolved terms, in its order (changed in place).
@@ -45,36 +48,33 @@ def place_reward_models(reward_cfg: Any, terms: Sequence[Term], workers: Mapping
     :returns: pool name -> Ray pool options, for the pools placed here (none unless
         ``reward.reward_model.enable``).
     """
-    section = config_value(reward_cfg, "reward_model")
-    rm = dict(plain(section)) if section is not None else None
-    if not (rm and rm.get("enable")):
+    rm = reward_cfg.reward_model
+    if not rm.enable:
         return {}
     pool = reward_model_pool(rm, workers)
     pools: dict[str, dict[str, Any]] = {}
-    for term, term_cfg in zip(terms, config_value(reward_cfg, "rewards", []) or []):
-        executor = None if isinstance(term_cfg, str) else config_value(plain(term_cfg), "executor")
-        if on_reward_model_pool(rm, term.spec.capabilities, executor):
+    for term, term_cfg in zip(terms, reward_cfg.rewards):
+        if on_reward_model_pool(rm, term.spec.capabilities, term_cfg.executor):
             term.policy = term.policy.merged(executor="ray")
             term.pool = pool["pool"]
             pools[term.pool] = pool
     return pools
 
 
-def reward_model_terms(cfg: Mapping[str, Any], registry: Any) -> list[int]:
+def reward_model_terms(cfg: RewardConfig, registry: Any) -> list[int]:
     """Indices of the terms that go to the reward-model pool (none unless ``reward_model.enable``)."""
-    rm = cfg.get("reward_model")
-    if not (rm and rm.get("enable")):
+    rm = cfg.reward_model
+    if not rm.enable:
         return []
     # capabilities come with the reward's own declaration: its module is imported (as the runner does)
-    return [i for i, term in enumerate(cfg.get("rewards") or ())
-            if on_reward_model_pool(rm, registry.load_full(registry.term_spec(term))[0].capabilities,
-                                    term.get("executor"))]
+    return [i for i, term in enumerate(cfg.rewards)
+            if on_reward_model_pool(rm, registry.load_full(registry.term_spec(term))[0].capabilities, term.executor)]
 
 
-def split_reward_models(cfg: Mapping[str, Any], rm_idx: Sequence[int]
-                        ) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+def split_reward_models(cfg: RewardConfig, rm_idx: Sequence[int]
+                        ) -> tuple[RewardConfig, tuple[TermConfig, ...], dict[str, Any]]:
     """The reward-model pool's share of a worker config: (its config, the other terms, its Ray options)."""
-    opts = reward_model_pool(cfg["reward_model"], cfg.get("workers") or {})
-    workers = {**(cfg.get("workers") or {}), **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}}
-    rm_cfg = {**cfg, "rewards": [cfg["rewards"][i] for i in rm_idx], "workers": workers}
-    return rm_cfg, [t for i, t in enumerate(cfg["rewards"]) if i not in rm_idx], opts
+    opts = reward_model_pool(cfg.reward_model, {"address": cfg.workers.address})
+    workers = dataclasses.replace(cfg.workers, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")})
+    rm_cfg = dataclasses.replace(cfg, rewards=tuple(cfg.rewards[i] for i in rm_idx), workers=workers)
+    return rm_cfg, tuple(t for i, t in enumerate(cfg.rewards) if i not in rm_idx), opts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import Counter
@@ -18,8 +19,8 @@ from ..execution import ScoreResult
 from ..execution import aggregate
 from ..execution import apply_on_failure_to_outcomes
 from ..execution import check_aggregation
+from ..execution import check_sample
 from ._chunks import WorkerTerm
-from ._chunks import check_sample
 from ._chunks import make_chunks
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
@@ -34,12 +35,10 @@ from ._setup import prepare_setup
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
 
-__all__ = ["DISPATCH", "RewardWorkerPool"]
+__all__ = ["RewardWorkerPool"]
 
 log = logging.getLogger("rewardhub.distributed")
 
-#: how work is handed to workers
-DISPATCH = ("least_loaded", "round_robin")
 _actor_cls: Any = None
 
 
@@ -63,7 +62,7 @@ class RewardWorkerPool:
     fingerprint before any scoring; any difference in a reward the config uses raises
     :class:`RegistryMismatchError` naming the reward, the node, the pool and the difference.
 
-    :param reward_cfg: the ``reward:`` section (dict or DictConfig); ``reward.workers`` gives the
+    :param reward_cfg: the ``reward:`` section (a RewardConfig, or raw: validated); ``reward.workers`` gives the
         defaults of every option below.
     :param resources: custom Ray resources each worker needs (placement on a pool of nodes).
     :param dispatch: ``least_loaded`` (default) or ``round_robin``.
@@ -89,21 +88,19 @@ class RewardWorkerPool:
                  max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
                  max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True,
                  reference: WorkerSetup | None = None, registry: Any = None) -> None:
-        # with the driver's setup as reference, reward_cfg is the section the driver validated already
         self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict,
-                                             reference=reference, validated=reference is not None,
+                                             reference=reference,
                                              registry=registry if reference is not None else None)
         # with the driver's values from reference, this registry only resolves names: the split's parts
         # reuse it (without reference, each part's fingerprint is its own registry's)
         shared = registry if reference is not None else None
         #: the reward-model pool, when this one scores other terms too
         self.sub: RewardWorkerPool | None = None
-        positions = list(range(len(self.setup.reward_cfg.get("rewards") or ())))  # of this pool's terms
+        positions = list(range(len(self.setup.reward_cfg.rewards)))  # of this pool's terms
         rm_idx = reward_model_terms(self.setup.reward_cfg, registry) if split_models else []
         if rm_idx:
             cfg = self.setup.reward_cfg
             rm_cfg, rest, opts = split_reward_models(cfg, rm_idx)
-            rm_workers = rm_cfg["workers"]
             if rest:
                 self.sub = RewardWorkerPool(
                     rm_cfg,
@@ -111,25 +108,28 @@ class RewardWorkerPool:
                     max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
                     split_models=False, reference=reference, registry=shared)
                 positions = [i for i in positions if i not in rm_idx]
-                self.setup, _ = prepare_setup({**cfg, "rewards": rest}, pool=pool, ship_files=ship_files,
+                self.setup, _ = prepare_setup(dataclasses.replace(cfg, rewards=rest), pool=pool, ship_files=ship_files,
                                               strict=strict, reference=reference, registry=shared)
             else:  # only reward-model terms: this is their pool
-                self.setup, _ = prepare_setup({**cfg, "workers": rm_workers}, ship_files=ship_files, strict=strict,
-                                              reference=reference, registry=shared)
+                self.setup, _ = prepare_setup(dataclasses.replace(cfg, workers=rm_cfg.workers), ship_files=ship_files,
+                                              strict=strict, reference=reference, registry=shared)
                 num_workers, num_cpus, num_gpus = opts["num_workers"], opts["num_cpus"], opts["num_gpus"]
-        w = self.setup.reward_cfg.get("workers") or {}
+        w = self.setup.reward_cfg.workers
         self.pool = self.setup.pool
-        self.num_workers = int(num_workers if num_workers is not None else w.get("num_workers") or 0)
+        self.num_workers = int(num_workers if num_workers is not None else w.num_workers or 0)
         if self.num_workers < 1:
             raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got {self.num_workers}\n"
                              "set reward.workers.num_workers (0 means: score in-process with a Runner)")
-        self.dispatch = dispatch or w.get("dispatch") or "least_loaded"
-        if self.dispatch not in DISPATCH:
-            raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(DISPATCH)}")
+        self.dispatch = dispatch or w.dispatch or "least_loaded"
+        from ..config.schema import CHOICES  # the validator's table of allowed values
+
+        allowed = CHOICES["workers.dispatch"]  # how work is handed to workers
+        if self.dispatch not in allowed:
+            raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(allowed)}")
         self.resources = {str(k): float(v) for k, v in dict(resources if resources is not None
-                                                              else w.get("resources") or {}).items()}
-        self.num_cpus = float(num_cpus if num_cpus is not None else w.get("num_cpus", 1.0))
-        self.num_gpus = float(num_gpus if num_gpus is not None else w.get("num_gpus", 0.0))
+                                                              else w.resources).items()}
+        self.num_cpus = float(num_cpus if num_cpus is not None else w.num_cpus)
+        self.num_gpus = float(num_gpus if num_gpus is not None else w.num_gpus)
         self.runtime_env = dict(runtime_env) if runtime_env else None
         self.max_restarts, self.max_attempts = max_restarts, max(1, max_attempts)
         self.chunk_size, self.max_inflight = chunk_size, max(1, max_inflight)
@@ -138,7 +138,7 @@ class RewardWorkerPool:
         #: pids of the workers that scored the last batch (a killed worker's re-scored chunk counts once)
         self.last_pids: set[int] = set()
         self._rr = 0
-        self._ray, self._started_ray = ensure_ray(address or w.get("address"))
+        self._ray, self._started_ray = ensure_ray(address or w.address)
         check_placeable(self._ray, self._needs(), self.pool)
         self._setup_ref = self._ray.put(self.setup)
         self._slots = [_Slot(i) for i in range(self.num_workers)]
@@ -155,7 +155,7 @@ class RewardWorkerPool:
         if self.sub is not None:  # every term, in the config's order
             placed = list(zip(positions, self.terms)) + list(zip(rm_idx, self.sub.terms))
             self.terms = [t for _, t in sorted(placed, key=lambda p: p[0])]
-        self.aggregation = str(self.setup.reward_cfg.get("aggregation") or "weighted_sum")
+        self.aggregation = self.setup.reward_cfg.aggregation
         check_aggregation(self.aggregation)
 
     # ---- start-up ----------------------------------------------------------------------

@@ -8,37 +8,22 @@ scores with a :class:`~rewardhub.execution.Runner` of its own, each term under i
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.schema import RewardConfig
 from ._files import place_files
 from ._fingerprint import diff_items
 from ._fingerprint import reward_facts
+from ._ray import process_location
 from ._setup import WorkerSetup
 from ._setup import check_items
 from ._setup import used_targets
 
-__all__ = ["RewardWorker", "probe", "where"]
-
-def where() -> dict[str, Any]:
-    """This process's node id, IP, hostname, pid and ``CUDA_VISIBLE_DEVICES`` (node id ``None`` outside
-    Ray)."""
-    node_id, ip = None, None
-    try:
-        import ray
-
-        if ray.is_initialized():
-            node_id = ray.get_runtime_context().get_node_id()
-            ip = ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 - outside Ray or an old Ray
-        pass
-    host = socket.gethostname()
-    return {"node_id": node_id, "ip": ip or host, "hostname": host, "pid": os.getpid(),
-            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+__all__ = ["RewardWorker", "probe"]
 
 
 class RewardWorker:
@@ -98,22 +83,23 @@ class RewardWorker:
             if name not in flagged and name in mine and mine[name] != target:
                 self.problems.append({"reward": name, "kind": "target", "driver": target, "worker": mine[name],
                                       "fatal": True})
-        self.aggregation = str(cfg.get("aggregation") or "weighted_sum")
+        self.aggregation = cfg.aggregation
         if load and not self.problems:
             self._resolve(registry, cfg)
 
-    def _resolve(self, registry: Any, cfg: Mapping[str, Any]) -> None:
+    def _resolve(self, registry: Any, cfg: RewardConfig) -> None:
+        import dataclasses
+
         from ..execution import resolve_term
         from ..execution import sandbox_settings
 
         sandbox = sandbox_settings(cfg)
-        rm = cfg.get("reward_model")
-        for i, term_cfg in enumerate(cfg.get("rewards") or ()):
+        rm = dataclasses.asdict(cfg.reward_model)
+        for i, term_cfg in enumerate(cfg.rewards):
             try:
-                term = resolve_term(registry, term_cfg, i, sandbox=sandbox,
-                                    reward_model=dict(rm) if isinstance(rm, Mapping) else None)
+                term = resolve_term(registry, term_cfg, i, sandbox=sandbox, reward_model=rm)
             except Exception as exc:  # noqa: BLE001 - an import error on this node
-                name = term_cfg.get("alias") or term_cfg.get("name") or term_cfg.get("function")
+                name = term_cfg.alias or term_cfg.name or term_cfg.function
                 self.problems.append({"reward": name, "kind": "broken", "fatal": True,
                                       "detail": f"{type(exc).__name__}: {exc}"})
                 continue
@@ -132,7 +118,7 @@ class RewardWorker:
         """Who and where this worker is, its fingerprint, and every problem found at start-up."""
         from ..registry import core_version
 
-        return {"role": "reward_worker", "pool": self.setup.pool, "index": self.index, **where(),
+        return {"role": "reward_worker", "pool": self.setup.pool, "index": self.index, **process_location(),
                 "fingerprint": self.fingerprint, "rewards": self.rewards, "problems": self.problems,
                 "notes": self.notes,
                 "terms": self.terms_info, "files": self.files, "start_s": self.start_s,

@@ -5,21 +5,20 @@ Nothing here imports Ray or a reward's code: the driver resolves *specs* only.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
 from .._discovery import find_module_file
 from .._targets import file_sha256
+from ..config.schema import RewardConfig
+from ..config.schema import TermConfig
 from ._errors import DriverOnlyRewardError
 
-__all__ = ["ShippedFile", "WorkerSetup", "check_items", "normalize_reward_cfg", "prepare_setup", "used_names",
-           "used_targets"]
+__all__ = ["ShippedFile", "WorkerSetup", "check_items", "prepare_setup", "used_names", "used_targets"]
 
 
 @dataclass(frozen=True)
@@ -36,15 +35,15 @@ class ShippedFile:
 class WorkerSetup:
     """Everything a reward worker needs, and nothing live: plain config, names, hashes, file bytes.
 
-    :param reward_cfg: the ``reward:`` section as plain data, with the driver's plugin environment
-        (``REWARDHUB_PLUGINS``, ``REWARDHUB_DISABLE_PLUGIN_AUTOLOAD``) folded into ``plugins``.
+    :param reward_cfg: the validated ``reward:`` section (frozen, pickled as it is), with the driver's plugin
+        environment (``REWARDHUB_PLUGINS``, ``REWARDHUB_DISABLE_PLUGIN_AUTOLOAD``) folded into ``plugins``.
     :param driver_items: the driver's :meth:`RewardRegistry.fingerprint_items` (see :func:`check_items`).
     :param used: the registry names the config's terms use.
     :param driver_targets: the target (``module:attr``) of each used reward that is not a file (a
         file's copy lives elsewhere on each node: its sha256 is compared instead).
     """
 
-    reward_cfg: dict[str, Any]
+    reward_cfg: RewardConfig
     pool: str
     driver_items: dict[str, str]
     driver_fingerprint: str
@@ -54,59 +53,38 @@ class WorkerSetup:
     driver_targets: dict[str, str] = field(default_factory=dict)
 
 
-def _plain(x: Any) -> Any:
-    if hasattr(x, "_get_node") or type(x).__name__ in ("DictConfig", "ListConfig"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(x, resolve=True)
-    return copy.deepcopy(x)
-
-
-def normalize_reward_cfg(reward_cfg: Any) -> dict[str, Any]:
-    """A ``reward:`` section (dict or DictConfig) validated and with defaults, as plain data."""
-    from omegaconf import OmegaConf
-
-    from ..config.schema import validate_reward
-
-    plain = _plain(reward_cfg) if reward_cfg is not None else {}
-    return dict(OmegaConf.to_container(validate_reward(plain), resolve=True))  # type: ignore[arg-type]
-
-
-def _fold_env(cfg: dict[str, Any]) -> dict[str, Any]:
+def _fold_env(cfg: RewardConfig) -> RewardConfig:
     """Make the driver's plugin environment part of the config, so every worker loads the same."""
     from .._manager import env_autoload
     from .._manager import env_plugins
 
-    plugins = dict(cfg.get("plugins") or {})
-    load = list(env_plugins()) + [p for p in plugins.get("load") or () if p not in env_plugins()]
-    plugins["load"] = load
-    plugins["autoload"] = bool(plugins.get("autoload", True)) and env_autoload()
-    plugins.setdefault("block", [])
-    cfg["plugins"] = plugins
-    return cfg
+    plugins = cfg.plugins
+    load = list(env_plugins()) + [p for p in plugins.load if p not in env_plugins()]
+    autoload = plugins.autoload and env_autoload()
+    return dataclasses.replace(cfg, plugins=dataclasses.replace(plugins, load=load, autoload=autoload))
 
 
-def _is_name_term(term: Mapping[str, Any]) -> bool:
-    return term.get("path") is None and term.get("module") is None
+def _is_name_term(term: TermConfig) -> bool:
+    return term.path is None and term.module is None
 
 
-def used_names(registry: Any, cfg: Mapping[str, Any]) -> list[str]:
+def used_names(registry: Any, cfg: RewardConfig) -> list[str]:
     """The registry name each term of ``cfg`` uses (a file/module term registers under its alias)."""
-    return [registry.term_spec(t).name for t in cfg.get("rewards") or ()]
+    return [registry.term_spec(t).name for t in cfg.rewards]
 
 
-def check_items(registry: Any, cfg: Mapping[str, Any]) -> dict[str, str]:
+def check_items(registry: Any, cfg: RewardConfig) -> dict[str, str]:
     """:meth:`fingerprint_items`, with a config ``module:`` term's item extended by its file's hash.
 
     A module has no version of its own, so two nodes with different copies of ``my_rewards.py``
     on their ``PYTHONPATH`` are told apart by the file's sha256.
     """
     items = dict(registry.fingerprint_items())
-    for term in cfg.get("rewards") or ():
-        if term.get("module") is None:
+    for term in cfg.rewards:
+        if term.module is None:
             continue
         spec = registry.term_spec(term)
-        file = find_module_file(str(term["module"]))
+        file = find_module_file(term.module)
         if file and os.path.isfile(file):
             items[spec.name] = f"{items.get(spec.name, '')} sha256:{file_sha256(file)}"
     return items
@@ -150,7 +128,7 @@ def check_driver_only(name: str) -> None:
 
 def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool = True,
                   strict: bool = False, reference: WorkerSetup | None = None,
-                  validated: bool = False, registry: Any = None) -> tuple[WorkerSetup, Any]:
+                  registry: Any = None) -> tuple[WorkerSetup, Any]:
     """Resolve every term's spec in the driver and build the :class:`WorkerSetup` (no reward is imported).
 
     :param reference: the setup the driver itself made, when this runs in another process (e.g. the
@@ -158,34 +136,31 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
         distributions are not the driver's): the workers are then checked against the driver's
         fingerprint items and targets, and get the driver's copies of the reward files, not this
         process's.
-    :param validated: ``reward_cfg`` is a section :func:`~rewardhub.config.schema.validate_reward`
-        returned already (a :class:`~rewardhub.config.ConfigPlan`'s, or a setup's ``reward_cfg``): it is
-        not checked again, only copied to plain data.
+    :param reward_cfg: a :class:`~rewardhub.config.schema.RewardConfig` (a loaded plan's, or a setup's),
+        taken as it is; a raw section (mapping, ``DictConfig``) is validated here.
     :param registry: the registry this process built from ``reward_cfg`` already (or from a config that
         ``reward_cfg``'s terms are part of, with ``reference``): used as it is, not built again.
     :returns: the setup and this process's registry.
     :raises UsageError: a term names an unknown reward (a ``__main__``-only reward is explained).
     """
+    from ..config.schema import validate_reward
     from ..registry import build_registry
 
-    if validated:
-        cfg = _fold_env(dict(_plain(reward_cfg)))
-    else:
-        cfg = _fold_env(normalize_reward_cfg(reward_cfg))
+    cfg = _fold_env(validate_reward(reward_cfg))
     if pool is not None:
-        cfg.setdefault("workers", {})["pool"] = pool
-    pool_name = str((cfg.get("workers") or {}).get("pool") or "reward")
-    for term in cfg.get("rewards") or ():
-        if term.get("module") == "__main__":
-            check_driver_only(str(term.get("function") or term.get("alias") or "compute_score"))
+        cfg = dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers, pool=pool))
+    pool_name = cfg.workers.pool or "reward"
+    for term in cfg.rewards:
+        if term.module == "__main__":
+            check_driver_only(str(term.function or term.alias or "compute_score"))
             raise DriverOnlyRewardError(
                 "reward term module '__main__' names the driver's own script; workers cannot import it\n"
-                "use path: <the script's file> instead", reward=str(term.get("alias")), module="__main__")
+                "use path: <the script's file> instead", reward=str(term.alias), module="__main__")
     if registry is None:
         registry = build_registry(cfg)
-    for term in cfg.get("rewards") or ():
-        if _is_name_term(term) and term.get("name") and not registry.has_reward(str(term["name"])):
-            check_driver_only(str(term["name"]))
+    for term in cfg.rewards:
+        if _is_name_term(term) and term.name and not registry.has_reward(term.name):
+            check_driver_only(term.name)
     used = used_names(registry, cfg)  # raises UnknownRewardError / BrokenRewardError
     if reference is not None:
         return _from_reference(reference, cfg, pool_name, used, strict), registry
@@ -212,7 +187,7 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
     return setup, registry
 
 
-def _from_reference(reference: WorkerSetup, cfg: dict[str, Any], pool: str, used: list[str],
+def _from_reference(reference: WorkerSetup, cfg: RewardConfig, pool: str, used: list[str],
                     strict: bool) -> WorkerSetup:
     """A setup for ``cfg`` (this pool's terms) that carries the driver's values from ``reference``."""
     return dataclasses.replace(

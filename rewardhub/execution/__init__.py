@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
 from ._columns import column_metrics
@@ -20,8 +21,6 @@ from ._results import apply_on_failure_to_outcomes
 from ._results import check_aggregation
 from ._results import combine
 from ._terms import Term
-from ._terms import config_value
-from ._terms import plain
 from ._terms import resolve_term
 from ._terms import resolve_terms
 from ._terms import sandbox_settings
@@ -46,12 +45,11 @@ __all__ = [
     "apply_on_failure",
     "apply_on_failure_to_outcomes",
     "check_aggregation",
+    "check_sample",
     "column_metrics",
     "combine",
-    "config_value",
     "group_key",
     "interrupts_told_apart",
-    "plain",
     "resolve_term",
     "resolve_terms",
     "sandbox_settings",

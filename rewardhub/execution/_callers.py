@@ -75,15 +75,20 @@ class Callers:
         return bool(self._incoming)
 
     def take(self, queue: collections.deque[Task]) -> None:
-        """Move the tasks that came into the pool's queue (the driver's thread)."""
-        with self._cond:
-            queue.extend(self._incoming)
-            self._incoming.clear()
+        """Move the tasks that came into the pool's queue (the driver's thread).
+
+        The wake-up pipe is emptied *before* the tasks are moved: a caller that joins in between
+        has its tasks moved too, and one that joins after leaves its byte in the pipe, so the
+        driver's next ``poll()`` returns. (Emptied after, a byte could be read whose tasks were
+        not moved; they then waited until some other event, up to a call's whole timeout.)"""
         try:
             while os.read(self.wake_fd, 4096):
                 pass
         except OSError:  # nothing more to read
             pass
+        with self._cond:
+            queue.extend(self._incoming)
+            self._incoming.clear()
 
     def finished(self, task: Task) -> None:
         """A task has its result: tell its caller (woken when its batch is done)."""

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..types import ADAPTERS
 
 __all__ = ["ADAPTERS", "Invoker", "check_sample", "group_key", "make_invoker", "sample_kwargs"]
 
-ADAPTERS = ("auto", "rewardhub", "verl", "trl")
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
 
 

@@ -78,23 +78,26 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
         return Outcome(None, NOT_APPLICABLE)
     if isinstance(raw, dict):
         if "score" not in raw:
-            return Outcome(None, ERROR, error=f"{_where(reward, index)} returned a dict without 'score': {_short(raw)}")
+            who = _reward_label(reward, index)
+            return Outcome(None, ERROR, error=f"{who} returned a dict without 'score': {_short(raw)}")
         score = raw["score"]
         if score is None:
             return Outcome(None, NOT_APPLICABLE, extra={k: v for k, v in raw.items() if k != "score"})
         value = _finite(score)
         if value is None:
-            return Outcome(None, ERROR, error=f"{_where(reward, index)} returned score {_short(score)}: "
-                                              "not a finite number")
+            who = _reward_label(reward, index)
+            return Outcome(None, ERROR, error=f"{who} returned score {_short(score)}: not a finite number")
         return Outcome(value, OK, extra={k: v for k, v in raw.items() if k != "score"})
     value = _finite(raw)
     if value is None:
-        return Outcome(None, ERROR, error=f"{_where(reward, index)} returned {_short(raw)}: not a finite number "
+        who = _reward_label(reward, index)
+        return Outcome(None, ERROR, error=f"{who} returned {_short(raw)}: not a finite number "
                                           "or a dict with a finite 'score'")
     return Outcome(value, OK)
 
 
-def _where(reward: str, index: int | None) -> str:
+def _reward_label(reward: str, index: int | None) -> str:
+    """How an error message names the failing reward (and its sample, when known)."""
     return f"reward {reward!r} on sample {index}" if index is not None else f"reward {reward!r}"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import RewardExecutionError
 from ..errors import UsageError
+from ..types import AGGREGATIONS
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
@@ -24,8 +25,6 @@ from ._outcome import Outcome
 
 __all__ = ["AGGREGATIONS", "ScoreResult", "aggregate", "apply_on_failure", "apply_on_failure_to_outcomes",
            "check_aggregation", "combine"]
-
-AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
 
 
 def check_aggregation(aggregation: str) -> None:

@@ -8,33 +8,16 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from ..config.schema import RewardConfig
+from ..config.schema import TermConfig
 from ..errors import UsageError
-from ..types import EXECUTORS
-from ..types import ON_FAILURE
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
 from ._calls import Invoker
 from ._calls import make_invoker
 from ._task import WorkerPayload
 
-__all__ = ["Term", "config_value", "plain", "resolve_term", "resolve_terms", "sandbox_settings"]
-
-
-def config_value(cfg: Any, key: str, default: Any = None) -> Any:
-    """``cfg[key]`` of a mapping or an attribute object; ``default`` when missing or ``None``."""
-    if cfg is None:
-        return default
-    value = cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
-    return default if value is None else value
-
-
-def plain(x: Any) -> Any:
-    """DictConfig/ListConfig -> plain containers (cheap no-op for plain data)."""
-    if hasattr(x, "_get_node") or type(x).__name__ in ("DictConfig", "ListConfig"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(x, resolve=True)
-    return x
+__all__ = ["Term", "resolve_term", "resolve_terms", "sandbox_settings"]
 
 
 @dataclass
@@ -45,6 +28,8 @@ class Term:
     spec: RewardSpec
     policy: ExecutionPolicy
     invoker: Invoker
+    #: the validated config term it was resolved from (what a Ray reward worker resolves again)
+    config: TermConfig
     weight: float = 1.0
     kwargs: dict[str, Any] = field(default_factory=dict)
     data_sources: tuple[str, ...] = ()
@@ -76,39 +61,31 @@ class Term:
                              max_concurrency=self.policy.max_concurrency)
 
 
-def sandbox_settings(reward_cfg: Any) -> dict[str, Any] | None:
-    """The ``reward.sandbox`` section as a plain dict (``None`` when the config has none)."""
-    section = config_value(reward_cfg, "sandbox")
-    if section is None:
-        return None
-    if dataclasses.is_dataclass(section) and not isinstance(section, type):
-        return dataclasses.asdict(section)
-    section = plain(section)
-    if not isinstance(section, Mapping):
-        raise UsageError(f"reward.sandbox must be a mapping (url, max_concurrent, memory_limit_mb, timeout_s, "
-                         f"language), got {section!r}")
-    return dict(section)
+def sandbox_settings(reward_cfg: RewardConfig) -> dict[str, Any]:
+    """The ``reward.sandbox`` section as a plain dict (what a reward with the ``sandbox`` capability gets)."""
+    return dataclasses.asdict(reward_cfg.sandbox)
 
 
 def resolve_terms(reward_cfg: Any, registry: Any = None) -> list[Term]:
-    """Every term of a ``reward:`` config section, resolved against ``registry`` (built if not given)."""
+    """Every term of a ``reward:`` section (a :class:`~rewardhub.config.schema.RewardConfig`, or raw: validated
+    here), resolved against ``registry`` (built if not given)."""
+    from ..config.schema import validate_reward
     from ..registry import build_registry
 
+    reward = validate_reward(reward_cfg)
     if registry is None:
-        registry = build_registry(reward_cfg)
-    terms_cfg = config_value(reward_cfg, "rewards", []) or []
-    if not terms_cfg:
+        registry = build_registry(reward)
+    if not reward.rewards:
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "e.g. reward: {rewards: [{name: math_verify}]} (see `rewardhub list`)")
-    sandbox = sandbox_settings(reward_cfg)
-    rm_section = config_value(reward_cfg, "reward_model")
-    rm = dict(plain(rm_section)) if rm_section is not None else None
-    return [resolve_term(registry, t, i, sandbox=sandbox, reward_model=rm) for i, t in enumerate(terms_cfg)]
+    sandbox = sandbox_settings(reward)
+    rm = dataclasses.asdict(reward.reward_model)
+    return [resolve_term(registry, t, i, sandbox=sandbox, reward_model=rm) for i, t in enumerate(reward.rewards)]
 
 
-def resolve_term(registry: Any, term_cfg: Any, index: int = 0, *, sandbox: Mapping[str, Any] | None = None,
+def resolve_term(registry: Any, term_cfg: TermConfig, index: int = 0, *, sandbox: Mapping[str, Any] | None = None,
                  reward_model: Mapping[str, Any] | None = None) -> Term:
-    """Turn one config term into a :class:`Term`: the spec, the loaded callable, the merged policy.
+    """Turn one validated config term into a :class:`Term`: the spec, the loaded callable, the merged policy.
 
     :param sandbox: the ``reward.sandbox`` settings; a reward whose spec has the ``sandbox``
         capability gets them as the keyword argument ``sandbox`` (a plain dict), unless the
@@ -116,41 +93,26 @@ def resolve_term(registry: Any, term_cfg: Any, index: int = 0, *, sandbox: Mappi
     :param reward_model: the ``reward.reward_model`` settings, passed the same way (keyword
         ``reward_model``) to rewards with the ``reward_model`` capability.
     """
-    term_cfg = plain(term_cfg)
-    if isinstance(term_cfg, str):
-        term_cfg = {"name": term_cfg}
-    if not isinstance(term_cfg, Mapping):
-        raise UsageError(f"reward.rewards[{index}] must be a mapping, got {term_cfg!r}")
     spec = registry.term_spec(term_cfg)
     spec, fn = registry.load_full(spec)
-    kind = config_value(term_cfg, "kind") or spec.kind
-    name = str(config_value(term_cfg, "alias") or spec.name)
-    for key, allowed in (("executor", EXECUTORS), ("on_failure", ON_FAILURE)):
-        value = config_value(term_cfg, key)
-        if value is not None and value not in allowed:
-            raise UsageError(f"reward.rewards[{index}].{key}={value!r} is not valid\nallowed: {', '.join(allowed)}")
+    kind = term_cfg.kind or spec.kind
+    name = str(term_cfg.alias or spec.name)
     policy = spec.policy.merged(
-        executor=config_value(term_cfg, "executor"),
-        timeout_s=config_value(term_cfg, "timeout_s"),
-        max_concurrency=config_value(term_cfg, "max_concurrency"),
-        retries=config_value(term_cfg, "retries"),
-        on_failure=config_value(term_cfg, "on_failure"),
-        pure=config_value(term_cfg, "pure"),
-        memory_limit_mb=config_value(term_cfg, "memory_limit_mb"),
+        executor=term_cfg.executor,
+        timeout_s=term_cfg.timeout_s,
+        max_concurrency=term_cfg.max_concurrency,
+        retries=term_cfg.retries,
+        on_failure=term_cfg.on_failure,
+        pure=term_cfg.pure,
+        memory_limit_mb=term_cfg.memory_limit_mb,
     )
-    adapter = config_value(term_cfg, "adapter", "auto")
-    invoker = make_invoker(fn, kind, adapter, name)
-    weight = config_value(term_cfg, "weight", 1.0)
-    try:
-        weight = float(weight)
-    except (TypeError, ValueError):
-        raise UsageError(f"reward.rewards[{index}].weight={weight!r} is not a number") from None
-    data_sources = tuple(config_value(term_cfg, "data_sources", ()) or ()) or spec.data_sources
-    kwargs = dict(config_value(term_cfg, "kwargs", {}) or {})
+    invoker = make_invoker(fn, kind, term_cfg.adapter, name)
+    data_sources = tuple(term_cfg.data_sources) or spec.data_sources
+    kwargs = dict(term_cfg.kwargs)
     if sandbox is not None and "sandbox" in spec.capabilities and "sandbox" not in kwargs:
         kwargs["sandbox"] = dict(sandbox)
     if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:
         kwargs["reward_model"] = dict(reward_model)
-    return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=weight,
-                kwargs=kwargs, data_sources=data_sources,
-                tags=tuple(config_value(term_cfg, "tags", ()) or ()), adapter=adapter)
+    return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=term_cfg.weight,
+                kwargs=kwargs, data_sources=data_sources, tags=tuple(term_cfg.tags), adapter=term_cfg.adapter,
+                config=term_cfg)

@@ -31,7 +31,6 @@ from ._results import check_aggregation
 from ._results import combine
 from ._task import Task
 from ._terms import Term
-from ._terms import config_value
 from ._terms import resolve_terms
 
 __all__ = ["ExecutorFactory", "RemoteExecutor", "Runner"]
@@ -88,13 +87,18 @@ class Runner:
     @classmethod
     def from_config(cls, reward_cfg: Any, registry: Any = None, *,
                     executors: Mapping[str, ExecutorFactory] | None = None, **kwargs: Any) -> Runner:
-        """Resolve the terms of a ``reward:`` config section against a registry (built if not given).
+        """Resolve the terms of a ``reward:`` section against a registry (built if not given).
+
+        :param reward_cfg: a :class:`~rewardhub.config.schema.RewardConfig` (a loaded plan's), or a raw
+            section (a mapping or ``DictConfig``), validated here.
 
         Terms with ``executor: ray`` need a Ray executor: build the runner with
         :func:`rewardhub.distributed.runner_from_config`, or pass ``executors={"ray": ...}``.
         """
-        return cls(resolve_terms(reward_cfg, registry), config_value(reward_cfg, "aggregation", "weighted_sum"),
-                   executors=executors, **kwargs)
+        from ..config.schema import validate_reward
+
+        reward = validate_reward(reward_cfg)
+        return cls(resolve_terms(reward, registry), reward.aggregation, executors=executors, **kwargs)
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None, *,

@@ -17,19 +17,11 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.schema import check_url
 from ..errors import RewardhubError
-from ..errors import UsageError
 from . import TOKEN_ENV
 
 __all__ = ["RemoteResult", "RemoteScorer", "check_url"]
-
-
-def check_url(url: Any, key: str = "reward.remote") -> str:
-    """``url`` when it is an http(s) URL of a server; else a :class:`UsageError` naming ``key``."""
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) < 10:
-        raise UsageError(f"{key}={url!r} is not a server URL\n"
-                         "give the address `rewardhub serve` printed, e.g. http://10.0.0.5:8000")
-    return url.rstrip("/")
 
 
 class RemoteResult:

@@ -81,7 +81,7 @@ def test_shipped_file_keeps_its_module_name(reward_file, tmp_path, monkeypatch):
     (shipped,) = setup.files
     assert shipped.data == reward_file.read_bytes() and shipped.sha256 == hashlib.sha256(shipped.data).hexdigest()
     cfg, problems, info = place_files(setup.files, setup.reward_cfg)
-    local = cfg["rewards"][0]["path"]
+    local = cfg.rewards[0].path
     assert problems == [] and local.startswith(str(tmp_path / "node")) and info["length"] == f"shipped {local}"
     assert file_module_name(local) == file_module_name(str(reward_file))
 
@@ -96,7 +96,7 @@ def test_file_problems_are_named(reward_file, tmp_path, monkeypatch):
     not_shipped = ShippedFile(f.reward, f.path, f.sha256, None)
     reward_file.write_text(REWARD_FILE + "\n# edited on this node\n")
     cfg, problems, _ = place_files([not_shipped], setup.reward_cfg)
-    assert problems[0]["kind"] == "file_hash" and problems[0]["reward"] == "length" and cfg["rewards"] == []
+    assert problems[0]["kind"] == "file_hash" and problems[0]["reward"] == "length" and cfg.rewards == ()
     reward_file.unlink()
     _, problems, _ = place_files([not_shipped], setup.reward_cfg)
     assert problems[0]["kind"] == "file_missing" and problems[0]["detail"] == str(reward_file)
@@ -195,19 +195,24 @@ def test_chunks_keep_groups_whole():
     assert make_chunks(batch, 3, groups=False) == [[0, 1, 2], [3, 4, 5], [6]]
 
 
-def test_term_config_round_trip(reward_file):
+def test_ray_terms_ship_as_typed_config_terms(reward_file):
+    import pickle
+
+    from rewardhub.config import TermConfig
     from rewardhub.distributed import runner_from_config
-    from rewardhub.distributed._executor import term_config
+    from rewardhub.distributed._executor import RayExecutor
     from rewardhub.execution import Runner
     from rewardhub.registry import build_registry
 
     cfg = {"rewards": [{"name": "math_verify", "alias": "mv", "weight": 2.0, "executor": "ray"},
                        {"path": str(reward_file), "function": "length", "executor": "ray", "timeout_s": 5}]}
     with runner_from_config(cfg) as runner:
-        terms = [term_config(t) for t in runner.terms]
-    assert terms[0]["name"] == "math_verify" and terms[0]["alias"] == "mv" and terms[0]["weight"] == 2.0
-    assert terms[1]["path"] == str(reward_file) and terms[1]["function"] == "length" and terms[1]["timeout_s"] == 5
-    with Runner.from_config({"rewards": terms}, build_registry({"rewards": terms})) as again:
+        shipped = pickle.loads(pickle.dumps(RayExecutor(runner.terms).reward_cfg))
+    terms = shipped.rewards
+    assert all(type(t) is TermConfig for t in terms)
+    assert terms[0].name == "math_verify" and terms[0].alias == "mv" and terms[0].weight == 2.0
+    assert terms[1].path == str(reward_file) and terms[1].function == "length" and terms[1].timeout_s == 5
+    with Runner.from_config(shipped, build_registry(shipped)) as again:
         assert [t.name for t in again.terms] == ["mv", "length"]
         assert all(t.policy.executor != "ray" for t in again.terms)
 

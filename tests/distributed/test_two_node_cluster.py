@@ -343,10 +343,11 @@ def test_a_training_run_that_uses_the_differing_reward_stops_naming_it(two_nodes
 
 _CLIENT_ON_NODE2 = """
 import json, sys, ray
+from rewardhub.config.schema import validate_reward
 from rewardhub.distributed import prepare_setup
 from rewardhub_trainer.actors import RewardClient
 ray.init(address=sys.argv[1], log_to_driver=False)
-cfg = {"rewards": [{"name": "math_verify"}], "workers": {"num_cpus": 1, "resources": {"node2": 1}}}
+cfg = validate_reward({"rewards": [{"name": "math_verify"}], "workers": {"num_cpus": 1, "resources": {"node2": 1}}})
 reference, _ = prepare_setup(cfg)  # here, in the driver: rewardhub-math as installed here
 out = {}
 for name, ref in (("reference", reference), ("none", None)):

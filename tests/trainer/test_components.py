@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rewardhub.config.schema import validate_reward
 from rewardhub.errors import UsageError
 from rewardhub_trainer.actors import MessageQueue
 from rewardhub_trainer.actors import PromptBatch
@@ -77,7 +78,10 @@ def test_good_config_parses_into_plain_values():
     assert parsed.trainer.mode == "fully_async"
     assert parsed.trainer.total_steps == 7
     assert parsed.samples_per_step == parsed.rollout.n * parsed.rollout.prompts_per_step
-    assert parsed.to_dict()["reward"] == REWARD
+    assert parsed.reward == validate_reward(REWARD)  # typed, its defaults filled
+    assert parsed.to_dict()["reward"]["rewards"][0]["name"] == REWARD["rewards"][0]["name"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.reward.rewards[0].weight = 2.0  # type: ignore[misc]
 
 
 def test_data_order_is_deterministic_and_covers_each_epoch():

@@ -13,7 +13,7 @@ from rewardhub_trainer.config import ModelConfig  # noqa: E402
 from rewardhub_trainer.learner import GRPOLearner  # noqa: E402
 from rewardhub_trainer.learner import LearnerSettings  # noqa: E402
 from rewardhub_trainer.learner import TrainSample  # noqa: E402
-from rewardhub_trainer.learner import aggregate  # noqa: E402
+from rewardhub_trainer.learner import aggregate_loss  # noqa: E402
 from rewardhub_trainer.learner import lr_factor  # noqa: E402
 from rewardhub_trainer.learner import response_logprobs  # noqa: E402
 
@@ -38,13 +38,13 @@ def test_lr_schedules_with_warm_up():
 def test_loss_aggregation_modes():
     loss = torch.tensor([[1.0, 3.0, 0.0], [2.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    assert float(aggregate(loss, mask, "token-mean")) == pytest.approx(2.0)  # (1 + 3 + 2) / 3
-    assert float(aggregate(loss, mask, "seq-mean-token-mean")) == pytest.approx(2.0)  # (2 + 2) / 2
-    assert float(aggregate(loss, mask, "seq-mean-token-sum")) == pytest.approx(3.0)  # (4 + 2) / 2
+    assert float(aggregate_loss(loss, mask, "token-mean")) == pytest.approx(2.0)  # (1 + 3 + 2) / 3
+    assert float(aggregate_loss(loss, mask, "seq-mean-token-mean")) == pytest.approx(2.0)  # (2 + 2) / 2
+    assert float(aggregate_loss(loss, mask, "seq-mean-token-sum")) == pytest.approx(3.0)  # (4 + 2) / 2
     loss = torch.tensor([[1.0, 1.0, 1.0], [4.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    assert float(aggregate(loss, mask, "token-mean")) == pytest.approx(7 / 4)
-    assert float(aggregate(loss, mask, "seq-mean-token-mean")) == pytest.approx(2.5)
+    assert float(aggregate_loss(loss, mask, "token-mean")) == pytest.approx(7 / 4)
+    assert float(aggregate_loss(loss, mask, "seq-mean-token-mean")) == pytest.approx(2.5)
 
 
 def _samples(learner):
@@ -63,7 +63,7 @@ def test_entropy_metric_lr_metric_and_the_entropy_bonus(tiny_path):
     ent: list = []
     with torch.no_grad():
         _, mask = response_logprobs(learner.model, samples, 1.0, entropy=ent)
-    expected = float(aggregate(ent[0], mask))
+    expected = float(aggregate_loss(ent[0], mask))
     stats = [learner.train_step(samples) for _ in range(3)]
     assert stats[0]["entropy"] == pytest.approx(expected, rel=1e-4)  # before the first update
     assert 0 < stats[0]["entropy"] <= math.log(learner.model.config.vocab_size) + 1e-4

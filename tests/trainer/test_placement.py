@@ -119,7 +119,7 @@ CLUSTER_SCRIPT = textwrap.dedent('''
     import ray
     from ray.cluster_utils import Cluster
     from rewardhub.errors import UsageError
-    from rewardhub_trainer.devices import where
+    from rewardhub.distributed import process_location
     from rewardhub_trainer.placement import Placement, parse_resources
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
@@ -134,7 +134,7 @@ CLUSTER_SCRIPT = textwrap.dedent('''
         @ray.remote(num_cpus=0)
         class Probe:
             def where(self):
-                return {**where(), "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                return {**process_location(), "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
         cases = {
             "pack": ({"learner": {"num_gpus": 1}, "rollouter": {"num_gpus": 1}}, 1),

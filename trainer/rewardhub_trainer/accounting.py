@@ -117,7 +117,7 @@ class Accounting(RunState):
             "weight_sync_failures": self.rollouters.sync_failures,
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
-            "rewards": provenance(self.cfg.reward, workers, validated=True, used=self.prep.rewards),
+            "rewards": provenance(self.cfg.reward, workers, used=self.prep.rewards),
             "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
                          **{k: w[k] for k in ("pool", "rank", "gpu_ids", "cuda_visible", "device", "dtype",
                                               "registry_builds") if k in w}} for w in workers],

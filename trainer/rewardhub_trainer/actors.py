@@ -6,7 +6,7 @@ Each is a plain class (testable without Ray) that :mod:`rewardhub_trainer.loop` 
 tagged with the policy version that produced them (defined in :mod:`rewardhub_trainer.rollouts`),
 weight dicts, and the ``reward:`` config. The reward client is defined in
 :mod:`rewardhub_trainer.reward_client`; it and the two records are re-exported here. Each process's
-``info()`` says where it runs (:func:`rewardhub_trainer.devices.where`).
+``info()`` says where it runs (:func:`rewardhub.distributed.process_location`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from rewardhub.distributed import process_location
+
+from .config import DataConfig
+from .config import RolloutConfig
 from .cores import busy as _busy
 from .cores import share_for as _share
-from .devices import where
 from .reward_client import RewardClient
 from .rollouts import PromptBatch
 from .rollouts import Rollout
@@ -41,27 +44,29 @@ def _set_threads(threads: int) -> None:
 class Rollouter:
     """Formats prompts, samples ``n`` completions each with the current policy version."""
 
-    def __init__(self, model_path: str, rollout: Mapping[str, Any], data: Mapping[str, Any], *,
+    def __init__(self, model_path: str, rollout: RolloutConfig, data: DataConfig, *,
                  dtype: str = "auto", device: str = "auto", threads: int = 0, seed: int = 0,
                  cores: tuple[str, int, int, str] | None = None) -> None:
-        """``cores``: (run token, slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores`
-        board."""
+        """``rollout`` and ``data``: the run's typed sections, as the driver parsed them (the
+        evaluator's ``rollout`` has its ``val_n`` / ``val_temperature`` in place). ``cores``: (run token,
+        slot, slots, lend mode) of the node's :mod:`~rewardhub_trainer.cores` board."""
         from .devices import choose
+        from .engine import VLLM_KEYS
         from .engine import make_engine
 
         _set_threads(threads)
-        self.rollout = dict(rollout)
-        self.template = data.get("template", "auto")
-        self.instruction = data.get("instruction", "")
-        self.system = data.get("system", "")
+        self.rollout = rollout
+        self.template = data.template
+        self.instruction = data.instruction
+        self.system = data.system
         self.seed = seed
         self.choice = choose(device, "none", "float32", dtype)
-        self.engine = make_engine(self.rollout["engine"], model_path, dtype=self.choice.rollout_dtype,
-                                  device=self.choice.device, rollout=self.rollout)
+        self.engine = make_engine(rollout.engine, model_path, dtype=self.choice.rollout_dtype,
+                                  device=self.choice.device, rollout={k: getattr(rollout, k) for k in VLLM_KEYS})
         self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
-        return {"role": "rollouter", **where(), "version": self.engine.version, "device": self.choice.device,
+        return {"role": "rollouter", **process_location(), "version": self.engine.version, "device": self.choice.device,
                 "dtype": self.choice.rollout_dtype, "choice": self.choice,
                 "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
 
@@ -96,11 +101,11 @@ class Rollouter:
         texts = [p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
                  for p in batch.prompts]  # p.text: rendered by the driver (data.render)
         version = self.engine.version
+        r = self.rollout
+        stops = {k: list(getattr(r, k)) for k in ("stop", "stop_token_ids") if getattr(r, k)}
         groups = self.engine.generate(
-            texts, n=int(self.rollout["n"]), max_new_tokens=int(self.rollout["max_new_tokens"]),
-            temperature=float(self.rollout["temperature"]), top_p=float(self.rollout["top_p"]),
-            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, int(self.rollout.get("top_k", 0))),
-            **{k: list(self.rollout[k]) for k in ("stop", "stop_token_ids") if self.rollout.get(k)})
+            texts, n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+            seed=self.seed * 1_000_003 + batch.index, top_k=max(0, r.top_k), **stops)
         return Rollout(batch=batch, version=version, groups=groups,
                        gen_s=time.perf_counter() - t0, rollouter_pid=os.getpid())
 
@@ -161,9 +166,9 @@ class Learner:
 
     def info(self) -> dict[str, Any]:
         if self.error is not None:
-            return {"role": "learner", **where(), "error": self.error, "rank": self.rank, "world": self.world}
+            return {"role": "learner", **process_location(), "error": self.error, "rank": self.rank, "world": self.world}
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
-        return {"role": "learner", **where(), "version": self.impl.version, "loaded_from": self.loaded_from,
+        return {"role": "learner", **process_location(), "version": self.impl.version, "loaded_from": self.loaded_from,
                 "device": self.choice.device, "dtype": dtype, "choice": self.choice, "rank": self.rank,
                 "world": self.world}
 
@@ -273,4 +278,4 @@ class MessageQueue:
         return items
 
     def info(self) -> dict[str, Any]:
-        return {"role": "message_queue", **where()}
+        return {"role": "message_queue", **process_location()}

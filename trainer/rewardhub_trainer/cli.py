@@ -60,8 +60,9 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
     if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
         print(report, file=sys.stderr)
+    from rewardhub.distributed import ensure_ray
+
     from .loop import Run
-    from .loop import start_ray
 
     # absolute: the actors (the learner writes checkpoints) may run in another working directory
     run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite)
@@ -89,7 +90,8 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
                         config=prep.public_config())
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
-    start_ray()
+    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
+    ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
     old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
     try:
         return run_.run()

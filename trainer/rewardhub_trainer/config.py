@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from rewardhub.config import ConfigPlan
+from rewardhub.config import RewardConfig
 from rewardhub.config.fields import Rule
 from rewardhub.config.fields import above
 from rewardhub.config.fields import at_least
@@ -26,8 +28,9 @@ from rewardhub.config.fields import between
 from rewardhub.config.fields import check_section
 from rewardhub.config.fields import invalid
 from rewardhub.config.fields import one_of
+from rewardhub.config.schema import as_dict
+from rewardhub.config.schema import validate_reward
 from rewardhub.errors import UsageError
-from rewardhub.execution import plain
 
 from .config_checks import BUILTIN_MODELS
 from .config_checks import check_cuda
@@ -193,13 +196,13 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a run needs, as plain picklable values (the reward section stays a plain dict)."""
+    """Everything a run needs, as frozen picklable values (the reward section as the loader typed it)."""
 
     trainer: TrainerConfig
     model: ModelConfig
     rollout: RolloutConfig
     data: DataConfig
-    reward: Mapping[str, Any]
+    reward: RewardConfig
     resources: Resources = field(default_factory=Resources)
 
     @property
@@ -212,7 +215,7 @@ class TrainConfig:
             "model": dataclasses.asdict(self.model),
             "rollout": dataclasses.asdict(self.rollout),
             "data": dataclasses.asdict(self.data),
-            "reward": plain(self.reward),
+            "reward": as_dict(self.reward),
             "resources": self.resources.to_dict(),
         }
 
@@ -287,12 +290,14 @@ def _section(cls: type, raw: Any, key: str) -> Any:
     return cls(**check_section(resolve_or_explain(raw, key), cls, key, RULES[key]))
 
 
-def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
-    """Validate the trainer's sections of ``cfg`` (the result of ``load_config``).
+def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
+    """Validate the trainer's sections of a loaded plan (its ``reward`` taken as it is), or of a raw
+    config mapping (its ``reward:`` validated here too).
 
-    :raises UsageError: naming the key and the fix. Rewards are checked separately by
+    :raises UsageError: naming the key and the fix. The reward terms are resolved separately by
         :func:`rewardhub_trainer.rewards.validate_rewards`.
     """
+    cfg = config.config if isinstance(config, ConfigPlan) else config
     trainer = _section(TrainerConfig, cfg.get("trainer"), "trainer")
     model = _section(ModelConfig, cfg.get("model"), "model")
     rollout = _section(RolloutConfig, cfg.get("rollout"), "rollout")
@@ -300,8 +305,8 @@ def parse_config(cfg: Mapping[str, Any]) -> TrainConfig:
     from rewardhub.config.loader import resolve_or_explain
 
     resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
-    reward = plain(cfg.get("reward"))
-    if not reward or not (reward.get("rewards") or reward.get("remote")):
+    reward = config.reward if isinstance(config, ConfigPlan) else validate_reward(cfg.get("reward"))
+    if not (reward.rewards or reward.remote):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
     check_model(model)

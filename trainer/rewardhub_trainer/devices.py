@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["AUTOCASTS", "DEVICES", "DTYPES", "NO_GPU_ENV", "Capability", "Choice", "bf16_slowdown", "capability",
-           "check_learner_gpus", "choose", "gpus_seen", "hide_gpus_not_given", "resolve_device", "where"]
+           "check_learner_gpus", "choose", "gpus_seen", "hide_gpus_not_given", "resolve_device"]
 
 DEVICES = ("auto", "cpu", "cuda")
 AUTOCASTS = ("auto", "none", "bfloat16")
@@ -254,25 +253,6 @@ def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "aut
                        f"{slowdown:.1f}x the fp32 time here (kept: the capability decides); if it stays "
                        "slow set trainer.autocast=none and rollout.dtype=float32")
     return Choice(device=dev, reason=reason, bf16_slowdown=slowdown, warning=warning, visible=visible, **out)
-
-
-def where() -> dict[str, Any]:
-    """Where this process runs and what it sees: node (Ray's node id, the hostname outside Ray), hostname,
-    pid, the GPU ids Ray gave it and ``CUDA_VISIBLE_DEVICES`` (None: unset); each actor's ``info()`` has
-    them."""
-    node = socket.gethostname()
-    gpu_ids: list[str] = []
-    try:
-        import ray
-
-        if ray.is_initialized():
-            context = ray.get_runtime_context()
-            node = context.get_node_id()
-            gpu_ids = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
-    except Exception:  # noqa: BLE001 - outside Ray
-        pass
-    return {"node": node, "hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": gpu_ids,
-            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}  # what the process sees (None: unset)
 
 
 def _line(info: dict[str, Any]) -> str:

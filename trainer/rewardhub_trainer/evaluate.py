@@ -95,13 +95,13 @@ class Evaluator:
 
         if self._actor is None:
             run, cfg = self.run, self.run.cfg
-            rollout = {**dataclasses.asdict(cfg.rollout), "n": cfg.rollout.val_n,
-                       "temperature": cfg.rollout.val_temperature}
+            rollout = dataclasses.replace(cfg.rollout, n=cfg.rollout.val_n,
+                                          temperature=cfg.rollout.val_temperature)
             # placed like the rollouters: its own bundle of resources.evaluator (default: the rollouter's
             # entry)
             self._actor = ray.remote(Rollouter).options(**run.placement.options("evaluator"),
                                                          max_restarts=run.t.max_restarts).remote(
-                run.prep.model_path, rollout, dataclasses.asdict(cfg.data),
+                run.prep.model_path, rollout, cfg.data,
                 dtype=cfg.rollout.dtype, device=run.t.device, threads=run._threads(), seed=run.t.seed)
         return self._actor
 

@@ -19,7 +19,7 @@ from rewardhub.errors import RewardhubError
 from .rollouts import PromptBatch
 from .rollouts import Rollout
 
-__all__ = ["LearnerLost", "Pool", "Rollouters", "RunAborted", "cause", "hang", "wait_alive"]
+__all__ = ["ActorGroup", "LearnerLost", "Rollouters", "RunAborted", "cause", "hang", "wait_alive"]
 
 from ray.exceptions import ActorUnavailableError  # noqa: E402 - loaded only once the config is valid
 from ray.exceptions import RayActorError  # noqa: E402
@@ -85,8 +85,9 @@ def hang(handle: Any, what: str, why: str) -> None:
         pass
 
 
-class Pool:
-    """Handles of one role; one with no Ray restarts left is re-created (``epochs`` count incarnations)."""
+class ActorGroup:
+    """The actor handles of one role (rollouters, learners, the reward client), one per slot; a handle whose
+    actor died with no Ray restarts left is re-created (``epochs`` count incarnations)."""
 
     def __init__(self, role: str, factory: Callable[[int], Any], size: int, max_restarts: int) -> None:
         self.role = role
@@ -137,7 +138,7 @@ class Rollouters:
         the run stops.
     """
 
-    def __init__(self, pool: Pool, *, retries: int, check_weights: Callable[[], None],
+    def __init__(self, pool: ActorGroup, *, retries: int, check_weights: Callable[[], None],
                  deadline_s: float = 0.0) -> None:
         """``deadline_s``: a generate call not answered by then is hung: :meth:`overdue` kills its
         rollouter, which is then restarted as a dead one is (0: no deadline)."""

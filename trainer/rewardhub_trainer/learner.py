@@ -22,7 +22,7 @@ from .logprobs import response_logprobs
 from .logprobs import shared_prompt_logprobs
 from .losses import LOG_RATIO_CLAMP
 from .losses import SUMMED
-from .losses import aggregate
+from .losses import aggregate_loss
 from .losses import clipped_policy_loss
 from .losses import group_advantages
 from .losses import kl_k3
@@ -38,7 +38,7 @@ __all__ = [
     "policy_loss_per_token",
     "full_logprobs",
     "group_advantages",
-    "aggregate",
+    "aggregate_loss",
     "kl_k3",
     "lr_factor",
     "masked_mean",
@@ -71,7 +71,7 @@ class LearnerSettings:
     temperature: float = 1.0
     dtype: str = "float32"
     autocast: str = "none"  #: none | bfloat16 (fp32 master weights, bf16 matmuls)
-    # verl's knobs: the LR schedule (lr_factor), an entropy bonus, the loss aggregation (aggregate)
+    # verl's knobs: the LR schedule (lr_factor), an entropy bonus, the loss aggregation (aggregate_loss)
     lr_schedule: str = "constant"
     lr_warmup_steps: int = 0
     min_lr_ratio: float = 0.0
@@ -217,14 +217,14 @@ class GRPOLearner:
             per_token, clipped, dual = policy_loss_per_token(logp, old, adv, s.clip_eps, s.clip_ratio_c)
             # verl's composition: every term aggregated by loss_agg_mode, then
             # policy - entropy_coeff * entropy + kl_coef * kl
-            policy = aggregate(per_token, mask, s.loss_agg_mode)
-            entropy = aggregate(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
+            policy = aggregate_loss(per_token, mask, s.loss_agg_mode)
+            entropy = aggregate_loss(ent[0] if s.entropy_coeff else ent[0].detach(), mask, s.loss_agg_mode)
             if not s.entropy_coeff:
                 ent.clear()  # the metric only: let its graph go
             loss = policy - s.entropy_coeff * entropy
             kl_value = torch.zeros((), device=self.device)
             if self.ref is not None:
-                kl_value = aggregate(kl_k3(logp, ref_cache[k]), mask, s.loss_agg_mode)
+                kl_value = aggregate_loss(kl_k3(logp, ref_cache[k]), mask, s.loss_agg_mode)
                 loss = loss + s.kl_coef * kl_value
             if stats is not None:
                 log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)

@@ -3,19 +3,18 @@
 :class:`Lifecycle` is a part of :class:`rewardhub_trainer.loop.Run` kept in its own module (as
 :mod:`.recovery` is). The placement group is made first, so a cluster that lacks the resources the
 config asks for fails before any actor starts; every actor is created through a
-:class:`rewardhub_trainer.faults.Pool`, which restarts or re-creates it when it dies.
+:class:`rewardhub_trainer.faults.ActorGroup`, which restarts or re-creates it when it dies.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import uuid
 from typing import Any
 
 from .devices import NO_GPU_ENV
 from .devices import print_choices
-from .faults import Pool
+from .faults import ActorGroup
 from .faults import Rollouters
 from .faults import RunAborted
 from .runstate import RunState
@@ -68,8 +67,7 @@ class Lifecycle(RunState):
         place = self.placement.options
         opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
         roll_cls = ray.remote(Rollouter)
-        rollout = dataclasses.asdict(cfg.rollout)
-        data = dataclasses.asdict(cfg.data)
+        rollout, data = cfg.rollout, cfg.data  # the typed sections, shipped as they are
         path, threads = self.prep.model_path, self._threads()
         self.cores_token = token = self._cores()
         slots = 1 + t.num_rollouters  # the learner's slot is 0
@@ -77,7 +75,7 @@ class Lifecycle(RunState):
         def cores(slot: int) -> tuple[str, int, int, str] | None:
             return (token, slot, slots, t.lend_idle_cores) if token else None
 
-        self.rollouters = Rollouters(Pool("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
+        self.rollouters = Rollouters(ActorGroup("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
             path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed,
             cores=cores(1 + i)),
             t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok,
@@ -93,7 +91,7 @@ class Lifecycle(RunState):
         # a learner that dies is restarted by Ray (or re-created) and told which checkpoint to load
         learner_cls = ray.remote(Learner)
         init_from = str(self.resume_ckpt) if self.resume_ckpt else None
-        self.learners = Pool("learner", lambda i: learner_cls.options(**opts, **place("learner")).remote(
+        self.learners = ActorGroup("learner", lambda i: learner_cls.options(**opts, **place("learner")).remote(
             path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
             init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)], cores=cores(0)),
             1, t.max_restarts)
@@ -111,14 +109,14 @@ class Lifecycle(RunState):
         from .actors import RewardClient
 
         cfg, t = self.cfg, self.t
-        reward = dict(cfg.reward)
+        reward = cfg.reward
         client_cls = ray.remote(RewardClient)
-        workers = int((reward.get("workers") or {}).get("num_workers") or 0) or t.num_reward_workers
+        workers = reward.workers.num_workers or t.num_reward_workers
         rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus / resources
         rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
         if rw is not None and rw.resources:
             rw_opts["resources"] = dict(rw.resources)
-        self.reward_client = Pool("reward_client", lambda i: client_cls.options(**opts, num_cpus=0,
+        self.reward_client = ActorGroup("reward_client", lambda i: client_cls.options(**opts, num_cpus=0,
                                                                                 runtime_env=NO_GPU_ENV).remote(
             reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
             reference=self.prep.reward_setup, **rw_opts),

@@ -39,27 +39,13 @@ from .runfolder import check_resume_model
 from .runfolder import claim
 from .stats import StepStats
 
-__all__ = ["Run", "RunAborted", "start_ray"]
+__all__ = ["Run", "RunAborted"]
 
 # Ray is imported here (not by config/prepare): this module is loaded only once the config is valid.
 from .faults import LearnerLost  # noqa: E402
 from .faults import RunAborted  # noqa: E402
 
 StepCallback = Callable[[int, Mapping[str, Any], "Run"], None]
-
-
-def start_ray(num_cpus: int | None = None) -> None:
-    """Connect to ``RAY_ADDRESS`` or start a local Ray (no dashboard) unless one is running."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-        return
-    # address="local": a new Ray of this run's own, never a cluster another process started here
-    ray.init(address="local", num_cpus=num_cpus or max(4, os.cpu_count() or 1), include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
 
 
 class Run(Lifecycle, Modes, Accounting, Recovery):

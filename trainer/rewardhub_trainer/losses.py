@@ -8,7 +8,7 @@ import math
 
 import torch
 
-__all__ = ["LOG_RATIO_CLAMP", "SUMMED", "group_advantages", "masked_mean", "aggregate", "lr_factor", "policy_loss_per_token", "clipped_policy_loss", "kl_k3"]
+__all__ = ["LOG_RATIO_CLAMP", "SUMMED", "group_advantages", "masked_mean", "aggregate_loss", "lr_factor", "policy_loss_per_token", "clipped_policy_loss", "kl_k3"]
 
 #: log-ratios (policy vs behaviour, policy vs reference) are clamped to this before ``exp``, as verl does:
 #: one token with an extreme behaviour log-prob must not make the ratio (and the gradient) infinite
@@ -46,11 +46,8 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 #: the metrics that are a weighted sum over the batch's micro-batches (summed over the ranks, too)
 SUMMED = ("loss/policy", "loss/total", "kl", "clip_frac", "clip_frac/dual", "ratio/mean", "entropy")
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-LR_SCHEDULES = ("constant", "linear", "cosine")
 
-
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean-token-mean") -> torch.Tensor:
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean-token-mean") -> torch.Tensor:
     """A ``[batch, tokens]`` loss as one number, the way verl's ``loss_agg_mode`` names it: the mean over
     every token (``token-mean``), or per sequence the mean / sum of its tokens, then the mean of those."""
     if mode == "token-mean":
@@ -104,10 +101,10 @@ def policy_loss_per_token(logp: torch.Tensor, old_logp: torch.Tensor, advantages
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                         mask: torch.Tensor, clip_eps: float, agg: str = "seq-mean-token-mean",
                         clip_ratio_c: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`policy_loss_per_token` aggregated by ``agg`` (:func:`aggregate`; by default averaged per
+    """:func:`policy_loss_per_token` aggregated by ``agg`` (:func:`aggregate_loss`; by default averaged per
     sequence then over sequences): ``(loss, clipped_fraction)``; the loss is to be minimised."""
     per_token, clipped, _ = policy_loss_per_token(logp, old_logp, advantages, clip_eps, clip_ratio_c)
-    return aggregate(per_token, mask, agg), masked_mean(clipped.float(), mask)
+    return aggregate_loss(per_token, mask, agg), masked_mean(clipped.float(), mask)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Any
 from .actors import PromptBatch
 from .actors import Rollout
 from .faults import ACTOR_ERRORS
-from .faults import Pool
+from .faults import ActorGroup
 from .faults import RunAborted
 from .faults import cause
 from .faults import hang
@@ -64,7 +64,7 @@ class Modes(RunState):
         self.cursor += 1
         return batch
 
-    def _call(self, pool: Pool, i: int, method: str, arg: Any) -> Any:
+    def _call(self, pool: ActorGroup, i: int, method: str, arg: Any) -> Any:
         import ray
 
         while True:

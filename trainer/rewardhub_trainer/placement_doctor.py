@@ -47,9 +47,9 @@ def plan_report(res: Resources, num_rollouters: int, nodes: Sequence[Mapping[str
 
 def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     """``rewardhub doctor``'s lines for a training config; ``nodes`` are its report's nodes."""
-    from rewardhub.execution import plain
+    from rewardhub.config.loader import resolve_or_explain
 
-    raw = plain(cfg)
+    raw = resolve_or_explain(cfg, "config")
     try:
         res = parse_resources(raw.get("resources"))
     except UsageError as exc:

@@ -10,10 +10,11 @@ and cheaply.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
+
+from rewardhub.config import RewardConfig
 
 from .config import TrainConfig
 from .config import parse_config
@@ -48,26 +49,23 @@ class Prepared:
         return public_config(self.cfg.to_dict(), self.env_paths)
 
 
-def _needs_answer(reward_cfg: Mapping[str, Any], registry: Any) -> list[str]:
+def _needs_answer(reward: RewardConfig, registry: Any) -> list[str]:
     """The reward terms that take a ground truth (``registry``: the driver's, from
     :func:`validate_rewards`)."""
-    from omegaconf import OmegaConf
-
     from rewardhub.datasets import terms_needing
     from rewardhub.execution import Runner
 
-    if reward_cfg.get("remote"):  # the server's terms: rows without an answer get its error, per term
+    if reward.remote:  # the server's terms: rows without an answer get its error, per term
         return []
-    node = OmegaConf.create(dict(reward_cfg))
-    with Runner.from_config(node, registry) as runner:
+    with Runner.from_config(reward, registry) as runner:
         return terms_needing(runner)
 
 
 def prepare(raw: Any) -> Prepared:
     """Validate ``raw`` and build what a run needs.
 
-    :param raw: a :class:`rewardhub.config.ConfigPlan` (its ``reward:`` section was validated when
-        it was loaded, and is not checked again), or a config mapping (``reward:`` checked here).
+    :param raw: a :class:`rewardhub.config.ConfigPlan` (its typed ``reward:`` section is taken as it is),
+        or a config mapping (``reward:`` validated here, by :func:`parse_config`).
     """
     from rewardhub.config import ConfigPlan
 
@@ -80,15 +78,13 @@ def prepare(raw: Any) -> Prepared:
     from .rewards import validate_rewards
     from .runfolder import env_paths
 
-    validated = isinstance(raw, ConfigPlan)
-    cfg = parse_config(raw.config if validated else raw)
-    secrets = env_paths(raw.config if validated else raw)
+    cfg = parse_config(raw)
+    secrets = env_paths(raw.config if isinstance(raw, ConfigPlan) else raw)
     check_engine(cfg.rollout.engine)
-    reward, reward_setup, registry = validate_rewards(cfg.reward, validated=validated,
-                                                      default_timeout_s=cfg.trainer.reward_timeout_s)
+    reward, reward_setup, registry = validate_rewards(cfg.reward, default_timeout_s=cfg.trainer.reward_timeout_s)
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
-    used = None if reward.get("remote") else used_rewards(reward, validated=True, registry=registry)
+    used = None if reward.remote else used_rewards(reward, registry=registry)
     dataset = load_dataset(cfg.data, needs)
     val = None
     if cfg.data.val_files:

@@ -15,7 +15,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .devices import where
+from rewardhub.config import RewardConfig
+from rewardhub.distributed import process_location
+
 from .reward_failures import error_rates
 from .reward_failures import failures
 from .rollouts import Rollout
@@ -35,7 +37,7 @@ class RewardClient:
     against the driver's registry, never against this process's.
     """
 
-    def __init__(self, reward_cfg: Mapping[str, Any], *, num_workers: int = 1, max_restarts: int = 3,
+    def __init__(self, reward_cfg: RewardConfig, *, num_workers: int = 1, max_restarts: int = 3,
                  num_cpus: float | None = None, num_gpus: float | None = None,
                  resources: Mapping[str, float] | None = None, batch_size: int | None = None,
                  reference: Any = None) -> None:
@@ -48,14 +50,14 @@ class RewardClient:
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
         self.pool: Any
-        if reward_cfg.get("remote"):  # reward.remote: scored by a `rewardhub serve` server, no workers here
+        if reward_cfg.remote:  # reward.remote: scored by a `rewardhub serve` server, no workers here
             from rewardhub.server.client import RemoteScorer
 
-            self.pool = RemoteScorer(str(reward_cfg["remote"]))
+            self.pool = RemoteScorer(reward_cfg.remote)
             self.fingerprint = self.pool.fingerprint()
             return
         try:
-            self.pool = RewardWorkerPool(dict(reward_cfg), num_workers=num_workers, num_cpus=num_cpus,
+            self.pool = RewardWorkerPool(reward_cfg, num_workers=num_workers, num_cpus=num_cpus,
                                          num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
                                          chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
@@ -66,10 +68,10 @@ class RewardClient:
     def info(self) -> dict[str, Any]:
         """Where it runs; ``error`` when its reward workers could not start (the driver stops the run)."""
         if self.error is not None:
-            return {"role": "reward_client", **where(), "error": self.error}
+            return {"role": "reward_client", **process_location(), "error": self.error}
         from rewardhub.registry import builds_in_process
 
-        return {"role": "reward_client", **where(), "registry_fingerprint": self.fingerprint,
+        return {"role": "reward_client", **process_location(), "registry_fingerprint": self.fingerprint,
                 "registry_builds": builds_in_process()}
 
     def workers(self) -> list[dict[str, Any]]:

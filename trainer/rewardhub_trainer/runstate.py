@@ -19,7 +19,7 @@ from typing import Any
 from .actors import Rollout
 from .config import TrainConfig
 from .config import TrainerConfig
-from .faults import Pool
+from .faults import ActorGroup
 from .faults import Rollouters
 from .placement import Placement
 from .prepare import Prepared
@@ -64,8 +64,8 @@ class RunState:
     #: set when the actors start (:mod:`.lifecycle`)
     placement: Placement
     rollouters: Rollouters
-    learners: Pool
-    reward_client: Pool
+    learners: ActorGroup
+    reward_client: ActorGroup
     queue: Any  #: the message queue's Ray actor handle
     cores_token: str | None  #: the run's core boards (:mod:`.cores`; None: threads are not lent)
     workers: list[dict[str, Any]]
@@ -86,6 +86,6 @@ class RunState:
         def _weights_ok(self) -> None: ...  # .recovery
         def _checkpoint(self) -> None: ...
         def _learner_call(self, ref: Any, what: str = "train failed") -> Any: ...
-        def _call(self, pool: Pool, i: int, method: str, arg: Any) -> Any: ...  # .modes
+        def _call(self, pool: ActorGroup, i: int, method: str, arg: Any) -> Any: ...  # .modes
         def _collect(self) -> list[Rollout]: ...
         def _reset_flight(self) -> None: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["code_io", "code_tests", "isolation_report", "run_python", "RunResult", "SandboxConfig"]
+__all__ = ["code_io", "code_tests", "isolation_report", "run_python", "RunResult", "SandboxLimits"]
 
 
 def __getattr__(name: str) -> object:
@@ -11,7 +11,7 @@ def __getattr__(name: str) -> object:
         from . import reward
 
         return getattr(reward, name)
-    if name in ("isolation_report", "run_python", "RunResult", "SandboxConfig"):
+    if name in ("isolation_report", "run_python", "RunResult", "SandboxLimits"):
         from . import sandbox
 
         return getattr(sandbox, name)

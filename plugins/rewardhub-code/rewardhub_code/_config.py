@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["RunResult", "SandboxConfig"]
+__all__ = ["RunResult", "SandboxLimits"]
 
 
 @dataclass(frozen=True)
-class SandboxConfig:
+class SandboxLimits:
     """Limits for one run.
 
     :param timeout_s: wall-clock limit; the whole run is killed when it passes.

@@ -14,14 +14,14 @@ import sys
 from typing import Any
 
 from . import _cgroup
-from ._config import SandboxConfig
+from ._config import SandboxLimits
 from ._seccomp import keyring_filter
 from ._view import PATH
 from ._view import PRIVATE_TMPFS
 from ._view import SANDBOX_CWD
 from ._view import runtime_paths
 
-__all__ = ["LAUNCH", "isolation_report", "plan"]
+__all__ = ["LAUNCH", "isolation_plan", "isolation_report"]
 
 LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch.py")
 
@@ -64,7 +64,7 @@ def _launcher_runs(runtime: bool) -> bool:
             "tmpfs": ["/tmp"], "tmpfs_bytes": 1 << 20, "uid": None, "gid": None, "parent": os.getpid(),
             "argv": ["/bin/true"], "env": {"PATH": PATH}}
     if runtime:
-        spec["runtime"] = runtime_paths(SandboxConfig())
+        spec["runtime"] = runtime_paths(SandboxLimits())
     try:
         proc = subprocess.run([sys.executable, "-I", "-S", LAUNCH, json.dumps(spec)], env={"PATH": PATH},
                               capture_output=True, timeout=20)
@@ -85,7 +85,10 @@ def _native_support() -> str | None:
     return "namespaces" if _launcher_runs(runtime=False) else None
 
 
-def plan(config: SandboxConfig) -> dict[str, Any]:
+def isolation_plan(config: SandboxLimits) -> dict[str, Any]:
+    """How a run with ``config`` is isolated on this machine: the ``mode`` (``bwrap``, ``native`` or
+    ``plain``), whether privileges are dropped, the cgroup hierarchies used, and whether the program sees
+    only the runtime (``runtime_only``)."""
     root = os.geteuid() == 0
     drop = root and config.drop_privileges
     cgroups = _cgroups_available() if config.use_cgroups is not False else ()
@@ -102,7 +105,7 @@ def plan(config: SandboxConfig) -> dict[str, Any]:
             "runtime_only": runtime_only}
 
 
-def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
+def isolation_report(config: SandboxLimits | None = None) -> dict[str, Any]:
     """What the local sandbox enforces on this machine, and what it cannot.
 
     :returns: ``{"mode": "bwrap"|"native"|"plain", "enforced": {mechanism: bool}, "visible": {...},
@@ -110,8 +113,8 @@ def isolation_report(config: SandboxConfig | None = None) -> dict[str, Any]:
         (true under bubblewrap: nothing but what is listed), ``read_only`` (paths, and symlinks as
         ``path -> target``), ``private`` (empty tmpfs mounts of its own), ``dev`` and ``proc``.
     """
-    config = config or SandboxConfig()
-    p = plan(config)
+    config = config or SandboxLimits()
+    p = isolation_plan(config)
     ns = p["mode"] in ("bwrap", "native")
     enforced = {
         "process_group": True,

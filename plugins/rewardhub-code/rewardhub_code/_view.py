@@ -4,7 +4,7 @@ Under bubblewrap the program's root is empty but for:
 
 - read-only: the system runtime (``/usr``, and ``/bin``, ``/lib``... as on the host, symlinks
   kept), the dynamic loader's cache and the time zone from ``/etc``, the interpreter's own
-  installation (with its standard library and site-packages), and any ``SandboxConfig.visible_paths``;
+  installation (with its standard library and site-packages), and any ``SandboxLimits.visible_paths``;
 - private and empty: ``/tmp`` (the working directory is ``/tmp/sandbox``) and ``/dev/shm``;
 - bubblewrap's minimal ``/dev`` (null, zero, full, random, urandom, tty, pts) and a ``/proc`` of
   the run's own PID namespace.
@@ -24,7 +24,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._config import SandboxConfig
+    from ._config import SandboxLimits
 
 __all__ = ["SANDBOX_CWD", "PRIVATE_TMPFS", "RUNTIME_FILES", "bwrap_argv", "clean_env", "interpreter",
            "reachable_by_others", "runtime_paths", "under"]
@@ -48,7 +48,7 @@ def clean_env() -> dict[str, str]:
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def interpreter(config: SandboxConfig) -> tuple[str, str]:
+def interpreter(config: SandboxLimits) -> tuple[str, str]:
     """(interpreter path, installation prefix to make visible inside the sandbox)."""
     if config.python:
         path = os.path.realpath(config.python)
@@ -74,7 +74,7 @@ def under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def runtime_paths(config: SandboxConfig) -> list[tuple[str, str]]:
+def runtime_paths(config: SandboxLimits) -> list[tuple[str, str]]:
     """What the program sees read-only: ``(path, "bind")`` or ``(path, "symlink:" + target)``, in
     mount order (a folder before what is under it)."""
     out: list[tuple[str, str]] = []
@@ -110,7 +110,7 @@ def reachable_by_others(path: str) -> bool:
     return bool(os.stat(path).st_mode & 0o001)
 
 
-def bwrap_argv(bwrap: str, config: SandboxConfig, workdir: str, files: list[str], uid: int | None,
+def bwrap_argv(bwrap: str, config: SandboxLimits, workdir: str, files: list[str], uid: int | None,
                inner: list[str], *, seccomp_fd: int | None = None) -> list[str]:
     """bubblewrap's command line: an empty root with the runtime read-only, private /tmp and
     /dev/shm, a minimal /dev, the program's files read-only in :data:`SANDBOX_CWD`, and the

@@ -37,7 +37,7 @@ __all__ = ["code_tests", "code_io", "SandboxUnavailableError", "DEFAULT_TIMEOUT_
 #: per program run, when neither the term nor ``reward.sandbox.timeout_s`` sets one
 DEFAULT_TIMEOUT_S = 5.0
 _SANDBOX_KEYS = ("url", "max_concurrent", "memory_limit_mb", "timeout_s", "language", "retries")
-_LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(_sandbox.SandboxConfig))
+_LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(_sandbox.SandboxLimits))
 #: what a run's status means for the reward's ``error`` metric
 _STATUS_ERRORS = {"timeout": "timeout", "memory": "memory", "output_limit": "output_limit"}
 #: isolation the docs promise; a missing one is announced once per process
@@ -52,7 +52,7 @@ class SandboxUnavailableError(RuntimeError):
 
 
 class _Local:
-    def __init__(self, config: _sandbox.SandboxConfig) -> None:
+    def __init__(self, config: _sandbox.SandboxLimits) -> None:
         self.config = config
         _warn_degraded(config)
 
@@ -62,7 +62,7 @@ class _Local:
         return _sandbox.run_python({"main.py": code}, "main.py", stdin=stdin, config=cfg)
 
 
-def _warn_degraded(config: _sandbox.SandboxConfig) -> None:
+def _warn_degraded(config: _sandbox.SandboxLimits) -> None:
     report = _sandbox.isolation_report(config)
     missing = tuple(k for k in _KEY_ISOLATION if not report["enforced"].get(k))
     if not missing:
@@ -109,7 +109,7 @@ def _backend(sandbox: Mapping[str, Any] | None, memory_mb: int | None, local: Ma
     for key in ("hide_paths", "visible_paths", "python_flags"):
         if isinstance(opts.get(key), (list, tuple)):
             opts[key] = tuple(str(p) for p in opts[key])
-    return _Local(_sandbox.SandboxConfig(**opts)), sb.get("timeout_s")
+    return _Local(_sandbox.SandboxLimits(**opts)), sb.get("timeout_s")
 
 
 def _result(passed: int, total: int, *, all_or_nothing: bool, timed_out: bool, error: str,
@@ -223,7 +223,7 @@ def code_tests(*, response: str, ground_truth: Any, prompt: Any = None, data_sou
     :param memory_mb: memory limit per run (default ``reward.sandbox.memory_limit_mb``, else 1024).
     :param allow_unfenced: take the whole response as the program when it has no fenced block.
     :param max_total_s: stdin/stdout tests: stop starting new runs after this long.
-    :param local: overrides of :class:`rewardhub_code.sandbox.SandboxConfig` for the local sandbox.
+    :param local: overrides of :class:`rewardhub_code.sandbox.SandboxLimits` for the local sandbox.
 
     Example:
 

@@ -31,7 +31,7 @@ from typing import Any
 from . import _cgroup
 from . import _plan
 from ._config import RunResult
-from ._config import SandboxConfig
+from ._config import SandboxLimits
 from ._plan import LAUNCH
 from ._plan import isolation_report
 from ._seccomp import keyring_filter
@@ -47,7 +47,7 @@ from ._view import reachable_by_others
 from ._view import runtime_paths
 from ._view import under
 
-__all__ = ["SandboxConfig", "RunResult", "run_python", "isolation_report", "reap_stale", "SANDBOX_CWD"]
+__all__ = ["SandboxLimits", "RunResult", "run_python", "isolation_report", "reap_stale", "SANDBOX_CWD"]
 
 # the names the tests (and older callers) reach for
 _interpreter, _reachable_by_others, _clean_env = interpreter, reachable_by_others, clean_env
@@ -80,7 +80,7 @@ def _clean_slot(uid: int, cgroups: tuple[str, ...], *, scan: bool = True) -> Non
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
 
 
-def reap_stale(config: SandboxConfig | None = None) -> int:
+def reap_stale(config: SandboxLimits | None = None) -> int:
     """Clean up after runs whose scorer was killed mid-run (a reward worker past its timeout, say).
 
     The programs themselves die with their scorer (bubblewrap's ``--die-with-parent``, and the
@@ -91,7 +91,7 @@ def reap_stale(config: SandboxConfig | None = None) -> int:
     :returns: how many slots were checked.
     """
     global _last_reap
-    config = config or SandboxConfig()
+    config = config or SandboxLimits()
     _last_reap = time.monotonic()
     cgroups = _plan._cgroups_available() if config.use_cgroups is not False else ()
     n = 0
@@ -214,7 +214,7 @@ def _kill_everything(proc: subprocess.Popen[bytes], cg: _cgroup.RunCgroup | None
 
 
 def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes = b"",
-               args: tuple[str, ...] = (), config: SandboxConfig | None = None) -> RunResult:
+               args: tuple[str, ...] = (), config: SandboxLimits | None = None) -> RunResult:
     """Run ``python main`` (one of ``files``, written into the working directory) in the sandbox.
 
     :param files: file name (no directories) → content, placed read-only in the working directory.
@@ -222,8 +222,8 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
     :param stdin: the program's standard input.
     :param args: extra command-line arguments.
     """
-    config = config or SandboxConfig()
-    plan = _plan.plan(config)
+    config = config or SandboxLimits()
+    plan = _plan.isolation_plan(config)
     for name in files:
         if "/" in name or name in ("", ".", ".."):
             raise ValueError(f"bad sandbox file name {name!r}")
@@ -283,7 +283,7 @@ def run_python(files: dict[str, str | bytes], main: str, *, stdin: str | bytes =
                 if uid is not None and not reachable_by_others(inner[0]):
                     return RunResult(status="sandbox_error", stderr=(
                         f"rhc-sandbox: interpreter {inner[0]!r} is not readable by other users, and without "
-                        "namespaces it cannot be mounted in: set local.python (SandboxConfig.python) to one "
+                        "namespaces it cannot be mounted in: set local.python (SandboxLimits.python) to one "
                         "that is, e.g. /usr/bin/python3"), extra={"mode": "plain"})
         launch = _shell_launch(spec) or [sys.executable, "-I", "-S", LAUNCH, json.dumps(spec)]
         # stdin is a pipe (not a file the program could seek back in), fed while the output is read

@@ -84,7 +84,7 @@ class FakeSandboxFusion:
             return {"status": "SandboxError", "message": f"unsupported language {body.get('language')}",
                     "compile_result": None, "run_result": None}
         mem = int(body.get("memory_limit_MB") or -1)
-        cfg = sandbox.SandboxConfig(timeout_s=float(body.get("run_timeout") or 10),
+        cfg = sandbox.SandboxLimits(timeout_s=float(body.get("run_timeout") or 10),
                                     memory_mb=mem if mem > 0 else 1024)
         res = sandbox.run_python({"main.py": body["code"]}, "main.py", stdin=body.get("stdin") or "", config=cfg)
         if res.status == "sandbox_error":

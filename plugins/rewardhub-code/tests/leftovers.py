@@ -9,7 +9,7 @@ import tempfile
 from rewardhub_code import _cgroup
 from rewardhub_code import sandbox
 
-SLOT_UIDS = sandbox.SandboxConfig().uids
+SLOT_UIDS = sandbox.SandboxLimits().uids
 
 
 def sandbox_processes() -> list[int]:

@@ -39,7 +39,7 @@ def test_infinite_loop_is_killed_at_the_wall_time():
 def test_cpu_time_limit_holds_even_without_the_wall_clock():
     # a CPU-time limit below the wall limit: the kernel's RLIMIT_CPU stops it
     res = sandbox.run_python({"m.py": "while True:\n    pass"}, "m.py",
-                             config=sandbox.SandboxConfig(timeout_s=10.0, cpu_s=1))
+                             config=sandbox.SandboxLimits(timeout_s=10.0, cpu_s=1))
     assert res.status == "timeout" and res.signal == signal.SIGXCPU and res.wall_s < 8.0
 
 
@@ -72,7 +72,7 @@ def test_bounded_fork_loop_hits_the_process_limit(fork_guard):
     prog = ("import os, time\nn = 0\nfor _ in range(500):\n    try:\n        pid = os.fork()\n"
             "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
             "    n += 1\nprint(n)\n")
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(timeout_s=5.0, pids_max=32))
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(timeout_s=5.0, pids_max=32))
     assert res.status == "ok", res.stderr
     assert int(res.stdout) < 32
 
@@ -91,7 +91,7 @@ def test_memory_limit_counts_all_processes():
             "        b = bytearray(200 << 20)\n        for i in range(0, len(b), 4096):\n            b[i] = 1\n"
             "        time.sleep(2)\n        os._exit(0)\n    pids.append(pid)\n"
             "codes = [os.waitpid(p, 0)[1] for p in pids]\nprint(sum(c != 0 for c in codes))\n")
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(timeout_s=10.0, memory_mb=512))
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(timeout_s=10.0, memory_mb=512))
     assert res.status in ("ok", "memory")
     assert res.status == "memory" or int(res.stdout) >= 1  # at least one child was OOM-killed
 
@@ -116,7 +116,7 @@ def test_writing_outside_the_sandbox_directory_fails():
 
 def test_writes_inside_are_bounded_by_the_file_size_limit():
     prog = "f = open('big', 'wb')\nfor _ in range(100):\n    f.write(b'x' * (1 << 20))\n"
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(file_size_mb=4))
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(file_size_mb=4))
     assert res.status == "error" and ("File too large" in res.stderr or res.signal == signal.SIGXFSZ)
 
 
@@ -184,7 +184,7 @@ def test_huge_stdout_is_capped_and_fails():
     out = score(prog, timeout_s=10.0)
     assert out["score"] == 0.0 and out["error"] == "output_limit"
     assert time.monotonic() - t < 8.0  # killed at the cap, not at the timeout
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(max_output_bytes=1 << 16))
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(max_output_bytes=1 << 16))
     assert res.status == "output_limit" and len(res.stdout) == 1 << 16
 
 
@@ -268,7 +268,7 @@ def test_the_sandbox_is_a_fresh_unprivileged_session():
     uid, euid, _, cwd, listing = res.stdout.split(" ", 4)
     assert cwd == sandbox.SANDBOX_CWD and "m.py" in listing
     if ENFORCED["unprivileged_uid"]:
-        assert int(uid) in sandbox.SandboxConfig().uids and int(euid) == int(uid)
+        assert int(uid) in sandbox.SandboxLimits().uids and int(euid) == int(uid)
 
 
 def test_concurrent_runs_get_distinct_uids():

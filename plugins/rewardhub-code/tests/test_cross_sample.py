@@ -17,7 +17,7 @@ from rewardhub_code import sandbox
 
 ENFORCED = sandbox.isolation_report()["enforced"]
 #: one slot (the last of the default pool, so that the leftovers check covers it): both runs share a uid
-ONE_UID = sandbox.SandboxConfig(uids=range(sandbox.SandboxConfig().uids[-1], sandbox.SandboxConfig().uids[-1] + 1))
+ONE_UID = sandbox.SandboxLimits(uids=range(sandbox.SandboxLimits().uids[-1], sandbox.SandboxLimits().uids[-1] + 1))
 
 _LIBC = "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
 
@@ -72,7 +72,7 @@ else:
 """
 
 
-def _run(program: str, *args: str, config: sandbox.SandboxConfig = ONE_UID) -> str:
+def _run(program: str, *args: str, config: sandbox.SandboxLimits = ONE_UID) -> str:
     res = sandbox.run_python({"m.py": program}, "m.py", args=args, config=config)
     assert res.status == "ok", res.stderr
     return res.stdout.split()[0]
@@ -111,13 +111,13 @@ def test_an_abstract_socket_is_not_reachable_from_a_concurrent_run():
     got: dict[str, str] = {}
 
     def serve() -> None:
-        res = sandbox.run_python({"m.py": server}, "m.py", args=(name,), config=sandbox.SandboxConfig(timeout_s=10))
+        res = sandbox.run_python({"m.py": server}, "m.py", args=(name,), config=sandbox.SandboxLimits(timeout_s=10))
         got["server"] = res.stdout
 
     t = threading.Thread(target=serve)
     t.start()
     try:
-        assert _run(client, name, config=sandbox.SandboxConfig(timeout_s=10)) == "ABSENT"
+        assert _run(client, name, config=sandbox.SandboxLimits(timeout_s=10)) == "ABSENT"
     finally:
         t.join(30)
     assert got["server"].split() == ["MADE", "ALONE"]

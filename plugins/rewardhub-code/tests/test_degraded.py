@@ -49,7 +49,7 @@ def test_full_isolation_here_gives_no_warning(fresh_warnings, isolation):
 
 
 def test_native_mode_warns_once_and_still_isolates_the_network(fresh_warnings, listener):
-    report = sandbox.isolation_report(sandbox.SandboxConfig(**NATIVE))
+    report = sandbox.isolation_report(sandbox.SandboxLimits(**NATIVE))
     if report["mode"] != "native":
         pytest.skip("native namespaces are not available here")
     assert report["enforced"]["network_namespace"] and not report["enforced"]["pid_namespace"]
@@ -67,7 +67,7 @@ def test_native_mode_warns_once_and_still_isolates_the_network(fresh_warnings, l
 
 
 def test_plain_mode_states_that_the_network_is_not_isolated(fresh_warnings, listener):
-    report = sandbox.isolation_report(sandbox.SandboxConfig(**PLAIN))
+    report = sandbox.isolation_report(sandbox.SandboxLimits(**PLAIN))
     assert report["mode"] == "plain" and not report["enforced"]["network_namespace"]
     assert any("CAN use the network" in n for n in report["notes"])
     with pytest.warns(RewardhubWarning, match="cannot enforce: network_namespace") as rec:
@@ -82,7 +82,7 @@ def test_plain_mode_states_that_the_network_is_not_isolated(fresh_warnings, list
 
 def test_plain_mode_still_limits_time_memory_env_and_cleans_up(fresh_warnings, monkeypatch):
     monkeypatch.setenv("RHC_FAKE_SECRET", "rhc-plain-secret")
-    cfg = sandbox.SandboxConfig(**PLAIN, timeout_s=1.0)
+    cfg = sandbox.SandboxLimits(**PLAIN, timeout_s=1.0)
     res = sandbox.run_python({"m.py": "import os\nprint(dict(os.environ))"}, "m.py", config=cfg)
     assert res.status == "ok" and "rhc-plain-secret" not in res.stdout
     assert sandbox.run_python({"m.py": "import time\ntime.sleep(30)"}, "m.py", config=cfg).status == "timeout"
@@ -91,7 +91,7 @@ def test_plain_mode_still_limits_time_memory_env_and_cleans_up(fresh_warnings, m
 
 
 def test_plain_mode_with_an_unreachable_interpreter_is_a_sandbox_error(fresh_warnings):
-    cfg = sandbox.SandboxConfig(use_namespaces=False)  # the default interpreter lives under /root here
+    cfg = sandbox.SandboxLimits(use_namespaces=False)  # the default interpreter lives under /root here
     if sandbox._reachable_by_others(sandbox._interpreter(cfg)[0]) or not sandbox.isolation_report(cfg)[
             "enforced"]["unprivileged_uid"]:
         pytest.skip("the default interpreter is reachable by other users here")
@@ -104,7 +104,7 @@ import json, socket, sys
 sys.path.insert(0, sys.argv[1])  # argv: -c, the folder holding a copy of rewardhub_code, port, harness file
 from rewardhub_code import sandbox as s
 port = int(sys.argv[2])
-cfg = s.SandboxConfig(python="/usr/bin/python3", timeout_s=5, pids_max=16)
+cfg = s.SandboxLimits(python="/usr/bin/python3", timeout_s=5, pids_max=16)
 forks = ("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
          "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
          "    n += 1\nprint(n)")

@@ -126,11 +126,11 @@ def test_a_worker_killed_mid_run_takes_its_program_along():
         time.sleep(0.05)
     assert sandbox_processes() == []  # the 16 sleepers died with the worker
     # what a dead scorer cannot remove (an empty cgroup, its working directory) the next runs reap
-    assert sandbox.reap_stale() == len(sandbox.SandboxConfig().uids)
+    assert sandbox.reap_stale() == len(sandbox.SandboxLimits().uids)
 
 
 def test_legacy_sandbox_fusion_keys_reach_the_reward(tmp_path):
-    from rewardhub.config import load_config
+    from rewardhub.config import load_plan
     from rewardhub.errors import RewardhubDeprecationWarning
 
     with FakeSandboxFusion() as srv:
@@ -138,7 +138,7 @@ def test_legacy_sandbox_fusion_keys_reach_the_reward(tmp_path):
         path.write_text(f"reward_model:\n  sandbox_fusion:\n    url: {srv.url}/run_code\n    max_concurrent: 2\n"
                         "    memory_limit_mb: 300\nreward:\n  rewards:\n    - name: code_tests\n")
         with pytest.warns(RewardhubDeprecationWarning) as rec:
-            cfg = load_config(str(path))
+            cfg = load_plan(str(path))
         assert any("sandbox_fusion.url" in str(w.message) and "reward.sandbox.url" in str(w.message) for w in rec)
         assert cfg.reward.sandbox.url == f"{srv.url}/run_code"
         _, gt, good, bad = TASKS[1]

@@ -41,7 +41,7 @@ def _host_folder():
 def local(request):
     """The sandbox as configured (bubblewrap here when installed), and the launcher's own namespaces."""
     opts = {} if request.param == "default" else {"use_bwrap": False}
-    if not sandbox.isolation_report(sandbox.SandboxConfig(**opts))["visible"]["runtime_only"]:
+    if not sandbox.isolation_report(sandbox.SandboxLimits(**opts))["visible"]["runtime_only"]:
         pytest.skip(f"{request.param}: the program sees the host filesystem here (isolation_report says so)")
     return opts
 
@@ -68,7 +68,7 @@ def test_world_writable_unix_socket_outside_tmp_is_unreachable(host_folder, loca
         assert out["score"] == 0.0
         with pytest.raises(TimeoutError):
             srv.accept()
-        res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(**local))
+        res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(**local))
         assert res.status == "ok" and "FileNotFoundError" in res.stdout
     finally:
         srv.close()
@@ -82,7 +82,7 @@ def test_file_readable_by_others_outside_the_runtime_is_unreadable(host_folder, 
     prog = (f"try:\n    exec(open({answers!r}).read())\nexcept OSError as exc:\n    print(type(exc).__name__)\n")
     out = code_tests(response=fenced(prog), ground_truth=TESTS, local=local)
     assert out["score"] == 0.0
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(**local))
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(**local))
     assert res.status == "ok" and res.stdout.strip() == "FileNotFoundError"
 
 
@@ -91,11 +91,11 @@ def test_the_program_sees_only_the_runtime(local):
             " 'dev': sorted(os.listdir('/dev')), 'here': sorted(os.listdir('.')),"
             " 'home': os.path.exists(os.path.expanduser('~root')) and os.listdir(os.path.expanduser('~root')),"
             " 'python': sys.version_info[:2]}))\n")
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxConfig(**local))
+    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(**local))
     assert res.status == "ok", res.stderr
     seen = json.loads(res.stdout)
     allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "tmp", "dev", "proc"}
-    prefix_top = sandbox._interpreter(sandbox.SandboxConfig())[1].strip("/").split("/")[0]
+    prefix_top = sandbox._interpreter(sandbox.SandboxLimits())[1].strip("/").split("/")[0]
     assert set(seen["root"]) <= allowed | {prefix_top}
     assert "run" not in seen["root"] and "home" not in seen["root"] and "var" not in seen["root"]
     assert set(seen["dev"]) <= {"null", "zero", "full", "random", "urandom", "tty", "console", "pts", "ptmx",
@@ -118,7 +118,7 @@ def test_visible_paths_adds_a_folder_read_only(host_folder):
     os.chmod(os.path.join(host_folder, "helper.py"), 0o644)
     prog = (f"import sys\nsys.path.insert(0, {host_folder!r})\nfrom helper import add\nprint(add(2, 3))\n"
             f"try:\n    open({host_folder!r} + '/w', 'w')\nexcept OSError as exc:\n    " "print(type(exc).__name__)\n")
-    cfg = sandbox.SandboxConfig(visible_paths=(host_folder,))
+    cfg = sandbox.SandboxLimits(visible_paths=(host_folder,))
     res = sandbox.run_python({"m.py": prog}, "m.py", config=cfg)
     assert res.status == "ok", res.stderr
     assert res.stdout.split() == ["5", "OSError"]
@@ -139,7 +139,7 @@ def test_isolation_report_states_what_is_visible():
 
 
 def test_report_without_any_namespace():
-    report = sandbox.isolation_report(sandbox.SandboxConfig(use_bwrap=False, use_namespaces=False))
+    report = sandbox.isolation_report(sandbox.SandboxLimits(use_bwrap=False, use_namespaces=False))
     assert report["visible"]["runtime_only"] is False and report["mode"] == "plain"
     assert not report["enforced"]["runtime_only_filesystem"]
     assert any("world-writable unix sockets outside /tmp" in n for n in report["notes"])

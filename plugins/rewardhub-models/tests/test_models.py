@@ -60,13 +60,13 @@ def test_reward_model_matches_a_plain_forward_pass(tiny_rm, executor):
 
 def test_legacy_reward_model_keys_score_on_a_reward_model_pool(tiny_rm, local_ray):
     """verl's ``reward_model.*`` keys: the classifier runs on its own Ray pool, from the registry."""
-    from rewardhub.config import load_config
+    from rewardhub.config import load_plan
 
     overrides = ["reward_model.enable=True", f"reward_model.model.path={tiny_rm}", "reward_model.num_workers=2",
                  "reward_model.micro_batch_size_per_gpu=2", "reward_model.model.fsdp_config.param_offload=True"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RewardhubDeprecationWarning)
-        cfg = load_config(None, overrides)
+        cfg = load_plan(None, overrides)
     assert [t.name for t in cfg.reward.rewards] == ["reward_model"]
     assert cfg.reward.reward_model.batch_size == 2
     with runner_from_config(cfg.reward) as runner:
