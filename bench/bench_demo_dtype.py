@@ -35,7 +35,9 @@ def _time_setting(path: str, autocast: str, dtype: str, steps: int) -> tuple[flo
     from rewardhub_trainer.learner import TrainSample
 
     engine = TransformersEngine(path, dtype=dtype)
-    learner = GRPOLearner(path, LearnerSettings(lr=3e-5, temperature=0.8, micro_batch_size=8, autocast=autocast))
+    learner = GRPOLearner(
+        path, LearnerSettings(lr=3e-5, temperature=0.8, micro_batch_size=8, autocast=autocast)
+    )
     texts = [engine.format_prompt(p, "chat", "You are a calculator.") for p in PROMPTS]
     gen, train = [], []
     for step in range(steps):
@@ -53,10 +55,16 @@ def _time_setting(path: str, autocast: str, dtype: str, steps: int) -> tuple[flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--bf16", action="store_true", help="also time forced bf16 (slow without native bf16)")
-    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                        help="torch threads (default: half the cores, as each of the demo's rollouter and learner "
-                             "gets in fully_async mode; more threads than free cores is much slower on a busy host)")
+    parser.add_argument(
+        "--bf16", action="store_true", help="also time forced bf16 (slow without native bf16)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="torch threads (default: half the cores, as each of the demo's rollouter and learner "
+        "gets in fully_async mode; more threads than free cores is much slower on a busy host)",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -68,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     path = materialize(ModelConfig(builtin="smollm2-135m"))
     choice = choose()
-    print(f"bench_demo_dtype: {choice.reason}; auto = autocast {choice.autocast}, rollout " f"{choice.rollout_dtype}; "
-          f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"bench_demo_dtype: {choice.reason}; auto = autocast {choice.autocast}, rollout "
+        f"{choice.rollout_dtype}; "
+        f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.1f} at start"
+    )
     settings = {"fp32": ("none", "float32"), "auto": (choice.autocast, choice.rollout_dtype)}
     if args.bf16:
         settings["bf16"] = ("bfloat16", "bfloat16")

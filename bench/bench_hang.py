@@ -41,7 +41,11 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
             f.write(REWARD)
         # two workers (spares may stand in for hung ones: no max_concurrency, which would forbid a third
         # call at once)
-        cfg = {"rewards": [{"path": path, "function": "maybe_hang", "executor": "process", "timeout_s": timeout_s}]}
+        cfg = {
+            "rewards": [
+                {"path": path, "function": "maybe_hang", "executor": "process", "timeout_s": timeout_s}
+            ]
+        }
         clean = samples(n, seed=2)
         hung = [dict(s, extra_info=dict(s["extra_info"], hang=(i % 100 == 7))) for i, s in enumerate(clean)]
         t_clean, t_hung = [], []
@@ -64,12 +68,15 @@ def main(n: int = 10000, timeout_s: float = 1.0, repeat: int = 2) -> None:
         tc, th = min(t_clean), min(t_hung)
         last = max(i for i, h in enumerate(hung) if h["extra_info"]["hang"]) / n
         floor = last * tc + timeout_s
-        print(f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s " f"({n / tc:.0f}/s), "
-              f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
-              f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
-              f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "
-              f"{spares}, rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
-              f"load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"{n} samples, 1% hang (timeout {timeout_s:g}s), best of {repeat}: clean {tc:.2f}s "
+            f"({n / tc:.0f}/s), "
+            f"with hangs {th:.2f}s ({n / th:.0f}/s) -> slowdown {th / tc:.2f}x (goal <= 1.3x; floor "
+            f"{floor / tc:.2f}x; per hang {(th - floor) / timeouts * 1000:.0f} ms); "
+            f"timeouts {timeouts:.0f}, workers killed {kills}, spares started "
+            f"{spares}, rows {len(b.scores)}/{n}, lost {lost}, unchanged scores {same}/{n - int(timeouts)}; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
 
 
 def _busy() -> None:

@@ -31,8 +31,10 @@ def trivial(*, response, **kwargs):
 
 
 def main(n: int = 100_000, repeat: int = 7) -> None:
-    batch = [{"prompt": "p", "response": "x" * (i % 7), "ground_truth": None, "data_source": "d", "extra_info": {}}
-             for i in range(n)]
+    batch = [
+        {"prompt": "p", "response": "x" * (i % 7), "ground_truth": None, "data_source": "d", "extra_info": {}}
+        for i in range(n)
+    ]
     base, ours = [], []
     with Runner.from_config({"rewards": [{"module": __name__, "function": "trivial"}]}) as r:
         r.score(batch[:100])
@@ -47,9 +49,11 @@ def main(n: int = 100_000, repeat: int = 7) -> None:
             ours.append(time.perf_counter() - t)
     assert res.scores == direct and metrics["rewards/trivial/count"] == n
     b, o = min(base), min(ours)
-    print(f"inline executor, trivial reward, {n} samples, best of {repeat}: loop {b * 1e6 / n:.3f} us/sample, "
-          f"runner {o * 1e6 / n:.3f} us/sample -> ratio {o / b:.2f}x (goal <= 1.2x); "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"inline executor, trivial reward, {n} samples, best of {repeat}: loop {b * 1e6 / n:.3f} us/sample, "
+        f"runner {o * 1e6 / n:.3f} us/sample -> ratio {o / b:.2f}x (goal <= 1.2x); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 REWARDS = """
@@ -60,8 +64,12 @@ def trivial(*, response, **kwargs):
 async def atrivial(*, response, **kwargs):
     return float(len(response) > 3)
 """
-EXECUTORS = {"inline": ("trivial", "inline"), "thread": ("trivial", "thread"), "async": ("atrivial", "inline"),
-             "process": ("trivial", "process")}
+EXECUTORS = {
+    "inline": ("trivial", "inline"),
+    "thread": ("trivial", "thread"),
+    "async": ("atrivial", "inline"),
+    "process": ("trivial", "process"),
+}
 
 
 def cli(n: int = 100_000, repeat: int = int(os.environ.get("BENCH_REPEAT", "3"))) -> None:
@@ -85,8 +93,17 @@ def cli(n: int = 100_000, repeat: int = int(os.environ.get("BENCH_REPEAT", "3"))
             with open(cfg, "w") as f:
                 f.write(f"reward:\n  rewards:\n    - path: {module}\n      function: {fn}\n"
                         f"      executor: {executor}\n")
-            cmds[name] = [sys.executable, "-m", "rewardhub", "score", cfg, data, "-o", os.path.join(d, f"{name}.out"),
-                          "--no-progress"]
+            cmds[name] = [
+                sys.executable,
+                "-m",
+                "rewardhub",
+                "score",
+                cfg,
+                data,
+                "-o",
+                os.path.join(d, f"{name}.out"),
+                "--no-progress",
+            ]
         times: dict[str, list[float]] = {name: [] for name in cmds}
         cpus: dict[str, list[float]] = {name: [] for name in cmds}
         for _ in range(repeat):  # alternate, so that load from elsewhere hits all alike

@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         shared_fwd += len(chunk) * (1 + max(len(s.response_ids) for s in chunk)) * body
         shared_fwd += sum(len(s.response_ids) for s in chunk) * head
     flops = {**gen_flops, "learn full": 3 * full_fwd, "learn shared": 3 * shared_fwd}
-    print(f"threads {args.threads}; prompt {p_len} tokens, mean response {r_tokens / len(samples):.1f} tokens")
+    print(
+        f"threads {args.threads}; prompt {p_len} tokens, mean response {r_tokens / len(samples):.1f} tokens"
+    )
     best = {k: min(v) for k, v in times.items()}
     for k in ("gen plain", "gen shared", "learn full", "learn shared"):
         gf = flops[k] / best[k] / 1e9

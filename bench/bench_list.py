@@ -29,12 +29,21 @@ def main() -> None:
     base = wall([sys.executable, "-c", "pass"])
     t = wall([sys.executable, "-m", "rewardhub", "list", "--json"])
     report("rewardhub list --json (first-party plugins)", t, base, goal="<= 3x")
-    report("  CPU time", cpu([sys.executable, "-m", "rewardhub", "list", "--json"]), cpu([sys.executable, "-c", "pass"]),
-           goal="<= 3x")
+    report(
+        "  CPU time",
+        cpu([sys.executable, "-m", "rewardhub", "list", "--json"]),
+        cpu([sys.executable, "-c", "pass"]),
+        goal="<= 3x",
+    )
     with tempfile.TemporaryDirectory() as d:
         for i in range(200):
-            write_distribution(d, f"gen-reward-{i}", "1.0", {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
-                               {f"gen_mod_{i}": f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"})
+            write_distribution(
+                d,
+                f"gen-reward-{i}",
+                "1.0",
+                {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
+                {f"gen_mod_{i}": f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"},
+            )
         t200 = wall([sys.executable, "-m", "rewardhub", "list", "--json"], env={"PYTHONPATH": d})
         report("rewardhub list --json (+200 entry points)", t200, base, goal="<= 3x")
     with tempfile.TemporaryDirectory() as d:  # python -m puts the current directory on sys.path

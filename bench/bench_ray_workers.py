@@ -39,8 +39,13 @@ def _samples(k: int) -> list[dict]:
 
 def _gen_dists(root: str, n: int = 200) -> None:
     for i in range(n):
-        write_distribution(root, f"gen-reward-{i}", "1.0", {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
-                           {f"gen_mod_{i}": f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"})
+        write_distribution(
+            root,
+            f"gen-reward-{i}",
+            "1.0",
+            {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
+            {f"gen_mod_{i}": f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"},
+        )
 
 
 def _noop_actor_start(ray) -> float:

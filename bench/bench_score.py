@@ -95,26 +95,35 @@ def main(n: int = 3000, repeat: int = 3) -> None:
             ours.append(_timed(ours_cmd))
             same_fn.append(_timed(reward_cmd))
         base_scores = json.load(open(os.path.join(d, "base.json")))
-        our_scores = [json.loads(line)["rewards"]["math_verify"] for line in open(os.path.join(d, "out.jsonl"))]
-        disagree = sum(a != b for a, b in zip(base_scores, our_scores)) + abs(len(base_scores) - len(our_scores))
+        our_scores = [
+            json.loads(line)["rewards"]["math_verify"] for line in open(os.path.join(d, "out.jsonl"))
+        ]
+        disagree = sum(a != b for a, b in zip(base_scores, our_scores)) + abs(
+            len(base_scores) - len(our_scores)
+        )
         disagree += sum(a != b for a, b in zip(base_scores, json.load(open(os.path.join(d, "reward.json")))))
         r_loop = statistics.median(float(out) for _, _, out in same_fn)
         b_wall, o_wall = min(w for w, _, _ in base), min(w for w, _, _ in ours)
         b_loop = min(float(out) for _, _, out in base)
         b_med, o_med = statistics.median(w for w, _, _ in base), statistics.median(w for w, _, _ in ours)
         b_loop_med = statistics.median(float(out) for _, _, out in base)
-        print(f"math_verify on {n} samples, best of {repeat} (alternating runs):\n"
-              f"  sequential loop, whole run     {b_wall:.2f}s ({n / b_wall:.0f}/s), CPU " f"{min(c for _, c, _ in base):.2f}s\n"
-              f"  sequential loop, loop alone    {b_loop:.2f}s ({n / b_loop:.0f}/s) (start-up excluded)\n"
-              f"  rewardhub score (x2), whole    {o_wall:.2f}s ({n / o_wall:.0f}/s), CPU " f"{min(c for _, c, _ in ours):.2f}s\n"
-              f"  speed-up vs the loop alone (issue 20's baseline): {b_loop / o_wall:.2f}x best, "
-              f"{b_loop_med / o_med:.2f}x median (goal >= 2.0x)\n"
-              f"  speed-up vs the whole loop run (start-up in both): {b_wall / o_wall:.2f}x best, "
-              f"{b_med / o_med:.2f}x median\n"
-              f"  rewardhub-math's math_verify in the same loop: {r_loop:.2f}s median (loop alone); "
-              f"score vs it: {r_loop / o_med:.2f}x median (the pool's own share)\n"
-              f"  scores that differ: {disagree} of {len(our_scores)}; mean " f"{sum(our_scores) / len(our_scores):.3f}; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(
+            f"math_verify on {n} samples, best of {repeat} (alternating runs):\n"
+            f"  sequential loop, whole run     {b_wall:.2f}s ({n / b_wall:.0f}/s), CPU "
+            f"{min(c for _, c, _ in base):.2f}s\n"
+            f"  sequential loop, loop alone    {b_loop:.2f}s ({n / b_loop:.0f}/s) (start-up excluded)\n"
+            f"  rewardhub score (x2), whole    {o_wall:.2f}s ({n / o_wall:.0f}/s), CPU "
+            f"{min(c for _, c, _ in ours):.2f}s\n"
+            f"  speed-up vs the loop alone (issue 20's baseline): {b_loop / o_wall:.2f}x best, "
+            f"{b_loop_med / o_med:.2f}x median (goal >= 2.0x)\n"
+            f"  speed-up vs the whole loop run (start-up in both): {b_wall / o_wall:.2f}x best, "
+            f"{b_med / o_med:.2f}x median\n"
+            f"  rewardhub-math's math_verify in the same loop: {r_loop:.2f}s median (loop alone); "
+            f"score vs it: {r_loop / o_med:.2f}x median (the pool's own share)\n"
+            f"  scores that differ: {disagree} of {len(our_scores)}; mean "
+            f"{sum(our_scores) / len(our_scores):.3f}; "
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
 
 
 if __name__ == "__main__":

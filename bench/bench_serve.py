@@ -35,8 +35,12 @@ BATCH = 64
 
 
 def score_cli(data: str, out: str) -> float:
-    res = subprocess.run([sys.executable, "-m", "rewardhub", "score", CONFIG, data, "-o", out, "--no-progress"],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "rewardhub", "score", CONFIG, data, "-o", out, "--no-progress"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     m = re.search(r"(\d+) samples scored in ([0-9.]+)s", res.stdout + res.stderr)
     assert m, res.stdout + res.stderr
     return int(m.group(1)) / float(m.group(2))
@@ -73,7 +77,9 @@ def main() -> None:
             one, scores1 = through_server(server, rows, 1)
             eight, scores8 = through_server(server, rows, 8)
             batches = server.metric("rewardhub_batches_total")
-        assert scores1 == expected and scores8 == expected, "the server's scores differ from rewardhub score's"
+        assert scores1 == expected and scores8 == expected, (
+            "the server's scores differ from rewardhub score's"
+        )
     best_cli = cli_rates[-1]
     print(f"{args.n} math samples, examples/score.yaml, {os.cpu_count()} cores ({note})")
     print(f"rewardhub score:                {best_cli:8,.0f} rows/s (best of 2, as it reports itself)")

@@ -111,8 +111,13 @@ def run_case(case: str, steps: int, workdir: Path, judge_url: str | None, repeat
     for r in range(repeats):
         for mode in ("sync", "fully_async"):
             out = workdir / f"{case}-{mode}-{r}"
-            runs[mode].append(train(str(config), [*overrides, f"trainer.total_steps={steps}", f"trainer.mode={mode}"],
-                                    output=str(out)))
+            runs[mode].append(
+                train(
+                    str(config),
+                    [*overrides, f"trainer.total_steps={steps}", f"trainer.mode={mode}"],
+                    output=str(out),
+                )
+            )
     return {mode: sorted(rs, key=lambda s: s["throughput_samples_per_s"])[(len(rs) - 1) // 2]
             for mode, rs in runs.items()}
 
@@ -150,12 +155,16 @@ def main(argv: list[str] | None = None) -> int:
                     "dropped_stale": fa["samples_dropped_stale"],
                     "max_staleness_seen": fa["max_staleness_seen"],
                 }
-                print(f"{case:5s} trained {fa['samples_trained']:5d} samples: sync "
-                      f"{sync['throughput_samples_per_s']:7.2f}/s, fully_async " f"{fa['throughput_samples_per_s']:7.2f}/s"
-                      f"  ratio {ratio:.2f}x (goal {GOALS[case]}x)"
-                      f"  idle rollouter/learner: sync {sync['idle_ratio']['rollouter']:.2f}/"
-                      f"{sync['idle_ratio']['learner']:.2f}, fully_async {fa['idle_ratio']['rollouter']:.2f}/"
-                      f"{fa['idle_ratio']['learner']:.2f}; dropped stale {fa['samples_dropped_stale']}", flush=True)
+                print(
+                    f"{case:5s} trained {fa['samples_trained']:5d} samples: sync "
+                    f"{sync['throughput_samples_per_s']:7.2f}/s, fully_async "
+                    f"{fa['throughput_samples_per_s']:7.2f}/s"
+                    f"  ratio {ratio:.2f}x (goal {GOALS[case]}x)"
+                    f"  idle rollouter/learner: sync {sync['idle_ratio']['rollouter']:.2f}/"
+                    f"{sync['idle_ratio']['learner']:.2f}, fully_async {fa['idle_ratio']['rollouter']:.2f}/"
+                    f"{fa['idle_ratio']['learner']:.2f}; dropped stale {fa['samples_dropped_stale']}",
+                    flush=True,
+                )
     finally:
         server.shutdown()
         ray.shutdown()

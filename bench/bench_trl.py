@@ -71,8 +71,10 @@ def trl_rate(model_path: str, steps: int) -> tuple[float, float]:
         return out
 
     def format_ok(completions, **kwargs):
-        return [0.5 * float(bool(re.search(r"= *-?[0-9]+\.? *$", c if isinstance(c, str) else c[0]["content"])))
-                for c in completions]
+        return [
+            0.5 * float(bool(re.search(r"= *-?[0-9]+\.? *$", c if isinstance(c, str) else c[0]["content"])))
+            for c in completions
+        ]
 
     times: list[float] = []
     lengths: list[float] = []

@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for w in workers.values():  # warm-up: imports, first calls, the Runner's pool
         batch_mode(w)
-    best: dict[str, dict[str, float]] = {k: {"batch": float("inf"), "agent": float("inf"), "lat": float("inf")}
-                                         for k in workers}
+    best: dict[str, dict[str, float]] = {
+        k: {"batch": float("inf"), "agent": float("inf"), "lat": float("inf")} for k in workers
+    }
     scores: dict[str, list[float]] = {}
     for _ in range(args.repeat):
         for name, w in workers.items():
@@ -136,9 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"batch (compute_score_batch):  naive {n / nv['batch']:,.0f}/s ({nv['batch']:.2f}s)   "
           f"rewardhub {n / rh['batch']:,.0f}/s ({rh['batch']:.2f}s)   ratio rewardhub/naive "
           f"{nv['batch'] / rh['batch']:.2f}x")
-    print(f"agent loop ({args.agents} in flight, one at a time): naive {nv['agent']:.2f}s, "
-          f"{nv['lat'] * 1e3:.2f} ms/trajectory   rewardhub {rh['agent']:.2f}s, {rh['lat'] * 1e3:.2f} " "ms/trajectory"
-          f"   ratio {nv['agent'] / rh['agent']:.2f}x; rewardhub's mean group: {group:.1f} samples")
+    print(
+        f"agent loop ({args.agents} in flight, one at a time): naive {nv['agent']:.2f}s, "
+        f"{nv['lat'] * 1e3:.2f} ms/trajectory   rewardhub {rh['agent']:.2f}s, {rh['lat'] * 1e3:.2f} "
+        "ms/trajectory"
+        f"   ratio {nv['agent'] / rh['agent']:.2f}x; rewardhub's mean group: {group:.1f} samples"
+    )
     return 0
 
 

@@ -69,9 +69,12 @@ def main() -> None:
                 ray.get(rollouter.load.remote(method.remote()))
                 times[name].append(time.perf_counter() - t0)
         tensors, packed = (statistics.median(times[k][1:]) for k in ("tensors", "packed"))
-        print(f"weight sync of {size / 2**20:.0f} MiB (fp32 learner -> bf16 rollouter), median of " f"{args.repeats}: "
-              f"tensors {tensors:.3f}s, packed arrays {packed:.3f}s -> ratio {packed / tensors:.2f}x "
-              f"({tensors / packed:.1f}x faster); load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"weight sync of {size / 2**20:.0f} MiB (fp32 learner -> bf16 rollouter), median of "
+            f"{args.repeats}: "
+            f"tensors {tensors:.3f}s, packed arrays {packed:.3f}s -> ratio {packed / tensors:.2f}x "
+            f"({tensors / packed:.1f}x faster); load average {os.getloadavg()[0]:.1f}"
+        )
     finally:
         ray.shutdown()
 

@@ -146,7 +146,9 @@ def cpu_checks() -> list[tuple[str, bool, str]]:
         try:
             assert devices.gpus_seen() == 0 and devices.choose().device == "cpu"
         finally:
-            os.environ.pop("CUDA_VISIBLE_DEVICES") if old is None else os.environ.update(CUDA_VISIBLE_DEVICES=old)
+            os.environ.pop("CUDA_VISIBLE_DEVICES") if old is None else os.environ.update(
+                CUDA_VISIBLE_DEVICES=old
+            )
         assert devices.check_learner_gpus("cuda", 2) and devices.check_learner_gpus("cuda", 1) is None
         return "CUDA_VISIBLE_DEVICES='' -> cpu; a CUDA rank seeing 2 GPUs is refused"
 
@@ -207,7 +209,9 @@ def gpu_visibility() -> str:
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")}
-    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300, env=env
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("PROBE ")), None)
     assert line is not None, proc.stderr[-2000:]
     got = json.loads(line[len("PROBE "):])
@@ -222,8 +226,17 @@ def vllm_settings() -> str:
     from rewardhub_trainer.models import materialize
 
     path = materialize(ModelConfig(builtin="smollm2-135m"))
-    eng = make_engine("vllm", path, dtype="bfloat16", rollout={
-        "max_model_len": 512, "gpu_memory_utilization": 0.2, "enforce_eager": False, "tensor_parallel_size": 1})
+    eng = make_engine(
+        "vllm",
+        path,
+        dtype="bfloat16",
+        rollout={
+            "max_model_len": 512,
+            "gpu_memory_utilization": 0.2,
+            "enforce_eager": False,
+            "tensor_parallel_size": 1,
+        },
+    )
     config = eng.llm.llm_engine.vllm_config
     got = (config.model_config.max_model_len, config.cache_config.gpu_memory_utilization,
            config.model_config.enforce_eager, config.parallel_config.tensor_parallel_size)
@@ -236,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--config", default=str(ROOT / "examples" / "arithmetic.yaml"))
-    parser.add_argument("--allow-cpu", action="store_true",
-                        help="run the training part on the CPU vLLM backend when there is no GPU (checks this script)")
+    parser.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run the training part on the CPU vLLM backend when there is no GPU (checks this script)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -257,8 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: {'ok  ' if ok else 'FAIL'} {name}: {detail}")
     failed = [name for name, ok, _ in checks if not ok]
     if gpu is None and not args.allow_cpu:
-        print("gpu_check: no GPU on this machine (torch.cuda.is_available() is False): the GPU checks " "(visibility "
-              "in actors, vLLM on a GPU, the CUDA training runs) did not run; run it on a GPU machine")
+        print(
+            "gpu_check: no GPU on this machine (torch.cuda.is_available() is False): the GPU checks "
+            "(visibility "
+            "in actors, vLLM on a GPU, the CUDA training runs) did not run; run it on a GPU machine"
+        )
         return 1 if failed else 0
     gpu = gpu or "CPU (--allow-cpu)"
     engine = "vllm" if not missing else "transformers"
@@ -278,11 +297,18 @@ def main(argv: list[str] | None = None) -> int:
         val = Path(tmp) / "val.jsonl"
         val.write_text("".join(json.dumps({"question": f"{a} + {b} =", "answer": str(a + b)}) + "\n"
                                for a in range(1, 5) for b in range(3, 5)))
-        common = [f"rollout.engine={engine}", f"trainer.total_steps={args.steps}", "trainer.checkpoint_every=0",
-                  *([] if gpus == 0 else ["trainer.device=cuda"]), f"++data.val_files={val}",
-                  "++rollout.gpu_memory_utilization=0.25",
-                  f"++resources.learner.num_gpus={share}", f"++resources.rollouter.num_gpus={share}",
-                  f"++resources.evaluator.num_gpus={share}", *args.overrides]
+        common = [
+            f"rollout.engine={engine}",
+            f"trainer.total_steps={args.steps}",
+            "trainer.checkpoint_every=0",
+            *([] if gpus == 0 else ["trainer.device=cuda"]),
+            f"++data.val_files={val}",
+            "++rollout.gpu_memory_utilization=0.25",
+            f"++resources.learner.num_gpus={share}",
+            f"++resources.rollouter.num_gpus={share}",
+            f"++resources.evaluator.num_gpus={share}",
+            *args.overrides,
+        ]
         for mode in ("sync", "fully_async"):
             out = Path(tmp) / mode
             t0 = time.perf_counter()
@@ -291,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             results[mode] = _figures(summary, _rows(out), samples_per_step)
             results[mode]["run_s"] = time.perf_counter() - t0
             results[mode]["peak_gpu_memory_mib"] = memory.peak_mib
-            results[mode]["devices"] = {role: f"{d['device']} autocast={d['autocast']} rollout={d['rollout_dtype']}"
-                                        for role, d in summary.get("devices", {}).items()}
+            results[mode]["devices"] = {
+                role: f"{d['device']} autocast={d['autocast']} rollout={d['rollout_dtype']}"
+                for role, d in summary.get("devices", {}).items()
+            }
             results[mode]["gpus"] = {f"{w['role']} {w['pid']}": (w.get("gpu_ids"), w.get("cuda_visible"))
                                      for w in summary["workers"]}
             for w in summary["workers"]:  # an actor given no GPU sees none; one given a GPU sees it only
@@ -302,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
                                   f"{w['cuda_visible']!r}, given {want!r}")
     sync, fully = results["sync"], results["fully_async"]
     ratio = fully["throughput_samples_per_s"] / sync["throughput_samples_per_s"]
-    print(f"gpu_check on {gpu} ({gpus} GPU(s), {share} per role): {args.config} with rollout.engine={engine}, "
-          f"{args.steps} steps per mode")
+    print(
+        f"gpu_check on {gpu} ({gpus} GPU(s), {share} per role): {args.config} with rollout.engine={engine}, "
+        f"{args.steps} steps per mode"
+    )
     for mode, r in results.items():
         print(f"  {mode:11s} rollout tokens/s {r['rollout_tokens_per_s']:.1f}")
         print(f"  {mode:11s} learner step s {r['learner_step_s']:.3f}")
@@ -314,7 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  fully_async vs sync throughput: {ratio:.2f}x (goal >= 1.3x)")
     for problem in failed:
         print(f"gpu_check: FAIL {problem}")
-    print(json.dumps({"gpu": gpu, "ratio_fully_async_vs_sync": ratio, "checks": checks, **results}, sort_keys=True))
+    print(
+        json.dumps(
+            {"gpu": gpu, "ratio_fully_async_vs_sync": ratio, "checks": checks, **results}, sort_keys=True
+        )
+    )
     return 0 if sync["accounting_exact"] and fully["accounting_exact"] and not failed else 1
 
 

@@ -26,13 +26,17 @@ def samples(n: int, seed: int = 0) -> list[dict]:
         value = Fraction(gold)
         style = rng.choice(["boxed", "answer", "wrong", "latex", "gsm8k", "none", "boxed", "answer"])
         if style == "boxed":
-            response = f"Let me compute: {entry['metadata']['expression']}. So the result is \\boxed{{{gold}}}."
+            response = (
+                f"Let me compute: {entry['metadata']['expression']}. So the result is \\boxed{{{gold}}}."
+            )
         elif style == "answer":
             response = f"Working it out step by step gives {gold}.\nAnswer: {gold}"
         elif style == "wrong":
             response = f"I think the answer is \\boxed{{{value + rng.choice([-2, -1, 1, 3])}}}."
         elif style == "latex":
-            response = f"The value is $\\frac{{{value * 2}}}{{2}}$, i.e. \\boxed{{\\frac{{{value * 4}}}{{4}}}}"
+            response = (
+                f"The value is $\\frac{{{value * 2}}}{{2}}$, i.e. \\boxed{{\\frac{{{value * 4}}}{{4}}}}"
+            )
         elif style == "gsm8k":
             response = f"{entry['metadata']['expression']} = {gold}"
             gold = f"We evaluate the expression.\n#### {gold}"

@@ -93,8 +93,9 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                         for term, name in zip(section.rewards, terms))
         cfg = dataclasses.replace(section, rewards=rewards)
         if executor == "ray":
-            cfg = dataclasses.replace(cfg, workers=dataclasses.replace(cfg.workers,
-                                                                       num_workers=max(1, cfg.workers.num_workers)))
+            cfg = dataclasses.replace(
+                cfg, workers=dataclasses.replace(cfg.workers, num_workers=max(1, cfg.workers.num_workers))
+            )
         rows = batch if keep is None else [batch[i] for i in keep]
         with runner_from_config(cfg) as runner:
             cols = runner.score(rows).columns if rows else {}
@@ -123,16 +124,36 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                          else f"{len(data)} rows: " + _summary(col.values[:len(data)])))
         bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(labels)
                if st.get(len(data) + k) == ERROR]
-        out.append(Check(name, "edge responses", FAIL if bad else PASS,
-                         "; ".join(f"{label}: {err}" for label, err in bad[:4]) + (" ..." if len(bad) > 4 else "")
-                         if bad else ", ".join(f"{label}={_fmt(v)}" for label, v in zip(labels, col.values[len(data):])
-                                               if v is not None or len(firsts) == 1) or "not applicable to any"))
+        out.append(
+            Check(
+                name,
+                "edge responses",
+                FAIL if bad else PASS,
+                "; ".join(f"{label}: {err}" for label, err in bad[:4]) + (" ..." if len(bad) > 4 else "")
+                if bad
+                else ", ".join(
+                    f"{label}={_fmt(v)}"
+                    for label, v in zip(labels, col.values[len(data) :])
+                    if v is not None or len(firsts) == 1
+                )
+                or "not applicable to any",
+            )
+        )
         slow = [i for i in range(len(batch)) if st.get(i) == TIMEOUT or second[name].status.get(i) == TIMEOUT]
         worst = max(col.latency or [0.0])
-        limit = f"timeout_s {timeouts[name]:g}" + ("" if timeout else " (none declared: the contract's default)")
-        out.append(Check(name, "under timeout", FAIL if slow else PASS,
-                         f"{len(slow)} calls ran past {limit}, e.g. on the {_row_label(slow[0], len(data), labels)}" if slow
-                         else f"slowest call {worst * 1000:.1f} ms, {limit}"))
+        limit = f"timeout_s {timeouts[name]:g}" + (
+            "" if timeout else " (none declared: the contract's default)"
+        )
+        out.append(
+            Check(
+                name,
+                "under timeout",
+                FAIL if slow else PASS,
+                f"{len(slow)} calls ran past {limit}, e.g. on the {_row_label(slow[0], len(data), labels)}"
+                if slow
+                else f"slowest call {worst * 1000:.1f} ms, {limit}",
+            )
+        )
         same = _equal(col.values, second[name].values, skip=hung)
         if pure:
             out.append(Check(name, "deterministic", PASS if same else FAIL,
@@ -179,7 +200,9 @@ def _ray_installed() -> bool:
 
 
 def _equal(a: Sequence[Any], b: Sequence[Any], skip: set[int] | None = None) -> bool:
-    return all(_same(x, y) for i, (x, y) in enumerate(zip(a, b)) if not skip or i not in skip) and len(a) == len(b)
+    return all(_same(x, y) for i, (x, y) in enumerate(zip(a, b)) if not skip or i not in skip) and len(
+        a
+    ) == len(b)
 
 
 def _same(x: Any, y: Any) -> bool:

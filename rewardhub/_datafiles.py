@@ -106,7 +106,9 @@ def kind_of(path: str) -> str:
 
 def unreadable(path: str, what: str, exc: BaseException) -> UsageError:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return UsageError(f"{path}: cannot be read as {what} ({msg})\ncheck that the file is complete and really {what}")
+    return UsageError(
+        f"{path}: cannot be read as {what} ({msg})\ncheck that the file is complete and really {what}"
+    )
 
 
 def open_rows(path: str, batch_rows: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -131,9 +133,11 @@ def open_rows(path: str, batch_rows: int) -> Iterator[tuple[int, dict[str, Any]]
             named = os.path.splitext(path[:-3] if path.lower().endswith(".gz") else path)[1].lower()
             head = _peek(f, 64).lstrip(b"\xef\xbb\xbf \t\r\n")
             if named in _BINARY_SUFFIXES and head and not head.startswith(b"{"):
-                raise UsageError(f"{path}: cannot be read as {_BINARY_SUFFIXES[named]} (it does not start as one "
-                                 f"does: {head[:8]!r}), nor is it JSON lines\n"
-                                 f"check that the file is complete and really {_BINARY_SUFFIXES[named]}")
+                raise UsageError(
+                    f"{path}: cannot be read as {_BINARY_SUFFIXES[named]} (it does not start as one "
+                    f"does: {head[:8]!r}), nor is it JSON lines\n"
+                    f"check that the file is complete and really {_BINARY_SUFFIXES[named]}"
+                )
             yield from _jsonl_rows(path, f, what)
             return
         source: Any
@@ -167,8 +171,10 @@ def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[s
         try:
             row = _DECODER.decode(line)
         except _DuplicateKey as exc:
-            raise UsageError(f"{path}, row {n}: the key {exc.args[0]!r} appears twice in one object; a row can hold "
-                             "only one of its values\nrename one of them") from None
+            raise UsageError(
+                f"{path}, row {n}: the key {exc.args[0]!r} appears twice in one object; a row can hold "
+                "only one of its values\nrename one of them"
+            ) from None
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path}, row {n}: not valid JSON ({exc.msg})\n"
                              "each line must be one JSON object") from None
@@ -221,8 +227,10 @@ def _duplicates(path: str, schema: Any) -> None:
         seen: set[str] = set()
         for field in fields:
             if field.name in seen:
-                raise UsageError(f"{path}: two columns named {where + field.name!r}; a row can hold only one of them\n"
-                                 "rename one of the columns (e.g. with pyarrow's Table.rename_columns)")
+                raise UsageError(
+                    f"{path}: two columns named {where + field.name!r}; a row can hold only one of them\n"
+                    "rename one of the columns (e.g. with pyarrow's Table.rename_columns)"
+                )
             seen.add(field.name)
             t = field.type
             while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):

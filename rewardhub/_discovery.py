@@ -38,7 +38,10 @@ def _distributions_patched() -> bool:
     if md is None:
         return False
     fn = md.distributions
-    return getattr(fn, "__module__", None) != "importlib.metadata" or getattr(fn, "__qualname__", None) != "distributions"
+    return (
+        getattr(fn, "__module__", None) != "importlib.metadata"
+        or getattr(fn, "__qualname__", None) != "distributions"
+    )
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,13 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) ->
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"state": _with_dists(state), "eps": [[e.group, e.name, e.value, e.dist, e.version] for e in found]}, f)
+                json.dump(
+                    {
+                        "state": _with_dists(state),
+                        "eps": [[e.group, e.name, e.value, e.dist, e.version] for e in found],
+                    },
+                    f,
+                )
             os.replace(tmp, path)
         except OSError:
             pass
@@ -210,7 +219,11 @@ _NO_FILE = object()
 def _cached_eps(cached: Any) -> list[list[Any]] | None:
     """The entry points of a cache file's content, or ``None`` when it is not what :func:`scan_entry_points`
     writes (``{"state": [...], "eps": [[group, name, value, dist|null, version|null], ...]}``)."""
-    if not isinstance(cached, dict) or not isinstance(cached.get("state"), list) or not isinstance(cached.get("eps"), list):
+    if (
+        not isinstance(cached, dict)
+        or not isinstance(cached.get("state"), list)
+        or not isinstance(cached.get("eps"), list)
+    ):
         return None
     eps: list[list[Any]] = cached["eps"]
     for ep in eps:

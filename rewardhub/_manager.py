@@ -88,7 +88,8 @@ class RewardhubPluginManager(pluggy.PluginManager):
         try:
             plugin = ep.load()
             self.register(plugin, name=ep.name)
-        except (Exception, SystemExit) as exc:  # a broken plugin (even one calling sys.exit) must not break the others
+        # a broken plugin (even one calling sys.exit) must not break the others
+        except (Exception, SystemExit) as exc:
             self.mark_broken(ep.name, f"{type(exc).__name__}: {exc}", ep.dist, ep.version)
             return
         self.plugin_dists[ep.name] = (ep.dist, ep.version)
@@ -188,13 +189,27 @@ class RewardhubPluginManager(pluggy.PluginManager):
     def facts(self) -> list[dict[str, Any]]:
         """One dict per plugin, loaded or broken, sorted by name (what ``rewardhub list`` shows)."""
         facts = [
-            {"name": pname, "dist": self.dist_of(pname)[0], "version": self.dist_of(pname)[1],
-             "hooks": self.hooks_of(pname), "builtin": pname.startswith("rewardhub.builtin."), "status": "ok",
-             "error": None}
+            {
+                "name": pname,
+                "dist": self.dist_of(pname)[0],
+                "version": self.dist_of(pname)[1],
+                "hooks": self.hooks_of(pname),
+                "builtin": pname.startswith("rewardhub.builtin."),
+                "status": "ok",
+                "error": None,
+            }
             for pname, _ in self.list_name_plugin()
             if pname is not None
         ] + [
-            {"name": n, "dist": d, "version": v, "hooks": [], "builtin": False, "status": "broken", "error": e}
+            {
+                "name": n,
+                "dist": d,
+                "version": v,
+                "hooks": [],
+                "builtin": False,
+                "status": "broken",
+                "error": e,
+            }
             for n, (d, v, e) in self.broken.items()
         ]
         return sorted(facts, key=lambda p: p["name"])

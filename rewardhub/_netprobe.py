@@ -100,16 +100,22 @@ def connect_bounded(address: str, seconds: float) -> Any:
         while not done.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
-                stop(f"ERROR: Ray did not connect to {address} within {seconds:g} s (its port answers, but " "not "
-                     "as a Ray cluster's)\n  check the address and port (`ray status` on the head node shows "
-                     "them)\n", 1)
+                stop(
+                    f"ERROR: Ray did not connect to {address} within {seconds:g} s (its port answers, but "
+                    "not "
+                    "as a Ray cluster's)\n  check the address and port (`ray status` on the head node shows "
+                    "them)\n",
+                    1,
+                )
             if not main:
                 done.wait(min(left, 0.2))
                 continue
             got = signal.sigtimedwait(signals, min(left, 0.2))
             if got is not None and not done.is_set():
                 name = signal.Signals(got.si_signo).name
-                stop(f"ERROR: interrupted ({name}) while connecting to Ray at {address}\n", 128 + got.si_signo)
+                stop(
+                    f"ERROR: interrupted ({name}) while connecting to Ray at {address}\n", 128 + got.si_signo
+                )
 
     if main:
         signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # the watcher (started after) inherits it too
@@ -121,8 +127,10 @@ def connect_bounded(address: str, seconds: float) -> Any:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 text = str(exc).strip().splitlines()
-                raise RewardhubError(f"cannot connect to Ray at {address}: {text[0] if text else type(exc).__name__}\n"
-                                     "check the address (`ray status` on the head node shows it)") from None
+                raise RewardhubError(
+                    f"cannot connect to Ray at {address}: {text[0] if text else type(exc).__name__}\n"
+                    "check the address (`ray status` on the head node shows it)"
+                ) from None
         return ray
     finally:
         done.set()

@@ -31,7 +31,10 @@ def spec_for_reward_ep(ep: Any) -> RewardSpec:
     """A lazy spec for a ``rewardhub.rewards`` entry point: nothing is imported."""
     status, error = "ok", None
     if not ep.attr:
-        status, error = "broken", f"entry point {ep.name!r} = {ep.value!r} names no attribute ('module:function')"
+        status, error = (
+            "broken",
+            f"entry point {ep.name!r} = {ep.value!r} names no attribute ('module:function')",
+        )
     elif find_module_file(ep.module) is None:
         status, error = "broken", f"No module named {ep.module!r}"
     return RewardSpec(

@@ -37,21 +37,27 @@ def response_lengths(data: Any) -> list[int]:
     keys = set(batch.keys()) if batch is not None else set()
     for field in ("responses", "attention_mask"):
         if field not in keys:
-            raise VerlBatchError(f"verl batch has no batch[{field!r}] (tensors there: {sorted(keys) or 'none'})\n"
-                                 "rewardhub's reward manager reads responses and attention_mask, as verl's "
-                                 "naive manager does")
+            raise VerlBatchError(
+                f"verl batch has no batch[{field!r}] (tensors there: {sorted(keys) or 'none'})\n"
+                "rewardhub's reward manager reads responses and attention_mask, as verl's "
+                "naive manager does"
+            )
     responses, mask = batch["responses"], batch["attention_mask"]
     width = responses.shape[-1] if responses.dim() == 2 else -1
     if width < 0 or mask.dim() != 2 or mask.shape[0] != responses.shape[0] or mask.shape[-1] < width:
-        raise VerlBatchError(f"verl batch: attention_mask of shape {tuple(mask.shape)} does not cover responses of "
-                             f"shape {tuple(responses.shape)}\nexpected (rows, prompt + response length) and "
-                             "(rows, response length)")
+        raise VerlBatchError(
+            f"verl batch: attention_mask of shape {tuple(mask.shape)} does not cover responses of "
+            f"shape {tuple(responses.shape)}\nexpected (rows, prompt + response length) and "
+            "(rows, response length)"
+        )
     tail = mask[:, mask.shape[-1] - width:]
     if tail.dtype.is_floating_point or tail.dtype.is_complex:
         if not bool(torch.all((tail == 0) | (tail == 1))):
             bad = tail[(tail != 0) & (tail != 1)][0].item()
-            raise VerlBatchError(f"verl batch: attention_mask ({tail.dtype}) holds {bad!r}, not only 0 and 1\n"
-                                 "it must mark each response token 1 and each pad 0")
+            raise VerlBatchError(
+                f"verl batch: attention_mask ({tail.dtype}) holds {bad!r}, not only 0 and 1\n"
+                "it must mark each response token 1 and each pad 0"
+            )
     elif tail.dtype != torch.bool and bool(torch.any((tail != 0) & (tail != 1))):
         raise VerlBatchError("verl batch: attention_mask holds values other than 0 and 1\n"
                              "it must mark each response token 1 and each pad 0")
@@ -85,7 +91,9 @@ def _python_value(x: Any) -> Any:
     return x
 
 
-def decode_samples(parts: Sequence[Any], tokenizer: Any, reward_fn_key: str = "data_source") -> list[dict[str, Any]]:
+def decode_samples(
+    parts: Sequence[Any], tokenizer: Any, reward_fn_key: str = "data_source"
+) -> list[dict[str, Any]]:
     """One rewardhub sample per row of each ``DataProto`` in ``parts`` (in order), decoded in one call."""
     ids: list[list[int]] = []
     rows: list[tuple[Mapping[str, Any], int]] = []
@@ -110,10 +118,15 @@ def decode_samples(parts: Sequence[Any], tokenizer: Any, reward_fn_key: str = "d
                 info.update(tools)
         info["num_turns"] = _python_value(nt["__num_turns__"][i]) if "__num_turns__" in nt else None
         info["rollout_reward_scores"] = _python_value(nt["reward_scores"][i]) if "reward_scores" in nt else {}
-        out.append({"prompt": _python_value(nt["raw_prompt"][i]) if "raw_prompt" in nt else None, "response": text,
-                    "ground_truth": gt,
-                    "data_source": _python_value(nt[reward_fn_key][i]) if reward_fn_key in nt else None,
-                    "extra_info": info})
+        out.append(
+            {
+                "prompt": _python_value(nt["raw_prompt"][i]) if "raw_prompt" in nt else None,
+                "response": text,
+                "ground_truth": gt,
+                "data_source": _python_value(nt[reward_fn_key][i]) if reward_fn_key in nt else None,
+                "extra_info": info,
+            }
+        )
     return out
 
 

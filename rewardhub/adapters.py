@@ -97,12 +97,16 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
         runner = lazy.get()
         n = len(completions)
         key = ground_truth_key or next((k for k in _GT_KEYS if k in kwargs), None)
-        columns = {k: v for k, v in kwargs.items() if k not in skip and isinstance(v, (list, tuple)) and len(v) == n}
+        columns = {
+            k: v for k, v in kwargs.items() if k not in skip and isinstance(v, (list, tuple)) and len(v) == n
+        }
         if lazy.needs_ground_truth and n and key not in columns:
             wanted = repr(ground_truth_key) if ground_truth_key else " or ".join(map(repr, _GT_KEYS))
-            raise UsageError(f"to_trl({name!r}): the reward needs a ground truth, but TRL passed no column {wanted}"
-                             f"\ncolumns there: {', '.join(sorted(columns)) or 'none'}; name the right one with "
-                             "to_trl(..., ground_truth_key=...)")
+            raise UsageError(
+                f"to_trl({name!r}): the reward needs a ground truth, but TRL passed no column {wanted}"
+                f"\ncolumns there: {', '.join(sorted(columns)) or 'none'}; name the right one with "
+                "to_trl(..., ground_truth_key=...)"
+            )
         samples = []
         for i in range(n):
             gt = columns[key][i] if key in columns else None

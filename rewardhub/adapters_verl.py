@@ -60,7 +60,11 @@ __all__ = ["MANAGER_NAME", "VerlBatchScorer", "register"]
 #: the name a launch script selects (``reward.reward_manager.name=rewardhub``)
 MANAGER_NAME = "rewardhub"
 #: verl's own scorer, used when the launch script names no custom reward function
-VERL_DEFAULT_TERM = {"module": "verl.utils.reward_score", "function": "default_compute_score", "alias": "verl_default"}
+VERL_DEFAULT_TERM = {
+    "module": "verl.utils.reward_score",
+    "function": "default_compute_score",
+    "alias": "verl_default",
+}
 
 
 def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +73,10 @@ def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
     set replaces its place under ``reward.`` (verl's defaults there are no choice of the user's)."""
     cfg = dict(cfg)
     reward = dict(cfg.get("reward") or {})
-    for legacy, new in (("custom_reward_function", "custom_reward_function"), ("sandbox_fusion", "sandbox_fusion")):
+    for legacy, new in (
+        ("custom_reward_function", "custom_reward_function"),
+        ("sandbox_fusion", "sandbox_fusion"),
+    ):
         block = cfg.pop(legacy, None)  # gone after verl's migration, set or not
         if isinstance(block, Mapping) and any(v is not None for v in block.values()):
             reward[new] = dict(block)
@@ -105,9 +112,11 @@ def reward_section(verl_config: Any) -> RewardConfig:
     if module and str(module).endswith((".yaml", ".yml")):
         fn = (verl_reward.get("custom_reward_function") or {}).get("path")
         if fn:
-            raise UsageError(f"reward.custom_reward_function.path={fn!r} and reward.reward_manager.module.path="
-                             f"{module!r} both name the rewards\nkeep one: put the function in the YAML as a term "
-                             f"({{path: {fn}, function: ...}}), or drop the module.path")
+            raise UsageError(
+                f"reward.custom_reward_function.path={fn!r} and reward.reward_manager.module.path="
+                f"{module!r} both name the rewards\nkeep one: put the function in the YAML as a term "
+                f"({{path: {fn}, function: ...}}), or drop the module.path"
+            )
         return _zero_on_failure(load_plan(str(module)).reward)
     with warnings.catch_warnings():  # a launch script's legacy keys are expected here
         warnings.simplefilter("ignore")
@@ -129,8 +138,13 @@ def _zero_on_failure(section: RewardConfig) -> RewardConfig:
     """verl cannot leave a sample out of its batch, and a NaN reward would poison its group's advantages:
     a term that names no ``on_failure`` of its own scores a failed call 0.0 here (flagged in
     ``rewardhub_failed``), where rewardhub's own default is NaN."""
-    return dataclasses.replace(section, rewards=tuple(
-        t if t.on_failure is not None else dataclasses.replace(t, on_failure="zero") for t in section.rewards))
+    return dataclasses.replace(
+        section,
+        rewards=tuple(
+            t if t.on_failure is not None else dataclasses.replace(t, on_failure="zero")
+            for t in section.rewards
+        ),
+    )
 
 
 #: what a sample without a ground truth gets from the rewards that need one (as ``rewardhub score`` says)
@@ -167,22 +181,27 @@ class VerlBatchScorer:
         from ._verl_batch import VerlBatchError
         from ._verl_batch import decode_samples
 
-        by_source = VERL_DEFAULT_TERM["alias"] in self.names  # verl's scorer picks its function by data source
+        # verl's scorer picks its function by data source
+        by_source = VERL_DEFAULT_TERM["alias"] in self.names
         for data in parts:
             nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
             if by_source and len(data) and self.reward_fn_key not in nt:
                 raise VerlBatchError(
-                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default " "scorer "
+                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default "
+                    "scorer "
                     f"picks its function\nfields there: {sorted(nt) or 'none'}; or name a "
-                    "reward.custom_reward_function")
+                    "reward.custom_reward_function"
+                )
         if self.needing:
             for data in parts:
                 nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
                 if len(data) and "reward_model" not in nt:
                     raise VerlBatchError(
-                        "verl batch has no non_tensor_batch['reward_model'] (reward_model.ground_truth), " "which "
+                        "verl batch has no non_tensor_batch['reward_model'] (reward_model.ground_truth), "
+                        "which "
                         f"{', '.join(map(repr, self.needing))} needs\nfields there: {sorted(nt) or 'none'}; "
-                        "verl's datasets carry it as reward_model: {ground_truth: ...}")
+                        "verl's datasets carry it as reward_model: {ground_truth: ...}"
+                    )
         return decode_samples(parts, tokenizer, self.reward_fn_key)
 
     # ---- scoring ------------------------------------------------------------------------------

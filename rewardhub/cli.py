@@ -157,8 +157,10 @@ def _plugin_command_problem(mod: Any, taken: dict[str, str]) -> str | None:
     """Why a plugin's command module cannot be added (``None`` when it can)."""
     missing = [a for a in ("NAME", "add_arguments", "run") if not hasattr(mod, a)]
     if missing:
-        return (f"its object has no {', '.join(missing)} (a command module defines NAME, HELP, add_arguments, "
-                "run)")
+        return (
+            f"its object has no {', '.join(missing)} (a command module defines NAME, HELP, add_arguments, "
+            "run)"
+        )
     name = mod.NAME
     if not isinstance(name, str) or not name or name.startswith("-") or any(c.isspace() for c in name):
         return f"its NAME {name!r} is not a command name"

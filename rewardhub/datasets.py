@@ -96,7 +96,9 @@ def expand_paths(paths: str | Sequence[str], key: str = "data") -> list[str]:
     return out
 
 
-def iter_rows(paths: str | Sequence[str], *, key: str = "data", batch_rows: int = BATCH_ROWS) -> Iterator[Row]:
+def iter_rows(
+    paths: str | Sequence[str], *, key: str = "data", batch_rows: int = BATCH_ROWS
+) -> Iterator[Row]:
     """Every row of ``paths`` in order, streamed; each file read by its content (JSONL, parquet, arrow,
     gzip/bz2/xz-compressed), from a regular file, a pipe or stdin (``-``), without losing a byte.
 
@@ -119,7 +121,9 @@ def iter_rows(paths: str | Sequence[str], *, key: str = "data", batch_rows: int 
                 empty = False
                 yield Row(path, n, data)
         if empty:
-            raise UsageError(f"{path}: the file has no rows\ngive a file with at least one row, or leave it out")
+            raise UsageError(
+                f"{path}: the file has no rows\ngive a file with at least one row, or leave it out"
+            )
 
 
 def count_rows(paths: str | Sequence[str], key: str = "data") -> int:
@@ -166,8 +170,10 @@ def _hf_files(folder: str) -> list[str]:
     else:
         files = sorted(glob.glob(os.path.join(folder, "*.arrow")))
     if not files:
-        raise UsageError(f"{folder}: a folder, but not one saved by datasets' save_to_disk (no .arrow files)\n"
-                         "give JSONL or parquet files, or a save_to_disk folder")
+        raise UsageError(
+            f"{folder}: a folder, but not one saved by datasets' save_to_disk (no .arrow files)\n"
+            "give JSONL or parquet files, or a save_to_disk folder"
+        )
     return files
 
 
@@ -217,8 +223,10 @@ def prompt_of(row: Row, key: str | None = None) -> str | list[dict[str, str]]:
         if value is not MISSING:
             break
     else:
-        raise UsageError(f"{row.where}: no column {' or '.join(repr(k) for k in keys)} (the prompt)\n"
-                         f"the row has: {_columns(row.data)}; name the prompt column with data.prompt_key=COLUMN")
+        raise UsageError(
+            f"{row.where}: no column {' or '.join(repr(k) for k in keys)} (the prompt)\n"
+            f"the row has: {_columns(row.data)}; name the prompt column with data.prompt_key=COLUMN"
+        )
     if isinstance(value, str):
         return value
     if isinstance(value, (list, tuple)) and value and all(

@@ -12,7 +12,13 @@ import pluggy
 if TYPE_CHECKING:
     from .types import RewardSpec
 
-__all__ = ["hookimpl", "hookspec", "rewardhub_doctor_lines", "rewardhub_legacy_aliases", "rewardhub_register_rewards"]
+__all__ = [
+    "hookimpl",
+    "hookspec",
+    "rewardhub_doctor_lines",
+    "rewardhub_legacy_aliases",
+    "rewardhub_register_rewards",
+]
 
 #: marker for hook specifications
 hookspec = pluggy.HookspecMarker("rewardhub")

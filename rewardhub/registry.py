@@ -92,8 +92,11 @@ class RewardRegistry:
                 from .errors import RewardhubDeprecationWarning
 
                 new, plugin = self.aliases[name]
-                warnings.warn(REWARD_ALIAS.format(old=name, new=new, plugin=plugin), RewardhubDeprecationWarning,
-                              stacklevel=2)
+                warnings.warn(
+                    REWARD_ALIAS.format(old=name, new=new, plugin=plugin),
+                    RewardhubDeprecationWarning,
+                    stacklevel=2,
+                )
                 return self._name2spec[new]
             raise UnknownRewardError(name, self._name2spec) from None
 
@@ -148,7 +151,9 @@ class RewardRegistry:
         first = self._name2spec[spec.name]
         specs = self.conflicts.setdefault(spec.name, [first])
         specs.append(spec)
-        marker = specs[0].with_(status="conflict", error="registered by " + " and by ".join(s.origin for s in specs))
+        marker = specs[0].with_(
+            status="conflict", error="registered by " + " and by ".join(s.origin for s in specs)
+        )
         self._name2spec[spec.name] = marker
         return marker
 
@@ -163,15 +168,19 @@ class RewardRegistry:
                 raise UnknownRewardError(name, list(self._name2spec), "in reward.plugins.prefer")
             chosen = [s for s in specs if matches_source(s, str(choice))]
             if len(chosen) != 1:
-                raise UsageError(f"reward.plugins.prefer: {{{name}: {choice}}} matches {len(chosen)} of the sources "
-                                 f"that register {name!r}: {', '.join(s.origin for s in specs)}\n"
-                                 f"name one of: {', '.join(source_key(s) for s in specs)}")
+                raise UsageError(
+                    f"reward.plugins.prefer: {{{name}: {choice}}} matches {len(chosen)} of the sources "
+                    f"that register {name!r}: {', '.join(s.origin for s in specs)}\n"
+                    f"name one of: {', '.join(source_key(s) for s in specs)}"
+                )
             self._name2spec[name] = chosen[0]
             self.conflicts.pop(name, None)
 
     def _check_usable(self, spec: RewardSpec) -> None:
         if spec.status == "conflict":
-            raise ConflictingRewardError(spec.name, [(source_key(s), s.origin) for s in self.conflicts[spec.name]])
+            raise ConflictingRewardError(
+                spec.name, [(source_key(s), s.origin) for s in self.conflicts[spec.name]]
+            )
         if spec.status != "ok":
             raise BrokenRewardError(
                 f"reward {spec.name!r} is broken: {spec.error}\nfrom {spec.origin}",
@@ -207,7 +216,8 @@ class RewardRegistry:
             if not os.path.isfile(path):
                 raise UsageError(
                     f"reward file {path!r} does not exist (reward term {alias!r})\n"
-                    "fix the term's path (a relative path in a YAML config is resolved against the file's " "folder; "
+                    "fix the term's path (a relative path in a YAML config is resolved against the file's "
+                    "folder; "
                     "one given as an override or in a launch script, against the working directory)"
                 )
             sha = file_sha256(path)

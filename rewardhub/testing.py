@@ -73,8 +73,13 @@ def write_distribution(
     return info
 
 
-def check_reward(reward: str | Mapping[str, Any], rows: Any = None, *,
-                 executors: tuple[str, ...] = ("inline", "process", "ray"), default_timeout_s: float = 10.0) -> list[Any]:
+def check_reward(
+    reward: str | Mapping[str, Any],
+    rows: Any = None,
+    *,
+    executors: tuple[str, ...] = ("inline", "process", "ray"),
+    default_timeout_s: float = 10.0,
+) -> list[Any]:
     """Run the reward contract (what ``rewardhub test`` checks) and raise ``AssertionError`` with the
     table of checks when one fails; returns the checks.
 
@@ -89,6 +94,11 @@ def check_reward(reward: str | Mapping[str, Any], rows: Any = None, *,
     section = validate_reward({"rewards": [{"name": reward}]} if isinstance(reward, str) else reward)
     checks = run_contract(section, rows, executors=executors, default_timeout_s=default_timeout_s)
     if any(c.status == FAIL for c in checks):
-        raise AssertionError("the reward contract fails:\n" + table(
-            [[c.term, c.contract, c.status, c.detail] for c in checks], ["reward", "contract", "result", "detail"]))
+        raise AssertionError(
+            "the reward contract fails:\n"
+            + table(
+                [[c.term, c.contract, c.status, c.detail] for c in checks],
+                ["reward", "contract", "result", "detail"],
+            )
+        )
     return checks

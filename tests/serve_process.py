@@ -28,9 +28,14 @@ class Server:
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join([str(TESTS), full_env.get("PYTHONPATH", "")])
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "serve", str(config), "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
-                                     cwd=cwd)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rewardhub", "serve", str(config), "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            cwd=cwd,
+        )
         self.stderr: list[str] = []
         self._stderr_thread = threading.Thread(target=self._read_stderr, daemon=True)
         self._stderr_thread.start()

@@ -44,7 +44,10 @@ def test_trl_reward_func_inside_trl():
     prompts = ["What is 2+2?", "What is 3+3?", [{"role": "user", "content": "1+1?"}]]
     completions = ["\\boxed{4}", "it is 7", [{"role": "assistant", "content": "\\boxed{2}"}]]
     inputs = [{"prompt": p, "solution": s, "data_source": "math"} for p, s in zip(prompts, ["4", "6", "2"])]
-    fns = [to_trl("math_verify", executor="thread", timeout_s=20), to_trl("regex_match", kwargs={"pattern": "boxed"})]
+    fns = [
+        to_trl("math_verify", executor="thread", timeout_s=20),
+        to_trl("regex_match", kwargs={"pattern": "boxed"}),
+    ]
     assert [f.__name__ for f in fns] == ["math_verify", "regex_match"]
     rows = _trl_calculate_rewards(fns, inputs, prompts, completions)
     assert rows == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
@@ -61,7 +64,9 @@ def test_verl_compute_score_signature_and_values():
     assert to_verl("exact_match")("x", "paris", "Paris")["score"] == 1.0
 
 
-VERL_COMPAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat")
+VERL_COMPAT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat"
+)
 
 VERL_CHECK = r'''
 import json, os, sys
@@ -94,15 +99,19 @@ def test_to_verl_inside_real_verl(tmp_path):
     """Real verl loads ``compute_score = to_verl(...)`` through its custom_reward_function loader."""
     env = _verl_env()
     module = tmp_path / "my_reward.py"
-    module.write_text("from rewardhub.adapters import to_verl\ncompute_score = to_verl('math_verify', executor='inline')\n")
+    module.write_text(
+        "from rewardhub.adapters import to_verl\ncompute_score = to_verl('math_verify', executor='inline')\n"
+    )
     check = tmp_path / "check.py"
     check.write_text(VERL_CHECK)
     res = subprocess.run([sys.executable, str(check), str(module)], capture_output=True, text=True, env=env,
                          timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     ok = {"rewardhub_failed": 0.0, "rewardhub_error": ""}
-    assert json.loads(res.stdout.strip().splitlines()[-1]) == [{"score": 1.0, "acc": 1.0, "extracted": 1.0, **ok},
-                                                               {"score": 0.0, "acc": 0.0, "extracted": 1.0, **ok}]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [
+        {"score": 1.0, "acc": 1.0, "extracted": 1.0, **ok},
+        {"score": 0.0, "acc": 0.0, "extracted": 1.0, **ok},
+    ]
 
 
 def test_real_verl_compute_score_runs_unchanged(tmp_path):

@@ -68,7 +68,11 @@ def test_new_install_list_test_from_nothing(tmp_path):
 
 
 def test_new_refuses_bad_names(cli, tmp_path):
-    for name, why in (("9lives", "not a package name"), ("class", "Python keyword"), ("Bad", "not a package name")):
+    for name, why in (
+        ("9lives", "not a package name"),
+        ("class", "Python keyword"),
+        ("Bad", "not a package name"),
+    ):
         res = cli("new", name, cwd=str(tmp_path))
         assert res.returncode == 2 and why in res.stderr, res.stderr
     assert list(tmp_path.iterdir()) == []
@@ -111,8 +115,12 @@ BAD_REWARDS = textwrap.dedent('''
 def test_contract_fails_each_broken_promise(tmp_path, monkeypatch):
     (tmp_path / "bad_rewards.py").write_text(BAD_REWARDS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    section = {"rewards": [{"module": "bad_rewards", "function": f, **({"timeout_s": 2} if f == "sleepy" else {})}
-                           for f in ("coin", "picky", "stringly", "sleepy", "by_pid")]}
+    section = {
+        "rewards": [
+            {"module": "bad_rewards", "function": f, **({"timeout_s": 2} if f == "sleepy" else {})}
+            for f in ("coin", "picky", "stringly", "sleepy", "by_pid")
+        ]
+    }
     checks = {(c.term, c.contract): c for c in run_contract(section, executors=("inline", "process"))}
     assert checks["coin", "deterministic"].status == "FAIL"
     assert checks["coin", "returns a score"].status == "pass"
@@ -139,8 +147,13 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     data.write_text("\n".join(json.dumps({"response": r, "ground_truth": "a"}) for r in ("a", "b")) + "\n")
     res = cli("test", "exact_match", str(data), "--executors", "inline", "--json")
     checks = json.loads(res.stdout)
-    assert [c["contract"] for c in checks] == ["returns a score", "edge responses", "under timeout", "deterministic",
-                                               "same on every executor"]
+    assert [c["contract"] for c in checks] == [
+        "returns a score",
+        "edge responses",
+        "under timeout",
+        "deterministic",
+        "same on every executor",
+    ]
     assert next(c for c in checks if c["contract"] == "returns a score")["detail"] == "2 rows: 1, 0"
     # a config file: each of its terms, with its own kwargs; a named reward with --kwargs
     res = cli("test", os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "score.yaml"),

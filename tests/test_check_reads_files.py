@@ -41,8 +41,10 @@ async def compute_score(data_source, solution_str, ground_truth, extra_info=None
     assert not (tmp_path / "RAN").exists() and "printed at import" not in res.stdout + res.stderr
     out = json.loads(res.stdout)
     assert res.returncode == 1
-    assert out["problems"] == ["reward.rewards[0].kwargs: compute_score has no parameter 'scal' (did you mean "
-                               "'scale'?); it takes: scale, solution_str"]
+    assert out["problems"] == [
+        "reward.rewards[0].kwargs: compute_score has no parameter 'scal' (did you mean "
+        "'scale'?); it takes: scale, solution_str"
+    ]
     term = out["terms"][0]
     assert (term["timeout_s"], term["executor"], term["pure"]) == (3, "process", True)
     assert "async" in term["capabilities"]
@@ -53,7 +55,9 @@ def test_a_missing_function_names_those_the_file_has(cli, tmp_path):
     res = cli("check", _config(tmp_path, f"path: {path}"), "--json")
     assert res.returncode == 1 and not (tmp_path / "RAN").exists()
     (problem,) = json.loads(res.stdout)["problems"]
-    assert problem.startswith(f"reward.rewards[0]: {path} has no function 'compute_score' (it defines: score_a, Other)")
+    assert problem.startswith(
+        f"reward.rewards[0]: {path} has no function 'compute_score' (it defines: score_a, Other)"
+    )
 
 
 def test_a_syntax_error_is_a_problem_with_its_line(cli, tmp_path):
@@ -75,7 +79,9 @@ def test_a_module_term_is_read_not_imported(cli, tmp_path):
     pkg = tmp_path / "mypkg_check_static"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(SIDE_EFFECT.format(marker=str(tmp_path / "RAN")))
-    _reward(tmp_path, "def fn(*, response, k=1, **kw):\n    return 1.0\n", name="mypkg_check_static/rewards.py")
+    _reward(
+        tmp_path, "def fn(*, response, k=1, **kw):\n    return 1.0\n", name="mypkg_check_static/rewards.py"
+    )
     res = cli("check", _config(tmp_path, "module: mypkg_check_static.rewards\nfunction: fn\nkwargs: {k: 2}"),
               env={"PYTHONPATH": str(tmp_path)})
     assert res.returncode == 0, res.stderr

@@ -20,7 +20,9 @@ def test_version_loads_no_plugins(cli):
     code = ("import sys; from rewardhub.cli import main; main(['--version']); "
             "print('rewardhub_math' in sys.modules, 'rewardhub_reasoning_gym' in sys.modules, "
             "'rewardhub.builtin.format' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     assert out[0] == "rewardhub 0.1.0"
     assert out[1] == "False False False"
 
@@ -43,7 +45,9 @@ def test_list_json_shows_first_party_plugins(cli):
 def test_list_table_and_plugins(cli):
     res = cli("list")
     assert res.returncode == 0
-    assert "math_verify" in res.stdout and "rewardhub-math 0.1.0" in res.stdout and "fingerprint" in res.stdout
+    assert (
+        "math_verify" in res.stdout and "rewardhub-math 0.1.0" in res.stdout and "fingerprint" in res.stdout
+    )
     res = cli("list", "--plugins", "--json")
     plugins = {p["name"]: p for p in json.loads(res.stdout)}
     assert plugins["reasoning_gym"]["hooks"] == ["rewardhub_register_rewards"]
@@ -88,17 +92,27 @@ def test_outside_package_on_pythonpath(cli, tmp_path):
     assert by["ghost"]["status"] == "broken" and "outside_rewards_missing.mod" in by["ghost"]["error"]
     assert by["math_verify"]["status"] == "ok"
     res = cli("show", "polite", env=env)
-    assert res.returncode == 0 and "polite(*, response, **kwargs)" in res.stdout and "outside-rewards" in res.stdout
+    assert (
+        res.returncode == 0
+        and "polite(*, response, **kwargs)" in res.stdout
+        and "outside-rewards" in res.stdout
+    )
 
 
 def test_listing_200_entry_points_imports_none(cli, tmp_path):
     marker = tmp_path / "imported"
     marker.mkdir()
     for i in range(200):
-        write_distribution(tmp_path / "site", f"gen-reward-{i}", "1.0",
-                           {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
-                           {f"gen_mod_{i}": f"open({str(marker / str(i))!r}, 'w').close()\n"
-                                            f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"})
+        write_distribution(
+            tmp_path / "site",
+            f"gen-reward-{i}",
+            "1.0",
+            {"rewardhub.rewards": {f"gen_{i}": f"gen_mod_{i}:score"}},
+            {
+                f"gen_mod_{i}": f"open({str(marker / str(i))!r}, 'w').close()\n"
+                f"def score(**kw):\n    '''Generated reward {i}.'''\n    return 1.0\n"
+            },
+        )
     res = cli("list", "--json", env={"PYTHONPATH": str(tmp_path / "site")})
     assert res.returncode == 0, res.stderr
     names = {r["name"] for r in json.loads(res.stdout)}

@@ -63,8 +63,10 @@ def _readonly(path, *args):
 def test_output_folder_missing(cli, simple, tmp_path):
     cfg, data = simple
     line = _error(cli("score", cfg, data, "-o", str(tmp_path / "nope" / "o.jsonl")), 2)
-    assert line == (f"ERROR: -o {str(tmp_path / 'nope' / 'o.jsonl')!r}: the folder {str(tmp_path / 'nope')!r} "
-                    "does not exist")
+    assert line == (
+        f"ERROR: -o {str(tmp_path / 'nope' / 'o.jsonl')!r}: the folder {str(tmp_path / 'nope')!r} "
+        "does not exist"
+    )
 
 
 @needs_bwrap
@@ -158,7 +160,10 @@ def test_yaml_alias_bomb_is_refused_quickly(cli, tmp_path):
     start = time.monotonic()
     line = _error(cli("check", str(cfg)), 2)
     assert time.monotonic() - start < 30
-    assert line == f"ERROR: config {str(cfg)!r} expands to over 100,000 values through YAML aliases (&name / *name)"
+    assert (
+        line
+        == f"ERROR: config {str(cfg)!r} expands to over 100,000 values through YAML aliases (&name / *name)"
+    )
 
 
 def test_aliases_that_stay_small_are_fine(cli, tmp_path):
@@ -172,7 +177,9 @@ def test_aliases_that_stay_small_are_fine(cli, tmp_path):
 
 def test_reward_returning_a_huge_int_is_that_samples_error(cli, tmp_path):
     reward = tmp_path / "huge.py"
-    reward.write_text("def compute_score(*, response, **kw):\n    return 10**400 if response == 'huge' else 1\n")
+    reward.write_text(
+        "def compute_score(*, response, **kw):\n    return 10**400 if response == 'huge' else 1\n"
+    )
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"reward:\n  rewards:\n    - path: {reward}\n")
     data = tmp_path / "d.jsonl"
@@ -180,7 +187,8 @@ def test_reward_returning_a_huge_int_is_that_samples_error(cli, tmp_path):
     res = cli("score", str(cfg), str(data))
     assert res.returncode == 0 and "Traceback" not in res.stderr
     rows = [json.loads(x) for x in res.stdout.splitlines()]
-    assert rows[0]["score"] == 1.0 and math.isnan(rows[1]["score"])  # a failure is never a score (on_failure: nan)
+    # a failure is never a score (on_failure: nan)
+    assert rows[0]["score"] == 1.0 and math.isnan(rows[1]["score"])
     assert "not a finite number" in rows[1]["errors"]["compute_score"]
 
 
@@ -193,8 +201,11 @@ def test_executor_ray_without_ray(simple, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     assert main(["score", str(cfg), data]) == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == "ERROR: reward term 'compute_score': compute_score has executor: ray, but Ray is " \
-                                  "not installed here"
+    assert (
+        err.splitlines()[0]
+        == "ERROR: reward term 'compute_score': compute_score has executor: ray, but Ray is "
+        "not installed here"
+    )
     assert main(["check", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert "compute_score has executor: ray, but Ray is not installed here" in err and "pip install" in err
@@ -241,7 +252,9 @@ def test_migrate_write_keeps_a_backup_and_no_temp_file(cli, tmp_path):
     res = cli("migrate", str(cfg), "--write")
     assert res.returncode == 0, res.stderr
     assert sorted(os.listdir(tmp_path)) == ["legacy.yaml", "legacy.yaml.bak"]
-    assert "reward:" in cfg.read_text() and Path(str(cfg) + ".bak").read_text().startswith("custom_reward_function")
+    assert "reward:" in cfg.read_text() and Path(str(cfg) + ".bak").read_text().startswith(
+        "custom_reward_function"
+    )
 
 
 # ---- one validator, one wording: the core's reward: and the trainer's sections -----------------------
@@ -261,13 +274,27 @@ def test_reward_and_trainer_sections_fail_in_the_same_words(cli, tmp_path):
         return cli("train", str(cfg), *overrides, "--output", out)
 
     cases = [  # (run, the ERROR line, the line below it (the start of it))
-        (check("reward.workers.num_workerz=2"), "unknown key reward.workers.num_workerz",
-         "did you mean reward.workers.num_workers? allowed: "),
-        (train("rollout.temprature=2"), "unknown key rollout.temprature", "did you mean rollout.temperature? allowed: "),
-        (check("reward.aggregation=mean"), "reward.aggregation='mean' is not valid",
-         "allowed: weighted_sum, normalize_then_sum"),
+        (
+            check("reward.workers.num_workerz=2"),
+            "unknown key reward.workers.num_workerz",
+            "did you mean reward.workers.num_workers? allowed: ",
+        ),
+        (
+            train("rollout.temprature=2"),
+            "unknown key rollout.temprature",
+            "did you mean rollout.temperature? allowed: ",
+        ),
+        (
+            check("reward.aggregation=mean"),
+            "reward.aggregation='mean' is not valid",
+            "allowed: weighted_sum, normalize_then_sum",
+        ),
         (train("trainer.mode=asynk"), "trainer.mode='asynk' is not valid", "allowed: sync, fully_async"),
-        (check("reward.workers.num_cpus=-1"), "reward.workers.num_cpus=-1.0 is not valid", "allowed: a value >= 0"),
+        (
+            check("reward.workers.num_cpus=-1"),
+            "reward.workers.num_cpus=-1.0 is not valid",
+            "allowed: a value >= 0",
+        ),
         (train("rollout.max_new_tokens=0"), "rollout.max_new_tokens=0 is not valid", "allowed: a value >= 1"),
     ]
     for res, line, fix in cases:

@@ -51,7 +51,11 @@ def test_a_bad_command_plugin_is_a_warning_naming_it(cli, tmp_path, case):
     helped = cli("--help", env=env)
     assert helped.returncode == 0 and "Traceback" not in helped.stderr, helped.stderr
     assert "score" in helped.stdout and "hello" in helped.stdout
-    warning = [line for line in helped.stderr.splitlines() if line.startswith("WARNING: command plugin bad-plugin 1.2")]
+    warning = [
+        line
+        for line in helped.stderr.splitlines()
+        if line.startswith("WARNING: command plugin bad-plugin 1.2")
+    ]
     assert len(warning) == 1, helped.stderr
     assert cli("hello", "--who", "you", env=env).stdout == "hello you\n"
     listed = cli("list", env=env)
@@ -62,9 +66,20 @@ def test_a_bad_command_plugin_is_a_warning_naming_it(cli, tmp_path, case):
             "ERROR: command 'other' from bad-plugin" in res.stderr
 
 
-@pytest.mark.parametrize("content", ["[]", "{}", "null", '{"state": [], "eps": {"a": 1}}',
-                                     '{"state": [], "eps": ["abcde"]}', '{"state": [], "eps": [[1, 2, 3, 4, 5]]}',
-                                     '{"state": "x", "eps": []}', "{not json", "\u00e9\u00e9"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[]",
+        "{}",
+        "null",
+        '{"state": [], "eps": {"a": 1}}',
+        '{"state": [], "eps": ["abcde"]}',
+        '{"state": [], "eps": [[1, 2, 3, 4, 5]]}',
+        '{"state": "x", "eps": []}',
+        "{not json",
+        "\u00e9\u00e9",
+    ],
+)
 def test_a_malformed_entry_point_cache_is_a_warning_and_rewritten(cli, tmp_path, content):
     from rewardhub import _discovery
 

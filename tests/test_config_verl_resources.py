@@ -33,7 +33,9 @@ def test_explicit_settings_win_when_they_agree_and_conflicts_fail():
     with pytest.raises(UsageError, match=r"trainer.n_gpus_per_node=2 sets resources.gpus_per_node, which the "
                                          r"config sets to 4"):
         read_and_migrate(None, ["trainer.n_gpus_per_node=2", "resources.gpus_per_node=4", REWARD])
-    with pytest.raises(UsageError, match=r"^trainer.nnodes='two' is not valid\nexpected a whole number >= 0$"):
+    with pytest.raises(
+        UsageError, match=r"^trainer.nnodes='two' is not valid\nexpected a whole number >= 0$"
+    ):
         read_and_migrate(None, ["trainer.nnodes=two", REWARD])
 
 

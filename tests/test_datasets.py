@@ -71,8 +71,19 @@ def test_row_formats_and_keys():
     assert to_sample(other, prompt_key="q", answer_key="sol.final")["ground_truth"] == "7"
 
 
-@pytest.mark.parametrize("case", ["missing_column", "empty", "not_text", "bad_parquet", "not_utf8", "not_object",
-                                  "missing_file", "bad_folder"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing_column",
+        "empty",
+        "not_text",
+        "bad_parquet",
+        "not_utf8",
+        "not_object",
+        "missing_file",
+        "bad_folder",
+    ],
+)
 def test_bad_data_is_one_error_naming_file_and_row(tmp_path, case):
     from rewardhub.datasets import Row
 
@@ -81,13 +92,17 @@ def test_bad_data_is_one_error_naming_file_and_row(tmp_path, case):
         path.write_text(json.dumps({"question": "a"}) + "\n" + json.dumps({"text": "b"}) + "\n")
         rows = list(iter_rows(str(path)))
         prompt_of(rows[0])
-        with pytest.raises(UsageError, match=r"(?s)d\.jsonl, row 2: no column 'prompt' or 'question'.*data\.prompt_key"):
+        with pytest.raises(
+            UsageError, match=r"(?s)d\.jsonl, row 2: no column 'prompt' or 'question'.*data\.prompt_key"
+        ):
             prompt_of(rows[1])
         return
     if case == "not_text":
         pq.write_table(pa.Table.from_pylist([{"prompt": 5}, {"prompt": 6}]), tmp_path / "n.parquet")
         rows = list(iter_rows(str(tmp_path / "n.parquet")))
-        with pytest.raises(UsageError, match=r"n\.parquet, row 2, column 'prompt': the prompt is neither text nor chat"):
+        with pytest.raises(
+            UsageError, match=r"n\.parquet, row 2, column 'prompt': the prompt is neither text nor chat"
+        ):
             prompt_of(rows[1])
         with pytest.raises(UsageError, match="neither text nor chat"):
             prompt_of(Row("f", 1, {"prompt": [{"role": "user"}]}))  # a message without content

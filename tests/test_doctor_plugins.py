@@ -33,8 +33,10 @@ def test_an_address_where_nothing_listens_is_one_error_at_once(cli):
     res = cli("doctor", "--address", f"127.0.0.1:{port}")
     took = time.monotonic() - began
     assert res.returncode == 1, res.stderr
-    assert res.stderr.splitlines()[0] == (f"ERROR: no Ray cluster at --address 127.0.0.1:{port}: nothing listens on "
-                                          f"port {port} of 127.0.0.1 (connection refused)")
+    assert res.stderr.splitlines()[0] == (
+        f"ERROR: no Ray cluster at --address 127.0.0.1:{port}: nothing listens on "
+        f"port {port} of 127.0.0.1 (connection refused)"
+    )
     assert "Failed to connect" not in res.stderr and "Traceback" not in res.stderr
     assert took < 15
 
@@ -77,8 +79,11 @@ def test_sigterm_stops_doctor_while_ray_connects(listener, tmp_path):
     pytest.importorskip("ray")
     err = tmp_path / "err"
     with open(err, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "doctor", "--address", f"127.0.0.1:{listener}"],
-                                stdout=subprocess.DEVNULL, stderr=f)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rewardhub", "doctor", "--address", f"127.0.0.1:{listener}"],
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
         try:
             deadline = time.monotonic() + 60
             while b"Connecting to existing Ray cluster" not in err.read_bytes():  # ray.init is under way
@@ -148,7 +153,9 @@ def _trainer_plugin_installed() -> bool:
     """Whether the installed trainer declares its plugin (an install from before it did has no lines)."""
     import importlib.metadata
 
-    return any(ep.value == "rewardhub_trainer.hooks" for ep in importlib.metadata.entry_points(group="rewardhub"))
+    return any(
+        ep.value == "rewardhub_trainer.hooks" for ep in importlib.metadata.entry_points(group="rewardhub")
+    )
 
 
 def test_the_core_never_imports_the_trainer():
@@ -161,7 +168,9 @@ def test_the_core_never_imports_the_trainer():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             bad += [f"{path.relative_to(REPO)}:{node.lineno}: {n}" for n in names
                     if n.split(".")[0] == "rewardhub_trainer"]
-            if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and str(a.value).startswith("rewardhub_trainer")
-                                                  for a in node.args):
+            if isinstance(node, ast.Call) and any(
+                isinstance(a, ast.Constant) and str(a.value).startswith("rewardhub_trainer")
+                for a in node.args
+            ):
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno}: a dynamic import of the trainer")
     assert bad == []

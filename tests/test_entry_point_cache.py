@@ -62,7 +62,9 @@ def test_entry_point_cache_outlives_a_written_output_but_not_an_install(tmp_path
     (dist / "entry_points.txt").write_text("[rewardhub.rewards]\nlate = late_reward:score\n")
     bump(work)
     found = names(_discovery.scan_entry_points())
-    assert len(scans) == 2 and ("rewardhub.rewards", "late", "late_reward:score", "late-reward", "1.0") in found
+    assert (
+        len(scans) == 2 and ("rewardhub.rewards", "late", "late_reward:score", "late-reward", "1.0") in found
+    )
     assert names(_discovery.scan_entry_points()) == found and len(scans) == 2
     bump(work)  # a folder that holds a distribution: any change counts (a reinstall in place)
     _discovery.scan_entry_points()

@@ -33,8 +33,10 @@ def run(terms, samples, **kw):
 
 
 def samples_of(*responses, **extra):
-    return [{"prompt": "p", "response": x, "ground_truth": None, "data_source": "d", "extra_info": dict(extra)}
-            for x in responses]
+    return [
+        {"prompt": "p", "response": x, "ground_truth": None, "data_source": "d", "extra_info": dict(extra)}
+        for x in responses
+    ]
 
 
 def _alive(pid):
@@ -143,12 +145,16 @@ def test_a_failure_is_nan_unless_the_reward_or_its_term_says_otherwise():
 def test_a_reward_execution_error_survives_pickling():
     import pickle
 
-    err = pickle.loads(pickle.dumps(RewardExecutionError("reward 'r' on sample 3: boom", reward="r", index=3)))
+    err = pickle.loads(
+        pickle.dumps(RewardExecutionError("reward 'r' on sample 3: boom", reward="r", index=3))
+    )
     assert (str(err), err.reward, err.index) == ("reward 'r' on sample 3: boom", "r", 3)
 
 
 def test_on_failure_raise_names_reward_and_sample():
-    with pytest.raises(RewardExecutionError, match=r"reward 'misbehave' on sample 1: .*RuntimeError: boom") as e:
+    with pytest.raises(
+        RewardExecutionError, match=r"reward 'misbehave' on sample 1: .*RuntimeError: boom"
+    ) as e:
         run([term("misbehave", on_failure="raise")], samples_of("ok:1", "raise"))
     assert e.value.reward == "misbehave" and e.value.index == 1
 
@@ -278,9 +284,13 @@ def test_bad_inputs_are_named():
         run([term("misbehave")], [{"response": "ok:1"}, {"prompt": "x"}])
     with pytest.raises(UsageError, match=r"reward.aggregation='mean' is not valid\nallowed: weighted_sum"):
         run([term("misbehave")], [], aggregation="mean")
-    with pytest.raises(UsageError, match=r"on_failure='ignore' is not valid\nallowed: zero, nan, drop, raise"):
+    with pytest.raises(
+        UsageError, match=r"on_failure='ignore' is not valid\nallowed: zero, nan, drop, raise"
+    ):
         run([term("misbehave", on_failure="ignore")], [])
-    with pytest.raises(UsageError, match=r"reward.rewards names 'misbehave' more than once\ngive each term a distinct"):
+    with pytest.raises(
+        UsageError, match=r"reward.rewards names 'misbehave' more than once\ngive each term a distinct"
+    ):
         run([term("misbehave"), term("misbehave")], [])  # a raw section: the config's validator says so
     with pytest.raises(UsageError, match="reward.rewards is empty"):
         run([], [])

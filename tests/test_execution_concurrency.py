@@ -19,8 +19,10 @@ def _tests_on_path(monkeypatch):
 
 def math_rows(offset, n=12):
     """Half right, half wrong; the answers depend on ``offset`` so that mixed-up batches show."""
-    return [{"prompt": "p", "response": f"so \\boxed{{{offset + i}}}", "ground_truth": str(offset + i + i % 2)}
-            for i in range(n)], [1.0 if i % 2 == 0 else 0.0 for i in range(12)]
+    return [
+        {"prompt": "p", "response": f"so \\boxed{{{offset + i}}}", "ground_truth": str(offset + i + i % 2)}
+        for i in range(n)
+    ], [1.0 if i % 2 == 0 else 0.0 for i in range(12)]
 
 
 @pytest.fixture(scope="module")

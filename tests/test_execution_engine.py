@@ -130,16 +130,23 @@ def score(terms, batch, **cfg):
 
 # ---- the inline fast path -------------------------------------------------------------------
 def test_fast_path_values_failures_and_extras(rfile):
-    res, _ = score([term(rfile, "plain")], samples_of("abc", "raise", "int", "bool", "nan", "none", "dict", "xy"))
+    res, _ = score(
+        [term(rfile, "plain")], samples_of("abc", "raise", "int", "bool", "nan", "none", "dict", "xy")
+    )
     assert res.rewards[0]["plain"] == 3.0 and res.rewards[7]["plain"] == 2.0
     assert res.rewards[2]["plain"] == 2.0 and type(res.rewards[2]["plain"]) is float
     assert res.rewards[3]["plain"] == 1.0 and type(res.rewards[3]["plain"]) is float
-    assert res.rewards[1]["plain"] == 0.0 and "reward 'plain' on sample 1: RuntimeError: boom" in res.errors[1]["plain"]
+    assert (
+        res.rewards[1]["plain"] == 0.0
+        and "reward 'plain' on sample 1: RuntimeError: boom" in res.errors[1]["plain"]
+    )
     assert res.rewards[4]["plain"] == 0.0 and "returned nan" in res.errors[4]["plain"]
     assert res.rewards[5]["plain"] is None and res.scores[5] is None
     assert res.extra[6] == {"plain": {"n": 3}}
     m = res.metrics
-    assert m["rewards/plain/errors"] == 2.0 and m["rewards/plain/count"] == 7.0 and m["rewards/plain/n"] == 3.0
+    assert (
+        m["rewards/plain/errors"] == 2.0 and m["rewards/plain/count"] == 7.0 and m["rewards/plain/n"] == 3.0
+    )
     assert len(res.scores) == 8
 
 
@@ -169,7 +176,10 @@ def test_fast_path_optional_fields_missing_and_bad_samples(rfile):
 def test_fast_path_kwargs_verl_retries_and_raise(rfile, tmp_path):
     res, _ = score([term(rfile, "scaled", kwargs={"factor": 0.5})], samples_of("abcd"))
     assert res.scores == [2.0]
-    res, _ = score([term(rfile, "verl")], [{"response": "g", "ground_truth": "g"}, {"response": "h", "ground_truth": "g"}])
+    res, _ = score(
+        [term(rfile, "verl")],
+        [{"response": "g", "ground_truth": "g"}, {"response": "h", "ground_truth": "g"}],
+    )
     assert res.scores == [1.0, 0.0]
     res, _ = score([term(rfile, "flaky_once", retries=1)], samples_of("a", counter=str(tmp_path / "c")))
     assert res.scores == [1.0] and res.outcomes["flaky_once"][0].attempts == 2
@@ -332,7 +342,9 @@ def test_sandbox_settings_reach_rewards_with_the_capability(rfile):
     assert "sandbox" not in r.terms[1].kwargs  # only rewards with the capability get it
     assert r.terms[0].kwargs["sandbox"] == cfg["sandbox"]
     # the term's own kwargs win
-    res, _ = score([term(rfile, "sandboxed", kwargs={"sandbox": {"max_concurrent": 9}})], samples_of("ab"), **cfg)
+    res, _ = score(
+        [term(rfile, "sandboxed", kwargs={"sandbox": {"max_concurrent": 9}})], samples_of("ab"), **cfg
+    )
     assert res.extra[0]["sandboxed"]["max_concurrent"] == 9.0
     # and it reaches a process worker too
     res, _ = score([term(rfile, "sandboxed", executor="process")], samples_of("ab"), **cfg)

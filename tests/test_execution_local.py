@@ -50,8 +50,10 @@ async def hang_once(*, response, extra_info, **kw):
 
 
 def _rows(*responses, **extra):
-    return [{"prompt": "p", "response": r, "ground_truth": None, "data_source": "d", "extra_info": dict(extra)}
-            for r in responses]
+    return [
+        {"prompt": "p", "response": r, "ground_truth": None, "data_source": "d", "extra_info": dict(extra)}
+        for r in responses
+    ]
 
 
 def _runner(tmp_path, source, function, **policy):
@@ -86,7 +88,9 @@ def test_thread_executor_reuses_its_threads(tmp_path):
 def test_thread_timeout_replaces_the_thread_and_the_rest_goes_on(tmp_path):
     rows = [f"r{i}" for i in range(40)]
     rows[5] = rows[30] = "hang"
-    with _runner(tmp_path, THREAD_REWARDS, "record", executor="thread", max_concurrency=2, timeout_s=0.5) as r:
+    with _runner(
+        tmp_path, THREAD_REWARDS, "record", executor="thread", max_concurrency=2, timeout_s=0.5
+    ) as r:
         seen = _seen(r)
         hung, release = _hung(r)
         res = r.score(_rows(*rows))

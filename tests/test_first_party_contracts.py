@@ -36,22 +36,45 @@ def test_every_first_party_reward_is_covered_here():
 
 
 def test_builtins_and_math():
-    section = {"rewards": [
-        {"name": "exact_match"}, {"name": "regex_match", "kwargs": {"pattern": r"\\boxed\{.+\}"}},
-        {"name": "think_format"}, {"name": "overlong_penalty", "kwargs": {"max_resp_len": 64, "overlong_buffer_len": 16}},
-        {"name": "math_verify"}]}
+    section = {
+        "rewards": [
+            {"name": "exact_match"},
+            {"name": "regex_match", "kwargs": {"pattern": r"\\boxed\{.+\}"}},
+            {"name": "think_format"},
+            {"name": "overlong_penalty", "kwargs": {"max_resp_len": 64, "overlong_buffer_len": 16}},
+            {"name": "math_verify"},
+        ]
+    }
     checks = run_contract(section, executors=("inline", "process"))
     assert _failed(checks) == []
-    assert {c.term for c in checks} == {"exact_match", "regex_match", "think_format", "overlong_penalty", "math_verify"}
+    assert {c.term for c in checks} == {
+        "exact_match",
+        "regex_match",
+        "think_format",
+        "overlong_penalty",
+        "math_verify",
+    }
 
 
 def test_code_rewards():
     from rewardhub.execution import Runner  # noqa: F401  (the code plugin's sandbox runs in process)
 
-    io_rows = [{"prompt": "Echo the line.", "response": "```python\nprint(input())\n```",
-                "ground_truth": {"inputs": ["hi\n"], "outputs": ["hi\n"]}, "data_source": None, "extra_info": {}},
-               {"prompt": "Echo the line.", "response": "```python\nprint('no')\n```",
-                "ground_truth": {"inputs": ["hi\n"], "outputs": ["hi\n"]}, "data_source": None, "extra_info": {}}]
+    io_rows = [
+        {
+            "prompt": "Echo the line.",
+            "response": "```python\nprint(input())\n```",
+            "ground_truth": {"inputs": ["hi\n"], "outputs": ["hi\n"]},
+            "data_source": None,
+            "extra_info": {},
+        },
+        {
+            "prompt": "Echo the line.",
+            "response": "```python\nprint('no')\n```",
+            "ground_truth": {"inputs": ["hi\n"], "outputs": ["hi\n"]},
+            "data_source": None,
+            "extra_info": {},
+        },
+    ]
     assert_rows = [{"prompt": "Write add.", "response": "```python\ndef add(a, b):\n    return a + b\n```",
                     "ground_truth": ["assert add(2, 3) == 5"], "data_source": None, "extra_info": {}},
                    {"prompt": "Write add.", "response": "```python\ndef add(a, b):\n    return a - b\n```",

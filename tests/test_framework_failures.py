@@ -39,12 +39,19 @@ def _trl(reward_funcs, inputs, prompts, completions):
 
     logged: list[tuple[str, float]] = []
     fake = SimpleNamespace(
-        accelerator=SimpleNamespace(device="cpu", is_main_process=True), reward_funcs=reward_funcs,
-        reward_processing_classes=[None] * len(reward_funcs), reward_func_names=[f.__name__ for f in reward_funcs],
-        state=SimpleNamespace(global_step=0), _log_completion_extra=lambda *a, **k: None,
-        _log_metric=lambda name, value: logged.append((name, value)), environments=None,
-        args=SimpleNamespace(report_to=[]), _metrics={"train": {}}, control=SimpleNamespace(should_evaluate=False),
-        model=SimpleNamespace(training=True))
+        accelerator=SimpleNamespace(device="cpu", is_main_process=True),
+        reward_funcs=reward_funcs,
+        reward_processing_classes=[None] * len(reward_funcs),
+        reward_func_names=[f.__name__ for f in reward_funcs],
+        state=SimpleNamespace(global_step=0),
+        _log_completion_extra=lambda *a, **k: None,
+        _log_metric=lambda name, value: logged.append((name, value)),
+        environments=None,
+        args=SimpleNamespace(report_to=[]),
+        _metrics={"train": {}},
+        control=SimpleNamespace(should_evaluate=False),
+        model=SimpleNamespace(training=True),
+    )
     out = GRPOTrainer._calculate_rewards(fake, inputs, prompts, completions, [[1]] * len(completions))
     return out.tolist(), logged
 

@@ -12,7 +12,17 @@ import pytest
 
 import rewardhub
 
-HEAVY = ("torch", "ray", "transformers", "vllm", "numpy", "omegaconf", "sympy", "math_verify", "reasoning_gym")
+HEAVY = (
+    "torch",
+    "ray",
+    "transformers",
+    "vllm",
+    "numpy",
+    "omegaconf",
+    "sympy",
+    "math_verify",
+    "reasoning_gym",
+)
 MODULES = sorted(m.name for m in pkgutil.walk_packages(rewardhub.__path__, "rewardhub.")
                  if not m.name.startswith("rewardhub.distributed"))
 

@@ -57,15 +57,23 @@ def test_migrate_report_json_matches_the_library(cli, path):
 def test_migrate_prints_yaml_and_a_summary(cli):
     r = cli("migrate", str(SHARED / "path-only-default-name.overrides"))
     assert r.returncode == 0, r.stderr
-    assert yaml.safe_load(r.stdout) == {"reward": {"rewards": [{"path": "my_reward.py", "function": "compute_score"}]}}
+    assert yaml.safe_load(r.stdout) == {
+        "reward": {"rewards": [{"path": "my_reward.py", "function": "compute_score"}]}
+    }
     assert "custom_reward_function.path -> reward.rewards[0].path" in r.stderr
     assert "compute_score" in r.stderr  # the default name is said, not silently assumed
 
 
 def test_migrate_overrides_alone_including_hydra_plus(cli):
-    r = cli("migrate", "custom_reward_function.path=r.py", "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
-            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=10", "++reward_model.reward_kwargs.max_resp_len=100",
-            "--report", "json")
+    r = cli(
+        "migrate",
+        "custom_reward_function.path=r.py",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.len=10",
+        "++reward_model.reward_kwargs.max_resp_len=100",
+        "--report",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     terms = json.loads(r.stdout)["config"]["reward"]["rewards"]
     assert terms == [{"path": "r.py", "function": "compute_score"},
@@ -73,12 +81,22 @@ def test_migrate_overrides_alone_including_hydra_plus(cli):
 
 
 def test_migrate_yaml_with_overrides(cli):
-    r = cli("migrate", str(SHARED / "top-level-custom-fn.yaml"), "custom_reward_function.name=other", "--report", "json")
+    r = cli(
+        "migrate",
+        str(SHARED / "top-level-custom-fn.yaml"),
+        "custom_reward_function.name=other",
+        "--report",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)["config"]
     assert cfg["reward"]["rewards"] == [{"path": "recipe/deepeyes/deepeyes.py", "function": "other"}]
     # verl's trainer keys move too (rewardhub.config.verl_trainer)
-    assert "data" not in cfg and cfg["rollout"] == {"prompts_per_step": 256} and cfg["trainer"] == {"total_epochs": 1}
+    assert (
+        "data" not in cfg
+        and cfg["rollout"] == {"prompts_per_step": 256}
+        and cfg["trainer"] == {"total_epochs": 1}
+    )
 
 
 def test_write_yaml_keeps_comments_and_a_backup(cli, tmp_path):
@@ -164,7 +182,11 @@ def test_write_shell_script_rewrites_only_the_override_words(cli, tmp_path):
         expected = migrate(before)[0]
     after = read_config_file(str(src))
     assert migrate(after)[0] == expected
-    assert not [w for w in shell_words(new) if is_override_word(w.text) and is_legacy_key(w.text.lstrip("+").split("=")[0])]
+    assert not [
+        w
+        for w in shell_words(new)
+        if is_override_word(w.text) and is_legacy_key(w.text.lstrip("+").split("=")[0])
+    ]
     # the script still parses as the same command for the shell
     words_old = [w.text for w in shell_words(SCRIPT) if not is_override_word(w.text)]
     words_new = [w.text for w in shell_words(new) if not is_override_word(w.text)]
@@ -174,7 +196,9 @@ def test_write_shell_script_rewrites_only_the_override_words(cli, tmp_path):
     assert r2.returncode == 0 and src.read_text() == new
 
 
-@pytest.mark.parametrize("path", [p for p in example_files() if p.suffix == ".overrides"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in example_files() if p.suffix == ".overrides"], ids=lambda p: p.name
+)
 def test_write_overrides_files(cli, tmp_path, path):
     dst = tmp_path / path.name
     shutil.copy(path, dst)
@@ -190,14 +214,22 @@ def test_write_overrides_files(cli, tmp_path, path):
     assert read_config_file(str(dst)) == expected
 
 
-@pytest.mark.parametrize("args,message", [
-    (["no-such-file.yaml"], "does not exist"),
-    (["--write"], "--write needs a FILE"),
-    (["custom_reward_function.path=a.py", "reward.custom_reward_function.path=b.py"],
-     "custom_reward_function.path='a.py' and reward.custom_reward_function.path='b.py'"),
-    (["reward_model.reward_manager=prime", "reward.manager=naive"], "reward.manager"),
-    (["custom_reward_function.path=r.py", "reward.aggregation=avg"], "allowed: weighted_sum, normalize_then_sum"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["no-such-file.yaml"], "does not exist"),
+        (["--write"], "--write needs a FILE"),
+        (
+            ["custom_reward_function.path=a.py", "reward.custom_reward_function.path=b.py"],
+            "custom_reward_function.path='a.py' and reward.custom_reward_function.path='b.py'",
+        ),
+        (["reward_model.reward_manager=prime", "reward.manager=naive"], "reward.manager"),
+        (
+            ["custom_reward_function.path=r.py", "reward.aggregation=avg"],
+            "allowed: weighted_sum, normalize_then_sum",
+        ),
+    ],
+)
 def test_migrate_bad_input_is_a_clear_error(cli, tmp_path, args, message):
     r = cli("migrate", *args, cwd=tmp_path)
     assert r.returncode == 2
@@ -215,7 +247,9 @@ def test_check_a_legacy_config_resolves_the_verl_reward_file(cli, tmp_path):
     assert "aer_gui_reward_function" in r.stdout and "OK (1 reward term" in r.stdout
     r = cli("check", "relative-path.overrides", "--json", cwd=tmp_path)
     out = json.loads(r.stdout)
-    assert out["problems"] == [] and out["terms"][0]["target"].endswith("reward_fn.py:aer_gui_reward_function")
+    assert out["problems"] == [] and out["terms"][0]["target"].endswith(
+        "reward_fn.py:aer_gui_reward_function"
+    )
     assert out["migration"]["moved"][0]["from"] == "custom_reward_function.path"
 
 
@@ -283,7 +317,9 @@ def test_relative_paths_from_file_and_from_command_line(cli, tmp_path):
 
 def test_check_names_the_verl_reward_manager_it_replaced(cli, tmp_path):
     (tmp_path / "r.py").write_text(VERL_REWARD)
-    (tmp_path / "c.yaml").write_text("custom_reward_function:\n  path: r.py\nreward_model:\n  reward_manager: prime\n")
+    (tmp_path / "c.yaml").write_text(
+        "custom_reward_function:\n  path: r.py\nreward_model:\n  reward_manager: prime\n"
+    )
     r = cli("check", "c.yaml", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -316,9 +352,12 @@ python3 -m verl.trainer.main_ppo \\
     $ARGS 2>&1 | tee log.txt
 echo "trainer.total_epochs=3 done"
 """)
-    assert cfg == {"data": {"train_files": f"{tmp_path}/train.parquet", "val_files": f"{tmp_path}/val.parquet"},
-                   "custom_reward_function": {"path": "r.py"}, "actor_rollout_ref": {"rollout": {"n": 8}},
-                   "trainer": {"total_training_steps": 5}}
+    assert cfg == {
+        "data": {"train_files": f"{tmp_path}/train.parquet", "val_files": f"{tmp_path}/val.parquet"},
+        "custom_reward_function": {"path": "r.py"},
+        "actor_rollout_ref": {"rollout": {"n": 8}},
+        "trainer": {"total_training_steps": 5},
+    }
 
 
 @pytest.mark.parametrize("body,line,words", [
@@ -384,21 +423,28 @@ def test_agreeing_legacy_keys_each_get_a_line():
     moved = {m["from"]: m["to"] for m in report.moved}
     assert moved["custom_reward_function.path"] == moved["reward.custom_reward_function.path"] == \
         "reward.rewards[0].path"
-    assert moved["reward_model.reward_kwargs.k"] == moved["reward.reward_kwargs.k"] == "reward.rewards[0].kwargs.k"
+    assert (
+        moved["reward_model.reward_kwargs.k"]
+        == moved["reward.reward_kwargs.k"]
+        == "reward.rewards[0].kwargs.k"
+    )
 
 
 SCRIPTS = [
     "python3 -m verl.trainer.main_ppo custom_reward_function.path=r.py custom_reward_function.name=f\n",
-    "python3 -m verl.trainer.main_ppo \\\n  custom_reward_function.path=r.py \\\n  " "reward_model.reward_manager=prime\n",
-    "python3 -m verl.trainer.main_ppo \\\n  data.train_files=t.parquet \\\n  " "custom_reward_function.path=r.py\necho ok\n",
-    "python3 -m verl.trainer.main_ppo custom_reward_function.path=\"$HOME/my r.py\" "
-    "trainer.x=1 \"$@\" 2>&1 | tee l\n",
+    "python3 -m verl.trainer.main_ppo \\\n  custom_reward_function.path=r.py \\\n  "
+    "reward_model.reward_manager=prime\n",
+    "python3 -m verl.trainer.main_ppo \\\n  data.train_files=t.parquet \\\n  "
+    "custom_reward_function.path=r.py\necho ok\n",
+    'python3 -m verl.trainer.main_ppo custom_reward_function.path="$HOME/my r.py" '
+    'trainer.x=1 "$@" 2>&1 | tee l\n',
     "P=r.py\npython3 -m verl.trainer.main_ppo \\\n    custom_reward_function.path=$P \\\n"
     "    +reward_model.reward_kwargs.overlong_buffer_cfg.enable=True \\\n"
     "    +reward_model.reward_kwargs.overlong_buffer_cfg.len=16 \\\n    data.max_response_length=64\n",
     "cat > x <<EOF\nhello\nEOF\npython3 -m verl.trainer.main_ppo reward_model.reward_manager=naive \\\n"
     "  custom_reward_function.path='a b.py'; echo done\n",
-    "python3 -m verl.trainer.main_ppo \\\n  sandbox_fusion.url=http://h/run \\\n  " "custom_reward_function.path=r.py\n",
+    "python3 -m verl.trainer.main_ppo \\\n  sandbox_fusion.url=http://h/run \\\n  "
+    "custom_reward_function.path=r.py\n",
 ]
 
 
@@ -438,7 +484,9 @@ def test_a_sourced_file_makes_its_variables_unknown(tmp_path):
     from rewardhub.errors import UsageError
 
     with pytest.raises(UsageError, match=r"\$MODEL in line 3 may be set by line 2: source env.sh"):
-        script_config(tmp_path, "source env.sh\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL\n")
+        script_config(
+            tmp_path, "source env.sh\npython3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=$MODEL\n"
+        )
 
 
 def test_a_hydra_flow_list_of_terms_is_read_as_one():
@@ -457,7 +505,9 @@ def test_write_refuses_a_legacy_key_inside_a_variable_and_keeps_misspelt_ones(cl
     out = cli("migrate", str(path), "--write")
     assert out.returncode == 2 and "line 2: custom_reward_function.path comes from $R" in out.stderr
     assert path.read_text() == script
-    path.write_text("python3 -m verl.trainer.main_ppo custom_reward_function.path=r.py custom_reward_function.nme=f\n")
+    path.write_text(
+        "python3 -m verl.trainer.main_ppo custom_reward_function.path=r.py custom_reward_function.nme=f\n"
+    )
     out = cli("migrate", str(path), "--write")
     assert out.returncode == 0 and "did you mean custom_reward_function.name?" in out.stderr
     assert path.read_text() == ("python3 -m verl.trainer.main_ppo reward.rewards.0.path=r.py "
@@ -466,18 +516,25 @@ def test_write_refuses_a_legacy_key_inside_a_variable_and_keeps_misspelt_ones(cl
 
 LAYOUTS = {
     "one line": lambda words: "python3 -m verl.trainer.main_ppo " + " ".join(words) + "\n",
-    "continued": lambda words: "set -x\npython3 -m verl.trainer.main_ppo \\\n    "
-                               + " \\\n    ".join(["data.train_files=t.parquet", *words]) + "\n",
-    "continued, last word legacy, then more": lambda words: "python3 -m verl.trainer.main_ppo \\\n  "
-                                                            + " \\\n  ".join(words) + " \\\n  \"$@\" 2>&1 | tee l.txt\n"
-                                                            "echo done\n",
-    "in a pipeline after a step": lambda words: "python3 prep.py && python3 -m verl.trainer.main_ppo "
-                                                + " ".join(words) + "; status=$?\n",
+    "continued": lambda words: (
+        "set -x\npython3 -m verl.trainer.main_ppo \\\n    "
+        + " \\\n    ".join(["data.train_files=t.parquet", *words])
+        + "\n"
+    ),
+    "continued, last word legacy, then more": lambda words: (
+        "python3 -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(words) + ' \\\n  "$@" 2>&1 | tee l.txt\n'
+        "echo done\n"
+    ),
+    "in a pipeline after a step": lambda words: (
+        "python3 prep.py && python3 -m verl.trainer.main_ppo " + " ".join(words) + "; status=$?\n"
+    ),
 }
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("path", [p for p in example_files() if p.suffix == ".overrides"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in example_files() if p.suffix == ".overrides"], ids=lambda p: p.name
+)
 def test_write_keeps_every_example_a_valid_script(cli, tmp_path, path, layout):
     import subprocess
 
@@ -496,16 +553,30 @@ def test_write_keeps_every_example_a_valid_script(cli, tmp_path, path, layout):
         assert read_and_migrate(str(script))[0]["reward"] == expected  # the same reward config, read back
 
 
-@pytest.mark.parametrize("body,message", [
-    ("for lr in 1e-6 2e-6; do\n  python3 -m verl.trainer.main_ppo " "actor_rollout_ref.actor.optim.lr=$lr\ndone\n",
-     r"\$lr in line 3 is set by the script in a way that cannot be read here"),
-    ("run() {\n  python3 -m verl.trainer.main_ppo \"$@\"\n}\nrun custom_reward_function.path=r.py\n",
-     r"\$@ in line 3: the script defines a function"),
-    ("read -r MODEL < model.txt\npython3 -m verl.trainer.main_ppo " "actor_rollout_ref.model.path=$MODEL\n",
-     r"\$MODEL in line 3 is set by the script"),
-    ("if [ -n \"$BIG\" ]; then\n  python3 -m verl.trainer.main_ppo a.b=1\nelse\n"
-     "  python3 -m verl.trainer.main_ppo a.b=2\nfi\n", "lines 3, 5"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (
+            "for lr in 1e-6 2e-6; do\n  python3 -m verl.trainer.main_ppo "
+            "actor_rollout_ref.actor.optim.lr=$lr\ndone\n",
+            r"\$lr in line 3 is set by the script in a way that cannot be read here",
+        ),
+        (
+            'run() {\n  python3 -m verl.trainer.main_ppo "$@"\n}\nrun custom_reward_function.path=r.py\n',
+            r"\$@ in line 3: the script defines a function",
+        ),
+        (
+            "read -r MODEL < model.txt\npython3 -m verl.trainer.main_ppo "
+            "actor_rollout_ref.model.path=$MODEL\n",
+            r"\$MODEL in line 3 is set by the script",
+        ),
+        (
+            'if [ -n "$BIG" ]; then\n  python3 -m verl.trainer.main_ppo a.b=1\nelse\n'
+            "  python3 -m verl.trainer.main_ppo a.b=2\nfi\n",
+            "lines 3, 5",
+        ),
+    ],
+)
 def test_loops_functions_and_branches_are_refused(tmp_path, body, message):
     from rewardhub.errors import UsageError
 
@@ -513,12 +584,26 @@ def test_loops_functions_and_branches_are_refused(tmp_path, body, message):
         script_config(tmp_path, body)
 
 
-@pytest.mark.parametrize("body,line", [
-    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\\n    # the model\n"
-     "    actor_rollout_ref.model.path=/m \\\n    custom_reward_function.path=r.py\n", 5),
-    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\ \n    " "custom_reward_function.path=r.py\n", 4),
-    ("python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet\n    " "custom_reward_function.path=r.py\n", 4),
-])
+@pytest.mark.parametrize(
+    "body,line",
+    [
+        (
+            "python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\\n    # the model\n"
+            "    actor_rollout_ref.model.path=/m \\\n    custom_reward_function.path=r.py\n",
+            5,
+        ),
+        (
+            "python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet \\ \n    "
+            "custom_reward_function.path=r.py\n",
+            4,
+        ),
+        (
+            "python3 -m verl.trainer.main_ppo \\\n    data.train_files=t.parquet\n    "
+            "custom_reward_function.path=r.py\n",
+            4,
+        ),
+    ],
+)
 def test_a_broken_continuation_is_refused_not_half_read(tmp_path, body, line):
     from rewardhub.errors import UsageError
 
@@ -528,7 +613,9 @@ def test_a_broken_continuation_is_refused_not_half_read(tmp_path, body, line):
 
 def test_write_keeps_a_misspelt_key_of_a_yaml_file(cli, tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text("custom_reward_function:\n  path: r.py\n  nmae: my_fn  # typo\ntrainer:\n  total_steps: 3\n")
+    path.write_text(
+        "custom_reward_function:\n  path: r.py\n  nmae: my_fn  # typo\ntrainer:\n  total_steps: 3\n"
+    )
     out = cli("migrate", str(path), "--write")
     assert out.returncode == 0 and "did you mean custom_reward_function.name?" in out.stderr
     written = yaml.safe_load(path.read_text())

@@ -128,12 +128,17 @@ def test_a_verl_reward_file_named_by_legacy_keys_scores_through_score(cli, tmp_p
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     script = tmp_path / "run.sh"
-    script.write_text("python3 -m verl.trainer.main_ppo \\\n    custom_reward_function.path=recipe/my_reward.py \\\n"
-                      "    trainer.total_epochs=1\n")
+    script.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n    custom_reward_function.path=recipe/my_reward.py \\\n"
+        "    trainer.total_epochs=1\n"
+    )
     out = tmp_path / "out.jsonl"
     # the launch script itself as the config, and the same keys typed as overrides to an empty config
     (tmp_path / "empty.yaml").write_text("{}\n")
-    for args in ([str(script), str(data)], ["empty.yaml", str(data), "custom_reward_function.path=recipe/my_reward.py"]):
+    for args in (
+        [str(script), str(data)],
+        ["empty.yaml", str(data), "custom_reward_function.path=recipe/my_reward.py"],
+    ):
         r = cli("score", *args, "-o", str(out), "--no-progress", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         scored = [json.loads(line) for line in out.read_text().splitlines()]
@@ -163,17 +168,22 @@ def test_dapo_overlong_penalty_scores_like_verl(tmp_path):
     from rewardhub.execution import Runner
 
     (tmp_path / "r.py").write_text(VERL_REWARD)
-    overrides = ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
-                 "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4096",
-                 "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
-                 "+reward_model.reward_kwargs.max_resp_len=20480",
-                 f"custom_reward_function.path={tmp_path / 'r.py'}"]
+    overrides = [
+        "reward_model.reward_manager=dapo",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4096",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+        "+reward_model.reward_kwargs.max_resp_len=20480",
+        f"custom_reward_function.path={tmp_path / 'r.py'}",
+    ]
     assert apply_overrides({}, overrides)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RewardhubDeprecationWarning)
         whole = loader.load_config(None, overrides)
     lengths = [100, 16384, 18000, 20480]
-    samples = [{"response": "x 7", "ground_truth": "7", "extra_info": {"response_length": n}} for n in lengths]
+    samples = [
+        {"response": "x 7", "ground_truth": "7", "extra_info": {"response_length": n}} for n in lengths
+    ]
     with Runner.from_config(whole.reward) as runner:
         res = runner.score(samples)
     expected = [1.0 + min(-(n - (20480 - 4096)) / 4096 * 1.0, 0.0) for n in lengths]
@@ -249,8 +259,10 @@ def test_a_legacy_config_is_read_once_and_migrated_once(command, tmp_path, monke
     assert len(validations) == 1, validations
 
 
-@pytest.mark.parametrize(("command", "section", "meant"), [("score", "rewad", "reward"), ("train", "trainr", "trainer"),
-                                                     ("migrate", "rewad", "reward")])
+@pytest.mark.parametrize(
+    ("command", "section", "meant"),
+    [("score", "rewad", "reward"), ("train", "trainr", "trainer"), ("migrate", "rewad", "reward")],
+)
 @pytest.mark.parametrize("where", ["file", "override"])
 def test_a_misspelt_top_level_section_is_an_error(command, section, meant, where, tmp_path, capsys):
     """A top-level key that is no section is not silently ignored, for ``score``, ``train`` and
@@ -272,8 +284,11 @@ def test_a_misspelt_top_level_section_is_an_error(command, section, meant, where
     assert main([command, *argv]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert f"ERROR: unknown key {section}\n  did you mean {meant}? allowed: data, model, resources, reward, " "rollout, " \
-           "trainer" in err, err
+    assert (
+        f"ERROR: unknown key {section}\n  did you mean {meant}? allowed: data, model, resources, reward, "
+        "rollout, "
+        "trainer" in err
+    ), err
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "out").exists()
 
 

@@ -70,7 +70,9 @@ def test_max_concurrency_one_runs_one_call_at_a_time(rfile, tmp_path):
         res = runner.score(_samples([f"x{i}" for i in range(8)], log=str(log)))
         assert len(runner.worker_pids()) == 1
     assert res.scores == [1.0] * 8
-    spans = sorted((float(a), float(b)) for _, a, b in (line.split() for line in log.read_text().splitlines()))
+    spans = sorted(
+        (float(a), float(b)) for _, a, b in (line.split() for line in log.read_text().splitlines())
+    )
     assert len(spans) == 8
     assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:]))  # never two at once
     assert len({line.split()[0] for line in log.read_text().splitlines()}) == 1
@@ -98,15 +100,19 @@ def test_memory_limit_fails_the_call_that_passes_it(rfile):
 
 def test_check_and_show_state_the_policy(cli, rfile, tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"reward:\n  rewards:\n    - path: {rfile}\n      function: logs_calls\n      timeout_s: 2\n"
-                   f"    - path: {rfile}\n      function: spans\n      executor: process\n      pure: true\n")
+    cfg.write_text(
+        f"reward:\n  rewards:\n    - path: {rfile}\n      function: logs_calls\n      timeout_s: 2\n"
+        f"    - path: {rfile}\n      function: spans\n      executor: process\n      pure: true\n"
+    )
     res = cli("check", str(cfg), "--json")
     assert res.returncode == 0, res.stderr
     terms = json.loads(res.stdout)["terms"]
     assert [(t["executor"], t["pure"]) for t in terms] == [("process", False), ("process", True)]
     assert "timed out by killing its process" in terms[0]["executor_why"]
     res = cli("check", str(cfg))
-    assert "logs_calls: logs_calls" in res.stdout and "executor process (inline with timeout_s 2" in res.stdout
+    assert (
+        "logs_calls: logs_calls" in res.stdout and "executor process (inline with timeout_s 2" in res.stdout
+    )
     res = cli("show", "math_verify")
     if res.returncode == 0:  # rewardhub-math installed
         assert ["runs_on:", "process"] in [line.split() for line in res.stdout.splitlines()]

@@ -44,7 +44,9 @@ def test_installed_plugins_have_dist_and_version():
 
 def test_unknown_reward_suggests_close_names():
     reg = build_registry(autoload=False)
-    with pytest.raises(UnknownRewardError, match=r"unknown reward 'exact_mach'\ndid you mean: 'exact_match'") as e:
+    with pytest.raises(
+        UnknownRewardError, match=r"unknown reward 'exact_mach'\ndid you mean: 'exact_match'"
+    ) as e:
         reg.get_reward("exact_mach")
     assert "rewardhub list" in str(e.value)
     assert isinstance(e.value, LookupError)
@@ -63,11 +65,15 @@ def test_duplicate_names_both_sources():
     spec = reg.get_reward("exact_match")
     assert spec.status == "conflict" and "builtin" in spec.error and "plugin 'plugin-0'" in spec.error
     assert [s.source for s in reg.conflicts["exact_match"]] == ["builtin", "plugin"]
-    with pytest.raises(ConflictingRewardError, match=r"registered by 2 installed sources: builtin and plugin"):
+    with pytest.raises(
+        ConflictingRewardError, match=r"registered by 2 installed sources: builtin and plugin"
+    ):
         reg.term_spec({"name": "exact_match"})
     reg.prefer({"exact_match": "plugin-0"})
     assert reg.get_reward("exact_match").source == "plugin" and "exact_match" not in reg.conflicts
-    with pytest.raises(DuplicateRewardError, match=r"'exact_match' registered twice: plugin 'plugin-0' and config"):
+    with pytest.raises(
+        DuplicateRewardError, match=r"'exact_match' registered twice: plugin 'plugin-0' and config"
+    ):
         reg.add(RewardSpec(name="exact_match", target="x.py:f", source="config"))
 
 
@@ -107,7 +113,9 @@ def test_broken_plugin_does_not_break_others(tmp_path, monkeypatch):
     bad = reg.get_reward("bad")
     assert bad.status == "broken" and "no_such_dependency_xyz" in bad.error
     assert reg.get_reward("math_verify").status == "ok"
-    with pytest.raises(BrokenRewardError, match=r"reward 'bad' is broken: ModuleNotFoundError.*no_such_dependency_xyz"):
+    with pytest.raises(
+        BrokenRewardError, match=r"reward 'bad' is broken: ModuleNotFoundError.*no_such_dependency_xyz"
+    ):
         reg.load("bad")
     with pytest.raises(BrokenRewardError, match="bad-plugin 0.3.1"):
         reg.term_spec({"name": "bad"})
@@ -149,7 +157,9 @@ def test_file_term_gets_deterministic_module_and_pickles(tmp_path):
         g = pickle.loads(sys.stdin.buffer.read())
         print(g is fn, g("x", "4", "4"))
     """)
-    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(fn), capture_output=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(fn), capture_output=True, check=True
+    )
     lines = out.stdout.decode().split()
     assert lines == [fn.__module__, "True", "1.0"]
 
@@ -167,7 +177,9 @@ def test_file_and_module_term_errors(tmp_path):
 def test_fingerprint_same_across_processes_and_changes_with_installation(tmp_path, monkeypatch):
     here = build_registry().fingerprint()
     code = "from rewardhub.registry import build_registry; print(build_registry().fingerprint())"
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert here == other
     write_distribution(tmp_path, "extra-rewards", "2.0", {"rewardhub.rewards": {"extra_r": "extra_mod:f"}},
                        {"extra_mod": "def f(**kw):\n    return 1.0\n"})
@@ -178,7 +190,9 @@ def test_fingerprint_same_across_processes_and_changes_with_installation(tmp_pat
 
 
 def test_decorator_validates_its_arguments():
-    with pytest.raises(UsageError, match=r"executor='gpu' is not valid\nallowed: inline, thread, process, ray"):
+    with pytest.raises(
+        UsageError, match=r"executor='gpu' is not valid\nallowed: inline, thread, process, ray"
+    ):
         rewardhub.reward(executor="gpu")
 
 
@@ -198,7 +212,9 @@ def test_hook_rewardhub_legacy_aliases():
             return {"old_exact": "exact_answer"}
 
     reg = make_registry(Renamed())
-    with pytest.warns(RewardhubDeprecationWarning, match="'old_exact' is deprecated: it is now 'exact_answer'"):
+    with pytest.warns(
+        RewardhubDeprecationWarning, match="'old_exact' is deprecated: it is now 'exact_answer'"
+    ):
         assert reg.get_reward("old_exact").name == "exact_answer"
     with pytest.warns(RewardhubDeprecationWarning):
         with Runner.from_config({"rewards": [{"name": "old_exact"}]}, registry=reg) as runner:
@@ -285,7 +301,10 @@ def test_hooks_go_through_pluggy_one_plugin_at_a_time():
     good.__name__, bad.__name__ = "good", "bad"
     reg = make_registry(Wrapper(), good, bad, include_builtins=False)
     assert reg.get_reward("good_one").status == "ok"
-    assert reg.get_reward("bad").status == "broken" and "RuntimeError: no rewards today" in reg.get_reward("bad").error
+    assert (
+        reg.get_reward("bad").status == "broken"
+        and "RuntimeError: no rewards today" in reg.get_reward("bad").error
+    )
     assert calls == [1]  # wrapped the good plugin's call; the bad one raised through the wrapper
 
 
@@ -375,17 +394,25 @@ def test_two_packages_registering_one_name_break_only_configs_that_use_it(cli, t
     err = res.stderr.strip().splitlines()
     assert err[0].startswith("ERROR: reward 'accuracy' is registered by 2 installed sources")
     assert "acc-one" in err[0] and "acc-two" in err[0]
-    assert "reward.plugins.prefer: {accuracy: acc-one}" in res.stderr and "reward.plugins.block: [acc-two]" in res.stderr
+    assert (
+        "reward.plugins.prefer: {accuracy: acc-one}" in res.stderr
+        and "reward.plugins.block: [acc-two]" in res.stderr
+    )
     # the config chooses: prefer one, or block the other
-    for plugins, want in (({"prefer": {"accuracy": "acc-two"}}, 2.0), ({"prefer": {"accuracy": "acc_one"}}, 1.0),
-                          ({"block": ["acc-two"]}, 1.0)):
+    for plugins, want in (
+        ({"prefer": {"accuracy": "acc-two"}}, 2.0),
+        ({"prefer": {"accuracy": "acc_one"}}, 1.0),
+        ({"block": ["acc-two"]}, 1.0),
+    ):
         cfg = _config(tmp, "chosen", [{"name": "accuracy"}], plugins)
         res = cli("score", cfg, str(data), env=env)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout.splitlines()[0])["score"] == want
     bad = _config(tmp, "bad", [{"name": "accuracy"}], {"prefer": {"accuracy": "acc-three"}})
     res = cli("score", bad, str(data), env=env)
-    assert res.returncode != 0 and "matches 0 of the sources" in res.stderr and "acc-one, acc-two" in res.stderr
+    assert (
+        res.returncode != 0 and "matches 0 of the sources" in res.stderr and "acc-one, acc-two" in res.stderr
+    )
 
 
 def test_one_plugin_registering_a_name_twice_is_still_an_error():

@@ -50,8 +50,9 @@ def test_score_builds_the_registry_once(tmp_path, capsys):
 
 
 @pytest.mark.ray
-def test_train_builds_the_registry_once_in_the_driver_and_the_reward_client(tmp_path, session_ray, monkeypatch,
-                                                                             capsys):
+def test_train_builds_the_registry_once_in_the_driver_and_the_reward_client(
+    tmp_path, session_ray, monkeypatch, capsys
+):
     """``rewardhub train`` with data files (the ground truth each term needs is checked) and one step."""
     monkeypatch.setenv("REWARDHUB_CACHE", str(tmp_path / "cache"))  # the tiny model is built in the driver
     data = tmp_path / "train.jsonl"
@@ -60,7 +61,12 @@ def test_train_builds_the_registry_once_in_the_driver_and_the_reward_client(tmp_
     cfg = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
     cfg["trainer"].update(mode="sync", total_steps=1, checkpoint_every=0)
     cfg["rollout"].update(n=2, prompts_per_step=2, max_new_tokens=4)
-    cfg["data"] = {"train_files": [str(data)], "prompt_key": "prompt", "answer_key": "answer", "template": "plain"}
+    cfg["data"] = {
+        "train_files": [str(data)],
+        "prompt_key": "prompt",
+        "answer_key": "answer",
+        "template": "plain",
+    }
     cfg["reward"] = yaml.safe_load(_config(tmp_path).read_text())["reward"]
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(cfg))

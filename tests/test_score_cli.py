@@ -13,8 +13,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_score_example_data(cli, tmp_path):
     out = tmp_path / "out.jsonl"
-    res = cli("score", os.path.join(REPO, "examples/score.yaml"), os.path.join(REPO, "examples/math_samples.jsonl"),
-              "-o", str(out))
+    res = cli(
+        "score",
+        os.path.join(REPO, "examples/score.yaml"),
+        os.path.join(REPO, "examples/math_samples.jsonl"),
+        "-o",
+        str(out),
+    )
     assert res.returncode == 0, res.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     with open(os.path.join(REPO, "examples/math_samples.jsonl")) as f:
@@ -53,8 +58,10 @@ def test_summary_json_names_every_used_reward_and_where_it_ran(cli, tmp_path):
     import hashlib
 
     reward = tmp_path / "my_reward.py"
-    reward.write_text("import os\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return {'score': float(solution_str == ground_truth), 'pid': os.getpid()}\n")
+    reward.write_text(
+        "import os\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return {'score': float(solution_str == ground_truth), 'pid': os.getpid()}\n"
+    )
     cfg = tmp_path / "c.yaml"
     cfg.write_text("reward:\n  rewards:\n    - name: math_verify\n      executor: process\n"
                    "    - path: my_reward.py\n      function: compute_score\n")
@@ -70,7 +77,10 @@ def test_summary_json_names_every_used_reward_and_where_it_ran(cli, tmp_path):
         "entry-point", "rewardhub-math", "rewardhub_math.reward:math_verify", "process")
     assert mv["version"] and mv["sha256"] is None and mv["workers"] and all(w["pid"] for w in mv["workers"])
     assert mine["sha256"] == hashlib.sha256(reward.read_bytes()).hexdigest() and mine["executor"] == "inline"
-    ran_in = {json.loads(x)["extra"]["compute_score"]["pid"] for x in (tmp_path / "o.jsonl").read_text().splitlines()}
+    ran_in = {
+        json.loads(x)["extra"]["compute_score"]["pid"]
+        for x in (tmp_path / "o.jsonl").read_text().splitlines()
+    }
     assert [w["pid"] for w in mine["workers"]] == sorted(ran_in)  # the process that really ran it
 
 def test_hang_is_timed_out_and_counted(cli, tmp_path):
@@ -78,7 +88,9 @@ def test_hang_is_timed_out_and_counted(cli, tmp_path):
     reward.write_text("import time\ndef compute_score(*, response, **kw):\n"
                       "    if response == 'hang':\n        time.sleep(3600)\n    return 1.0\n")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"reward:\n  rewards:\n    - path: {reward}\n      timeout_s: 2\n      executor: process\n")
+    cfg.write_text(
+        f"reward:\n  rewards:\n    - path: {reward}\n      timeout_s: 2\n      executor: process\n"
+    )
     data = tmp_path / "d.jsonl"
     data.write_text("\n".join(json.dumps({"response": r}) for r in ["a", "hang", "b"]) + "\n")
     out = tmp_path / "o.jsonl"
@@ -122,8 +134,13 @@ def test_progress_bar_on_a_terminal_and_errors_in_the_table(tmp_path):
     out = tmp_path / "o.jsonl"
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.run([sys.executable, "-m", "rewardhub", "score", str(cfg), str(data), "-o", str(out)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "rewardhub", "score", str(cfg), str(data), "-o", str(out)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=120,
+        )
         os.close(follower)
         follower = -1
         chunks = []

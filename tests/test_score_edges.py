@@ -39,7 +39,9 @@ def _jsonl(path, rows):
 @pytest.fixture
 def simple(tmp_path):
     """A config with a file reward, and a data file of three rows."""
-    reward = _write(tmp_path / "r.py", "def compute_score(*, response, **kw):\n    return float(len(response))\n")
+    reward = _write(
+        tmp_path / "r.py", "def compute_score(*, response, **kw):\n    return float(len(response))\n"
+    )
     cfg = _write(tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n")
     data = _jsonl(tmp_path / "d.jsonl", [{"response": "a"}, {"response": "bb"}, {"response": "ccc"}])
     return cfg, data
@@ -97,14 +99,19 @@ def test_existing_output_untouched_when_the_config_is_bad(cli, simple, tmp_path)
 
 
 def test_failed_run_leaves_output_as_it_was(cli, tmp_path):
-    reward = _write(tmp_path / "r.py", "def compute_score(*, response, **kw):\n"
-                                       "    if response == 'bad':\n        raise ValueError('no')\n    return 1.0\n")
+    reward = _write(
+        tmp_path / "r.py",
+        "def compute_score(*, response, **kw):\n"
+        "    if response == 'bad':\n        raise ValueError('no')\n    return 1.0\n",
+    )
     cfg = _write(tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n      on_failure: raise\n")
     data = _jsonl(tmp_path / "d.jsonl", [{"response": "ok"}, {"response": "bad"}])
     out = tmp_path / "o.jsonl"
     out.write_text("earlier results\n")
     res = cli("score", cfg, data, "-o", str(out))
-    assert res.returncode == 1 and res.stderr.startswith("ERROR: reward 'compute_score' on sample 1: ValueError: no")
+    assert res.returncode == 1 and res.stderr.startswith(
+        "ERROR: reward 'compute_score' on sample 1: ValueError: no"
+    )
     assert out.read_text() == "earlier results\n"
     assert _leftovers(tmp_path) == []
 
@@ -125,11 +132,18 @@ def test_new_output_appears_only_when_the_run_succeeds(cli, simple, tmp_path):
 def test_interrupted_run_keeps_the_scored_rows(tmp_path, sig):
     from rewardhub._commands.score import FIRST_CHUNK
 
-    reward = _write(tmp_path / "r.py", "import time\ndef compute_score(*, response, **kw):\n"
-                                       "    if response == 'slow':\n        time.sleep(600)\n    return 1.0\n")
+    reward = _write(
+        tmp_path / "r.py",
+        "import time\ndef compute_score(*, response, **kw):\n"
+        "    if response == 'slow':\n        time.sleep(600)\n    return 1.0\n",
+    )
     cfg = _write(tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n")
     slow_at = 3 * FIRST_CHUNK
-    rows = [{"response": "x", "i": i} for i in range(slow_at)] + [{"response": "slow"}] + [{"response": "y"}] * 10
+    rows = (
+        [{"response": "x", "i": i} for i in range(slow_at)]
+        + [{"response": "slow"}]
+        + [{"response": "y"}] * 10
+    )
     data = _jsonl(tmp_path / "d.jsonl", rows)
     out = tmp_path / "o.jsonl"
     out.write_text("earlier results\n")
@@ -204,7 +218,9 @@ def test_reward_exit_fails_its_sample_only(cli, tmp_path, executor):
 @pytest.mark.parametrize("executor", ["inline", "process"])
 def test_reward_print_never_reaches_the_jsonl_on_stdout(cli, tmp_path, executor):
     reward = _write(tmp_path / "r.py", EXIT_REWARD)
-    cfg = _write(tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n      executor: {executor}\n")
+    cfg = _write(
+        tmp_path / "c.yaml", f"reward:\n  rewards:\n    - path: {reward}\n      executor: {executor}\n"
+    )
     data = _jsonl(tmp_path / "d.jsonl", [{"response": r} for r in ("a", "b", "c")])
     res = cli("score", cfg, data, timeout=90)
     assert res.returncode == 0, res.stderr
@@ -235,13 +251,18 @@ def test_input_field_named_score_is_refused_with_its_name(cli, simple, tmp_path)
     out = tmp_path / "o.jsonl"
     res = cli("score", cfg, data, "-o", str(out))
     assert res.returncode == 2
-    assert res.stderr.splitlines()[0] == f"ERROR: {data}: row 2 has a field 'extra', which score writes its results to"
+    assert (
+        res.stderr.splitlines()[0]
+        == f"ERROR: {data}: row 2 has a field 'extra', which score writes its results to"
+    )
     assert "--namespace" in res.stderr and not out.exists() and _leftovers(tmp_path) == []
 
 
 def test_namespace_keeps_the_users_fields(cli, simple, tmp_path):
     cfg, _ = simple
-    data = _jsonl(tmp_path / "prev.jsonl", [{"response": "ab", "score": 7, "rewards": ["mine"], "extra": "e"}])
+    data = _jsonl(
+        tmp_path / "prev.jsonl", [{"response": "ab", "score": 7, "rewards": ["mine"], "extra": "e"}]
+    )
     out = tmp_path / "o.jsonl"
     res = cli("score", cfg, data, "-o", str(out), "--namespace", "rh")
     assert res.returncode == 0, res.stderr

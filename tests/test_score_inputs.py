@@ -70,7 +70,9 @@ def test_a_pipe_loses_nothing(tmp_path, cfg, content):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("content", ["jsonl", "gzip_jsonl", "parquet"])
 def test_stdin_loses_nothing(tmp_path, cfg, content):
-    body = {"jsonl": _text(), "gzip_jsonl": gzip.compress(_text()), "parquet": _parquet_bytes(tmp_path)}[content]
+    body = {"jsonl": _text(), "gzip_jsonl": gzip.compress(_text()), "parquet": _parquet_bytes(tmp_path)}[
+        content
+    ]
     out = tmp_path / "o.parquet"
     res = _score(cfg, "-", "-o", str(out), stdin=body)
     assert res.returncode == 0, res.stderr.decode()
@@ -84,8 +86,14 @@ def test_files_are_read_by_their_content(tmp_path, cfg, name, content, capsys):
     import bz2
     import lzma
 
-    body = {"gzip": gzip.compress(_text()), "parquet": _parquet_bytes(tmp_path), "jsonl": _text(),
-            "bom": b"\xef\xbb\xbf" + _text(), "bz2": bz2.compress(_text()), "xz": lzma.compress(_text())}[content]
+    body = {
+        "gzip": gzip.compress(_text()),
+        "parquet": _parquet_bytes(tmp_path),
+        "jsonl": _text(),
+        "bom": b"\xef\xbb\xbf" + _text(),
+        "bz2": bz2.compress(_text()),
+        "xz": lzma.compress(_text()),
+    }[content]
     (tmp_path / name).write_bytes(body)
     out = tmp_path / "o.jsonl"
     assert main(["score", cfg, str(tmp_path / name), "-o", str(out)]) == 0, capsys.readouterr().err

@@ -84,7 +84,10 @@ def _openrlhf_agent():
     import importlib
 
     saved = {k: sys.modules.get(k) for k in ("openrlhf", "openrlhf.utils")}
-    for name, folder in (("openrlhf", OPENRLHF / "openrlhf"), ("openrlhf.utils", OPENRLHF / "openrlhf" / "utils")):
+    for name, folder in (
+        ("openrlhf", OPENRLHF / "openrlhf"),
+        ("openrlhf.utils", OPENRLHF / "openrlhf" / "utils"),
+    ):
         mod = types.ModuleType(name)
         mod.__path__ = [str(folder)]
         sys.modules[name] = mod
@@ -175,9 +178,19 @@ def test_token_and_host(tmp_path, cli):
         assert server.get("/health", token="wrong")[0] == 200  # liveness needs no token
         assert server.get("/metrics", token="wrong")[0] == 401
     env = {k: v for k, v in os.environ.items() if k != "REWARDHUB_SERVE_TOKEN"}
-    res = cli("serve", str(EXAMPLE_CFG), "--host", "0.0.0.0", "--port", "0", env={**env, "REWARDHUB_SERVE_TOKEN": ""})
+    res = cli(
+        "serve",
+        str(EXAMPLE_CFG),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        env={**env, "REWARDHUB_SERVE_TOKEN": ""},
+    )
     assert res.returncode == 2
-    assert res.stderr.startswith("ERROR: --host 0.0.0.0 listens beyond this machine, and $REWARDHUB_SERVE_TOKEN")
+    assert res.stderr.startswith(
+        "ERROR: --host 0.0.0.0 listens beyond this machine, and $REWARDHUB_SERVE_TOKEN"
+    )
 
 
 def test_hanging_reward_times_out_per_row_while_others_are_served(tmp_path):
@@ -232,7 +245,9 @@ def test_requests_waiting_while_every_call_is_busy_are_pooled_into_one(tmp_path,
             _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
             b = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
             _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 2, "B's call running")
-            rest = [pool.submit(server.post, "/score", {"rows": [{"response": f"ok:0.{k}"}]}) for k in range(1, 5)]
+            rest = [
+                pool.submit(server.post, "/score", {"rows": [{"response": f"ok:0.{k}"}]}) for k in range(1, 5)
+            ]
             _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 6, "C..F waiting")
             assert server.metric("rewardhub_inflight_batches") == 2  # no third call
             for k, f in enumerate(rest, 1):
@@ -269,7 +284,9 @@ def test_failed_rows_are_null_in_both_protocols(tmp_path):
             import asyncio
 
             executor = _openrlhf_agent().SingleTurnAgentExecutor(server.url + "/get_reward")
-            got = asyncio.run(executor._fetch_rewards_via_http(query["query"], query["prompts"], query["labels"]))
+            got = asyncio.run(
+                executor._fetch_rewards_via_http(query["query"], query["prompts"], query["labels"])
+            )
             assert got == [ans]
     with Server(zero) as server:
         status, ans = server.post("/get_reward", {"query": ["ok:0.5", "raise"]})
@@ -284,7 +301,9 @@ def test_sigterm_drains_requests_in_flight(tmp_path):
     server = Server(cfg)
     try:
         slow: dict = {}
-        t = threading.Thread(target=lambda: slow.update(r=server.post("/score", {"rows": [{"response": "hang"}]})))
+        t = threading.Thread(
+            target=lambda: slow.update(r=server.post("/score", {"rows": [{"response": "hang"}]}))
+        )
         t.start()
         _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "the request in flight")
         server.proc.send_signal(__import__("signal").SIGTERM)

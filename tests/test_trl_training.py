@@ -32,7 +32,9 @@ def test_grpo_trainer_trains_two_steps_with_to_trl(tmp_path, monkeypatch):
     torch.manual_seed(0)
     path = materialize(ModelConfig(tiny={"arch": "llama", "seed": 3}))
     calls: list[int] = []
-    length = to_trl("overlong_penalty", kwargs={"max_length": 4, "buffer": 2}, executor="thread", timeout_s=30)
+    length = to_trl(
+        "overlong_penalty", kwargs={"max_length": 4, "buffer": 2}, executor="thread", timeout_s=30
+    )
     match = to_trl("exact_match")
 
     def counted(prompts, completions, **kwargs):  # how often TRL called the exported reward, and with what
@@ -48,8 +50,13 @@ def test_grpo_trainer_trains_two_steps_with_to_trl(tmp_path, monkeypatch):
                      use_vllm=False, dataloader_num_workers=0, seed=0)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = GRPOTrainer(model=model, reward_funcs=[counted, length], args=cfg, train_dataset=Dataset.from_list(rows),
-                          processing_class=load_tokenizer(path))
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[counted, length],
+        args=cfg,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_tokenizer(path),
+    )
     trainer.train()
     assert trainer.state.global_step == 2
     assert sum(calls) >= 8 and all(n > 0 for n in calls)  # every generated completion was scored

@@ -16,7 +16,9 @@ from rewardhub.config import TermConfig
 from rewardhub.config import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
-TERMS = "reward.rewards=[{name: exact_match, weight: 2.0, kwargs: {strip: true}}, {name: math_verify, tags: [m]}]"
+TERMS = (
+    "reward.rewards=[{name: exact_match, weight: 2.0, kwargs: {strip: true}}, {name: math_verify, tags: [m]}]"
+)
 
 
 @pytest.fixture
@@ -27,7 +29,11 @@ def plan():
 def test_a_plans_reward_section_is_frozen_and_typed(plan):
     reward = plan.reward
     assert isinstance(reward, RewardConfig) and all(isinstance(t, TermConfig) for t in reward.rewards)
-    assert reward.rewards[0].weight == 2.0 and reward.rewards[1].tags == ["m"] and reward.workers.num_workers == 1
+    assert (
+        reward.rewards[0].weight == 2.0
+        and reward.rewards[1].tags == ["m"]
+        and reward.workers.num_workers == 1
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         reward.rewards[0].weight = 3.0  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -99,6 +105,10 @@ def test_no_validated_flag_term_config_or_to_node_remains():
                 found.append(f"{path}:{node.lineno} parameter validated")
             elif isinstance(node, ast.keyword) and node.arg == "validated":
                 found.append(f"{path}:{node.lineno} keyword validated=")
-            elif isinstance(node, ast.FunctionDef) and node.name in ("term_config", "_to_node", "normalize_reward_cfg"):
+            elif isinstance(node, ast.FunctionDef) and node.name in (
+                "term_config",
+                "_to_node",
+                "normalize_reward_cfg",
+            ):
                 found.append(f"{path}:{node.lineno} def {node.name}")
     assert found == []

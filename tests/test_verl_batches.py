@@ -166,7 +166,8 @@ def test_a_raising_sample_is_flagged_with_its_error_and_follows_on_failure(cases
     assert [s for s, _ in zero] == [1.0, 0.0, 1.0, 0.0]
     assert [i["rewardhub_failed"] for _, i in zero] == [0.0, 1.0, 0.0, 0.0]
     assert "flaky failed on purpose" in zero[1][1]["rewardhub_error"] and zero[0][1]["rewardhub_error"] == ""
-    assert zero[1][1]["acc"] is None and zero[3][1]["acc"] == 0.0  # a wrong answer is scored, a failure is not
+    # a wrong answer is scored, a failure is not
+    assert zero[1][1]["acc"] is None and zero[3][1]["acc"] == 0.0
     assert all(set(i) == set(zero[0][1]) for _, i in zero)  # verl stacks the first row's keys
     nan = cases["policy_nan"]
     assert _nan(nan[1][0]) and nan[1][1]["rewardhub_failed"] == 1.0 and nan[0][0] == 1.0
@@ -182,7 +183,9 @@ def test_no_ground_truth_is_an_error_or_a_flag_never_a_silent_zero(cases):
     gt = cases["gt_none"]
     assert [s for s, _ in gt] == [1.0, 0.0, 0.0, 0.0]
     assert [i["rewardhub_failed"] for _, i in gt] == [0.0, 1.0, 1.0, 0.0]
-    assert "no ground truth" in gt[1][1]["rewardhub_error"] and "no ground truth" in gt[2][1]["rewardhub_error"]
+    assert (
+        "no ground truth" in gt[1][1]["rewardhub_error"] and "no ground truth" in gt[2][1]["rewardhub_error"]
+    )
 
 
 @pytest.mark.timeout(300)
@@ -204,11 +207,16 @@ def test_batches_naive_reads_are_read_the_same(cases):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name,field", [("no_responses", "batch['responses']"),
-                                        ("half_mask", "attention_mask (torch.float32) holds 0.5"),
-                                        ("extra_info_text", "non_tensor_batch['extra_info'][0] is the string"),
-                                        ("extra_info_list", "non_tensor_batch['extra_info'][0] is list"),
-                                        ("reward_model_number", "non_tensor_batch['reward_model'][0] is int")])
+@pytest.mark.parametrize(
+    "name,field",
+    [
+        ("no_responses", "batch['responses']"),
+        ("half_mask", "attention_mask (torch.float32) holds 0.5"),
+        ("extra_info_text", "non_tensor_batch['extra_info'][0] is the string"),
+        ("extra_info_list", "non_tensor_batch['extra_info'][0] is list"),
+        ("reward_model_number", "non_tensor_batch['reward_model'][0] is int"),
+    ],
+)
 def test_a_malformed_batch_is_one_error_naming_the_field(cases, name, field):
     err = cases[name]["error"]
     assert err.startswith("VerlBatchError: ") and field in err, err

@@ -63,4 +63,9 @@ def test_the_shim_takes_the_set_key_when_the_other_spelling_is_null():
     assert migrated["reward"]["rewards"] == [{"path": "r.py", "function": "f"}]
     assert {d["key"] for d in report.dropped} >= {"reward.custom_reward_function.path"}
     with pytest.raises(UsageError, match="disagree"):  # two values set: still the user's to settle
-        migrate({"custom_reward_function": {"path": "a.py"}, "reward": {"custom_reward_function": {"path": "b.py"}}})
+        migrate(
+            {
+                "custom_reward_function": {"path": "a.py"},
+                "reward": {"custom_reward_function": {"path": "b.py"}},
+            }
+        )

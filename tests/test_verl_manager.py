@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-VERL_COMPAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat")
+VERL_COMPAT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat"
+)
 
 COMMON = r'''
 import asyncio, json, sys, time
@@ -111,10 +113,18 @@ def _run(tmp_path, script, *args):
                RAY_USAGE_STATS_ENABLED="0")
     check = tmp_path / "check.py"
     check.write_text(script)
-    res = subprocess.run([sys.executable, str(check), *args], capture_output=True, text=True, env=env, timeout=300,
-                         cwd=str(tmp_path))
+    res = subprocess.run(
+        [sys.executable, str(check), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     if res.returncode != 0 and "No module named" in res.stderr and "verl" not in res.stderr.splitlines()[-1]:
-        pytest.skip(f"verl's reward loop needs a module the test environment lacks: {res.stderr.splitlines()[-1]}")
+        pytest.skip(
+            f"verl's reward loop needs a module the test environment lacks: {res.stderr.splitlines()[-1]}"
+        )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -134,9 +144,11 @@ def test_reward_loop_manager_is_selected_by_name_and_matches_verl(tmp_path):
 @pytest.mark.timeout(300)
 def test_reward_loop_manager_carries_extra_metrics_of_a_custom_function(tmp_path):
     reward = tmp_path / "my_reward.py"
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    ok = solution_str.strip().endswith(str(ground_truth))\n"
-                      "    return {'score': 2.0 if ok else -1.0, 'acc': float(ok), 'length': len(solution_str)}\n")
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    ok = solution_str.strip().endswith(str(ground_truth))\n"
+        "    return {'score': 2.0 if ok else -1.0, 'acc': float(ok), 'length': len(solution_str)}\n"
+    )
     out = _run(tmp_path, LOOP_CHECK, str(reward))
     ours, theirs = out["ours"], out["theirs"]
     assert [r["reward_score"] for r in ours] == [r["reward_score"] for r in theirs]
@@ -160,8 +172,10 @@ def test_batch_manager_scores_a_dataproto_like_verls_naive_manager(tmp_path):
 def test_rewardhub_config_named_by_the_manager_module_path(tmp_path):
     """reward.reward_manager.module.path naming a rewardhub YAML: its terms, weights and policies."""
     cfg = tmp_path / "rh.yaml"
-    cfg.write_text("reward:\n  rewards:\n    - {module: verl.utils.reward_score.gsm8k, function: compute_score,"
-                   " alias: gsm8k, weight: 2.0, executor: process, timeout_s: 30}\n")
+    cfg.write_text(
+        "reward:\n  rewards:\n    - {module: verl.utils.reward_score.gsm8k, function: compute_score,"
+        " alias: gsm8k, weight: 2.0, executor: process, timeout_s: 30}\n"
+    )
     script = COMMON + r'''
 from verl.trainer.ppo.reward import load_reward_manager
 ours = load_reward_manager(config(None, sys.argv[1]), CharTokenizer(), reward_router_address=None,

@@ -44,9 +44,16 @@ def _rows():
     for i in range(24):
         a = 7 * i
         tail = " hang" if i in HANG else " boom" if i in BOOM else ""
-        rows.append({"prompt": f"what is 7*{i}?", "response": f"so it is #### {a if i % 2 == 0 else a + 1}{tail}",
-                     "ground_truth": str(a), "data_source": "openai/gsm8k", "index": i,
-                     "tool_fields": {"tool_bonus": 1} if i % 3 == 0 else {}})
+        rows.append(
+            {
+                "prompt": f"what is 7*{i}?",
+                "response": f"so it is #### {a if i % 2 == 0 else a + 1}{tail}",
+                "ground_truth": str(a),
+                "data_source": "openai/gsm8k",
+                "index": i,
+                "tool_fields": {"tool_bonus": 1} if i % 3 == 0 else {},
+            }
+        )
     return rows
 
 
@@ -62,28 +69,58 @@ def loop(tmp_path_factory):
                                "executor: process, timeout_s: 30}\n")
     (d / "rh_fail.yaml").write_text(
         f"reward:\n  rewards:\n    - {{path: {d / 'r.py'}, function: compute_score, executor: process}}\n"
-        f"    - {{path: {d / 'slow.py'}, function: slow, executor: process, timeout_s: 2, on_failure: " f"zero}}\n")
+        f"    - {{path: {d / 'slow.py'}, function: slow, executor: process, timeout_s: 2, on_failure: "
+        f"zero}}\n"
+    )
     legacy_manager = ["reward_model.reward_manager=rewardhub"]
-    plan = {"folder": str(d), "rows": _rows(), "runs": [
-        # the user's legacy keys, migrated as fully_async_main does
-        {"name": "legacy", "overrides": fn + legacy_manager, "naive_overrides": fn, "batch_path": True},
-        # a rewardhub YAML named by reward.reward_manager.module.path (a process-executor term)
-        {"name": "yaml", "overrides": legacy_manager + [f"reward.reward_manager.module.path={d / 'rh.yaml'}"]},
-        # a hanging and a raising term inside verl's worker: timeout_s and on_failure hold
-        {"name": "failures", "overrides": legacy_manager + [f"reward.reward_manager.module.path={d / 'rh_fail.yaml'}"]},
-        # no migration call: the new manager key, the legacy function key
-        {"name": "unmigrated", "overrides": fn + ["reward.reward_manager.name=rewardhub"], "migrate": False},
-        # no migration call, only legacy keys: verl itself never reads reward_model.reward_manager then
-        {"name": "unmigrated_legacy_manager", "overrides": fn + legacy_manager, "migrate": False, "local": True},
-        # a custom function and a rewardhub YAML both named
-        {"name": "both", "overrides": fn + legacy_manager + [f"reward.reward_manager.module.path={d / 'rh.yaml'}"],
-         "local": True},
-    ]}
+    plan = {
+        "folder": str(d),
+        "rows": _rows(),
+        "runs": [
+            # the user's legacy keys, migrated as fully_async_main does
+            {"name": "legacy", "overrides": fn + legacy_manager, "naive_overrides": fn, "batch_path": True},
+            # a rewardhub YAML named by reward.reward_manager.module.path (a process-executor term)
+            {
+                "name": "yaml",
+                "overrides": legacy_manager + [f"reward.reward_manager.module.path={d / 'rh.yaml'}"],
+            },
+            # a hanging and a raising term inside verl's worker: timeout_s and on_failure hold
+            {
+                "name": "failures",
+                "overrides": legacy_manager + [f"reward.reward_manager.module.path={d / 'rh_fail.yaml'}"],
+            },
+            # no migration call: the new manager key, the legacy function key
+            {
+                "name": "unmigrated",
+                "overrides": fn + ["reward.reward_manager.name=rewardhub"],
+                "migrate": False,
+            },
+            # no migration call, only legacy keys: verl itself never reads reward_model.reward_manager then
+            {
+                "name": "unmigrated_legacy_manager",
+                "overrides": fn + legacy_manager,
+                "migrate": False,
+                "local": True,
+            },
+            # a custom function and a rewardhub YAML both named
+            {
+                "name": "both",
+                "overrides": fn + legacy_manager + [f"reward.reward_manager.module.path={d / 'rh.yaml'}"],
+                "local": True,
+            },
+        ],
+    }
     (d / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([VERL_COMPAT, ROOT, os.environ.get("PYTHONPATH", "")]),
                RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1")
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "verl_loop_driver.py"), str(d / "plan.json")],
-                         capture_output=True, text=True, env=env, timeout=800, cwd=str(d))
+    res = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tests", "verl_loop_driver.py"), str(d / "plan.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=800,
+        cwd=str(d),
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -101,7 +138,8 @@ def test_legacy_keys_migrated_by_verl_score_as_verls_naive_manager(loop):
     run = loop["legacy"]
     assert "error" not in run, run.get("error")
     assert run["manager"] == "RewardhubLoopManager" and run["naive_manager"] == "NaiveRewardManager"
-    assert _scores(run["ours"]) == _scores(run["naive"]) == _expected()  # tool_extra_fields merged as naive does
+    # tool_extra_fields merged as naive does
+    assert _scores(run["ours"]) == _scores(run["naive"]) == _expected()
     for ours, naive in zip(run["ours"], run["naive"]):
         info = ours["reward_extra_info"]
         assert info["acc"] == naive["reward_extra_info"]["acc"]  # verl's val-core/<source>/acc metrics
@@ -129,7 +167,8 @@ def test_timeouts_and_on_failure_hold_inside_verls_worker(loop):
     run = loop["failures"]
     assert "error" not in run, run.get("error")
     infos = [r["reward_extra_info"] for r in run["ours"]]
-    assert _scores(run["ours"]) == _expected()  # the failed term gives 0.0 (on_failure: zero), the other counts
+    # the failed term gives 0.0 (on_failure: zero), the other counts
+    assert _scores(run["ours"]) == _expected()
     failed = {i for i, info in enumerate(infos) if info["rewardhub_failed"] == 1.0}
     assert failed == HANG | BOOM
     for i in HANG:

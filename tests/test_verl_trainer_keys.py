@@ -44,15 +44,22 @@ def test_moves_and_drops_each_key_once_with_a_warning():
     assert "trainer.num_learners" in dropped["actor_rollout_ref.actor.fsdp_config.param_offload"]["reason"]
     assert "total_training_steps" in dropped["trainer.total_epochs"]["reason"]  # as in verl, steps win
     accounted = [m["from"] for m in report.moved] + list(dropped)
-    assert len(accounted) == len(set(accounted)) == 16 == len(msgs)  # all but the trainer's own keys (same names)
+    # all but the trainer's own keys (same names)
+    assert len(accounted) == len(set(accounted)) == 16 == len(msgs)
 
 
 def test_kl_only_from_the_loss_or_the_reward_switch():
-    cfg, report, _ = mapped("actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.kl_loss_coef=0.1",
-                            "algorithm.kl_ctrl.kl_coef=0.001")
+    cfg, report, _ = mapped(
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.kl_loss_coef=0.1",
+        "algorithm.kl_ctrl.kl_coef=0.001",
+    )
     assert "kl_coef" not in cfg["trainer"]  # neither applies in verl, so neither here
-    assert {d["key"] for d in report.dropped} == {"actor_rollout_ref.actor.use_kl_loss",
-                                                  "actor_rollout_ref.actor.kl_loss_coef", "algorithm.kl_ctrl.kl_coef"}
+    assert {d["key"] for d in report.dropped} == {
+        "actor_rollout_ref.actor.use_kl_loss",
+        "actor_rollout_ref.actor.kl_loss_coef",
+        "algorithm.kl_ctrl.kl_coef",
+    }
     cfg, report, _ = mapped("algorithm.use_kl_in_reward=True", "algorithm.kl_ctrl.kl_coef=0.001")
     assert cfg["trainer"]["kl_coef"] == 0.001 and any("in the loss" in n for n in report.notes)
 
@@ -62,8 +69,13 @@ def test_conflicts_and_what_is_left_alone():
         mapped("data.train_batch_size=16", "rollout.prompts_per_step=8")
     with pytest.raises(UsageError, match="both set rollout.max_new_tokens"):
         mapped("data.max_response_length=16", "actor_rollout_ref.rollout.response_length=32")
-    cfg, report, _ = mapped("data.train_batch_size=8", "rollout.prompts_per_step=8", *(f"{k}=2" for k in NOT_HERE),
-                            "trainer.mode=fully_async", "data.max_prompt_lenght=3")
+    cfg, report, _ = mapped(
+        "data.train_batch_size=8",
+        "rollout.prompts_per_step=8",
+        *(f"{k}=2" for k in NOT_HERE),
+        "trainer.mode=fully_async",
+        "data.max_prompt_lenght=3",
+    )
     # the resource keys are the resources table's (config/verl_resources.py: 2 nodes x 2 GPUs, one for
     # the learner, the other three as one rollouter of tensor_model_parallel_size 2); the trainer's own
     # keys and typos are the schema's to judge
@@ -96,7 +108,9 @@ from rewardhub.config._verl_keys_table import TABLE  # noqa: E402
 from rewardhub.config.loader import load_plan  # noqa: E402
 from rewardhub.config.verl_trainer import KEY_RULES  # noqa: E402
 
-VERL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat", "verl")
+VERL = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat", "verl"
+)
 
 
 def test_the_key_table_is_the_installed_verls():
@@ -135,14 +149,24 @@ def test_a_misspelt_verl_key_is_unknown_with_a_did_you_mean(key, value, meant):
 
 def test_no_drop_reason_says_what_the_trainer_does_not_do():
     reasons = [a[1] for _, a in KEY_RULES if a[0] == "drop"]
-    for false in ("every checkpoint is kept", "never deleted", "learner is one process", "GPU inference engine",
-                  "model-loading/FSDP"):
+    for false in (
+        "every checkpoint is kept",
+        "never deleted",
+        "learner is one process",
+        "GPU inference engine",
+        "model-loading/FSDP",
+    ):
         assert not [r for r in reasons if false in r], false
-    _, report, _ = mapped("actor_rollout_ref.model.lora_rank=64", "actor_rollout_ref.model.lora_alpha=32",
-                          "actor_rollout_ref.model.enable_gradient_checkpointing=True",
-                          "actor_rollout_ref.actor.fsdp_config.param_offload=True",
-                          "trainer.del_local_ckpt_after_load=True", "actor_rollout_ref.rollout.do_sample=True",
-                          "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "trainer.balance_batch=True")
+    _, report, _ = mapped(
+        "actor_rollout_ref.model.lora_rank=64",
+        "actor_rollout_ref.model.lora_alpha=32",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+        "trainer.del_local_ckpt_after_load=True",
+        "actor_rollout_ref.rollout.do_sample=True",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+        "trainer.balance_batch=True",
+    )
     why = {d["key"]: d["reason"] for d in report.dropped}
     assert "trains every weight" in why["actor_rollout_ref.model.lora_rank"]
     assert "no LoRA" in why["actor_rollout_ref.model.lora_alpha"]
@@ -170,7 +194,10 @@ def test_the_trainer_accepts_clip_ratio_c():
     from rewardhub_trainer.config import RULES
     from rewardhub_trainer.config import TrainerConfig
 
-    assert check_section({"clip_ratio_c": 3.0}, TrainerConfig, "trainer", RULES["trainer"])["clip_ratio_c"] == 3.0
+    assert (
+        check_section({"clip_ratio_c": 3.0}, TrainerConfig, "trainer", RULES["trainer"])["clip_ratio_c"]
+        == 3.0
+    )
 
 
 def test_verls_defaults_are_carried_over_or_listed():
@@ -180,22 +207,39 @@ def test_verls_defaults_are_carried_over_or_listed():
     notes = "\n".join(report.notes)
     assert "verl's default actor_rollout_ref.actor.loss_agg_mode='token-mean' is carried over" in notes
     assert "verl's default actor_rollout_ref.actor.optim.lr=1e-06, here trainer.lr=1e-05" in notes
-    assert "verl's default actor_rollout_ref.actor.optim.betas=[0.9, 0.999], here AdamW betas (0.9, 0.99)" in notes
+    assert (
+        "verl's default actor_rollout_ref.actor.optim.betas=[0.9, 0.999], here AdamW betas (0.9, 0.99)"
+        in notes
+    )
     mini = next(d for d in report.dropped if d["key"].endswith("ppo_mini_batch_size"))
-    assert "verl makes 4 optimizer step(s) per batch" in mini["reason"] and "the trainer makes 1" in mini["reason"]
+    assert (
+        "verl makes 4 optimizer step(s) per batch" in mini["reason"]
+        and "the trainer makes 1" in mini["reason"]
+    )
     # set by the config: neither carried nor listed
-    cfg, report, _ = mapped("actor_rollout_ref.model.path=/m", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
-                            "trainer.weight_decay=0.0")
-    assert cfg["trainer"] == {"loss_agg_mode": "seq-mean-token-sum", "weight_decay": 0.0, "clip_ratio_c": 3.0} or \
-        cfg["trainer"] == {"loss_agg_mode": "seq-mean-token-sum", "weight_decay": 0.0}
+    cfg, report, _ = mapped(
+        "actor_rollout_ref.model.path=/m",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+        "trainer.weight_decay=0.0",
+    )
+    assert cfg["trainer"] == {
+        "loss_agg_mode": "seq-mean-token-sum",
+        "weight_decay": 0.0,
+        "clip_ratio_c": 3.0,
+    } or cfg["trainer"] == {"loss_agg_mode": "seq-mean-token-sum", "weight_decay": 0.0}
     assert not any("weight_decay" in n or "loss_agg_mode" in n for n in report.notes)
 
 
 def test_verls_fully_async_keys():
-    cfg, report, _ = mapped("async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=2",
-                            "async_training.partial_rollout=True", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                            "data.train_batch_size=0", "async_training.require_batches=2",
-                            "async_training.use_dynamic_resource_scheduling=False")
+    cfg, report, _ = mapped(
+        "async_training.staleness_threshold=0.5",
+        "async_training.trigger_parameter_sync_step=2",
+        "async_training.partial_rollout=True",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "data.train_batch_size=0",
+        "async_training.require_batches=2",
+        "async_training.use_dynamic_resource_scheduling=False",
+    )
     assert cfg["trainer"]["mode"] == "fully_async" and cfg["trainer"]["sync_interval"] == 2
     assert cfg["trainer"]["staleness_limit"] == 2  # 2 - 1 + ceil(0.5 * 2)
     assert cfg["rollout"]["prompts_per_step"] == 32
@@ -218,8 +262,11 @@ def test_a_misspelt_verl_only_name_under_data_or_trainer_is_unknown():
     _, report, _ = mapped("trainer.total_training_step=5", "data.train_batch_siz=4", "trainer.save_frq=3",
                           "data.train_file=x.parquet")
     assert {u["key"]: u["suggestion"] for u in report.unknown} == {
-        "trainer.total_training_step": "trainer.total_training_steps", "data.train_batch_siz": "data.train_batch_size",
-        "trainer.save_frq": "trainer.save_freq"}  # data.train_file: the trainer's schema names data.train_files
+        "trainer.total_training_step": "trainer.total_training_steps",
+        "data.train_batch_siz": "data.train_batch_size",
+        # data.train_file: the trainer's schema names data.train_files
+        "trainer.save_frq": "trainer.save_freq",
+    }
     own = [f"trainer.{f.name}=1" for f in dataclasses.fields(TrainerConfig)] + \
         [f"data.{f.name}=1" for f in dataclasses.fields(DataConfig)]
     assert mapped(*own)[1].unknown == []  # the trainer's own keys are never taken for misspellings
@@ -254,8 +301,11 @@ def test_the_defaults_table_says_the_trainers_and_verls_real_defaults():
     from rewardhub_trainer.config import RolloutConfig
     from rewardhub_trainer.config import TrainerConfig
 
-    ours = {f"{section}.{f.name}": f.default for section, cls in (("trainer", TrainerConfig), ("rollout", RolloutConfig),
-                                                                  ("data", DataConfig)) for f in dataclasses.fields(cls)}
+    ours = {
+        f"{section}.{f.name}": f.default
+        for section, cls in (("trainer", TrainerConfig), ("rollout", RolloutConfig), ("data", DataConfig))
+        for f in dataclasses.fields(cls)
+    }
     for _, _, key, here, _ in VERL_DEFAULTS:
         if key:
             assert ours[key] == here, key

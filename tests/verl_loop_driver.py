@@ -75,9 +75,17 @@ def trajectory(tok: Any, row: dict[str, Any]) -> Any:
     kwargs = {"data_source": row["data_source"], "reward_model": {"ground_truth": row["ground_truth"]},
               "extra_info": {"index": row["index"], "split": "train"},
               "raw_prompt": [{"role": "user", "content": row["prompt"]}], "agent_name": "single_turn_agent"}
-    non_tensor = {k: np.array([v]) if not isinstance(v, (dict, list)) else _objects([v]) for k, v in kwargs.items()}
-    non_tensor.update({"__num_turns__": np.array([2]), "tool_extra_fields": _objects([row.get("tool_fields") or {}]),
-                       "prompt_len": np.array([len(prompt_ids)]), "response_len": np.array([len(response_ids)])})
+    non_tensor = {
+        k: np.array([v]) if not isinstance(v, (dict, list)) else _objects([v]) for k, v in kwargs.items()
+    }
+    non_tensor.update(
+        {
+            "__num_turns__": np.array([2]),
+            "tool_extra_fields": _objects([row.get("tool_fields") or {}]),
+            "prompt_len": np.array([len(prompt_ids)]),
+            "response_len": np.array([len(response_ids)]),
+        }
+    )
     return DataProto(batch=batch, non_tensor_batch=non_tensor)
 
 
@@ -96,8 +104,15 @@ def padded_batch(datas: list[Any]) -> Any:
         p, r = d.batch["prompts"][0], d.batch["responses"][0]
         prompts.append(torch.cat([torch.zeros(P - len(p), dtype=torch.int64), p]))
         responses.append(torch.cat([r, torch.zeros(R - len(r), dtype=torch.int64)]))
-        masks.append(torch.cat([torch.zeros(P - len(p), dtype=torch.int64), torch.ones(len(p) + len(r), dtype=torch.int64),
-                                torch.zeros(R - len(r), dtype=torch.int64)]))
+        masks.append(
+            torch.cat(
+                [
+                    torch.zeros(P - len(p), dtype=torch.int64),
+                    torch.ones(len(p) + len(r), dtype=torch.int64),
+                    torch.zeros(R - len(r), dtype=torch.int64),
+                ]
+            )
+        )
     batch = TensorDict({"prompts": torch.stack(prompts), "responses": torch.stack(responses),
                         "attention_mask": torch.stack(masks)}, batch_size=len(datas))
     keys = [k for k in datas[0].non_tensor_batch if k not in ("prompt_len", "response_len")]
@@ -202,7 +217,9 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             _fresh_actors_gone(ray, 4)
             manager = RewardLoopManager(config)
             handles = manager.reward_loop_workers
-            res["manager"] = ray.get(handles[0].__ray_call__.remote(lambda w: type(w.reward_manager).__name__))
+            res["manager"] = ray.get(
+                handles[0].__ray_call__.remote(lambda w: type(w.reward_manager).__name__)
+            )
             start = time.perf_counter()
             ours, latency = asyncio.run(one_at_a_time(handles, datas))
             res["wall_s"] = time.perf_counter() - start

@@ -28,8 +28,18 @@ from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
 
-__all__ = ["RESULT_KEYS", "ScoredRows", "check_outputs", "check_result_fields", "nulls_for_non_finite", "output_row", "read_input",
-           "rewards_print_to_stderr", "stop_on_signals", "write_summary"]
+__all__ = [
+    "RESULT_KEYS",
+    "ScoredRows",
+    "check_outputs",
+    "check_result_fields",
+    "nulls_for_non_finite",
+    "output_row",
+    "read_input",
+    "rewards_print_to_stderr",
+    "stop_on_signals",
+    "write_summary",
+]
 
 if TYPE_CHECKING:
     from ._parquet_out import ParquetRows
@@ -76,8 +86,10 @@ def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence
                                  "would destroy it\nwrite the output to another file")
         for folder_in in (p for p in ins if os.path.isdir(p)):
             if _inside(path, folder_in):
-                raise UsageError(f"{flag} {path!r} is inside the folder {folder_in!r}, which is read as the data; "
-                                 "writing there could replace or add a shard of it\nwrite the output elsewhere")
+                raise UsageError(
+                    f"{flag} {path!r} is inside the folder {folder_in!r}, which is read as the data; "
+                    "writing there could replace or add a shard of it\nwrite the output elsewhere"
+                )
         if _is_special(path):
             continue
         if os.path.isdir(path):
@@ -99,24 +111,32 @@ def read_input(path: str, reader: Callable[[str], list[Any]]) -> list[Any]:
     try:
         return reader(path)
     except UnicodeDecodeError as exc:
-        raise UsageError(f"data file {path!r} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
-                         f"cannot be decoded)\nconvert it, e.g. iconv -f latin1 -t utf-8") from None
+        raise UsageError(
+            f"data file {path!r} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} "
+            f"cannot be decoded)\nconvert it, e.g. iconv -f latin1 -t utf-8"
+        ) from None
 
 
-def check_result_fields(chunk: Sequence[Mapping[str, Any]], offset: int, data: str, namespace: str | None = None) -> None:
+def check_result_fields(
+    chunk: Sequence[Mapping[str, Any]], offset: int, data: str, namespace: str | None = None
+) -> None:
     """Refuse input rows that have a field ``score`` would overwrite: one of :data:`RESULT_KEYS`, or the
     ``--namespace`` key."""
     for i, row in enumerate(chunk):
         if namespace:
             if namespace in row:
-                raise UsageError(f"{data}: row {offset + i + 1} has a field {namespace!r}, the --namespace score "
-                                 "writes its results to\npass another --namespace NAME")
+                raise UsageError(
+                    f"{data}: row {offset + i + 1} has a field {namespace!r}, the --namespace score "
+                    "writes its results to\npass another --namespace NAME"
+                )
             continue
         if "score" in row or "rewards" in row or "extra" in row or "errors" in row:
             key = next(k for k in RESULT_KEYS if k in row)
-            raise UsageError(f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
-                             "pass --namespace NAME to write the results under one key of each row "
-                             "(e.g. --namespace rewardhub), or rename the field")
+            raise UsageError(
+                f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
+                "pass --namespace NAME to write the results under one key of each row "
+                "(e.g. --namespace rewardhub), or rename the field"
+            )
 
 
 def output_row(sample: Mapping[str, Any], res: Any, i: int, namespace: str | None) -> dict[str, Any]:
@@ -154,7 +174,9 @@ class ScoredRows:
         if self.path is None:
             self._f = None  # opened by rewards_print_to_stderr (it knows where stdout went)
         elif _is_special(self.path):
-            self._f = open(self.path, "wb" if self.parquet else "w", encoding=None if self.parquet else "utf-8")
+            self._f = open(
+                self.path, "wb" if self.parquet else "w", encoding=None if self.parquet else "utf-8"
+            )
         else:
             folder, base = os.path.split(os.path.abspath(self.path))
             self.tmp = os.path.join(folder, f".{base}.{os.getpid()}.tmp")
@@ -162,7 +184,9 @@ class ScoredRows:
                 fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except OSError as exc:
                 self.tmp = None
-                raise UsageError(f"cannot create a file in {folder!r} for -o {self.path!r}: {exc.strerror}") from None
+                raise UsageError(
+                    f"cannot create a file in {folder!r} for -o {self.path!r}: {exc.strerror}"
+                ) from None
             if self.parquet:
                 os.close(fd)  # the name is ours; ParquetRows writes (and may rewrite) the file by name
             else:
@@ -187,8 +211,10 @@ class ScoredRows:
             try:
                 self._parquet.write(rows)
             except OSError as exc:
-                raise RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
-                                     f"{self.path} is unchanged; make room (or write elsewhere) and run again") from None
+                raise RewardhubError(
+                    f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
+                    f"{self.path} is unchanged; make room (or write elsewhere) and run again"
+                ) from None
             self.rows += len(rows)
             return
         lines = []
@@ -204,8 +230,10 @@ class ScoredRows:
         except OSError as exc:
             if self.path is None:
                 raise
-            raise RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
-                                 f"{self.path} is unchanged; make room (or write elsewhere) and run again") from None
+            raise RewardhubError(
+                f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
+                f"{self.path} is unchanged; make room (or write elsewhere) and run again"
+            ) from None
         self.rows += len(lines)
 
     def where_kept(self) -> str:
@@ -230,8 +258,10 @@ class ScoredRows:
         except OSError as err:
             if typ is None:
                 self._discard()
-                raise RewardhubError(f"cannot write the scored rows to {self.path!r}: {err.strerror}\n"
-                                     f"{self.path} is unchanged; make room (or write elsewhere) and run again") from None
+                raise RewardhubError(
+                    f"cannot write the scored rows to {self.path!r}: {err.strerror}\n"
+                    f"{self.path} is unchanged; make room (or write elsewhere) and run again"
+                ) from None
         if self.tmp is None:
             return
         if typ is None:

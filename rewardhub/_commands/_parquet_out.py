@@ -63,20 +63,30 @@ class ParquetRows:
         try:
             return self._checked(name, values, pa.array(values), offset)
         except OverflowError:
-            if all(v is None or (type(v) is int and 0 <= v < 2 ** 64) for v in values):
+            if all(v is None or (type(v) is int and 0 <= v < 2**64) for v in values):
                 return pa.array(values, pa.uint64())  # unsigned 64-bit numbers (a parquet uint64 column's)
             why = "numbers beyond 64 bits"
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
+        except (
+            pa.ArrowInvalid,
+            pa.ArrowTypeError,
+            pa.ArrowNotImplementedError,
+            TypeError,
+            ValueError,
+        ) as exc:
             why = str(exc)
         for i, v in enumerate(values):  # the first row that fails alone, if any
             try:
                 pa.array([v])
             except OverflowError:
-                raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: a number too large for "
-                                 f"parquet's 64-bit integers ({str(v)[:40]})\n{_HINT}") from None
+                raise UsageError(
+                    f"-o {self.path}: column {name!r}, row {offset + i + 1}: a number too large for "
+                    f"parquet's 64-bit integers ({str(v)[:40]})\n{_HINT}"
+                ) from None
             except Exception as one:  # noqa: BLE001 - pyarrow's errors have no common base
-                raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet cannot store "
-                                 f"this value ({one})\n{_HINT}") from None
+                raise UsageError(
+                    f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet cannot store "
+                    f"this value ({one})\n{_HINT}"
+                ) from None
         raise UsageError(f"-o {self.path}: column {name!r} (rows {offset + 1}-{offset + len(values)}) mixes "
                          f"values parquet cannot put in one column ({why})\n{_HINT}")
 
@@ -88,9 +98,11 @@ class ParquetRows:
             return arr
         for i, (v, g) in enumerate(zip(values, got)):
             if not _holds(v, g):
-                raise UsageError(f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet would store "
-                                 f"{str(v)[:60]!r} as {str(g)[:60]!r} (the column's other rows make it "
-                                 f"{arr.type})\n{_HINT}")
+                raise UsageError(
+                    f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet would store "
+                    f"{str(v)[:60]!r} as {str(g)[:60]!r} (the column's other rows make it "
+                    f"{arr.type})\n{_HINT}"
+                )
         return arr
 
     def _table(self, rows: list[Mapping[str, Any]]) -> Any:
@@ -106,7 +118,9 @@ class ParquetRows:
                 arr = _result_column(name, values)
             elif name == self.namespace:
                 arr = pa.StructArray.from_arrays(
-                    [_result_column(k, [(v or {}).get(k) for v in values]) for k in _RESULTS], names=list(_RESULTS))
+                    [_result_column(k, [(v or {}).get(k) for v in values]) for k in _RESULTS],
+                    names=list(_RESULTS),
+                )
             else:
                 arr = self._array(name, values, self.rows)
             arrays.append(arr)
@@ -127,9 +141,11 @@ class ParquetRows:
                         and self._schema.field(f.name).type != f.type), "?")
             was = self._schema.field(col).type if col in self._schema.names else "?"
             now = new.field(col).type if col in new.names else "?"
-            raise UsageError(f"-o {self.path}: column {col!r} holds {was} values up to row {self.rows} and {now} "
-                             f"values in rows {self.rows + 1}-; parquet needs one type per column ({exc})\n"
-                             f"{_HINT}") from None
+            raise UsageError(
+                f"-o {self.path}: column {col!r} holds {was} values up to row {self.rows} and {now} "
+                f"values in rows {self.rows + 1}-; parquet needs one type per column ({exc})\n"
+                f"{_HINT}"
+            ) from None
 
     def _conform(self, table: Any, schema: Any) -> Any:
         """``table`` in ``schema``: missing columns null, every value cast with checks (never rounded)."""
@@ -144,8 +160,10 @@ class ParquetRows:
                     try:
                         col = col.cast(field.type, safe=True)
                     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-                        raise UsageError(f"-o {self.path}: column {field.name!r}: its values cannot all be written "
-                                         f"as {field.type} without changing them ({exc})\n{_HINT}") from None
+                        raise UsageError(
+                            f"-o {self.path}: column {field.name!r}: its values cannot all be written "
+                            f"as {field.type} without changing them ({exc})\n{_HINT}"
+                        ) from None
                     self._same_values(field, have[field.name], col)
                 cols.append(col)
             else:
@@ -159,9 +177,11 @@ class ParquetRows:
             return
         for i, (v, g) in enumerate(zip(was, now)):
             if not _holds(v, g):
-                raise UsageError(f"-o {self.path}: column {field.name!r} holds {before.type} values in some rows and "
-                                 f"{field.type} in others; as one column {str(v)[:40]!r} would become "
-                                 f"{str(g)[:40]!r}\n{_HINT}")
+                raise UsageError(
+                    f"-o {self.path}: column {field.name!r} holds {before.type} values in some rows and "
+                    f"{field.type} in others; as one column {str(v)[:40]!r} would become "
+                    f"{str(g)[:40]!r}\n{_HINT}"
+                )
 
     # ---- writing ----------------------------------------------------------------------------------
 
@@ -266,8 +286,10 @@ def _result_column(name: str, values: list[Any]) -> Any:
         keys = sorted({k for v in values for k in (v or {})})
         if not keys:
             return pa.nulls(len(values), pa.struct([("none", pa.float64())]))
-        return pa.array([{k: None if (v or {}).get(k) is None else float(v[k]) for k in keys} for v in values],
-                        pa.struct([(k, pa.float64()) for k in keys]))
+        return pa.array(
+            [{k: None if (v or {}).get(k) is None else float(v[k]) for k in keys} for v in values],
+            pa.struct([(k, pa.float64()) for k in keys]),
+        )
     if name == "extra":
         return pa.array([json.dumps(v or {}, sort_keys=True, default=str) for v in values], pa.string())
     return pa.array([json.dumps(v, sort_keys=True, default=str) if v else None for v in values], pa.string())

@@ -71,11 +71,15 @@ def read_reward(file: str, function: str, target: str) -> tuple[Any, list[str]]:
         raise UsageError(f"{file}, line {exc.lineno}: not valid Python ({exc.msg})") from None
     except ValueError as exc:  # null bytes
         raise UsageError(f"{file}: not valid Python ({exc})") from None
-    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
+    defs = [
+        n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function
+    ]
     if not defs:
         if _bound_otherwise(tree, function):
-            return None, [f"{target}: {function!r} is not a plain 'def' in the file (imported, assigned or a class); "
-                          "its signature is checked only when the reward runs"]
+            return None, [
+                f"{target}: {function!r} is not a plain 'def' in the file (imported, assigned or a class); "
+                "its signature is checked only when the reward runs"
+            ]
         have = ", ".join(_defined_names(tree)) or "no functions"
         raise UsageError(f"{file} has no function {function!r} (it defines: {have})\n"
                          "set the term's function: to one of them")
@@ -94,8 +98,10 @@ def _stand_in(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str) -> tupl
                 try:
                     meta = {k.arg: ast.literal_eval(k.value) for k in deco.keywords if k.arg}
                 except ValueError:
-                    notes.append(f"{target}: the arguments of @{dname}(...) are not literals; its metadata is not "
-                                 "read without running the file")
+                    notes.append(
+                        f"{target}: the arguments of @{dname}(...) are not literals; its metadata is not "
+                        "read without running the file"
+                    )
                     meta = {}
         else:
             notes.append(f"{target}: decorated with @{dname or '...'}, which may change its parameters; the "

@@ -28,7 +28,9 @@ HELP = ("check a config: migrate legacy keys, validate, resolve every reward ter
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config or launch script")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides (Hydra's +key=value too)")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="overrides (Hydra's +key=value too)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -71,12 +73,27 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         notes.extend(f"{where}.kwargs: {p}" for p in maybe)
         problems.extend(f"{where}: {p}" for p in _executor_problems(term))
         pol = term.policy
-        terms.append({"index": i, "name": term.name, "reward": spec.name, "source": spec.source, "dist": spec.dist,
-                      "version": spec.version, "target": spec.target, "kind": spec.kind,
-                      "executor": effective_executor(term), "executor_why": executor_reason(term),
-                      "timeout_s": pol.timeout_s, "on_failure": pol.on_failure, "weight": term.weight,
-                      "pure": pol.pure, "max_concurrency": pol.max_concurrency,
-                      "memory_limit_mb": pol.memory_limit_mb, "capabilities": sorted(spec.capabilities)})
+        terms.append(
+            {
+                "index": i,
+                "name": term.name,
+                "reward": spec.name,
+                "source": spec.source,
+                "dist": spec.dist,
+                "version": spec.version,
+                "target": spec.target,
+                "kind": spec.kind,
+                "executor": effective_executor(term),
+                "executor_why": executor_reason(term),
+                "timeout_s": pol.timeout_s,
+                "on_failure": pol.on_failure,
+                "weight": term.weight,
+                "pure": pol.pure,
+                "max_concurrency": pol.max_concurrency,
+                "memory_limit_mb": pol.memory_limit_mb,
+                "capabilities": sorted(spec.capabilities),
+            }
+        )
     rm = reward.reward_model
     if rm.enable and not rm.model_path:
         problems.append("reward.reward_model.enable is true but reward.reward_model.model_path is not set\n"
@@ -85,11 +102,15 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
             and os.path.isabs(str(rm.model_path)) and not os.path.exists(str(rm.model_path)):
         notes.append(f"reward.reward_model.model_path {rm.model_path!r} does not exist on this machine")
     if reward.sandbox.url and not any("sandbox" in t["capabilities"] for t in terms):
-        notes.append("reward.sandbox.url is set but no reward term uses the sandbox (add code_tests or code_io "
-                     "from rewardhub-code)")
+        notes.append(
+            "reward.sandbox.url is set but no reward term uses the sandbox (add code_tests or code_io "
+            "from rewardhub-code)"
+        )
     if reward.manager:
-        notes.append(f"reward.manager={reward.manager!r}: verl's reward manager this config names; rewardhub runs "
-                     "the terms above with the policies shown instead of that manager")
+        notes.append(
+            f"reward.manager={reward.manager!r}: verl's reward manager this config names; rewardhub runs "
+            "the terms above with the policies shown instead of that manager"
+        )
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
 
@@ -140,8 +161,10 @@ def effective_executor(term: Any) -> str:
 
 def executor_reason(term: Any) -> str:
     if effective_executor(term) != term.policy.executor:
-        return (f"{term.policy.executor} with timeout_s {term.policy.timeout_s:g}: a sync call is timed out by "
-                "killing its process")
+        return (
+            f"{term.policy.executor} with timeout_s {term.policy.timeout_s:g}: a sync call is timed out by "
+            "killing its process"
+        )
     return ""
 
 

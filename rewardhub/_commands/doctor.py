@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _split(args: list[str]) -> tuple[str | None, list[str]]:
-    if args and "=" not in args[0] and (args[0].endswith((".yaml", ".yml", ".json")) or os.path.isfile(args[0])):
+    if (
+        args
+        and "=" not in args[0]
+        and (args[0].endswith((".yaml", ".yml", ".json")) or os.path.isfile(args[0]))
+    ):
         return args[0], args[1:]
     return None, args
 
@@ -47,7 +51,9 @@ def _human(report: dict[str, Any]) -> str:
     for p in report["pools"]:
         needs = ", ".join(f"{k}={v:g}" for k, v in sorted(p["needs"].items())) or "nothing"
         where = ", ".join(x[:12] for x in p["nodes"]) or "NO alive node"
-        lines.append(f"pool {p['pool']!r} (each worker needs {needs}): {where}{'' if p['ok'] else '  PROBLEM'}")
+        lines.append(
+            f"pool {p['pool']!r} (each worker needs {needs}): {where}{'' if p['ok'] else '  PROBLEM'}"
+        )
     return "\n".join(lines)
 
 
@@ -85,8 +91,11 @@ def _warn(report: dict[str, Any]) -> None:
     if not nodes:
         return
     names = ", ".join(map(repr, sorted({r for n in nodes for r in n["warned_rewards"]})))
-    why = (f"{names}, which the config does not use (a run with this config is not blocked" if report["rewards"]
-           else f"{names} (no config names a reward, so none blocks a run")
+    why = (
+        f"{names}, which the config does not use (a run with this config is not blocked"
+        if report["rewards"]
+        else f"{names} (no config names a reward, so none blocks a run"
+    )
     print(f"WARNING: {len(nodes)} of {len(report['nodes'])} nodes differ from the driver in reward(s) {why}; "
           "--strict makes any difference a problem)", file=sys.stderr)
 

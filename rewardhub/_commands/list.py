@@ -39,8 +39,15 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             dump_json(plugins)
         else:
-            cells = [[p["name"], f"{p['dist']} {p['version']}" if p["dist"] else ("builtin" if p["builtin"] else "-"),
-                     p["status"], ", ".join(p["hooks"]) if p["status"] == "ok" else p["error"]] for p in plugins]
+            cells = [
+                [
+                    p["name"],
+                    f"{p['dist']} {p['version']}" if p["dist"] else ("builtin" if p["builtin"] else "-"),
+                    p["status"],
+                    ", ".join(p["hooks"]) if p["status"] == "ok" else p["error"],
+                ]
+                for p in plugins
+            ]
             print(table(cells, ["plugin", "dist", "status", "hooks"]))
         return 0
     specs = registry.list_rewards()
@@ -65,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
         print(table(body, ["name", "from", "status", "summary"]))
     broken = sum(r["status"] == "broken" for r in rows)
     conflicts = sum(r["status"] == "conflict" for r in rows)
-    also = f", {conflicts} conflicting (a config that uses one chooses with reward.plugins.prefer)" if conflicts else ""
+    also = (
+        f", {conflicts} conflicting (a config that uses one chooses with reward.plugins.prefer)"
+        if conflicts
+        else ""
+    )
     print(f"\n{len(rows)} rewards, {broken} broken{also}; fingerprint {registry.fingerprint()}")
     return 0

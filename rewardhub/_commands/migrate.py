@@ -32,8 +32,12 @@ HELP = "move legacy (verl-style) reward keys of a config or launch script to the
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("items", nargs="*", metavar="[FILE] [KEY=VALUE ...]",
                         help="a YAML config or shell launch script, then overrides (Hydra's +key=value too)")
-    parser.add_argument("--report", choices=["json"], help="print the config and the moved/dropped keys as JSON")
-    parser.add_argument("--write", action="store_true", help="rewrite FILE in place (a backup FILE.bak is kept)")
+    parser.add_argument(
+        "--report", choices=["json"], help="print the config and the moved/dropped keys as JSON"
+    )
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite FILE in place (a backup FILE.bak is kept)"
+    )
 
 
 def split_items(items: list[str]) -> tuple[str | None, list[str]]:
@@ -68,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     if args.write:
         assert path is not None
         # the file's reward keys are rewritten; verl's trainer keys stay (`rewardhub train` maps them on load)
-        new_text = rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, _reward_only(source))
+        new_text = (
+            rewrite_script(text, path) if kind == "shell" else yaml_roundtrip(text, _reward_only(source))
+        )
         if new_text != text:
             backup = write_in_place(path, new_text)
             print(f"rewrote {path} (backup: {backup})", file=sys.stderr)
@@ -245,15 +251,21 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
         return text
     for k in legacy:
         if not words[k].whole:  # one of the words of an expansion ($ARGS): its text is not in the script
-            raise UsageError(f"{path}: line {words[k].line}: {parsed[k].key} comes from {words[k].raw}, which --write "
-                             "cannot rewrite\nmove it out of the variable into the command, or drop --write to "
-                             "print the migrated config")
+            raise UsageError(
+                f"{path}: line {words[k].line}: {parsed[k].key} comes from {words[k].raw}, which --write "
+                "cannot rewrite\nmove it out of the variable into the command, or drop --write to "
+                "print the migrated config"
+            )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         before = migrate(apply_overrides({}, [ov for i, ov in enumerate(parsed) if i not in legacy]))[0]
         after, report = migrate(apply_overrides({}, parsed))
     old_leaves = dict(leaves(before.get("reward") or {}, "reward", lists=True))
-    new_leaves = [(k, v) for k, v in leaves(after.get("reward") or {}, "reward", lists=True) if old_leaves.get(k, _MISSING) != v]
+    new_leaves = [
+        (k, v)
+        for k, v in leaves(after.get("reward") or {}, "reward", lists=True)
+        if old_leaves.get(k, _MISSING) != v
+    ]
 
     # a moved key keeps the exact text its value had in the script ($HOME, quotes and all)
     raw_value: dict[str, tuple[str, Any]] = {}

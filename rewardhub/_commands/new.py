@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
     package = reward = name.replace("-", "_")
     if keyword.iskeyword(package):
         raise UsageError(f"{name!r} is a Python keyword; pick another name")
-    folder = args.dir or name.replace("_", "-")  # a folder that is no importable name: `python -m` from its parent cannot shadow the package
+    # a folder that is no importable name: `python -m` from its parent cannot shadow the package
+    folder = args.dir or name.replace("_", "-")
     if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
         raise UsageError(f"{folder!r} already exists and is not an empty folder\n"
                          "pick another NAME, or --dir a new folder")
@@ -146,5 +147,7 @@ def run(args: argparse.Namespace) -> int:
             f.write(text.format(**values))
     print(f"wrote {folder}/: pyproject.toml (entry point {reward} = {package}.reward:{reward}), "
           f"{package}/reward.py, tests/test_{reward}.py, README.md")
-    print(f"next: pip install -e {folder} && rewardhub list && rewardhub test {reward} && pytest {folder}/tests")
+    print(
+        f"next: pip install -e {folder} && rewardhub list && rewardhub test {reward} && pytest {folder}/tests"
+    )
     return 0

@@ -24,8 +24,10 @@ from ._output import stop_on_signals
 from ._output import write_summary
 
 NAME = "score"
-HELP = ("score a JSONL or parquet file (or save_to_disk folder) of samples with the config's rewards; prints a "
-        "per-reward summary")
+HELP = (
+    "score a JSONL or parquet file (or save_to_disk folder) of samples with the config's rewards; prints a "
+    "per-reward summary"
+)
 #: rows per Runner call: the first chunk is FIRST_CHUNK rows, later ones about CHUNK_S seconds of
 #: work, at most CHUNK rows (rows are written chunk by chunk: a stopped run keeps the chunks done)
 CHUNK = 4096
@@ -35,12 +37,24 @@ CHUNK_S = 1.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
-    parser.add_argument("data", help="JSONL or parquet file (told by content; gzip/bz2/xz too; '-' for stdin, or a "
-                        "pipe), a glob, or a datasets save_to_disk folder: response, prompt, ground_truth (or "
-                        "verl's reward_model.ground_truth), data_source, extra_info")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. reward.aggregation=normalize_then_sum")
-    parser.add_argument("-o", "--output", help="write scored rows here, JSONL or .parquet (default: stdout): each "
-                        "input row unchanged plus the results; never inside what DATA reads")
+    parser.add_argument(
+        "data",
+        help="JSONL or parquet file (told by content; gzip/bz2/xz too; '-' for stdin, or a "
+        "pipe), a glob, or a datasets save_to_disk folder: response, prompt, ground_truth (or "
+        "verl's reward_model.ground_truth), data_source, extra_info",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides, e.g. reward.aggregation=normalize_then_sum",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="write scored rows here, JSONL or .parquet (default: stdout): each "
+        "input row unchanged plus the results; never inside what DATA reads",
+    )
     parser.add_argument("--prompt-key", help="the prompt column (default: prompt, else question)")
     parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
                         "reward_model.ground_truth, ground_truth, answer)")
@@ -51,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the input rows have fields of those names)")
 
 
-def read_samples(path: str, *, prompt_key: str | None = None, answer_key: str | None = None) -> Iterator[dict[str, Any]]:
+def read_samples(
+    path: str, *, prompt_key: str | None = None, answer_key: str | None = None
+) -> Iterator[dict[str, Any]]:
     """The samples of a JSONL or parquet file or a ``save_to_disk`` folder, streamed, in either row
     format (verl's ``reward_model.ground_truth`` becomes ``ground_truth``)."""
     for _, sample in read_pairs(path, prompt_key=prompt_key, answer_key=answer_key):
@@ -73,9 +89,11 @@ def read_pairs(path: str, *, prompt_key: str | None = None,
     first = True
     for row in iter_rows(path, key="data"):
         if "response" not in row.data:
-            raise UsageError(f"{row.where}: no 'response' column\n"
-                             "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
-                             "data_source, extra_info")
+            raise UsageError(
+                f"{row.where}: no 'response' column\n"
+                "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
+                "data_source, extra_info"
+            )
         if first:
             first = False
             for flag, key in (("--prompt-key", prompt_key), ("--answer-key", answer_key)):
@@ -128,18 +146,29 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
     missing = [i for i, s in enumerate(chunk) if needing and s.get("ground_truth") is None]
     if not missing:
         res = runner.score(chunk, progress=progress)
-        return [output_row(r, res, i, namespace) for i, r in enumerate(rows_in)], dict(res.columns), list(res.scores)
+        return (
+            [output_row(r, res, i, namespace) for i, r in enumerate(rows_in)],
+            dict(res.columns),
+            list(res.scores),
+        )
     gone = set(missing)
     ok = [s for i, s in enumerate(chunk) if i not in gone]
     res = runner.score(ok, progress=progress) if ok else None
     kept = [r for i, r in enumerate(rows_in) if i not in gone]
     scored = iter([output_row(r, res, i, namespace) for i, r in enumerate(kept)] if res is not None else [])
-    msg = ("no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward "
-           "needs")
+    msg = (
+        "no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward "
+        "needs"
+    )
     rows = []
     for i, s in enumerate(rows_in):
         if i in gone:
-            result = {"score": None, "rewards": {n: None for n in names}, "extra": {}, "errors": {n: msg for n in needing}}
+            result = {
+                "score": None,
+                "rewards": {n: None for n in names},
+                "extra": {},
+                "errors": {n: msg for n in needing},
+            }
             rows.append({**s, namespace: result} if namespace else {**s, **result})
         else:
             rows.append(next(scored))
@@ -216,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
     plan = load_plan(args.config, args.overrides)
     pairs = read_pairs(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
-    first = read_input(args.data, lambda _: list(itertools.islice(pairs, 1)))  # a bad file fails before any output
+    # a bad file fails before any output
+    first = read_input(args.data, lambda _: list(itertools.islice(pairs, 1)))
     show = sys.stderr.isatty() and not args.no_progress
     total = count_rows(args.data) if show else 0
     start = time.monotonic()
@@ -247,7 +277,10 @@ def run(args: argparse.Namespace) -> int:
                         runner, [sample for _, sample in chunk], needing, args.namespace,
                         progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)),
                         inputs=inputs)
-                    size = max(FIRST_CHUNK, min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))))
+                    size = max(
+                        FIRST_CHUNK,
+                        min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
+                    )
                     out.write(rows)
                     for n in names:
                         columns[n].extend(cols[n])

@@ -26,15 +26,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--host", default="127.0.0.1",
                         help=f"address to listen on (default 127.0.0.1; any other needs ${TOKEN_ENV})")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port, printed)")
+    parser.add_argument(
+        "--port", type=int, default=8000, help="port (default 8000; 0: any free port, printed)"
+    )
     parser.add_argument("--max-rows", type=int, default=4096, help="rows one request may send (default 4096)")
-    parser.add_argument("--max-body-mb", type=float, default=64.0, help="MiB one request body may have (default 64)")
+    parser.add_argument(
+        "--max-body-mb", type=float, default=64.0, help="MiB one request body may have (default 64)"
+    )
     parser.add_argument("--max-batch-rows", type=int, default=4096,
                         help="rows one Runner call pools from the requests waiting (default 4096)")
-    parser.add_argument("--max-calls", type=int, default=MAX_CALLS,
-                        help=f"Runner calls at once (default {MAX_CALLS}; they share the process pool, so a call held by a "
-                             "hanging reward does not stop the others; what waits while all are busy is pooled "
-                             "into one call); 1 with executor: ray terms")
+    parser.add_argument(
+        "--max-calls",
+        type=int,
+        default=MAX_CALLS,
+        help=f"Runner calls at once (default {MAX_CALLS}; they share the process pool, so a call held by a "
+        "hanging reward does not stop the others; what waits while all are busy is pooled "
+        "into one call); 1 with executor: ray terms",
+    )
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds SIGTERM waits for the requests in flight (default 120)")
 
@@ -58,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         import aiohttp  # noqa: F401
     except ImportError:
-        raise UsageError("rewardhub serve needs aiohttp\ninstall it: pip install 'rewardhub[serve]'") from None
+        raise UsageError(
+            "rewardhub serve needs aiohttp\ninstall it: pip install 'rewardhub[serve]'"
+        ) from None
     from ..server.app import ServeOptions
     from ..server.app import serve_forever
 
@@ -74,10 +84,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--host {args.host} listens beyond this machine, and ${TOKEN_ENV} is not set\n"
                          f"set {TOKEN_ENV} to a secret the clients send as 'Authorization: Bearer ...', "
                          "or listen on 127.0.0.1")
-    opts = ServeOptions(host=args.host, port=args.port, token=token, max_rows=args.max_rows,
-                        max_body=int(args.max_body_mb * 1024 * 1024),
-                        max_batch_rows=max(args.max_batch_rows, args.max_rows), drain_timeout=args.drain_timeout,
-                        max_calls=args.max_calls)
+    opts = ServeOptions(
+        host=args.host,
+        port=args.port,
+        token=token,
+        max_rows=args.max_rows,
+        max_body=int(args.max_body_mb * 1024 * 1024),
+        max_batch_rows=max(args.max_batch_rows, args.max_rows),
+        drain_timeout=args.drain_timeout,
+        max_calls=args.max_calls,
+    )
     plan = load_plan(args.config, args.overrides)
     with runner_from_config(plan.reward) as runner:
         if not runner.terms:
@@ -88,13 +104,20 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("\n".join(problems))
 
         def info() -> dict[str, Any]:
-            return {"terms": runner.describe(), "rewards": provenance(runner), "aggregation": runner.aggregation}
+            return {
+                "terms": runner.describe(),
+                "rewards": provenance(runner),
+                "aggregation": runner.aggregation,
+            }
 
         def ready(host: str, port: int) -> None:
             names = ", ".join(t.name for t in runner.terms)
-            print(f"rewardhub serve: {names} on http://{host}:{port} "
-                  "(POST /score, POST /get_reward, GET /health, GET /metrics; token " f"{'on' if token else 'off'})",
-                  flush=True)
+            print(
+                f"rewardhub serve: {names} on http://{host}:{port} "
+                "(POST /score, POST /get_reward, GET /health, GET /metrics; token "
+                f"{'on' if token else 'off'})",
+                flush=True,
+            )
 
         import asyncio
 

@@ -67,5 +67,8 @@ def _runs_on(spec: RewardSpec) -> str:
     ex = pol.executor
     why = ""
     if ex == "inline" and pol.timeout_s and "async" not in spec.capabilities:
-        ex, why = "process", f" (inline with timeout_s {pol.timeout_s:g}: a sync call is timed out by killing its process)"
+        ex, why = (
+            "process",
+            f" (inline with timeout_s {pol.timeout_s:g}: a sync call is timed out by killing its process)",
+        )
     return ex + why

@@ -17,13 +17,21 @@ HELP = ("check a reward's contract (a float for every row, edge responses, timeo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reward", help="a registered reward name (see `rewardhub list`), or a YAML config whose "
-                                       "reward: terms are tested")
-    parser.add_argument("data", nargs="?", help="JSONL or parquet rows to score (default: three small built-in rows)")
+    parser.add_argument(
+        "reward",
+        help="a registered reward name (see `rewardhub list`), or a YAML config whose "
+        "reward: terms are tested",
+    )
+    parser.add_argument(
+        "data", nargs="?", help="JSONL or parquet rows to score (default: three small built-in rows)"
+    )
     parser.add_argument("--kwargs", metavar="JSON", help="keyword arguments for a named reward, e.g. "
                                                          "'{\"pattern\": \"\\\\d+\"}'")
-    parser.add_argument("--executors", default="inline,process,ray",
-                        help="executors compared (default inline,process,ray; ray only where it is installed)")
+    parser.add_argument(
+        "--executors",
+        default="inline,process,ray",
+        help="executors compared (default inline,process,ray; ray only where it is installed)",
+    )
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="seconds a call may take when the reward declares no timeout_s (default 10)")
     parser.add_argument("--rows", type=int, default=64, help="at most this many rows of DATA (default 64)")
@@ -84,6 +92,13 @@ def run(args: argparse.Namespace) -> int:
         print(table([[c.term, c.contract, c.status, c.detail] for c in checks],
                     ["reward", "contract", "result", "detail"]))
         terms = len({c.term for c in checks})
-        print(f"\n{terms} reward{'s' * (terms != 1)}: " + (f"{len(failed)} contract{'s' * (len(failed) != 1)} failed"
-                                                          if failed else "every contract holds"), file=sys.stderr)
+        print(
+            f"\n{terms} reward{'s' * (terms != 1)}: "
+            + (
+                f"{len(failed)} contract{'s' * (len(failed) != 1)} failed"
+                if failed
+                else "every contract holds"
+            ),
+            file=sys.stderr,
+        )
     return 1 if failed else 0

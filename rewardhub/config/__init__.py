@@ -11,5 +11,13 @@ from .overrides import parse_overrides
 from .schema import RewardConfig
 from .schema import TermConfig
 
-__all__ = ["ConfigPlan", "MigrationReport", "RewardConfig", "TermConfig", "load_config", "load_config_with_report",
-           "load_plan", "parse_overrides"]
+__all__ = [
+    "ConfigPlan",
+    "MigrationReport",
+    "RewardConfig",
+    "TermConfig",
+    "load_config",
+    "load_config_with_report",
+    "load_plan",
+    "parse_overrides",
+]

@@ -11,8 +11,17 @@ from collections.abc import Mapping
 from typing import Any
 from typing import Final
 
-__all__ = ["DEFAULT_FUNCTION", "ENGINES", "KEY_INTERP", "KNOWN_MANAGERS", "LEGACY_KEYS", "RM_FIELDS", "RULES", "SANDBOX_KEYS",
-           "truthy"]
+__all__ = [
+    "DEFAULT_FUNCTION",
+    "ENGINES",
+    "KEY_INTERP",
+    "KNOWN_MANAGERS",
+    "LEGACY_KEYS",
+    "RM_FIELDS",
+    "RULES",
+    "SANDBOX_KEYS",
+    "truthy",
+]
 
 #: verl's default name of the function in a custom reward file
 DEFAULT_FUNCTION = "compute_score"
@@ -44,8 +53,14 @@ _LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: 
 RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "reward_model": [
         ("enable", ("move", "reward.reward_model.enable")),
-        ("enable_resource_pool", ("drop", "reward-model terms always get a Ray pool of their own in rewardhub "
-                                          "(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)")),
+        (
+            "enable_resource_pool",
+            (
+                "drop",
+                "reward-model terms always get a Ray pool of their own in rewardhub "
+                "(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)",
+            ),
+        ),
         ("n_gpus_per_node", ("move", "reward.reward_model.n_gpus_per_node")),
         ("nnodes", ("move", "reward.reward_model.nnodes")),
         ("num_workers", ("move", "reward.reward_model.num_workers")),
@@ -60,17 +75,30 @@ RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("reward_manager", ("manager",)),
         ("reward_kwargs.*", ("kwargs",)),
         ("sandbox_fusion.*", ("sandbox",)),
-        ("use_reward_loop", ("drop", "rewardhub always scores through its own runner (verl's reward loop "
-                                     "is the default there)")),
-        ("launch_reward_fn_async", ("drop", "reward scoring overlaps training in rewardhub's trainer with "
-                                            "trainer.mode=fully_async")),
+        (
+            "use_reward_loop",
+            (
+                "drop",
+                "rewardhub always scores through its own runner (verl's reward loop is the default there)",
+            ),
+        ),
+        (
+            "launch_reward_fn_async",
+            ("drop", "reward scoring overlaps training in rewardhub's trainer with trainer.mode=fully_async"),
+        ),
         ("reward_loop_source", ("drop", "rewardhub resolves rewards through its registry")),
         ("reward_loop_module_path", ("drop", _LOOP_CLASS)),
         ("reward_loop_class_name", ("drop", _LOOP_CLASS)),
         ("model.*", ("drop", _FSDP)),
         ("strategy", ("drop", _FSDP)),
-        ("micro_batch_size", ("drop", "verl's global micro batch (superseded by micro_batch_size_per_gpu, "
-                                      "which maps to reward.reward_model.batch_size)")),
+        (
+            "micro_batch_size",
+            (
+                "drop",
+                "verl's global micro batch (superseded by micro_batch_size_per_gpu, "
+                "which maps to reward.reward_model.batch_size)",
+            ),
+        ),
         ("mini_batch_size", ("drop", _FSDP)),
         ("use_dynamic_bsz", ("drop", _FSDP)),
         ("forward_max_token_len_per_gpu", ("drop", _FSDP)),
@@ -88,8 +116,10 @@ RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     ],
     "reward_manager": [
         ("name", ("manager",)),
-        ("source", ("drop", "rewardhub resolves rewards through its registry (no register/importlib "
-                            "source)")),
+        (
+            "source",
+            ("drop", "rewardhub resolves rewards through its registry (no register/importlib source)"),
+        ),
         ("module.*", ("drop", _LOOP_CLASS)),
         ("*", ("drop", "not a reward_manager setting rewardhub knows")),
     ],

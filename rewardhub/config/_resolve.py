@@ -25,7 +25,9 @@ def resolve_or_explain(node: Any, where: str) -> Any:
         env = re.search(r"Environment variable '(\w+)' not found", str(exc))
         if env:
             name = env.group(1)
-            raise UsageError(f"{key} uses ${name}, which is not set\n"
-                             f"export {name}=... before running, or set it in the script ({name}=...)") from None
+            raise UsageError(
+                f"{key} uses ${name}, which is not set\n"
+                f"export {name}=... before running, or set it in the script ({name}=...)"
+            ) from None
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"{key} cannot be resolved: {msg}") from None

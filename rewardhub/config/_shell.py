@@ -268,7 +268,9 @@ class Reader:
                 if payload.strip() == "pwd" and self.cwd_known:
                     put(os.getcwd())
                 else:
-                    raise Unsafe(f"the command substitution $({payload.strip()}) in {where} cannot be run here")
+                    raise Unsafe(
+                        f"the command substitution $({payload.strip()}) in {where} cannot be run here"
+                    )
             elif kind == "unsafe":
                 raise Unsafe(f"{payload} in {where} cannot be expanded without running the script")
             elif kind == "var":
@@ -279,9 +281,13 @@ class Reader:
                 if name.isdigit() or name in "@*#":
                     value = None
                 if name in self.vars and value is None:
-                    raise Unsafe(f"${{{name}}} in {where} is set by the script in a way that cannot be read here")
+                    raise Unsafe(
+                        f"${{{name}}} in {where} is set by the script in a way that cannot be read here"
+                    )
                 if name not in self.vars and self.sourced and not name.isdigit():
-                    raise Unsafe(f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here")
+                    raise Unsafe(
+                        f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here"
+                    )
                 if value:
                     put(value)
                 elif after_eq and not name.isdigit() and not self.assigning:
@@ -305,8 +311,9 @@ class Reader:
     def variable(self, name: str, after_eq: bool, quoted: bool, where: str) -> str:
         if name in ("@", "*", "#") or name.isdigit():
             if self.functions and name != "0":
-                raise Unsafe(f"${name} in {where}: the script defines a function, whose arguments are not known "
-                              "here")
+                raise Unsafe(
+                    f"${name} in {where}: the script defines a function, whose arguments are not known here"
+                )
             return "0" if name == "#" else ""  # a script run without arguments
         if name == "PWD" and name not in self.vars and self.cwd_known:
             return os.getcwd()
@@ -322,7 +329,10 @@ class Reader:
             return os.environ[name]  # what the shell takes, run from here
         if after_eq and not self.assigning:
             return "${oc.env:" + name + "}"  # unset: loading the config says so, naming the key
-        raise Unsafe(f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be " "known here")
+        raise Unsafe(
+            f"${name} in {where} is not set in the script, nor in the environment, so its words cannot be "
+            "known here"
+        )
 
     def assign(self, raw: Raw, where: str) -> None:
         name = ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))

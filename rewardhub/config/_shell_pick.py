@@ -20,7 +20,12 @@ __all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "read_sc
 
 _VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
 #: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
-VERL_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer", "fully_async_ppo_trainer", "fully_async_ppo_megatron_trainer")
+VERL_CONFIGS = (
+    "ppo_trainer",
+    "ppo_megatron_trainer",
+    "fully_async_ppo_trainer",
+    "fully_async_ppo_megatron_trainer",
+)
 #: ``--config-path`` folders that hold verl's own configs (in a verl checkout)
 _VERL_CONFIG_DIRS = ("verl/trainer/config", "fully_async_policy/config")
 
@@ -45,9 +50,11 @@ def pick_verl_run(runs: list[Any]) -> Script:
         _check_unsafe(verl[0])
         for run in runs:
             if run[2] is None and run[1] and is_override_word(run[1][0].text):
-                raise UsageError(f"line {run[1][0].line}: {run[1][0].text!r} is a command of its own, not an argument "
-                                 f"of the verl command (line {entry['line']}): the line before it does not end "
-                                 "with \\\nend every line of the command but the last with \\ (nothing after it)")
+                raise UsageError(
+                    f"line {run[1][0].line}: {run[1][0].text!r} is a command of its own, not an argument "
+                    f"of the verl command (line {entry['line']}): the line before it does not end "
+                    "with \\\nend every line of the command but the last with \\ (nothing after it)"
+                )
         after = words[entry["index"] + 1:]
         out: list[ShellWord] = []
         k = 0
@@ -70,8 +77,10 @@ def pick_verl_run(runs: list[Any]) -> Script:
             if is_override_word(w.text):
                 out.append(w)
             elif w.text != "":
-                raise UsageError(f"line {w.line}: {w.text!r} is not a KEY=VALUE override of the verl command\n"
-                                 "write the verl command's arguments as overrides only")
+                raise UsageError(
+                    f"line {w.line}: {w.text!r} is not a KEY=VALUE override of the verl command\n"
+                    "write the verl command's arguments as overrides only"
+                )
             k += 1
         entry.pop("index", None)
         return Script(out, entry)
@@ -103,7 +112,9 @@ def all_words(text: str) -> list[ShellWord]:
             except Unsafe:
                 expanded = [(text[raw.start:raw.end], True)]
             for t, whole in expanded:
-                out.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
+                out.append(
+                    ShellWord(text[raw.start : raw.end], t, raw.start, raw.end, index, position, line, whole)
+                )
     return out
 
 
@@ -130,12 +141,17 @@ def read_script(text: str) -> Script:
                 expanded = r.expand(raw, f"line {line}")
             except Unsafe as exc:
                 unsafe.append(str(exc))
-                words.append(ShellWord(text[raw.start:raw.end], "\x00", raw.start, raw.end, index, position, line,
-                                       False))
+                words.append(
+                    ShellWord(
+                        text[raw.start : raw.end], "\x00", raw.start, raw.end, index, position, line, False
+                    )
+                )
                 position += 1
                 continue
             for t, whole in expanded:
-                words.append(ShellWord(text[raw.start:raw.end], t, raw.start, raw.end, index, position, line, whole))
+                words.append(
+                    ShellWord(text[raw.start : raw.end], t, raw.start, raw.end, index, position, line, whole)
+                )
                 position += 1
         if head in ("for", "select") and len(cmd) > 1:
             r.vars[literal_head(cmd[1])] = None

@@ -29,13 +29,24 @@ ENTRY_KEY = "__verl_entry_point__"
 #: the verl key (nor the trainer key) runs with verl's value when ``carried`` (said in the report's notes),
 #: and otherwise gets a note "verl's default X, here Y".
 VERL_DEFAULTS: tuple[tuple[str, Any, str, Any, bool], ...] = (
-    ("actor_rollout_ref.actor.loss_agg_mode", "token-mean", "trainer.loss_agg_mode", "seq-mean-token-mean", True),
+    (
+        "actor_rollout_ref.actor.loss_agg_mode",
+        "token-mean",
+        "trainer.loss_agg_mode",
+        "seq-mean-token-mean",
+        True,
+    ),
     ("actor_rollout_ref.actor.optim.weight_decay", 0.01, "trainer.weight_decay", 0.0, True),
     ("actor_rollout_ref.actor.clip_ratio_c", 3.0, "trainer.clip_ratio_c", 3.0, True),
     ("actor_rollout_ref.actor.optim.lr", 1e-6, "trainer.lr", 1e-5, False),
     ("actor_rollout_ref.actor.optim.betas", [0.9, 0.999], "", "AdamW betas (0.9, 0.99)", False),
-    ("actor_rollout_ref.actor.ppo_mini_batch_size", 256, "", "1 optimizer step per batch and PPO epoch (the whole "
-     "batch is the mini-batch)", False),
+    (
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        256,
+        "",
+        "1 optimizer step per batch and PPO epoch (the whole batch is the mini-batch)",
+        False,
+    ),
     ("data.max_response_length", 512, "rollout.max_new_tokens", 32, False),
     ("data.max_prompt_length", 512, "data.max_prompt_length", 0, False),
     ("data.train_batch_size", 1024, "rollout.prompts_per_step", 4, False),
@@ -68,7 +79,9 @@ class Mapping_:
     """One pass of the table over a config (``rule(key)`` gives a key's action, ``None`` for the
     trainer's)."""
 
-    def __init__(self, cfg: dict[str, Any], report: Any, rule: Callable[[str], tuple[str, ...] | None]) -> None:
+    def __init__(
+        self, cfg: dict[str, Any], report: Any, rule: Callable[[str], tuple[str, ...] | None]
+    ) -> None:
         self.cfg, self.report, self.rule = cfg, report, rule
         self.sets: dict[str, tuple[Any, str]] = {}
         self.taken: dict[str, tuple[Any, tuple[str, ...]]] = {}
@@ -76,15 +89,19 @@ class Mapping_:
     def moved(self, key: str, new: str, value: Any) -> None:
         if new in self.sets and self.sets[new][0] != value:
             other_value, other = self.sets[new]
-            raise UsageError(f"{other}={other_value!r} and {key}={value!r} both set {new} to different values\n"
-                             "keep one of them")
+            raise UsageError(
+                f"{other}={other_value!r} and {key}={value!r} both set {new} to different values\n"
+                "keep one of them"
+            )
         self.sets[new] = (value, key)
         self.report.moved.append({"from": key, "to": new})
         warnings.warn(f"verl key {key} is now {new}", RewardhubDeprecationWarning, stacklevel=5)
 
     def dropped(self, key: str, reason: str, value: Any) -> None:
         self.report.dropped.append({"key": key, "reason": reason, "value": value})
-        warnings.warn(f"verl key {key}={value!r} is ignored: {reason}", RewardhubDeprecationWarning, stacklevel=5)
+        warnings.warn(
+            f"verl key {key}={value!r} is ignored: {reason}", RewardhubDeprecationWarning, stacklevel=5
+        )
 
     def given(self, key: str) -> Any:
         return self.taken[key][0] if key in self.taken else None
@@ -124,8 +141,12 @@ class Mapping_:
                 continue
             if isinstance(value, str) and value.startswith("${") and value.endswith("}") \
                     and not value.startswith(("${oc.env:", "${oc.decode:")):
-                self.dropped(key, f"an interpolation of another key of verl's config ({value}); write the value "
-                                  "itself if it matters here", value)
+                self.dropped(
+                    key,
+                    f"an interpolation of another key of verl's config ({value}); write the value "
+                    "itself if it matters here",
+                    value,
+                )
             elif action[0] == "move":
                 self.moved(key, action[1], value)
             elif action[0] == "drop":
@@ -135,7 +156,9 @@ class Mapping_:
         map_async(self, why, async_keys)
         if verl_config:
             # verl's fully-async trainer sizes a step by its mini-batches (said by map_async)
-            self.defaults(skip=("actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size") if why else ())
+            self.defaults(
+                skip=("actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size") if why else ()
+            )
         for new, (value, _) in self.sets.items():
             self.put(new, value)
 
@@ -148,11 +171,16 @@ class Mapping_:
         names = [str(next(iter(i.values())) if isinstance(i, Mapping) and i else i) for i in items]
         other = [n for n in names if n not in (*VERL_CONFIGS, "_self_")]
         if other:
-            raise UsageError(f"defaults={value!r}: the config is built on {', '.join(other)}, which is not read "
-                             "here\nwrite those settings into this file, or keep only verl's own base config "
-                             f"({', '.join(VERL_CONFIGS)})")
-        self.dropped("defaults", "verl's own base config: its defaults that differ from the trainer's are in the "
-                                 "notes", value)
+            raise UsageError(
+                f"defaults={value!r}: the config is built on {', '.join(other)}, which is not read "
+                "here\nwrite those settings into this file, or keep only verl's own base config "
+                f"({', '.join(VERL_CONFIGS)})"
+            )
+        self.dropped(
+            "defaults",
+            "verl's own base config: its defaults that differ from the trainer's are in the notes",
+            value,
+        )
         fully = next((n for n in names if n.startswith("fully_async")), None)
         return {"module": f"defaults: {fully}", "mode": "fully_async", "line": "-"} if fully else None
 
@@ -197,7 +225,11 @@ class Mapping_:
     def defaults(self, skip: tuple[str, ...] = ()) -> None:
         """verl's defaults that differ from the trainer's, for a config written for verl."""
         for verl_key, verl_value, key, here, carried in VERL_DEFAULTS:
-            if verl_key in skip or verl_key in self.taken or (key and (key in self.sets or _given(self.cfg, key))):
+            if (
+                verl_key in skip
+                or verl_key in self.taken
+                or (key and (key in self.sets or _given(self.cfg, key)))
+            ):
                 continue
             if verl_value == here:
                 continue
@@ -206,8 +238,11 @@ class Mapping_:
                 self.report.notes.append(f"verl's default {verl_key}={verl_value!r} is carried over: {key}="
                                          f"{verl_value!r} (this trainer's own default is {here!r})")
             else:
-                self.report.notes.append(f"verl's default {verl_key}={verl_value!r}, here "
-                                         + (f"{key}={here!r}" if key else here) + " (the config does not set it)")
+                self.report.notes.append(
+                    f"verl's default {verl_key}={verl_value!r}, here "
+                    + (f"{key}={here!r}" if key else here)
+                    + " (the config does not set it)"
+                )
 
     def put(self, new: str, value: Any) -> None:
         section, name = new.split(".", 1)
@@ -217,8 +252,10 @@ class Mapping_:
         if not isinstance(node, dict):
             raise UsageError(f"{section}={node!r} is not a mapping; verl keys move into it")
         if name in node and node[name] != value:
-            raise UsageError(f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
-                             f"values\nkeep one of them ({new} is the trainer's key)")
+            raise UsageError(
+                f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
+                f"values\nkeep one of them ({new} is the trainer's key)"
+            )
         node[name] = value
 
 

@@ -145,8 +145,10 @@ def _mini(m: Any, key: str, value: Any) -> None:
         how = (f"verl makes {verl_steps} optimizer step(s) per batch and PPO epoch here (train_batch_size "
                f"{batch} / ppo_mini_batch_size {mini}); the trainer makes 1")
     else:
-        how = ("verl makes train_batch_size / ppo_mini_batch_size optimizer steps per batch and PPO epoch; the "
-               "trainer makes 1 (the whole batch is the mini-batch)")
+        how = (
+            "verl makes train_batch_size / ppo_mini_batch_size optimizer steps per batch and PPO epoch; the "
+            "trainer makes 1 (the whole batch is the mini-batch)"
+        )
     m.dropped(key, how, value)
     if mini is not None and batch is not None and 0 < mini < batch:
         m.report.notes.append(f"{key}={value}: {how}; raise trainer.ppo_epochs for more updates per batch")

@@ -31,7 +31,18 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["SECTIONS", "Rule", "above", "at_least", "between", "check_section", "finite", "invalid", "one_of", "unknown_key"]
+__all__ = [
+    "SECTIONS",
+    "Rule",
+    "above",
+    "at_least",
+    "between",
+    "check_section",
+    "finite",
+    "invalid",
+    "one_of",
+    "unknown_key",
+]
 
 #: the sections of a config (a top-level key that is none of these is an unknown key)
 SECTIONS = ("reward", "trainer", "model", "rollout", "data", "resources")
@@ -81,8 +92,12 @@ class Rule:
                           else "not a finite number")
         if value in self.also:
             return
-        low = self.minimum is not None and (value < self.minimum or (value == self.minimum and not self.minimum_inclusive))
-        high = self.maximum is not None and (value > self.maximum or (value == self.maximum and not self.maximum_inclusive))
+        low = self.minimum is not None and (
+            value < self.minimum or (value == self.minimum and not self.minimum_inclusive)
+        )
+        high = self.maximum is not None and (
+            value > self.maximum or (value == self.maximum and not self.maximum_inclusive)
+        )
         if low or high:
             raise invalid(path, value, f"allowed: {self.describe()}", self.why)
 
@@ -125,8 +140,13 @@ def finite(why: str = "") -> Rule:
 
 def between(minimum: float, maximum: float, *, exclusive: bool = False, why: str = "") -> Rule:
     """``minimum <= x <= maximum`` (both ends excluded with ``exclusive``)."""
-    return Rule(minimum=minimum, minimum_inclusive=not exclusive, maximum=maximum, maximum_inclusive=not exclusive,
-                why=why)
+    return Rule(
+        minimum=minimum,
+        minimum_inclusive=not exclusive,
+        maximum=maximum,
+        maximum_inclusive=not exclusive,
+        why=why,
+    )
 
 
 _HINTS: dict[type, dict[str, Any]] = {}

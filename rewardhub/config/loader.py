@@ -39,8 +39,10 @@ def read_text(path: str) -> str:
     except OSError as exc:
         raise UsageError(f"cannot read config {path!r}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"config {path!r} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at "
-                         f"offset {exc.start} cannot be decoded)\nsave it as UTF-8") from None
+        raise UsageError(
+            f"config {path!r} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at "
+            f"offset {exc.start} cannot be decoded)\nsave it as UTF-8"
+        ) from None
 
 
 #: a YAML config may reuse nodes through aliases (``&a`` / ``*a``), but not expand to more values than this
@@ -137,8 +139,10 @@ def parse_text(path: str, text: str) -> tuple[str, dict[str, Any]]:
     if data is None:
         return kind, {}
     if _expanded_size(data, MAX_EXPANDED_VALUES) > MAX_EXPANDED_VALUES:
-        raise UsageError(f"config {path!r} expands to over {MAX_EXPANDED_VALUES:,} values through YAML aliases "
-                         "(&name / *name)\nwrite the values out, or reuse fewer nested aliases")
+        raise UsageError(
+            f"config {path!r} expands to over {MAX_EXPANDED_VALUES:,} values through YAML aliases "
+            "(&name / *name)\nwrite the values out, or reuse fewer nested aliases"
+        )
     if not isinstance(data, dict):
         raise UsageError(f"config {path!r} must be a mapping at the top level, not {type(data).__name__}")
     return kind, data
@@ -152,11 +156,15 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
 
     :param source: the file's content when the caller has read it already (the file is not read again).
     """
-    raw: dict[str, Any] = dict(source) if source is not None else parse_text(path, read_text(path))[1] if path else {}
+    raw: dict[str, Any] = (
+        dict(source) if source is not None else parse_text(path, read_text(path))[1] if path else {}
+    )
     return _override_and_migrate(raw, list(overrides))
 
 
-def _override_and_migrate(raw: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], MigrationReport]:
+def _override_and_migrate(
+    raw: dict[str, Any], overrides: list[str]
+) -> tuple[dict[str, Any], MigrationReport]:
     from .overrides import apply_overrides
 
     if overrides:
@@ -168,7 +176,9 @@ def _override_and_migrate(raw: dict[str, Any], overrides: list[str]) -> tuple[di
     return cfg, report
 
 
-def _resolve_paths(reward: dict[str, Any], file_dir: str | None, from_file: set[str], notes: list[str]) -> None:
+def _resolve_paths(
+    reward: dict[str, Any], file_dir: str | None, from_file: set[str], notes: list[str]
+) -> None:
     """Make term paths absolute: a path written in the config file is relative to the file's folder,
     one typed as an override is relative to the working directory; say so when both exist."""
     for i, term in enumerate(reward.get("rewards") or []):
@@ -186,8 +196,10 @@ def _resolve_paths(reward: dict[str, Any], file_dir: str | None, from_file: set[
         other = in_cwd if use_file else in_file
         if other and other != chosen and os.path.exists(in_cwd) and os.path.exists(in_file or ""):
             origin = "the config file" if use_file else "the command line"
-            notes.append(f"reward.rewards[{i}].path {p!r} exists relative to both the config file and the working "
-                         f"directory; it came from {origin}, so it is {chosen}")
+            notes.append(
+                f"reward.rewards[{i}].path {p!r} exists relative to both the config file and the working "
+                f"directory; it came from {origin}, so it is {chosen}"
+            )
         term["path"] = chosen
 
 
@@ -314,7 +326,9 @@ class ConfigPlan:
     path: str | None = None
 
 
-def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> ConfigPlan:
+def load_plan(
+    path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None
+) -> ConfigPlan:
     """Read the file once, apply overrides, migrate once, validate ``reward:`` once (see
     :func:`load_config`)."""
     from omegaconf import OmegaConf
@@ -331,9 +345,12 @@ def load_plan(path: str | None = None, overrides: Iterable[str] = (), *, base_di
                          "e.g. reward: {rewards: [{name: math_verify}]}")
     reward = dict(section or {})
     notes: list[str] = report.notes
-    written = {str(t["path"]) for t in reward.get("rewards") or [] if isinstance(t, Mapping) and t.get("path")}
+    written = {
+        str(t["path"]) for t in reward.get("rewards") or [] if isinstance(t, Mapping) and t.get("path")
+    }
     if kind == "shell":
-        from_file: set[str] = set()  # a launch script's overrides are typed as on the command line: cwd-relative
+        # a launch script's overrides are typed as on the command line: cwd-relative
+        from_file: set[str] = set()
     elif path and overrides:
         from_file = written & _strings(from_path)  # the paths the file itself wrote
     elif path or base_dir:
@@ -355,7 +372,9 @@ def load_config_with_report(path: str | None = None, overrides: Iterable[str] = 
     return plan.config, plan.report
 
 
-def load_config(path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None) -> Any:
+def load_config(
+    path: str | None = None, overrides: Iterable[str] = (), *, base_dir: str | None = None
+) -> Any:
     """Read a config the one way every entry point does: :func:`load_plan`'s document.
 
     Applies ``KEY=VALUE`` overrides (Hydra's ``+``/``++`` accepted), migrates legacy reward keys

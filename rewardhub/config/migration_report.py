@@ -44,5 +44,8 @@ class MigrationReport:
     def unknown_error(self) -> UsageError:
         """The ``unknown key`` error for :attr:`unknown` (``train`` and ``check`` refuse to run with one)."""
         lines = [unknown_line(u) for u in self.unknown]
-        return UsageError(lines[0] + "".join(f"\n{line}" for line in lines[1:])
-                          + "\nfix the spelling (verl's keys: verl/trainer/config/ppo_trainer.yaml), or remove it")
+        return UsageError(
+            lines[0]
+            + "".join(f"\n{line}" for line in lines[1:])
+            + "\nfix the spelling (verl's keys: verl/trainer/config/ppo_trainer.yaml), or remove it"
+        )

@@ -115,8 +115,10 @@ def parse_override(token: str) -> Override:
     """Parse one override token (already shell-unquoted)."""
     m = _OVERRIDE_RE.match(token.strip())
     if not m:
-        raise UsageError(f"override {token!r} is not valid\nexpected KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY "
-                         "(KEY dotted, e.g. reward.aggregation=weighted_sum)")
+        raise UsageError(
+            f"override {token!r} is not valid\nexpected KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY "
+            "(KEY dotted, e.g. reward.aggregation=weighted_sum)"
+        )
     prefix, key, value = m.group(1) or "", m.group(2), m.group(3)
     if prefix == "~":
         return Override(key, None if value is None else parse_value(value), "~", token)

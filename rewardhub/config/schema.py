@@ -188,7 +188,9 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
     if isinstance(term, str):
         term = {"name": term}
     if not isinstance(term, Mapping):
-        raise invalid(f"reward.{where}", term, "expected a mapping with 'name', or 'path'/'module' and 'function'")
+        raise invalid(
+            f"reward.{where}", term, "expected a mapping with 'name', or 'path'/'module' and 'function'"
+        )
     out = check_section(term, TermConfig, f"reward.{where}", RULES, "rewards.*")
     name, path, module = out.get("name"), out.get("path"), out.get("module")
     if name is None and path is None and module is None:
@@ -241,8 +243,9 @@ def validate_reward(section: Any) -> RewardConfig:
 
         from ._resolve import resolve_or_explain
 
-        section = resolve_or_explain(section if OmegaConf.is_config(section) else OmegaConf.create(dict(section)),
-                                     "reward")
+        section = resolve_or_explain(
+            section if OmegaConf.is_config(section) else OmegaConf.create(dict(section)), "reward"
+        )
     if not isinstance(section, Mapping):
         raise invalid("reward", section, "expected a mapping (the reward: section)")
     section = dict(section)

@@ -51,8 +51,8 @@ from ._legacy_rules import truthy
 from ._verl_keys import unknown_line
 from .migration_report import MigrationReport
 
-__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key", "legacy_keys", "migrate",
-           "unknown_line"]
+__all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key",
+           "legacy_keys", "migrate", "unknown_line"]
 
 
 class _Migration:
@@ -84,8 +84,8 @@ class _Migration:
     def dropped(self, key: str, reason: str, value: Any) -> None:
         for k in (key, *self.also.pop(key, ())):
             self.report.dropped.append({"key": k, "reason": reason, "value": value})
-            warnings.warn(LEGACY_KEY_DROPPED.format(old=k, value=value, reason=reason), RewardhubDeprecationWarning,
-                          stacklevel=4)
+            warnings.warn(LEGACY_KEY_DROPPED.format(old=k, value=value, reason=reason),
+                          RewardhubDeprecationWarning, stacklevel=4)
 
     def put(self, new: str, value: Any, key: str) -> None:
         """Set a new dotted key (under ``reward.``) from a legacy key, checking for conflicts."""
@@ -122,8 +122,8 @@ class _Migration:
                 else:
                     self.put("reward.reward_model.rollout.name", leaf.value, leaf.key)
                     self.report.notes.append(
-                        f"{leaf.key}={leaf.value!r}: rewardhub serves reward models with transformers or " "vllm; "
-                        "the name is kept in reward.reward_model.rollout.name")
+                        f"{leaf.key}={leaf.value!r}: rewardhub serves reward models with transformers or "
+                        "vllm; the name is kept in reward.reward_model.rollout.name")
             elif kind == "manager":
                 if leaf.value is None:
                     self.dropped(leaf.key, "unset", leaf.value)
@@ -153,15 +153,18 @@ class _Migration:
     def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: Leaf) -> None:
         if rel in table:
             other_value, other = table[rel]
-            if leaf.value is None or other_value is None:  # an unset key (verl's default null) leaves the set one
+            # an unset key (verl's default null) leaves the set one
+            if leaf.value is None or other_value is None:
                 unset, kept = (leaf.key, other) if leaf.value is None else (other, leaf.key)
                 self.dropped(unset, f"unset (null); {kept} is set", None)
                 if leaf.value is None:
                     return
             elif other_value != leaf.value:
-                raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\nkeep one of them")
+                raise UsageError(f"{other}={other_value!r} and {leaf.key}={leaf.value!r} disagree\n"
+                                 "keep one of them")
             else:
-                self.also.setdefault(other, []).append(leaf.key)  # agreeing: reported with the first, line for line
+                # agreeing: reported with the first, line for line
+                self.also.setdefault(other, []).append(leaf.key)
                 return
         table[rel] = (leaf.value, leaf.key)
 
@@ -171,7 +174,8 @@ class _Migration:
         terms = self.reward.get("rewards")
         terms = [] if terms is None else list(terms)
         if not isinstance(self.reward.get("rewards", []) or [], (list, tuple)):
-            raise UsageError(f"reward.rewards={self.reward['rewards']!r} is not valid\nexpected a list of terms")
+            raise UsageError(f"reward.rewards={self.reward['rewards']!r} is not valid\n"
+                             "expected a list of terms")
         self.terms: list[Any] = [copy.deepcopy(t) for t in terms]
 
         custom_index = self._custom_term(manager)
@@ -212,16 +216,17 @@ class _Migration:
         path = self.crf.pop("path", (None, ""))  # (value, key); no key when not set
         name = self.crf.pop("name", (None, ""))
         if path[0] in (None, ""):
+            no_path = "custom_reward_function.path is not set, so there is no custom function"
             for value, key in (path, name):
                 if key:
-                    self.dropped(key, "custom_reward_function.path is not set, so there is no custom function",
-                                 value)
+                    self.dropped(key, no_path, value)
             for rel, (value, key) in self.crf_kwargs.items():
-                self.dropped(key, "custom_reward_function.path is not set, so there is no custom function", value)
+                self.dropped(key, no_path, value)
             return None
         function = name[0] if name[0] not in (None, "") else DEFAULT_FUNCTION
         index = next((i for i, t in enumerate(self.terms) if isinstance(t, Mapping)
-                      and t.get("path") == path[0] and (t.get("function") or DEFAULT_FUNCTION) == function), None)
+                      and t.get("path") == path[0] and (t.get("function") or DEFAULT_FUNCTION) == function),
+                     None)
         if index is None:
             index = len(self.terms)
             self.terms.append({"path": path[0], "function": function})
@@ -234,13 +239,14 @@ class _Migration:
         if name[1]:
             self.moved(name[1], f"reward.rewards[{index}].function")
         elif not existed:
-            self.report.notes.append(f"{path[1]} has no name: the function is verl's default {DEFAULT_FUNCTION!r}")
+            self.report.notes.append(f"{path[1]} has no name: the function is verl's default "
+                                     f"{DEFAULT_FUNCTION!r}")
         for rel, (value, key) in self.crf_kwargs.items():
             self._term_put(index, f"kwargs.{rel}", value, key)
         for field_name, value in KNOWN_MANAGERS.get(manager or "", {}).items():
             self._term_put(index, field_name, value, f"the {manager!r} reward manager", report=False)
-            self.report.notes.append(f"the {manager!r} reward manager sets reward.rewards[{index}].{field_name}="
-                                     f"{value}")
+            self.report.notes.append(f"the {manager!r} reward manager sets "
+                                     f"reward.rewards[{index}].{field_name}={value}")
         if manager in ("rate_limited", "limit"):
             for rel, field_name in (("max_concurrent", "max_concurrency"), ("timeout", "timeout_s")):
                 if rel in self.kwargs:
@@ -260,17 +266,19 @@ class _Migration:
             return
         if custom_index is not None:
             self.report.notes.append(
-                f"{enable[1]}=true with a custom reward function: verl serves the model to that function; " "rewardhub "
+                f"{enable[1]}=true with a custom reward function: verl serves the model to that function; "
+                "rewardhub "
                 "does not start a model server for it. To score with the model itself add a term "
                 "{name: reward_model} (a classifier) or {name: judge} (a generative judge)")
             return
         if any(isinstance(t, Mapping) and t.get("name") in ("reward_model", "judge") for t in self.terms):
             return
         self.terms.append({"name": "reward_model"})
-        self.report.notes.append(f"{enable[1]}=true and no custom reward function: the reward model scores every "
-                                 f"sample (reward.rewards[{len(self.terms) - 1}] {{name: reward_model}}, from "
-                                 "rewardhub-models), on Ray reward workers of the pool reward.reward_model.pool "
-                                 "(give the term executor: inline to score in-process)")
+        self.report.notes.append(f"{enable[1]}=true and no custom reward function: the reward model scores "
+                                 f"every sample (reward.rewards[{len(self.terms) - 1}] "
+                                 "{name: reward_model}, from rewardhub-models), on Ray reward workers of the "
+                                 "pool reward.reward_model.pool (give the term executor: inline to score "
+                                 "in-process)")
 
     def _overlong(self) -> None:
         cfg_keys = {k: v for k, v in self.kwargs.items() if k.startswith("overlong_buffer_cfg.")}
@@ -316,7 +324,8 @@ class _Migration:
             elif rel == "log":
                 self.dropped(key, "the penalty is always reported as a per-reward metric", value)
             else:
-                self.dropped(key, "not an overlong_buffer_cfg setting (enable, len, penalty_factor, log)", value)
+                self.dropped(key, "not an overlong_buffer_cfg setting (enable, len, penalty_factor, log)",
+                             value)
 
     def _term_put(self, index: int, dotted: str, value: Any, key: str, report: bool = True) -> None:
         term = self.terms[index]
@@ -330,8 +339,8 @@ class _Migration:
             node = nxt
         last = parts[-1]
         if last in node and node[last] is not None and node[last] != value:
-            raise UsageError(f"{key}={value!r} conflicts with reward.rewards[{index}].{dotted}={node[last]!r}\n"
-                             "keep one of them (reward.rewards is the new key)")
+            raise UsageError(f"{key}={value!r} conflicts with reward.rewards[{index}].{dotted}="
+                             f"{node[last]!r}\nkeep one of them (reward.rewards is the new key)")
         node[last] = value
         if report:
             self.moved(key, f"reward.rewards[{index}].{dotted}")

@@ -26,8 +26,10 @@ from typing import Any
 
 __all__ = ["fully_async", "map_async"]
 
-_DYNAMIC = ("verl's dynamic scheduling of hybrid rollout replicas on the trainer's GPUs; the trainer's rollouters "
-            "are fixed (trainer.num_rollouters)")
+_DYNAMIC = (
+    "verl's dynamic scheduling of hybrid rollout replicas on the trainer's GPUs; the trainer's rollouters "
+    "are fixed (trainer.num_rollouters)"
+)
 _DROPS = {
     "async_training.use_trainer_do_validate": "evaluation runs on the driver, every trainer.test_freq steps",
     "async_training.use_dynamic_resource_scheduling": _DYNAMIC,
@@ -61,9 +63,14 @@ def map_async(m: Any, why: str | None, keys: dict[str, Any]) -> None:
     mode = keys.pop("trainer.v1.trainer_mode", None)
     if why is None:
         if mode is not None:
-            m.dropped("trainer.v1.trainer_mode", "sync is the trainer's default mode (trainer.mode)" if str(mode) ==
-                      "sync" else f"verl's {mode} mode has no counterpart; the trainer runs sync or fully_async "
-                      "(trainer.mode)", mode)
+            m.dropped(
+                "trainer.v1.trainer_mode",
+                "sync is the trainer's default mode (trainer.mode)"
+                if str(mode) == "sync"
+                else f"verl's {mode} mode has no counterpart; the trainer runs sync or fully_async "
+                "(trainer.mode)",
+                mode,
+            )
         for key, value in keys.items():
             m.dropped(key, "read only by verl's fully-async trainer, which this config does not run", value)
         return
@@ -98,20 +105,28 @@ def map_async(m: Any, why: str | None, keys: dict[str, Any]) -> None:
             m.moved("async_training.staleness_threshold", "trainer.staleness_limit", limit)
         else:
             m.sets["trainer.staleness_limit"] = (limit, "verl's default")
-        m.report.notes.append(f"{'' if given else 'verl' + chr(39) + 's default '}async_training.staleness_threshold="
-                              f"{fraction:g} with sync every {interval} step(s): a batch may lag the learner by "
-                              f"{limit} step(s) (trainer.staleness_limit={limit})")
+        m.report.notes.append(
+            f"{'' if given else 'verl' + chr(39) + 's default '}async_training.staleness_threshold="
+            f"{fraction:g} with sync every {interval} step(s): a batch may lag the learner by "
+            f"{limit} step(s) (trainer.staleness_limit={limit})"
+        )
     else:
         m.dropped("async_training.staleness_threshold", "not a number >= 0", threshold)
     _step_size(m, keys)
     _rollout_gpus(m, keys)
     partial = keys.pop("async_training.partial_rollout", None)
     if partial is not None:
-        m.dropped("async_training.partial_rollout", "the rollouters load new weights between batches, never in the "
-                  "middle of a response: a response is generated with one version of the weights"
-                  + (" (as partial_rollout=false asks)" if str(partial).lower() in ("false", "0") else ""), partial)
+        m.dropped(
+            "async_training.partial_rollout",
+            "the rollouters load new weights between batches, never in the "
+            "middle of a response: a response is generated with one version of the weights"
+            + (" (as partial_rollout=false asks)" if str(partial).lower() in ("false", "0") else ""),
+            partial,
+        )
     for key, value in keys.items():
-        m.dropped(key, _DROPS.get(key, "a setting of verl's fully-async trainer the trainer does not have"), value)
+        m.dropped(
+            key, _DROPS.get(key, "a setting of verl's fully-async trainer the trainer does not have"), value
+        )
 
 
 def _int(value: Any) -> int | None:
@@ -135,22 +150,33 @@ def _step_size(m: Any, keys: dict[str, Any]) -> None:
         m.moved(mini_key, "rollout.prompts_per_step", size)
         if batches is not None:
             m.moved("async_training.require_batches", "rollout.prompts_per_step", size)
-        m.report.notes.append(f"verl's fully-async trainer trains ppo_mini_batch_size {mini} x require_batches "
-                              f"{count} prompts a step: rollout.prompts_per_step={size}")
+        m.report.notes.append(
+            f"verl's fully-async trainer trains ppo_mini_batch_size {mini} x require_batches "
+            f"{count} prompts a step: rollout.prompts_per_step={size}"
+        )
         if batch is not None:
-            m.dropped(batch_key, "verl's fully-async trainer sizes a step by ppo_mini_batch_size x require_batches, "
-                                 "not by the data loader's batch", batch)
+            m.dropped(
+                batch_key,
+                "verl's fully-async trainer sizes a step by ppo_mini_batch_size x require_batches, "
+                "not by the data loader's batch",
+                batch,
+            )
         return
     if batch is not None:
         m.moved(batch_key, "rollout.prompts_per_step", batch)
-        m.report.notes.append(f"{batch_key}={batch}: verl's fully-async trainer would train ppo_mini_batch_size "
-                              "(verl's default 256) x require_batches prompts a step; here rollout.prompts_per_step="
-                              f"{batch} (set actor_rollout_ref.actor.ppo_mini_batch_size to size it as verl does)")
+        m.report.notes.append(
+            f"{batch_key}={batch}: verl's fully-async trainer would train ppo_mini_batch_size "
+            "(verl's default 256) x require_batches prompts a step; here rollout.prompts_per_step="
+            f"{batch} (set actor_rollout_ref.actor.ppo_mini_batch_size to size it as verl does)"
+        )
     if mini is not None:
         m.dropped(mini_key, "not a whole number > 0", mini)
     if batches is not None:
-        m.dropped("async_training.require_batches", "verl multiplies it by ppo_mini_batch_size, which is not set",
-                  batches)
+        m.dropped(
+            "async_training.require_batches",
+            "verl multiplies it by ppo_mini_batch_size, which is not set",
+            batches,
+        )
 
 
 def _rollout_gpus(m: Any, keys: dict[str, Any]) -> None:

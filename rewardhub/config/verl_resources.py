@@ -105,10 +105,14 @@ def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, An
         rollout = cfg.setdefault("rollout", {})
         if ("tensor_parallel_size" in rollout
                 and _int(rollout["tensor_parallel_size"], "rollout.tensor_parallel_size") != found[tp_key]):
-            raise UsageError(f"{tp_key}={found[tp_key]!r} sets rollout.tensor_parallel_size, which the config "
-                             f"sets to {rollout['tensor_parallel_size']!r}\nkeep one of them")
+            raise UsageError(
+                f"{tp_key}={found[tp_key]!r} sets rollout.tensor_parallel_size, which the config "
+                f"sets to {rollout['tensor_parallel_size']!r}\nkeep one of them"
+            )
         rollout["tensor_parallel_size"] = found[tp_key]
-        report.notes.append(f"{tp_key}={found[tp_key]}: also rollout.tensor_parallel_size (each vLLM engine's GPUs)")
+        report.notes.append(
+            f"{tp_key}={found[tp_key]}: also rollout.tensor_parallel_size (each vLLM engine's GPUs)"
+        )
     gpus = found.get("trainer.n_gpus_per_node", 0)
     if gpus:
         learner = res.setdefault("learner", {})

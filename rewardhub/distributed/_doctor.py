@@ -36,7 +36,9 @@ def _fits(node: Mapping[str, Any], needs: Mapping[str, float]) -> bool:
     return all(have.get(k, 0.0) >= v for k, v in needs.items())
 
 
-def _node_report(node: Mapping[str, Any], info: Mapping[str, Any], pools: list[dict[str, Any]]) -> dict[str, Any]:
+def _node_report(
+    node: Mapping[str, Any], info: Mapping[str, Any], pools: list[dict[str, Any]]
+) -> dict[str, Any]:
     problems = list(info.get("problems") or ())
     resources = {k: v for k, v in (node.get("Resources") or {}).items()
                  if not k.startswith(("node:", "memory", "object_store_memory"))}

@@ -21,7 +21,9 @@ def describe_problem(p: Mapping[str, Any]) -> str:
     if kind == "missing":
         return f"reward {reward!r} is missing on the worker (driver has {p.get('driver')})"
     if kind == "version":
-        return f"reward {reward!r} has a different version: driver {p.get('driver')}, worker {p.get('worker')}"
+        return (
+            f"reward {reward!r} has a different version: driver {p.get('driver')}, worker {p.get('worker')}"
+        )
     if kind == "target":
         return f"reward {reward!r} has a different target: driver {p.get('driver')}, worker {p.get('worker')}"
     if kind == "file_hash":
@@ -86,11 +88,15 @@ class RegistryMismatchError(RewardhubError):
                                       "index": w.get("index"), **p})
         self.rewards = sorted({str(p["reward"]) for p in self.problems if p.get("reward")})
         parts = _grouped(self.problems)
-        shown = parts[:_MAX_LINES] + ([f"and {len(parts) - _MAX_LINES} more"] if len(parts) > _MAX_LINES else [])
+        shown = parts[:_MAX_LINES] + (
+            [f"and {len(parts) - _MAX_LINES} more"] if len(parts) > _MAX_LINES else []
+        )
         if self.rewards:
             lead = f"reward workers of pool {pool!r} differ from the driver in a reward the config uses: "
-            fix = ("install the same distributions (and reward files) on every node that runs reward workers; "
-                   "`rewardhub doctor CONFIG` checks each node")
+            fix = (
+                "install the same distributions (and reward files) on every node that runs reward workers; "
+                "`rewardhub doctor CONFIG` checks each node"
+            )
         else:
             lead = f"reward workers of pool {pool!r} could not start: "
             fix = "`rewardhub doctor CONFIG` checks each node"

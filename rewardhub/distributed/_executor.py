@@ -44,7 +44,8 @@ class RayExecutor:
     :param terms: the runner's resolved terms; only those with ``executor: ray`` are sent, as their
         config terms (:class:`~rewardhub.config.schema.TermConfig`, frozen and picklable).
     :param ray_options: the ``reward.workers`` options; its ``plugins`` key, when the runner passes
-        one, is the config's ``reward.plugins`` (a :class:`PluginsConfig`) so the workers load the same plugins.
+        one, is the config's ``reward.plugins`` (a :class:`PluginsConfig`) so the workers load the
+        same plugins.
     """
 
     def __init__(self, terms: Sequence[Term], ray_options: Mapping[str, Any] | None = None) -> None:
@@ -53,14 +54,20 @@ class RayExecutor:
         self.terms = [t for t in terms if t.policy.executor == "ray"]
         rewards = tuple(_shipped(t) for t in self.terms)
         if plugins is None:  # a runner built by hand: force the plugins the specs came from
-            load = sorted({t.spec.plugin for t in self.terms if t.spec.source == "plugin" and t.spec.plugin}
-                          | {t.spec.dist for t in self.terms if t.spec.source == "entry-point" and t.spec.dist})
+            load = sorted(
+                {t.spec.plugin for t in self.terms if t.spec.source == "plugin" and t.spec.plugin}
+                | {t.spec.dist for t in self.terms if t.spec.source == "entry-point" and t.spec.dist}
+            )
             plugins = PluginsConfig(load=load)
         workers = {k: opts[k] for k in _WORKER_KEYS if opts.get(k) is not None}
         workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))
-        #: what the reward workers get: the ray terms, the plugins and the pool's options (typed, pickled as is)
-        self.reward_cfg = RewardConfig(rewards=rewards, workers=WorkersConfig(**workers),
-                                       plugins=plugins if isinstance(plugins, PluginsConfig) else PluginsConfig(**plugins))
+        #: what the reward workers get: the ray terms, the plugins and the pool's options (typed,
+        #: pickled as is)
+        self.reward_cfg = RewardConfig(
+            rewards=rewards,
+            workers=WorkersConfig(**workers),
+            plugins=plugins if isinstance(plugins, PluginsConfig) else PluginsConfig(**plugins),
+        )
         self.extra = {k: v for k, v in opts.items() if k not in _WORKER_KEYS}
         self._workers: RewardWorkerPool | None = None
         self._start_lock = threading.Lock()  # the Runner's callers may be several threads
@@ -70,8 +77,10 @@ class RayExecutor:
         """The reward workers, started at the first use (once, whichever thread comes first)."""
         with self._start_lock:
             if self._workers is None:
-                self._workers = RewardWorkerPool(self.reward_cfg, **{k: v for k, v in self.extra.items()
-                                                                    if k in ("runtime_env", "ship_files", "strict")})
+                self._workers = RewardWorkerPool(
+                    self.reward_cfg,
+                    **{k: v for k, v in self.extra.items() if k in ("runtime_env", "ship_files", "strict")},
+                )
             return self._workers
 
     def workers_info(self) -> list[dict[str, Any]]:
@@ -103,7 +112,9 @@ class RayExecutors:
 
     def __call__(self, pool: str | None, terms: list[Term]) -> RayExecutor:
         # a term's pool None: reward.workers' pool
-        return RayExecutor(terms, self.pools.get(pool, self.ray_options) if pool is not None else self.ray_options)
+        return RayExecutor(
+            terms, self.pools.get(pool, self.ray_options) if pool is not None else self.ray_options
+        )
 
 
 def ray_options_of(reward_cfg: RewardConfig) -> dict[str, Any]:

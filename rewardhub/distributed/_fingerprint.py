@@ -56,11 +56,24 @@ def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
     fingerprint item, the value compared between processes). A built-in's distribution is rewardhub.
     """
     if spec is None:
-        return {"source": None, "dist": None, "version": None, "target": None, "sha256": None, "identity": identity}
+        return {
+            "source": None,
+            "dist": None,
+            "version": None,
+            "target": None,
+            "sha256": None,
+            "identity": identity,
+        }
     dist, version = spec.dist, spec.version
     if spec.source == "builtin" and not dist:
         from ..registry import core_version
 
         dist, version = "rewardhub", core_version()
-    out = {"source": spec.source, "dist": dist, "version": version, "target": spec.target, "sha256": spec.sha256}
+    out = {
+        "source": spec.source,
+        "dist": dist,
+        "version": version,
+        "target": spec.target,
+        "sha256": spec.sha256,
+    }
     return {**out, "identity": identity} if identity is not None else out

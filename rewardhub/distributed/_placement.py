@@ -67,14 +67,21 @@ def reward_model_terms(cfg: RewardConfig, registry: Any) -> list[int]:
     if not rm.enable:
         return []
     # capabilities come with the reward's own declaration: its module is imported (as the runner does)
-    return [i for i, term in enumerate(cfg.rewards)
-            if on_reward_model_pool(rm, registry.load_full(registry.term_spec(term))[0].capabilities, term.executor)]
+    return [
+        i
+        for i, term in enumerate(cfg.rewards)
+        if on_reward_model_pool(
+            rm, registry.load_full(registry.term_spec(term))[0].capabilities, term.executor
+        )
+    ]
 
 
 def split_reward_models(cfg: RewardConfig, rm_idx: Sequence[int]
                         ) -> tuple[RewardConfig, tuple[TermConfig, ...], dict[str, Any]]:
     """The reward-model pool's share of a worker config: (its config, the other terms, its Ray options)."""
     opts = reward_model_pool(cfg.reward_model, {"address": cfg.workers.address})
-    workers = dataclasses.replace(cfg.workers, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")})
+    workers = dataclasses.replace(
+        cfg.workers, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}
+    )
     rm_cfg = dataclasses.replace(cfg, rewards=tuple(cfg.rewards[i] for i in rm_idx), workers=workers)
     return rm_cfg, tuple(t for i, t in enumerate(cfg.rewards) if i not in rm_idx), opts

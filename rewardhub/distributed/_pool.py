@@ -9,7 +9,6 @@ from collections import Counter
 from collections import deque
 from collections.abc import Mapping
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
@@ -32,6 +31,9 @@ from ._ray import short_error
 from ._reward_worker import RewardWorker
 from ._setup import WorkerSetup
 from ._setup import prepare_setup
+from ._slots import WorkerSlot
+from ._slots import pick_slot
+from ._slots import slot_facts
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
 
@@ -42,19 +44,6 @@ log = logging.getLogger("rewardhub.distributed")
 _actor_cls: Any = None
 
 
-@dataclass
-class _Slot:
-    index: int
-    actor: Any = None
-    generation: int = 0
-    inflight: int = 0
-    alive: bool = False
-    starting: Any = None  #: the pending hello() of a (re)started actor
-    info: dict[str, Any] | None = None
-    restarts: int = 0
-    gone: bool = False  #: out of restarts
-
-
 class RewardWorkerPool:
     """``num_workers`` reward workers (Ray actors) on a named pool; the trainer's reward backend.
 
@@ -62,8 +51,8 @@ class RewardWorkerPool:
     fingerprint before any scoring; any difference in a reward the config uses raises
     :class:`RegistryMismatchError` naming the reward, the node, the pool and the difference.
 
-    :param reward_cfg: the ``reward:`` section (a RewardConfig, or raw: validated); ``reward.workers`` gives the
-        defaults of every option below.
+    :param reward_cfg: the ``reward:`` section (a RewardConfig, or raw: validated); ``reward.workers``
+        gives the defaults of every option below.
     :param resources: custom Ray resources each worker needs (placement on a pool of nodes).
     :param dispatch: ``least_loaded`` (default) or ``round_robin``.
     :param runtime_env: a Ray runtime_env for the workers.
@@ -108,18 +97,21 @@ class RewardWorkerPool:
                     max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
                     split_models=False, reference=reference, registry=shared)
                 positions = [i for i in positions if i not in rm_idx]
-                self.setup, _ = prepare_setup(dataclasses.replace(cfg, rewards=rest), pool=pool, ship_files=ship_files,
-                                              strict=strict, reference=reference, registry=shared)
+                self.setup, _ = prepare_setup(dataclasses.replace(cfg, rewards=rest), pool=pool,
+                                              ship_files=ship_files, strict=strict, reference=reference,
+                                              registry=shared)
             else:  # only reward-model terms: this is their pool
-                self.setup, _ = prepare_setup(dataclasses.replace(cfg, workers=rm_cfg.workers), ship_files=ship_files,
-                                              strict=strict, reference=reference, registry=shared)
+                self.setup, _ = prepare_setup(dataclasses.replace(cfg, workers=rm_cfg.workers),
+                                              ship_files=ship_files, strict=strict, reference=reference,
+                                              registry=shared)
                 num_workers, num_cpus, num_gpus = opts["num_workers"], opts["num_cpus"], opts["num_gpus"]
         w = self.setup.reward_cfg.workers
         self.pool = self.setup.pool
         self.num_workers = int(num_workers if num_workers is not None else w.num_workers or 0)
         if self.num_workers < 1:
-            raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got {self.num_workers}\n"
-                             "set reward.workers.num_workers (0 means: score in-process with a Runner)")
+            raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got "
+                             f"{self.num_workers}\nset reward.workers.num_workers (0 means: score in-process "
+                             "with a Runner)")
         self.dispatch = dispatch or w.dispatch or "least_loaded"
         from ..config.schema import CHOICES  # the validator's table of allowed values
 
@@ -141,7 +133,7 @@ class RewardWorkerPool:
         self._ray, self._started_ray = ensure_ray(address or w.address)
         check_placeable(self._ray, self._needs(), self.pool)
         self._setup_ref = self._ray.put(self.setup)
-        self._slots = [_Slot(i) for i in range(self.num_workers)]
+        self._slots = [WorkerSlot(i) for i in range(self.num_workers)]
         try:
             self._start_all(start_timeout_s)
         except BaseException:
@@ -160,9 +152,10 @@ class RewardWorkerPool:
 
     # ---- start-up ----------------------------------------------------------------------
     def _needs(self) -> dict[str, float]:
-        return {k: v for k, v in {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}.items() if v > 0}
+        needs = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        return {k: v for k, v in needs.items() if v > 0}
 
-    def _new_actor(self, slot: _Slot) -> None:
+    def _new_actor(self, slot: WorkerSlot) -> None:
         global _actor_cls
         if _actor_cls is None:
             _actor_cls = self._ray.remote(RewardWorker)
@@ -193,7 +186,7 @@ class RewardWorkerPool:
             raise RegistryMismatchError(self.pool, self.setup.driver_fingerprint, infos)
         warn_unused_differences(infos, self.pool)
 
-    def _hello(self, slot: _Slot) -> dict[str, Any]:
+    def _hello(self, slot: WorkerSlot) -> dict[str, Any]:
         """Collect a (re)started worker's hello(); a worker without problems becomes alive."""
         ref, slot.starting = slot.starting, None
         try:
@@ -253,7 +246,8 @@ class RewardWorkerPool:
             for n in names:
                 if "failed" in res:
                     for i in chunk:
-                        out[n][i] = Outcome(None, ERROR, error=f"reward {n!r} on sample {idx[i]}: {res['failed']}")
+                        out[n][i] = Outcome(None, ERROR,
+                                            error=f"reward {n!r} on sample {idx[i]}: {res['failed']}")
                     continue
                 for i, wire in zip(chunk, res["outcomes"][n]):
                     out[n][i] = Outcome.from_wire(wire)
@@ -266,7 +260,7 @@ class RewardWorkerPool:
         done: dict[int, dict[str, Any]] = {}
         fails: Counter[int] = Counter()
         self.last_pids = set()
-        pending: dict[Any, tuple[str, int, _Slot, int]] = {
+        pending: dict[Any, tuple[str, int, WorkerSlot, int]] = {
             s.starting: ("hello", -1, s, s.generation) for s in self._slots if s.starting is not None}
         while todo or any(kind == "score" for kind, *_ in pending.values()):
             while todo:
@@ -274,7 +268,8 @@ class RewardWorkerPool:
                 if slot is None:
                     break
                 cid = todo.popleft()
-                ref = slot.actor.score.remote([batch[i] for i in chunks[cid]], [idx[i] for i in chunks[cid]], terms)
+                rows = chunks[cid]
+                ref = slot.actor.score.remote([batch[i] for i in rows], [idx[i] for i in rows], terms)
                 slot.inflight += 1
                 pending[ref] = ("score", cid, slot, slot.generation)
             if not pending:
@@ -317,21 +312,11 @@ class RewardWorkerPool:
                 done.setdefault(cid, res)
         return done
 
-    def _pick(self) -> _Slot | None:
-        free = [s for s in self._slots if s.alive and s.inflight < self.max_inflight]
-        if not free:
-            return None
-        if self.dispatch == "least_loaded":
-            return min(free, key=lambda s: (s.inflight, s.index))
-        n = len(self._slots)
-        for k in range(n):
-            s = self._slots[(self._rr + k) % n]
-            if s in free:
-                self._rr = (s.index + 1) % n
-                return s
-        return None
+    def _pick(self) -> WorkerSlot | None:
+        slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
+        return slot
 
-    def _died(self, slot: _Slot, why: str, pending: dict[Any, tuple[str, int, _Slot, int]]) -> None:
+    def _died(self, slot: WorkerSlot, why: str, pending: dict[Any, tuple[str, int, WorkerSlot, int]]) -> None:
         where = slot.info or {}
         slot.alive, slot.inflight = False, 0
         if slot.restarts >= self.max_restarts:
@@ -358,13 +343,7 @@ class RewardWorkerPool:
         for slot in self._slots:
             if slot.starting is not None:
                 self._hello(slot)
-            i = slot.info or {}
-            out.append({"role": "reward_worker", "pool": self.pool, "index": slot.index,
-                        "node": i.get("node_id"), "node_id": i.get("node_id"), "ip": i.get("ip"),
-                        "hostname": i.get("hostname"), "pid": i.get("pid"),
-                        "registry_fingerprint": i.get("fingerprint"), "restarts": slot.restarts,
-                        "alive": slot.alive, "start_s": i.get("start_s"), "files": i.get("files") or {},
-                        "rewards": i.get("rewards") or {}, "cuda_visible": i.get("cuda_visible")})
+            out.append(slot_facts(slot, self.pool))
         return out + (self.sub.workers_info() if self.sub is not None else [])
 
     def fingerprint(self) -> str:

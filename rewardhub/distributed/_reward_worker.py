@@ -81,8 +81,9 @@ class RewardWorker:
         mine = used_targets(registry, self.setup.driver_targets)
         for name, target in self.setup.driver_targets.items():
             if name not in flagged and name in mine and mine[name] != target:
-                self.problems.append({"reward": name, "kind": "target", "driver": target, "worker": mine[name],
-                                      "fatal": True})
+                self.problems.append(
+                    {"reward": name, "kind": "target", "driver": target, "worker": mine[name], "fatal": True}
+                )
         self.aggregation = cfg.aggregation
         if load and not self.problems:
             self._resolve(registry, cfg)

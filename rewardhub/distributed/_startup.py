@@ -33,6 +33,10 @@ def warn_unused_differences(infos: Sequence[Mapping[str, Any]], pool: str) -> No
     for i in infos:
         if i.get("notes"):
             names = ", ".join(sorted(str(n["reward"]) for n in i["notes"]))
-            print(f"WARNING: reward worker {i['index']} of pool {pool!r} on node {i.get('ip')} (node id "
-                  f"{str(i.get('node_id'))[:12]}): registry differs in rewards the config does not use: " f"{names}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"WARNING: reward worker {i['index']} of pool {pool!r} on node {i.get('ip')} (node id "
+                f"{str(i.get('node_id'))[:12]}): registry differs in rewards the config does not use: "
+                f"{names}",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -110,7 +110,9 @@ def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> 
     :raises UsageError: for an unknown adapter, or a signature that fits none.
     """
     if adapter not in ADAPTERS:
-        raise UsageError(f"adapter={adapter!r} for reward {name!r} is not valid\nallowed: {', '.join(ADAPTERS)}")
+        raise UsageError(
+            f"adapter={adapter!r} for reward {name!r} is not valid\nallowed: {', '.join(ADAPTERS)}"
+        )
     if adapter == "auto":
         adapter = detect_adapter(fn, kind)
     names, var_kw = _params(fn)
@@ -119,7 +121,9 @@ def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> 
             kind = "batched"
     if kind == "model":
         kind = "batched"
-    return Invoker(fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names, var_kw=var_kw)
+    return Invoker(
+        fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names, var_kw=var_kw
+    )
 
 
 def check_sample(s: Any, label: Any) -> dict[str, Any]:
@@ -130,8 +134,10 @@ def check_sample(s: Any, label: Any) -> dict[str, Any]:
     if not isinstance(s, Mapping):
         raise UsageError(f"sample {label} is a {type(s).__name__}, not a mapping with 'response'")
     if "response" not in s:
-        raise UsageError(f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
-                         "each sample needs prompt, response, ground_truth, data_source, extra_info")
+        raise UsageError(
+            f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
+            "each sample needs prompt, response, ground_truth, data_source, extra_info"
+        )
     return dict(s)
 
 

@@ -197,7 +197,9 @@ def stats(values: list[Any], may_have_none: bool = True) -> tuple[float, float, 
     return mean, math.sqrt(max(var, 0.0)), count
 
 
-def column_metrics(name: str, col: Column, precomputed: tuple[float, float, int] | None = None) -> dict[str, float]:
+def column_metrics(
+    name: str, col: Column, precomputed: tuple[float, float, int] | None = None
+) -> dict[str, float]:
     """Flat ``rewards/<name>/<metric>`` values: mean, std, count, errors, timeouts, latency p50/p99.
 
     ``mean``/``std``/``count`` cover the values the samples got (failure values included, NaN

@@ -84,7 +84,9 @@ def _compile(pairs: list[tuple[str, str]], constants: bool, lenient: bool) -> An
         args = [f"{kw}={read(field)}" for kw, field in pairs] + (["**kw"] if constants else [])
         check = "" if any(f == "response" for _, f in pairs) else 's["response"]; '
         ns: dict[str, Any] = {"reward_exit": reward_exit}
-        exec(compile(_TEMPLATE.format(check=check, args=", ".join(args)), "<rewardhub fast loop>", "exec"), ns)
+        exec(
+            compile(_TEMPLATE.format(check=check, args=", ".join(args)), "<rewardhub fast loop>", "exec"), ns
+        )
         _cache[key] = ns["loop"]
     return _cache[key]
 

@@ -344,8 +344,12 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
         if attempts[i] <= retries:
             todo.append(i)
         else:
-            results[i] = ("timeout", f"timed out after {timeout_s:g}s (the thread cannot be killed and runs on; "
-                                     "use executor: process to kill)", now - began)
+            results[i] = (
+                "timeout",
+                f"timed out after {timeout_s:g}s (the thread cannot be killed and runs on; "
+                "use executor: process to kill)",
+                now - began,
+            )
             state["left"] -= 1
 
     with cond:

@@ -289,8 +289,11 @@ class ProcessPool:
             return
         task = chunk[0]
         task.attempts = task.retries  # no retry can help
-        self._finish(task, ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}",
-                            0.0), queue)
+        self._finish(
+            task,
+            ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}", 0.0),
+            queue,
+        )
 
     def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task]) -> None:
         """Take every answer the worker has sent; handle its death."""

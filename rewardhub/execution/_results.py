@@ -30,7 +30,9 @@ __all__ = ["AGGREGATIONS", "ScoreResult", "aggregate", "apply_on_failure", "appl
 def check_aggregation(aggregation: str) -> None:
     """Raise :class:`UsageError` for an aggregation that is not one of :data:`AGGREGATIONS`."""
     if aggregation not in AGGREGATIONS:
-        raise UsageError(f"reward.aggregation={aggregation!r} is not valid\nallowed: {', '.join(AGGREGATIONS)}")
+        raise UsageError(
+            f"reward.aggregation={aggregation!r} is not valid\nallowed: {', '.join(AGGREGATIONS)}"
+        )
 
 
 class ScoreResult:
@@ -41,7 +43,9 @@ class ScoreResult:
     the first time they are read.
     """
 
-    def __init__(self, scores: list[float | None], columns: dict[str, Column], metrics: dict[str, float]) -> None:
+    def __init__(
+        self, scores: list[float | None], columns: dict[str, Column], metrics: dict[str, float]
+    ) -> None:
         self.scores = scores
         self.columns = columns
         self.metrics = metrics
@@ -113,7 +117,9 @@ def apply_on_failure_to_outcomes(name: str, on_failure: str, outs: list[Outcome]
 def aggregate(weights: Sequence[tuple[str, float]], aggregation: str,
               outcomes: Mapping[str, Sequence[Outcome]], n: int) -> ScoreResult:
     """:func:`combine` for per-term :class:`Outcome` lists (one outcome per sample, ``n`` samples)."""
-    return combine(weights, aggregation, n, {name: Column.from_outcomes(outcomes[name]) for name, _ in weights})
+    return combine(
+        weights, aggregation, n, {name: Column.from_outcomes(outcomes[name]) for name, _ in weights}
+    )
 
 
 def combine(weights: Sequence[tuple[str, float]], aggregation: str, n: int,

@@ -67,8 +67,8 @@ def sandbox_settings(reward_cfg: RewardConfig) -> dict[str, Any]:
 
 
 def resolve_terms(reward_cfg: Any, registry: Any = None) -> list[Term]:
-    """Every term of a ``reward:`` section (a :class:`~rewardhub.config.schema.RewardConfig`, or raw: validated
-    here), resolved against ``registry`` (built if not given)."""
+    """Every term of a ``reward:`` section (a :class:`~rewardhub.config.schema.RewardConfig`, or raw:
+    validated here), resolved against ``registry`` (built if not given)."""
     from ..config.schema import validate_reward
     from ..registry import build_registry
 
@@ -80,11 +80,19 @@ def resolve_terms(reward_cfg: Any, registry: Any = None) -> list[Term]:
                          "e.g. reward: {rewards: [{name: math_verify}]} (see `rewardhub list`)")
     sandbox = sandbox_settings(reward)
     rm = dataclasses.asdict(reward.reward_model)
-    return [resolve_term(registry, t, i, sandbox=sandbox, reward_model=rm) for i, t in enumerate(reward.rewards)]
+    return [
+        resolve_term(registry, t, i, sandbox=sandbox, reward_model=rm) for i, t in enumerate(reward.rewards)
+    ]
 
 
-def resolve_term(registry: Any, term_cfg: TermConfig, index: int = 0, *, sandbox: Mapping[str, Any] | None = None,
-                 reward_model: Mapping[str, Any] | None = None) -> Term:
+def resolve_term(
+    registry: Any,
+    term_cfg: TermConfig,
+    index: int = 0,
+    *,
+    sandbox: Mapping[str, Any] | None = None,
+    reward_model: Mapping[str, Any] | None = None,
+) -> Term:
     """Turn one validated config term into a :class:`Term`: the spec, the loaded callable, the merged policy.
 
     :param sandbox: the ``reward.sandbox`` settings; a reward whose spec has the ``sandbox``

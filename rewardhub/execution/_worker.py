@@ -256,7 +256,9 @@ class Worker:
         """A new worker forked from this process."""
         parent, child = ctx.Pipe()
         claim, lock = ctx.RawArray("q", [-1, 0, 0]), ctx.Lock()
-        proc = ctx.Process(target=worker_main, args=(child, claim, lock), daemon=True, name="rewardhub-worker")
+        proc = ctx.Process(
+            target=worker_main, args=(child, claim, lock), daemon=True, name="rewardhub-worker"
+        )
         # a forked child's garbage collector would walk (and so copy, page by page) every object it
         # inherited; frozen objects are left alone (in the child: the parent unfreezes its own)
         gc.freeze()

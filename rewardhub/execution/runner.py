@@ -64,8 +64,14 @@ class Runner:
     Build one with :meth:`from_config`.
     """
 
-    def __init__(self, terms: Sequence[Term], aggregation: str = "weighted_sum", *,
-                 executors: Mapping[str, ExecutorFactory] | None = None, process_workers: int | None = None) -> None:
+    def __init__(
+        self,
+        terms: Sequence[Term],
+        aggregation: str = "weighted_sum",
+        *,
+        executors: Mapping[str, ExecutorFactory] | None = None,
+        process_workers: int | None = None,
+    ) -> None:
         check_aggregation(aggregation)
         names = [t.name for t in terms]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -188,8 +194,12 @@ class Runner:
         pool.register(term.name, term.payload)
         pol = term.policy
         if term.invoker.kind == "function":
-            return [Task(term.name, "one", batch[i], term.kwargs, pol.timeout_s, pol.retries, tag=(term.name, [i]))
-                    for i in idx]
+            return [
+                Task(
+                    term.name, "one", batch[i], term.kwargs, pol.timeout_s, pol.retries, tag=(term.name, [i])
+                )
+                for i in idx
+            ]
         return [Task(term.name, "many", [batch[i] for i in chunk], term.kwargs, pol.timeout_s, pol.retries,
                      tag=(term.name, chunk)) for chunk in self._chunks(term, batch, idx, pool.size)]
 
@@ -242,9 +252,11 @@ class Runner:
         if executor is None:
             factory = self._executors.get("ray")
             if factory is None:
-                raise UsageError(f"reward {term.name!r} has executor: ray, but this Runner was built without a "
-                                 "Ray executor\nbuild it with rewardhub.distributed.runner_from_config(reward_cfg), "
-                                 "or pass Runner(..., executors={'ray': ...})")
+                raise UsageError(
+                    f"reward {term.name!r} has executor: ray, but this Runner was built without a "
+                    "Ray executor\nbuild it with rewardhub.distributed.runner_from_config(reward_cfg), "
+                    "or pass Runner(..., executors={'ray': ...})"
+                )
             mine = [t for t in self.terms if t.policy.executor == "ray" and t.pool == term.pool]
             executor = self._remote[term.pool] = factory(term.pool, mine)
         return executor

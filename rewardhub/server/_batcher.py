@@ -67,7 +67,9 @@ class Batcher:
         self._wake = asyncio.Event()
         self.max_calls = max_calls_for(runner, max_calls)
         self._slots = asyncio.Semaphore(self.max_calls)
-        self._threads = concurrent.futures.ThreadPoolExecutor(self.max_calls, thread_name_prefix="rewardhub-score")
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            self.max_calls, thread_name_prefix="rewardhub-score"
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
@@ -161,7 +163,9 @@ class Batcher:
         self._threads.shutdown(wait=True)
 
 
-def _score(runner: Any, rows: list[dict[str, Any]], needing: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _score(
+    runner: Any, rows: list[dict[str, Any]], needing: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from .._commands.score import score_chunk
 
     out, columns, _ = score_chunk(runner, rows, needing)

@@ -101,15 +101,18 @@ class ServerMetrics:
         out.append(f"rewardhub_inflight_batches {self.calls}")
         family("rewardhub_rows_total", "counter", "rows scored")
         out.append(f"rewardhub_rows_total {self.rows}")
-        family("rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)")
+        family(
+            "rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)"
+        )
         out.append(f"rewardhub_batches_total {self.batches}")
         family("rewardhub_batch_failures_total", "counter", "Runner calls that raised (on_failure: raise)")
         out.append(f"rewardhub_batch_failures_total {self.batch_failures}")
         for metric, attr, help_ in (
-                ("rewardhub_reward_samples_total", "samples", "samples given to the reward term"),
-                ("rewardhub_reward_errors_total", "errors", "calls that raised or returned no valid score"),
-                ("rewardhub_reward_timeouts_total", "timeouts", "calls stopped at the term's timeout_s"),
-                ("rewardhub_reward_not_applicable_total", "not_applicable", "samples routed away from the term")):
+            ("rewardhub_reward_samples_total", "samples", "samples given to the reward term"),
+            ("rewardhub_reward_errors_total", "errors", "calls that raised or returned no valid score"),
+            ("rewardhub_reward_timeouts_total", "timeouts", "calls stopped at the term's timeout_s"),
+            ("rewardhub_reward_not_applicable_total", "not_applicable", "samples routed away from the term"),
+        ):
             family(metric, "counter", help_)
             for name, t in sorted(self.terms.items()):
                 out.append(f'{metric}{{reward="{_esc(name)}"}} {getattr(t, attr)}')

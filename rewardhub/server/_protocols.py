@@ -45,8 +45,10 @@ def own_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
     elif isinstance(body, Mapping) and isinstance(body.get("rows"), list):
         rows = body["rows"]
     else:
-        raise UsageError('the body must be {"rows": [ROW, ...]} (or a JSON list of rows), each row an object '
-                         'with "response" and optionally "prompt", "ground_truth", "data_source", "extra_info"')
+        raise UsageError(
+            'the body must be {"rows": [ROW, ...]} (or a JSON list of rows), each row an object '
+            'with "response" and optionally "prompt", "ground_truth", "data_source", "extra_info"'
+        )
     _check_count(len(rows), max_rows)
     out = []
     for i, row in enumerate(rows):

@@ -63,17 +63,24 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         try:
             if opts.token is not None and request.path != "/health" and not _authorized(request, opts.token):
                 status = 401
-                return web.json_response({"error": "missing or wrong bearer token (Authorization: Bearer ...)"},
-                                         status=401, headers={"WWW-Authenticate": "Bearer"})
+                return web.json_response(
+                    {"error": "missing or wrong bearer token (Authorization: Bearer ...)"},
+                    status=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             response = await handler(request)
             status = response.status
             return response
         except web.HTTPException as exc:
             status = exc.status
             if exc.status == 413:
-                return reply({"error": f"the request body is larger than this server's limit of {opts.max_body} "
-                                       "bytes; send smaller batches, or start the server with a larger --max-body-mb"},
-                             413)
+                return reply(
+                    {
+                        "error": f"the request body is larger than this server's limit of {opts.max_body} "
+                        "bytes; send smaller batches, or start the server with a larger --max-body-mb"
+                    },
+                    413,
+                )
             return reply({"error": exc.reason}, exc.status)
         except UsageError as exc:
             status = 413 if "more than this server's limit" in str(exc) else 400
@@ -81,7 +88,8 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         except RewardhubError as exc:
             status = 503 if state["draining"] else 500
             return reply({"error": str(exc)}, status)
-        except Exception as exc:  # a bug or a reward's failure under on_failure: raise; never the server's end
+        # a bug or a reward's failure under on_failure: raise; never the server's end
+        except Exception as exc:
             return reply({"error": f"{type(exc).__name__}: {exc}"}, 500)
         finally:
             metrics.request(endpoint, status)
@@ -111,8 +119,16 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         return reply(openrlhf_answer(await scored(rows)))
 
     async def health(request: Any) -> Any:
-        return reply({"status": "draining" if state["draining"] else "ok", "inflight": metrics.inflight,
-                      "calls": metrics.calls, "max_calls": batcher.max_calls, "rewards": list(metrics.terms)}, 503 if state["draining"] else 200)
+        return reply(
+            {
+                "status": "draining" if state["draining"] else "ok",
+                "inflight": metrics.inflight,
+                "calls": metrics.calls,
+                "max_calls": batcher.max_calls,
+                "rewards": list(metrics.terms),
+            },
+            503 if state["draining"] else 200,
+        )
 
     async def metrics_text(request: Any) -> Any:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
@@ -160,7 +176,9 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
     batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     batcher.start()
     app = build_app(batcher, metrics, opts, info)
-    app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=opts.drain_timeout)
+    app_runner = web.AppRunner(
+        app, handle_signals=False, access_log=None, shutdown_timeout=opts.drain_timeout
+    )
     await app_runner.setup()
     site = web.TCPSite(app_runner, opts.host, opts.port)
     try:
@@ -179,7 +197,9 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
         await stop.wait()
     finally:
         app["rewardhub_state"]["draining"] = True
-        print(f"rewardhub serve: draining ({metrics.inflight} requests in flight)", file=sys.stderr, flush=True)
+        print(
+            f"rewardhub serve: draining ({metrics.inflight} requests in flight)", file=sys.stderr, flush=True
+        )
         await app_runner.cleanup()  # stops listening, then waits for the handlers in flight
         await batcher.drain()
         for sig in (signal.SIGTERM, signal.SIGINT):

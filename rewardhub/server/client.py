@@ -41,7 +41,11 @@ class RemoteResult:
         self.extra: list[dict[str, Any]] = [dict(r.get("extra") or {}) for r in rows]
         self.errors: list[dict[str, str]] = [dict(r.get("errors") or {}) for r in rows]
         mean, std, count = stats(self.scores)
-        self.metrics: dict[str, float] = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
+        self.metrics: dict[str, float] = {
+            "reward/mean": mean,
+            "reward/std": std,
+            "reward/count": float(count),
+        }
         #: per term, its values and failures (what the trainer counts failed calls from)
         self.columns: dict[str, Column] = {}
         for name in terms:
@@ -84,13 +88,17 @@ class RemoteScorer:
                 except (ValueError, AttributeError):
                     reason = exc.reason
                 hint = f" (set ${TOKEN_ENV})" if exc.code == 401 else ""
-                raise RewardhubError(f"reward server {self.url}{path} answered {exc.code}: {reason}{hint}") from None
+                raise RewardhubError(
+                    f"reward server {self.url}{path} answered {exc.code}: {reason}{hint}"
+                ) from None
             except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 if attempt + 1 == self.tries:
                     why = getattr(exc, "reason", exc)
-                    raise RewardhubError(f"reward server {self.url} cannot be reached: {why}\n"
-                                         "is `rewardhub serve` running there, and is the address right?") from None
-                time.sleep(min(2.0 ** attempt, 5.0))
+                    raise RewardhubError(
+                        f"reward server {self.url} cannot be reached: {why}\n"
+                        "is `rewardhub serve` running there, and is the address right?"
+                    ) from None
+                time.sleep(min(2.0**attempt, 5.0))
         raise AssertionError("unreachable")
 
     def info(self) -> dict[str, Any]:
@@ -110,9 +118,17 @@ class RemoteScorer:
         body = json.loads(json.dumps({"rows": [dict(s) for s in samples]}, default=str))
         rows = self._request("POST", "/score", body)["rows"]
         if len(rows) != len(samples):
-            raise RewardhubError(f"reward server {self.url} answered {len(rows)} rows for {len(samples)} samples")
-        self.last_pids = sorted({w["pid"] for r in self.info().get("rewards", []) for w in r.get("workers", [])
-                                 if isinstance(w.get("pid"), int)})
+            raise RewardhubError(
+                f"reward server {self.url} answered {len(rows)} rows for {len(samples)} samples"
+            )
+        self.last_pids = sorted(
+            {
+                w["pid"]
+                for r in self.info().get("rewards", [])
+                for w in r.get("workers", [])
+                if isinstance(w.get("pid"), int)
+            }
+        )
         return RemoteResult(rows, self.terms)
 
     def fingerprint(self) -> str:

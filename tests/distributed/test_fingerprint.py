@@ -33,7 +33,13 @@ def test_diff_kinds_and_which_are_fatal():
     worker = {"a": "pkg==2.0", "b": "sha256:bb", "d": "q==1", "e": "new==1", "used_broken": "m==1 (broken)"}
     diffs = {d["reward"]: d for d in diff_items(driver, worker, ["a", "b", "used_broken"])}
     assert sorted(diffs) == ["a", "b", "c", "e", "used_broken"]
-    assert diffs["a"] == {"reward": "a", "kind": "version", "driver": "pkg==1.0", "worker": "pkg==2.0", "fatal": True}
+    assert diffs["a"] == {
+        "reward": "a",
+        "kind": "version",
+        "driver": "pkg==1.0",
+        "worker": "pkg==2.0",
+        "fatal": True,
+    }
     assert diffs["b"]["kind"] == "file_hash" and diffs["b"]["fatal"]
     assert diffs["c"]["kind"] == "missing" and not diffs["c"]["fatal"]  # the config does not use it
     assert diffs["e"]["kind"] == "extra" and not diffs["e"]["fatal"]
@@ -41,7 +47,9 @@ def test_diff_kinds_and_which_are_fatal():
     strict = {d["reward"]: d["fatal"] for d in diff_items(driver, worker, ["a"], strict=True)}
     assert strict == {"a": True, "b": True, "c": True, "e": False, "used_broken": True}
     # nothing named (doctor without a config): every difference is a warning, unless strict
-    assert len(diff_items(driver, worker, [])) == 5 and not any(d["fatal"] for d in diff_items(driver, worker, []))
+    assert len(diff_items(driver, worker, [])) == 5 and not any(
+        d["fatal"] for d in diff_items(driver, worker, [])
+    )
     assert all(d["fatal"] for d in diff_items(driver, worker, [], strict=True) if d["kind"] != "extra")
     assert diff_items(driver, dict(driver), ["a"]) == []
 
@@ -79,10 +87,15 @@ def test_shipped_file_keeps_its_module_name(reward_file, tmp_path, monkeypatch):
     monkeypatch.setenv("REWARDHUB_WORKER_FILES", str(tmp_path / "node"))
     setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length"}]})
     (shipped,) = setup.files
-    assert shipped.data == reward_file.read_bytes() and shipped.sha256 == hashlib.sha256(shipped.data).hexdigest()
+    assert (
+        shipped.data == reward_file.read_bytes()
+        and shipped.sha256 == hashlib.sha256(shipped.data).hexdigest()
+    )
     cfg, problems, info = place_files(setup.files, setup.reward_cfg)
     local = cfg.rewards[0].path
-    assert problems == [] and local.startswith(str(tmp_path / "node")) and info["length"] == f"shipped {local}"
+    assert (
+        problems == [] and local.startswith(str(tmp_path / "node")) and info["length"] == f"shipped {local}"
+    )
     assert file_module_name(local) == file_module_name(str(reward_file))
 
 
@@ -109,15 +122,21 @@ def test_worker_reports_a_version_difference(reward_file):
     hello = worker.hello()
     assert not hello["ok"] and hello["terms"] == []  # nothing is loaded after a mismatch
     (p,) = hello["problems"]
-    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == ("math_verify", "version", "rewardhub-math==9.9",
-                                                                  "rewardhub-math==0.1.0")
+    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == (
+        "math_verify",
+        "version",
+        "rewardhub-math==9.9",
+        "rewardhub-math==0.1.0",
+    )
     with pytest.raises(RegistryMismatchError, match="math_verify"):
         worker.score([{"response": "1"}])
 
 
 def test_worker_reports_a_target_difference_under_the_same_version(reward_file):
     """Same distribution and version, another module:attr (an edited editable install): named too."""
-    setup, _ = prepare_setup({"rewards": [{"name": "math_verify"}, {"path": str(reward_file), "function": "length"}]})
+    setup, _ = prepare_setup(
+        {"rewards": [{"name": "math_verify"}, {"path": str(reward_file), "function": "length"}]}
+    )
     assert setup.driver_targets == {"math_verify": "rewardhub_math.reward:math_verify"}  # a file: its sha256
     targets = {"math_verify": "rewardhub_math.old_reward:math_verify"}
     hello = RewardWorker(setup.__class__(**{**setup.__dict__, "driver_targets": targets}), load=False).hello()
@@ -131,9 +150,14 @@ def test_worker_reports_a_target_difference_under_the_same_version(reward_file):
     # the worker's own values of each used reward (its provenance)
     facts = RewardWorker(setup, load=False).hello()["rewards"]
     assert list(facts) == ["math_verify", "length"]
-    assert facts["math_verify"] == {"source": "entry-point", "dist": "rewardhub-math", "version": rewardhub_math_version(),
-                                    "target": "rewardhub_math.reward:math_verify", "sha256": None,
-                                    "identity": f"rewardhub-math=={rewardhub_math_version()}"}
+    assert facts["math_verify"] == {
+        "source": "entry-point",
+        "dist": "rewardhub-math",
+        "version": rewardhub_math_version(),
+        "target": "rewardhub_math.reward:math_verify",
+        "sha256": None,
+        "identity": f"rewardhub-math=={rewardhub_math_version()}",
+    }
     assert facts["length"]["sha256"] == hashlib.sha256(reward_file.read_bytes()).hexdigest()
     assert facts["length"]["identity"] == f"sha256:{facts['length']['sha256']}"
 
@@ -146,7 +170,9 @@ def rewardhub_math_version() -> str:
 
 def test_worker_scores_in_process(reward_file, tmp_path, monkeypatch):
     monkeypatch.setenv("REWARDHUB_WORKER_FILES", str(tmp_path / "node"))
-    setup, _ = prepare_setup({"rewards": [{"path": str(reward_file), "function": "length", "on_failure": "raise"}]})
+    setup, _ = prepare_setup(
+        {"rewards": [{"path": str(reward_file), "function": "length", "on_failure": "raise"}]}
+    )
     worker = RewardWorker(setup)
     assert worker.hello()["ok"], worker.hello()["problems"]
     assert worker.hello()["terms"][0]["on_failure"] == "raise"  # the driver applies it
@@ -183,7 +209,9 @@ def test_decorator_in_main_script_is_explained(tmp_path):
             print(exc)
         print("ray imported:", "ray" in sys.modules)
     """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert "'script_reward' is registered only by @reward in the driver's own script" in out
     assert str(script) in out and "put it in a module or file the config names" in out
     assert "ray imported: False" in out  # found before anything starts
@@ -219,7 +247,12 @@ def test_ray_terms_ship_as_typed_config_terms(reward_file):
 
 def test_import_is_light():
     code = "import rewardhub.distributed, rewardhub._commands.doctor, sys; print('ray' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )
 
 
 def test_a_setup_made_elsewhere_carries_the_drivers_values(reward_file):
@@ -229,17 +262,26 @@ def test_a_setup_made_elsewhere_carries_the_drivers_values(reward_file):
                        {"name": "exact_match"}]}
     driver, _ = prepare_setup(cfg)
     # what the driver's process saw: another rewardhub-math, and math_verify at another target
-    driver = driver.__class__(**{**driver.__dict__, "driver_fingerprint": "f" * 16,
-                                 "driver_items": dict(driver.driver_items, math_verify="rewardhub-math==9.9"),
-                                 "driver_targets": dict(driver.driver_targets, exact_match="elsewhere:exact")})
+    driver = driver.__class__(
+        **{
+            **driver.__dict__,
+            "driver_fingerprint": "f" * 16,
+            "driver_items": dict(driver.driver_items, math_verify="rewardhub-math==9.9"),
+            "driver_targets": dict(driver.driver_targets, exact_match="elsewhere:exact"),
+        }
+    )
     here, _ = prepare_setup({**cfg, "rewards": cfg["rewards"][:2]}, pool="p", reference=driver)
     assert (here.driver_fingerprint, here.pool) == ("f" * 16, "p")
     assert here.driver_items == driver.driver_items and here.used == ("math_verify", "length")
     assert here.driver_targets == {"math_verify": "rewardhub_math.reward:math_verify"}  # the used ones only
     assert here.files == driver.files and here.files[0].data == reward_file.read_bytes()
     (p,) = RewardWorker(here, load=False).hello()["problems"]
-    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == ("math_verify", "version", "rewardhub-math==9.9",
-                                                                  "rewardhub-math==0.1.0")
+    assert (p["reward"], p["kind"], p["driver"], p["worker"]) == (
+        "math_verify",
+        "version",
+        "rewardhub-math==9.9",
+        "rewardhub-math==0.1.0",
+    )
     # without the reference this process's own registry is the reference: no difference is found
     own, _ = prepare_setup({**cfg, "rewards": cfg["rewards"][:2]})
     assert RewardWorker(own, load=False).hello()["ok"]

@@ -80,7 +80,10 @@ def _files_env(tmp_path, name="node-files"):
 
 
 #: (response, ground truth, expected by math_verify and by reasoning_gym.basic_arithmetic)
-CASES = [("so <answer>12</answer>, i.e. \\boxed{12}", "12", 1.0), ("<answer>13</answer> \\boxed{13}", "12", 0.0)]
+CASES = [
+    ("so <answer>12</answer>, i.e. \\boxed{12}", "12", 1.0),
+    ("<answer>13</answer> \\boxed{13}", "12", 0.0),
+]
 
 
 def _samples():
@@ -118,9 +121,13 @@ def test_three_sources_score_on_the_second_node(cluster, reward_file, tmp_path):
 
 
 def test_runner_ray_executor_round_robin(cluster, reward_file, tmp_path):
-    cfg = {"rewards": [{"path": str(reward_file), "function": "probe", "executor": "ray", "on_failure": "nan"},
-                       {"name": "reasoning_gym.basic_arithmetic"}],
-           "workers": {"num_workers": 2, "dispatch": "round_robin"}}
+    cfg = {
+        "rewards": [
+            {"path": str(reward_file), "function": "probe", "executor": "ray", "on_failure": "nan"},
+            {"name": "reasoning_gym.basic_arithmetic"},
+        ],
+        "workers": {"num_workers": 2, "dispatch": "round_robin"},
+    }
     samples = [{"prompt": "1+1", "response": "<answer>2</answer>", "ground_truth": "2",
                 "data_source": "basic_arithmetic", "extra_info": {"i": i}} for i in range(8)]
     samples[3]["response"] = "raise"
@@ -163,7 +170,9 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp
     assert mid_batch == [True]  # the kill happened mid-batch
     assert res.scores == [float(i) for i in range(n)]
     assert [e["probe"]["i"] for e in res.extra] == list(range(n)) and not any(res.errors)
-    assert pool.restarts == 1 and after[0]["restarts"] == 1 and after[0]["pid"] != victim and after[0]["alive"]
+    assert (
+        pool.restarts == 1 and after[0]["restarts"] == 1 and after[0]["pid"] != victim and after[0]["alive"]
+    )
     assert res.metrics["reward_workers/reward/rescored_samples"] >= 1
     assert more.scores == [float(i) for i in range(12)] and not any(more.errors)
     assert after[0]["pid"] in {e["probe"]["pid"] for e in res.extra + more.extra}  # the new worker scores
@@ -180,7 +189,9 @@ def _fake_math_site(root):
     dist = root / "rewardhub_math-0.2.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rewardhub-math\nVersion: 0.2.0\n")
-    (dist / "entry_points.txt").write_text("[rewardhub.rewards]\nmath_verify = rewardhub_math.reward:math_verify\n")
+    (dist / "entry_points.txt").write_text(
+        "[rewardhub.rewards]\nmath_verify = rewardhub_math.reward:math_verify\n"
+    )
     return root
 
 
@@ -198,8 +209,14 @@ def test_other_plugin_version_on_a_node(cluster, reward_file, tmp_path, capsys, 
         report = json.loads(cap.out)
         nodes = {n["node_id"]: n for n in report["nodes"]}
         assert set(nodes) == {cluster.head, cluster.node2, node3_id}
-        assert nodes[node3_id]["mismatched"] == [{"reward": "math_verify", "kind": "version",
-                                                  "driver": "rewardhub-math==0.1.0", "worker": "rewardhub-math==0.2.0"}]
+        assert nodes[node3_id]["mismatched"] == [
+            {
+                "reward": "math_verify",
+                "kind": "version",
+                "driver": "rewardhub-math==0.1.0",
+                "worker": "rewardhub-math==0.2.0",
+            }
+        ]
         assert not nodes[node3_id]["ok"] and nodes[cluster.head]["ok"] and nodes[cluster.node2]["ok"]
         assert nodes[cluster.head]["fingerprint"] == report["fingerprint"] != nodes[node3_id]["fingerprint"]
         assert "'math_verify'" in cap.err
@@ -222,5 +239,7 @@ def test_other_plugin_version_on_a_node(cluster, reward_file, tmp_path, capsys, 
     report = json.loads(proc.stdout)
     assert proc.stdout == json.dumps(report, indent=2, sort_keys=True) + "\n"
     assert {n["node_id"] for n in report["nodes"]} == {cluster.head, cluster.node2}
-    assert all(n["ok"] and n["fingerprint"] == report["fingerprint"] and n["missing"] == [] for n in report["nodes"])
+    assert all(
+        n["ok"] and n["fingerprint"] == report["fingerprint"] and n["missing"] == [] for n in report["nodes"]
+    )
     assert report["rewards"] == ["math_verify", "reasoning_gym.basic_arithmetic", "probe"]

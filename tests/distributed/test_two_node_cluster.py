@@ -157,7 +157,10 @@ def two_nodes(tmp_path_factory):
         _start(["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false",
                 f"--dashboard-port={dashboard}", f"--ray-client-server-port={client}", *common, *_ports()],
                env, root / "head.log", procs)
-        node2_env = {**env, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])}
+        node2_env = {
+            **env,
+            "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])]),
+        }
         _start([f"--address={address}", "--num-cpus=4", '--resources={"node2": 100}', *common, *_ports()],
                node2_env, root / "node2.log", procs)
         # both nodes registered, and their ids (from a driver of its own)
@@ -236,7 +239,11 @@ def test_a_reward_the_config_does_not_use_may_differ(two_nodes):
     used = {r["name"]: r for r in json.loads(summary.read_text())["rewards"]}
     assert set(used) == {"regex_match", "has_digit"}
     rx, mine = used["regex_match"], used["has_digit"]
-    assert (rx["source"], rx["dist"], rx["target"]) == ("builtin", "rewardhub", "rewardhub.builtin.format:regex_match")
+    assert (rx["source"], rx["dist"], rx["target"]) == (
+        "builtin",
+        "rewardhub",
+        "rewardhub.builtin.format:regex_match",
+    )
     assert mine["sha256"] == hashlib.sha256(reward.read_bytes()).hexdigest() and mine["source"] == "config"
     for r in (rx, mine):
         [worker] = r["workers"]
@@ -245,7 +252,9 @@ def test_a_reward_the_config_does_not_use_may_differ(two_nodes):
         assert {k: worker[k] for k in ("source", "dist", "version", "sha256")} == {
             k: r[k] for k in ("source", "dist", "version", "sha256")}
         # a file reward is shipped: on the node it is a copy, with the same hash
-        assert worker["target"] == r["target"] if r is rx else worker["target"].endswith("/digits.py:has_digit")
+        assert (
+            worker["target"] == r["target"] if r is rx else worker["target"].endswith("/digits.py:has_digit")
+        )
         assert worker["identity"] == (f"sha256:{r['sha256']}" if r is mine else f"rewardhub=={rx['version']}")
 
 
@@ -347,7 +356,8 @@ from rewardhub.config.schema import validate_reward
 from rewardhub.distributed import prepare_setup
 from rewardhub_trainer.actors import RewardClient
 ray.init(address=sys.argv[1], log_to_driver=False)
-cfg = validate_reward({"rewards": [{"name": "math_verify"}], "workers": {"num_cpus": 1, "resources": {"node2": 1}}})
+cfg = validate_reward({"rewards": [{"name": "math_verify"}],
+                       "workers": {"num_cpus": 1, "resources": {"node2": 1}}})
 reference, _ = prepare_setup(cfg)  # here, in the driver: rewardhub-math as installed here
 out = {}
 for name, ref in (("reference", reference), ("none", None)):

@@ -46,11 +46,21 @@ def _one_error_line(err: str) -> str:
     ("override", "line", "hint"),
     [
         ("trainer.mode=asynk", "ERROR: trainer.mode='asynk' is not valid", "  allowed: sync, fully_async"),
-        ("trainer.totl_steps=3", "ERROR: unknown key trainer.totl_steps", "  did you mean trainer.total_steps? "),
-        ("rollout.n=1", "ERROR: rollout.n=1 is not valid: GRPO needs at least 2 responses per prompt "
-         "(e.g. rollout.n=4)", "  allowed: a value >= 2"),
-        ("reward.workers.num_workerz=2", "ERROR: unknown key reward.workers.num_workerz",
-         "  did you mean reward.workers.num_workers? "),
+        (
+            "trainer.totl_steps=3",
+            "ERROR: unknown key trainer.totl_steps",
+            "  did you mean trainer.total_steps? ",
+        ),
+        (
+            "rollout.n=1",
+            "ERROR: rollout.n=1 is not valid: GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)",
+            "  allowed: a value >= 2",
+        ),
+        (
+            "reward.workers.num_workerz=2",
+            "ERROR: unknown key reward.workers.num_workerz",
+            "  did you mean reward.workers.num_workers? ",
+        ),
     ],
 )
 def test_bad_trainer_key_fails_before_ray(tmp_path, override, line, hint):
@@ -71,7 +81,10 @@ def test_missing_model_path_names_the_key(tmp_path):
                           capture_output=True, text=True, timeout=120)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["rc"] == 2 and not result["ray_imported"]
-    assert _one_error_line(proc.stderr) == f"ERROR: model.path={str(tmp_path / 'nowhere')!r} is not valid: no such folder"
+    assert (
+        _one_error_line(proc.stderr)
+        == f"ERROR: model.path={str(tmp_path / 'nowhere')!r} is not valid: no such folder"
+    )
     assert "model.builtin=smollm2-135m" in proc.stderr
 
 
@@ -83,8 +96,9 @@ def test_unknown_reward_fails_before_ray(tmp_path):
 
 
 def _rewardhub(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rewardhub", *args], capture_output=True, text=True, timeout=180,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "rewardhub", *args], capture_output=True, text=True, timeout=180, cwd=cwd
+    )
 
 
 def test_train_errors_go_through_the_core_cli_handler(tmp_path):
@@ -103,12 +117,27 @@ def test_train_errors_go_through_the_core_cli_handler(tmp_path):
         res = _rewardhub("train", str(cfg), *overrides, "--output", out, "--no-progress")
         assert res.returncode == 2, res.stderr
         assert _one_error_line(res.stderr).startswith(line), res.stderr
-        alone = subprocess.run([sys.executable, "-m", "rewardhub_trainer", str(cfg), *overrides, "--output", out,
-                                "--no-progress"], capture_output=True, text=True, timeout=180)
+        alone = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rewardhub_trainer",
+                str(cfg),
+                *overrides,
+                "--output",
+                out,
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert (alone.returncode, alone.stderr) == (res.returncode, res.stderr)
     res = _rewardhub("train", str(cfg), "--output", out, "trainer.total_steps=2")
     assert res.returncode == 2
-    assert _one_error_line(res.stderr).startswith("ERROR: override 'trainer.total_steps=2' comes after an option")
+    assert _one_error_line(res.stderr).startswith(
+        "ERROR: override 'trainer.total_steps=2' comes after an option"
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -116,8 +145,22 @@ def test_unusable_vllm_is_refused_before_ray(tmp_path):
     """The vLLM probe runs where engines are checked (before Ray), not in config validation."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text((EXAMPLES / "tiny.yaml").read_text())
-    proc = subprocess.run([sys.executable, "-c", PROBE, "--no-vllm", str(cfg), "rollout.engine=vllm", "--output",
-                           str(tmp_path / "o"), "--no-progress"], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            "--no-vllm",
+            str(cfg),
+            "rollout.engine=vllm",
+            "--output",
+            str(tmp_path / "o"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["rc"] == 2 and not result["ray_imported"]
     assert _one_error_line(proc.stderr).startswith("ERROR: rollout.engine=vllm, but vllm is not importable")

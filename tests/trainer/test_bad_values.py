@@ -36,8 +36,21 @@ print(json.dumps({"rc": rc, "ray_imported": "ray" in sys.modules, "torch_importe
 
 def _train(tmp_path: Path, *overrides: str) -> tuple[dict, str]:
     out = tmp_path / "o"
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(EXAMPLES / "tiny.yaml"), *overrides, "--output", str(out),
-                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            str(EXAMPLES / "tiny.yaml"),
+            *overrides,
+            "--output",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert not out.exists()
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -51,25 +64,64 @@ def _one_error_line(err: str) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("override", "line", "hint"), [
-    ("trainer.lr=nan", "trainer.lr=nan is not valid: not a number", "allowed: a value > 0"),
-    ("trainer.weight_decay=nan", "trainer.weight_decay=nan is not valid: not a number", "allowed: a value >= 0"),
-    ("trainer.lr=inf", "trainer.lr=inf is not valid: not a finite number", "allowed: a value > 0"),
-    ("trainer.clip_eps=nan", "trainer.clip_eps=nan is not valid: not a number", "allowed: a value > 0 and < 1"),
-    ("trainer.kl_coef=inf", "trainer.kl_coef=inf is not valid: not a finite number", "allowed: a value >= 0"),
-    ("rollout.temperature=nan", "rollout.temperature=nan is not valid: not a number", "allowed: a value > 0"),
-    ("rollout.top_p=nan", "rollout.top_p=nan is not valid: not a number", "allowed: a value > 0 and <= 1"),
-    ("trainer.max_grad_norm=-1", "trainer.max_grad_norm=-1.0 is not valid: the gradient's norm is clipped to it "
-     "(0: not clipped)", "allowed: a value >= 0"),
-    ("data.train_files=''", "data.train_files='' is not valid: an empty path names no file",
-     "give a file or folder, or leave data.train_files out (the prompts then come from data.source)"),
-    ("trainer.clip_ratio_c=1", "trainer.clip_ratio_c=1.0 is not valid: the dual clip bounds a negative advantage's "
-     "loss at clip_ratio_c * |A|; 0: off", "allowed: a value > 1, or 0"),
-    ("reward.rewards=[{name: regex_match, weight: .nan}]", "reward.rewards[0].weight=nan is not valid: not a number",
-     "allowed: a finite number"),
-    ("reward.rewards=[{name: regex_match, timeout_s: .inf}]", "reward.rewards[0].timeout_s=inf is not valid: not a "
-     "finite number", "allowed: a value > 0"),
-])
+@pytest.mark.parametrize(
+    ("override", "line", "hint"),
+    [
+        ("trainer.lr=nan", "trainer.lr=nan is not valid: not a number", "allowed: a value > 0"),
+        (
+            "trainer.weight_decay=nan",
+            "trainer.weight_decay=nan is not valid: not a number",
+            "allowed: a value >= 0",
+        ),
+        ("trainer.lr=inf", "trainer.lr=inf is not valid: not a finite number", "allowed: a value > 0"),
+        (
+            "trainer.clip_eps=nan",
+            "trainer.clip_eps=nan is not valid: not a number",
+            "allowed: a value > 0 and < 1",
+        ),
+        (
+            "trainer.kl_coef=inf",
+            "trainer.kl_coef=inf is not valid: not a finite number",
+            "allowed: a value >= 0",
+        ),
+        (
+            "rollout.temperature=nan",
+            "rollout.temperature=nan is not valid: not a number",
+            "allowed: a value > 0",
+        ),
+        (
+            "rollout.top_p=nan",
+            "rollout.top_p=nan is not valid: not a number",
+            "allowed: a value > 0 and <= 1",
+        ),
+        (
+            "trainer.max_grad_norm=-1",
+            "trainer.max_grad_norm=-1.0 is not valid: the gradient's norm is clipped to it (0: not clipped)",
+            "allowed: a value >= 0",
+        ),
+        (
+            "data.train_files=''",
+            "data.train_files='' is not valid: an empty path names no file",
+            "give a file or folder, or leave data.train_files out (the prompts then come from data.source)",
+        ),
+        (
+            "trainer.clip_ratio_c=1",
+            "trainer.clip_ratio_c=1.0 is not valid: the dual clip bounds a negative advantage's "
+            "loss at clip_ratio_c * |A|; 0: off",
+            "allowed: a value > 1, or 0",
+        ),
+        (
+            "reward.rewards=[{name: regex_match, weight: .nan}]",
+            "reward.rewards[0].weight=nan is not valid: not a number",
+            "allowed: a finite number",
+        ),
+        (
+            "reward.rewards=[{name: regex_match, timeout_s: .inf}]",
+            "reward.rewards[0].timeout_s=inf is not valid: not a finite number",
+            "allowed: a value > 0",
+        ),
+    ],
+)
 def test_each_bad_value_is_one_error_line_before_ray(tmp_path, override, line, hint):
     result, err = _train(tmp_path, override)
     assert result == {"rc": 2, "ray_imported": False, "torch_imported": False}
@@ -83,10 +135,12 @@ def test_vllm_with_top_k_is_refused_with_the_reason(tmp_path):
     refusal is the config's (like top_p < 1), so it comes before the engine probe and Ray."""
     result, err = _train(tmp_path, "rollout.engine=vllm", "rollout.top_k=5")
     assert result["rc"] == 2 and not result["ray_imported"]
-    assert _one_error_line(err) == ("ERROR: rollout.top_k=5 is not valid: with rollout.engine=vllm it is not supported: "
-                                    "vLLM records the log-probs of the truncated (top-k renormalised) distribution "
-                                    "while the learner computes them over the whole vocabulary, so the PPO ratio "
-                                    "would be wrong from the first step")
+    assert _one_error_line(err) == (
+        "ERROR: rollout.top_k=5 is not valid: with rollout.engine=vllm it is not supported: "
+        "vLLM records the log-probs of the truncated (top-k renormalised) distribution "
+        "while the learner computes them over the whole vocabulary, so the PPO ratio "
+        "would be wrong from the first step"
+    )
     assert "rollout.top_k=-1 (or 0) with vllm, or rollout.engine=transformers" in err
     base = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]}}
     for top_k in (-1, 0):  # all tokens: allowed with vllm
@@ -122,8 +176,11 @@ def _keys() -> list[tuple[str, type, Rule | None]]:
         out.append((f"resources.{role}.resources.gpu_a", float, placement.RULES.get(f"{role}.resources.*")))
     out += [(f"reward.rewards.{k}", t, reward_schema.RULES.get(f"rewards.*.{k}"))
             for k, t in _numeric(reward_schema.TermConfig)]
-    for name, cls in (("workers", reward_schema.WorkersConfig), ("reward_model", reward_schema.RewardModelConfig),
-                      ("sandbox", reward_schema.SandboxConfig)):
+    for name, cls in (
+        ("workers", reward_schema.WorkersConfig),
+        ("reward_model", reward_schema.RewardModelConfig),
+        ("sandbox", reward_schema.SandboxConfig),
+    ):
         out += [(f"reward.{name}.{k}", t, reward_schema.RULES.get(f"{name}.{k}")) for k, t in _numeric(cls)]
     out.append(("reward.workers.resources.gpu_a", float, reward_schema.RULES.get("workers.resources.*")))
     return out
@@ -204,7 +261,9 @@ def test_zero_max_grad_norm_measures_without_clipping_and_clip_ratio_c_defaults_
     assert parse_config(base).trainer.clip_ratio_c == 3.0
     assert parse_config({**base, "trainer": {"clip_ratio_c": 0}}).trainer.clip_ratio_c == 0.0
     assert parse_config({**base, "trainer": {"max_grad_norm": 0}}).trainer.max_grad_norm == 0.0
-    with pytest.raises(UsageError, match=r"trainer.clip_ratio_c=0.5 is not valid.*\nallowed: a value > 1, or 0"):
+    with pytest.raises(
+        UsageError, match=r"trainer.clip_ratio_c=0.5 is not valid.*\nallowed: a value > 1, or 0"
+    ):
         parse_config({**base, "trainer": {"clip_ratio_c": 0.5}})
     with pytest.raises(UsageError, match=r"data.val_files=\['a.jsonl', ''\] is not valid: an empty path"):
         parse_config({**base, "data": {"val_files": ["a.jsonl", ""]}})

@@ -34,17 +34,31 @@ def cfg(**sections):
     ("sections", "first", "fix"),
     [
         ({"trainer": {"mode": "asynk"}}, "trainer.mode='asynk' is not valid", "allowed: sync, fully_async"),
-        ({"trainer": {"totl_steps": 3}}, "unknown key trainer.totl_steps", "did you mean trainer.total_steps?"),
+        (
+            {"trainer": {"totl_steps": 3}},
+            "unknown key trainer.totl_steps",
+            "did you mean trainer.total_steps?",
+        ),
         ({"trainer": {"lr": "fast"}}, "trainer.lr='fast' is not valid", "expected a number"),
         ({"trainer": {"total_steps": None}}, "trainer.total_steps=null is not valid", "expected an integer"),
-        ({"model": {"path": "/no/such/model"}}, "model.path='/no/such/model' is not valid: no such folder",
-         "model.builtin=smollm2-135m"),
+        (
+            {"model": {"path": "/no/such/model"}},
+            "model.path='/no/such/model' is not valid: no such folder",
+            "model.builtin=smollm2-135m",
+        ),
         ({"model": {}}, "model sets none of model.path, model.builtin, model.tiny", "set exactly one of"),
         ({"model": {"builtin": "gpt5"}}, "model.builtin='gpt5' is not valid", "allowed: smollm2-135m"),
-        ({"rollout": {"n": 1}}, "rollout.n=1 is not valid: GRPO needs at least 2 responses per prompt (e.g. "
-         "rollout.n=4)", "allowed: a value >= 2"),
+        (
+            {"rollout": {"n": 1}},
+            "rollout.n=1 is not valid: GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)",
+            "allowed: a value >= 2",
+        ),
         ({"data": {"source": "hub"}}, "data.source='hub' is not valid", "allowed: builtin, reasoning_gym"),
-        ({"resources": {"learners": {}}}, "unknown key resources.learners", "did you mean resources.learner?"),
+        (
+            {"resources": {"learners": {}}},
+            "unknown key resources.learners",
+            "did you mean resources.learner?",
+        ),
         ({"reward": {}}, "reward.rewards is empty: name at least one reward term", "rewardhub list"),
     ],
 )
@@ -64,7 +78,9 @@ def test_an_unusable_vllm_is_refused_where_engines_are_built(monkeypatch):
 
     parsed = parse_config(cfg(rollout={"engine": "vllm"}))
     assert parsed.rollout.engine == "vllm"
-    monkeypatch.setattr(rewardhub_trainer.vllm_engine, "vllm_available", lambda: "vllm is not importable (test)")
+    monkeypatch.setattr(
+        rewardhub_trainer.vllm_engine, "vllm_available", lambda: "vllm is not importable (test)"
+    )
     with pytest.raises(UsageError) as info:
         check_engine("vllm")
     assert str(info.value).splitlines() == [

@@ -79,7 +79,8 @@ def test_a_share_needs_a_cpu_actor_with_threads_and_a_model(token):
     assert share_for((token, 0, 2, "auto"), 0, "cpu", object()) is None  # threads not set: nothing to lend
     assert share_for((token, 0, 2, "auto"), 1, "cuda", object()) is None
     assert share_for((token, 0, 2, "auto"), 1, "cpu", None) is None
-    assert share_for((token, 0, 2, "always"), 1, "cpu", object()) is None  # not a torch model: nothing to hook
+    # not a torch model: nothing to hook
+    assert share_for((token, 0, 2, "always"), 1, "cpu", object()) is None
     with busy(None) as used:  # no share: the block changes nothing and reports nothing
         pass
     assert used == {}

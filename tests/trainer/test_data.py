@@ -72,8 +72,14 @@ def test_verl_parquet_trains_with_evaluation(ray_session, tmp_path, mode, capsys
 
     pq.write_table(pa.Table.from_pylist(verl_rows(20, long_every=5)), tmp_path / "train.parquet")
     pq.write_table(pa.Table.from_pylist(verl_rows(4, offset=100)), tmp_path / "val.parquet")
-    cfg = _config(tmp_path, mode, train_files=str(tmp_path / "train.parquet"),
-                  val_files=[str(tmp_path / "val.parquet")], max_prompt_length=80, filter_overlong_prompts=True)
+    cfg = _config(
+        tmp_path,
+        mode,
+        train_files=str(tmp_path / "train.parquet"),
+        val_files=[str(tmp_path / "val.parquet")],
+        max_prompt_length=80,
+        filter_overlong_prompts=True,
+    )
     out = tmp_path / "run"
     summary = train(cfg, output=str(out))
     # 4 of the 20 training prompts are too long: left out, counted and reported
@@ -118,11 +124,18 @@ def test_jsonl_save_to_disk_and_parquet_load_the_same_prompts(tmp_path):
     strip = [[(p.question, p.ground_truth, p.data_source, p.extra_info, p.messages) for p in items]
              for items in loaded]
     assert strip[0] == strip[1] == strip[2]
-    assert strip[0][3] == ("What is 3 + 1?", "4", "openai/gsm8k", {"index": 3, "split": "train", "ability": "math"},
-                           tuple(rows[3]["prompt"]))
+    assert strip[0][3] == (
+        "What is 3 + 1?",
+        "4",
+        "openai/gsm8k",
+        {"index": 3, "split": "train", "ability": "math"},
+        tuple(rows[3]["prompt"]),
+    )
     # plain rows, other column names
     (tmp_path / "p.jsonl").write_text(json.dumps({"q": "2+2?", "sol": "4", "data_source": "x"}) + "\n")
-    plain = load_files(str(tmp_path / "p.jsonl"), DataConfig(prompt_key="q", answer_key="sol"), "data.train_files")
+    plain = load_files(
+        str(tmp_path / "p.jsonl"), DataConfig(prompt_key="q", answer_key="sol"), "data.train_files"
+    )
     assert [(p.question, p.ground_truth, p.messages) for p in plain] == [("2+2?", "4", None)]
 
 
@@ -137,10 +150,16 @@ def test_render_filters_or_truncates_long_prompts():
     items = [Prompt("short", "1", "s", where="f, row 1"), Prompt("x" * 50, "2", "s", where="f, row 2")]
     ds = PromptDataset(items)
     plain = DataConfig(template="plain", max_prompt_length=30)
-    kept, filtered = render(ds, tok, DataConfig(template="plain", max_prompt_length=30, filter_overlong_prompts=True),
-                            "data.train_files")
+    kept, filtered = render(
+        ds,
+        tok,
+        DataConfig(template="plain", max_prompt_length=30, filter_overlong_prompts=True),
+        "data.train_files",
+    )
     assert filtered == 1 and [p.text for p in kept.items] == ["Question: short\nAnswer:"]
-    with pytest.raises(UsageError, match=r"f, row 2: the prompt is 68 tokens, longer than data.max_prompt_length=30"):
+    with pytest.raises(
+        UsageError, match=r"f, row 2: the prompt is 68 tokens, longer than data.max_prompt_length=30"
+    ):
         render(ds, tok, plain, "data.train_files")
     import dataclasses
 
@@ -179,8 +198,10 @@ def test_bad_data_is_one_error_before_ray(tmp_path, case):
         expected = f"ERROR: {data}: cannot be read as parquet"
     elif case == "no_ground_truth":
         rows[1]["reward_model"] = {"style": "rule"}
-        expected = (f"ERROR: {data}, row 2: no column 'reward_model.ground_truth' or 'ground_truth' or 'answer' "
-                    "(the ground truth), which reward 'math_verify' needs")
+        expected = (
+            f"ERROR: {data}, row 2: no column 'reward_model.ground_truth' or 'ground_truth' or 'answer' "
+            "(the ground truth), which reward 'math_verify' needs"
+        )
     else:
         rows[0]["prompt"][1]["content"] += LONG
         extra = {"max_prompt_length": 80}
@@ -190,8 +211,12 @@ def test_bad_data_is_one_error_before_ray(tmp_path, case):
     else:
         data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = _config(tmp_path, "sync", train_files=str(data), **extra)
-    proc = subprocess.run([sys.executable, "-c", PROBE, cfg, "--output", str(tmp_path / "o"), "--no-progress"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, cfg, "--output", str(tmp_path / "o"), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"rc": 2, "ray_imported": False}, proc.stderr
     assert proc.stderr.startswith(expected), proc.stderr
@@ -282,15 +307,26 @@ def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
     dropped = {d["key"]: d["reason"] for d in out["dropped"]}
     native = [k for k in keys if k not in moved and k not in dropped]
     # every key is mapped, ignored with a reason, or one the trainer has under the same name
-    assert native == ["data.train_files", "data.val_files", "data.max_prompt_length", "data.filter_overlong_prompts",
-                      "data.truncation", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-                      "trainer.test_freq", "trainer.val_before_train", "trainer.default_local_dir"]
+    assert native == [
+        "data.train_files",
+        "data.val_files",
+        "data.max_prompt_length",
+        "data.filter_overlong_prompts",
+        "data.truncation",
+        "trainer.logger",
+        "trainer.project_name",
+        "trainer.experiment_name",
+        "trainer.test_freq",
+        "trainer.val_before_train",
+        "trainer.default_local_dir",
+    ]
     assert all(dropped.values())
     assert moved["actor_rollout_ref.model.path"] == "model.path" and moved["data.train_batch_size"] == \
         "rollout.prompts_per_step"
     from omegaconf import OmegaConf
 
-    parse_config(OmegaConf.create(out["config"]))  # the migrated config is a valid trainer config ($MODEL_PATH too)
+    # the migrated config is a valid trainer config ($MODEL_PATH too)
+    parse_config(OmegaConf.create(out["config"]))
 
     with pytest.warns(RewardhubDeprecationWarning):
         summary = train("run_grpo.sh", output=None)  # the run folder is trainer.default_local_dir
@@ -300,6 +336,8 @@ def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
     rows = [json.loads(line) for line in (tmp_path / "run_out" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["rewards/compute_score/mean"] == 1.0 for r in rows if "reward/mean" in r)
     assert all(r["val/compute_score/mean"] == 1.0 for r in rows if "val/score" in r)
-    state = json.loads((tmp_path / "run_out" / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    state = json.loads(
+        (tmp_path / "run_out" / "checkpoints" / "step_000002" / "trainer_state.json").read_text()
+    )
     assert state["config"]["trainer"]["lr"] == 1e-6 and state["config"]["trainer"]["kl_coef"] == 0.001
     assert state["config"]["rollout"]["prompts_per_step"] == 2 and state["config"]["rollout"]["n"] == 2

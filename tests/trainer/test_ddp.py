@@ -128,7 +128,9 @@ def test_two_gloo_ranks_give_the_loss_gradients_and_step_of_one_process(tiny_pat
     assert [p.returncode for p in procs] == [0, 0], errors
     runs = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     for case, (batch, modes, kl_coef) in cases.items():
-        _compare(measure(tiny_path, [s for g in batch for s in g], None, modes, kl_coef), [r[case] for r in runs])
+        _compare(
+            measure(tiny_path, [s for g in batch for s in g], None, modes, kl_coef), [r[case] for r in runs]
+        )
         if kl_coef:
             assert all(runs[0][case][m]["stats"]["kl"] > 1e-4 for m in modes)
 
@@ -138,8 +140,17 @@ def _compare(one: dict, ranks: list[dict]) -> None:
 
     for mode, want in one.items():
         for got in (r[mode] for r in ranks):
-            for key in ("loss/policy", "loss/total", "entropy", "kl", "clip_frac", "clip_frac/dual", "ratio/mean",
-                        "grad_norm", "response_len/mean"):
+            for key in (
+                "loss/policy",
+                "loss/total",
+                "entropy",
+                "kl",
+                "clip_frac",
+                "clip_frac/dual",
+                "ratio/mean",
+                "grad_norm",
+                "response_len/mean",
+            ):
                 assert got["stats"][key] == pytest.approx(want["stats"][key], rel=RTOL, abs=ATOL), (mode, key)
             assert got["version"] == want["version"] == 1
             for name, grad in want["grads"].items():
@@ -176,7 +187,9 @@ def test_a_run_with_two_learners_finishes_with_exact_accounting(ray_session, tin
     assert summary["samples_generated"] == summary["samples_trained"] + summary["samples_unused_at_end"]
     learners = [w for w in summary["workers"] if w["role"] == "learner"]
     assert [w["rank"] for w in learners] == [0, 1]
-    assert len({w["pid"] for w in learners}) == 2 and summary["driver_pid"] not in {w["pid"] for w in learners}
+    assert len({w["pid"] for w in learners}) == 2 and summary["driver_pid"] not in {
+        w["pid"] for w in learners
+    }
     for w in learners:
         assert w["device"] == "cpu" and w["dtype"].startswith("float32") and w["gpu_ids"] == [] and w["node"]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -186,7 +199,9 @@ def test_a_run_with_two_learners_finishes_with_exact_accounting(ray_session, tin
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(ray_session, tiny_config, tmp_path):
+def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(
+    ray_session, tiny_config, tmp_path
+):
     import os
     import signal
 
@@ -206,7 +221,9 @@ def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(
     assert len(killed) == 1 and summary["steps"] == 4
     assert summary["restarts"]["learner"] == 1
     [restore] = summary["learner_restores"]
-    assert restore["at_step"] == 3 and restore["to_step"] == 2 and restore["checkpoint"].endswith("step_000002")
+    assert (
+        restore["at_step"] == 3 and restore["to_step"] == 2 and restore["checkpoint"].endswith("step_000002")
+    )
     # lost: step 3's batch (trained after the checkpoint), and batch 4, generated with rank 0 still
     # alive and lost when its training found rank 1 gone
     assert summary["samples_lost_on_restart"] == 16 and summary["samples_generated"] == 6 * 8

@@ -67,7 +67,9 @@ def test_the_timing_never_changes_the_choice_only_warns(cpu, slowdown):
     c = devices.choose()
     assert (c.autocast, c.rollout_dtype, c.model_dtype) == ("bfloat16", "bfloat16", "float32")
     if slowdown >= devices.BF16_TOO_SLOW:
-        assert c.warning is not None and "\n" not in c.warning and f"{slowdown:.1f}x the fp32 time" in c.warning
+        assert (
+            c.warning is not None and "\n" not in c.warning and f"{slowdown:.1f}x the fp32 time" in c.warning
+        )
         assert "trainer.autocast=none" in c.warning
     else:
         assert c.warning is None
@@ -103,7 +105,8 @@ def gpu(monkeypatch):
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cc)
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation counts: not asked
+        # emulation counts: not asked
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
         def slowdown(device: str = "cpu", *a: object) -> float:
@@ -119,7 +122,12 @@ def gpu(monkeypatch):
 def test_cuda_with_bf16(gpu):
     gpu(cc=(8, 0))
     c = devices.choose()
-    assert (c.device, c.autocast, c.rollout_dtype, c.model_dtype) == ("cuda", "bfloat16", "bfloat16", "float32")
+    assert (c.device, c.autocast, c.rollout_dtype, c.model_dtype) == (
+        "cuda",
+        "bfloat16",
+        "bfloat16",
+        "float32",
+    )
     assert "compute capability 8.0" in c.reason
     assert devices.choose("cpu").device == "cpu"  # an explicit cpu is kept even with a GPU
 
@@ -200,18 +208,22 @@ def test_config_defaults_are_auto():
 def test_config_rejects_unknown_choices(key, value):
     section, name = key.split(".")
     with pytest.raises(UsageError, match=rf"^{key}={value!r} is not valid\nallowed: auto, "):
-        parse_config(_cfg(**{section: {name: value, **({"tiny": {"arch": "qwen2"}} if section == "model" else {})}}))
+        parse_config(
+            _cfg(**{section: {name: value, **({"tiny": {"arch": "qwen2"}} if section == "model" else {})}})
+        )
 
 
 def test_the_choice_is_printed_once_with_the_warning_and_summarised(cpu, capsys):
     cpu(slowdown=30.0)
     learner = devices.choose(autocast="bfloat16", rollout_dtype="float32")
     roll = devices.choose(autocast="none", model_dtype="float32")
-    infos = [{"role": "learner", "choice": learner, "gpu_ids": []},
-             {"role": "rollouter", "choice": roll, "gpu_ids": ["1"]},
-             {"role": "rollouter", "choice": roll, "gpu_ids": ["1"]},
-             {"role": "rollouter", "choice": roll, "gpu_ids": [], "ignored_generation_settings": {"top_k": 5}},
-             {"role": "reward_worker"}]
+    infos = [
+        {"role": "learner", "choice": learner, "gpu_ids": []},
+        {"role": "rollouter", "choice": roll, "gpu_ids": ["1"]},
+        {"role": "rollouter", "choice": roll, "gpu_ids": ["1"]},
+        {"role": "rollouter", "choice": roll, "gpu_ids": [], "ignored_generation_settings": {"top_k": 5}},
+        {"role": "reward_worker"},
+    ]
     devices.print_choices(infos)
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("devices: learner cpu (weights float32, autocast bfloat16): CPU AVX2")

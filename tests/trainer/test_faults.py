@@ -52,8 +52,12 @@ def _check_accounting(summary: dict, rows: list[dict]) -> None:
     trained = sum(r["samples/step"] for r in rows)
     assert trained == summary["samples_trained"] == summary["steps"] * SPS
     assert [r["step"] for r in rows] == list(range(1, summary["steps"] + 1))
-    assert summary["samples_generated"] == (trained + summary["samples_dropped_stale"]
-                                            + summary["samples_unused_at_end"] + summary["samples_lost_on_restart"])
+    assert summary["samples_generated"] == (
+        trained
+        + summary["samples_dropped_stale"]
+        + summary["samples_unused_at_end"]
+        + summary["samples_lost_on_restart"]
+    )
     assert summary["accounting_exact"] is True
 
 
@@ -104,7 +108,9 @@ def _stop_then_kill(pid: int, after: float) -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["sync", "fully_async"])
-def test_rollouter_killed_during_a_weight_sync_gets_the_weights_again(ray_session, tiny_config, tmp_path, mode):
+def test_rollouter_killed_during_a_weight_sync_gets_the_weights_again(
+    ray_session, tiny_config, tmp_path, mode
+):
     killed: list[int] = []
 
     def freeze_rollouter(step, metrics, run):
@@ -140,8 +146,20 @@ def test_rollouter_that_cannot_take_weights_stops_the_run_naming_it(ray_session,
     from rewardhub_trainer.models import materialize
 
     folder = tmp_path / "model"
-    shutil.copytree(materialize(ModelConfig(tiny={"arch": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
-                                                  "num_attention_heads": 2, "num_key_value_heads": 1})), folder)
+    shutil.copytree(
+        materialize(
+            ModelConfig(
+                tiny={
+                    "arch": "qwen2",
+                    "hidden_size": 64,
+                    "num_hidden_layers": 2,
+                    "num_attention_heads": 2,
+                    "num_key_value_heads": 1,
+                }
+            )
+        ),
+        folder,
+    )
     killed: list[int] = []
 
     def change_model_then_kill(step, metrics, run):
@@ -191,7 +209,9 @@ def test_a_learning_rate_that_overflows_stops_the_run_with_one_named_error(ray_s
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["sync", "fully_async"])
-def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_session, tiny_config, tmp_path, mode):
+def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(
+    ray_session, tiny_config, tmp_path, mode
+):
     """An extreme reward scale without advantage scaling: every response scores a random fraction of
     1e45, so its advantage (reward - group mean) is past float32's range and every loss is non-finite.
     Each update is skipped, and the third in a row stops the run (trainer.max_nonfinite_steps)."""
@@ -201,7 +221,9 @@ def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_s
         import torch
 
         params = [p for p in actor.engine.model.state_dict().values() if p.is_floating_point()]
-        return all(bool(torch.isfinite(p).all()) for p in params), float(sum(p.double().sum() for p in params))
+        return all(bool(torch.isfinite(p).all()) for p in params), float(
+            sum(p.double().sum() for p in params)
+        )
 
     held: list[list[tuple[bool, float]]] = []
 
@@ -210,8 +232,10 @@ def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_s
 
     (tmp_path / "huge.py").write_text("import random\n\ndef huge(*, response, **kw):\n"
                                       "    return random.random() * 1e45\n")
-    cfg = tiny_config(trainer={"mode": mode, "total_steps": 12, "max_nonfinite_steps": 3, "scale_advantages": False},
-                      reward={"rewards": [{"path": str(tmp_path / "huge.py"), "function": "huge"}]})
+    cfg = tiny_config(
+        trainer={"mode": mode, "total_steps": 12, "max_nonfinite_steps": 3, "scale_advantages": False},
+        reward={"rewards": [{"path": str(tmp_path / "huge.py"), "function": "huge"}]},
+    )
     out = tmp_path / "o"
     t0 = time.monotonic()
     with pytest.raises(RunAborted) as info:
@@ -234,8 +258,16 @@ def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(ray_s
 @pytest.mark.timeout(240)
 def test_batches_dropped_as_stale_in_a_row_stop_the_run(ray_session, tiny_config, tmp_path):
     """No staleness gate, a sync every 3 steps and no staleness allowed: batches arrive too old."""
-    cfg = tiny_config(trainer={"mode": "fully_async", "total_steps": 12, "staleness_limit": 0, "sync_interval": 3,
-                               "staleness_gate": False, "max_stale_batches": 1})
+    cfg = tiny_config(
+        trainer={
+            "mode": "fully_async",
+            "total_steps": 12,
+            "staleness_limit": 0,
+            "sync_interval": 3,
+            "staleness_gate": False,
+            "max_stale_batches": 1,
+        }
+    )
     with pytest.raises(RunAborted, match=r"^message queue: dropped 1 batch\(es\) in a row as stale "
                                          r"\(trainer.staleness_limit=0\); raise trainer.staleness_limit"):
         train(cfg, output=str(tmp_path / "o"))
@@ -244,8 +276,9 @@ def test_batches_dropped_as_stale_in_a_row_stop_the_run(ray_session, tiny_config
 
 
 @pytest.mark.timeout(240)
-def test_a_used_reward_missing_on_the_reward_workers_stops_the_run_naming_it(ray_session, tiny_config, tmp_path,
-                                                                            monkeypatch):
+def test_a_used_reward_missing_on_the_reward_workers_stops_the_run_naming_it(
+    ray_session, tiny_config, tmp_path, monkeypatch
+):
     """A reward module importable in the driver only (not on the workers' path): named with the node."""
     (tmp_path / "driver_only_rewards.py").write_text(
         "def digit(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"

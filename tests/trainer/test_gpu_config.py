@@ -43,10 +43,16 @@ def test_trainer_device_is_kept_by_the_verl_key_map():
 
 
 def test_vllm_keys_and_their_verl_spellings():
-    cfg, report = _migrated([
-        "actor_rollout_ref.rollout.max_model_len=1024", "actor_rollout_ref.rollout.gpu_memory_utilization=0.7",
-        "actor_rollout_ref.rollout.enforce_eager=False", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-        "actor_rollout_ref.rollout.name=vllm", REWARD])
+    cfg, report = _migrated(
+        [
+            "actor_rollout_ref.rollout.max_model_len=1024",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.7",
+            "actor_rollout_ref.rollout.enforce_eager=False",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.name=vllm",
+            REWARD,
+        ]
+    )
     assert cfg["rollout"] == {"max_model_len": 1024, "gpu_memory_utilization": 0.7, "enforce_eager": False,
                               "tensor_parallel_size": 2, "engine": "vllm"}
     assert cfg["resources"]["rollouter"] == {"num_gpus": 2}  # each engine's GPUs, asked by each rollouter
@@ -60,18 +66,32 @@ def test_vllm_keys_and_their_verl_spellings():
     parsed = _parsed("rollout.engine=vllm", "rollout.max_model_len=512", "rollout.gpu_memory_utilization=0.8",
                      "rollout.enforce_eager=false")
     r = parsed.rollout
-    assert (r.max_model_len, r.gpu_memory_utilization, r.enforce_eager, r.tensor_parallel_size) == (512, 0.8, False, 1)
+    assert (r.max_model_len, r.gpu_memory_utilization, r.enforce_eager, r.tensor_parallel_size) == (
+        512,
+        0.8,
+        False,
+        1,
+    )
 
 
-@pytest.mark.parametrize("override,message", [
-    ("rollout.gpu_memory_utilization=0", r"^rollout.gpu_memory_utilization=0(\.0)? is not valid"),
-    ("rollout.gpu_memory_utilization=1.5", r"^rollout.gpu_memory_utilization=1.5 is not valid"),
-    ("rollout.max_model_len=-1", r"^rollout.max_model_len=-1 is not valid"),
-    ("rollout.tensor_parallel_size=0", r"^rollout.tensor_parallel_size=0 is not valid"),
-    ("rollout.tensor_parallel_size=2", r"^rollout.tensor_parallel_size=2 is not valid: only the vLLM engine"),
-    ("resources.learner.num_gpus=2", r"^resources.learner.num_gpus=2.0 is not valid: a learner rank uses exactly "
-                                     r"one GPU\nset it to 1 and trainer.num_learners"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("rollout.gpu_memory_utilization=0", r"^rollout.gpu_memory_utilization=0(\.0)? is not valid"),
+        ("rollout.gpu_memory_utilization=1.5", r"^rollout.gpu_memory_utilization=1.5 is not valid"),
+        ("rollout.max_model_len=-1", r"^rollout.max_model_len=-1 is not valid"),
+        ("rollout.tensor_parallel_size=0", r"^rollout.tensor_parallel_size=0 is not valid"),
+        (
+            "rollout.tensor_parallel_size=2",
+            r"^rollout.tensor_parallel_size=2 is not valid: only the vLLM engine",
+        ),
+        (
+            "resources.learner.num_gpus=2",
+            r"^resources.learner.num_gpus=2.0 is not valid: a learner rank uses exactly "
+            r"one GPU\nset it to 1 and trainer.num_learners",
+        ),
+    ],
+)
 def test_bad_gpu_values_fail_before_ray(override, message):
     with pytest.raises(UsageError, match=message):
         _parsed(override)
@@ -81,14 +101,21 @@ def test_tensor_parallel_rollouters_ask_for_that_many_gpus():
     parsed = _parsed("rollout.engine=vllm", "rollout.tensor_parallel_size=2")
     assert parsed.resources.rollouter.num_gpus == 2
     items = bundles(parsed.resources, num_rollouters=2, evaluators=1)
-    assert [(b.role, dict(b.needs)) for b in items] == [("rollouter", {"GPU": 2.0})] * 2 + [("evaluator", {"GPU": 2.0})]
+    assert [(b.role, dict(b.needs)) for b in items] == [("rollouter", {"GPU": 2.0})] * 2 + [
+        ("evaluator", {"GPU": 2.0})
+    ]
     assert _parsed("rollout.engine=vllm", "rollout.tensor_parallel_size=2",
                    "resources.rollouter.num_gpus=2").resources.rollouter.num_gpus == 2
-    doctor = doctor_lines(load_config(None, [REWARD, "rollout.engine=vllm", "rollout.tensor_parallel_size=2"]),
-                          [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0, "GPU": 2.0}}])
+    doctor = doctor_lines(
+        load_config(None, [REWARD, "rollout.engine=vllm", "rollout.tensor_parallel_size=2"]),
+        [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0, "GPU": 2.0}}],
+    )
     assert f"  rollouter 0: GPU=2 on node {'a' * 12} (pack)" in doctor
-    with pytest.raises(UsageError, match=r"^resources.rollouter.num_gpus=1.0 is not valid: rollout.tensor_parallel_"
-                                         r"size=2 needs 2 GPUs per rollouter\nset it to 2"):
+    with pytest.raises(
+        UsageError,
+        match=r"^resources.rollouter.num_gpus=1.0 is not valid: rollout.tensor_parallel_"
+        r"size=2 needs 2 GPUs per rollouter\nset it to 2",
+    ):
         _parsed("rollout.engine=vllm", "rollout.tensor_parallel_size=2", "resources.rollouter.num_gpus=1")
 
 
@@ -96,18 +123,30 @@ def test_the_evaluator_is_placed_like_a_rollouter_or_by_its_own_entry():
     res = _parsed("resources.rollouter.num_gpus=1").resources
     assert res.evaluator is None and "evaluator" not in res.to_dict()
     assert [b.name for b in bundles(res, 2, evaluators=1)] == ["rollouter 0", "rollouter 1", "evaluator 0"]
-    assert [b.name for b in bundles(res, 2)] == ["rollouter 0", "rollouter 1"]  # no validation set: no evaluator
+    # no validation set: no evaluator
+    assert [b.name for b in bundles(res, 2)] == ["rollouter 0", "rollouter 1"]
     own = _parsed("resources.rollouter.num_gpus=1", "resources.evaluator.num_cpus=1").resources
     assert own.to_dict()["evaluator"] == {"num_cpus": 1.0, "num_gpus": 0.0}
-    assert [(b.name, dict(b.needs)) for b in bundles(own, 1, evaluators=1)][-1] == ("evaluator 0", {"CPU": 1.0})
+    assert [(b.name, dict(b.needs)) for b in bundles(own, 1, evaluators=1)][-1] == (
+        "evaluator 0",
+        {"CPU": 1.0},
+    )
     nodes = [{"NodeID": "a" * 40, "Alive": True, "Resources": {"CPU": 4.0, "GPU": 2.0}}]
     # 2 GPUs: the learner's and one rollouter's; the evaluator's would be a third
-    lines = plan_report(_parsed("resources.rollouter.num_gpus=1", "resources.learner.num_gpus=1").resources, 1,
-                        nodes, evaluators=1)
-    assert lines == ["trainer pools: PROBLEM: resources: the cluster cannot place the run (pack): 3 GPU asked in "
-                     "all, the cluster has 2"]
-    doctor = doctor_lines(load_config(None, [REWARD, "resources.rollouter.num_gpus=1", "data.val_files=v.jsonl"]),
-                          [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0, "GPU": 2.0}}])
+    lines = plan_report(
+        _parsed("resources.rollouter.num_gpus=1", "resources.learner.num_gpus=1").resources,
+        1,
+        nodes,
+        evaluators=1,
+    )
+    assert lines == [
+        "trainer pools: PROBLEM: resources: the cluster cannot place the run (pack): 3 GPU asked in "
+        "all, the cluster has 2"
+    ]
+    doctor = doctor_lines(
+        load_config(None, [REWARD, "resources.rollouter.num_gpus=1", "data.val_files=v.jsonl"]),
+        [{"node_id": "a" * 40, "ip": "10.0.0.1", "resources": {"CPU": 4.0, "GPU": 2.0}}],
+    )
     assert f"  evaluator 0: GPU=1 on node {'a' * 12} (pack)" in doctor
 
 
@@ -134,8 +173,14 @@ def test_the_vllm_settings_reach_the_engine_constructor(monkeypatch):
     rollout = {"engine": "vllm", "max_model_len": 384, "gpu_memory_utilization": 0.6, "enforce_eager": False,
                "tensor_parallel_size": 2, "n": 4}
     engine.make_engine("vllm", "/m", dtype="bfloat16", rollout=rollout)
-    assert got == {"model_path": "/m", "dtype": "bfloat16", "max_model_len": 384, "gpu_memory_utilization": 0.6,
-                   "enforce_eager": False, "tensor_parallel_size": 2}
+    assert got == {
+        "model_path": "/m",
+        "dtype": "bfloat16",
+        "max_model_len": 384,
+        "gpu_memory_utilization": 0.6,
+        "enforce_eager": False,
+        "tensor_parallel_size": 2,
+    }
     got.clear()
     engine.make_engine("vllm", "/m", rollout={**rollout, "max_model_len": 0})  # 0: the engine's default
     assert "max_model_len" not in got
@@ -145,15 +190,42 @@ def test_llm_arguments_carry_the_settings():
     from rewardhub_trainer.vllm_engine import EXTENSION
     from rewardhub_trainer.vllm_engine import llm_arguments
 
-    gpu = llm_arguments("/m", {"max_position_embeddings": 8192}, on_cpu=False, dtype="bfloat16",
-                        max_model_len=4096, gpu_memory_utilization=0.85, enforce_eager=False, tensor_parallel_size=2)
-    assert {k: gpu[k] for k in ("max_model_len", "gpu_memory_utilization", "enforce_eager", "tensor_parallel_size",
-                                "distributed_executor_backend", "dtype", "worker_extension_cls")} == {
-        "max_model_len": 4096, "gpu_memory_utilization": 0.85, "enforce_eager": False, "tensor_parallel_size": 2,
-        "distributed_executor_backend": "mp", "dtype": "bfloat16", "worker_extension_cls": EXTENSION}
+    gpu = llm_arguments(
+        "/m",
+        {"max_position_embeddings": 8192},
+        on_cpu=False,
+        dtype="bfloat16",
+        max_model_len=4096,
+        gpu_memory_utilization=0.85,
+        enforce_eager=False,
+        tensor_parallel_size=2,
+    )
+    assert {
+        k: gpu[k]
+        for k in (
+            "max_model_len",
+            "gpu_memory_utilization",
+            "enforce_eager",
+            "tensor_parallel_size",
+            "distributed_executor_backend",
+            "dtype",
+            "worker_extension_cls",
+        )
+    } == {
+        "max_model_len": 4096,
+        "gpu_memory_utilization": 0.85,
+        "enforce_eager": False,
+        "tensor_parallel_size": 2,
+        "distributed_executor_backend": "mp",
+        "dtype": "bfloat16",
+        "worker_extension_cls": EXTENSION,
+    }
     default = llm_arguments("/m", {"max_position_embeddings": 8192}, on_cpu=False)
-    assert (default["max_model_len"], default["tensor_parallel_size"], default["distributed_executor_backend"]) == (
-        2048, 1, "uni")
+    assert (
+        default["max_model_len"],
+        default["tensor_parallel_size"],
+        default["distributed_executor_backend"],
+    ) == (2048, 1, "uni")
     cpu = llm_arguments("/m", {}, on_cpu=True, max_model_len=256, kv_cache_bytes=2**20)
     assert "gpu_memory_utilization" not in cpu and cpu["kv_cache_memory_bytes"] == 2**20
 
@@ -176,8 +248,11 @@ def test_a_learner_rank_that_sees_two_gpus_is_refused_in_one_line(monkeypatch):
     info = learner.info()
     assert info["role"] == "learner" and "sees 2" in info["error"] and "\n" not in info["error"]
     assert devices.check_learner_gpus("cuda", 1) is None
-    with pytest.raises(RunAborted, match=r"^learner on .*: a CUDA learner rank must see exactly one GPU; this one "
-                                         r"sees 2 \(CUDA_VISIBLE_DEVICES='0,1'\)"):
+    with pytest.raises(
+        RunAborted,
+        match=r"^learner on .*: a CUDA learner rank must see exactly one GPU; this one "
+        r"sees 2 \(CUDA_VISIBLE_DEVICES='0,1'\)",
+    ):
         Lifecycle._check_fingerprints(None, [info])  # type: ignore[arg-type]
 
 

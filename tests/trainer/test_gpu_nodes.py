@@ -48,7 +48,9 @@ def gpu_node_run(tmp_path_factory, model_cache):
     tmp = tmp_path_factory.mktemp("gpu-node")
     examples = Path(__file__).resolve().parents[2] / "examples"
     val = tmp / "val.jsonl"
-    val.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(3)))
+    val.write_text(
+        "".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(3))
+    )
     cfg = yaml.safe_load((examples / "tiny.yaml").read_text())
     cfg["trainer"].update(total_steps=2, checkpoint_every=0, num_rollouters=2, num_learners=2, mode="sync",
                           test_freq=-1, val_before_train=True)

@@ -57,8 +57,10 @@ def _samples(learner):
 
 
 def test_entropy_metric_lr_metric_and_the_entropy_bonus(tiny_path):
-    learner = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2, lr_schedule="linear", lr_warmup_steps=1, total_steps=3,
-                                                     micro_batch_size=1))
+    learner = GRPOLearner(
+        tiny_path,
+        LearnerSettings(lr=1e-2, lr_schedule="linear", lr_warmup_steps=1, total_steps=3, micro_batch_size=1),
+    )
     samples = _samples(learner)
     ent: list = []
     with torch.no_grad():
@@ -84,7 +86,9 @@ def test_micro_batches_give_the_whole_batch_loss(tiny_path, mode):
     """A batch split into micro-batches gets the same gradient step as in one piece, in every mode."""
     params = []
     for mbs in (1, 8):
-        learner = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2, loss_agg_mode=mode, micro_batch_size=mbs), seed=0)
+        learner = GRPOLearner(
+            tiny_path, LearnerSettings(lr=1e-2, loss_agg_mode=mode, micro_batch_size=mbs), seed=0
+        )
         stats = learner.train_step(_samples(learner))
         params.append((stats["loss/policy"], stats["grad_norm"]))
     # the policy loss is ~0 here (ratio 1, advantages summing to 0); one sample per micro-batch takes the
@@ -123,19 +127,50 @@ def test_stop_strings_and_stop_token_ids_end_a_response(tiny_path):
     assert by_text.response_ids == full.response_ids[:len(by_text.response_ids)]
 
 
-@pytest.mark.parametrize(("section", "values", "message"), [
-    ("rollout", {"stop": "</answer>"}, "rollout.stop='</answer>' is not valid\nexpected a list of strings"),
-    ("rollout", {"stop_token_ids": [1, "2"]}, r"rollout.stop_token_ids=\[1, '2'\] is not valid\nexpected a list of integers"),
-    ("trainer", {"lr_schedule": "step"}, "trainer.lr_schedule='step' is not valid\nallowed: constant, linear, cosine"),
-    ("trainer", {"loss_agg_mode": "seq-sum"}, "trainer.loss_agg_mode='seq-sum' is not valid\nallowed: token-mean, "),
-    ("trainer", {"min_lr_ratio": 2.0}, "trainer.min_lr_ratio=2.0 is not valid\nallowed: a value >= 0 and <= 1"),
-    ("rollout", {"top_k": -2}, "rollout.top_k=-2 is not valid: -1 or 0 samples among all tokens\nallowed: a value >= -1"),
-])
+@pytest.mark.parametrize(
+    ("section", "values", "message"),
+    [
+        (
+            "rollout",
+            {"stop": "</answer>"},
+            "rollout.stop='</answer>' is not valid\nexpected a list of strings",
+        ),
+        (
+            "rollout",
+            {"stop_token_ids": [1, "2"]},
+            r"rollout.stop_token_ids=\[1, '2'\] is not valid\nexpected a list of integers",
+        ),
+        (
+            "trainer",
+            {"lr_schedule": "step"},
+            "trainer.lr_schedule='step' is not valid\nallowed: constant, linear, cosine",
+        ),
+        (
+            "trainer",
+            {"loss_agg_mode": "seq-sum"},
+            "trainer.loss_agg_mode='seq-sum' is not valid\nallowed: token-mean, ",
+        ),
+        (
+            "trainer",
+            {"min_lr_ratio": 2.0},
+            "trainer.min_lr_ratio=2.0 is not valid\nallowed: a value >= 0 and <= 1",
+        ),
+        (
+            "rollout",
+            {"top_k": -2},
+            "rollout.top_k=-2 is not valid: -1 or 0 samples among all tokens\nallowed: a value >= -1",
+        ),
+    ],
+)
 def test_bad_knobs_name_the_key(section, values, message):
     from rewardhub.errors import UsageError
     from rewardhub_trainer.config import parse_config
 
-    cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]}, section: values}
+    cfg = {
+        "model": {"tiny": {"arch": "qwen2"}},
+        "reward": {"rewards": [{"name": "exact_match"}]},
+        section: values,
+    }
     with pytest.raises(UsageError, match=message):
         parse_config(cfg)
 
@@ -170,18 +205,32 @@ def test_samples_without_a_gradient_skip_the_backward_and_change_nothing(tiny_pa
         grad_modes.clear()
         grads: dict[str, torch.Tensor] = {}
         step = learner.optimizer.step
-        monkeypatch.setattr(learner.optimizer, "step", lambda *a, **k: grads.update(
-            {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}) or step(*a, **k))
+        monkeypatch.setattr(
+            learner.optimizer,
+            "step",
+            lambda *a, **k: (
+                grads.update(
+                    {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
+                )
+                or step(*a, **k)
+            ),
+        )
         stats = learner.train_step(samples)
         results.append((stats, grads, list(grad_modes)))
     (full, g_full, _), (skipped, g_skip, modes) = results
     assert modes == [(2, True), (3, False)]  # the three advantage-0 samples: a forward without autograd
     for key in ("loss/policy", "entropy", "grad_norm", "clip_frac"):
         assert skipped[key] == pytest.approx(full[key], rel=1e-4, abs=1e-6), key
-    assert full["grad_norm"] > 0 and (full["samples/without_gradient"], skipped["samples/without_gradient"]) == (0, 3)
+    assert full["grad_norm"] > 0 and (
+        full["samples/without_gradient"],
+        skipped["samples/without_gradient"],
+    ) == (0, 3)
     assert g_full.keys() == g_skip.keys() and len(g_full) > 5
     for k in g_full:
-        assert torch.allclose(g_full[k], g_skip[k], atol=1e-7, rtol=1e-4), (k, float((g_full[k] - g_skip[k]).abs().max()))
+        assert torch.allclose(g_full[k], g_skip[k], atol=1e-7, rtol=1e-4), (
+            k,
+            float((g_full[k] - g_skip[k]).abs().max()),
+        )
     # all of a batch without a gradient: the optimizer still steps (on zero gradients), as before
     flat = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2), seed=0)
     assert flat.train_step(batch(flat)[1:4])["optim/skipped_steps"] == 0 and flat.version == 1

@@ -23,7 +23,9 @@ def _samples(learner, advantages):
     from rewardhub_trainer.learner import TrainSample
     from rewardhub_trainer.learner import response_logprobs
 
-    samples = [TrainSample([100, 101, 102], [110 + k, 111 + k, 112 + k], [], a) for k, a in enumerate(advantages)]
+    samples = [
+        TrainSample([100, 101, 102], [110 + k, 111 + k, 112 + k], [], a) for k, a in enumerate(advantages)
+    ]
     with torch.no_grad():
         lp, _ = response_logprobs(learner.model, samples, 1.0)
     for i, s in enumerate(samples):

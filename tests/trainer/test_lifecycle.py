@@ -61,8 +61,10 @@ def test_start_up_asks_each_actor_for_its_info_once(session_ray):
 
 def test_a_reward_client_that_could_not_start_stops_the_run_before_the_others_are_asked(session_ray):
     ray = session_ray
-    run, handles = _run(ray, {"role": "reward_client", "error": "registry differs", "hostname": "h", "node": "n" * 20,
-                              "pid": 7})
+    run, handles = _run(
+        ray,
+        {"role": "reward_client", "error": "registry differs", "hostname": "h", "node": "n" * 20, "pid": 7},
+    )
     with pytest.raises(RunAborted, match="reward_client on h .*pid 7.*: registry differs"):
         run._first_infos()
     # the learner and the rollouters were not asked; each reward client once

@@ -22,9 +22,15 @@ def test_names_are_checked(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("wandb", "mlflow")
                         else real(name, *a))
-    with pytest.raises(UsageError, match=r"^trainer.logger\[1\]='wandb' is not valid: wandb is not installed\npip install wandb "):
+    with pytest.raises(
+        UsageError,
+        match=r"^trainer.logger\[1\]='wandb' is not valid: wandb is not installed\npip install wandb ",
+    ):
         logger_names(["console", "wandb"])
-    with pytest.raises(UsageError, match=r"^trainer.logger\[0\]='mlflow' is not valid: mlflow is not installed\npip install mlflow "):
+    with pytest.raises(
+        UsageError,
+        match=r"^trainer.logger\[0\]='mlflow' is not valid: mlflow is not installed\npip install mlflow ",
+    ):
         logger_names(["mlflow"])
 
 
@@ -32,7 +38,9 @@ def test_a_missing_tracker_is_an_error_before_ray(tmp_path, monkeypatch):
     from rewardhub_trainer.config import parse_config
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(UsageError, match=r"^trainer.logger\[0\]='wandb' is not valid: wandb is not installed"):
+    with pytest.raises(
+        UsageError, match=r"^trainer.logger\[0\]='wandb' is not valid: wandb is not installed"
+    ):
         parse_config({"trainer": {"logger": ["wandb"]}, "model": {"tiny": {"arch": "qwen2"}},
                       "reward": {"rewards": [{"name": "exact_match"}]}})
 

@@ -54,8 +54,11 @@ def _run(model, fn, samples, temperature):
     return logp.detach(), mask, ent[0].detach(), grads
 
 
-@pytest.mark.parametrize(("temperature", "make"), [(1.0, _samples), (0.7, _samples), (1.0, _one_token_prompts)],
-                         ids=["T1", "T0.7", "one-token-prompts"])
+@pytest.mark.parametrize(
+    ("temperature", "make"),
+    [(1.0, _samples), (0.7, _samples), (1.0, _one_token_prompts)],
+    ids=["T1", "T0.7", "one-token-prompts"],
+)
 def test_shared_prompt_logprobs_equal_the_full_logits_path(model, temperature, make):
     import torch
 

@@ -68,13 +68,19 @@ def _batch(learner) -> list[TrainSample]:
     near e^2.5 on a negative advantage: the dual clip's case)."""
     gen = torch.Generator().manual_seed(0)
     lengths, advantages = (7, 1, 4, 2, 5), (1.0, -0.5, -1.3, 0.8, 0.4)
-    samples = [TrainSample([40 + k, 41, 42][: 2 + k % 2], torch.randint(50, 200, (n,), generator=gen).tolist(), [], a)
-               for k, (n, a) in enumerate(zip(lengths, advantages))]
+    samples = [
+        TrainSample(
+            [40 + k, 41, 42][: 2 + k % 2], torch.randint(50, 200, (n,), generator=gen).tolist(), [], a
+        )
+        for k, (n, a) in enumerate(zip(lengths, advantages))
+    ]
     with torch.no_grad():
         lp, _ = response_logprobs(learner.model, samples, 1.0)
     for i, s in enumerate(samples):
         shift = -2.5 if i == 2 else 0.0
-        s.old_logprobs = (lp[i, : len(s.response_ids)] + shift + 0.3 * torch.randn(len(s.response_ids), generator=gen)).tolist()
+        s.old_logprobs = (
+            lp[i, : len(s.response_ids)] + shift + 0.3 * torch.randn(len(s.response_ids), generator=gen)
+        ).tolist()
     return samples
 
 
@@ -85,7 +91,9 @@ def _learner(path, **kw) -> GRPOLearner:
     return learner
 
 
-def _reference(learner: GRPOLearner, samples: list[TrainSample]) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+def _reference(
+    learner: GRPOLearner, samples: list[TrainSample]
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """verl's loss of the whole batch in one piece: its terms and the gradient."""
     s = learner.settings
     learner.model.zero_grad(set_to_none=True)
@@ -103,7 +111,8 @@ def _reference(learner: GRPOLearner, samples: list[TrainSample]) -> tuple[dict[s
     if learner.ref is not None:
         with torch.no_grad():
             ref, _ = response_logprobs(learner.ref, samples, s.temperature)
-        delta = torch.clamp(ref - logp, -20.0, 20.0)  # verl's low_var_kl (k3), within its [-10, 10] clamp here
+        # verl's low_var_kl (k3), within its [-10, 10] clamp here
+        delta = torch.clamp(ref - logp, -20.0, 20.0)
         kld = torch.exp(delta) - delta - 1
         assert float(kld.detach().abs().max()) < 10
         kl = verl_agg(kld, mask, s.loss_agg_mode)
@@ -111,7 +120,10 @@ def _reference(learner: GRPOLearner, samples: list[TrainSample]) -> tuple[dict[s
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in learner.model.named_parameters()}
     learner.model.zero_grad(set_to_none=True)
-    terms = {k: float(v.detach()) for k, v in (("loss/policy", pg), ("loss/total", loss), ("entropy", entropy), ("kl", kl))}
+    terms = {
+        k: float(v.detach())
+        for k, v in (("loss/policy", pg), ("loss/total", loss), ("entropy", entropy), ("kl", kl))
+    }
     return terms, grads
 
 
@@ -130,7 +142,9 @@ def test_kl_and_entropy_both_reach_the_loss_in_every_mode_and_micro_batching(tin
         learner.optimizer.zero_grad(set_to_none=True)
         assert learner.gradients(samples)
         for name, p in learner.model.named_parameters():
-            torch.testing.assert_close(p.grad, want_grads[name], rtol=RTOL, atol=ATOL, msg=lambda m: f"{mbs} {name}: {m}")
+            torch.testing.assert_close(
+                p.grad, want_grads[name], rtol=RTOL, atol=ATOL, msg=lambda m: f"{mbs} {name}: {m}"
+            )
         stats = learner.train_step(samples)
         for key, value in want.items():
             assert stats[key] == pytest.approx(value, rel=RTOL, abs=ATOL), (mbs, key)
@@ -155,15 +169,20 @@ def test_dual_clip_bounds_a_negative_advantage_loss():
     ]:
         per_token, _, dual = policy_loss_per_token(logp, old, torch.tensor([adv]), 0.2, c)
         assert per_token[0].tolist() == pytest.approx(want)
-        assert per_token[0].tolist() == pytest.approx(verl_pg(logp, old, torch.tensor([adv]), 0.2, c)[0].tolist())
+        assert per_token[0].tolist() == pytest.approx(
+            verl_pg(logp, old, torch.tensor([adv]), 0.2, c)[0].tolist()
+        )
         assert dual[0].tolist() == [adv < 0 and c > 0 and w == -adv * c for w in want]
         (grad,) = torch.autograd.grad(per_token.sum(), logp)
         # where the dual clip holds, the token gives no gradient (as where PPO's clip holds)
         clipped = [(adv > 0 and r > 1.2) or (adv < 0 and r < 0.8) for r in ratios[0].tolist()]
         assert [g == 0 for g in grad[0].tolist()] == [d or k for d, k in zip(dual[0].tolist(), clipped)]
-    loss, clip_frac = clipped_policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 5), 0.2, "token-mean", 3.0)
+    loss, clip_frac = clipped_policy_loss(
+        logp, old, torch.tensor([-1.0]), torch.ones(1, 5), 0.2, "token-mean", 3.0
+    )
     assert float(loss.detach()) == pytest.approx((0.8 + 1.0 + 2.0 + 3.0 + 3.0) / 5)
-    assert float(clip_frac) == pytest.approx(1 / 5)  # 0.5 (below 1 - eps); above 1 + eps only the dual clip bounds
+    # 0.5 (below 1 - eps); above 1 + eps only the dual clip bounds
+    assert float(clip_frac) == pytest.approx(1 / 5)
 
 
 def test_the_dual_clip_changes_the_update_and_zero_turns_it_off(tiny_path):
@@ -218,15 +237,35 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
     torch.testing.assert_close(adv[0, [0, 2, 3]], group_advantages(torch.tensor([[1.0, 0.0, 0.5]]))[0])
     huge = group_advantages(torch.tensor([[1e39, 0.0]], dtype=torch.float64))  # as the learner holds rewards
     assert huge[0].tolist() == pytest.approx([1.0, -1.0])
-    assert [reward_value(v) for v in (math.inf, -math.inf, "inf", 2)] == pytest.approx([math.nan] * 3 + [2.0], nan_ok=True)
+    assert [reward_value(v) for v in (math.inf, -math.inf, "inf", 2)] == pytest.approx(
+        [math.nan] * 3 + [2.0], nan_ok=True
+    )
 
     learner = Learner(tiny_path, {"lr": 1e-2, "device": "cpu", "autocast": "none", "dtype": "float32"})
     ref = _learner(tiny_path)
     samples = _batch(ref)[:4]
-    groups = [[Completion(prompt_ids=s.prompt_ids, response_ids=s.response_ids, logprobs=s.old_logprobs, text="",
-                          finished=True) for s in samples[:2]],
-              [Completion(prompt_ids=s.prompt_ids, response_ids=s.response_ids, logprobs=s.old_logprobs, text="",
-                          finished=True) for s in samples[2:]]]
+    groups = [
+        [
+            Completion(
+                prompt_ids=s.prompt_ids,
+                response_ids=s.response_ids,
+                logprobs=s.old_logprobs,
+                text="",
+                finished=True,
+            )
+            for s in samples[:2]
+        ],
+        [
+            Completion(
+                prompt_ids=s.prompt_ids,
+                response_ids=s.response_ids,
+                logprobs=s.old_logprobs,
+                text="",
+                finished=True,
+            )
+            for s in samples[2:]
+        ],
+    ]
     batch = PromptBatch(index=0, prompts=[], dataset_indices=[])
     rollout = Rollout(batch=batch, version=0, groups=groups, gen_s=0.0, rollouter_pid=0,
                       rewards=[[1e39, 0.0], [math.inf, 0.0]])  # 1e39: finite (past float32's range)
@@ -256,4 +295,6 @@ def test_a_run_with_three_ppo_epochs_decays_the_lr_over_its_steps(ray_session, t
     assert all(r["clip_frac/dual"] == 0 for r in rows)
     assert rows[-1]["kl"] > 0
     for r in rows:  # the composed loss, as logged
-        assert r["loss/total"] == pytest.approx(r["loss/policy"] - 0.01 * r["entropy"] + 0.1 * r["kl"], rel=1e-4, abs=1e-6)
+        assert r["loss/total"] == pytest.approx(
+            r["loss/policy"] - 0.01 * r["entropy"] + 0.1 * r["kl"], rel=1e-4, abs=1e-6
+        )

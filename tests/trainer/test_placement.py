@@ -41,26 +41,45 @@ def test_parse_resources_defaults_and_errors():
     assert custom.learner == RoleResources(1.0, 0.0, {"accel": 2.0})
     assert custom.learner.as_ray() == {"CPU": 1.0, "accel": 2.0}
     assert custom.to_dict()["learner"] == {"num_cpus": 1.0, "num_gpus": 0.0, "resources": {"accel": 2.0}}
-    assert custom.to_dict()["rollouter"] == {"num_cpus": 0.0, "num_gpus": 0.0}  # no custom: the shape as before
+    # no custom: the shape as before
+    assert custom.to_dict()["rollouter"] == {"num_cpus": 0.0, "num_gpus": 0.0}
     # the one wording of rewardhub.config.fields
-    for raw, message in [({"placement": "scatter"},
-                          r"^resources.placement='scatter' is not valid\nallowed: pack, spread, strict_pack, "
-                          r"strict_spread$"),
-                         ({"learners": {}}, r"^unknown key resources.learners\ndid you mean resources.learner\? "
-                                            r"allowed: evaluator, gpus_per_node, learner, nnodes"),
-                         ({"learner": {"gpus": 1}}, r"^unknown key resources.learner.gpus\ndid you mean "
-                                                    r"resources.learner.num_gpus\? allowed: num_cpus, num_gpus, "
-                                                    r"resources$"),
-                         ({"rollouter": {"num_gpus": -1}},
-                          r"^resources.rollouter.num_gpus=-1.0 is not valid\nallowed: a value >= 0$"),
-                         ({"nnodes": 1.5}, r"^resources.nnodes=1.5 is not valid\nexpected an integer$"),
-                         ({"learner": {"resources": {"accel": -1}}},
-                          r"^resources.learner.resources.accel=-1.0 is not valid\nallowed: a value >= 0$"),
-                         ({"rollouter": {"resources": {"accel": "many"}}},
-                          r"^resources.rollouter.resources.accel='many' is not valid\nexpected a number$"),
-                         ({"reward_worker": {"resources": {"GPU": 1}}},
-                          r"^resources.reward_worker.resources.GPU=1.0 is not valid: CPUs and GPUs have keys of "
-                          r"their own\nset resources.reward_worker.num_gpus instead$")]:
+    for raw, message in [
+        (
+            {"placement": "scatter"},
+            r"^resources.placement='scatter' is not valid\nallowed: pack, spread, strict_pack, "
+            r"strict_spread$",
+        ),
+        (
+            {"learners": {}},
+            r"^unknown key resources.learners\ndid you mean resources.learner\? "
+            r"allowed: evaluator, gpus_per_node, learner, nnodes",
+        ),
+        (
+            {"learner": {"gpus": 1}},
+            r"^unknown key resources.learner.gpus\ndid you mean "
+            r"resources.learner.num_gpus\? allowed: num_cpus, num_gpus, "
+            r"resources$",
+        ),
+        (
+            {"rollouter": {"num_gpus": -1}},
+            r"^resources.rollouter.num_gpus=-1.0 is not valid\nallowed: a value >= 0$",
+        ),
+        ({"nnodes": 1.5}, r"^resources.nnodes=1.5 is not valid\nexpected an integer$"),
+        (
+            {"learner": {"resources": {"accel": -1}}},
+            r"^resources.learner.resources.accel=-1.0 is not valid\nallowed: a value >= 0$",
+        ),
+        (
+            {"rollouter": {"resources": {"accel": "many"}}},
+            r"^resources.rollouter.resources.accel='many' is not valid\nexpected a number$",
+        ),
+        (
+            {"reward_worker": {"resources": {"GPU": 1}}},
+            r"^resources.reward_worker.resources.GPU=1.0 is not valid: CPUs and GPUs have keys of "
+            r"their own\nset resources.reward_worker.num_gpus instead$",
+        ),
+    ]:
         with pytest.raises(UsageError, match=message):
             parse_resources(raw)
 
@@ -68,16 +87,22 @@ def test_parse_resources_defaults_and_errors():
 def test_cuda_learner_without_a_gpu_is_refused_before_ray():
     cfg = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]},
            "trainer": {"device": "cuda"}}
-    with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the learner asks Ray for no GPU"):
+    with pytest.raises(
+        UsageError, match=r"^trainer.device='cuda' is not valid: the learner asks Ray for no GPU"
+    ):
         parse_config(cfg)
     cfg["resources"] = {"learner": GPU1}  # the rollouter would see no GPU either
-    with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the rollouter asks Ray for no GPU"):
+    with pytest.raises(
+        UsageError, match=r"^trainer.device='cuda' is not valid: the rollouter asks Ray for no GPU"
+    ):
         parse_config(cfg)
     cfg["resources"] = {"learner": GPU1, "rollouter": {"num_gpus": 0.5}}
     assert parse_config(cfg).resources.learner.num_gpus == 1
     cfg["data"] = {"val_files": "v.jsonl"}
     cfg["resources"]["evaluator"] = {"num_cpus": 1}
-    with pytest.raises(UsageError, match=r"^trainer.device='cuda' is not valid: the evaluator asks Ray for no GPU"):
+    with pytest.raises(
+        UsageError, match=r"^trainer.device='cuda' is not valid: the evaluator asks Ray for no GPU"
+    ):
         parse_config(cfg)
 
 
@@ -92,13 +117,23 @@ def test_plan_pack_and_spread():
     assert bundles(Resources(), 4) == []  # nothing asked: no placement group
 
 
-@pytest.mark.parametrize(("raw", "rollouters", "message"), [
-    ({"rollouter": {"num_gpus": 2}}, 3, r"6 GPU asked in all, the cluster has 4"),
-    ({"placement": "strict_pack", "learner": {"num_gpus": 2}, "rollouter": GPU1}, 1,
-     r"strict_pack needs every bundle on one node"),
-    ({"placement": "strict_spread", "rollouter": GPU1}, 3, r"no node has room for rollouter 2 .* on a node of its own"),
-    ({"learner": {"num_gpus": 3}}, 0, r"no node has room for learner 0 \(GPU=3\)"),
-])
+@pytest.mark.parametrize(
+    ("raw", "rollouters", "message"),
+    [
+        ({"rollouter": {"num_gpus": 2}}, 3, r"6 GPU asked in all, the cluster has 4"),
+        (
+            {"placement": "strict_pack", "learner": {"num_gpus": 2}, "rollouter": GPU1},
+            1,
+            r"strict_pack needs every bundle on one node",
+        ),
+        (
+            {"placement": "strict_spread", "rollouter": GPU1},
+            3,
+            r"no node has room for rollouter 2 .* on a node of its own",
+        ),
+        ({"learner": {"num_gpus": 3}}, 0, r"no node has room for learner 0 \(GPU=3\)"),
+    ],
+)
 def test_plan_says_what_the_cluster_lacks(raw, rollouters, message):
     with pytest.raises(UsageError, match=message) as err:
         plan(bundles(parse_resources(raw), rollouters), NODES, parse_resources(raw).placement)
@@ -185,12 +220,22 @@ def cluster_run(tmp_path_factory, model_cache):
     cfg = yaml.safe_load((examples / "tiny.yaml").read_text())
     cfg["trainer"].update(total_steps=2, checkpoint_every=0, num_rollouters=2, mode="fully_async")
     cfg["rollout"].update(n=2, prompts_per_step=2, max_new_tokens=4)
-    cfg["resources"] = {"placement": "spread", "learner": {"num_gpus": 1, "num_cpus": 0.5},
-                        "rollouter": {"num_gpus": 1}, "reward_worker": {"num_cpus": 0.5, "resources": {"accel": 0.5}}}
+    cfg["resources"] = {
+        "placement": "spread",
+        "learner": {"num_gpus": 1, "num_cpus": 0.5},
+        "rollouter": {"num_gpus": 1},
+        "reward_worker": {"num_cpus": 0.5, "resources": {"accel": 0.5}},
+    }
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "RUN_TRAINER": "1", "REWARDHUB_CACHE": str(model_cache), "RAY_USAGE_STATS_ENABLED": "0",
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "RUN_TRAINER": "1",
+        "REWARDHUB_CACHE": str(model_cache),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, "-c", CLUSTER_SCRIPT, str(config), str(tmp / "run")], env=env,
                           capture_output=True, text=True, timeout=540)
@@ -264,7 +309,11 @@ def test_the_trainer_places_its_actors_and_reports_them(cluster_run):
     assert workers and all(w["gpu_ids"] == [] for w in workers if "gpu_ids" in w)
     # the reward workers asked for the custom resource "accel": they run on the one node that has it
     assert {w["node"] for w in workers} == {cluster_run["gpu_nodes"][0]}
-    assert summary["resources"]["reward_worker"] == {"num_cpus": 0.5, "num_gpus": 0.0, "resources": {"accel": 0.5}}
+    assert summary["resources"]["reward_worker"] == {
+        "num_cpus": 0.5,
+        "num_gpus": 0.0,
+        "resources": {"accel": 0.5},
+    }
 
 
 @pytest.mark.timeout(600)
@@ -273,11 +322,15 @@ def test_custom_resources_place_the_actors_on_the_node_that_declares_them(cluste
     assert [a["role"] for a in actors] == ["learner", "rollouter"]
     assert {a["node"] for a in actors} == {cluster_run["gpu_nodes"][0]}  # the only node with "accel"
     missing = cluster_run["cases"]["custom_missing"]["error"]
-    assert missing.startswith("resources: the cluster cannot place the run (pack): 1 tpu_v9 asked in all, the "
-                              "cluster has 0\nasked: learner 0: CPU=1, tpu_v9=1\nthe cluster:\n")
+    assert missing.startswith(
+        "resources: the cluster cannot place the run (pack): 1 tpu_v9 asked in all, the "
+        "cluster has 0\nasked: learner 0: CPU=1, tpu_v9=1\nthe cluster:\n"
+    )
     assert "accel=2" in missing  # the nodes are listed with their custom resources
     pool = cluster_run["cases"]["pool_missing"]["error"]
-    assert pool is not None and pool.startswith("reward worker pool 'reward' cannot be placed: each worker needs ")
+    assert pool is not None and pool.startswith(
+        "reward worker pool 'reward' cannot be placed: each worker needs "
+    )
     assert "tpu_v9" in pool.splitlines()[0]
 
 
@@ -298,5 +351,7 @@ def test_doctor_lines_from_a_training_config():
     assert "  reward_worker x3: CPU=1 each" in lines
     short = doctor_lines(load_config(None, ["trainer.n_gpus_per_node=2", "trainer.nnodes=3",
                                             "reward.rewards=[{name: exact_match}]"]), nodes)
-    assert short[1].startswith("  trainer pools: PROBLEM: resources: the cluster cannot place the run (pack): "
-                               "6 GPU asked in all, the cluster has 4")
+    assert short[1].startswith(
+        "  trainer pools: PROBLEM: resources: the cluster cannot place the run (pack): "
+        "6 GPU asked in all, the cluster has 4"
+    )

@@ -32,7 +32,9 @@ def test_tiny_run_scores_on_a_remote_server(ray_session, tiny_config, tmp_path):
     assert summary["steps"] == 3 and summary["accounting_exact"] is True
     assert scored == samples == summary["samples_generated"] > 0
     assert "reward_worker" not in {w["role"] for w in summary["workers"]}
-    assert [(r["name"], r["remote"], r["dist"]) for r in summary["rewards"]] == [("regex_match", server.url, "rewardhub")]
+    assert [(r["name"], r["remote"], r["dist"]) for r in summary["rewards"]] == [
+        ("regex_match", server.url, "rewardhub")
+    ]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(r["rewards/regex_match/count"] == 8 for r in rows if "rewards/regex_match/count" in r)
     assert sum("rewards/regex_match/mean" in r for r in rows) == 3

@@ -72,7 +72,10 @@ def test_a_reward_that_always_fails_stops_the_run_naming_it(ray_session, tiny_co
     assert "\n" not in msg
     assert msg.startswith("reward 'flaky': 100% of its calls failed, above trainer.max_reward_error_rate=0.5 "
                           "in 3 steps in a row; last error: reward 'flaky' on sample "), msg
-    assert any(e in msg for e in ("ValueError: no answer found", "returned nan", "returned 'yes'", "timed out after 2s"))
+    assert any(
+        e in msg
+        for e in ("ValueError: no answer found", "returned nan", "returned 'yes'", "timed out after 2s")
+    )
     rows = _rows(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:  # every sample invalid (NaN), none scored 0.0
@@ -105,16 +108,32 @@ def test_the_progress_line_and_the_report_show_the_error_rate():
 
     assert progress_postfix({"rewards/half/error_rate": 0.25, "rewards/ok/error_rate": 0.0,
                              "reward/mean": 1.0}) == {"err[half]": "0.25"}
-    summary = {"mode": "sync", "steps": 4, "wall_s": 1.0, "throughput_samples_per_s": 1.0, "samples_generated": 8,
-               "samples_trained": 8, "samples_dropped_stale": 0, "samples_unused_at_end": 0, "max_staleness_seen": 0,
-               "staleness_limit": 0, "idle_ratio": {"rollouter": 0.0, "learner": 0.0}, "weight_syncs": 3,
-               "reward_error_rate": {"half": 0.25, "ok": 0.0}, "samples_invalid": 2}
+    summary = {
+        "mode": "sync",
+        "steps": 4,
+        "wall_s": 1.0,
+        "throughput_samples_per_s": 1.0,
+        "samples_generated": 8,
+        "samples_trained": 8,
+        "samples_dropped_stale": 0,
+        "samples_unused_at_end": 0,
+        "max_staleness_seen": 0,
+        "staleness_limit": 0,
+        "idle_ratio": {"rollouter": 0.0, "learner": 0.0},
+        "weight_syncs": 3,
+        "reward_error_rate": {"half": 0.25, "ok": 0.0},
+        "samples_invalid": 2,
+    }
     assert "reward errors: half 25.0% of calls failed; 2 samples invalid (advantage 0)" in _report(summary)
 
 
 @pytest.mark.timeout(300)
-def test_on_failure_raise_stops_the_run_at_the_first_failure_with_one_line(ray_session, tiny_config, tmp_path):
-    cfg = tiny_config(trainer={"total_steps": 4}, reward=_reward(tmp_path, HALF_FAILS, "half", on_failure="raise"))
+def test_on_failure_raise_stops_the_run_at_the_first_failure_with_one_line(
+    ray_session, tiny_config, tmp_path
+):
+    cfg = tiny_config(
+        trainer={"total_steps": 4}, reward=_reward(tmp_path, HALF_FAILS, "half", on_failure="raise")
+    )
     out = tmp_path / "o"
     with pytest.raises(RunAborted) as info:
         train(cfg, output=str(out))

@@ -71,10 +71,21 @@ def test_a_run_folder_belongs_to_one_run_and_holds_no_secret(ray_session, tiny_c
     # the same folder again: refused, whatever the config, and nothing of the run is touched
     with pytest.raises(UsageError, match=r"^--output .*: holds another run .*\n.*--resume .* or --overwrite"):
         train(cfg, output=str(out))
-    other = tiny_config(trainer={"total_steps": 3}, model={"tiny": {"arch": "qwen2", "hidden_size": 32,
-                                                                    "num_hidden_layers": 1, "num_attention_heads": 1,
-                                                                    "num_key_value_heads": 1}})
-    with pytest.raises(UsageError, match=r"^--resume .*: the run in that folder has another config \(model, reward differ\)"):
+    other = tiny_config(
+        trainer={"total_steps": 3},
+        model={
+            "tiny": {
+                "arch": "qwen2",
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 1,
+                "num_key_value_heads": 1,
+            }
+        },
+    )
+    with pytest.raises(
+        UsageError, match=r"^--resume .*: the run in that folder has another config \(model, reward differ\)"
+    ):
         train(other, output=str(out), resume=str(out))
     # another model shape from its checkpoint: refused before anything starts, naming what differs
     elsewhere = tmp_path / "elsewhere"
@@ -87,7 +98,9 @@ def test_a_run_folder_belongs_to_one_run_and_holds_no_secret(ray_session, tiny_c
     # reward always fails, which stops it after 3 steps)
     failing = tmp_path / "fails.py"
     failing.write_text("def nope(**kwargs):\n    raise ValueError('nope')\n")
-    bad = tiny_config(trainer={"total_steps": 6}, reward={"rewards": [{"path": str(failing), "function": "nope"}]})
+    bad = tiny_config(
+        trainer={"total_steps": 6}, reward={"rewards": [{"path": str(failing), "function": "nope"}]}
+    )
     with pytest.raises(RunAborted, match="reward 'nope'"):
         train(bad, output=str(out), overwrite=True)
     after = _files(out)
@@ -101,8 +114,12 @@ def test_a_run_folder_belongs_to_one_run_and_holds_no_secret(ray_session, tiny_c
 def test_sigterm_stops_a_run_with_one_error_line_and_143(model_cache, tiny_config, tmp_path):
     cfg = tiny_config(trainer={"total_steps": 500})
     out = tmp_path / "o"
-    proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "train", cfg, "--output", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rewardhub", "train", cfg, "--output", str(out), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text().strip():

@@ -176,7 +176,9 @@ def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tm
     s1 = train(tiny_config(trainer={"mode": "sync", "total_steps": 3}), output=str(first))
     assert s1["steps"] == 3
     resumed = tmp_path / "resumed"
-    s2 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(resumed), resume=str(first))
+    s2 = train(
+        tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(resumed), resume=str(first)
+    )
     assert s2["resumed_from_step"] == 3 and s2["steps"] == 6
     assert s2["samples_trained_this_run"] == 3 * 8
     _check_accounting(s2, 8)
@@ -207,7 +209,9 @@ def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tm
     assert diff <= 1e-6, f"resumed vs uninterrupted weights differ by up to {diff:g}"
     assert any(not torch.allclose(at_3[k], end_whole[k], rtol=0, atol=1e-6) for k in end_whole)
     assert [r["reward/mean"] for r in got[3:]] == [r["reward/mean"] for r in want[3:]]
-    assert [r["loss/policy"] for r in got[3:]] == pytest.approx([r["loss/policy"] for r in want[3:]], abs=1e-5)
+    assert [r["loss/policy"] for r in got[3:]] == pytest.approx(
+        [r["loss/policy"] for r in want[3:]], abs=1e-5
+    )
 
 
 def test_legacy_custom_reward_runs_on_workers(ray_session, tiny_config, tmp_path):
@@ -228,7 +232,9 @@ def test_legacy_custom_reward_runs_on_workers(ray_session, tiny_config, tmp_path
     _check_accounting(summary, 8)
     _check_fingerprints(summary)
     calls = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
-    workers = {w["pid"] for w in summary["workers"] if w["role"] == "reward_worker"} | set(summary["reward_pids"])
+    workers = {w["pid"] for w in summary["workers"] if w["role"] == "reward_worker"} | set(
+        summary["reward_pids"]
+    )
     assert calls and summary["driver_pid"] not in {p for call in calls for p in call}
     # on a reward worker: in it, or (a sync reward gets trainer.reward_timeout_s in training, so it runs
     # on the process executor, where a hung call can be killed) in a process it forked
@@ -247,7 +253,8 @@ def test_reward_workers_hold_the_cpus_the_config_declares(ray_session, tiny_conf
     """What Ray assigned to each reward worker, asked inside the worker (not the config read back)."""
     import ray
 
-    def held_by_workers(client) -> list[dict]:  # runs in the reward client (a nested function travels by value)
+    # runs in the reward client (a nested function travels by value)
+    def held_by_workers(client) -> list[dict]:
         import ray
 
         def held(worker) -> dict:  # runs in a reward worker

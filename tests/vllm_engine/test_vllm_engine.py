@@ -217,13 +217,18 @@ def test_top_k_is_refused_because_vllm_records_the_truncated_distribution(engine
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    with pytest.raises(ValueError, match="top_k=5: the vLLM engine records log-probs of the distribution after "
-                                         "top-k truncation"):
+    with pytest.raises(
+        ValueError,
+        match="top_k=5: the vLLM engine records log-probs of the distribution after top-k truncation",
+    ):
         engine.generate([engine.format_prompt("Hi", "plain")], n=2, max_new_tokens=4, temperature=TEMPERATURE,
                         top_p=1.0, seed=0, top_k=5)
-    sd, model = _perturbed_state_dict(tiny_models["qwen2"], seed=0, scale=0.0)  # the engine may hold other weights
+    # the engine may hold other weights
+    sd, model = _perturbed_state_dict(tiny_models["qwen2"], seed=0, scale=0.0)
     engine.load_weights(sd, engine.version + 1)
-    ids = list(engine.tokenizer(engine.format_prompt(QUESTION, "plain"), add_special_tokens=False)["input_ids"])
+    ids = list(
+        engine.tokenizer(engine.format_prompt(QUESTION, "plain"), add_special_tokens=False)["input_ids"]
+    )
     [out] = engine.llm.generate([TokensPrompt(prompt_token_ids=ids)], SamplingParams(
         n=2, max_tokens=8, temperature=TEMPERATURE, top_k=5, seed=3, logprobs=0, detokenize=False,
         ignore_eos=True), use_tqdm=False)

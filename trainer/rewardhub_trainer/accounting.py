@@ -59,8 +59,12 @@ class Accounting(RunState):
         self.versions[self.step] = int(result["version"])
         self.skipped_updates += int(result.get("optim/skipped_steps", 0))
         invalid = invalid_samples(item.rewards)
-        extra = {"policy_version": self.versions.get(item.version, item.version), "weights_step": item.version,
-                 "stale/batches_in_a_row": self.stale_in_row, "samples/invalid": invalid}
+        extra = {
+            "policy_version": self.versions.get(item.version, item.version),
+            "weights_step": item.version,
+            "stale/batches_in_a_row": self.stale_in_row,
+            "samples/invalid": invalid,
+        }
         self.stale_in_row = 0
         metrics = self.stats.step(self.step, item, staleness, result, self._totals(),
                                   queue_size=self._queue_size, extra=extra)
@@ -99,8 +103,8 @@ class Accounting(RunState):
             "samples_dropped_stale": totals["dropped_stale"],
             "samples_unused_at_end": unused,
             "samples_lost_on_restart": totals["lost_on_restart"],
-            "accounting_exact": totals["generated"] == (totals["trained"] + totals["dropped_stale"] + unused
-                                                        + totals["lost_on_restart"]),
+            "accounting_exact": totals["generated"]
+            == (totals["trained"] + totals["dropped_stale"] + unused + totals["lost_on_restart"]),
             "max_staleness_seen": self.max_staleness,
             "max_stale_batches_in_a_row": self.max_stale_in_row,
             "staleness_limit": self.t.staleness_limit if self.t.mode == "fully_async" else 0,
@@ -118,15 +122,38 @@ class Accounting(RunState):
             "driver_pid": os.getpid(),
             "driver_fingerprint": self.prep.fingerprint,
             "rewards": provenance(self.cfg.reward, workers, used=self.prep.rewards),
-            "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
-                         **{k: w[k] for k in ("pool", "rank", "gpu_ids", "cuda_visible", "device", "dtype",
-                                              "registry_builds") if k in w}} for w in workers],
+            "workers": [
+                {
+                    **{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
+                    **{
+                        k: w[k]
+                        for k in (
+                            "pool",
+                            "rank",
+                            "gpu_ids",
+                            "cuda_visible",
+                            "device",
+                            "dtype",
+                            "registry_builds",
+                        )
+                        if k in w
+                    },
+                }
+                for w in workers
+            ],
             "devices": devices_summary(workers),
             "resources": self.cfg.resources.to_dict(),
-            "restarts": {"rollouter": self.rollouters.pool.restarts, "reward_client": self.reward_client.restarts,
-                         "reward_worker": counters["restarts"], "learner": self.learner_restarts},
-            "recreated": {"rollouter": self.rollouters.pool.recreated,
-                          "reward_client": self.reward_client.recreated, "learner": self.learners.recreated},
+            "restarts": {
+                "rollouter": self.rollouters.pool.restarts,
+                "reward_client": self.reward_client.restarts,
+                "reward_worker": counters["restarts"],
+                "learner": self.learner_restarts,
+            },
+            "recreated": {
+                "rollouter": self.rollouters.pool.recreated,
+                "reward_client": self.reward_client.recreated,
+                "learner": self.learners.recreated,
+            },
             "rescored_samples": counters["rescored_samples"],
             "lost_calls": {**self.lost_calls, "rollouter": self.rollouters.lost_calls},
             "hung_rollouter_calls": self.rollouters.hung,

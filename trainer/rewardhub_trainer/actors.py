@@ -61,14 +61,25 @@ class Rollouter:
         self.system = data.system
         self.seed = seed
         self.choice = choose(device, "none", "float32", dtype)
-        self.engine = make_engine(rollout.engine, model_path, dtype=self.choice.rollout_dtype,
-                                  device=self.choice.device, rollout={k: getattr(rollout, k) for k in VLLM_KEYS})
+        self.engine = make_engine(
+            rollout.engine,
+            model_path,
+            dtype=self.choice.rollout_dtype,
+            device=self.choice.device,
+            rollout={k: getattr(rollout, k) for k in VLLM_KEYS},
+        )
         self.share = _share(cores, threads, self.choice.device, getattr(self.engine, "model", None))
 
     def info(self) -> dict[str, Any]:
-        return {"role": "rollouter", **process_location(), "version": self.engine.version, "device": self.choice.device,
-                "dtype": self.choice.rollout_dtype, "choice": self.choice,
-                "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {}))}
+        return {
+            "role": "rollouter",
+            **process_location(),
+            "version": self.engine.version,
+            "device": self.choice.device,
+            "dtype": self.choice.rollout_dtype,
+            "choice": self.choice,
+            "ignored_generation_settings": dict(getattr(self.engine, "ignored_settings", {})),
+        }
 
     def set_weights(self, state_dict: Any, version: int) -> int:
         """Load the learner's weights (:func:`~rewardhub_trainer.weights.pack`'s, or a dict of tensors)."""
@@ -98,8 +109,10 @@ class Rollouter:
 
     def _generate(self, batch: PromptBatch) -> Rollout:
         t0 = time.perf_counter()
-        texts = [p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
-                 for p in batch.prompts]  # p.text: rendered by the driver (data.render)
+        texts = [
+            p.text or self.engine.format_prompt(p.question + self.instruction, self.template, self.system)
+            for p in batch.prompts
+        ]  # p.text: rendered by the driver (data.render)
         version = self.engine.version
         r = self.rollout
         stops = {k: list(getattr(r, k)) for k in ("stop", "stop_token_ids") if getattr(r, k)}
@@ -118,9 +131,19 @@ class Learner:
     them by whole groups, and answers for the group; ``rank`` is set on the ranks it starts.
     """
 
-    def __init__(self, model_path: str, settings: Mapping[str, Any], *, seed: int = 0, threads: int = 0, scale_advantages: bool = True,
-                 init_from: str | None = None, peers: Sequence[Mapping[str, Any]] = (),
-                 rank: tuple[str, int, int, int] | None = None, cores: tuple[str, int, int, str] | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        settings: Mapping[str, Any],
+        *,
+        seed: int = 0,
+        threads: int = 0,
+        scale_advantages: bool = True,
+        init_from: str | None = None,
+        peers: Sequence[Mapping[str, Any]] = (),
+        rank: tuple[str, int, int, int] | None = None,
+        cores: tuple[str, int, int, str] | None = None,
+    ) -> None:
         """``cores``: as the :class:`Rollouter`'s (a single learner only: data-parallel ranks keep their
         threads)."""
         from .devices import check_learner_gpus
@@ -135,7 +158,8 @@ class Learner:
         self.rank, self.world = (rank[2] if rank else 0), world
         self.peers: list[Any] = []
         self.loaded_from: str | None = init_from
-        self.error = check_learner_gpus(self.choice.device)  # the driver stops the run with it: one ERROR line
+        # the driver stops the run with it: one ERROR line
+        self.error = check_learner_gpus(self.choice.device)
         if self.error is not None and rank is not None:  # a rank started by rank 0: its constructor's error
             raise RuntimeError(self.error)
         if self.error is not None:
@@ -151,8 +175,18 @@ class Learner:
 
             if peers:  # rank 0: the others meet it on its node
                 addr, port = rendezvous()
-                self.peers = start_ranks(Learner, peers, addr, port, model_path, asked, seed=seed, threads=threads,
-                                         scale_advantages=scale_advantages, init_from=init_from)
+                self.peers = start_ranks(
+                    Learner,
+                    peers,
+                    addr,
+                    port,
+                    model_path,
+                    asked,
+                    seed=seed,
+                    threads=threads,
+                    scale_advantages=scale_advantages,
+                    init_from=init_from,
+                )
                 rank = (addr, port, 0, world)
             assert rank is not None
             group = Group(*rank, device=self.choice.device)
@@ -166,11 +200,25 @@ class Learner:
 
     def info(self) -> dict[str, Any]:
         if self.error is not None:
-            return {"role": "learner", **process_location(), "error": self.error, "rank": self.rank, "world": self.world}
+            return {
+                "role": "learner",
+                **process_location(),
+                "error": self.error,
+                "rank": self.rank,
+                "world": self.world,
+            }
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
-        return {"role": "learner", **process_location(), "version": self.impl.version, "loaded_from": self.loaded_from,
-                "device": self.choice.device, "dtype": dtype, "choice": self.choice, "rank": self.rank,
-                "world": self.world}
+        return {
+            "role": "learner",
+            **process_location(),
+            "version": self.impl.version,
+            "loaded_from": self.loaded_from,
+            "device": self.choice.device,
+            "dtype": dtype,
+            "choice": self.choice,
+            "rank": self.rank,
+            "world": self.world,
+        }
 
     def ranks(self) -> list[dict[str, Any]]:
         """The :meth:`info` of the other ranks (none for a single learner)."""
@@ -207,8 +255,13 @@ class Learner:
         # float64: a reward of 1e39 is a finite number (float32 would make it inf, an invalid sample)
         matrix = torch.tensor(rollout.rewards, dtype=torch.float64)
         adv = group_advantages(matrix, scale=self.scale)
-        groups = [[TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j])) for j, c in enumerate(group)]
-                  for i, group in enumerate(rollout.groups)]
+        groups = [
+            [
+                TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j]))
+                for j, c in enumerate(group)
+            ]
+            for i, group in enumerate(rollout.groups)
+        ]
         if self.peers:
             from .ddp import lead
             from .ddp import split_groups

@@ -28,8 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", help="run folder (metrics, summary, plot, checkpoints); "
                         "defaults to the --resume folder")
     parser.add_argument("--resume", metavar="DIR", help="continue from the latest checkpoint in DIR")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run in the --output folder (its files are removed once the new run starts)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in the --output folder (its files are removed once the new run starts)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -70,8 +73,14 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=prep.cfg.trainer.total_steps, initial=run_.step, desc=f"train ({prep.cfg.trainer.mode})",
-                   unit="step", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(
+            total=prep.cfg.trainer.total_steps,
+            initial=run_.step,
+            desc=f"train ({prep.cfg.trainer.mode})",
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
 
         from .reward_failures import progress_postfix
 
@@ -86,8 +95,13 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     from .loggers import logger_names
 
     t = prep.cfg.trainer
-    trackers = Trackers(logger_names(t.logger), run_.out, project=t.project_name, experiment=t.experiment_name,
-                        config=prep.public_config())
+    trackers = Trackers(
+        logger_names(t.logger),
+        run_.out,
+        project=t.project_name,
+        experiment=t.experiment_name,
+        config=prep.public_config(),
+    )
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
     # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
@@ -125,8 +139,14 @@ def _data_report(counts: dict[str, Any], limit: int) -> str:
     for split in ("train", "val"):
         if f"{split}_rows" in counts:
             filtered = counts.get(f"{split}_filtered", 0)
-            parts.append(f"{counts[f'{split}_rows']} {split} rows" + (
-                f" ({filtered} filtered: longer than data.max_prompt_length={limit} tokens)" if filtered else ""))
+            parts.append(
+                f"{counts[f'{split}_rows']} {split} rows"
+                + (
+                    f" ({filtered} filtered: longer than data.max_prompt_length={limit} tokens)"
+                    if filtered
+                    else ""
+                )
+            )
     return "data: " + ", ".join(parts) if parts else ""
 
 
@@ -143,8 +163,11 @@ def _report(summary: dict[str, Any]) -> str:
     ]
     failed = {name: rate for name, rate in (summary.get("reward_error_rate") or {}).items() if rate}
     if failed:
-        lines.append("reward errors: " + ", ".join(f"{name} {rate:.1%} of calls failed" for name, rate in failed.items())
-                     + f"; {summary.get('samples_invalid', 0)} samples invalid (advantage 0)")
+        lines.append(
+            "reward errors: "
+            + ", ".join(f"{name} {rate:.1%} of calls failed" for name, rate in failed.items())
+            + f"; {summary.get('samples_invalid', 0)} samples invalid (advantage 0)"
+        )
     first, last = summary.get("reward_first_fifth"), summary.get("reward_last_fifth")
     if first is not None and last is not None and not (math.isnan(first) or math.isnan(last)):
         verdict = "improved" if last > first else "did not improve"

@@ -127,9 +127,11 @@ class TrainerConfig:
     weight_sync_retries: int = 3  #: failed weight syncs in a row on one rollouter before the run stops
     max_stale_batches: int = 20  #: fully_async: batches in a row all dropped as stale before the run stops
     max_nonfinite_steps: int = 3  #: optimizer updates in a row skipped as non-finite before the run stops
-    max_reward_error_rate: float = 0.5  #: a reward failing more often in 3 steps in a row stops the run (1: never)
+    # : a reward failing more often in 3 steps in a row stops the run (1: never)
+    max_reward_error_rate: float = 0.5
     reward_timeout_s: float = 60.0  #: timeout_s of each reward call whose term and reward set none (0: none)
-    call_timeout_s: float = 1800.0  #: a generate/train call unanswered this long: its actor is restarted (0: never)
+    # : a generate/train call unanswered this long: its actor is restarted (0: never)
+    call_timeout_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -224,17 +226,41 @@ class TrainConfig:
 RULES: dict[str, dict[str, Rule]] = {
     "trainer": {
         "mode": one_of(*MODES),
-        **{name: at_least(1) for name in (
-            "total_steps", "sync_interval", "ppo_epochs", "micro_batch_size", "queue_size", "num_rollouters", "num_learners",
-            "num_reward_workers", "score_concurrency", "checkpoint_keep", "weight_sync_retries",
-            "max_stale_batches", "max_nonfinite_steps")},
-        **{name: at_least(0) for name in ("staleness_limit", "checkpoint_every", "max_restarts", "torch_threads",
-                                          "lr_warmup_steps")},
+        **{
+            name: at_least(1)
+            for name in (
+                "total_steps",
+                "sync_interval",
+                "ppo_epochs",
+                "micro_batch_size",
+                "queue_size",
+                "num_rollouters",
+                "num_learners",
+                "num_reward_workers",
+                "score_concurrency",
+                "checkpoint_keep",
+                "weight_sync_retries",
+                "max_stale_batches",
+                "max_nonfinite_steps",
+            )
+        },
+        **{
+            name: at_least(0)
+            for name in (
+                "staleness_limit",
+                "checkpoint_every",
+                "max_restarts",
+                "torch_threads",
+                "lr_warmup_steps",
+            )
+        },
         "checkpoint_minutes": at_least(0, "0 turns it off"),
         "lr": above(0),
         "kl_coef": at_least(0, "0 turns the KL term off"),
         "clip_eps": between(0, 1, exclusive=True),
-        "clip_ratio_c": above(1, "the dual clip bounds a negative advantage's loss at clip_ratio_c * |A|; 0: off", also=(0,)),
+        "clip_ratio_c": above(
+            1, "the dual clip bounds a negative advantage's loss at clip_ratio_c * |A|; 0: off", also=(0,)
+        ),
         "max_grad_norm": at_least(0, "the gradient's norm is clipped to it (0: not clipped)"),
         "weight_decay": at_least(0),
         "seed": at_least(0),
@@ -311,9 +337,12 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
     check_model(model)
     if resources.learner.num_gpus > 1:
-        raise invalid("resources.learner.num_gpus", resources.learner.num_gpus,
-                      "set it to 1 and trainer.num_learners to the number of GPUs (one data-parallel rank each)",
-                      "a learner rank uses exactly one GPU")
+        raise invalid(
+            "resources.learner.num_gpus",
+            resources.learner.num_gpus,
+            "set it to 1 and trainer.num_learners to the number of GPUs (one data-parallel rank each)",
+            "a learner rank uses exactly one GPU",
+        )
     check_rollout(rollout)
     resources = rollouter_gpus(rollout, resources)
     if trainer.device == "cuda":

@@ -32,8 +32,20 @@ __all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_RULES", "check_cuda", "check_da
 BUILTIN_MODELS = ("smollm2-135m",)
 TINY_ARCHS = ("qwen2", "llama")
 #: model.tiny's numbers (the other keys go to the transformers config as given)
-TINY_RULES = {**{k: at_least(1) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                                          "num_key_value_heads", "max_position_embeddings")}, "seed": at_least(0)}
+TINY_RULES = {
+    **{
+        k: at_least(1)
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+        )
+    },
+    "seed": at_least(0),
+}
 
 
 def _check_list(value: Any, kind: type, key: str, what: str) -> None:
@@ -54,10 +66,17 @@ def check_model(model: ModelConfig) -> None:
     if model.path:
         path = os.path.expanduser(model.path)
         if not os.path.isdir(path):
-            raise invalid("model.path", model.path, "point it at a local model folder (config.json + weights), or use "
-                          "model.builtin=smollm2-135m or model.tiny.arch=qwen2", "no such folder")
+            raise invalid(
+                "model.path",
+                model.path,
+                "point it at a local model folder (config.json + weights), or use "
+                "model.builtin=smollm2-135m or model.tiny.arch=qwen2",
+                "no such folder",
+            )
         if not os.path.isfile(os.path.join(path, "config.json")):
-            raise invalid("model.path", model.path, "it must be a saved Hugging Face model folder", "no config.json")
+            raise invalid(
+                "model.path", model.path, "it must be a saved Hugging Face model folder", "no config.json"
+            )
     if model.tiny:
         arch = model.tiny.get("arch", "qwen2")
         if arch not in TINY_ARCHS:
@@ -71,18 +90,28 @@ def check_rollout(rollout: RolloutConfig) -> None:
     """Sampling settings the chosen engine cannot honour, and the stop lists' types."""
     if rollout.engine == "vllm" and rollout.top_p < 1:
         raise invalid(
-            "rollout.top_p", rollout.top_p, "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which "
+            "rollout.top_p",
+            rollout.top_p,
+            "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which "
             "records whole-vocabulary log-probs, as the learner does)",
-            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated " "(top-p "
-            "renormalised) distribution while the learner computes them over the whole vocabulary, so the " "PPO ratio "
-            "would be wrong from the first step")
+            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated "
+            "(top-p "
+            "renormalised) distribution while the learner computes them over the whole vocabulary, so the "
+            "PPO ratio "
+            "would be wrong from the first step",
+        )
     if rollout.engine == "vllm" and rollout.top_k > 0:
         raise invalid(
-            "rollout.top_k", rollout.top_k, "use rollout.top_k=-1 (or 0) with vllm, or rollout.engine=transformers (which "
+            "rollout.top_k",
+            rollout.top_k,
+            "use rollout.top_k=-1 (or 0) with vllm, or rollout.engine=transformers (which "
             "records whole-vocabulary log-probs, as the learner does)",
-            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated " "(top-k "
-            "renormalised) distribution while the learner computes them over the whole vocabulary, so the " "PPO ratio "
-            "would be wrong from the first step")
+            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated "
+            "(top-k "
+            "renormalised) distribution while the learner computes them over the whole vocabulary, so the "
+            "PPO ratio "
+            "would be wrong from the first step",
+        )
     if rollout.val_n != 1 and rollout.val_temperature <= 0:
         raise invalid("rollout.val_n", rollout.val_n, "set rollout.val_temperature > 0 (0 is greedy)",
                       "more than one response per prompt needs sampling")
@@ -100,10 +129,13 @@ def check_cuda(resources: Resources, *, evaluator: bool) -> None:
     for role, gpus in (("learner", resources.learner.num_gpus), ("rollouter", resources.rollouter.num_gpus),
                        ("evaluator", evaluator_gpus if evaluator else 1.0)):
         if gpus <= 0:
-            raise invalid("trainer.device", "cuda", f"set resources.{role}.num_gpus (1, or a share such as 0.5), "
-                          "or use trainer.device=auto",
-                          f"the {role} asks Ray for no GPU, so it would see none (an actor given no GPU gets "
-                          "CUDA_VISIBLE_DEVICES='')")
+            raise invalid(
+                "trainer.device",
+                "cuda",
+                f"set resources.{role}.num_gpus (1, or a share such as 0.5), or use trainer.device=auto",
+                f"the {role} asks Ray for no GPU, so it would see none (an actor given no GPU gets "
+                "CUDA_VISIBLE_DEVICES='')",
+            )
 
 
 def rollouter_gpus(rollout: RolloutConfig, resources: Resources) -> Resources:
@@ -113,11 +145,17 @@ def rollouter_gpus(rollout: RolloutConfig, resources: Resources) -> Resources:
     if tp == 1:
         return resources
     if rollout.engine != "vllm":
-        raise invalid("rollout.tensor_parallel_size", tp, "set rollout.engine=vllm, or rollout.tensor_parallel_size=1",
-                      "only the vLLM engine splits a model over GPUs")
+        raise invalid(
+            "rollout.tensor_parallel_size",
+            tp,
+            "set rollout.engine=vllm, or rollout.tensor_parallel_size=1",
+            "only the vLLM engine splits a model over GPUs",
+        )
     have = resources.rollouter.num_gpus
     if have == 0:
-        return dataclasses.replace(resources, rollouter=dataclasses.replace(resources.rollouter, num_gpus=float(tp)))
+        return dataclasses.replace(
+            resources, rollouter=dataclasses.replace(resources.rollouter, num_gpus=float(tp))
+        )
     if have != tp:
         raise invalid("resources.rollouter.num_gpus", have, f"set it to {tp} (or leave it out)",
                       f"rollout.tensor_parallel_size={tp} needs {tp} GPUs per rollouter")
@@ -131,7 +169,9 @@ def check_data_files(data: DataConfig) -> None:
         if not (value is None or isinstance(value, str) or (
                 isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value))):
             raise invalid(f"data.{key}", value, "expected a path or a list of paths")
-        if value is not None and not all(str(v).strip() for v in ([value] if isinstance(value, str) else value)):
+        if value is not None and not all(
+            str(v).strip() for v in ([value] if isinstance(value, str) else value)
+        ):
             raise invalid(f"data.{key}", value, f"give a file or folder, or leave data.{key} out"
                           + (" (the prompts then come from data.source)" if key == "train_files" else ""),
                           "an empty path names no file")

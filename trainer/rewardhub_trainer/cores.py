@@ -29,14 +29,26 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["BUSY", "IDLE", "CoreShare", "board_path", "busy", "off_because", "remove_board", "share_for", "threads_for"]
+__all__ = [
+    "BUSY",
+    "IDLE",
+    "CoreShare",
+    "board_path",
+    "busy",
+    "off_because",
+    "remove_board",
+    "share_for",
+    "threads_for",
+]
 
 BUSY, IDLE = 1, 2  #: a slot's byte; 0: not written yet (or not on this node)
 
 
 def board_path(token: str) -> str:
     """The board of the run ``token`` on this node (RAM-backed where ``/dev/shm`` exists)."""
-    folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    folder = (
+        "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    )
     return os.path.join(folder, f"rewardhub-cores-{token}")
 
 
@@ -103,7 +115,8 @@ class CoreShare:
             now = time.perf_counter()
             total = self._thread_s + (now - self._since) * self.threads
             out["threads"] = total / (now - t0) if now > t0 else float(self.threads)
-            if self.threads != self.base:  # what the actor does between calls (a weight copy) stays on its own
+            # what the actor does between calls (a weight copy) stays on its own
+            if self.threads != self.base:
                 import torch
 
                 torch.set_num_threads(self.base)
@@ -163,7 +176,9 @@ def off_because(*, mode: str, lend: str, torch_threads: int, num_learners: int, 
     return None
 
 
-def share_for(cores: tuple[str, int, int, str] | None, threads: int, device: str, model: Any) -> CoreShare | None:
+def share_for(
+    cores: tuple[str, int, int, str] | None, threads: int, device: str, model: Any
+) -> CoreShare | None:
     """An actor's share (None: its threads stay as set). Only a CPU actor with a thread count of its
     own and a model lends; ``cores`` is (run token, slot, slots, ``trainer.lend_idle_cores``). It
     borrows too with ``always``, or with ``auto`` when :func:`worth_borrowing`."""

@@ -76,7 +76,9 @@ class PromptDataset:
 def load_dataset(cfg: DataConfig, needs_answer: Sequence[str] = ()) -> PromptDataset:
     """The dataset that ``data:`` describes (``data.train_files`` when set, else ``data.source``)."""
     if cfg.train_files:
-        return PromptDataset(load_files(cfg.train_files, cfg, "data.train_files", needs_answer), seed=cfg.seed)
+        return PromptDataset(
+            load_files(cfg.train_files, cfg, "data.train_files", needs_answer), seed=cfg.seed
+        )
     if cfg.source == "builtin":
         items = [Prompt(q, a, "builtin", {"index": i}) for i, (q, a) in enumerate(BUILTIN_PROMPTS)]
         return PromptDataset(items[: cfg.size], seed=cfg.seed)
@@ -120,9 +122,11 @@ def load_files(paths: Any, cfg: DataConfig, key: str, needs_answer: Sequence[str
         answer = answer_of(row, cfg.answer_key or None)
         if needs_answer and answer in (MISSING, None):
             what = "no column" if answer is MISSING else "a null in column"
-            raise UsageError(f"{row.where}: {what} {answer_column(cfg.answer_key or None)} (the ground truth), "
-                             f"which reward {needs_answer[0]!r} needs\nthe row has: "
-                             f"{', '.join(sorted(row.data))}; name the column with data.answer_key=COLUMN")
+            raise UsageError(
+                f"{row.where}: {what} {answer_column(cfg.answer_key or None)} (the ground truth), "
+                f"which reward {needs_answer[0]!r} needs\nthe row has: "
+                f"{', '.join(sorted(row.data))}; name the column with data.answer_key=COLUMN"
+            )
         extra = row.data.get("extra_info")
         extra = dict(extra) if isinstance(extra, Mapping) else {}
         if isinstance(row.data.get("ability"), str):
@@ -182,9 +186,11 @@ def render(dataset: PromptDataset, tokenizer: Any, cfg: DataConfig, key: str) ->
                 filtered += 1
                 continue
             if cfg.truncation == "error":
-                raise UsageError(f"{p.where or key}: the prompt is {len(tok)} tokens, longer than "
-                                 f"data.max_prompt_length={limit}\nraise it, set data.filter_overlong_prompts=true "
-                                 "to leave such rows out, or data.truncation=left|right|middle")
+                raise UsageError(
+                    f"{p.where or key}: the prompt is {len(tok)} tokens, longer than "
+                    f"data.max_prompt_length={limit}\nraise it, set data.filter_overlong_prompts=true "
+                    "to leave such rows out, or data.truncation=left|right|middle"
+                )
             if cfg.truncation == "left":
                 tok = tok[-limit:]
             elif cfg.truncation == "right":

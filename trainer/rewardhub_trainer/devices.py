@@ -31,8 +31,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AUTOCASTS", "DEVICES", "DTYPES", "NO_GPU_ENV", "Capability", "Choice", "bf16_slowdown", "capability",
-           "check_learner_gpus", "choose", "gpus_seen", "hide_gpus_not_given", "resolve_device"]
+__all__ = [
+    "AUTOCASTS",
+    "DEVICES",
+    "DTYPES",
+    "NO_GPU_ENV",
+    "Capability",
+    "Choice",
+    "bf16_slowdown",
+    "capability",
+    "check_learner_gpus",
+    "choose",
+    "gpus_seen",
+    "hide_gpus_not_given",
+    "resolve_device",
+]
 
 DEVICES = ("auto", "cpu", "cuda")
 AUTOCASTS = ("auto", "none", "bfloat16")
@@ -163,9 +176,11 @@ def check_learner_gpus(device: str, seen: int | None = None) -> str | None:
     if seen == 1:
         return None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return (f"a CUDA learner rank must see exactly one GPU; this one sees {seen} (CUDA_VISIBLE_DEVICES="
-            f"{visible!r}): set resources.learner.num_gpus: 1 (one GPU per rank; trainer.num_learners for more "
-            "GPUs), and do not set RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES")
+    return (
+        f"a CUDA learner rank must see exactly one GPU; this one sees {seen} (CUDA_VISIBLE_DEVICES="
+        f"{visible!r}): set resources.learner.num_gpus: 1 (one GPU per rank; trainer.num_learners for more "
+        "GPUs), and do not set RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+    )
 
 
 #: a bf16/fp32 matmul time ratio from which a CPU that reports native bf16 gets a warning (native
@@ -280,7 +295,9 @@ def print_choices(infos: list[dict[str, Any]]) -> None:
         print("devices: " + "; ".join(f"{k}: {v}" for k, v in lines.items()), file=sys.stderr)
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
-    ignored = next((i["ignored_generation_settings"] for i in infos if i.get("ignored_generation_settings")), None)
+    ignored = next(
+        (i["ignored_generation_settings"] for i in infos if i.get("ignored_generation_settings")), None
+    )
     if ignored:
         print("note: the model folder's generation_config.json sets "
               + ", ".join(f"{k}={v}" for k, v in sorted(ignored.items()))

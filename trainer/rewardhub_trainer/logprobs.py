@@ -12,15 +12,27 @@ from typing import Any
 
 import torch
 
-__all__ = ["PLAIN_HEAD_MODELS", "full_logprobs", "left_padded_cache", "response_logprobs", "shared_prompt_logprobs", "token_logprobs"]
+__all__ = [
+    "PLAIN_HEAD_MODELS",
+    "full_logprobs",
+    "left_padded_cache",
+    "response_logprobs",
+    "shared_prompt_logprobs",
+    "token_logprobs",
+]
 
 #: model types whose causal-LM logits are exactly ``lm_head(decoder(...).last_hidden_state)`` (no
 #: logit scaling or soft-capping), so that :func:`response_logprobs` may run the two parts itself
 PLAIN_HEAD_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, want_entropy: bool = False,
-                   entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    want_entropy: bool = False,
+    entropy_grad: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log_softmax(logits / T)`` at ``targets`` (``[tokens, vocab]`` logits, ``[tokens]`` targets), and the
     entropy of each row when ``want_entropy`` (with autograd only when ``entropy_grad``).
 
@@ -88,7 +100,9 @@ def full_logprobs(model: Any, samples: Sequence[Any], temperature: float,
         p, r = len(s.prompt_ids), len(s.response_ids)
         # the token at position t is predicted by the logits at t - 1; logits[j] is position first + j
         step_logits = logits[i, p - 1 - first : p - 1 - first + r]
-        lp, ent = token_logprobs(step_logits, ids[i, p : p + r], temperature, entropy is not None, entropy_grad)
+        lp, ent = token_logprobs(
+            step_logits, ids[i, p : p + r], temperature, entropy is not None, entropy_grad
+        )
         rows.append(torch.nn.functional.pad(lp, (0, rlen - r)))
         if ent is not None:
             ents.append(torch.nn.functional.pad(ent, (0, rlen - r)))
@@ -108,7 +122,9 @@ def left_padded_cache(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> Any:
 
     cache = DynamicCache(config=model.config)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+    model.get_decoder()(
+        input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
+    )
     return cache
 
 
@@ -168,7 +184,9 @@ def shared_prompt_logprobs(model: Any, samples: Sequence[Any], temperature: floa
                       past_key_values=cache, use_cache=True).last_hidden_state
         # the hidden state at j predicts response token j (position 0 is the last prompt token)
         logits = head(torch.cat([out[k, : lens[k]] for k in range(len(order))]))
-    targets = torch.tensor([t for i in order for t in samples[i].response_ids], dtype=torch.long, device=device)
+    targets = torch.tensor(
+        [t for i in order for t in samples[i].response_ids], dtype=torch.long, device=device
+    )
     token_lp, token_ent = token_logprobs(logits, targets, temperature, entropy is not None, entropy_grad)
     del logits
     lp_rows: list[torch.Tensor] = [token_lp] * len(samples)

@@ -64,7 +64,8 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
         self.overwrite = overwrite
         self.resumed_here = bool(resume) and Path(os.path.abspath(str(resume))) == self.out
         self.callbacks = callbacks
-        self.val_callbacks: tuple[StepCallback, ...] = ()  #: called with each evaluation's metrics (evaluate.py)
+        # : called with each evaluation's metrics (evaluate.py)
+        self.val_callbacks: tuple[StepCallback, ...] = ()
         self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
         if resume and self.resume_ckpt is None:
             from rewardhub.errors import UsageError

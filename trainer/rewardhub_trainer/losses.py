@@ -8,7 +8,17 @@ import math
 
 import torch
 
-__all__ = ["LOG_RATIO_CLAMP", "SUMMED", "group_advantages", "masked_mean", "aggregate_loss", "lr_factor", "policy_loss_per_token", "clipped_policy_loss", "kl_k3"]
+__all__ = [
+    "LOG_RATIO_CLAMP",
+    "SUMMED",
+    "group_advantages",
+    "masked_mean",
+    "aggregate_loss",
+    "lr_factor",
+    "policy_loss_per_token",
+    "clipped_policy_loss",
+    "kl_k3",
+]
 
 #: log-ratios (policy vs behaviour, policy vs reference) are clamped to this before ``exp``, as verl does:
 #: one token with an extreme behaviour log-prob must not make the ratio (and the gradient) infinite
@@ -47,7 +57,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 SUMMED = ("loss/policy", "loss/total", "kl", "clip_frac", "clip_frac/dual", "ratio/mean", "entropy")
 
 
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean-token-mean") -> torch.Tensor:
+def aggregate_loss(
+    per_token: torch.Tensor, mask: torch.Tensor, mode: str = "seq-mean-token-mean"
+) -> torch.Tensor:
     """A ``[batch, tokens]`` loss as one number, the way verl's ``loss_agg_mode`` names it: the mean over
     every token (``token-mean``), or per sequence the mean / sum of its tokens, then the mean of those."""
     if mode == "token-mean":
@@ -73,8 +85,13 @@ def lr_factor(step: int, lr_schedule: str = "constant", warmup_steps: int = 0, t
     return min_lr_ratio + (1.0 - min_lr_ratio) * decay
 
 
-def policy_loss_per_token(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float,
-                          clip_ratio_c: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def policy_loss_per_token(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float,
+    clip_ratio_c: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate per token, with verl's dual clip: ``(loss, clipped, dual_clipped)``.
 
     ``logp``/``old_logp`` are ``[batch, tokens]``, ``advantages`` is ``[batch]``. Per token the loss is

@@ -48,8 +48,18 @@ from rewardhub.errors import UsageError
 
 from .devices import NO_GPU_ENV
 
-__all__ = ["PLACEMENTS", "RULES", "Bundle", "Placement", "Resources", "RoleResources", "bundles", "cluster_check",
-           "parse_resources", "plan"]
+__all__ = [
+    "PLACEMENTS",
+    "RULES",
+    "Bundle",
+    "Placement",
+    "Resources",
+    "RoleResources",
+    "bundles",
+    "cluster_check",
+    "parse_resources",
+    "plan",
+]
 
 PLACEMENTS = ("pack", "spread", "strict_pack", "strict_spread")
 ROLES = ("learner", "rollouter", "reward_worker", "evaluator")
@@ -153,8 +163,11 @@ def bundles(res: Resources, num_rollouters: int, num_learners: int = 1, evaluato
 
 def _node_resources(node: Mapping[str, Any]) -> dict[str, float]:
     """A node's CPUs, GPUs and custom resources (not Ray's own: memory, ``node:<ip>``, accelerator type)."""
-    return {k: float(v) for k, v in (node.get("Resources") or {}).items()
-            if k not in ("memory", "object_store_memory") and not k.startswith(("node:", "accelerator_type:"))}
+    return {
+        k: float(v)
+        for k, v in (node.get("Resources") or {}).items()
+        if k not in ("memory", "object_store_memory") and not k.startswith(("node:", "accelerator_type:"))
+    }
 
 
 def _describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
@@ -193,12 +206,22 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
 
     short = {k: (v, total_have[k]) for k, v in total_asked.items() if v > total_have[k] + 1e-9}
     if short:
-        raise fail("; ".join(f"{v:g} {k} asked in all, the cluster has {have:g}" for k, (v, have) in short.items()))
+        raise fail(
+            "; ".join(f"{v:g} {k} asked in all, the cluster has {have:g}" for k, (v, have) in short.items())
+        )
     where: list[str] = []
     used: dict[str, int] = {n: 0 for n in order}
     if placement == "strict_pack":
-        node = next((n for n in order if all(sum(b.needs.get(k, 0.0) for b in items) <= free[n].get(k, 0.0) + 1e-9
-                                             for k in total_asked)), None)
+        node = next(
+            (
+                n
+                for n in order
+                if all(
+                    sum(b.needs.get(k, 0.0) for b in items) <= free[n].get(k, 0.0) + 1e-9 for k in total_asked
+                )
+            ),
+            None,
+        )
         if node is None:
             raise fail("strict_pack needs every bundle on one node, and no node has all of it")
         return [node] * len(items)
@@ -210,8 +233,10 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
         else:  # strict_spread
             candidates = [n for n in order if used[n] == 0 and fits(n, b)]
         if not candidates:
-            raise fail(f"no node has room for {b.name} ({', '.join(f'{k}={v:g}' for k, v in b.needs.items())})"
-                       + (" on a node of its own" if placement == "strict_spread" else ""))
+            raise fail(
+                f"no node has room for {b.name} ({', '.join(f'{k}={v:g}' for k, v in b.needs.items())})"
+                + (" on a node of its own" if placement == "strict_spread" else "")
+            )
         node = candidates[0]
         for k, v in b.needs.items():
             free[node][k] = free[node].get(k, 0.0) - v
@@ -271,9 +296,11 @@ class Placement:
             ray.get([g.ready() for g in self.groups], timeout=timeout_s)
         except Exception as exc:  # noqa: BLE001 - GetTimeoutError, or the group was rejected
             self.remove()
-            raise UsageError(f"resources: Ray did not place the run's placement group ({res.placement}) within "
-                             f"{timeout_s:g}s ({type(exc).__name__}); the resources are taken by other jobs, or "
-                             f"the cluster lacks them\nthe cluster:\n{_describe_nodes(ray.nodes())}") from None
+            raise UsageError(
+                f"resources: Ray did not place the run's placement group ({res.placement}) within "
+                f"{timeout_s:g}s ({type(exc).__name__}); the resources are taken by other jobs, or "
+                f"the cluster lacks them\nthe cluster:\n{_describe_nodes(ray.nodes())}"
+            ) from None
 
     def options(self, role: str, index: int = 0) -> dict[str, Any]:
         """Ray actor options for ``role``'s actor ``index``: its CPUs, GPUs and custom resources, in its
@@ -301,7 +328,9 @@ class Placement:
         self.groups, self.slots = [], []
 
 
-def _groups(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement: str) -> list[tuple[str, list[Bundle]]]:
+def _groups(
+    items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement: str
+) -> list[tuple[str, list[Bundle]]]:
     """The placement groups to create: ``(Ray strategy, bundles)``.
 
     Ray's ``SPREAD`` is best effort (two bundles may share a node while another is free), so

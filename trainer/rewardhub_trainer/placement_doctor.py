@@ -56,15 +56,25 @@ def doctor_lines(cfg: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
         return [f"trainer pools: PROBLEM: {str(exc).splitlines()[0]}"]
     trainer = raw.get("trainer") or {}
     tp = (raw.get("rollout") or {}).get("tensor_parallel_size") or 1
-    if isinstance(tp, int) and tp > 1 and not res.rollouter.num_gpus:  # as the trainer's config does: each engine's GPUs
+    # as the trainer's config does: each engine's GPUs
+    if isinstance(tp, int) and tp > 1 and not res.rollouter.num_gpus:
         res = dataclasses.replace(res, rollouter=dataclasses.replace(res.rollouter, num_gpus=float(tp)))
     workers = (raw.get("reward") or {}).get("workers") or {}
-    rw = res.reward_worker or RoleResources(float(workers.get("num_cpus", 1.0)), float(workers.get("num_gpus", 0.0)),
-                                            dict(workers.get("resources") or {}))
+    rw = res.reward_worker or RoleResources(
+        float(workers.get("num_cpus", 1.0)),
+        float(workers.get("num_gpus", 0.0)),
+        dict(workers.get("resources") or {}),
+    )
     count = int(workers.get("num_workers") or trainer.get("num_reward_workers") or 1)
     as_ray = [{"NodeID": n.get("node_id"), "NodeManagerAddress": n.get("ip"), "Alive": True,
                "Resources": n.get("resources") or {}} for n in nodes]
-    lines = plan_report(res, int(trainer.get("num_rollouters") or 1), as_ray,
-                        {"CPU": rw.num_cpus, "GPU": rw.num_gpus, **rw.resources}, count,
-                        int(trainer.get("num_learners") or 1), 1 if (raw.get("data") or {}).get("val_files") else 0)
+    lines = plan_report(
+        res,
+        int(trainer.get("num_rollouters") or 1),
+        as_ray,
+        {"CPU": rw.num_cpus, "GPU": rw.num_gpus, **rw.resources},
+        count,
+        int(trainer.get("num_learners") or 1),
+        1 if (raw.get("data") or {}).get("val_files") else 0,
+    )
     return ["trainer pools (resources:):", *(f"  {line}" for line in lines)]

@@ -81,14 +81,18 @@ def prepare(raw: Any) -> Prepared:
     cfg = parse_config(raw)
     secrets = env_paths(raw.config if isinstance(raw, ConfigPlan) else raw)
     check_engine(cfg.rollout.engine)
-    reward, reward_setup, registry = validate_rewards(cfg.reward, default_timeout_s=cfg.trainer.reward_timeout_s)
+    reward, reward_setup, registry = validate_rewards(
+        cfg.reward, default_timeout_s=cfg.trainer.reward_timeout_s
+    )
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
     used = None if reward.remote else used_rewards(reward, registry=registry)
     dataset = load_dataset(cfg.data, needs)
     val = None
     if cfg.data.val_files:
-        val = PromptDataset(load_files(cfg.data.val_files, cfg.data, "data.val_files", needs), seed=cfg.data.seed)
+        val = PromptDataset(
+            load_files(cfg.data.val_files, cfg.data, "data.val_files", needs), seed=cfg.data.seed
+        )
     model_path = materialize(cfg.model)
     tokenizer = load_tokenizer(model_path)
     report: dict[str, Any] = {"train_rows": len(dataset)}
@@ -99,7 +103,15 @@ def prepare(raw: Any) -> Prepared:
     if cfg.trainer.total_epochs:  # verl: the epochs over full batches set the number of steps
         steps = cfg.trainer.total_epochs * max(1, len(dataset) // cfg.rollout.prompts_per_step)
         cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
-    return Prepared(cfg=cfg, model_path=model_path, dataset=dataset, fingerprint=reward_setup.driver_fingerprint,
-                    val_dataset=val, data_report=report, reward_setup=reward_setup, env_paths=secrets,
-                    rewards=used)
+    return Prepared(
+        cfg=cfg,
+        model_path=model_path,
+        dataset=dataset,
+        fingerprint=reward_setup.driver_fingerprint,
+        val_dataset=val,
+        data_report=report,
+        reward_setup=reward_setup,
+        env_paths=secrets,
+        rewards=used,
+    )
 

@@ -80,7 +80,10 @@ class RewardClient:
 
     def counters(self) -> dict[str, int]:
         pools = self.pool.pools()  # the reward pool, and the reward-model pool when there is one
-        return {"restarts": sum(p.restarts for p in pools), "rescored_samples": sum(p.rescored_samples for p in pools)}
+        return {
+            "restarts": sum(p.restarts for p in pools),
+            "rescored_samples": sum(p.rescored_samples for p in pools),
+        }
 
     def score(self, rollout: Rollout) -> Rollout:
         t0 = time.perf_counter()

@@ -77,9 +77,11 @@ class FailureWatch:
             rate = failed / applied if applied else 0.0
             self.in_row[name] = self.in_row.get(name, 0) + 1 if rate > self.max_rate else 0
             if stop is None and self.in_row[name] >= STEPS_IN_A_ROW:
-                stop = (f"reward {name!r}: {rate:.0%} of its calls failed, above trainer.max_reward_error_rate="
-                        f"{self.max_rate:g} in {self.in_row[name]} steps in a row; last error: "
-                        f"{self.last.get(name, '?')}")
+                stop = (
+                    f"reward {name!r}: {rate:.0%} of its calls failed, above trainer.max_reward_error_rate="
+                    f"{self.max_rate:g} in {self.in_row[name]} steps in a row; last error: "
+                    f"{self.last.get(name, '?')}"
+                )
         return stop
 
     def rates(self) -> dict[str, float]:

@@ -88,7 +88,9 @@ def _what_is_learned(config: Mapping[str, Any]) -> dict[str, Any]:
 def fingerprint(config: Mapping[str, Any]) -> str:
     """The sha256 of what the run learns from (:func:`_what_is_learned`, as :func:`public_config` writes
     it)."""
-    return hashlib.sha256(json.dumps(_what_is_learned(config), sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(_what_is_learned(config), sort_keys=True, default=str).encode()
+    ).hexdigest()
 
 
 def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None]:
@@ -120,12 +122,16 @@ def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite
             return
         was, now = _what_is_learned(old or {}), _what_is_learned(config)
         differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
-        raise UsageError(f"--resume {resume}: the run in that folder has another config "
-                         f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
-                         "resume it with its own config, or start a new run: another --output, or --overwrite")
+        raise UsageError(
+            f"--resume {resume}: the run in that folder has another config "
+            f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
+            "resume it with its own config, or start a new run: another --output, or --overwrite"
+        )
     hint = f"--resume {out} to continue it (same config)" if not resume else "another --output for this run"
-    raise UsageError(f"--output {out}: holds another run (metrics, checkpoints or summary)\n"
-                     f"use {hint}, or --overwrite to replace it (its files are removed once the new run starts)")
+    raise UsageError(
+        f"--output {out}: holds another run (metrics, checkpoints or summary)\n"
+        f"use {hint}, or --overwrite to replace it (its files are removed once the new run starts)"
+    )
 
 
 def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool) -> None:
@@ -185,7 +191,11 @@ def env_paths(raw: Any) -> dict[tuple[Any, ...], str]:
         elif isinstance(node, list):
             for i, v in enumerate(node):
                 walk(v, (*path, i))
-        elif isinstance(node, str) and "${" in node and ("oc.env:" in node or "env:" in node or "oc.decode:" in node):
+        elif (
+            isinstance(node, str)
+            and "${" in node
+            and ("oc.env:" in node or "env:" in node or "oc.decode:" in node)
+        ):
             out[path] = node
 
     walk(OmegaConf.to_container(raw, resolve=False), ())

@@ -49,7 +49,9 @@ class StepStats:
         """The run has started for real (its actors are up): the metrics file and TensorBoard open now."""
         # Carry the earlier run's rows up to the checkpoint (and none after it) into this run's file.
         if self.resumed_from is not None and self.resume_dir is not None:
-            rows = [r for r in read_metrics(self.resume_dir / "metrics.jsonl") if r["step"] <= self.resumed_from]
+            rows = [
+                r for r in read_metrics(self.resume_dir / "metrics.jsonl") if r["step"] <= self.resumed_from
+            ]
             self.metrics_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
@@ -140,7 +142,9 @@ class StepStats:
             "throughput_samples_per_s": self.trained_here / self.wall_s if self.wall_s else 0.0,
             "busy_s": {k: round(v, 3) for k, v in self.busy_s.items()},
             "idle_ratio": {
-                "rollouter": max(0.0, 1 - self.busy_s["rollouter"] / max(1e-9, self.wall_s * self.num_rollouters)),
+                "rollouter": max(
+                    0.0, 1 - self.busy_s["rollouter"] / max(1e-9, self.wall_s * self.num_rollouters)
+                ),
                 "learner": max(0.0, 1 - self.busy_s["learner"] / max(1e-9, self.wall_s)),
             },
             "dropped_batches": len(self.dropped_events),

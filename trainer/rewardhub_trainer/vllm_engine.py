@@ -197,8 +197,18 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         self.version = int(version)
 
-    def generate(self, prompts: Sequence[str], *, n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int, top_k: int = 0, stop_token_ids: Sequence[int] = ()) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int,
+        top_k: int = 0,
+        stop_token_ids: Sequence[int] = (),
+    ) -> list[list[Completion]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -218,11 +228,24 @@ class VLLMEngine:
                     "prompt or lower rollout.max_new_tokens")
         # one seed per prompt (vLLM gives its n children seed + 0 .. n - 1)
         rng = random.Random(seed)
-        params = [SamplingParams(
-            n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-            seed=rng.getrandbits(31), logprobs=0, detokenize=False,
-            stop_token_ids=[*([self.eos_token_id] if self.eos_token_id is not None else []), *stop_token_ids] or None)
-            for _ in prompt_ids]
+        params = [
+            SamplingParams(
+                n=n,
+                max_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                seed=rng.getrandbits(31),
+                logprobs=0,
+                detokenize=False,
+                stop_token_ids=[
+                    *([self.eos_token_id] if self.eos_token_id is not None else []),
+                    *stop_token_ids,
+                ]
+                or None,
+            )
+            for _ in prompt_ids
+        ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids],
                                     params, use_tqdm=False)
         result: list[list[Completion]] = []
@@ -235,7 +258,9 @@ class VLLMEngine:
                 if len(logprobs) != len(response):
                     raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for "
                                        f"{len(response)} tokens")
-                finished = bool(response) and (response[-1] == self.eos_token_id or response[-1] in stop_token_ids)
+                finished = bool(response) and (
+                    response[-1] == self.eos_token_id or response[-1] in stop_token_ids
+                )
                 group.append(Completion(
                     prompt_ids=list(ids), response_ids=response, logprobs=logprobs,
                     text=tok.decode(response, skip_special_tokens=True), finished=finished))

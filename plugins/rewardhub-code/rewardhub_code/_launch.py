@@ -86,7 +86,11 @@ def _runtime_root(spec: dict[str, Any], libc: Any, ctypes: Any) -> None:
     new = os.path.join(spec["workdir"], ".root")
     os.mkdir(new, 0o755)
     size = int(spec["tmpfs_bytes"])
-    _check(libc.mount(b"tmpfs", new.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"), "mount root tmpfs", ctypes)
+    _check(
+        libc.mount(b"tmpfs", new.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"),
+        "mount root tmpfs",
+        ctypes,
+    )
 
     def bind(src: str, rel: str, read_only: bool) -> None:
         target = new + rel
@@ -95,10 +99,17 @@ def _runtime_root(spec: dict[str, Any], libc: Any, ctypes: Any) -> None:
         else:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             open(target, "a").close()
-        _check(libc.mount(src.encode(), target.encode(), None, _MS_BIND | _MS_REC, None), f"bind {src}", ctypes)
+        _check(
+            libc.mount(src.encode(), target.encode(), None, _MS_BIND | _MS_REC, None), f"bind {src}", ctypes
+        )
         if read_only:
-            _check(libc.mount(None, target.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None),
-                   f"remount {src} read-only", ctypes)
+            _check(
+                libc.mount(
+                    None, target.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID, None
+                ),
+                f"remount {src} read-only",
+                ctypes,
+            )
 
     for path, how in spec["runtime"]:
         if how.startswith("symlink:"):
@@ -109,8 +120,11 @@ def _runtime_root(spec: dict[str, Any], libc: Any, ctypes: Any) -> None:
     for d in ("/tmp", "/dev/shm"):
         os.makedirs(new + d, exist_ok=True)
         opts = f"size={size},mode=1777".encode()
-        _check(libc.mount(b"tmpfs", (new + d).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), f"mount tmpfs on {d}",
-               ctypes)
+        _check(
+            libc.mount(b"tmpfs", (new + d).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts),
+            f"mount tmpfs on {d}",
+            ctypes,
+        )
     for dev in _DEVICES:
         if os.path.exists(f"/dev/{dev}"):
             bind(f"/dev/{dev}", f"/dev/{dev}", False)
@@ -136,7 +150,9 @@ def _seccomp(program: bytes, libc: Any, ctypes: Any) -> None:
 
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _Fprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    _check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp filter", ctypes)
+    _check(
+        libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp filter", ctypes
+    )
 
 
 def _native(spec: dict[str, Any]) -> None:

@@ -166,11 +166,18 @@ def isolation_report(config: SandboxLimits | None = None) -> dict[str, Any]:
         bwrap = p["mode"] == "bwrap"
         visible: dict[str, Any] = {
             "runtime_only": True,
-            "read_only": [path if how == "bind" else f"{path} -> {how[len('symlink:'):]}" for path, how in runtime],
-            "private": [*PRIVATE_TMPFS, f"{SANDBOX_CWD} (the working directory: the program's files, read-only)"],
-            "dev": "bubblewrap's minimal /dev: null, zero, full, random, urandom, tty, console, pts, shm" if bwrap
+            "read_only": [
+                path if how == "bind" else f"{path} -> {how[len('symlink:') :]}" for path, how in runtime
+            ],
+            "private": [
+                *PRIVATE_TMPFS,
+                f"{SANDBOX_CWD} (the working directory: the program's files, read-only)",
+            ],
+            "dev": "bubblewrap's minimal /dev: null, zero, full, random, urandom, tty, console, pts, shm"
+            if bwrap
             else "/dev/shm and the host's null, zero, full, random, urandom, tty",
-            "proc": "/proc of the run's own PID namespace" if bwrap
+            "proc": "/proc of the run's own PID namespace"
+            if bwrap
             else "the host's /proc (no PID namespace: other processes are listed)",
         }
         notes.append("the program sees only the Python runtime (see 'visible'): nothing under /run, /home, "

@@ -96,8 +96,12 @@ def _backend(sandbox: Mapping[str, Any] | None, memory_mb: int | None, local: Ma
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     if lang != "python":
-        raise invalid("reward.sandbox.language", lang, "set reward.sandbox.url to a SandboxFusion server for other "
-                      "languages", "the local sandbox runs Python only")
+        raise invalid(
+            "reward.sandbox.language",
+            lang,
+            "set reward.sandbox.url to a SandboxFusion server for other languages",
+            "the local sandbox runs Python only",
+        )
     opts = dict(local or {})
     bad = sorted(set(map(str, opts)) - set(_LOCAL_KEYS))
     if bad:  # the code reward's keyword argument ``local`` (a term's kwargs.local)

@@ -86,14 +86,31 @@ class FakeSandboxFusion:
         mem = int(body.get("memory_limit_MB") or -1)
         cfg = sandbox.SandboxLimits(timeout_s=float(body.get("run_timeout") or 10),
                                     memory_mb=mem if mem > 0 else 1024)
-        res = sandbox.run_python({"main.py": body["code"]}, "main.py", stdin=body.get("stdin") or "", config=cfg)
+        res = sandbox.run_python(
+            {"main.py": body["code"]}, "main.py", stdin=body.get("stdin") or "", config=cfg
+        )
         if res.status == "sandbox_error":
-            return {"status": "SandboxError", "message": res.stderr, "compile_result": None, "run_result": None}
+            return {
+                "status": "SandboxError",
+                "message": res.stderr,
+                "compile_result": None,
+                "run_result": None,
+            }
         rc = res.returncode if res.status != "timeout" else None
-        return {"status": "Success" if res.status == "ok" else "Failed", "message": "", "compile_result": None,
-                "run_result": {"status": _RUN_STATUS[res.status], "execution_time": res.wall_s, "return_code": rc,
-                               "stdout": res.stdout, "stderr": res.stderr},
-                "executor_pod_name": None, "files": {}}
+        return {
+            "status": "Success" if res.status == "ok" else "Failed",
+            "message": "",
+            "compile_result": None,
+            "run_result": {
+                "status": _RUN_STATUS[res.status],
+                "execution_time": res.wall_s,
+                "return_code": rc,
+                "stdout": res.stdout,
+                "stderr": res.stderr,
+            },
+            "executor_pod_name": None,
+            "files": {},
+        }
 
     def __enter__(self) -> FakeSandboxFusion:
         self._thread.start()

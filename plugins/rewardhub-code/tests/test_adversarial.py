@@ -69,9 +69,11 @@ def test_fork_bomb_is_bounded_and_cleaned_up(fork_guard):
 
 
 def test_bounded_fork_loop_hits_the_process_limit(fork_guard):
-    prog = ("import os, time\nn = 0\nfor _ in range(500):\n    try:\n        pid = os.fork()\n"
-            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
-            "    n += 1\nprint(n)\n")
+    prog = (
+        "import os, time\nn = 0\nfor _ in range(500):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+        "    n += 1\nprint(n)\n"
+    )
     res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(timeout_s=5.0, pids_max=32))
     assert res.status == "ok", res.stderr
     assert int(res.stdout) < 32
@@ -87,11 +89,15 @@ def test_memory_limit_counts_all_processes():
     if not ENFORCED["memory_cgroup"]:
         pytest.skip("no memory cgroup here: only the per-process address-space limit holds")
     # four children of 200 MB each stay under a 512 MB per-process limit but not under 512 MB in total
-    prog = ("import os, time\npids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
-            "        b = bytearray(200 << 20)\n        for i in range(0, len(b), 4096):\n            b[i] = 1\n"
-            "        time.sleep(2)\n        os._exit(0)\n    pids.append(pid)\n"
-            "codes = [os.waitpid(p, 0)[1] for p in pids]\nprint(sum(c != 0 for c in codes))\n")
-    res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(timeout_s=10.0, memory_mb=512))
+    prog = (
+        "import os, time\npids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        b = bytearray(200 << 20)\n        for i in range(0, len(b), 4096):\n            b[i] = 1\n"
+        "        time.sleep(2)\n        os._exit(0)\n    pids.append(pid)\n"
+        "codes = [os.waitpid(p, 0)[1] for p in pids]\nprint(sum(c != 0 for c in codes))\n"
+    )
+    res = sandbox.run_python(
+        {"m.py": prog}, "m.py", config=sandbox.SandboxLimits(timeout_s=10.0, memory_mb=512)
+    )
     assert res.status in ("ok", "memory")
     assert res.status == "memory" or int(res.stdout) >= 1  # at least one child was OOM-killed
 
@@ -102,12 +108,16 @@ def test_writing_outside_the_sandbox_directory_fails():
     targets = [os.path.join(here, f"pwned-{token}"), f"/tmp/pwned-{token}", f"/var/tmp/pwned-{token}",
                f"/dev/shm/pwned-{token}", f"/root/pwned-{token}", f"/etc/pwned-{token}",
                os.path.join(os.path.expanduser("~"), f"pwned-{token}")]
-    prog = (f"import os\ntargets = {targets!r}\nwrote = []\nfor t in targets + ['../pwned-{token}', " f"'/pwned-{token}']:\n"
-            "    try:\n        open(t, 'w').write('x')\n        wrote.append(os.path.realpath(t))\n    except " "OSError:\n        pass\n"
-            "print(wrote, os.listdir('.'))\n"
-            "# the private /tmp, /var/tmp and /dev/shm of the sandbox may be written: they vanish with it\n"
-            "if any(not t.startswith(('/tmp/', '/var/tmp/', '/dev/shm/')) for t in wrote):\n"
-            "    def add(a, b):\n        return a + b\n")
+    prog = (
+        f"import os\ntargets = {targets!r}\nwrote = []\nfor t in targets + ['../pwned-{token}', "
+        f"'/pwned-{token}']:\n"
+        "    try:\n        open(t, 'w').write('x')\n        wrote.append(os.path.realpath(t))\n    except "
+        "OSError:\n        pass\n"
+        "print(wrote, os.listdir('.'))\n"
+        "# the private /tmp, /var/tmp and /dev/shm of the sandbox may be written: they vanish with it\n"
+        "if any(not t.startswith(('/tmp/', '/var/tmp/', '/dev/shm/')) for t in wrote):\n"
+        "    def add(a, b):\n        return a + b\n"
+    )
     out = score(prog)
     assert out["score"] == 0.0
     for t in targets + [f"/pwned-{token}", os.path.join(os.path.dirname(here), f"pwned-{token}")]:
@@ -150,10 +160,12 @@ def listener():
 
 
 def _connect_program(port: int) -> str:
-    return (f"import socket\nok = False\nfor host in ('127.0.0.1', 'localhost'):\n    try:\n"
-            f"        socket.create_connection((host, {port}), timeout=1).sendall(b'hello')\n        ok = True\n"
-            "    except OSError as exc:\n        print(type(exc).__name__)\nif ok:\n"
-            "    def add(a, b):\n        return a + b\n")
+    return (
+        f"import socket\nok = False\nfor host in ('127.0.0.1', 'localhost'):\n    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=1).sendall(b'hello')\n        ok = True\n"
+        "    except OSError as exc:\n        print(type(exc).__name__)\nif ok:\n"
+        "    def add(a, b):\n        return a + b\n"
+    )
 
 
 def test_socket_to_a_loopback_listener_gets_no_connection(listener):

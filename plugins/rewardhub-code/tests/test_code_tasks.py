@@ -36,8 +36,15 @@ def test_fraction_of_tests_passed():
     out = code_tests(response=fenced("def add(a, b):\n    return abs(a) + b"),
                      ground_truth=["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(0, 5) == 5",
                                    "assert add(-2, -2) == -4"])
-    assert out == {"score": 0.5, "passed": 2, "failed": 2, "total": 4, "timed_out": 0, "error": "wrong_answer",
-                   "backend": "local"}
+    assert out == {
+        "score": 0.5,
+        "passed": 2,
+        "failed": 2,
+        "total": 4,
+        "timed_out": 0,
+        "error": "wrong_answer",
+        "backend": "local",
+    }
 
 
 def test_a_test_that_hangs_keeps_the_earlier_passes():
@@ -52,8 +59,12 @@ def test_error_kinds():
     gt = ["assert f() == 1"]
     assert code_tests(response="no code here", ground_truth=gt)["error"] == "no_code"
     assert code_tests(response=fenced("def f(:\n  pass"), ground_truth=gt)["error"] == "syntax_error"
-    assert code_tests(response=fenced("def f():\n    return 1 / 0"), ground_truth=gt)["error"] == "runtime_error"
-    assert code_tests(response=fenced("import nonexistent_mod_xyz"), ground_truth=gt)["error"] == "runtime_error"
+    assert (
+        code_tests(response=fenced("def f():\n    return 1 / 0"), ground_truth=gt)["error"] == "runtime_error"
+    )
+    assert (
+        code_tests(response=fenced("import nonexistent_mod_xyz"), ground_truth=gt)["error"] == "runtime_error"
+    )
     assert code_tests(response=fenced("def f():\n    return 2"), ground_truth=gt)["error"] == "wrong_answer"
     io = {"inputs": ["1\n"], "outputs": ["1\n"]}
     assert code_io(response=fenced("print(2)"), ground_truth=io)["error"] == "wrong_answer"

@@ -17,7 +17,9 @@ from rewardhub_code import sandbox
 
 ENFORCED = sandbox.isolation_report()["enforced"]
 #: one slot (the last of the default pool, so that the leftovers check covers it): both runs share a uid
-ONE_UID = sandbox.SandboxLimits(uids=range(sandbox.SandboxLimits().uids[-1], sandbox.SandboxLimits().uids[-1] + 1))
+ONE_UID = sandbox.SandboxLimits(
+    uids=range(sandbox.SandboxLimits().uids[-1], sandbox.SandboxLimits().uids[-1] + 1)
+)
 
 _LIBC = "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
 
@@ -78,8 +80,11 @@ def _run(program: str, *args: str, config: sandbox.SandboxLimits = ONE_UID) -> s
     return res.stdout.split()[0]
 
 
-@pytest.mark.parametrize("mode", [{}, {"use_bwrap": False}, {"use_namespaces": False, "python": "/usr/bin/python3"}],
-                         ids=["default", "native", "plain"])
+@pytest.mark.parametrize(
+    "mode",
+    [{}, {"use_bwrap": False}, {"use_namespaces": False, "python": "/usr/bin/python3"}],
+    ids=["default", "native", "plain"],
+)
 def test_a_key_added_by_one_program_is_not_read_by_the_next(mode):
     config = dataclasses.replace(ONE_UID, **mode)
     name = "rhc-key-" + secrets.token_hex(8)
@@ -88,8 +93,11 @@ def test_a_key_added_by_one_program_is_not_read_by_the_next(mode):
     assert sandbox.isolation_report(config)["enforced"]["kernel_keyrings_blocked"]  # and the report says so
 
 
-@pytest.mark.parametrize(("program", "needs"), [(_FILES, "private_tmp"), (_SYSV, "ipc_uts_namespaces"),
-                                                (_MQUEUE, "ipc_uts_namespaces")], ids=["tmp_files", "sysv", "mqueue"])
+@pytest.mark.parametrize(
+    ("program", "needs"),
+    [(_FILES, "private_tmp"), (_SYSV, "ipc_uts_namespaces"), (_MQUEUE, "ipc_uts_namespaces")],
+    ids=["tmp_files", "sysv", "mqueue"],
+)
 def test_what_one_program_leaves_behind_is_not_seen_by_the_next(program, needs):
     if not ENFORCED[needs]:
         pytest.skip(f"{needs} is not enforced on this machine (see isolation_report)")
@@ -102,16 +110,21 @@ def test_an_abstract_socket_is_not_reachable_from_a_concurrent_run():
     if not ENFORCED["network_namespace"]:
         pytest.skip("no network namespace on this machine: abstract sockets are shared")
     name = "rhc-sock-" + secrets.token_hex(8)
-    server = ("import socket, sys, time\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0' + sys.argv[1])\n"
-              "s.listen(1)\nprint('MADE', flush=True)\ns.settimeout(3)\ntry:\n    s.accept()\n    " "print('REACHED')\n"
-              "except OSError:\n    print('ALONE')\n")
+    server = (
+        "import socket, sys, time\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0' + sys.argv[1])\n"
+        "s.listen(1)\nprint('MADE', flush=True)\ns.settimeout(3)\ntry:\n    s.accept()\n    "
+        "print('REACHED')\n"
+        "except OSError:\n    print('ALONE')\n"
+    )
     client = ("import socket, sys, time\nfor _ in range(20):\n    try:\n"
               "        socket.socket(socket.AF_UNIX).connect('\\0' + sys.argv[1])\n        print('FOUND')\n"
               "        break\n    except OSError:\n        time.sleep(0.1)\nelse:\n    print('ABSENT')\n")
     got: dict[str, str] = {}
 
     def serve() -> None:
-        res = sandbox.run_python({"m.py": server}, "m.py", args=(name,), config=sandbox.SandboxLimits(timeout_s=10))
+        res = sandbox.run_python(
+            {"m.py": server}, "m.py", args=(name,), config=sandbox.SandboxLimits(timeout_s=10)
+        )
         got["server"] = res.stdout
 
     t = threading.Thread(target=serve)

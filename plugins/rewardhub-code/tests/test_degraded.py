@@ -25,8 +25,10 @@ TESTS = ["assert add(2, 3) == 5"]
 
 
 def _connects(port: int) -> str:
-    return fenced(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
-                  "def add(a, b):\n    return a + b")
+    return fenced(
+        f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+        "def add(a, b):\n    return a + b"
+    )
 
 
 @pytest.fixture
@@ -167,9 +169,27 @@ def test_not_root_bounds_processes_with_rlimit_nproc(listener, readable_copy):
     with open(harness, "w") as fh:
         fh.write(build_harness(_FORGE_THROUGH_PROC, AssertTests(tuple(TESTS))))
     os.chmod(harness, 0o644)
-    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3",
-                           "-I", "-c", NOT_ROOT_SCRIPT, readable_copy, str(listener.getsockname()[1]), harness],
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-I",
+            "-c",
+            NOT_ROOT_SCRIPT,
+            readable_copy,
+            str(listener.getsockname()[1]),
+            harness,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     # the scorer runs as the program's uid here: the harness's channel is still not the program's

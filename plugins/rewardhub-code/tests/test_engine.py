@@ -33,14 +33,20 @@ HOSTILE = {
                 "os.kill(os.getppid(), signal.SIGKILL)",
 }
 if GUARDED:  # a fork bomb only ever runs under a process-count guard
-    HOSTILE["fork_bomb"] = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    HOSTILE["fork_bomb"] = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    )
 
 
 def _samples():
     rows = []
     for name, gt, good, bad in TASKS[:8]:
-        rows.append({"prompt": name, "response": fenced(good), "ground_truth": gt, "extra_info": {"want": 1.0}})
-        rows.append({"prompt": name, "response": fenced(bad), "ground_truth": gt, "extra_info": {"want": 0.0}})
+        rows.append(
+            {"prompt": name, "response": fenced(good), "ground_truth": gt, "extra_info": {"want": 1.0}}
+        )
+        rows.append(
+            {"prompt": name, "response": fenced(bad), "ground_truth": gt, "extra_info": {"want": 0.0}}
+        )
     for name, prog in HOSTILE.items():
         rows.append({"prompt": name, "response": fenced(prog), "ground_truth": ADD_TESTS,
                      "extra_info": {"want": 0.0}})
@@ -74,7 +80,9 @@ def test_a_batch_in_process_workers():
     for s, score, extra, err in zip(samples, res.scores, res.extra, res.errors):
         assert err == {}, (s["prompt"], err)
         assert score == s["extra_info"]["want"], (s["prompt"], extra)
-    kinds = {s["prompt"]: e["code_tests"]["error"] for s, e in zip(samples, res.extra) if s["prompt"] in HOSTILE}
+    kinds = {
+        s["prompt"]: e["code_tests"]["error"] for s, e in zip(samples, res.extra) if s["prompt"] in HOSTILE
+    }
     assert kinds["loop"] == kinds["sleep"] == "timeout" and kinds["memory"] == "memory"
     assert kinds["output"] == "output_limit"
     assert res.metrics["rewards/code_tests/count"] == len(samples)
@@ -115,7 +123,11 @@ def test_bad_ground_truth_is_an_error_result_naming_the_fix(executor):
 
 def test_a_worker_killed_mid_run_takes_its_program_along():
     # the policy's 1 s timeout kills the worker while its program (allowed 20 s) still runs
-    cfg = {"rewards": [{"name": "code_tests", "executor": "process", "timeout_s": 1.0, "kwargs": {"timeout_s": 20}}]}
+    cfg = {
+        "rewards": [
+            {"name": "code_tests", "executor": "process", "timeout_s": 1.0, "kwargs": {"timeout_s": 20}}
+        ]
+    }
     prog = "import os, time\nfor _ in range(4):\n    os.fork()\ntime.sleep(30)"
     with Runner.from_config(cfg, process_workers=1) as runner:
         res = runner.score([{"response": fenced(prog), "ground_truth": ADD_TESTS}])
@@ -135,11 +147,15 @@ def test_legacy_sandbox_fusion_keys_reach_the_reward(tmp_path):
 
     with FakeSandboxFusion() as srv:
         path = tmp_path / "legacy.yaml"
-        path.write_text(f"reward_model:\n  sandbox_fusion:\n    url: {srv.url}/run_code\n    max_concurrent: 2\n"
-                        "    memory_limit_mb: 300\nreward:\n  rewards:\n    - name: code_tests\n")
+        path.write_text(
+            f"reward_model:\n  sandbox_fusion:\n    url: {srv.url}/run_code\n    max_concurrent: 2\n"
+            "    memory_limit_mb: 300\nreward:\n  rewards:\n    - name: code_tests\n"
+        )
         with pytest.warns(RewardhubDeprecationWarning) as rec:
             cfg = load_plan(str(path))
-        assert any("sandbox_fusion.url" in str(w.message) and "reward.sandbox.url" in str(w.message) for w in rec)
+        assert any(
+            "sandbox_fusion.url" in str(w.message) and "reward.sandbox.url" in str(w.message) for w in rec
+        )
         assert cfg.reward.sandbox.url == f"{srv.url}/run_code"
         _, gt, good, bad = TASKS[1]
         with Runner.from_config(cfg.reward, process_workers=2) as runner:

@@ -72,17 +72,29 @@ def test_bad_ground_truth_names_the_problem_and_the_formats(gt, match):
 def test_bad_kwargs_are_usage_errors():
     resp = "```python\nx = 1\n```"
     # the one wording of rewardhub.config.fields
-    with pytest.raises(UsageError, match=r"^unknown key reward.sandbox.urll\ndid you mean reward.sandbox.url\? "
-                                         r"allowed: language, max_concurrent, memory_limit_mb, retries, timeout_s, url$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^unknown key reward.sandbox.urll\ndid you mean reward.sandbox.url\? "
+        r"allowed: language, max_concurrent, memory_limit_mb, retries, timeout_s, url$",
+    ):
         code_tests(response=resp, ground_truth=["assert x"], sandbox={"urll": "http://x"})
-    with pytest.raises(UsageError, match=r"^unknown key kwargs.local.memory\ndid you mean kwargs.local.memory_mb\? "
-                                         r"allowed: cpu_s, drop_privileges, "):
+    with pytest.raises(
+        UsageError,
+        match=r"^unknown key kwargs.local.memory\ndid you mean kwargs.local.memory_mb\? "
+        r"allowed: cpu_s, drop_privileges, ",
+    ):
         code_tests(response=resp, ground_truth=["assert x"], local={"memory": 5})
-    with pytest.raises(UsageError, match=r"^reward.sandbox.language='cpp' is not valid: the local sandbox runs Python "
-                                         r"only\nset reward.sandbox.url to a SandboxFusion server"):
+    with pytest.raises(
+        UsageError,
+        match=r"^reward.sandbox.language='cpp' is not valid: the local sandbox runs Python "
+        r"only\nset reward.sandbox.url to a SandboxFusion server",
+    ):
         code_tests(response=resp, ground_truth=["assert x"], sandbox={"language": "cpp"})
-    with pytest.raises(UsageError, match=r"^reward.sandbox.url='localhost:8080' is not valid: not an http\(s\) URL\n"
-                                         r"set it to the SandboxFusion endpoint"):
+    with pytest.raises(
+        UsageError,
+        match=r"^reward.sandbox.url='localhost:8080' is not valid: not an http\(s\) URL\n"
+        r"set it to the SandboxFusion endpoint",
+    ):
         code_tests(response=resp, ground_truth=["assert x"], sandbox={"url": "localhost:8080"})
     with pytest.raises(UsageError, match="code_io: ground_truth holds assert-style tests"):
         code_io(response=resp, ground_truth=["assert x"])

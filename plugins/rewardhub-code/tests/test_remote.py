@@ -32,7 +32,9 @@ def test_scores_through_the_server_with_its_request_shape():
         sb = {"url": srv.url, "memory_limit_mb": 256, "timeout_s": 3}
         out = code_tests(response=ADD, ground_truth=TESTS, sandbox=sb)
         assert out["score"] == 1.0 and out["backend"] == "remote"
-        wrong = code_tests(response=fenced("def add(a, b):\n    return a * b"), ground_truth=TESTS, sandbox=sb)
+        wrong = code_tests(
+            response=fenced("def add(a, b):\n    return a * b"), ground_truth=TESTS, sandbox=sb
+        )
         assert wrong["score"] == 0.0 and wrong["error"] == "wrong_answer"
     req = srv.requests[0]
     assert srv.paths == ["/run_code", "/run_code"]
@@ -43,7 +45,9 @@ def test_scores_through_the_server_with_its_request_shape():
 def test_some_real_tasks_remotely():
     with FakeSandboxFusion() as srv:
         for name, gt, good, bad in TASKS[::4]:
-            assert code_tests(response=fenced(good), ground_truth=gt, sandbox={"url": srv.url})["score"] == 1.0, name
+            assert (
+                code_tests(response=fenced(good), ground_truth=gt, sandbox={"url": srv.url})["score"] == 1.0
+            ), name
             assert code_tests(response=fenced(bad), ground_truth=gt, sandbox={"url": srv.url},
                               all_or_nothing=True)["score"] == 0.0, name
 
@@ -58,8 +62,11 @@ def test_memory_limit_is_sent_and_holds():
 
 def test_remote_timeout_is_reported():
     with FakeSandboxFusion() as srv:
-        out = code_io(response=fenced("import time\ntime.sleep(30)"), ground_truth={"inputs": [""], "outputs": [""]},
-                      sandbox={"url": srv.url, "timeout_s": 1})
+        out = code_io(
+            response=fenced("import time\ntime.sleep(30)"),
+            ground_truth={"inputs": [""], "outputs": [""]},
+            sandbox={"url": srv.url, "timeout_s": 1},
+        )
     assert out["score"] == 0.0 and out["timed_out"] == 1 and out["error"] == "timeout"
 
 
@@ -77,7 +84,10 @@ def test_max_concurrent_bounds_requests_in_flight():
 
 def test_http_errors_and_sandbox_errors_are_retried():
     with FakeSandboxFusion(http_errors=2) as srv:
-        assert code_tests(response=ADD, ground_truth=TESTS, sandbox={"url": srv.url, "retries": 2})["score"] == 1.0
+        assert (
+            code_tests(response=ADD, ground_truth=TESTS, sandbox={"url": srv.url, "retries": 2})["score"]
+            == 1.0
+        )
     assert len(srv.requests) == 3
     with FakeSandboxFusion(sandbox_errors=1) as srv:
         assert code_tests(response=ADD, ground_truth=TESTS, sandbox={"url": srv.url})["score"] == 1.0
@@ -93,7 +103,9 @@ def test_giving_up_after_the_retries_is_a_sandbox_failure_not_a_zero():
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
     with pytest.raises(SandboxUnavailableError, match=f"127.0.0.1:{port}/run_code: .*Connection refused"):
-        code_tests(response=ADD, ground_truth=TESTS, sandbox={"url": f"http://127.0.0.1:{port}", "retries": 1})
+        code_tests(
+            response=ADD, ground_truth=TESTS, sandbox={"url": f"http://127.0.0.1:{port}", "retries": 1}
+        )
 
 
 def test_a_wrong_path_is_a_clear_error():

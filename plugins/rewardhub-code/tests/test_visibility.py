@@ -20,7 +20,9 @@ from rewardhub_code.reward import code_tests
 
 TESTS = ["assert add(2, 3) == 5"]
 # native mode warns once that it has no PID namespace (test_degraded.py checks that warning)
-pytestmark = pytest.mark.filterwarnings("ignore:rewardhub-code local sandbox \\(native mode\\):rewardhub.RewardhubWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:rewardhub-code local sandbox \\(native mode\\):rewardhub.RewardhubWarning"
+)
 REPORT = sandbox.isolation_report()
 runtime_only = pytest.mark.skipif(not REPORT["visible"]["runtime_only"],
                                   reason="no bubblewrap here: the program sees the host filesystem "
@@ -79,7 +81,9 @@ def test_file_readable_by_others_outside_the_runtime_is_unreadable(host_folder, 
     with open(answers, "w") as f:
         f.write("add = lambda a, b: a + b\n")
     os.chmod(answers, 0o644)
-    prog = (f"try:\n    exec(open({answers!r}).read())\nexcept OSError as exc:\n    print(type(exc).__name__)\n")
+    prog = (
+        f"try:\n    exec(open({answers!r}).read())\nexcept OSError as exc:\n    print(type(exc).__name__)\n"
+    )
     out = code_tests(response=fenced(prog), ground_truth=TESTS, local=local)
     assert out["score"] == 0.0
     res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(**local))
@@ -87,10 +91,12 @@ def test_file_readable_by_others_outside_the_runtime_is_unreadable(host_folder, 
 
 
 def test_the_program_sees_only_the_runtime(local):
-    prog = ("import os, sys, json\nprint(json.dumps({'root': sorted(os.listdir('/')),"
-            " 'dev': sorted(os.listdir('/dev')), 'here': sorted(os.listdir('.')),"
-            " 'home': os.path.exists(os.path.expanduser('~root')) and os.listdir(os.path.expanduser('~root')),"
-            " 'python': sys.version_info[:2]}))\n")
+    prog = (
+        "import os, sys, json\nprint(json.dumps({'root': sorted(os.listdir('/')),"
+        " 'dev': sorted(os.listdir('/dev')), 'here': sorted(os.listdir('.')),"
+        " 'home': os.path.exists(os.path.expanduser('~root')) and os.listdir(os.path.expanduser('~root')),"
+        " 'python': sys.version_info[:2]}))\n"
+    )
     res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(**local))
     assert res.status == "ok", res.stderr
     seen = json.loads(res.stdout)
@@ -116,8 +122,11 @@ def test_visible_paths_adds_a_folder_read_only(host_folder):
     with open(os.path.join(host_folder, "helper.py"), "w") as f:
         f.write("def add(a, b):\n    return a + b\n")
     os.chmod(os.path.join(host_folder, "helper.py"), 0o644)
-    prog = (f"import sys\nsys.path.insert(0, {host_folder!r})\nfrom helper import add\nprint(add(2, 3))\n"
-            f"try:\n    open({host_folder!r} + '/w', 'w')\nexcept OSError as exc:\n    " "print(type(exc).__name__)\n")
+    prog = (
+        f"import sys\nsys.path.insert(0, {host_folder!r})\nfrom helper import add\nprint(add(2, 3))\n"
+        f"try:\n    open({host_folder!r} + '/w', 'w')\nexcept OSError as exc:\n    "
+        "print(type(exc).__name__)\n"
+    )
     cfg = sandbox.SandboxLimits(visible_paths=(host_folder,))
     res = sandbox.run_python({"m.py": prog}, "m.py", config=cfg)
     assert res.status == "ok", res.stderr

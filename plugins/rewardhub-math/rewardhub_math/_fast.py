@@ -56,7 +56,9 @@ def _targets() -> tuple[Any, list[tuple[int, list[tuple[Any, Any]]]]]:
     res = parser.get_extraction_regexes([parser.LatexExtractionConfig(), parser.ExprExtractionConfig()])
     patterns = sorted(((pattern, target, priority) for target_patterns, target in res
                        for pattern, priority in target_patterns), key=lambda x: x[2])
-    groups = [(priority, [(p, t) for p, t, _ in group]) for priority, group in groupby(patterns, key=lambda x: x[2])]
+    groups = [
+        (priority, [(p, t) for p, t, _ in group]) for priority, group in groupby(patterns, key=lambda x: x[2])
+    ]
     return parser, groups
 
 

@@ -23,14 +23,72 @@ def _bench_rows(n: int, seed: int) -> list[dict]:
 
 
 #: numbers as models write them: plain, signed, padded, with separators, percentages, fractions...
-_NUMBERS = ["0", "-0", "7", "-3", "12.5", "-0.25", "007", "1,000", "1 000", "50%", "3/4", "2.50", "1e5", "3.0",
-            ".5", "5.", "0.1", "-12", "1,234.5", "12,5", "\\frac{1}{2}", "\\dfrac{3}{4}", "x", "2^3", "\\pi",
-            "\\sqrt{2}", "10\\%", "1.5 \\text{ cm}", "$5", "\\$5", "123456789012345", "1234567890123456",
-            "-999999999999999", "0.000001", "3.14159265358979", "\\infty", "-\\infty", "(1, 2)", "\\{1, 2\\}"]
-_TEMPLATES = ["\\boxed{%s}", "The answer is %s.", "Answer: %s", "$%s$", "so x = %s", "%s", "\\boxed{%s} and \\boxed{2}",
-              "we get $\\boxed{%s}$.", "Final answer: $%s$ dollars", "= %s\n", "%s apples", "\\(%s\\)", "\\[ %s \\]",
-              "**%s**", "First 3, then %s", "\\boxed{%s}.\nAnswer: 4", "The result is %s, i.e. $\\frac{8}{2}$",
-              "I think it is %s or 5", "x = %s, y = 2", "%s%%", "no answer", "\\boxed{\\boxed{%s}}", "\\boxed{%s}\\boxed{3}"]
+_NUMBERS = [
+    "0",
+    "-0",
+    "7",
+    "-3",
+    "12.5",
+    "-0.25",
+    "007",
+    "1,000",
+    "1 000",
+    "50%",
+    "3/4",
+    "2.50",
+    "1e5",
+    "3.0",
+    ".5",
+    "5.",
+    "0.1",
+    "-12",
+    "1,234.5",
+    "12,5",
+    "\\frac{1}{2}",
+    "\\dfrac{3}{4}",
+    "x",
+    "2^3",
+    "\\pi",
+    "\\sqrt{2}",
+    "10\\%",
+    "1.5 \\text{ cm}",
+    "$5",
+    "\\$5",
+    "123456789012345",
+    "1234567890123456",
+    "-999999999999999",
+    "0.000001",
+    "3.14159265358979",
+    "\\infty",
+    "-\\infty",
+    "(1, 2)",
+    "\\{1, 2\\}",
+]
+_TEMPLATES = [
+    "\\boxed{%s}",
+    "The answer is %s.",
+    "Answer: %s",
+    "$%s$",
+    "so x = %s",
+    "%s",
+    "\\boxed{%s} and \\boxed{2}",
+    "we get $\\boxed{%s}$.",
+    "Final answer: $%s$ dollars",
+    "= %s\n",
+    "%s apples",
+    "\\(%s\\)",
+    "\\[ %s \\]",
+    "**%s**",
+    "First 3, then %s",
+    "\\boxed{%s}.\nAnswer: 4",
+    "The result is %s, i.e. $\\frac{8}{2}$",
+    "I think it is %s or 5",
+    "x = %s, y = 2",
+    "%s%%",
+    "no answer",
+    "\\boxed{\\boxed{%s}}",
+    "\\boxed{%s}\\boxed{3}",
+]
 
 
 def _texts(n: int, seed: int) -> list[str]:
@@ -45,7 +103,10 @@ def _texts(n: int, seed: int) -> list[str]:
         elif k < 0.8:
             number = f"{rng.uniform(-1000, 1000):.{rng.randint(1, 12)}f}"
         else:  # fractions: the fast path takes \frac of two plain integers
-            a, b = rng.randint(-10 ** rng.randint(1, 16), 10 ** rng.randint(1, 16)), rng.randint(-3, 10 ** rng.randint(1, 4))
+            a, b = (
+                rng.randint(-(10 ** rng.randint(1, 16)), 10 ** rng.randint(1, 16)),
+                rng.randint(-3, 10 ** rng.randint(1, 4)),
+            )
             number = rng.choice(["\\frac{%d}{%d}", "-\\frac{%d}{%d}", "\\dfrac{%d}{%d}", "\\frac{%d.5}{%d}",
                                  "\\frac {%d}{%d}", "\\frac%d%d", "\\tfrac{%d}{%d}"]) % (a, b)
         template = rng.choice(_TEMPLATES)
@@ -86,8 +147,27 @@ def test_scores_are_math_verifys_over_generated_cases(monkeypatch):
 
     rng = random.Random(3)
     cases = [(r["response"], r["ground_truth"]) for r in _bench_rows(1500, seed=2)]
-    golds = ["0.5", "1/2", "\\frac{1}{2}", "1000", "1,000", "#### 1,000", "50%", "50", "0.50", "-3", "3", "7.0",
-             "12.5", "25/2", "1e3", "007", "2.50", "\\$5", "5"]
+    golds = [
+        "0.5",
+        "1/2",
+        "\\frac{1}{2}",
+        "1000",
+        "1,000",
+        "#### 1,000",
+        "50%",
+        "50",
+        "0.50",
+        "-3",
+        "3",
+        "7.0",
+        "12.5",
+        "25/2",
+        "1e3",
+        "007",
+        "2.50",
+        "\\$5",
+        "5",
+    ]
     cases += [(text, rng.choice(golds)) for text in _texts(1500, seed=4)]
     fast = [mod.math_verify(response=r, ground_truth=g)["score"] for r, g in cases]
     mod._parse_gold_once.cache_clear()

@@ -68,7 +68,9 @@ def test_inside_an_event_loop():
 @pytest.mark.parametrize("executor", ["inline", "thread", "process"])
 def test_every_executor(executor):
     batch = [{"prompt": "q", "response": r, "ground_truth": g} for r, g, _ in CASES]
-    with Runner.from_config({"rewards": [{"name": "math_verify", "executor": executor, "timeout_s": 20}]}) as r:
+    with Runner.from_config(
+        {"rewards": [{"name": "math_verify", "executor": executor, "timeout_s": 20}]}
+    ) as r:
         res = r.score(batch)
     assert res.scores == [s for _, _, s in CASES]
     assert res.metrics["rewards/math_verify/errors"] == 0.0
@@ -114,8 +116,17 @@ def test_plain_number_golds_parse_exactly_as_math_verify_does():
 def test_plain_number_golds_score_as_before(monkeypatch):
     from rewardhub_math import reward as mod
 
-    responses = ["\\boxed{12.5}", "Answer: 12.50", "so 25/2", "\\boxed{-3}", "it is -3.0", "7", "\\boxed{0.1}",
-                 "1/10", "\\boxed{7}"]
+    responses = [
+        "\\boxed{12.5}",
+        "Answer: 12.50",
+        "so 25/2",
+        "\\boxed{-3}",
+        "it is -3.0",
+        "7",
+        "\\boxed{0.1}",
+        "1/10",
+        "\\boxed{7}",
+    ]
     golds = ["12.5", "12.5", "12.5", "-3", "-3", "007", "0.1", "0.1", "7.0"]
     fast = [math_verify(response=r, ground_truth=g)["score"] for r, g in zip(responses, golds)]
     mod._parse_gold_once.cache_clear()

@@ -33,8 +33,10 @@ def settings(section: Mapping[str, Any] | None, **explicit: Any) -> dict[str, An
         try:
             importlib.import_module(str(out["external_lib"]))
         except ImportError as exc:
-            raise UsageError(f"reward.reward_model.external_lib={out['external_lib']!r} cannot be imported: {exc}\n"
-                             "install that module, or remove the key") from exc
+            raise UsageError(
+                f"reward.reward_model.external_lib={out['external_lib']!r} cannot be imported: {exc}\n"
+                "install that module, or remove the key"
+            ) from exc
     return out
 
 

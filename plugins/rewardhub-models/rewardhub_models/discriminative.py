@@ -55,13 +55,26 @@ class RewardModel:
 
 
 @reward(name="reward_model", kind="model", capabilities=("reward_model",))
-def reward_model(*, prompts: Sequence[Any], responses: Sequence[str], reward_model: Mapping[str, Any] | None = None,
-                 model_path: str | None = None, batch_size: int | None = None, max_length: int | None = None,
-                 trust_remote_code: bool | None = None, template: str = "auto", label: int = -1,
-                 dtype: str = "float32", device: str = "cpu", **kwargs: Any) -> list[float]:
+def reward_model(
+    *,
+    prompts: Sequence[Any],
+    responses: Sequence[str],
+    reward_model: Mapping[str, Any] | None = None,
+    model_path: str | None = None,
+    batch_size: int | None = None,
+    max_length: int | None = None,
+    trust_remote_code: bool | None = None,
+    template: str = "auto",
+    label: int = -1,
+    dtype: str = "float32",
+    device: str = "cpu",
+    **kwargs: Any,
+) -> list[float]:
     """Score each response with a sequence-classification reward model (its logit, or P(label))."""
     cfg = settings(reward_model, model_path=model_path, batch_size=batch_size, max_length=max_length,
                    trust_remote_code=trust_remote_code)
-    rm: RewardModel = load_once(RewardModel, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device)
+    rm: RewardModel = load_once(
+        RewardModel, cfg["model_path"], bool(cfg.get("trust_remote_code") or False), dtype, device
+    )
     return rm.score(prompts, responses, batch_size=int(cfg.get("batch_size") or 8),
                     max_length=cfg.get("max_length"), template=template, label=label)

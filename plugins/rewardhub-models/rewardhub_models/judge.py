@@ -81,7 +81,9 @@ class Judge:
         out: list[str] = []
         for start in range(0, len(texts), max(1, batch_size)):
             chunk = [self.format(t) for t in texts[start:start + max(1, batch_size)]]
-            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+            enc = self.tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(
+                self.device
+            )
             with torch.no_grad():
                 gen = self.model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
                                           pad_token_id=self.tokenizer.pad_token_id)
@@ -101,7 +103,9 @@ def judge(*, prompts: Sequence[Any], responses: Sequence[str], ground_truths: Se
     ``max_response_chars``: the judge sees at most this many characters of each response (its start),
     so that one very long response cannot make a prompt the model takes minutes over.
     """
-    cfg = settings(reward_model, model_path=model_path, batch_size=batch_size, trust_remote_code=trust_remote_code)
+    cfg = settings(
+        reward_model, model_path=model_path, batch_size=batch_size, trust_remote_code=trust_remote_code
+    )
     if high <= low:
         raise ValueError(f"judge high={high!r} must be above low={low!r}")
     gts = list(ground_truths) if ground_truths is not None else [None] * len(responses)

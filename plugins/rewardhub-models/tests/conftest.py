@@ -42,7 +42,9 @@ def tiny_judge(tmp_path_factory):
     answer = tok("Score: 7", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     rows = []
     for i in range(24):
-        text = build_prompt(SHORT_RUBRIC, f"What is {i} + {i % 5}?", f"It is {i * 3 % 17}.", str(i + i % 5), 0, 10)
+        text = build_prompt(
+            SHORT_RUBRIC, f"What is {i} + {i % 5}?", f"It is {i * 3 % 17}.", str(i + i % 5), 0, 10
+        )
         ids = tok(text + "\n", add_special_tokens=False)["input_ids"]
         rows.append((ids, answer))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)

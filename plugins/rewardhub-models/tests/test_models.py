@@ -17,7 +17,11 @@ from rewardhub.registry import build_registry
 
 SAMPLES = [
     {"prompt": "What is 2+2?", "response": "4", "ground_truth": "4"},
-    {"prompt": "Name a colour.", "response": "A long answer: the sky is blue on most days.", "ground_truth": "blue"},
+    {
+        "prompt": "Name a colour.",
+        "response": "A long answer: the sky is blue on most days.",
+        "ground_truth": "blue",
+    },
     {"prompt": "Say hi", "response": "hi", "ground_truth": None},
     {"prompt": "Spell cat", "response": "c-a-t, which spells cat", "ground_truth": "cat"},
     {"prompt": "", "response": "x", "ground_truth": "y"},
@@ -44,7 +48,9 @@ def test_both_are_registered_with_kind_model():
     reg = build_registry()
     for name in ("reward_model", "judge"):
         spec, _ = reg.load_full(name)
-        assert spec.kind == "model" and "reward_model" in spec.capabilities and spec.dist == "rewardhub-models"
+        assert (
+            spec.kind == "model" and "reward_model" in spec.capabilities and spec.dist == "rewardhub-models"
+        )
 
 
 @pytest.mark.parametrize("executor", ["inline", "process"])
@@ -62,8 +68,13 @@ def test_legacy_reward_model_keys_score_on_a_reward_model_pool(tiny_rm, local_ra
     """verl's ``reward_model.*`` keys: the classifier runs on its own Ray pool, from the registry."""
     from rewardhub.config import load_plan
 
-    overrides = ["reward_model.enable=True", f"reward_model.model.path={tiny_rm}", "reward_model.num_workers=2",
-                 "reward_model.micro_batch_size_per_gpu=2", "reward_model.model.fsdp_config.param_offload=True"]
+    overrides = [
+        "reward_model.enable=True",
+        f"reward_model.model.path={tiny_rm}",
+        "reward_model.num_workers=2",
+        "reward_model.micro_batch_size_per_gpu=2",
+        "reward_model.model.fsdp_config.param_offload=True",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RewardhubDeprecationWarning)
         cfg = load_plan(None, overrides)
@@ -93,7 +104,9 @@ def test_reward_model_without_a_model_names_the_keys():
     with runner_from_config({"rewards": [{"name": "reward_model", "on_failure": "raise"}]}) as runner:
         with pytest.raises(Exception) as info:
             runner.score(SAMPLES[:1])
-    assert "reward.reward_model.model_path" in str(info.value) and "reward_model.model.path" in str(info.value)
+    assert "reward.reward_model.model_path" in str(info.value) and "reward_model.model.path" in str(
+        info.value
+    )
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):
@@ -121,10 +134,18 @@ def test_judge_without_a_score_fails_that_sample_by_policy(tiny_judge, judge_rub
     assert res.metrics["rewards/judge/errors"] == 2
 
 
-@pytest.mark.parametrize("text,low,high,expected", [
-    ("Score: 7", 0, 10, 0.7), ("score = 10", 0, 10, 1.0), ("I think 3", 0, 10, 0.3), ("Score: 4.5", 1, 5, 0.875),
-    ("Score: 11", 0, 10, math.nan), ("no number", 0, 10, math.nan), ("Score: -1 then 5", 0, 10, math.nan),
-])
+@pytest.mark.parametrize(
+    "text,low,high,expected",
+    [
+        ("Score: 7", 0, 10, 0.7),
+        ("score = 10", 0, 10, 1.0),
+        ("I think 3", 0, 10, 0.3),
+        ("Score: 4.5", 1, 5, 0.875),
+        ("Score: 11", 0, 10, math.nan),
+        ("no number", 0, 10, math.nan),
+        ("Score: -1 then 5", 0, 10, math.nan),
+    ],
+)
 def test_parse_score(text, low, high, expected):
     from rewardhub_models.judge import parse_score
 

@@ -33,7 +33,11 @@ def _samples(dataset, n, wrong=False):
 
 
 def test_routed_by_data_source_and_scored():
-    batch = _samples("basic_arithmetic", 5) + _samples("chain_sum", 5) + _samples("basic_arithmetic", 3, wrong=True)
+    batch = (
+        _samples("basic_arithmetic", 5)
+        + _samples("chain_sum", 5)
+        + _samples("basic_arithmetic", 3, wrong=True)
+    )
     cfg = {"rewards": [{"name": "reasoning_gym.basic_arithmetic"}, {"name": "reasoning_gym.chain_sum"},
                        {"name": "reasoning_gym", "alias": "any_dataset"}]}
     with Runner.from_config(cfg) as r:
@@ -57,7 +61,11 @@ def test_an_answer_the_dataset_cannot_read_is_wrong_not_a_failure():
     from rewardhub_reasoning_gym.scoring import score
 
     entry = reasoning_gym.create_dataset("prime_factorization", size=1, seed=0)[0]
-    sample = {"prompt": entry["question"], "ground_truth": entry["answer"], "data_source": "prime_factorization",
-              "extra_info": {"entry": entry}}
+    sample = {
+        "prompt": entry["question"],
+        "ground_truth": entry["answer"],
+        "data_source": "prime_factorization",
+        "extra_info": {"entry": entry},
+    }
     assert score(response=f"<answer>{entry['answer']}</answer>", **sample) == 1.0
     assert score(response="<answer>The answer is 42. Really.</answer>", **sample) == 0.0
