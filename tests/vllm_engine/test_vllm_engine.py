@@ -189,25 +189,51 @@ def test_head_size_unsupported_by_cpu_attention_is_a_usage_error(tmp_path_factor
         VLLMEngine(path)
 
 
+#: run in a fresh interpreter: a second engine in this process tears down vLLM's process-wide parallel
+#: groups when it goes, and the session's ``engine`` then fails ("pipeline model parallel group is not
+#: initialized")
+_SETTINGS_CHECK = """
+import json, sys
+from vllm.platforms import current_platform
+from rewardhub_trainer.engine import make_engine
+
+rollout = {"engine": "vllm", "max_model_len": 192, "gpu_memory_utilization": 0.35, "enforce_eager": True,
+           "tensor_parallel_size": 1}
+eng = make_engine("vllm", sys.argv[1], rollout=rollout)
+config = eng.llm.llm_engine.vllm_config
+try:
+    eng.generate(["x" * 180], n=2, max_new_tokens=16, temperature=1.0, top_p=1.0, seed=0)
+    too_long = None
+except ValueError as exc:
+    too_long = str(exc)
+print("RESULT " + json.dumps({"max_model_len": config.model_config.max_model_len,
+      "engine_max": eng.max_model_len, "enforce_eager": config.model_config.enforce_eager,
+      "tp": config.parallel_config.tensor_parallel_size,
+      "gpu_mem": config.cache_config.gpu_memory_utilization, "cpu": current_platform.is_cpu(),
+      "too_long": too_long}))
+"""
+
+
+@pytest.mark.timeout(300)
 def test_rollout_settings_reach_the_running_engine(tiny_models):
     """``rollout.max_model_len`` / ``enforce_eager`` / ``tensor_parallel_size`` (and, on a GPU,
-    ``gpu_memory_utilization``) are what the vLLM engine runs with, through make_engine as a rollouter calls
-    it."""
-    from vllm.platforms import current_platform
+    ``gpu_memory_utilization``) are what the vLLM engine runs with, through make_engine as a rollouter
+    calls it."""
+    import json
+    import subprocess
+    import sys
 
-    from rewardhub_trainer.engine import make_engine
-
-    rollout = {"engine": "vllm", "max_model_len": 192, "gpu_memory_utilization": 0.35, "enforce_eager": True,
-               "tensor_parallel_size": 1}
-    eng = make_engine("vllm", tiny_models["qwen2"], rollout=rollout)
-    config = eng.llm.llm_engine.vllm_config
-    assert config.model_config.max_model_len == 192 == eng.max_model_len
-    assert config.model_config.enforce_eager is True
-    assert config.parallel_config.tensor_parallel_size == 1
-    if not current_platform.is_cpu():
-        assert config.cache_config.gpu_memory_utilization == 0.35
-    with pytest.raises(ValueError, match="max_model_len=192"):
-        eng.generate(["x" * 180], n=2, max_new_tokens=16, temperature=1.0, top_p=1.0, seed=0)
+    proc = subprocess.run([sys.executable, "-c", _SETTINGS_CHECK, tiny_models["qwen2"]], capture_output=True,
+                          text=True, timeout=280)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    got = json.loads(lines[-1][len("RESULT "):])
+    assert got["max_model_len"] == 192 == got["engine_max"]
+    assert got["enforce_eager"] is True
+    assert got["tp"] == 1
+    if not got["cpu"]:
+        assert got["gpu_mem"] == 0.35
+    assert got["too_long"] is not None and "max_model_len=192" in got["too_long"]
 
 
 def test_top_k_is_refused_because_vllm_records_the_truncated_distribution(engine, tiny_models):
