@@ -211,7 +211,7 @@ def test_a_learner_rank_that_dies_restarts_the_group_from_the_latest_checkpoint(
 
     def kill_rank_1(step, metrics, run):
         if step == 3 and not killed:  # the latest checkpoint is step 2
-            pid = next(w["pid"] for w in run.workers if w["role"] == "learner" and w["rank"] == 1)
+            pid = next(w["pid"] for w in run.fleet.workers if w["role"] == "learner" and w["rank"] == 1)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 

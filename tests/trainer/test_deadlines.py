@@ -52,7 +52,7 @@ def test_a_hung_rollouter_is_restarted_like_a_dead_one(ray_session, tiny_config,
 
     def freeze(step, metrics, run):
         if step == 2 and not stopped:
-            pid = next(w["pid"] for w in run.workers if w["role"] == "rollouter")
+            pid = next(w["pid"] for w in run.fleet.workers if w["role"] == "rollouter")
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
 

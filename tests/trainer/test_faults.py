@@ -33,7 +33,7 @@ def _rows(out: Path) -> list[dict]:
 
 
 def _pid_of(run, role: str) -> int:
-    return next(w["pid"] for w in run.workers if w["role"] == role)
+    return next(w["pid"] for w in run.fleet.workers if w["role"] == role)
 
 
 def _wait_gone(pid: int, timeout: float = 10.0) -> None:
@@ -228,7 +228,7 @@ def test_updates_that_are_never_finite_stop_the_run_and_reach_no_rollouter(
     held: list[list[tuple[bool, float]]] = []
 
     def rollouter_weights(step, metrics, run):
-        held.append(ray.get([h.__ray_call__.remote(weights_of) for h in run.rollouters.pool.handles]))
+        held.append(ray.get([h.__ray_call__.remote(weights_of) for h in run.fleet.rollouters.pool.handles]))
 
     (tmp_path / "huge.py").write_text("import random\n\ndef huge(*, response, **kw):\n"
                                       "    return random.random() * 1e45\n")
@@ -324,7 +324,7 @@ def test_an_extreme_behaviour_logprob_in_a_run_leaves_the_weights_finite(ray_ses
 
     def corrupt_after_step_1(step, metrics, run):
         if step == 1:
-            ray.get([h.__ray_call__.remote(corrupt) for h in run.rollouters.pool.handles])
+            ray.get([h.__ray_call__.remote(corrupt) for h in run.fleet.rollouters.pool.handles])
 
     out = tmp_path / "o"
     t0 = time.monotonic()

@@ -237,7 +237,7 @@ def test_a_learner_rank_that_sees_two_gpus_is_refused_in_one_line(monkeypatch):
     from rewardhub_trainer import devices
     from rewardhub_trainer.actors import Learner
     from rewardhub_trainer.faults import RunAborted
-    from rewardhub_trainer.lifecycle import Lifecycle
+    from rewardhub_trainer.fleet import check_infos
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # e.g. RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -253,7 +253,7 @@ def test_a_learner_rank_that_sees_two_gpus_is_refused_in_one_line(monkeypatch):
         match=r"^learner on .*: a CUDA learner rank must see exactly one GPU; this one "
         r"sees 2 \(CUDA_VISIBLE_DEVICES='0,1'\)",
     ):
-        Lifecycle._check_fingerprints(None, [info])  # type: ignore[arg-type]
+        check_infos([info])
 
 
 def test_gpu_check_runs_its_cpu_side_checks_here():

@@ -132,7 +132,7 @@ def _killer(role: str, at_step: int, killed: list):
     def on_step(step, metrics, run):
         if step != at_step:
             return
-        pid = next(w["pid"] for w in run.workers if w["role"] == role)
+        pid = next(w["pid"] for w in run.fleet.workers if w["role"] == role)
         os.kill(pid, signal.SIGKILL)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -267,7 +267,8 @@ def test_reward_workers_hold_the_cpus_the_config_declares(ray_session, tiny_conf
     seen: list[list[dict]] = []
 
     def ask(step, metrics, run):
-        seen.extend(ray.get([h.__ray_call__.remote(held_by_workers) for h in run.reward_client.handles]))
+        clients = run.fleet.reward_client.handles
+        seen.extend(ray.get([h.__ray_call__.remote(held_by_workers) for h in clients]))
 
     sections = {"trainer": {"mode": "sync", "total_steps": 1},
                 "reward": {"workers": {"num_workers": 1, **workers}}}

@@ -2,6 +2,8 @@
 
 A checkpoint is written into a hidden ``.step_NNNNNN.tmp`` folder, the driver's state last, and
 then renamed into place: a folder named ``step_*`` is always complete, whatever was killed when.
+:class:`Checkpointer` is the run's part that decides when to save and remembers the latest one: where
+a restarted learner continues from.
 """
 
 from __future__ import annotations
@@ -9,10 +11,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["commit_checkpoint", "latest_checkpoint", "read_state", "staging_path", "write_state"]
+from .config import TrainerConfig
+from .ledger import Ledger
+from .ledger import RestorePoint
+
+__all__ = ["Checkpointer", "commit_checkpoint", "latest_checkpoint", "read_state", "staging_path",
+           "write_state"]
 
 STATE = "trainer_state.json"
 
@@ -74,3 +83,31 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         return None
     done = sorted(p for p in root.glob("step_*") if (p / STATE).exists())
     return done[-1] if done else None
+
+
+class Checkpointer:
+    """When a run saves (``trainer.checkpoint_every`` steps, ``checkpoint_minutes``, the last step), and
+    its latest checkpoint (:attr:`restore_point`)."""
+
+    def __init__(self, out: Path, t: TrainerConfig, start: RestorePoint) -> None:
+        self.root = out / "checkpoints"
+        self.every, self.minutes, self.keep = t.checkpoint_every, t.checkpoint_minutes, t.checkpoint_keep
+        self.total_steps = t.total_steps
+        self.restore_point = start  #: where a restarted learner continues from
+        self.last_t = time.monotonic()
+
+    def due(self, step: int) -> bool:
+        """Whether the run saves after training step ``step``."""
+        return bool((self.every and step % self.every == 0) or step == self.total_steps
+                    or (self.minutes and time.monotonic() - self.last_t >= self.minutes * 60))
+
+    def save(self, ledger: Ledger, save_learner: Callable[[str], None], config: dict[str, Any]) -> Path:
+        """Save atomically: the learner's files (``save_learner(folder)``) and the ledger's state (with
+        the run's ``config``) into a hidden folder, then renamed into place."""
+        staged = staging_path(self.root, ledger.step)
+        save_learner(str(staged))
+        write_state(staged, {**ledger.carried(), "config": config})
+        path = commit_checkpoint(staged, ledger.step, keep=self.keep)
+        self.restore_point = ledger.point(str(path))
+        self.last_t = time.monotonic()
+        return path

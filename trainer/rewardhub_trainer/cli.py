@@ -75,7 +75,7 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
 
         bar = tqdm(
             total=prep.cfg.trainer.total_steps,
-            initial=run_.step,
+            initial=run_.ledger.step,
             desc=f"train ({prep.cfg.trainer.mode})",
             unit="step",
             file=sys.stderr,

@@ -20,7 +20,7 @@ sum.
 
 A rank that dies breaks the group: rank 0 exits, Ray restarts it (its old ranks die with it, as
 actors of their owner), the new rank 0 starts new ranks, and the driver restores the learner from
-its latest checkpoint as it does for a single learner (:mod:`rewardhub_trainer.recovery`).
+its latest checkpoint as it does for a single learner (:meth:`rewardhub_trainer.loop.Run._restore`).
 """
 
 from __future__ import annotations

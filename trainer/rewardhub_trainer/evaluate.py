@@ -24,11 +24,14 @@ import json
 import math
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from .actors import PromptBatch
 from .actors import Rollout
-from .config import TrainerConfig
+from .fleet import Fleet
+from .prepare import Prepared
+from .stats import StepStats
 
 __all__ = ["Evaluator", "val_metrics"]
 
@@ -66,23 +69,25 @@ def val_metrics(rollouts: list[Rollout]) -> dict[str, float]:
 class Evaluator:
     """The run's evaluations; a no-op when there is no validation set."""
 
-    def __init__(self, run: Any) -> None:
-        self.run = run
-        self.dataset = run.prep.val_dataset
+    def __init__(self, prep: Prepared, fleet: Fleet, stats: StepStats,
+                 report: Callable[[int, dict[str, Any]], None]) -> None:
+        """``report(step, metrics)``: called with each evaluation's metrics (the run's trackers)."""
+        self.prep, self.t, self.fleet, self.stats, self.report = prep, prep.cfg.trainer, fleet, stats, report
+        self.dataset = prep.val_dataset
         self.history: list[dict[str, Any]] = []
         self._actor: Any = None
 
     def due(self, step: int) -> bool:
         """Whether a training step ``step`` is followed by an evaluation."""
-        t: TrainerConfig = self.run.t
+        t = self.t
         if self.dataset is None or t.test_freq == -1 or (self.history and self.history[-1]["step"] == step):
             return False
         return (t.test_freq > 0 and step % t.test_freq == 0) or step == t.total_steps
 
-    def before_training(self) -> None:
-        """verl's ``val_before_train``: evaluate the starting weights."""
-        if self.dataset is not None and self.run.t.val_before_train:
-            self.evaluate(self.run.step)
+    def before_training(self, step: int) -> None:
+        """verl's ``val_before_train``: evaluate the starting weights (those of ``step``)."""
+        if self.dataset is not None and self.t.val_before_train:
+            self.evaluate(step)
 
     def after_step(self, step: int) -> None:
         if self.due(step):
@@ -94,45 +99,42 @@ class Evaluator:
         from .actors import Rollouter
 
         if self._actor is None:
-            run, cfg = self.run, self.run.cfg
+            cfg, t = self.prep.cfg, self.t
             rollout = dataclasses.replace(cfg.rollout, n=cfg.rollout.val_n,
                                           temperature=cfg.rollout.val_temperature)
             # placed like the rollouters: its own bundle of resources.evaluator (default: the rollouter's
             # entry)
-            self._actor = ray.remote(Rollouter).options(**run.placement.options("evaluator"),
-                                                         max_restarts=run.t.max_restarts).remote(
-                run.prep.model_path, rollout, cfg.data,
-                dtype=cfg.rollout.dtype, device=run.t.device, threads=run._threads(), seed=run.t.seed)
+            self._actor = ray.remote(Rollouter).options(**self.fleet.placement.options("evaluator"),
+                                                         max_restarts=t.max_restarts).remote(
+                self.prep.model_path, rollout, cfg.data,
+                dtype=cfg.rollout.dtype, device=t.device, threads=self.fleet.threads, seed=t.seed)
         return self._actor
 
     def evaluate(self, step: int) -> dict[str, Any]:
         import ray
 
         assert self.dataset is not None
-        run = self.run
         t0 = time.perf_counter()
         actor = self._generator()
-        ray.get(actor.set_weights.remote(run.learner.get_weights.remote(), step))
+        ray.get(actor.set_weights.remote(self.fleet.learner.get_weights.remote(), step))
         items = self.dataset.items
         rollouts = []
         for k, start in enumerate(range(0, len(items), CHUNK)):
             prompts = items[start:start + CHUNK]
             batch = PromptBatch(index=_INDEX0 + k, prompts=list(prompts),
                                 dataset_indices=list(range(start, start + len(prompts))))
-            rollout = ray.get(actor.generate.remote(batch))
-            rollouts.append(run._call(run.reward_client, 0, "score", rollout))
+            rollouts.append(self.fleet.score(ray.get(actor.generate.remote(batch))))
         metrics: dict[str, Any] = {"step": step, **val_metrics(rollouts),
                                    "val/time_s": time.perf_counter() - t0}
         self.history.append(metrics)
-        stats = run.stats
+        stats = self.stats
         with stats.metrics_path.open("a") as f:
             f.write(json.dumps(metrics, sort_keys=True) + "\n")
         for key, value in metrics.items():
             if key != "step":
                 stats.tb.add_scalar(key, float(value), step)
         stats.tb.flush()
-        for cb in run.val_callbacks:  # trackers (loggers.py)
-            cb(step, metrics, run)
+        self.report(step, metrics)
         return metrics
 
     def infos(self) -> list[dict[str, Any]]:

@@ -1,38 +1,41 @@
-"""Orchestration: ``sync`` (generate, score, train in lock-step) and ``fully_async`` (they overlap).
+"""Orchestration: one training run, composed of parts that each own their state.
 
-The driver owns the bookkeeping, so the accounting is exact: a sample is *generated* when its
-rollout comes back from a rollouter, and then ends as *trained*, *dropped as stale* (by the message
-queue, counted here), *unused at the end*, or *lost on restart* (the learner died: what it trained
-after its latest checkpoint, and everything in flight, is thrown away and the run continues from
-that checkpoint). A rollouter that dies mid-call is restarted by Ray (``max_restarts``) or
-re-created, gets the current weights again, and the same batch is resubmitted: a lost call never
-produced samples, so nothing is lost or counted twice (:mod:`rewardhub_trainer.faults`). A reward
-worker that dies is restarted by its :class:`rewardhub.distributed.RewardWorkerPool`, which
-re-scores only the samples that worker had not returned, so each sample is still scored once.
+- :class:`~rewardhub_trainer.ledger.Ledger`: the step, the data cursor and what became of every sample
+  (plain numbers, no Ray);
+- :class:`~rewardhub_trainer.fleet.Fleet`: the actors (start, calls that survive a dead actor, weight
+  sync, the learner's restore, stop);
+- :class:`~rewardhub_trainer.checkpoint.Checkpointer`: when to save, and the latest checkpoint;
+- :class:`~rewardhub_trainer.schedule.Schedule`: ``sync`` or ``fully_async``, and what is in flight;
+- :class:`~rewardhub_trainer.evaluate.Evaluator`: evaluations on ``data.val_files``.
 
-:class:`Run` is made of parts, each in its own module: :mod:`.lifecycle` (the actors' start-up,
-weight sync and stop), :mod:`.modes` (the sync and fully-async loops), :mod:`.accounting` (counts,
-step metrics, the summary) and :mod:`.recovery` (checkpoints, the learner's restart).
+:class:`Run` wires them and is the schedule's :class:`~rewardhub_trainer.schedule.Outcomes`: it records
+what comes back in the ledger and the step metrics, checks the run's health (stale batches, failing
+rewards, non-finite updates), saves checkpoints, and when the learner dies continues from the latest
+checkpoint: what it trained after it, and every batch in flight, is thrown away and counted
+(``samples_lost_on_restart``); the data order goes back to the checkpoint's cursor, so the run trains
+the same batches an uninterrupted run would.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import time
+import sys
 from collections.abc import Callable
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .accounting import COUNTS
-from .accounting import Accounting
+from .actors import Rollout
+from .checkpoint import Checkpointer
 from .checkpoint import latest_checkpoint
 from .checkpoint import read_state
-from .lifecycle import Lifecycle
-from .modes import Modes
+from .devices import devices_summary
+from .ledger import Ledger
 from .prepare import Prepared
-from .recovery import Recovery
 from .reward_failures import FailureWatch
+from .reward_failures import invalid_samples
+from .rewards import provenance
 from .runfolder import begin
 from .runfolder import check_output
 from .runfolder import check_resume_model
@@ -42,13 +45,17 @@ from .stats import StepStats
 __all__ = ["Run", "RunAborted"]
 
 # Ray is imported here (not by config/prepare): this module is loaded only once the config is valid.
+from .evaluate import Evaluator  # noqa: E402
 from .faults import LearnerLost  # noqa: E402
 from .faults import RunAborted  # noqa: E402
+from .fleet import Fleet  # noqa: E402
+from .fleet import check_infos  # noqa: E402
+from .schedule import make_schedule  # noqa: E402
 
 StepCallback = Callable[[int, Mapping[str, Any], "Run"], None]
 
 
-class Run(Lifecycle, Modes, Accounting, Recovery):
+class Run:
     """One training run; :meth:`run` returns the summary it also writes to ``summary.json``."""
 
     def __init__(self, prep: Prepared, output: str | os.PathLike[str], *, resume: str | None = None,
@@ -57,14 +64,13 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
         another run only with ``overwrite`` (whose files go once the actors have started) or when
         ``resume`` names it."""
         self.prep = prep
-        self.cfg = prep.cfg
-        self.t = prep.cfg.trainer
+        self.t = t = prep.cfg.trainer
         self.out = check_output(str(output))
         claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
         self.overwrite = overwrite
         self.resumed_here = bool(resume) and Path(os.path.abspath(str(resume))) == self.out
+        #: called after each step, and with each evaluation's metrics (trackers: loggers.py)
         self.callbacks = callbacks
-        # : called with each evaluation's metrics (evaluate.py)
         self.val_callbacks: tuple[StepCallback, ...] = ()
         self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
         if resume and self.resume_ckpt is None:
@@ -74,71 +80,192 @@ class Run(Lifecycle, Modes, Accounting, Recovery):
                              "point it at the --output folder of an earlier run")
         if self.resume_ckpt is not None:
             check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
-        self.counts = dict.fromkeys(COUNTS, 0)
-        self.prior = dict.fromkeys(COUNTS, 0)
-        self.step = 0
-        self.cursor = 0  # next batch index to generate
-        self.consumed = 0  # next batch index the queue will hand out (trained or dropped)
-        self.max_staleness = 0
-        self.lost_calls = {"rollouter": 0, "reward_client": 0}
-        self.resumed_from: int | None = None
-        if self.resume_ckpt is not None:
-            state = read_state(self.resume_ckpt)
-            self.step = int(state["step"])
-            self.cursor = self.consumed = int(state["data_cursor"])
-            self.prior.update(state["counts"])
-            self.max_staleness = int(state.get("max_staleness_seen", 0))
-            self.resumed_from = self.step
-        self.stats = StepStats(self.out, self.cfg.samples_per_step, resumed_from=self.resumed_from,
-                               resume_dir=Path(resume) if resume else None,
-                               num_rollouters=self.t.num_rollouters)
-        # where a restarted learner continues from: the latest checkpoint of this run (or its start)
-        self.restore_point = {"path": str(self.resume_ckpt) if self.resume_ckpt else None, "step": self.step,
-                              "cursor": self.cursor, "trained": self.prior["trained"]}
-        self.versions: dict[int, int] = {}  # weights tag (a step) -> policy version (optimizer updates)
-        self.learner_restarts = 0
-        self.learner_restores: list[dict[str, Any]] = []  # each restart: from which step, to which checkpoint
-        self.weight_syncs = 0
-        self.stale_in_row = self.max_stale_in_row = 0
-        self.skipped_updates = 0
-        self.reward_watch = FailureWatch(self.t.max_reward_error_rate)
-        self.last_checkpoint_t = time.monotonic()
-        self._reset_flight()
-        self._queue_size = 0
+        self.ledger = Ledger(read_state(self.resume_ckpt) if self.resume_ckpt is not None else None)
+        self.stats = StepStats(self.out, prep.cfg.samples_per_step, resumed_from=self.ledger.resumed_from,
+                               resume_dir=Path(resume) if resume else None, num_rollouters=t.num_rollouters)
+        self.checkpoints = Checkpointer(self.out, t, self.ledger.point(
+            str(self.resume_ckpt) if self.resume_ckpt else None))
+        self.reward_watch = FailureWatch(t.max_reward_error_rate)  #: failed reward calls, per reward
+        #: each restart of the learner: from which step, to which checkpoint
+        self.learner_restores: list[dict[str, Any]] = []
+        self.fleet = Fleet(prep)
+        self.evaluator = Evaluator(prep, self.fleet, self.stats, self._report_evaluation)
+        self.schedule = make_schedule(t, prep.cfg.rollout.prompts_per_step, prep.dataset, self.fleet,
+                                      self.ledger, self.stats, self)
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         try:
             return self._run()
         except BaseException:
-            self._stop_actors()  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
+            self._stop()  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
             raise
 
     def _run(self) -> dict[str, Any]:
-        from .evaluate import Evaluator
-
-        self.evaluator = Evaluator(self)  # data.val_files: evaluations before/every test_freq/at the end
-        self._start_actors()
+        ledger = self.ledger
+        ledger.versions[ledger.step] = self.fleet.start(str(self.resume_ckpt) if self.resume_ckpt else None)
+        if ledger.step > 0:  # resumed: the rollouters start from the checkpoint's weights
+            self.fleet.sync_weights(ledger.step, wait=True)
         begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here)
         self.stats.start()
-        self.evaluator.before_training()
-        while self.step < self.t.total_steps:
+        self.evaluator.before_training(ledger.step)
+        while ledger.step < self.t.total_steps:
             try:
-                if self.t.mode == "sync":
-                    self._run_sync()
-                else:
-                    self._run_async()
+                self.schedule.run()
             except LearnerLost:
                 self._recover()
         # the end: whatever is still in flight was generated (or will be) but not trained
-        leftovers = self._collect()
+        leftovers = self.schedule.collect()
         self.stats.finish()
         return self._finish(leftovers)
 
+    def _stop(self) -> None:
+        self.evaluator.close()
+        self.fleet.stop()
+
+    def _infos(self) -> list[dict[str, Any]]:
+        """Every actor's info (the evaluator's once it has started), checked."""
+        infos = self.fleet.infos() + self.evaluator.infos()
+        check_infos(infos)
+        return infos
+
+    # -- what the schedule reports (Outcomes) ---------------------------------------------------
+    def generated(self, rollout: Rollout) -> None:
+        self.ledger.generated(rollout.num_samples)
+        self.stats.busy("rollouter", rollout.gen_s)
+
+    def dropped(self, dropped: list[dict[str, int]]) -> None:
+        t = self.t
+        for d in dropped:
+            in_row = self.ledger.dropped(d["batch_index"], d["samples"])
+            self.stats.dropped(d, in_row)
+            if in_row == (t.max_stale_batches + 1) // 2:
+                print(f"WARNING: dropped {in_row} batch(es) in a row as stale "
+                      f"(the run stops at {t.max_stale_batches})", file=sys.stderr)
+            if in_row >= t.max_stale_batches:
+                raise RunAborted(
+                    f"message queue: dropped {in_row} batch(es) in a row as stale (trainer."
+                    f"staleness_limit={t.staleness_limit}); raise trainer.staleness_limit or "
+                    "trainer.max_stale_batches, or lower trainer.sync_interval")
+
+    def trained(self, item: Rollout, staleness: int, result: Mapping[str, float], *, queued: int) -> None:
+        ledger, t = self.ledger, self.t
+        stale_before = ledger.trained(item.batch.index, item.num_samples, staleness,
+                                      version=int(result["version"]),
+                                      skipped=int(result.get("optim/skipped_steps", 0)))
+        step = ledger.step
+        invalid = invalid_samples(item.rewards)
+        extra = {
+            "policy_version": ledger.versions.get(item.version, item.version),
+            "weights_step": item.version,
+            "stale/batches_in_a_row": stale_before,
+            "samples/invalid": invalid,
+        }
+        metrics = self.stats.step(step, item, staleness, result, ledger.totals(), queue_size=queued,
+                                  extra=extra)
+        failing = self.reward_watch.step(item.reward_failures, invalid)
+        if failing:
+            raise RunAborted(failing)
+        if int(result.get("optim/nonfinite_in_row", 0)) >= t.max_nonfinite_steps:
+            raise RunAborted(
+                f"learner: {int(result['optim/nonfinite_in_row'])} optimizer updates in a row skipped "
+                f"(non-finite loss or gradient, step {step}); lower trainer.lr or check the rewards")
+        if self.checkpoints.due(step):
+            self.checkpoints.save(ledger, self.fleet.save_learner, self.prep.public_config())
+        for cb in self.callbacks:
+            cb(step, metrics, self)
+        self.evaluator.after_step(step)
+
+    def _report_evaluation(self, step: int, metrics: dict[str, Any]) -> None:
+        for cb in self.val_callbacks:
+            cb(step, metrics, self)
+
+    # -- the learner died ------------------------------------------------------------------------
     def _recover(self) -> None:
         while True:  # it may die again while being restored: bounded by trainer.max_restarts
             try:
-                self._restart_learner()
+                self._restore()
                 return
             except LearnerLost:
                 continue
+
+    def _restore(self) -> None:
+        """Continue from the latest checkpoint; what came after it is lost (and counted)."""
+        point, at_step = self.checkpoints.restore_point, self.ledger.step
+        version = self.fleet.restore_learner(point)
+        in_flight = sum(r.num_samples for r in self.schedule.collect())
+        lost = self.ledger.rewind(point, in_flight, version)
+        print(f"WARNING: learner restarted from step {point.step} (was at {at_step}); "
+              f"{lost} samples lost", file=sys.stderr)
+        self.learner_restores.append({"at_step": at_step, "to_step": point.step, "checkpoint": point.path,
+                                      "samples_lost": lost})
+        self.schedule.reset()
+        self.stats.rewind(point.step)
+        self.fleet.workers = self._infos()
+        # the rollouters may hold weights newer than the checkpoint's
+        self.fleet.sync_weights(point.step, wait=True)
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _finish(self, leftovers: list[Rollout]) -> dict[str, Any]:
+        summary = self._summary(leftovers, self._infos())
+        self._stop()
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return summary
+
+    def _summary(self, leftovers: list[Rollout], workers: list[dict[str, Any]]) -> dict[str, Any]:
+        t, ledger, fleet, prep = self.t, self.ledger, self.fleet, self.prep
+        unused = sum(r.num_samples for r in leftovers)
+        totals = ledger.totals()
+        counters = fleet.counters()
+        fully_async = t.mode == "fully_async"
+        kept = ("pool", "rank", "gpu_ids", "cuda_visible", "device", "dtype", "registry_builds")
+        return {
+            "mode": t.mode,
+            "samples_generated": totals["generated"],
+            "samples_trained": totals["trained"],
+            "samples_dropped_stale": totals["dropped_stale"],
+            "samples_unused_at_end": unused,
+            "samples_lost_on_restart": totals["lost_on_restart"],
+            "accounting_exact": totals["generated"]
+            == (totals["trained"] + totals["dropped_stale"] + unused + totals["lost_on_restart"]),
+            "max_staleness_seen": ledger.max_staleness,
+            "max_stale_batches_in_a_row": ledger.max_stale_in_row,
+            "staleness_limit": t.staleness_limit if fully_async else 0,
+            "sync_interval": t.sync_interval if fully_async else 1,
+            "steps": ledger.step,
+            "total_steps": t.total_steps,
+            "policy_version": ledger.versions.get(ledger.step),
+            "skipped_updates": ledger.skipped_updates,
+            "samples_invalid": self.reward_watch.invalid,
+            "reward_error_rate": self.reward_watch.rates(),
+            "resumed_from_step": ledger.resumed_from,
+            "learner_restores": self.learner_restores,
+            "weight_syncs": fleet.weight_syncs,
+            "weight_sync_failures": fleet.rollouters.sync_failures,
+            "driver_pid": os.getpid(),
+            "driver_fingerprint": prep.fingerprint,
+            "rewards": provenance(prep.cfg.reward, workers, used=prep.rewards),
+            "workers": [{**{k: w.get(k) for k in ("role", "node", "pid", "registry_fingerprint")},
+                         **{k: w[k] for k in kept if k in w}} for w in workers],
+            "devices": devices_summary(workers),
+            "resources": prep.cfg.resources.to_dict(),
+            "restarts": {
+                "rollouter": fleet.rollouters.pool.restarts,
+                "reward_client": fleet.reward_client.restarts,
+                "reward_worker": counters["restarts"],
+                "learner": fleet.learner_restarts,
+            },
+            "recreated": {
+                "rollouter": fleet.rollouters.pool.recreated,
+                "reward_client": fleet.reward_client.recreated,
+                "learner": fleet.learners.recreated,
+            },
+            "rescored_samples": counters["rescored_samples"],
+            "lost_calls": {**fleet.lost_calls, "rollouter": fleet.rollouters.lost_calls},
+            "hung_rollouter_calls": fleet.rollouters.hung,
+            "reward_pids": sorted(self.stats.reward_pids),
+            "model_path": prep.model_path,
+            "data": dict(prep.data_report),
+            **self.evaluator.summary(),
+            **self.stats.summary(),
+        }

@@ -1,0 +1,336 @@
+"""The actors of a run: their start-up, calls that survive a dead actor, the weights sent to the
+rollouters, the learner's restore, and their stop.
+
+:class:`Fleet` is the run's part that owns every Ray handle. The placement group is made first, so a
+cluster that lacks the resources the config asks for fails before any actor starts; every actor is
+created through a :class:`rewardhub_trainer.faults.ActorGroup`, which restarts or re-creates it
+when it dies. A rollouter that dies mid-call is restarted (or re-created), gets the current weights
+again, and the same batch is resubmitted: a lost call never produced samples, so nothing is lost or
+counted twice. A reward worker that dies is restarted by its
+:class:`rewardhub.distributed.RewardWorkerPool`, which re-scores only the samples that worker had not
+returned.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .actors import Rollout
+from .config import TrainerConfig
+from .devices import NO_GPU_ENV
+from .devices import print_choices
+from .faults import ACTOR_ERRORS
+from .faults import ActorGroup
+from .faults import LearnerLost
+from .faults import Rollouters
+from .faults import RunAborted
+from .faults import cause
+from .faults import hang
+from .faults import wait_alive
+from .ledger import RestorePoint
+from .placement import Placement
+from .prepare import Prepared
+
+__all__ = ["Fleet", "check_infos", "threads_for"]
+
+from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
+
+
+def threads_for(t: TrainerConfig) -> int:
+    """Torch threads per model actor: ``trainer.torch_threads``, else the cores shared out by mode."""
+    if t.torch_threads:
+        return t.torch_threads
+    cores = os.cpu_count() or 1
+    return cores if t.mode == "sync" else max(1, cores // (t.num_rollouters + 1))
+
+
+def check_infos(infos: list[dict[str, Any]]) -> None:
+    """An actor that reports an error stops the run: a reward client's refused pool (its workers'
+    rewards differ from the driver's, each named), or a learner rank that cannot run."""
+    for w in infos:
+        if w.get("error"):
+            raise RunAborted(f"{w['role']} on {w['hostname']} (node id {str(w['node'])[:12]}, pid "
+                             f"{w['pid']}): {w['error']}")
+
+
+class Fleet:
+    """The run's learner (with its data-parallel ranks), rollouters, reward clients and message queue."""
+
+    placement: Placement
+    rollouters: Rollouters
+    learners: ActorGroup
+    reward_client: ActorGroup
+    queue: Any  #: the message queue's Ray actor handle
+
+    def __init__(self, prep: Prepared) -> None:
+        self.prep, self.cfg, self.t = prep, prep.cfg, prep.cfg.trainer
+        self.workers: list[dict[str, Any]] = []  #: every actor's info, as of the last :meth:`infos`
+        self.lost_calls = {"reward_client": 0}  #: calls lost with their actor (and sent again)
+        self.weight_syncs = 0
+        self.learner_restarts = 0
+        self.cores_token: str | None = None  #: the run's core boards (:mod:`.cores`; None: not lent)
+        self._stoppers: list[Callable[[], None]] = []  #: what :meth:`stop` undoes
+
+    @property
+    def learner(self) -> Any:
+        """Rank 0's handle (the others are its peers: :mod:`.ddp`)."""
+        return self.learners.handles[0]
+
+    @property
+    def threads(self) -> int:
+        return threads_for(self.t)
+
+    # -- start ----------------------------------------------------------------------------------
+    def _lend_cores(self) -> str | None:
+        """The token of the run's core boards (:mod:`.cores`), or None when the actors keep their threads
+        (:func:`.cores.off_because`: lent only in fully_async, by CPU actors on one node, a single learner
+        and transformers rollouters at automatic threads)."""
+        import ray
+
+        from .cores import off_because
+
+        t, res = self.t, self.cfg.resources
+        if off_because(mode=t.mode, lend=t.lend_idle_cores, torch_threads=t.torch_threads,
+                       num_learners=t.num_learners, engine=self.cfg.rollout.engine,
+                       gpus_asked=res.learner.num_gpus + res.rollouter.num_gpus,
+                       nodes=len([n for n in ray.nodes() if n.get("Alive")])):
+            return None
+        return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+    def start(self, init_from: str | None) -> int:
+        """Start every actor (the learner from checkpoint ``init_from``, if any); returns the learner's
+        policy version."""
+        import ray
+
+        from .actors import Learner
+        from .actors import MessageQueue
+        from .actors import Rollouter
+
+        cfg, t = self.cfg, self.t
+        # the placement group first: a cluster that lacks what resources: asks fails before any actor
+        self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners,
+                                   evaluators=1 if self.prep.val_dataset is not None else 0)
+        self._stoppers.append(self.placement.remove)
+        self.cores_token = token = self._lend_cores()
+        if token:
+            from .cores import remove_board
+
+            # this node's board (one on another node: a few bytes left in its /dev/shm)
+            self._stoppers.append(lambda: remove_board(token))
+        place = self.placement.options
+        opts = {"max_restarts": t.max_restarts, "max_task_retries": 0}
+        roll_cls = ray.remote(Rollouter)
+        path, threads, slots = self.prep.model_path, self.threads, 1 + t.num_rollouters  # learner: slot 0
+
+        def cores(slot: int) -> tuple[str, int, int, str] | None:
+            return (token, slot, slots, t.lend_idle_cores) if token else None
+
+        def rollouter(i: int) -> Any:
+            return roll_cls.options(**opts, **place("rollouter", i)).remote(
+                path, cfg.rollout, cfg.data, dtype=cfg.rollout.dtype, device=t.device, threads=threads,
+                seed=t.seed, cores=cores(1 + i))
+
+        group = ActorGroup("rollouter", rollouter, t.num_rollouters, t.max_restarts)
+        self._stoppers.append(lambda: _kill(group.handles))
+        self.rollouters = Rollouters(group, retries=t.weight_sync_retries, check_weights=self._weights_ok,
+                                     deadline_s=t.call_timeout_s)
+        self._start_reward_client(opts)
+        settings = {k: getattr(t, k) for k in (
+            "lr", "kl_coef", "clip_eps", "clip_ratio_c", "ppo_epochs", "micro_batch_size", "max_grad_norm",
+            "weight_decay", "autocast", "lr_schedule", "lr_warmup_steps", "min_lr_ratio", "total_steps",
+            "entropy_coeff", "loss_agg_mode", "device")}
+        settings.update(temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
+        # a learner that dies is restarted by Ray (or re-created) and told which checkpoint to load
+        learner_cls = ray.remote(Learner)
+        peers = [place("learner", r) for r in range(1, t.num_learners)]
+
+        def learner(i: int) -> Any:
+            return learner_cls.options(**opts, **place("learner")).remote(
+                path, settings, seed=t.seed, threads=threads, scale_advantages=t.scale_advantages,
+                init_from=init_from, peers=peers, cores=cores(0))
+
+        self.learners = ActorGroup("learner", learner, 1, t.max_restarts)
+        self._stoppers.append(lambda: _kill(self.learners.handles))
+        self.queue = queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0,
+                                                              runtime_env=NO_GPU_ENV).remote(
+            t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
+        self._stoppers.append(lambda: _kill([queue]))
+        return self._first_infos()
+
+    def _start_reward_client(self, opts: dict[str, Any]) -> None:
+        """The reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
+        (so that scoring overlaps generation and training); the pool heals its own workers."""
+        import ray
+
+        from .actors import RewardClient
+
+        cfg, t = self.cfg, self.t
+        reward = cfg.reward
+        client_cls = ray.remote(RewardClient)
+        workers = reward.workers.num_workers or t.num_reward_workers
+        # None: the pool takes reward.workers.num_cpus / num_gpus / resources
+        rw = cfg.resources.reward_worker
+        rw_opts: dict[str, Any] = {"num_cpus": rw.num_cpus, "num_gpus": rw.num_gpus} if rw is not None else {}
+        if rw is not None and rw.resources:
+            rw_opts["resources"] = dict(rw.resources)
+        self.reward_client = clients = ActorGroup(
+            "reward_client", lambda i: client_cls.options(**opts, num_cpus=0, runtime_env=NO_GPU_ENV).remote(
+                reward, num_workers=workers, max_restarts=t.max_restarts, batch_size=cfg.samples_per_step,
+                reference=self.prep.reward_setup, **rw_opts),
+            t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
+
+        def close() -> None:  # the clients close their pools first; then every handle is killed
+            for h in clients.handles:
+                try:
+                    ray.get(h.close.remote(), timeout=60)
+                except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
+                    pass
+            _kill(clients.handles)
+
+        self._stoppers.append(close)
+
+    def _first_infos(self) -> int:
+        """The actors' first infos: the reward clients' first (a run whose rewards differ stops without
+        waiting for the models), then the others'; each actor's ``info()`` is called once. Returns the
+        learner's policy version."""
+        import ray
+
+        clients = ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600)
+        check_infos(clients)
+        self.workers = self.infos(clients)
+        print_choices(self.workers)
+        check_infos(self.workers)
+        return int(self.workers[0]["version"])
+
+    def infos(self, clients: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Every actor's info: learner ranks, rollouters, reward clients (``clients``: theirs, asked
+        already), reward workers."""
+        import ray
+
+        handles = [self.learner, *self.rollouters.pool.handles]
+        if clients is None:
+            handles += self.reward_client.handles
+        infos = ray.get([h.info.remote() for h in handles], timeout=600) + list(clients or [])
+        infos[1:1] = ray.get(self.learner.ranks.remote(), timeout=600)  # data-parallel ranks 1..N-1
+        for h in self.reward_client.handles:
+            infos += ray.get(h.workers.remote(), timeout=600)
+        return infos
+
+    # -- calls ----------------------------------------------------------------------------------
+    def score(self, rollout: Rollout) -> Rollout:
+        """Score a rollout on the first reward client, sent again when the client dies mid-call."""
+        import ray
+
+        pool = self.reward_client
+        while True:
+            try:
+                scored: Rollout = ray.get(pool.handles[0].score.remote(rollout))
+                return scored
+            except ACTOR_ERRORS:
+                self.lost_calls[pool.role] += 1
+                wait_alive(pool.failed(0), pool.role)
+            except RayTaskError as exc:  # e.g. a reward with on_failure: raise
+                raise RunAborted(f"{pool.role}: score failed: {cause(exc)}") from None
+
+    def client_failed(self, i: int) -> Any:
+        """Reward client ``i`` died mid-call: counted; its (restarted or re-created) live handle."""
+        self.lost_calls["reward_client"] += 1
+        handle = self.reward_client.failed(i)
+        wait_alive(handle, "reward_client")
+        return handle
+
+    def learner_call(self, ref: Any, what: str = "train failed") -> Any:
+        """The learner's answer; a learner that died, or does not answer within trainer.call_timeout_s
+        (hung: it is killed), is restored from the latest checkpoint (:class:`LearnerLost`)."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            return ray.get(ref, timeout=self.t.call_timeout_s or None)
+        except GetTimeoutError:
+            hang(self.learner, "learner", f"{what.split()[0]} not answered within {self.t.call_timeout_s:g}s")
+            raise LearnerLost from None
+        except ACTOR_ERRORS:
+            raise LearnerLost from None
+        except RayTaskError as exc:
+            raise RunAborted(f"learner: {what}: {cause(exc)}") from None
+
+    def save_learner(self, folder: str) -> None:
+        """The learner writes its files (weights, optimizer) into ``folder``."""
+        self.learner_call(self.learner.save.remote(folder), "checkpoint failed")
+
+    # -- weights --------------------------------------------------------------------------------
+    def sync_weights(self, step: int, *, wait: bool = False) -> None:
+        """Send the learner's weights (tagged ``step``) to every rollouter; each acknowledgement is
+        checked (now, or as it comes)."""
+        self.rollouters.sync(self.learner.get_weights.remote(), step)
+        self.weight_syncs += 1
+        if wait:
+            self.rollouters.settle()
+
+    def synced_step(self, default: int) -> int:
+        """The step of the weights the rollouters were last sent (``default``: none sent yet)."""
+        weights = self.rollouters.weights
+        return int(weights[1]) if weights is not None else default
+
+    def _weights_ok(self) -> None:
+        """After a failed acknowledgement: are the weights sent the fault (the learner died, or they are not
+        finite)?"""
+        import ray
+
+        if self.rollouters.weights is None:
+            return
+        try:
+            ray.get(self.rollouters.weights[0], timeout=600)
+        except ACTOR_ERRORS:
+            raise LearnerLost from None
+        except RayTaskError as exc:
+            raise RunAborted(f"learner: weights not sent: {cause(exc)}") from None
+
+    def restore_learner(self, point: RestorePoint) -> int:
+        """The learner died: once it is back (restarted by Ray or re-created), it loads ``point``'s
+        checkpoint unless it started from it. Returns its policy version."""
+        import ray
+
+        self.learner_restarts += 1
+        if self.learner_restarts > self.t.max_restarts:
+            raise RunAborted(f"learner: died {self.learner_restarts} times (trainer.max_restarts="
+                             f"{self.t.max_restarts}); see the Ray logs of its node for the cause")
+        handle = self.learners.failed(0)
+        wait_alive(handle, "learner")
+        try:
+            info = ray.get(handle.info.remote(), timeout=600)
+            version = int(info["version"])
+            if point.path and info.get("loaded_from") != point.path:
+                version = int(ray.get(handle.load.remote(point.path), timeout=600))
+        except ACTOR_ERRORS as exc:
+            raise RunAborted(f"learner: could not be restarted: {cause(exc)}") from None
+        return version
+
+    # -- the end --------------------------------------------------------------------------------
+    def counters(self) -> dict[str, int]:
+        """The reward pools' restarts and re-scored samples, over every reward client."""
+        import ray
+
+        counters = {"restarts": 0, "rescored_samples": 0}
+        for c in ray.get([h.counters.remote() for h in self.reward_client.handles]):
+            counters = {k: counters[k] + c[k] for k in counters}
+        return counters
+
+    def stop(self) -> None:
+        """Stop whatever was started (idempotent): no process or placement group is left behind."""
+        while self._stoppers:  # the last started first: the queue, ..., the placement group last
+            self._stoppers.pop()()
+
+
+def _kill(handles: list[Any]) -> None:
+    import ray
+
+    for h in handles:
+        try:
+            ray.kill(h, no_restart=True)
+        except Exception:  # noqa: BLE001 - gone already
+            pass
