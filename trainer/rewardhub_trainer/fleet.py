@@ -34,12 +34,12 @@ from .ledger import RestorePoint
 from .placement import Placement
 from .prepare import Prepared
 
-__all__ = ["Fleet", "check_infos", "threads_for"]
+__all__ = ["Fleet", "check_infos", "base_threads"]
 
 from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
 
 
-def threads_for(t: TrainerConfig) -> int:
+def base_threads(t: TrainerConfig) -> int:
     """Torch threads per model actor: ``trainer.torch_threads``, else the cores shared out by mode."""
     if t.torch_threads:
         return t.torch_threads
@@ -81,7 +81,7 @@ class Fleet:
 
     @property
     def threads(self) -> int:
-        return threads_for(self.t)
+        return base_threads(self.t)
 
     # -- start ----------------------------------------------------------------------------------
     def _lend_cores(self) -> str | None:
