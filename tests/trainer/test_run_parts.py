@@ -154,7 +154,8 @@ def test_the_run_is_composed_not_mixed_in():
 def test_the_ledger_and_the_checkpointer_load_without_ray():
     code = ("import sys, rewardhub_trainer.ledger, rewardhub_trainer.checkpoint; "
             "print(sorted(m for m in ('ray', 'torch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True)
     assert out.stdout.strip() == "[]"
 
 
