@@ -126,8 +126,10 @@ def _assigned_attributes(path: Path) -> set[str]:
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
             targets = [node.target]
         for target in targets:
+            while isinstance(target, ast.Subscript):  # x.versions[k] = ... writes x.versions
+                target = target.value
             for t in ast.walk(target):
-                if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store):
+                if isinstance(t, ast.Attribute):
                     names.add(t.attr)
     return names
 

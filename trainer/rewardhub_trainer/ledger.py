@@ -50,6 +50,10 @@ class Ledger:
             self.prior.update(state["counts"])
             self.max_staleness = int(state.get("max_staleness_seen", 0))
 
+    def started(self, version: int) -> None:
+        """The learner started (or resumed) at policy ``version``."""
+        self.versions[self.step] = version
+
     def next_batch(self) -> int:
         """The index of the next batch to generate (each is generated once, unless the run rewinds)."""
         index, self.cursor = self.cursor, self.cursor + 1

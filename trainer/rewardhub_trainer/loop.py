@@ -103,7 +103,7 @@ class Run:
 
     def _run(self) -> dict[str, Any]:
         ledger = self.ledger
-        ledger.versions[ledger.step] = self.fleet.start(str(self.resume_ckpt) if self.resume_ckpt else None)
+        ledger.started(self.fleet.start(str(self.resume_ckpt) if self.resume_ckpt else None))
         if ledger.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self.fleet.sync_weights(ledger.step, wait=True)
         begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here)
