@@ -7,6 +7,7 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import UsageError
@@ -14,6 +15,9 @@ from ._resolve import resolve_or_explain
 from .fields import SECTIONS
 from .schema import RewardConfig
 from .shim import MigrationReport
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 __all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
            "config_file_kind", "load_config", "load_config_with_report", "load_plan", "parse_text",
@@ -320,7 +324,7 @@ class ConfigPlan:
     :ivar path: the file it was read from (``None``: overrides only).
     """
 
-    config: Any
+    config: DictConfig
     reward: RewardConfig
     report: MigrationReport
     path: str | None = None
