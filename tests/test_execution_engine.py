@@ -61,6 +61,24 @@ def sleepy(*, response, **kwargs):
             time.sleep(1)
     return 1.0
 
+def hang_overlap(*, response, extra_info, **kwargs):
+    # "hang": hold a lock on a file of this call and hang; first note whether another hanging call holds
+    # its lock now (a killed call's lock is gone with its process)
+    if response == "hang":
+        import fcntl
+        folder = extra_info["dir"]
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name)) as other:
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    open(os.path.join(folder, "..", "overlapped"), "w").close()
+        mine = open(os.path.join(folder, "%d-%d" % (os.getpid(), time.monotonic_ns())), "w")
+        fcntl.flock(mine, fcntl.LOCK_EX)
+        while True:
+            time.sleep(1)
+    return 1.0
+
 def meet(*, response, extra_info, **kwargs):
     # "meet": a rendezvous: mark this call, then wait until extra_info["n"] calls have marked
     if response == "meet":
@@ -210,15 +228,16 @@ def test_calls_behind_a_slow_one_are_not_held_up(rfile, tmp_path):
     assert slow_ended_first == [False]  # thirty calls were done while the slow one still held
 
 
-def test_timeouts_overlap(rfile):
-    """Six calls that hang, timeout 1 s, two workers: spares run them side by side, not 6 s in a row."""
-    batch = samples_of(*(["hang", "x", "x"] * 6))
-    start = time.monotonic()
-    res, _ = score([term(rfile, "sleepy", executor="process", timeout_s=1, max_concurrency=2)], batch)
-    took = time.monotonic() - start
-    assert res.metrics["rewards/sleepy/timeouts"] == 6.0
+def test_timeouts_overlap(rfile, tmp_path):
+    """Six calls that hang, timeout 1 s, two workers: spares run them side by side, not one after
+    another (a hanging call sees another one hang at the same time: its file lock is held)."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    batch = samples_of(*(["hang", "x", "x"] * 6), dir=str(locks))
+    res, _ = score([term(rfile, "hang_overlap", executor="process", timeout_s=1, max_concurrency=2)], batch)
+    assert res.metrics["rewards/hang_overlap/timeouts"] == 6.0
     assert res.scores == [0.0, 1.0, 1.0] * 6
-    assert took < 4.5, took
+    assert len(list(locks.iterdir())) == 6 and (tmp_path / "overlapped").exists()
 
 
 def _hang_many(rfile, hangs, **pool):
