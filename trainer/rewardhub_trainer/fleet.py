@@ -224,16 +224,15 @@ class Fleet:
         """Score a rollout on the first reward client, sent again when the client dies mid-call."""
         import ray
 
-        pool = self.reward_client
+        handle = self.reward_client.handles[0]
         while True:
             try:
-                scored: Rollout = ray.get(pool.handles[0].score.remote(rollout))
+                scored: Rollout = ray.get(handle.score.remote(rollout))
                 return scored
             except ACTOR_ERRORS:
-                self.lost_calls[pool.role] += 1
-                wait_alive(pool.failed(0), pool.role)
+                handle = self.client_failed(0)
             except RayTaskError as exc:  # e.g. a reward with on_failure: raise
-                raise RunAborted(f"{pool.role}: score failed: {cause(exc)}") from None
+                raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
 
     def client_failed(self, i: int) -> Any:
         """Reward client ``i`` died mid-call: counted; its (restarted or re-created) live handle."""
