@@ -22,9 +22,9 @@ def test_tiny_run_scores_on_a_remote_server(ray_session, tiny_config, tmp_path):
     served = tmp_path / "served.yaml"
     served.write_text("reward:\n  rewards:\n    - name: regex_match\n      kwargs: {pattern: '[0-9]'}\n")
     with Server(served) as server:
-        # the trainer's own terms are not resolved (this one is installed nowhere): the server's are used
+        # the server's terms are used (the trainer has none: with reward.remote, reward.rewards is empty)
         cfg = tiny_config(trainer={"mode": "sync", "total_steps": 3},
-                          reward={"remote": server.url, "rewards": [{"name": "installed_nowhere"}]})
+                          reward={"remote": {"url": server.url, "retry_for_s": 60}, "rewards": []})
         out = tmp_path / "run"
         summary = train(cfg, output=str(out))
         scored = server.metric("rewardhub_rows_total")
@@ -45,4 +45,12 @@ def test_unreachable_server_stops_before_ray(tiny_config, tmp_path):
 
     cfg = tiny_config(reward={"remote": "http://127.0.0.1:9", "rewards": []})
     with pytest.raises(UsageError, match="reward.remote: reward server http://127.0.0.1:9 cannot be reached"):
+        train(cfg, output=str(tmp_path / "run"))
+
+
+def test_rewards_and_remote_together_stop_before_ray(tiny_config, tmp_path):
+    from rewardhub.errors import UsageError
+
+    cfg = tiny_config(reward={"remote": "http://127.0.0.1:9"})  # beside tiny.yaml's reward.rewards
+    with pytest.raises(UsageError, match="reward.rewards and reward.remote are both set"):
         train(cfg, output=str(tmp_path / "run"))
