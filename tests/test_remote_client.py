@@ -332,8 +332,9 @@ def test_a_server_that_never_answers_is_given_up_on_within_the_bounds(tmp_path, 
         scorer = RemoteScorer(RemoteConfig(url=stub.url, timeout_s=1, retry_for_s=2))
         t0 = time.monotonic()
         with pytest.raises(RewardhubError, match=rf"^reward server {re.escape(stub.url)}: POST /score failed "
-                                                 r"\d+ time\(s\) over \d+ s \(reward.remote.retry_for_s=2\); "
-                                                 r"the last: no answer within 1 s"):
+                                                 r"\d+ time\(s\) in \d+ s \(retried for "
+                                                 r"reward.remote.retry_for_s=2\); the last: no answer "
+                                                 r"within 1 s \(reward.remote.timeout_s\)"):
             scorer.score(_samples(2, tmp_path / "log"))
         spent = time.monotonic() - t0
     warnings = capsys.readouterr().err.splitlines()

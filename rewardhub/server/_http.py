@@ -51,11 +51,13 @@ class Answer:
 class Transient(Exception):
     """A failure that may pass: the request is worth sending again. ``why`` says what happened."""
 
-    def __init__(self, why: str, retry_after: float | None = None) -> None:
+    def __init__(self, why: str, retry_after: float | None = None, *, late: bool = False) -> None:
         super().__init__(why)
         self.why = why
         #: the server's ``Retry-After``, seconds
         self.retry_after = retry_after
+        #: the answer was not all there within the timeout
+        self.late = late
 
 
 class ServerUnavailable(RewardhubError):
@@ -104,7 +106,7 @@ def exchange(url: str, method: str, path: str, body: bytes | None, headers: Mapp
             if resp.length:  # the connection ended before the length the answer announced
                 raise http.client.IncompleteRead(b"".join(chunks), resp.length)
         except TimeoutError:
-            raise Transient(f"no answer within {timeout_s:g} s (reward.remote.timeout_s)") from None
+            raise Transient(f"no answer within {timeout_s:g} s", late=True) from None
         except http.client.IncompleteRead as exc:
             more = f", {exc.expected} more expected" if exc.expected is not None else ""
             raise Transient(f"the answer was cut short ({len(exc.partial)} bytes{more})") from None
@@ -168,6 +170,7 @@ class Retrying:
         headers = {**self.headers, IDEMPOTENCY_HEADER: uuid.uuid4().hex}
         if body is not None:
             headers["Content-Type"] = "application/json"
+        started = time.monotonic()
         first_failure: float | None = None
         tries = 0
         while True:
@@ -180,6 +183,9 @@ class Retrying:
                 return self._send(self.url, method, path, body, headers,
                                   connect_timeout_s=self.connect_timeout_s, timeout_s=timeout)
             except Transient as exc:
+                if exc.late:  # which setting bounded this try
+                    exc.why += (" (reward.remote.timeout_s)" if timeout >= self.timeout_s
+                                else " (what reward.remote.retry_for_s had left)")
                 now = time.monotonic()
                 first_failure = now if first_failure is None else first_failure
                 left = first_failure + self.retry_for_s - now
@@ -187,13 +193,13 @@ class Retrying:
                 if exc.retry_after is not None:
                     wait = max(wait, min(exc.retry_after, BACKOFF_MAX_S))
                 if left <= 0:
-                    spent = now - first_failure
+                    spent = now - started
                     raise ServerUnavailable(
-                        f"reward server {self.url}: {method} {path} failed {tries} time(s) over "
-                        f"{spent:.0f} s "
-                        f"(reward.remote.retry_for_s={self.retry_for_s:g}); the last: {exc.why}\n"
-                        "is `rewardhub serve` running there, and is the address right? (a server that "
-                        "restarts for longer needs a larger reward.remote.retry_for_s)",
+                        f"reward server {self.url}: {method} {path} failed {tries} time(s) in {spent:.0f} s "
+                        f"(retried for reward.remote.retry_for_s={self.retry_for_s:g}); the last: {exc.why}\n"
+                        "is `rewardhub serve` running there, and is the address right? (a server down "
+                        "for longer needs a larger reward.remote.retry_for_s, a slower one "
+                        "reward.remote.timeout_s)",
                         url=self.url, tries=tries, seconds=spent, last=exc.why,
                     ) from None
                 wait = min(wait, left)  # the last try comes when the window closes
