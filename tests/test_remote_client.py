@@ -197,6 +197,33 @@ def test_a_timed_out_answer_is_waited_for_not_scored_again(counted_cfg, tmp_path
     assert "POST /score: no answer within 1 s (reward.remote.timeout_s); retry 1" in capsys.readouterr().err
 
 
+def test_recent_requests_keep_answers_not_failures_and_within_their_rows():
+    from rewardhub.server._idempotency import RecentRequests
+
+    calls: list[int] = []
+
+    async def score(n: int, fail: bool = False) -> list[int]:
+        calls.append(n)
+        if fail:
+            raise RuntimeError("boom")
+        return [n]
+
+    async def run() -> None:
+        recent: RecentRequests[list[int]] = RecentRequests(max_rows=4)
+        assert await recent.answer("a", b"1", 3, lambda: score(1)) == [1]
+        assert await recent.answer("a", b"1", 3, lambda: score(2)) == [1]  # answered, not scored
+        with pytest.raises(RuntimeError, match="boom"):
+            await recent.answer("f", b"x", 1, lambda: score(3, fail=True))
+        assert await recent.answer("f", b"x", 1, lambda: score(4)) == [4]  # a failure is not kept
+        await recent.answer("b", b"2", 2, lambda: score(5))  # 3 + 1 + 2 rows > 4: the oldest, a, goes
+        assert await recent.answer("a", b"1", 3, lambda: score(6)) == [6]  # f and b go: 3 rows kept
+        assert await recent.answer("a", b"1", 3, lambda: score(7)) == [6]
+        assert recent.replayed == 2
+
+    asyncio.run(run())
+    assert calls == [1, 3, 4, 5, 6]
+
+
 # ---- stub servers: what a real server does not do on demand --------------------------------------
 
 class Stub:
@@ -272,6 +299,10 @@ async def string_scores(stub: Stub, request: Any, body: Any) -> Any:
     return web.json_response({"rows": _scored(body["rows"], score="0.5")})
 
 
+async def numeric_errors(stub: Stub, request: Any, body: Any) -> Any:
+    return web.json_response({"rows": _scored(body["rows"], errors={"t": 500})})
+
+
 async def shifted(stub: Stub, request: Any, body: Any) -> Any:
     rows = _scored(body["rows"])
     return web.json_response({"rows": rows[1:] + rows[:1]})
@@ -315,6 +346,8 @@ async def limit_of_three(stub: Stub, request: Any, body: Any) -> Any:
     (no_rewards, "answered POST /score with the row of sample 0 without a 'rewards' object"),
     (no_rows, "answered POST /score with no 'rows' list"),
     (string_scores, "answered POST /score with the row of sample 0: its 'score' is str '0.5', not a number"),
+    (numeric_errors, "answered POST /score with the row of sample 0: its error of 't' is int 500, not "
+                     "a text"),
     (shifted, "answered POST /score with the row of sample 0 carrying index 1, not 0: rows shifted"),
     (too_few, "answered POST /score with 3 rows for 4 samples"),
     (cut_unannounced, "answered POST /score with 27 bytes of application/json that are not JSON "
