@@ -107,6 +107,15 @@ def test_remote_is_a_url_or_a_mapping_with_timeouts():
         validate_reward({"remote": {"retry_for_s": 3}})
 
 
+def test_an_override_under_a_remote_url_keeps_the_url(tmp_path):
+    from rewardhub.config import load_plan
+
+    path = tmp_path / "remote.yaml"
+    path.write_text("reward:\n  remote: http://127.0.0.1:8000\n")
+    assert load_plan(str(path), ["reward.remote.retry_for_s=60"]).reward.remote == RemoteConfig(
+        url="http://127.0.0.1:8000", retry_for_s=60)
+
+
 def test_rewards_and_remote_together_are_refused():
     with pytest.raises(UsageError, match=r"reward.rewards and reward.remote are both set(.|\n)*remove "
                                          "reward.rewards"):
