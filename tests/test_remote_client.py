@@ -380,7 +380,7 @@ def test_a_server_that_never_answers_is_given_up_on_within_the_bounds(tmp_path, 
             scorer.score(_samples(2, tmp_path / "log"))
         spent = time.monotonic() - t0
     warnings = capsys.readouterr().err.splitlines()
-    assert len(warnings) == _retries(scorer) == stub.posts - 1 >= 1
+    assert len(warnings) == _retries(scorer) >= 1
     assert all(w.startswith(f"WARNING: reward server {stub.url}: POST /score: no answer within")
                for w in warnings)
     # timeout_s + retry_for_s + the last try (1 s): ~4 s, where it was 3 x 600 s (a loaded machine: x5)
