@@ -383,8 +383,9 @@ def test_a_server_that_never_answers_is_given_up_on_within_the_bounds(tmp_path, 
     assert len(warnings) == _retries(scorer) >= 1
     assert all(w.startswith(f"WARNING: reward server {stub.url}: POST /score: no answer within")
                for w in warnings)
-    # timeout_s + retry_for_s + the last try (1 s): ~4 s, where it was 3 x 600 s (a loaded machine: x5)
-    assert spent < 20
+    # wall-clock socket timeouts: timeout_s 1 + retry_for_s 2 + the last try's 1 s = ~4 s (dff0e18's
+    # client: 3 x 600 s); 30 s leaves a loaded machine room
+    assert spent < 30
 
 
 def test_an_answer_cut_short_is_retried_then_named(tmp_path):
