@@ -172,12 +172,23 @@ def _override_and_migrate(
     from .overrides import apply_overrides
 
     if overrides:
-        raw = apply_overrides(raw, overrides)
+        raw = apply_overrides(_remote_long_form(raw, overrides), overrides)
     cfg, report = _migrate(raw)
     from ._verl_mapping import map_verl_keys
 
     map_verl_keys(cfg, report)  # then verl's data/model/rollout/optimizer/algorithm/trainer keys, same report
     return cfg, report
+
+
+def _remote_long_form(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``reward.remote: URL`` written as ``{url: URL}`` when an override sets a key under it
+    (``reward.remote.retry_for_s=60``), so that the override adds to the URL instead of replacing it."""
+    reward = raw.get("reward")
+    if isinstance(reward, dict) and isinstance(reward.get("remote"), str) and any(
+        o.lstrip("+").startswith("reward.remote.") for o in overrides
+    ):
+        return {**raw, "reward": {**reward, "remote": {"url": reward["remote"]}}}
+    return raw
 
 
 def _resolve_paths(

@@ -36,6 +36,7 @@ __all__ = [
     "CHOICES",
     "RULES",
     "PluginsConfig",
+    "RemoteConfig",
     "RewardConfig",
     "RewardModelConfig",
     "SandboxConfig",
@@ -130,6 +131,21 @@ class SandboxConfig:
 
 
 @dataclass(frozen=True)
+class RemoteConfig:
+    """``reward.remote``: the ``rewardhub serve`` server a trainer scores on (``reward.remote: URL`` is
+    ``{url: URL}``), and how long its client waits and retries (see :mod:`rewardhub.server.client`)."""
+
+    url: str = ""
+    #: seconds one request waits for its answer
+    timeout_s: float = 600.0
+    #: seconds one connection may take to open
+    connect_timeout_s: float = 10.0
+    #: seconds, from a request's first failure, that failures which pass (no connection, 502/503/504,
+    #: an answer cut or not there within timeout_s) are retried with backoff; then the run stops
+    retry_for_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class RewardConfig:
     """The ``reward:`` section of a config."""
 
@@ -142,9 +158,9 @@ class RewardConfig:
     #: the verl reward manager a migrated config named; its behaviour is already in the terms'
     #: policies, and ``rewardhub check`` says which manager it was
     manager: str | None = None
-    #: a `rewardhub serve` URL: the trainer scores there (its terms are the server's config's; the ones
-    #: listed here are not resolved where the trainer runs)
-    remote: str | None = None
+    #: a `rewardhub serve` server: the trainer scores there, with the server's config's terms (so
+    #: ``rewards`` stays empty: setting both is an error)
+    remote: RemoteConfig | None = None
 
 
 #: key path (``*`` for a list item) -> allowed values: the one table every check of these keys reads
@@ -180,6 +196,9 @@ RULES: dict[str, Rule] = {
     "sandbox.max_concurrent": at_least(1),
     "sandbox.memory_limit_mb": at_least(1),
     "sandbox.timeout_s": above(0),
+    "remote.timeout_s": above(0),
+    "remote.connect_timeout_s": above(0),
+    "remote.retry_for_s": at_least(0, "0 gives up at the first failure"),
 }
 
 
@@ -249,6 +268,12 @@ def validate_reward(section: Any) -> RewardConfig:
     if not isinstance(section, Mapping):
         raise invalid("reward", section, "expected a mapping (the reward: section)")
     section = dict(section)
+    remote_key = "reward.remote"
+    remote = section.get("remote")
+    if isinstance(remote, Mapping):
+        remote_key = "reward.remote.url"
+    elif remote is not None:  # reward.remote: URL
+        section["remote"] = {"url": remote}
     terms = section.pop("rewards", None)
     if terms is None:
         terms = []
@@ -263,7 +288,14 @@ def validate_reward(section: Any) -> RewardConfig:
         raise UsageError(f"reward.rewards names {', '.join(map(repr, dup))} more than once\n"
                          "give each term a distinct 'alias'")
     if checked.get("remote") is not None:
-        checked["remote"] = check_url(checked["remote"])
+        checked["remote"] = {**checked["remote"], "url": check_url(checked["remote"].get("url"), remote_key)}
+        if rewards:
+            raise UsageError(
+                "reward.rewards and reward.remote are both set: with reward.remote the server scores with "
+                "its own config's rewards, and reward.rewards would be ignored\n"
+                "remove reward.rewards (the server's config names the rewards), or reward.remote to "
+                "score with reward.rewards here"
+            )
     return _build(RewardConfig, {**checked, "rewards": tuple(_build(TermConfig, t) for t in rewards)})
 
 
@@ -282,20 +314,24 @@ def _has_interpolation(node: Any) -> bool:
 
 def _build(cls: type[_T], values: Mapping[str, Any]) -> _T:
     """``cls`` from checked ``values``: nested sections built too, missing keys at their defaults."""
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cast(Any, cls)):
         if f.name not in values:
             continue
         v = values[f.name]
         sub = _SECTIONS.get(f.name) if cls is RewardConfig else None
-        kwargs[f.name] = _build(sub, v or {}) if sub is not None and not isinstance(v, sub) else v
+        if f.name == "remote" and v is None:  # no server: stays None
+            kwargs[f.name] = None
+        else:
+            kwargs[f.name] = _build(sub, v or {}) if sub is not None and not isinstance(v, sub) else v
     return cls(**kwargs)
 
 
 _T = TypeVar("_T")
 
 _SECTIONS: dict[str, type] = {"plugins": PluginsConfig, "workers": WorkersConfig,
-                              "reward_model": RewardModelConfig, "sandbox": SandboxConfig}
+                              "reward_model": RewardModelConfig, "sandbox": SandboxConfig,
+                              "remote": RemoteConfig}
 
 
 def as_dict(section: RewardConfig) -> dict[str, Any]:

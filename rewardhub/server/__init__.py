@@ -4,7 +4,9 @@
 - :mod:`._protocols`: the request and answer formats (the ``score`` row format, OpenRLHF's ``/get_reward``);
 - :mod:`._metrics`: per-reward counters and latencies, as Prometheus text;
 - :mod:`.app`: the aiohttp application (routes, bearer token, limits) and its start and drain;
-- :mod:`.client`: a small HTTP client (standard library only) for the server's own API.
+- :mod:`._idempotency`: recent requests by ``Idempotency-Key`` (a retried request is scored once);
+- :mod:`.client`: a small HTTP client (standard library only) for the server's own API (``reward.remote``),
+  with :mod:`._http` (one bounded request; retries with backoff) and :mod:`._answers` (answers checked).
 
 Importing this package imports nothing heavy; aiohttp is imported when a server is built.
 """

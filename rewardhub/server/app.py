@@ -23,6 +23,8 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 from ._batcher import MAX_CALLS
 from ._batcher import Batcher
+from ._http import IDEMPOTENCY_HEADER
+from ._idempotency import RecentRequests
 from ._metrics import ServerMetrics
 from ._protocols import openrlhf_answer
 from ._protocols import openrlhf_rows
@@ -52,6 +54,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     from aiohttp import web
 
     state = {"draining": False}
+    recent: RecentRequests[list[dict[str, Any]]] = RecentRequests(max_rows=4 * opts.max_batch_rows)
 
     def reply(data: Any, status: int = 200) -> Any:
         return web.json_response(data, status=status, dumps=json_text)
@@ -112,7 +115,8 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
 
     async def score(request: Any) -> Any:
         rows = own_rows(await body_of(request), opts.max_rows)
-        return reply({"rows": await scored(rows)})
+        key, raw = request.headers.get(IDEMPOTENCY_HEADER), await request.read()
+        return reply({"rows": await recent.answer(key, raw, len(rows), lambda: scored(rows))})
 
     async def get_reward(request: Any) -> Any:
         rows = openrlhf_rows(await body_of(request), opts.max_rows)
@@ -134,8 +138,8 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type": "text/plain; version=0.0.4"})
 
-    async def info_json(request: Any) -> Any:
-        return reply(info())
+    async def info_json(request: Any) -> Any:  # the limits: what a client splits its batches by
+        return reply({**info(), "limits": {"max_rows": opts.max_rows, "max_body": opts.max_body}})
 
     app = web.Application(middlewares=[guard], client_max_size=opts.max_body)
     app.router.add_post("/score", score)

@@ -1,27 +1,38 @@
-"""A client of ``rewardhub serve``'s own API (standard library only): what ``reward.remote: URL`` scores with.
+"""A client of ``rewardhub serve``'s own API (standard library only): what ``reward.remote`` scores with.
 
 :class:`RemoteScorer` scores samples on a server and gives back what a Runner gives (``scores``,
 ``rewards``, ``extra``, ``errors``, ``metrics`` with ``rewards/<term>/...``), so a trainer can score
 on another machine (a CPU pool beside a GPU cluster) without the rewards installed where it runs.
 The bearer token, when the server wants one, comes from ``$REWARDHUB_SERVE_TOKEN``.
+
+A run survives a server that restarts or drains: failures that pass are retried with backoff for
+``reward.remote.retry_for_s`` (:mod:`._http`), and each request's ``Idempotency-Key`` makes sure that
+a retried request is scored once. A batch is split into requests within the limits the server
+publishes in ``GET /info`` (``limits.max_rows``, ``limits.max_body``; halved again on a 413). Every
+answer row carries the index it was sent with and is checked (:mod:`._answers`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-import urllib.error
-import urllib.request
+import sys
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.schema import RemoteConfig
 from ..config.schema import check_url
 from ..errors import RewardhubError
 from . import TOKEN_ENV
+from ._answers import checked_info
+from ._answers import checked_rows
+from ._answers import json_of
+from ._http import Answer
+from ._http import Retrying
+from ._http import ServerUnavailable
 
-__all__ = ["RemoteResult", "RemoteScorer", "check_url"]
+__all__ = ["RemoteResult", "RemoteScorer", "ServerUnavailable", "check_url"]
 
 
 class RemoteResult:
@@ -60,51 +71,45 @@ class RemoteResult:
 
 class RemoteScorer:
     """Scores on a ``rewardhub serve`` server; the interface the trainer's reward client drives
-    (``score``, ``fingerprint``, ``workers_info``, ``pools``, ``last_pids``, ``close``)."""
+    (``score``, ``fingerprint``, ``workers_info``, ``pools``, ``last_pids``, ``close``).
 
-    def __init__(self, url: str, *, timeout_s: float = 600.0, tries: int = 3) -> None:
-        self.url = check_url(url)
-        self.timeout_s = timeout_s
-        self.tries = tries
-        self.token = os.environ.get(TOKEN_ENV) or None
+    :param remote: the server's URL, or ``reward.remote`` with its timeouts.
+    """
+
+    def __init__(self, remote: RemoteConfig | str) -> None:
+        cfg = RemoteConfig(url=remote) if isinstance(remote, str) else remote
+        self.url = check_url(cfg.url)
+        token = os.environ.get(TOKEN_ENV) or None
+        self.http = Retrying(self.url, timeout_s=cfg.timeout_s, connect_timeout_s=cfg.connect_timeout_s,
+                             retry_for_s=cfg.retry_for_s,
+                             headers={"Authorization": f"Bearer {token}"} if token else {})
         self.last_pids: list[int] = []
         self.restarts = 0
         self.rescored_samples = 0
+        #: requests split in two because the server answered 413 (its limits unpublished or smaller)
+        self.splits = 0
         self._info: dict[str, Any] | None = None
+        self._max_rows: int | None = None
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        for attempt in range(self.tries):
+    def _json(self, answer: Answer, what: str) -> Any:
+        """A 2xx answer's JSON; any other status is an error naming the server and its reason."""
+        if not 200 <= answer.status < 300:
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.loads(resp.read().decode("utf-8"))
-            except urllib.error.HTTPError as exc:
-                try:
-                    reason = json.loads(exc.read().decode("utf-8")).get("error", exc.reason)
-                except (ValueError, AttributeError):
-                    reason = exc.reason
-                hint = f" (set ${TOKEN_ENV})" if exc.code == 401 else ""
-                raise RewardhubError(
-                    f"reward server {self.url}{path} answered {exc.code}: {reason}{hint}"
-                ) from None
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-                if attempt + 1 == self.tries:
-                    why = getattr(exc, "reason", exc)
-                    raise RewardhubError(
-                        f"reward server {self.url} cannot be reached: {why}\n"
-                        "is `rewardhub serve` running there, and is the address right?"
-                    ) from None
-                time.sleep(min(2.0**attempt, 5.0))
-        raise AssertionError("unreachable")
+                reason = json.loads(answer.body.decode("utf-8")).get("error")
+            except (ValueError, AttributeError):
+                reason = None
+            if not isinstance(reason, str):
+                reason = answer.body[:200].decode("utf-8", "replace") or "(no reason given)"
+            hint = f" (set ${TOKEN_ENV})" if answer.status == 401 else ""
+            raise RewardhubError(f"reward server {self.url}: {what} answered {answer.status}: {reason}{hint}")
+        return json_of(answer.body, answer.content_type, self.url, what)
 
     def info(self) -> dict[str, Any]:
-        """The server's terms and their provenance (``GET /info``), asked once."""
+        """The server's terms, their provenance and its limits (``GET /info``), asked once."""
         if self._info is None:
-            self._info = dict(self._request("GET", "/info"))
+            data = self._json(self.http.request("GET", "/info"), "GET /info")
+            self._info = checked_info(data, self.url)
+            self._max_rows = self._info.get("limits", {}).get("max_rows")
         return self._info
 
     @property
@@ -112,24 +117,39 @@ class RemoteScorer:
         return [t["name"] for t in self.info().get("terms", [])]
 
     def score(self, samples: Sequence[Mapping[str, Any]]) -> RemoteResult:
-        """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text)."""
+        """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text), in as
+        many requests as the server's limits ask for."""
+        terms = self.terms
         if not samples:
-            return RemoteResult([], self.terms)
-        body = json.loads(json.dumps({"rows": [dict(s) for s in samples]}, default=str))
-        rows = self._request("POST", "/score", body)["rows"]
-        if len(rows) != len(samples):
-            raise RewardhubError(
-                f"reward server {self.url} answered {len(rows)} rows for {len(samples)} samples"
-            )
+            return RemoteResult([], terms)
+        encoded = [_encoded(s) for s in samples]
+        limits = self.info().get("limits", {})
+        rows: list[dict[str, Any]] = []
+        first = 0
+        for part in _chunks(encoded, self._max_rows, limits.get("max_body")):
+            rows += self._score_part(first, part)
+            first += len(part)
         self.last_pids = sorted(
             {
                 w["pid"]
                 for r in self.info().get("rewards", [])
+                if isinstance(r, Mapping)
                 for w in r.get("workers", [])
-                if isinstance(w.get("pid"), int)
+                if isinstance(w, Mapping) and isinstance(w.get("pid"), int)
             }
         )
-        return RemoteResult(rows, self.terms)
+        return RemoteResult(rows, terms)
+
+    def _score_part(self, first: int, part: list[bytes]) -> list[dict[str, Any]]:
+        answer = self.http.request("POST", "/score", _body(part))
+        if answer.status == 413 and len(part) > 1:  # over a limit the server did not publish: halve
+            half = len(part) // 2
+            self.splits += 1
+            self._max_rows = half if self._max_rows is None else min(self._max_rows, half)
+            print(f"WARNING: reward server {self.url} refused {len(part)} rows as too large (413); "
+                  f"sending at most {half} rows per request", file=sys.stderr, flush=True)
+            return self._score_part(first, part[:half]) + self._score_part(first + half, part[half:])
+        return checked_rows(self._json(answer, "POST /score"), self.url, first, len(part))
 
     def fingerprint(self) -> str:
         return f"remote:{self.url}"
@@ -142,3 +162,46 @@ class RemoteScorer:
 
     def close(self) -> None:
         pass
+
+
+#: bytes a body has besides its rows, and what a row's ``"index": N`` adds at most
+_BODY_BYTES = len(b'{"rows":[]}')
+_INDEX_BYTES = len(b',"index":') + 20
+
+
+def _encoded(sample: Mapping[str, Any]) -> bytes:
+    """A sample as a JSON object (values that are not JSON as text), without an ``index`` of its own."""
+    return json.dumps({k: v for k, v in sample.items() if k != "index"}, default=str).encode("utf-8")
+
+
+def _body(part: list[bytes]) -> bytes:
+    """``{"rows": [...]}`` of encoded samples, each row with its ``index`` in the request, last (so that
+    it is the one a JSON reader keeps)."""
+    rows = [row[:-1] + (b"," if len(row) > 2 else b"") + b'"index":%d}' % i for i, row in enumerate(part)]
+    return b'{"rows":[' + b",".join(rows) + b"]}"
+
+
+def _chunks(encoded: list[bytes], max_rows: int | None, max_body: int | None) -> list[list[bytes]]:
+    """``encoded`` cut into requests of at most ``max_rows`` rows and ``max_body`` bytes.
+
+    :raises RewardhubError: one sample alone is larger than ``max_body``.
+    """
+    parts: list[list[bytes]] = [[]]
+    size = _BODY_BYTES
+    for i, row in enumerate(encoded):
+        grown = len(row) + _INDEX_BYTES + 1
+        if max_body is not None and _BODY_BYTES + grown > max_body:
+            raise RewardhubError(
+                f"sample {i} is {len(row)} bytes as JSON, more than the reward server's limit of {max_body} "
+                "bytes per request\nstart `rewardhub serve` with a larger --max-body-mb"
+            )
+        full = parts[-1] and (
+            (max_rows is not None and len(parts[-1]) >= max_rows)
+            or (max_body is not None and size + grown > max_body)
+        )
+        if full:
+            parts.append([])
+            size = _BODY_BYTES
+        parts[-1].append(row)
+        size += grown
+    return parts
