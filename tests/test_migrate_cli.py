@@ -477,7 +477,12 @@ python3 -u -m verl.trainer.main_ppo --config-name=ppo_trainer \\
     assert cfg["actor_rollout_ref"] == {"rollout": {"n": 4}}
     assert cfg["trainer"]["total_training_steps"] == 7  # STEPS is not in the environment: the default
     assert cfg["trainer"]["test_freq"] == 2  # an unset variable's default, split into words
-    assert cfg["data"]["train_files"] == [f"{tmp_path}/a.parquet", f"{tmp_path}/b.parquet"]
+    # $HOME comes from the environment: its reference is kept (resolved when the config is loaded)
+    assert cfg["data"]["train_files"] == ["${oc.env:HOME}/a.parquet", "${oc.env:HOME}/b.parquet"]
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(OmegaConf.create(cfg), resolve=True)
+    assert resolved["data"]["train_files"] == [f"{tmp_path}/a.parquet", f"{tmp_path}/b.parquet"]
 
 
 def test_a_sourced_file_makes_its_variables_unknown(tmp_path):
@@ -634,3 +639,44 @@ def test_an_assignment_is_not_split_but_its_unquoted_use_is(tmp_path):
                                   'python3 -m verl.trainer.main_ppo $B data.prompt_key="$A"\n')
     assert cfg == {"trainer": {"total_epochs": 2, "test_freq": 1},
                    "data": {"prompt_key": "trainer.total_epochs=2 trainer.test_freq=1"}}
+
+
+FROM_ENV = [
+    ('a.k="$RH_SECRET"', {"k": "s+/k=="}),
+    ("a.k=${RH_SECRET}", {"k": "s+/k=="}),
+    ("a.k=pre${RH_SECRET}post", {"k": "pres+/k==post"}),
+    ("a.k=${RH_SECRET:-none}", {"k": "s+/k=="}),
+    ('+a.h={Authorization:"Bearer $RH_SECRET",n:2}', {"h": {"Authorization": "Bearer s+/k==", "n": 2}}),
+    ("a.l=[$RH_SECRET,b] a.n=$RH_NODES a.p=$RH_HOME/d", {"l": ["s+/k==", "b"], "n": 2, "p": "/h/u/d"}),
+]
+
+
+def _through(body: str, how: str) -> str:
+    if how == "variable":  # the script sets its own variables from the environment
+        return ("MY_SECRET=$RH_SECRET\nexport MY_NODES=${RH_NODES}\nMY_HOME=$RH_HOME\n"
+                "python3 -m verl.trainer.main_ppo " + body.replace("$RH_", "$MY_").replace("${RH_", "${MY_"))
+    if how == "word list":
+        return f'ARGS="{body}"\npython3 -m verl.trainer.main_ppo $ARGS'
+    return "python3 -m verl.trainer.main_ppo " + body
+
+
+@pytest.mark.parametrize("body,expected,how", [
+    (body, expected, how) for body, expected in FROM_ENV for how in ("direct", "variable", "word list")
+    # a quoted value inside a word list is not split so by bash either; a default is the script's own
+    if not (how == "word list" and '"' in body) and not (how == "variable" and ":-" in body)
+])
+def test_a_value_from_the_environment_is_kept_as_its_reference(monkeypatch, body, expected, how):
+    """What an override takes from the environment reaches the config as ``${oc.env:NAME}`` (resolved to
+    the same value when loaded), never as the secret's text; a number stays a number."""
+    from omegaconf import OmegaConf
+
+    from rewardhub.config._shell_pick import read_script
+    from rewardhub.config.overrides import apply_overrides
+
+    monkeypatch.setenv("RH_SECRET", "s+/k==")
+    monkeypatch.setenv("RH_NODES", "2")
+    monkeypatch.setenv("RH_HOME", "/h/u")
+    words = [w.text for w in read_script(_through(body, how) + "\n").words]
+    assert not any("s+/k==" in w for w in words), words
+    resolved = OmegaConf.to_container(OmegaConf.create(apply_overrides({}, words)), resolve=True)
+    assert resolved == {"a": expected}

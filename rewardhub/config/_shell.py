@@ -12,7 +12,9 @@ fully-async entry point, ``recipe.*.main_*``); a file with no such command is a 
 (another command substitution, ``$((...))``, a variable set by ``read``/``for`` or from a
 substitution, ``--config-path``, a second verl command) is a :class:`~rewardhub.errors.UsageError`
 naming the line, never a silently wrong value. A variable the script does not set becomes
-OmegaConf's ``${oc.env:NAME}`` inside an override's value (resolved when the config is loaded).
+OmegaConf's ``${oc.env:NAME}`` inside an override's value (resolved when the config is loaded); one
+set in the environment too, where that reads as the same value (see
+:func:`rewardhub.config._shell_pick.public_words`), so that no written config holds a secret.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ class Reader:
         self.cwd_known = True
         self.functions = bool(_FUNCTION_RE.search(text))  # then $1, $@ may be a function's arguments
         self.assigning = False  # expanding an assignment's value (a variable, not an override)
+        #: expanding for the reference form: what comes from the environment is kept as ``${oc.env:NAME}``
+        #: (see :func:`rewardhub.config._shell_pick.public_words`), and a variable set from it as in ``refs``
+        self.keep_env = False
+        #: a variable's value in its reference form, where that differs from its value
+        self.refs: dict[str, str] = {}
         self.sourced = ""  # "line N: source FILE" once the script reads variables from a file not read here
 
     def line(self, pos: int) -> int:
@@ -289,11 +296,12 @@ class Reader:
                         f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here"
                     )
                 if value:
-                    put(value)
+                    put(self.refs.get(name, value) if self.keep_env else value)
                 elif after_eq and not name.isdigit() and not self.assigning:
                     put("${oc.env:" + name + "," + (self.expand_text(default, where, True) or "''") + "}")
                 elif name in os.environ and not name.isdigit() and os.environ[name]:
-                    put(os.environ[name])  # what the shell takes, run from here
+                    # what the shell takes, run from here
+                    put("${oc.env:" + name + "}" if self.keep_env else os.environ[name])
                 else:
                     put(self.expand_text(default, where, after_eq))
         words = ["".join(f) for f in fields]
@@ -304,6 +312,7 @@ class Reader:
     def expand_text(self, text: str, where: str, after_eq: bool = False) -> str:
         inner = Reader(text)
         inner.vars, inner.cwd_known = self.vars, self.cwd_known
+        inner.refs, inner.keep_env = self.refs, self.keep_env
         raw, _ = inner.word(0)
         raw.parts = [(k, p, q, after_eq or e) for k, p, q, e in raw.parts]
         return "".join(w for w, _ in inner.expand(raw, where))
@@ -322,11 +331,12 @@ class Reader:
             if value is None:
                 raise Unsafe(f"${name} in {where} is set by the script in a way that cannot be read here "
                               "(a command substitution, read, or a for loop)")
-            return value
+            return self.refs.get(name, value) if self.keep_env else value
         if self.sourced:
             raise Unsafe(f"${name} in {where} may be set by {self.sourced}, which is not read here")
         if name in os.environ:
-            return os.environ[name]  # what the shell takes, run from here
+            # what the shell takes, run from here
+            return "${oc.env:" + name + "}" if self.keep_env else os.environ[name]
         if after_eq and not self.assigning:
             return "${oc.env:" + name + "}"  # unset: loading the config says so, naming the key
         raise Unsafe(
@@ -338,16 +348,32 @@ class Reader:
         name = ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))
         if not name:
             return
+        # an assignment's value is not split into words (as if quoted)
+        quoted = Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts])
         self.assigning = True
         try:
-            # an assignment's value is not split into words (as if quoted)
-            words = self.expand(Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts]), where)
-            value: str | None = "".join(w for w, _ in words).split("=", 1)[1]
+            value: str | None = "".join(w for w, _ in self.expand(quoted, where)).split("=", 1)[1]
+            self.keep_env = True
+            ref = "".join(w for w, _ in self.expand(quoted, where)).split("=", 1)[1]
         except Unsafe:
-            value = None
+            value = ref = None
         finally:
-            self.assigning = False
+            self.assigning = self.keep_env = False
         self.vars[name.group(1)] = value
+        self.refs.pop(name.group(1), None)
+        if ref is not None and ref != value:
+            self.refs[name.group(1)] = ref
+
+    def expand_kept(self, raw: Raw, where: str) -> list[tuple[str, bool]] | None:
+        """:meth:`expand` with what comes from the environment kept as ``${oc.env:NAME}`` (None: the
+        same words cannot be told so)."""
+        self.keep_env = True
+        try:
+            return self.expand(raw, where)
+        except Unsafe:
+            return None
+        finally:
+            self.keep_env = False
 
 
 def literal_head(raw: Raw) -> str:
