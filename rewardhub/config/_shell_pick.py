@@ -152,25 +152,44 @@ def _same_shape(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+#: the words that open and close a block whose body runs or not, once or many times, as the script runs
+_BLOCK_START = ("if", "for", "while", "until", "select", "case")
+_BLOCK_END = ("fi", "done", "esac")
+#: a keyword that a block's command may follow on its line (``then ARGS+=(x)``)
+_BLOCK_BODY = ("then", "do", "else", "{")
+
+
+def _declares(words: list[ShellWord]) -> bool:
+    """Whether the words so far are ``export`` / ``declare -a`` / ``local`` ... (then an assignment)."""
+    return bool(words) and words[0].text in ("export", "local", "declare", "readonly", "typeset") and \
+        all(w.text.startswith("-") for w in words[1:])
+
+
 def read_script(text: str) -> Script:
     """The override words of ``text`` (a launch script or a file of overrides) and the verl entry point."""
     r = Reader(text)
     runs: list[tuple[int, list[ShellWord], dict[str, Any] | None, list[str]]] = []
     for index, cmd in enumerate(r.commands()):
+        while cmd and literal_head(cmd[0]) in _BLOCK_BODY and len(cmd[0].parts) == len(literal_head(cmd[0])):
+            cmd = cmd[1:]  # then NAME=value: a command of its own
+        if not cmd:
+            continue
         words: list[ShellWord] = []
         unsafe: list[str] = []
         position = 0
         head = literal_head(cmd[0])
+        if head in _BLOCK_END:
+            r.depth = max(0, r.depth - 1)
         assigning = True
         for raw in cmd:
             line = r.line(raw.start)
             lit = literal_head(raw)
-            if assigning and ASSIGN_RE.match(lit) and (position == 0 or words and words[-1].text in (
-                    "export", "local", "declare", "readonly", "typeset")):
+            if assigning and ASSIGN_RE.match(lit) and (position == 0 or _declares(words)):
                 if len(cmd) == 1 or all(ASSIGN_RE.match(literal_head(x)) for x in cmd) or position:
-                    r.assign(raw, f"line {line}")
+                    r.assign(raw, f"line {line}", public_words)
                 continue
-            assigning = assigning and lit in ("export", "local", "declare", "readonly", "typeset")
+            assigning = assigning and (lit in ("export", "local", "declare", "readonly", "typeset") or
+                                       (position > 0 and lit.startswith("-")))
             try:
                 expanded = public_words(r, raw, f"line {line}")
             except Unsafe as exc:
@@ -200,6 +219,8 @@ def read_script(text: str) -> Script:
         elif head == "unset":
             for raw in cmd[1:]:
                 r.vars.pop(literal_head(raw), None)
+        if head in _BLOCK_START:
+            r.depth += 1
         entry = entry_point(words)
         if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:
             runs.append((index, words, entry, unsafe))
