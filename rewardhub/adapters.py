@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 __all__ = ["to_trl", "to_verl"]
 
 _GT_KEYS = ("ground_truth", "solution", "answer", "reward_model")
+#: what a sample without a ground truth gets from a reward that needs one
+_NO_GROUND_TRUTH = "no ground truth for this sample (None), which this reward needs"
 
 
 def _text(x: Any) -> Any:
@@ -41,6 +43,8 @@ class _LazyRunner:
         self._lock = threading.Lock()
         #: whether the reward takes a ground truth (known once the runner is built)
         self.needs_ground_truth = False
+        #: ... and is not a verl function (which gets a None ground truth, as verl passes it)
+        self.withheld_without_ground_truth = False
         #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
         self.extra_keys: dict[str, None] = {}
 
@@ -52,6 +56,8 @@ class _LazyRunner:
 
                 self._runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
                 self.needs_ground_truth = bool(terms_needing(self._runner))
+                self.withheld_without_ground_truth = self.needs_ground_truth and \
+                    self._runner.terms[0].invoker.adapter != "verl"
                 atexit.register(self._runner.close)
             return self._runner
 
@@ -147,8 +153,12 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
     default), ``acc`` (the score, as naive gives it for a plain float; None where the call
     failed), the reward's extra metrics, ``rewardhub_failed`` (1.0 or 0.0) and ``rewardhub_error``
     (the error text, or ""). Point verl's ``custom_reward_function`` at a module holding
-    ``compute_score = to_verl("math_verify")``.
+    ``compute_score = to_verl("math_verify")``. A sample whose ground truth is None is not given to a
+    rewardhub reward that takes one (it is flagged, and scored as ``on_failure`` says); a verl
+    ``compute_score`` gets the None, as verl passes it.
     """
+    from .errors import RewardExecutionError
+
     t = _term(reward, term)
     t.setdefault("on_failure", "zero")  # verl cannot leave a sample out; NaN would poison its group
     lazy = _LazyRunner(t, registry)
@@ -158,13 +168,22 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
         sample = {"prompt": (extra_info or {}).get("prompt") if isinstance(extra_info, Mapping) else None,
                   "response": solution_str, "ground_truth": ground_truth, "data_source": data_source,
                   "extra_info": extra_info}
-        res = lazy.get().score([sample])
+        runner = lazy.get()
+        if ground_truth is None and lazy.withheld_without_ground_truth:
+            name, policy = runner.terms[0].name, runner.terms[0].policy.on_failure
+            if policy == "raise":
+                raise RewardExecutionError(f"reward {name!r}: {_NO_GROUND_TRUTH}\n(on_failure: raise for "
+                                           f"reward {name!r})", reward=name)
+            value = float("nan") if policy == "nan" else 0.0
+            out: dict[str, Any] = {"score": value, "acc": None, **dict.fromkeys(lazy.extra_keys)}
+            return {**out, "rewardhub_failed": 1.0, "rewardhub_error": _NO_GROUND_TRUTH}
+        res = runner.score([sample])
         errors = res.errors[0]
         score = 0.0 if res.scores[0] is None else float(res.scores[0])
         first: Mapping[str, Any] | None = next(iter(res.extra[0].values()), None)
         extra = dict(first or {})
         lazy.extra_keys.update(dict.fromkeys(extra))
-        out: dict[str, Any] = {"score": score, "acc": None if errors else score}
+        out = {"score": score, "acc": None if errors else score}
         out.update({k: extra.get(k) for k in lazy.extra_keys})
         out["rewardhub_failed"] = 1.0 if errors else 0.0
         out["rewardhub_error"] = "; ".join(errors.values())

@@ -31,11 +31,12 @@ timeouts, ``on_failure``, retries, metrics.
 ``score`` (the reward verl gets), ``acc`` (as verl's ``naive`` manager gives it: the score, or the
 reward's own ``acc``; None for a failed sample), each term's value under its name, the terms' extra
 metrics (under their own keys for one term, ``term/key`` for several), ``rewardhub_failed`` (1.0
-where a reward call failed or the sample had no ground truth that a reward needs, else 0.0: its
-mean is verl's failure-rate metric) and ``rewardhub_error`` (the error text, "" if none). A failed
-sample's ``reward_score`` is what the term's ``on_failure`` says: ``zero`` 0.0 (the default here, unlike
+where a reward call failed or the sample could not be read, else 0.0: its mean is verl's
+failure-rate metric) and ``rewardhub_error`` (the error text, "" if none). A failed sample's
+``reward_score`` is what the term's ``on_failure`` says: ``zero`` 0.0 (the default here, unlike
 rewardhub's own NaN: verl cannot leave a sample out, and NaN would poison its group), ``nan`` NaN,
-``raise`` an error for the whole call, ``drop`` 0.0.
+``raise`` an error for that sample's trajectory (for the batch manager, its call), ``drop`` 0.0.
+Each sample stands alone: one that cannot be read fails by itself, the others are scored.
 
 Importing this module without verl installed defines the plain helpers only.
 """
@@ -44,115 +45,32 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
+import logging
 import math
-import warnings
 from collections.abc import Mapping
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 from typing import Any
 
-if TYPE_CHECKING:
-    from .config.schema import RewardConfig
+from ._verl_config import VERL_DEFAULT_TERM
+from ._verl_config import raise_per_row
+from ._verl_config import reward_section
+from .errors import RewardExecutionError
 
 __all__ = ["MANAGER_NAME", "VerlBatchScorer", "register"]
 
+_log = logging.getLogger("rewardhub.verl")
+
 #: the name a launch script selects (``reward.reward_manager.name=rewardhub``)
 MANAGER_NAME = "rewardhub"
-#: verl's own scorer, used when the launch script names no custom reward function
-VERL_DEFAULT_TERM = {
-    "module": "verl.utils.reward_score",
-    "function": "default_compute_score",
-    "alias": "verl_default",
-}
-
-
-def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A verl config whose legacy reward keys were not migrated (verl's ``migrate_legacy_reward_impl``
-    was not called), with those keys applied by that function's rule: a legacy block with a value
-    set replaces its place under ``reward.`` (verl's defaults there are no choice of the user's)."""
-    cfg = dict(cfg)
-    reward = dict(cfg.get("reward") or {})
-    for legacy, new in (
-        ("custom_reward_function", "custom_reward_function"),
-        ("sandbox_fusion", "sandbox_fusion"),
-    ):
-        block = cfg.pop(legacy, None)  # gone after verl's migration, set or not
-        if isinstance(block, Mapping) and any(v is not None for v in block.values()):
-            reward[new] = dict(block)
-    rm = cfg.get("reward_model")
-    if isinstance(rm, Mapping):
-        manager = dict(reward.get("reward_manager") or {})
-        if rm.get("reward_manager") is not None:
-            manager["name"] = rm["reward_manager"]
-        if rm.get("reward_loop_module_path") is not None:
-            manager["module"] = {**dict(manager.get("module") or {}), "path": rm["reward_loop_module_path"]}
-        if manager:
-            reward["reward_manager"] = manager
-        if rm.get("reward_kwargs") is not None:
-            reward["reward_kwargs"] = rm["reward_kwargs"]
-        cfg.pop("reward_model")
-    if reward:
-        cfg["reward"] = reward
-    return cfg
-
-
-def reward_section(verl_config: Any) -> RewardConfig:
-    """The rewardhub ``reward:`` section for a verl config: from the rewardhub YAML named by
-    ``reward.reward_manager.module.path``, else migrated from verl's own reward keys."""
-    from .config import load_plan
-    from .config.loader import resolve_or_explain
-    from .config.schema import validate_reward
-    from .config.shim import migrate
-    from .errors import UsageError
-
-    cfg = _legacy_applied(dict(resolve_or_explain(verl_config, "verl config") or {}))
-    verl_reward = cfg.get("reward") or {}
-    module = ((verl_reward.get("reward_manager") or {}).get("module") or {}).get("path")
-    if module and str(module).endswith((".yaml", ".yml")):
-        fn = (verl_reward.get("custom_reward_function") or {}).get("path")
-        if fn:
-            raise UsageError(
-                f"reward.custom_reward_function.path={fn!r} and reward.reward_manager.module.path="
-                f"{module!r} both name the rewards\nkeep one: put the function in the YAML as a term "
-                f"({{path: {fn}, function: ...}}), or drop the module.path"
-            )
-        return _zero_on_failure(load_plan(str(module)).reward)
-    with warnings.catch_warnings():  # a launch script's legacy keys are expected here
-        warnings.simplefilter("ignore")
-        migrated, _ = migrate(cfg)
-    section = dict(migrated.get("reward") or {})
-    section.pop("manager", None)
-    if not section.get("rewards"):
-        term: dict[str, Any] = dict(VERL_DEFAULT_TERM)
-        sandbox = verl_reward.get("sandbox_fusion") or {}
-        if sandbox.get("url"):
-            term["kwargs"] = {"sandbox_fusion_url": sandbox["url"],
-                              "memory_limit_mb": sandbox.get("memory_limit_mb") or 1024}
-        section["rewards"] = [term]
-    kept = {k: v for k, v in section.items() if k in ("rewards", "aggregation", "sandbox", "plugins")}
-    return _zero_on_failure(validate_reward(kept))
-
-
-def _zero_on_failure(section: RewardConfig) -> RewardConfig:
-    """verl cannot leave a sample out of its batch, and a NaN reward would poison its group's advantages:
-    a term that names no ``on_failure`` of its own scores a failed call 0.0 here (flagged in
-    ``rewardhub_failed``), where rewardhub's own default is NaN."""
-    return dataclasses.replace(
-        section,
-        rewards=tuple(
-            t if t.on_failure is not None else dataclasses.replace(t, on_failure="zero")
-            for t in section.rewards
-        ),
-    )
-
-
-#: what a sample without a ground truth gets from the rewards that need one (as ``rewardhub score`` says)
-NO_GROUND_TRUTH = "no ground truth in this row (reward_model.ground_truth), which this reward needs"
 
 
 class VerlBatchScorer:
     """Scores verl batches with a Runner built from a verl config (see the module's text).
+
+    Every row stands alone: a row that cannot be read (a malformed field, no ground truth a reward
+    needs) or whose reward failed gets its ``on_failure`` value, the error in ``rewardhub_error``
+    and a logged warning naming it; ``on_failure: raise`` raises for that row only. The other rows
+    get their scores.
 
     :ivar scored: samples scored so far. :ivar failed: those of them flagged ``rewardhub_failed``.
     """
@@ -162,72 +80,73 @@ class VerlBatchScorer:
         from .execution import Runner
 
         self.reward_fn_key = reward_fn_key
-        self.runner = Runner.from_config(reward_section(verl_config))
+        section = reward_section(verl_config)
+        self.runner = Runner.from_config(raise_per_row(section))
         self.names = [t.name for t in self.runner.terms]
-        self.policies = {t.name: t.policy.on_failure for t in self.runner.terms}
+        self.policies = {t.name: str(c.on_failure) for t, c in zip(self.runner.terms, section.rewards)}
         self.needing = terms_needing(self.runner)
+        #: the rewards needing a ground truth that are not verl functions: a row whose ground truth is
+        #: None is not given to them (verl's functions get None, as verl's naive manager passes it)
+        self.needing_native = [t.name for t in self.runner.terms
+                               if t.name in self.needing and t.invoker.adapter != "verl"]
         self.scored = 0
         self.failed = 0
         self._extra_keys: dict[str, None] = {}  # every extra key seen so far, in order (filled on every row)
         atexit.register(self.runner.close)
 
     # ---- DataProto -> samples ---------------------------------------------------------------
-    def samples(self, data: Any, tokenizer: Any) -> list[dict[str, Any]]:
-        """One rewardhub sample per row of a ``DataProto``, decoded as verl's managers decode."""
-        return self.samples_of([data], tokenizer)
+    def read(self, parts: Sequence[Any], tokenizer: Any) -> tuple[list[Any], list[str]]:
+        """The rows of several ``DataProto`` (each row once, in order, decoded in one call): a sample,
+        or the :class:`~rewardhub._verl_batch.VerlBatchError` of a row that cannot be read; and labels."""
+        from ._verl_batch import read_rows
 
-    def samples_of(self, parts: Sequence[Any], tokenizer: Any) -> list[dict[str, Any]]:
-        """The samples of several ``DataProto`` (each row once, in order), decoded in one call."""
-        from ._verl_batch import VerlBatchError
-        from ._verl_batch import decode_samples
-
-        # verl's scorer picks its function by data source
-        by_source = VERL_DEFAULT_TERM["alias"] in self.names
-        for data in parts:
-            nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
-            if by_source and len(data) and self.reward_fn_key not in nt:
-                raise VerlBatchError(
-                    f"verl batch has no non_tensor_batch[{self.reward_fn_key!r}], by which verl's default "
-                    "scorer "
-                    f"picks its function\nfields there: {sorted(nt) or 'none'}; or name a "
-                    "reward.custom_reward_function"
-                )
+        required = []
+        if VERL_DEFAULT_TERM["alias"] in self.names:  # verl's scorer picks its function by data source
+            required.append(self.reward_fn_key)
         if self.needing:
-            for data in parts:
-                nt = data.non_tensor_batch if data.non_tensor_batch is not None else {}
-                if len(data) and "reward_model" not in nt:
-                    raise VerlBatchError(
-                        "verl batch has no non_tensor_batch['reward_model'] (reward_model.ground_truth), "
-                        "which "
-                        f"{', '.join(map(repr, self.needing))} needs\nfields there: {sorted(nt) or 'none'}; "
-                        "verl's datasets carry it as reward_model: {ground_truth: ...}"
-                    )
-        return decode_samples(parts, tokenizer, self.reward_fn_key)
+            required.append("reward_model")
+        return read_rows(parts, tokenizer, self.reward_fn_key, required=required,
+                         needs_ground_truth=bool(self.needing))
 
     # ---- scoring ------------------------------------------------------------------------------
-    def score(self, samples: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[dict[str, Any]]]:
-        """(reward per sample, ``reward_extra_info`` per sample)."""
-        from .errors import RewardExecutionError
+    def score(self, samples: Sequence[Any], labels: Sequence[str] | None = None,
+              ) -> tuple[list[float], list[dict[str, Any]]]:
+        """(reward per sample, ``reward_extra_info`` per sample); raises the first row's error where a
+        reward with ``on_failure: raise`` failed."""
+        results = self.score_rows(samples, labels)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        done = [r for r in results if not isinstance(r, BaseException)]
+        return [score for score, _ in done], [info for _, info in done]
 
-        samples = list(samples)
-        missing = {i for i, s in enumerate(samples) if self.needing and s.get("ground_truth") is None}
-        if missing:
-            first = self.needing[0]
-            if self.policies[first] == "raise":
-                raise RewardExecutionError(f"reward {first!r} on sample {min(missing)}: {NO_GROUND_TRUTH}\n"
-                                           f"(on_failure: raise for reward {first!r})", reward=first,
-                                           index=min(missing))
-        ok = [i for i in range(len(samples)) if i not in missing]
-        res = self.runner.score([samples[i] for i in ok]) if ok else None
-        one = len(self.names) == 1
-        rows: list[tuple[float, dict[str, Any]]] = []
+    def score_rows(
+        self, rows: Sequence[Any], labels: Sequence[str] | None = None
+    ) -> list[tuple[float, dict[str, Any]] | RewardExecutionError]:
+        """Per row: (reward, ``reward_extra_info``), or the error to raise for that row alone
+        (``on_failure: raise``). ``rows`` holds samples and the exceptions of rows not read."""
+        from ._verl_batch import NO_GROUND_TRUTH
+
+        rows = list(rows)
+        labels = list(labels) if labels is not None else [f"row {i}" for i in range(len(rows))]
+        unread: dict[int, dict[str, str]] = {}  # row -> {term: error}, for rows no reward is called on
+        for i, r in enumerate(rows):
+            if isinstance(r, BaseException):
+                unread[i] = dict.fromkeys(self.names, str(r))
+            elif self.needing_native and r.get("ground_truth") is None:
+                unread[i] = dict.fromkeys(self.needing_native, NO_GROUND_TRUTH)
+        ok = [i for i in range(len(rows)) if i not in unread]
+        res = self.runner.score([rows[i] for i in ok]) if ok else None
         where = {i: k for k, i in enumerate(ok)}
-        for i in range(len(samples)):
+        one = len(self.names) == 1
+        out: list[tuple[float, dict[str, Any]] | RewardExecutionError] = []
+        failures: list[str] = []
+        for i in range(len(rows)):
             info: dict[str, Any] = {}
-            if i in missing:
-                total: float | None = _failure_value(self.policies[self.needing[0]])
-                errors = {n: NO_GROUND_TRUTH for n in self.needing}
-                values: Mapping[str, Any] = {}
+            values: Mapping[str, Any] = {}
+            if i in unread:
+                errors = unread[i]
+                total: float | None = _failure_score([self.policies[n] for n in errors])
             else:
                 assert res is not None
                 k = where[i]
@@ -235,7 +154,16 @@ class VerlBatchScorer:
                 for name in self.names:
                     for key, v in (res.extra[k].get(name) or {}).items():
                         info[key if one and key not in ("score", name) else f"{name}/{key}"] = v
+            raising = [n for n in errors if self.policies[n] == "raise"]
+            if raising:
+                out.append(RewardExecutionError(
+                    f"verl row ({labels[i]}): {errors[raising[0]]}\n"
+                    f"(on_failure: raise for reward {raising[0]!r}; use zero, nan or drop to go on)",
+                    reward=raising[0], index=i))
+                continue
             reward = 0.0 if total is None else float(total)
+            if errors:
+                failures.append(f"({labels[i]}) -> {reward}: {'; '.join(errors.values())}")
             row: dict[str, Any] = {"score": reward, "acc": None if errors else reward}
             for name in self.names:
                 value = values.get(name)
@@ -244,28 +172,34 @@ class VerlBatchScorer:
             row["rewardhub_failed"] = 1.0 if errors else 0.0
             row["rewardhub_error"] = "; ".join(errors.values())
             self._extra_keys.update(dict.fromkeys(info))
-            rows.append((reward, row))
+            out.append((reward, row))
         self.scored += len(rows)
-        self.failed += sum(1 for _, r in rows if r["rewardhub_failed"])
-        infos = []
-        for _, row in rows:  # every extra key on every row: verl stacks the keys of its first row
-            for key in self._extra_keys:
-                row.setdefault(key, None)
-            infos.append(row)
-        return [r for r, _ in rows], infos
+        self.failed += len(rows) - len(ok) + sum(1 for k in ok if res is not None and res.errors[where[k]])
+        if failures:
+            more = f"; and {len(failures) - 3} more" if len(failures) > 3 else ""
+            _log.warning("rewardhub: %d of %d verl rows not scored (their reward is on_failure's, flagged in "
+                         "rewardhub_failed): %s%s", len(failures), len(rows),
+                         "; ".join(f[:300] for f in failures[:3]), more)
+        for r in out:  # every extra key on every row: verl stacks the keys of its first row
+            if not isinstance(r, BaseException):
+                for key in self._extra_keys:
+                    r[1].setdefault(key, None)
+        return out
 
 
-def _failure_value(on_failure: str) -> float | None:
-    return math.nan if on_failure == "nan" else 0.0
+def _failure_score(policies: Sequence[str]) -> float:
+    """The reward of a row that no failed term scored: NaN where a term says ``nan``, else 0.0."""
+    return math.nan if "nan" in policies else 0.0
 
 
 def _reward_tensor(data: Any, scores: list[float]) -> Any:
-    """verl's token-level reward: each sample's score on its last valid response token."""
+    """verl's token-level reward: each sample's score on its last valid response token (on the first
+    token of a row whose mask could not be read)."""
     import torch
 
-    from ._verl_batch import response_lengths
+    from ._verl_batch import row_lengths
 
-    lengths = torch.tensor(response_lengths(data), dtype=torch.long)
+    lengths = torch.tensor([n if isinstance(n, int) else 0 for n in row_lengths(data)], dtype=torch.long)
     out = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
     rows = torch.arange(out.shape[0], device=out.device)
     out[rows, (lengths.to(out.device) - 1).clamp(min=0)] = out.new_tensor(scores)
@@ -325,9 +259,9 @@ def register() -> bool:
                 parts = [d for d, _ in pending]
                 loop = asyncio.get_running_loop()
                 # the decode too runs off the event loop (as naive's does), which meanwhile gathers the next
-                # group
-                scores, infos = await loop.run_in_executor(
-                    None, lambda: self.scorer.score(self.scorer.samples_of(parts, self.tokenizer)))
+                # group; each trajectory gets its own result (a bad one fails alone)
+                results = await loop.run_in_executor(
+                    None, lambda: self.scorer.score_rows(*self.scorer.read(parts, self.tokenizer)))
             except BaseException as exc:  # noqa: BLE001 - every waiting call gets the failure
                 for _, fut in pending:
                     if not fut.done():
@@ -337,9 +271,13 @@ def register() -> bool:
                 return
             self.batches += 1
             self.batched_samples += len(pending)
-            for (_, fut), score, info in zip(pending, scores, infos):
-                if not fut.done():
-                    fut.set_result({"reward_score": score, "reward_extra_info": info})
+            for (_, fut), result in zip(pending, results):
+                if fut.done():
+                    continue
+                if isinstance(result, BaseException):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result({"reward_score": result[0], "reward_extra_info": result[1]})
 
     class RewardhubBatchManager(AbstractRewardManager):
         """verl's batch reward managers: a whole ``DataProto`` per call."""
@@ -354,7 +292,8 @@ def register() -> bool:
             from_rm = self._extract_reward_from_rm_scores(data, return_dict)
             if from_rm is not None:
                 return from_rm
-            scores, infos = self.scorer.score(self.scorer.samples(data, self.tokenizer))
+            rows, labels = self.scorer.read([data], self.tokenizer)
+            scores, infos = self.scorer.score(rows, labels)
             tensor = _reward_tensor(data, scores)
             if return_dict:
                 return {"reward_tensor": tensor, "reward_extra_info": _lists(infos)}

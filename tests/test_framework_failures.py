@@ -92,6 +92,23 @@ def test_to_trl_a_row_without_ground_truth_is_not_scored():
     assert got == [1.0, None] and logged == [("math_verify/failed", 1.0)]
 
 
+def test_to_verl_a_none_ground_truth_is_flagged_for_a_rewardhub_reward_and_passed_to_a_verl_one(flaky,
+                                                                                               tmp_path):
+    fn = to_verl(flaky)
+    assert fn("src", "a", "a")["score"] == 1.0
+    none = fn("src", "None", None)  # flaky would compare "None" == str(None): a silent 1.0
+    assert none["score"] == 0.0 and none["acc"] is None and none["rewardhub_failed"] == 1.0
+    assert "no ground truth" in none["rewardhub_error"] and set(none) == set(fn("src", "a", "a"))
+    assert math.isnan(to_verl({**flaky, "on_failure": "nan"})("src", "None", None)["score"])
+    with pytest.raises(RewardExecutionError, match="no ground truth"):
+        to_verl({**flaky, "on_failure": "raise"})("src", "a", None)
+    verl_fn = tmp_path / "verl_fn.py"  # a verl compute_score gets the None, as verl's naive passes it
+    verl_fn.write_text("def cs(data_source, solution_str, ground_truth, extra_info=None):\n"
+                       "    return 0.25 if ground_truth is None else 1.0\n")
+    got = to_verl({"path": str(verl_fn), "function": "cs", "executor": "inline"})("src", "x", None)
+    assert got["score"] == 0.25 and got["rewardhub_failed"] == 0.0
+
+
 def test_to_verl_flags_a_failed_call_with_the_same_keys_as_a_good_one(flaky):
     fn = to_verl(flaky)
     good = fn("src", "a", "a")

@@ -477,7 +477,12 @@ python3 -u -m verl.trainer.main_ppo --config-name=ppo_trainer \\
     assert cfg["actor_rollout_ref"] == {"rollout": {"n": 4}}
     assert cfg["trainer"]["total_training_steps"] == 7  # STEPS is not in the environment: the default
     assert cfg["trainer"]["test_freq"] == 2  # an unset variable's default, split into words
-    assert cfg["data"]["train_files"] == [f"{tmp_path}/a.parquet", f"{tmp_path}/b.parquet"]
+    # $HOME comes from the environment: its reference is kept (resolved when the config is loaded)
+    assert cfg["data"]["train_files"] == ["${oc.env:HOME}/a.parquet", "${oc.env:HOME}/b.parquet"]
+    from omegaconf import OmegaConf
+
+    resolved = OmegaConf.to_container(OmegaConf.create(cfg), resolve=True)
+    assert resolved["data"]["train_files"] == [f"{tmp_path}/a.parquet", f"{tmp_path}/b.parquet"]
 
 
 def test_a_sourced_file_makes_its_variables_unknown(tmp_path):
@@ -634,3 +639,125 @@ def test_an_assignment_is_not_split_but_its_unquoted_use_is(tmp_path):
                                   'python3 -m verl.trainer.main_ppo $B data.prompt_key="$A"\n')
     assert cfg == {"trainer": {"total_epochs": 2, "test_freq": 1},
                    "data": {"prompt_key": "trainer.total_epochs=2 trainer.test_freq=1"}}
+
+
+FROM_ENV = [
+    ('a.k="$RH_SECRET"', {"k": "s+/k=="}),
+    ("a.k=${RH_SECRET}", {"k": "s+/k=="}),
+    ("a.k=pre${RH_SECRET}post", {"k": "pres+/k==post"}),
+    ("a.k=${RH_SECRET:-none}", {"k": "s+/k=="}),
+    ('+a.h={Authorization:"Bearer $RH_SECRET",n:2}', {"h": {"Authorization": "Bearer s+/k==", "n": 2}}),
+    ("a.l=[$RH_SECRET,b] a.n=$RH_NODES a.p=$RH_HOME/d", {"l": ["s+/k==", "b"], "n": 2, "p": "/h/u/d"}),
+]
+
+
+def _through(body: str, how: str) -> str:
+    if how == "variable":  # the script sets its own variables from the environment
+        return ("MY_SECRET=$RH_SECRET\nexport MY_NODES=${RH_NODES}\nMY_HOME=$RH_HOME\n"
+                "python3 -m verl.trainer.main_ppo " + body.replace("$RH_", "$MY_").replace("${RH_", "${MY_"))
+    if how == "word list":
+        return f'ARGS="{body}"\npython3 -m verl.trainer.main_ppo $ARGS'
+    if how == "array":
+        return "ARGS=(\n    " + body + '\n)\npython3 -m verl.trainer.main_ppo "${ARGS[@]}"'
+    return "python3 -m verl.trainer.main_ppo " + body
+
+
+@pytest.mark.parametrize("body,expected,how", [
+    (body, expected, how) for body, expected in FROM_ENV
+    for how in ("direct", "variable", "word list", "array")
+    # a quoted value inside a word list is not split so by bash either; a default is the script's own
+    if not (how == "word list" and '"' in body) and not (how == "variable" and ":-" in body)
+])
+def test_a_value_from_the_environment_is_kept_as_its_reference(monkeypatch, body, expected, how):
+    """What an override takes from the environment reaches the config as ``${oc.env:NAME}`` (resolved to
+    the same value when loaded), never as the secret's text; a number stays a number."""
+    from omegaconf import OmegaConf
+
+    from rewardhub.config._shell_pick import read_script
+    from rewardhub.config.overrides import apply_overrides
+
+    monkeypatch.setenv("RH_SECRET", "s+/k==")
+    monkeypatch.setenv("RH_NODES", "2")
+    monkeypatch.setenv("RH_HOME", "/h/u")
+    words = [w.text for w in read_script(_through(body, how) + "\n").words]
+    assert not any("s+/k==" in w for w in words), words
+    resolved = OmegaConf.to_container(OmegaConf.create(apply_overrides({}, words)), resolve=True)
+    assert resolved == {"a": expected}
+
+
+
+#: verl's examples build the command in an array (recipe/dapo, examples/*_trainer): comments, quotes,
+#: continuations, a nested default, +keys, an append, an empty array, "$@"
+ARRAY_SCRIPT = """\
+#!/usr/bin/env bash
+set -xeuo pipefail
+
+project_name='DAPO'
+n_resp_per_prompt=8
+TRAIN_FILE=${TRAIN_FILE:-"${RH_DATA_HOME}/data/dapo-math-17k.parquet"}
+declare -a SPEC=()
+
+ARGS=(
+    data.train_files="${TRAIN_FILE}"
+    data.prompt_key=prompt  # verl's default is prompt too
+    # the rollout (n responses a prompt)
+    actor_rollout_ref.rollout.n=${n_resp_per_prompt} \\
+    +actor_rollout_ref.model.override_config.attention_dropout=0.
+    "trainer.project_name=${project_name}"
+    'trainer.experiment_name=DAPO run (7b)'
+    trainer.logger='["console","wandb"]'
+)
+ARGS+=(trainer.total_epochs=2)
+
+python3 -m verl.trainer.main_ppo \\
+    "${ARGS[@]}" "${SPEC[@]}" \\
+    trainer.nnodes=1 "$@" 2>&1 | tee log.txt
+"""
+
+
+def test_an_array_built_command_reads_as_bash_runs_it(tmp_path, monkeypatch):
+    """The words are the ones bash hands to python3 (bash runs the script with a python3 that prints its
+    arguments), with what came from the environment as its reference."""
+    import re
+    import subprocess
+
+    from rewardhub.config._shell_pick import read_script
+
+    monkeypatch.setenv("RH_DATA_HOME", "/data/rh")
+    monkeypatch.delenv("TRAIN_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > argv.txt\n')
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    (tmp_path / "run.sh").write_text(ARRAY_SCRIPT)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    subprocess.run(["bash", "run.sh"], env=env, check=True, capture_output=True, timeout=60)
+    bash = (tmp_path / "argv.txt").read_text().splitlines()
+
+    words = [w.text for w in read_script(ARRAY_SCRIPT).words]
+    assert words[0] == "data.train_files=${oc.env:RH_DATA_HOME}/data/dapo-math-17k.parquet"
+    resolved = [re.sub(r"\$\{oc\.env:(\w+)\}", lambda m: os.environ[m.group(1)], w) for w in words]
+    assert ["-m", "verl.trainer.main_ppo", *resolved] == bash
+    cfg = script_config(tmp_path, ARRAY_SCRIPT)
+    assert cfg["actor_rollout_ref"] == {"rollout": {"n": 8},
+                                        "model": {"override_config": {"attention_dropout": 0.0}}}
+    assert cfg["trainer"] == {"project_name": "DAPO", "experiment_name": "DAPO run (7b)",
+                              "logger": ["console", "wandb"], "total_epochs": 2, "nnodes": 1}
+
+
+@pytest.mark.parametrize("body,words", [  # script_config puts a #! line first: line 1 is the body's 0th
+    ('A=(a.b=1)\nif [ -n "$X" ]; then\n  A+=(a.c=2)\nfi\npython3 -m verl.trainer.main_ppo "${A[@]}"\n',
+     "A is changed inside an if/for/while/case block (line 4)"),
+    ('A=(a.b=1)\n[ -n "$X" ] && echo x\nfor s in 1 2; do A+=(a.c=$s); done\n'
+     'python3 -m verl.trainer.main_ppo "${A[@]}"\n', "A is changed inside an if/for/while/case block"),
+    ('N=2\nif [ -n "$X" ]; then\n  N=4\nfi\npython3 -m verl.trainer.main_ppo a.n=$N\n',
+     "$N in line 6 is set by the script in a way that cannot be read here"),
+    ('A=(a.b=$(nproc))\npython3 -m verl.trainer.main_ppo "${A[@]}"\n', "$(nproc) in line 2 cannot be run"),
+    ('A=(\n  a.b=1\npython3 -m verl.trainer.main_ppo "${A[@]}"\n', "line 2: the array's '(' is never closed"),
+])
+def test_an_array_that_cannot_be_known_is_refused_with_its_line(tmp_path, body, words):
+    from rewardhub.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        script_config(tmp_path, body)
+    assert words in str(err.value)

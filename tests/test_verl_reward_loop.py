@@ -57,6 +57,14 @@ def _rows():
     return rows
 
 
+BREAKS = [None, "extra_info_text", "no_reward_model", "ground_truth_none", "no_ground_truth_key", None]
+
+
+def _bad_rows():
+    """The first rows, each broken as ``BREAKS`` says (see verl_loop_driver._break)."""
+    return [dict(row, **({"break": how} if how else {})) for row, how in zip(_rows(), BREAKS)]
+
+
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
     if not os.path.isdir(os.path.join(VERL_COMPAT, "verl")):
@@ -102,6 +110,9 @@ def loop(tmp_path_factory):
                 "migrate": False,
                 "local": True,
             },
+            # malformed trajectories among good ones, through verl's actors one at a time
+            {"name": "bad_rows", "rows": _bad_rows(), "overrides": fn + legacy_manager,
+             "naive_overrides": fn},
             # a custom function and a rewardhub YAML both named
             {
                 "name": "both",
@@ -198,6 +209,26 @@ def test_without_the_migration_call_verl_does_not_read_the_legacy_manager_key(lo
     all (nothing it can check: the README says to call migrate_legacy_reward_impl, as verl's own
     entry points do, or to set reward.reward_manager.name)."""
     assert loop["unmigrated_legacy_manager"]["manager"] == "NaiveRewardManager"
+
+
+@pytest.mark.timeout(900)
+def test_a_malformed_trajectory_fails_alone_and_a_none_ground_truth_is_passed_as_naive_passes_it(loop):
+    """Trajectories sent one at a time to verl's reward workers: one with extra_info that is no dict,
+    one without reward_model, one whose reward_model has no ground_truth key (verl's naive manager
+    raises for these three), and one whose ground truth is None (naive passes None to the function)."""
+    run = loop["bad_rows"]
+    assert "error" not in run, run.get("error")
+    ours, naive = run["ours"], run["naive"]
+    assert [r.get("error") for r in ours] == [None] * 6  # no trajectory raised
+    assert _scores(ours) == [1.5, 0.0, 0.0, 0.5, 0.0, 0.0]
+    infos = [r["reward_extra_info"] for r in ours]
+    assert [i["rewardhub_failed"] for i in infos] == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    assert "non_tensor_batch['extra_info'][0] is the string 'index 7'" in infos[1]["rewardhub_error"]
+    assert "no non_tensor_batch['reward_model']" in infos[2]["rewardhub_error"]
+    assert "without 'ground_truth'" in infos[4]["rewardhub_error"]
+    # naive fails the three malformed ones; the others (the None ground truth included) score the same
+    assert [i for i, r in enumerate(naive) if "error" in r] == [1, 2, 4]
+    assert [ours[i]["reward_score"] for i in (0, 3, 5)] == [naive[i]["reward_score"] for i in (0, 3, 5)]
 
 
 @pytest.mark.timeout(900)

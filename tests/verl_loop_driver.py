@@ -86,7 +86,22 @@ def trajectory(tok: Any, row: dict[str, Any]) -> Any:
             "response_len": np.array([len(response_ids)]),
         }
     )
-    return DataProto(batch=batch, non_tensor_batch=non_tensor)
+    data = DataProto(batch=batch, non_tensor_batch=non_tensor)
+    _break(data, row.get("break"))
+    return data
+
+
+def _break(data: Any, how: str | None) -> None:
+    """A malformed trajectory, as a user's dataset can give one (``break`` in a plan's row)."""
+    nt = data.non_tensor_batch
+    if how == "extra_info_text":
+        nt["extra_info"] = _objects(["index 7"])
+    elif how == "no_reward_model":
+        del nt["reward_model"]
+    elif how == "ground_truth_none":
+        nt["reward_model"] = _objects([{"ground_truth": None}])
+    elif how == "no_ground_truth_key":
+        nt["reward_model"] = _objects([{"answer": "1"}])
 
 
 def padded_batch(datas: list[Any]) -> Any:
@@ -166,7 +181,8 @@ async def one_at_a_time(handles: list[Any], datas: list[Any], seed: int = 0) -> 
 
 
 async def local_one_at_a_time(worker: Any, datas: list[Any]) -> list[Any]:
-    return list(await asyncio.gather(*(worker.compute_score(d) for d in datas)))
+    got = await asyncio.gather(*(worker.compute_score(d) for d in datas), return_exceptions=True)
+    return [{"error": f"{type(g).__name__}: {g}"} if isinstance(g, BaseException) else g for g in got]
 
 
 def _clean(x: Any) -> Any:
@@ -184,12 +200,13 @@ def _clean(x: Any) -> Any:
 
 
 def run(plan: dict[str, Any]) -> dict[str, Any]:
-    """plan: {folder, rows, runs: [{name, overrides, migrate, naive_overrides?, batch_path?, local?}]}.
+    """plan: {folder, rows, runs: [{name, overrides, migrate, naive_overrides?, batch_path?, local?, rows?}]}.
 
     Each run starts a RewardLoopManager from its config and sends it the rows one at a time (with
     ``local``: verl's RewardLoopWorker in this process instead; with ``batch_path``: also verl's
-    ``compute_rm_score`` over them as one padded batch); with ``naive_overrides``, verl's
-    RewardLoopWorker (in this process) with that config scores the same trajectories. Returns
+    ``compute_rm_score`` over them as one padded batch; with ``rows``: those rows, not the plan's);
+    with ``naive_overrides``, verl's RewardLoopWorker (in this process) with that config scores the
+    same trajectories. A row may carry ``break`` (see :func:`_break`). Returns
     {name: {manager, ours, naive, latency, stats, rm_scores, rm_keys}} (``error`` if it failed).
     """
     import ray
@@ -200,12 +217,13 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     folder = plan["folder"]
     tok_path = tokenizer_dir(folder)
     tok = AutoTokenizer.from_pretrained(tok_path)
-    datas = [trajectory(tok, r) for r in plan["rows"]]
+    all_datas = [trajectory(tok, r) for r in plan["rows"]]
     base = [f"actor_rollout_ref.model.path={tok_path}", "reward.num_workers=1"]
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     out: dict[str, Any] = {}
     for spec in plan["runs"]:
         res: dict[str, Any] = {}
+        datas = [trajectory(tok, r) for r in spec["rows"]] if "rows" in spec else all_datas
         try:
             config = compose(base + spec["overrides"], spec.get("migrate", True))
             if spec.get("local"):  # verl's RewardLoopWorker in this process, not as a Ray actor

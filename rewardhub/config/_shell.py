@@ -5,66 +5,48 @@ backslashes, ``\\``-newline continuations, comments, ``;``/``&``/``|``/newline s
 bodies and redirections, which are no words), expands what the script itself says (``NAME=value``
 and ``export NAME=value`` set before use, ``${NAME:-default}``, ``$(pwd)``/```pwd``` while no ``cd``
 came before, the positional parameters of a script run without arguments, which are empty) and
-splits an unquoted expansion into words as the shell does (``main_ppo $ARGS``). The overrides are
+splits an unquoted expansion into words as the shell does (``main_ppo $ARGS``); bash arrays
+(``ARGS=(...)``, ``ARGS+=(...)``, ``"${ARGS[@]}"``) as :mod:`rewardhub.config._shell_arrays` reads
+them. The overrides are
 the words of the one command that runs verl (``python3 -m verl.trainer.main_ppo``, verl's
 fully-async entry point, ``recipe.*.main_*``); a file with no such command is a file of overrides
 (one per line, or one command carrying them). What cannot be known without running the script
 (another command substitution, ``$((...))``, a variable set by ``read``/``for`` or from a
-substitution, ``--config-path``, a second verl command) is a :class:`~rewardhub.errors.UsageError`
+substitution, a variable or array changed inside an ``if``/``for``/``while``/``case`` block,
+``--config-path``, a second verl command) is a :class:`~rewardhub.errors.UsageError`
 naming the line, never a silently wrong value. A variable the script does not set becomes
-OmegaConf's ``${oc.env:NAME}`` inside an override's value (resolved when the config is loaded).
+OmegaConf's ``${oc.env:NAME}`` inside an override's value (resolved when the config is loaded); one
+set in the environment too, where that reads as the same value (see
+:func:`rewardhub.config._shell_pick.public_words`), so that no written config holds a secret.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
+
+from ._shell_arrays import ARRAY_HEAD_RE
+from ._shell_arrays import INDEX_RE
+from ._shell_arrays import Array
+from ._shell_arrays import assign as assign_array
+from ._shell_arrays import elements
+from ._shell_arrays import read_items
+from ._shell_words import Raw
+from ._shell_words import Script
+from ._shell_words import ShellWord
+from ._shell_words import Unsafe
+from ._shell_words import brace
+from ._shell_words import closing
+from ._shell_words import literal_head
 
 __all__ = ["ASSIGN_RE", "NAME_RE", "Raw", "Reader", "Script", "ShellWord", "Unsafe", "literal_head"]
 
 _META = " \t\r\n;&|()<>"
 NAME_RE = re.compile(r"[A-Za-z_]\w*")
-ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)=")
+ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)\+?=")
 _FUNCTION_RE = re.compile(r"^\s*(function\s+[\w-]+|[\w-]+\s*\(\s*\))", re.M)
 _KEY_RE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
-
-
-@dataclass
-class ShellWord:
-    """One word as the command receives it: ``text``; ``raw`` is its span ``start:end`` in the script
-    (shared by the words an unquoted expansion splits into: then ``whole`` is false)."""
-
-    raw: str
-    text: str
-    start: int
-    end: int
-    command: int
-    position: int
-    line: int = 0
-    whole: bool = True
-
-
-@dataclass
-class Script:
-    """The override words a script hands to verl, and the entry point it runs (``None``: none found)."""
-
-    words: list[ShellWord]
-    entry: dict[str, Any] | None = None
-
-
-class Unsafe(Exception):
-    pass
-
-
-@dataclass
-class Raw:
-    start: int
-    end: int
-    #: (kind, payload, quoted, after "=") with kind text | var | subst | unsafe | default
-    parts: list[tuple[str, Any, bool, bool]] = field(default_factory=list)
 
 
 class Reader:
@@ -74,6 +56,13 @@ class Reader:
         self.cwd_known = True
         self.functions = bool(_FUNCTION_RE.search(text))  # then $1, $@ may be a function's arguments
         self.assigning = False  # expanding an assignment's value (a variable, not an override)
+        #: expanding for the reference form: what comes from the environment is kept as ``${oc.env:NAME}``
+        #: (see :func:`rewardhub.config._shell_pick.public_words`), and a variable set from it as in ``refs``
+        self.keep_env = False
+        #: a variable's value in its reference form, where that differs from its value
+        self.refs: dict[str, str] = {}
+        self.arrays: dict[str, Array] = {}  # bash arrays (``ARGS=(...)``)
+        self.depth = 0  # inside this many if/for/while/case blocks (set by the caller, command by command)
         self.sourced = ""  # "line N: source FILE" once the script reads variables from a file not read here
 
     def line(self, pos: int) -> int:
@@ -113,6 +102,10 @@ class Reader:
                 i = self.redirect(i, heredocs)
             else:
                 word, i = self.word(i)
+                if s.startswith("(", i) and ARRAY_HEAD_RE.match(literal_head(word)) and \
+                        all(p[0] == "text" for p in word.parts):
+                    word.items, i = read_items(self, i + 1)
+                    word.end = i
                 out[-1].append(word)
         return [cmd for cmd in out if cmd]
 
@@ -184,15 +177,17 @@ class Reader:
         s = self.s
         if s[i] == "`" or s.startswith("$(", i):
             arith = s.startswith("$((", i)
-            end = self.closing(i)
+            end = closing(self.s, i)
             body = s[i + 1:end - 1] if s[i] == "`" else s[i + 2:end - 1]
             kind = "unsafe" if arith else "subst"
             add(kind, body if not arith else f"$(({body[1:-1]}))", quoted)
             return end
         if s.startswith("${", i):
-            end = s.find("}", i)
-            end = self.n - 1 if end < 0 else end
+            end = brace(self.s, i + 2)
             inner = s[i + 2:end]
+            if INDEX_RE.fullmatch(inner):
+                add("array", INDEX_RE.fullmatch(inner).groups(), quoted)  # type: ignore[union-attr]
+                return end + 1
             m = re.fullmatch(r"([A-Za-z_]\w*|\d+|[@*#?$])(?:(:?[-=])(.*))?", inner, re.S)
             if not m:
                 add("unsafe", "${" + inner + "}", quoted)
@@ -208,44 +203,12 @@ class Reader:
         add("var", m.group(1), quoted)
         return i + m.end()
 
-    def closing(self, i: int) -> int:
-        """The index after the ``)`` / backquote closing the substitution at ``i`` (quotes and nesting
-        respected)."""
-        s, n = self.s, self.n
-        if s[i] == "`":
-            j = i + 1
-            while j < n and s[j] != "`":
-                j += 2 if s[j] == "\\" else 1
-            return min(j + 1, n)
-        depth, j = 0, i + 1
-        while j < n:
-            c = s[j]
-            if c == "\\":
-                j += 2
-                continue
-            if c == "'":
-                j = s.find("'", j + 1) + 1 or n
-                continue
-            if c == '"':
-                j += 1
-                while j < n and s[j] != '"':
-                    j += 2 if s[j] == "\\" else 1
-                j += 1
-                continue
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            j += 1
-        return n
-
     # ---- expanding ------------------------------------------------------------------------------
     def expand(self, raw: Raw, where: str) -> list[tuple[str, bool]]:
         """The words ``raw`` becomes (text, whole); :class:`Unsafe` names what cannot be known."""
         fields: list[list[str]] = [[]]
         split = False
+        vanished = False  # a quoted "${NAME[@]}" of no elements (no word, unless the rest makes one)
 
         def literal(text: str) -> None:
             fields[-1].append(text)
@@ -273,6 +236,18 @@ class Reader:
                     )
             elif kind == "unsafe":
                 raise Unsafe(f"{payload} in {where} cannot be expanded without running the script")
+            elif kind == "array":
+                name, index = payload
+                words = elements(self, name, index, where)
+                split = True  # the words are not the script's text at this place
+                if index == "@" and quoted:
+                    vanished = vanished or not words
+                    for k, w in enumerate(words):
+                        if k:
+                            fields.append([])
+                        literal(w)
+                else:
+                    put(" ".join(words))
             elif kind == "var":
                 put(self.variable(payload, after_eq, quoted, where))
             else:
@@ -289,21 +264,23 @@ class Reader:
                         f"${{{name}}} in {where} may be set by {self.sourced}, which is not read here"
                     )
                 if value:
-                    put(value)
+                    put(self.refs.get(name, value) if self.keep_env else value)
                 elif after_eq and not name.isdigit() and not self.assigning:
                     put("${oc.env:" + name + "," + (self.expand_text(default, where, True) or "''") + "}")
                 elif name in os.environ and not name.isdigit() and os.environ[name]:
-                    put(os.environ[name])  # what the shell takes, run from here
+                    # what the shell takes, run from here
+                    put("${oc.env:" + name + "}" if self.keep_env else os.environ[name])
                 else:
                     put(self.expand_text(default, where, after_eq))
         words = ["".join(f) for f in fields]
-        if not any(p[2] for p in raw.parts):  # an unquoted empty expansion is no word at all
+        if not any(p[2] for p in raw.parts) or (vanished and words == [""]):  # no word at all
             words = [w for w in words if w != ""]
         return [(w, not split) for w in words]
 
     def expand_text(self, text: str, where: str, after_eq: bool = False) -> str:
         inner = Reader(text)
         inner.vars, inner.cwd_known = self.vars, self.cwd_known
+        inner.refs, inner.keep_env = self.refs, self.keep_env
         raw, _ = inner.word(0)
         raw.parts = [(k, p, q, after_eq or e) for k, p, q, e in raw.parts]
         return "".join(w for w, _ in inner.expand(raw, where))
@@ -317,16 +294,19 @@ class Reader:
             return "0" if name == "#" else ""  # a script run without arguments
         if name == "PWD" and name not in self.vars and self.cwd_known:
             return os.getcwd()
+        if name in self.arrays:  # $NAME of an array: its first element
+            return (elements(self, name, "0", where) or [""])[0]
         if name in self.vars:
             value = self.vars[name]
             if value is None:
                 raise Unsafe(f"${name} in {where} is set by the script in a way that cannot be read here "
-                              "(a command substitution, read, or a for loop)")
-            return value
+                              "(a command substitution, read, a for loop, or inside an if/while/case block)")
+            return self.refs.get(name, value) if self.keep_env else value
         if self.sourced:
             raise Unsafe(f"${name} in {where} may be set by {self.sourced}, which is not read here")
         if name in os.environ:
-            return os.environ[name]  # what the shell takes, run from here
+            # what the shell takes, run from here
+            return "${oc.env:" + name + "}" if self.keep_env else os.environ[name]
         if after_eq and not self.assigning:
             return "${oc.env:" + name + "}"  # unset: loading the config says so, naming the key
         raise Unsafe(
@@ -334,26 +314,48 @@ class Reader:
             "known here"
         )
 
-    def assign(self, raw: Raw, where: str) -> None:
-        name = ASSIGN_RE.match("".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text"))
+    def assign(self, raw: Raw, where: str, public: Any = None) -> None:
+        """``NAME=value`` (``NAME+=value`` appends), ``NAME=(...)`` an array (``public``: how its words
+        are expanded, with their reference forms)."""
+        head = "".join(str(p[1]) for p in raw.parts[:40] if p[0] == "text")
+        name = ASSIGN_RE.match(head)
         if not name:
             return
+        if raw.items is not None:
+            assign_array(self, name.group(1), head.endswith("+="), raw.items, where, public)
+            return
+        old = self.vars.get(name.group(1), "") if head.split("=", 1)[0].endswith("+") else ""
+        if old is None:
+            self.vars[name.group(1)] = None
+            return
+        self.arrays.pop(name.group(1), None)
+        # an assignment's value is not split into words (as if quoted)
+        quoted = Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts])
         self.assigning = True
         try:
-            # an assignment's value is not split into words (as if quoted)
-            words = self.expand(Raw(raw.start, raw.end, [(k, p, True, e) for k, p, _, e in raw.parts]), where)
-            value: str | None = "".join(w for w, _ in words).split("=", 1)[1]
+            value: str | None = "".join(w for w, _ in self.expand(quoted, where)).split("=", 1)[1]
+            self.keep_env = True
+            ref = "".join(w for w, _ in self.expand(quoted, where)).split("=", 1)[1]
         except Unsafe:
-            value = None
+            value = ref = None
         finally:
-            self.assigning = False
+            self.assigning = self.keep_env = False
+        if old and value is not None and ref is not None:
+            value, ref = old + value, self.refs.get(name.group(1), old) + ref
+        if self.depth:  # whether the block's body runs only running the script decides
+            value = None
         self.vars[name.group(1)] = value
+        self.refs.pop(name.group(1), None)
+        if ref is not None and ref != value:
+            self.refs[name.group(1)] = ref
 
-
-def literal_head(raw: Raw) -> str:
-    out = []
-    for kind, payload, _, _ in raw.parts:
-        if kind != "text":
-            break
-        out.append(payload)
-    return "".join(out)
+    def expand_kept(self, raw: Raw, where: str) -> list[tuple[str, bool]] | None:
+        """:meth:`expand` with what comes from the environment kept as ``${oc.env:NAME}`` (None: the
+        same words cannot be told so)."""
+        self.keep_env = True
+        try:
+            return self.expand(raw, where)
+        except Unsafe:
+            return None
+        finally:
+            self.keep_env = False

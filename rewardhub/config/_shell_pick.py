@@ -15,8 +15,9 @@ from ._shell import ShellWord
 from ._shell import Unsafe
 from ._shell import literal_head
 from .overrides import is_override_word
+from .overrides import parse_override
 
-__all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "read_script"]
+__all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "public_words", "read_script"]
 
 _VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
 #: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
@@ -118,27 +119,79 @@ def all_words(text: str) -> list[ShellWord]:
     return out
 
 
+def public_words(r: Reader, raw: Any, where: str) -> list[tuple[str, bool]]:
+    """The words ``raw`` expands to, each override in its reference form where that reads as the same
+    config value: a value that came from the environment (``api_key=$MY_SECRET``, ``"Bearer $TOKEN"``,
+    ``$HOME/data``, also through a variable the script set from it) stays ``${oc.env:NAME}``, resolved
+    when the config is loaded, so no written config (``run.json``, checkpoints, trackers, ``migrate``)
+    holds the secret, as with a YAML config's ``${oc.env:NAME}``. Where the text read would be another
+    kind of value (a number, a boolean: ``trainer.nnodes=$NNODES``), it is the value itself."""
+    words = r.expand(raw, where)
+    kept = r.expand_kept(raw, where)
+    if kept is None or len(kept) != len(words):
+        return words
+    return [(k if k != w and _same_value(w, k) else w, whole) for (w, whole), (k, _) in zip(words, kept)]
+
+
+def _same_value(word: str, kept: str) -> bool:
+    """Whether override ``kept`` (with ``${oc.env:NAME}`` in it) sets the same key as ``word``, to a
+    value of the same shape (strings where ``word`` has strings, the same other values)."""
+    if not (is_override_word(word) and is_override_word(kept)):
+        return False
+    a, b = parse_override(word), parse_override(kept)
+    return a.key == b.key and a.op == b.op and _same_shape(a.value, b.value)
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_shape(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_shape(a[k], b[k]) for k in a)
+    if isinstance(a, str) and isinstance(b, str):
+        return True
+    return type(a) is type(b) and a == b
+
+
+#: the words that open and close a block whose body runs or not, once or many times, as the script runs
+_BLOCK_START = ("if", "for", "while", "until", "select", "case")
+_BLOCK_END = ("fi", "done", "esac")
+#: a keyword that a block's command may follow on its line (``then ARGS+=(x)``)
+_BLOCK_BODY = ("then", "do", "else", "{")
+
+
+def _declares(words: list[ShellWord]) -> bool:
+    """Whether the words so far are ``export`` / ``declare -a`` / ``local`` ... (then an assignment)."""
+    return bool(words) and words[0].text in ("export", "local", "declare", "readonly", "typeset") and \
+        all(w.text.startswith("-") for w in words[1:])
+
+
 def read_script(text: str) -> Script:
     """The override words of ``text`` (a launch script or a file of overrides) and the verl entry point."""
     r = Reader(text)
     runs: list[tuple[int, list[ShellWord], dict[str, Any] | None, list[str]]] = []
     for index, cmd in enumerate(r.commands()):
+        while cmd and literal_head(cmd[0]) in _BLOCK_BODY and len(cmd[0].parts) == len(literal_head(cmd[0])):
+            cmd = cmd[1:]  # then NAME=value: a command of its own
+        if not cmd:
+            continue
         words: list[ShellWord] = []
         unsafe: list[str] = []
         position = 0
         head = literal_head(cmd[0])
+        if head in _BLOCK_END:
+            r.depth = max(0, r.depth - 1)
         assigning = True
         for raw in cmd:
             line = r.line(raw.start)
             lit = literal_head(raw)
-            if assigning and ASSIGN_RE.match(lit) and (position == 0 or words and words[-1].text in (
-                    "export", "local", "declare", "readonly", "typeset")):
+            if assigning and ASSIGN_RE.match(lit) and (position == 0 or _declares(words)):
                 if len(cmd) == 1 or all(ASSIGN_RE.match(literal_head(x)) for x in cmd) or position:
-                    r.assign(raw, f"line {line}")
+                    r.assign(raw, f"line {line}", public_words)
                 continue
-            assigning = assigning and lit in ("export", "local", "declare", "readonly", "typeset")
+            assigning = assigning and (lit in ("export", "local", "declare", "readonly", "typeset") or
+                                       (position > 0 and lit.startswith("-")))
             try:
-                expanded = r.expand(raw, f"line {line}")
+                expanded = public_words(r, raw, f"line {line}")
             except Unsafe as exc:
                 unsafe.append(str(exc))
                 words.append(
@@ -166,6 +219,8 @@ def read_script(text: str) -> Script:
         elif head == "unset":
             for raw in cmd[1:]:
                 r.vars.pop(literal_head(raw), None)
+        if head in _BLOCK_START:
+            r.depth += 1
         entry = entry_point(words)
         if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:
             runs.append((index, words, entry, unsafe))

@@ -33,6 +33,8 @@ _KEY = r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)*"
 _OVERRIDE_RE = re.compile(rf"^(\+\+|\+|~)?({_KEY})(?:=(.*))?$", re.S)
 _FLOW_KEY_RE = re.compile(r"([{,]\s*)([^\s:{}\[\],'\"]+):(?=\S)")
 _INT_RE = re.compile(r"^[+-]?\d+$")
+#: an OmegaConf interpolation without nested braces (``${oc.env:NAME}``, ``${oc.env:NAME,default}``)
+_INTERPOLATION_RE = re.compile(r"\$\{[^{}]*\}")
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
 
@@ -73,13 +75,32 @@ def parse_value(text: str) -> Any:
     if _FLOAT_RE.match(text) or low in ("inf", "+inf", "-inf", "nan"):
         return float(text) if low != "nan" else math.nan
     if text[0] in "[{":
+        # interpolations (``${oc.env:HOME}/a.parquet``) are items' text, as in Hydra: kept out of YAML's way
+        interpolations: list[str] = []
+
+        def hide(m: re.Match[str]) -> str:
+            interpolations.append(m.group(0))
+            return f"rhinterp{len(interpolations) - 1}x"
+
+        hidden = _INTERPOLATION_RE.sub(hide, text)
         try:
             # Hydra writes {a:1} (also inside a list: [{a:1}]); YAML needs a space after a key's colon
-            loaded = yaml.safe_load(_FLOW_KEY_RE.sub(r"\1\2: ", text))
+            loaded = yaml.safe_load(_FLOW_KEY_RE.sub(r"\1\2: ", hidden))
         except yaml.YAMLError:
             return text
-        return _convert_nested(loaded)
+        return _convert_nested(_shown(loaded, interpolations) if interpolations else loaded)
     return text
+
+
+def _shown(x: Any, interpolations: list[str]) -> Any:
+    """``x`` with the interpolations that :func:`parse_value` hid put back."""
+    if isinstance(x, list):
+        return [_shown(v, interpolations) for v in x]
+    if isinstance(x, dict):
+        return {_shown(k, interpolations): _shown(v, interpolations) for k, v in x.items()}
+    if isinstance(x, str):
+        return re.sub(r"rhinterp(\d+)x", lambda m: interpolations[int(m.group(1))], x)
+    return x
 
 
 def _convert_nested(x: Any) -> Any:

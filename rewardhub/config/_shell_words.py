@@ -1,0 +1,121 @@
+"""The words of a shell script as :mod:`rewardhub.config._shell` reads them, and where a ``${...}``
+or a ``$(...)`` ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+__all__ = ["Raw", "Script", "ShellWord", "Unsafe", "brace", "closing", "literal_head"]
+
+
+@dataclass
+class ShellWord:
+    """One word as the command receives it: ``text``; ``raw`` is its span ``start:end`` in the script
+    (shared by the words an unquoted expansion splits into: then ``whole`` is false)."""
+
+    raw: str
+    text: str
+    start: int
+    end: int
+    command: int
+    position: int
+    line: int = 0
+    whole: bool = True
+
+
+@dataclass
+class Script:
+    """The override words a script hands to verl, and the entry point it runs (``None``: none found)."""
+
+    words: list[ShellWord]
+    entry: dict[str, Any] | None = None
+
+
+class Unsafe(Exception):
+    pass
+
+
+@dataclass
+class Raw:
+    start: int
+    end: int
+    #: (kind, payload, quoted, after "=") with kind text | var | subst | unsafe | default | array
+    parts: list[tuple[str, Any, bool, bool]] = field(default_factory=list)
+    #: the element words of an array assignment ``NAME=(...)`` (its parts are ``NAME=``)
+    items: list[Raw] | None = None
+
+
+def brace(s: str, i: int) -> int:
+    """The index of the ``}`` closing the ``${`` before ``i`` (``${X:-"${HOME}/a"}``: nested ones and
+    quotes respected); the last index if none."""
+    n, depth = len(s), 0
+    while i < n:
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            i = (s.find("'", i + 1) + 1) or n
+            continue
+        if c == '"':
+            i += 1
+            while i < n and s[i] != '"':
+                if s.startswith("${", i):
+                    i = brace(s, i + 2)
+                i += 2 if s[i] == "\\" else 1
+            i += 1
+            continue
+        if s.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        if c == "}":
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    return n - 1
+
+def closing(s: str, i: int) -> int:
+    """The index after the ``)`` / backquote closing the substitution at ``i`` (quotes and nesting
+    respected)."""
+    n = len(s)
+    if s[i] == "`":
+        j = i + 1
+        while j < n and s[j] != "`":
+            j += 2 if s[j] == "\\" else 1
+        return min(j + 1, n)
+    depth, j = 0, i + 1
+    while j < n:
+        c = s[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "'":
+            j = s.find("'", j + 1) + 1 or n
+            continue
+        if c == '"':
+            j += 1
+            while j < n and s[j] != '"':
+                j += 2 if s[j] == "\\" else 1
+            j += 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    return n
+
+
+def literal_head(raw: Raw) -> str:
+    out = []
+    for kind, payload, _, _ in raw.parts:
+        if kind != "text":
+            break
+        out.append(payload)
+    return "".join(out)
