@@ -6,6 +6,8 @@ long, non-ASCII, malformed) made from the first row:
 - ``returns a score``: every data row gets a finite score, or ``None`` ("not applicable"): the
   declared types (a float, a dict with ``score``, a list for a batched reward) are what the Runner
   accepts; anything else, or a raise, fails;
+- ``applies to a row``: the reward scored at least one data row (one routed to other data sources,
+  or that returns ``None`` for every row, was never tested: a failure);
 - ``edge responses``: no raise on the edge responses (a score or ``None`` is fine);
 - ``under timeout``: every call ends within the term's ``timeout_s`` (its declared one, else the
   contract's default); the calls run under that timeout, so a hanging reward fails, never hangs;
@@ -122,6 +124,7 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         out.append(Check(name, "returns a score", FAIL if errs else PASS,
                          f"{len(errs)} of {len(data)} rows failed; first: {errs[0][1]}" if errs
                          else f"{len(data)} rows: " + _summary(col.values[:len(data)])))
+        out.append(_applied(name, terms[name].routes, col, len(data)))
         bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(labels)
                if st.get(len(data) + k) == ERROR]
         out.append(
@@ -184,6 +187,23 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                          + (f"; {', '.join(skipped)} not installed" if skipped else "")
                          + "".join(f"; {n}" for n in notes if n)))
     return out
+
+
+def _applied(name: str, routes: str, col: Any, n_data: int) -> Check:
+    """``applies to a row``: a reward that scored none of the data rows was never tested."""
+    from .execution import NOT_APPLICABLE
+
+    skipped = [i for i in range(n_data) if col.status.get(i) == NOT_APPLICABLE]
+    if len(skipped) < n_data:
+        return Check(name, "applies to a row", PASS, f"scored {n_data - len(skipped)} of {n_data} rows")
+    if routes:
+        why = (f"never called: it is routed to {routes}, and none of the {n_data} rows matched; give rows "
+               "with a matching data_source (rewardhub test REWARD rows.jsonl), or test a config whose term "
+               "turns routing off (data_sources: [])")
+    else:
+        why = (f"returned None (not applicable) for all {n_data} rows, so no score was tested; give rows "
+               "it applies to (rewardhub test REWARD rows.jsonl)")
+    return Check(name, "applies to a row", FAIL, why)
 
 
 def _try(fn: Any) -> Any:

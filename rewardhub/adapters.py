@@ -43,6 +43,8 @@ class _LazyRunner:
         self.needs_ground_truth = False
         #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
         self.extra_keys: dict[str, None] = {}
+        #: says once (per callable) when the reward has applied to none of the rows it was given
+        self.watch: Any = None
 
     def get(self) -> Runner:
         with self._lock:
@@ -52,6 +54,9 @@ class _LazyRunner:
 
                 self._runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
                 self.needs_ground_truth = bool(terms_needing(self._runner))
+                from .execution import RoutingWatch
+
+                self.watch = RoutingWatch({t.name: t.routes for t in self._runner.terms})
                 atexit.register(self._runner.close)
             return self._runner
 
@@ -125,6 +130,7 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
         failed = len(missing)
         if ok:
             res = runner.score([samples[i] for i in ok])
+            lazy.watch.see(res.columns)
             for i, score, errors in zip(ok, res.scores, res.errors):
                 out[i] = score
                 failed += bool(errors)
@@ -158,7 +164,9 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
         sample = {"prompt": (extra_info or {}).get("prompt") if isinstance(extra_info, Mapping) else None,
                   "response": solution_str, "ground_truth": ground_truth, "data_source": data_source,
                   "extra_info": extra_info}
-        res = lazy.get().score([sample])
+        runner = lazy.get()
+        res = runner.score([sample])
+        lazy.watch.see(res.columns)
         errors = res.errors[0]
         score = 0.0 if res.scores[0] is None else float(res.scores[0])
         first: Mapping[str, Any] | None = next(iter(res.extra[0].values()), None)

@@ -159,6 +159,7 @@ class VerlBatchScorer:
 
     def __init__(self, verl_config: Any, reward_fn_key: str = "data_source") -> None:
         from .datasets import terms_needing
+        from .execution import RoutingWatch
         from .execution import Runner
 
         self.reward_fn_key = reward_fn_key
@@ -169,6 +170,7 @@ class VerlBatchScorer:
         self.scored = 0
         self.failed = 0
         self._extra_keys: dict[str, None] = {}  # every extra key seen so far, in order (filled on every row)
+        self.watch = RoutingWatch({t.name: t.routes for t in self.runner.terms})  # a term applied to none
         atexit.register(self.runner.close)
 
     # ---- DataProto -> samples ---------------------------------------------------------------
@@ -219,6 +221,8 @@ class VerlBatchScorer:
                                            index=min(missing))
         ok = [i for i in range(len(samples)) if i not in missing]
         res = self.runner.score([samples[i] for i in ok]) if ok else None
+        if res is not None:
+            self.watch.see(res.columns)
         one = len(self.names) == 1
         rows: list[tuple[float, dict[str, Any]]] = []
         where = {i: k for k, i in enumerate(ok)}

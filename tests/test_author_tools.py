@@ -140,7 +140,7 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     res = cli("test", "exact_match", "--executors", "inline,process")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].split() == ["reward", "contract", "result", "detail"]
-    assert len(res.stdout.splitlines()) == 2 + 5 and all(" pass " in line or " skip " in line
+    assert len(res.stdout.splitlines()) == 2 + 6 and all(" pass " in line or " skip " in line
                                                           for line in res.stdout.splitlines()[2:])
     assert "every contract holds" in res.stderr
     data = tmp_path / "d.jsonl"
@@ -149,6 +149,7 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     checks = json.loads(res.stdout)
     assert [c["contract"] for c in checks] == [
         "returns a score",
+        "applies to a row",
         "edge responses",
         "under timeout",
         "deterministic",

@@ -236,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
     from ..datasets import terms_needing
     from ..distributed import runner_from_config
     from ..execution import Column
+    from ..execution import RoutingWatch
     from ..execution import column_metrics
     from ..execution import interrupts_told_apart
     from ..execution import stats
@@ -294,6 +295,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
         used = provenance(runner)
+    RoutingWatch({t.name: t.routes for t in runner.terms}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:
@@ -339,6 +341,10 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
     except OSError:
         pass
+
+
+def _say_warning(line: str) -> None:
+    _say(f"WARNING: {line}")
 
 
 def _chain(first: list[Any], rest: Iterator[Any]) -> Iterator[Any]:

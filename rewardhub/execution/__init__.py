@@ -20,6 +20,8 @@ from ._results import apply_on_failure
 from ._results import apply_on_failure_to_outcomes
 from ._results import check_aggregation
 from ._results import combine
+from ._routing import RoutingWatch
+from ._routing import config_routes
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
@@ -38,6 +40,7 @@ __all__ = [
     "Outcome",
     "ProcessPool",
     "RemoteExecutor",
+    "RoutingWatch",
     "Runner",
     "ScoreResult",
     "Term",
@@ -48,6 +51,7 @@ __all__ = [
     "check_sample",
     "column_metrics",
     "combine",
+    "config_routes",
     "group_key",
     "interrupts_told_apart",
     "resolve_term",
