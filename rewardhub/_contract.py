@@ -60,6 +60,8 @@ class Check:
     contract: str
     status: str
     detail: str
+    #: for a failed call: the last frames of the reward's own code where it raised ("" otherwise)
+    where: str = ""
 
 
 def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = None, *,
@@ -123,10 +125,12 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         errs = [(i, col.errors.get(i, "")) for i in range(len(data)) if st.get(i) == ERROR]
         out.append(Check(name, "returns a score", FAIL if errs else PASS,
                          f"{len(errs)} of {len(data)} rows failed; first: {errs[0][1]}" if errs
-                         else f"{len(data)} rows: " + _summary(col.values[:len(data)])))
+                         else f"{len(data)} rows: " + _summary(col.values[:len(data)]),
+                         col.where.get(errs[0][0], "") if errs else ""))
         out.append(_applied(name, terms[name].routes, col, len(data)))
         bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(labels)
                if st.get(len(data) + k) == ERROR]
+        first_bad = next((len(data) + k for k in range(len(labels)) if st.get(len(data) + k) == ERROR), -1)
         out.append(
             Check(
                 name,
@@ -140,6 +144,7 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                     if v is not None or len(firsts) == 1
                 )
                 or "not applicable to any",
+                col.where.get(first_bad, ""),
             )
         )
         slow = [i for i in range(len(batch)) if st.get(i) == TIMEOUT or second[name].status.get(i) == TIMEOUT]

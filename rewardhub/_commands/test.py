@@ -91,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table([[c.term, c.contract, c.status, c.detail] for c in checks],
                     ["reward", "contract", "result", "detail"]))
+        for c in failed:
+            if c.where:
+                print(f"\n{c.term} / {c.contract}: where the reward failed (most recent call last):\n"
+                      f"{c.where}")
         terms = len({c.term for c in checks})
         print(
             f"\n{terms} reward{'s' * (terms != 1)}: "
