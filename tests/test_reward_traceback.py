@@ -112,3 +112,37 @@ def test_frames_cross_the_wire_as_text():
     assert all(isinstance(v, (str, int, float, dict, type(None))) for v in wire)
     back = Column.from_outcomes([Outcome.from_wire(wire)])
     assert back.errors == {0: "ZeroDivisionError: x"} and back.where == {0: '  File "r.py", line 1, in f'}
+
+
+@pytest.mark.ray
+def test_frames_come_back_from_ray_reward_workers(cli, tmp_path):
+    pytest.importorskip("ray")
+    cfg, rows, _ = _setup(tmp_path, ["a"], "      executor: ray\n")
+    res = cli("score", cfg, rows, "--summary-json", str(tmp_path / "s.json"), timeout=300)
+    assert res.returncode == 1, res.stderr
+    where = json.loads((tmp_path / "s.json").read_text())["failures"]["compute_score"]["first"]["traceback"]
+    # the worker runs its own copy of the file: the same name, lines and functions
+    assert where.splitlines()[1:] == ["    return helper(response)", where.splitlines()[2],
+                                      "    return 1 / 0.0"]
+    assert where.splitlines()[2].endswith('bad.py", line 8, in helper')
+
+
+def test_a_deep_failure_keeps_the_rewards_entry_frame():
+    from rewardhub.execution._outcome import error_text
+    from rewardhub.execution._where import split_error
+
+    def deep(k):
+        return 1 / 0 if k == 0 else deep(k - 1)
+
+    def compute_score(**kw):
+        return deep(8)
+
+    try:
+        compute_score()
+    except ZeroDivisionError as exc:
+        message, where = split_error(error_text(exc))
+    assert message == "ZeroDivisionError: division by zero"
+    lines = where.splitlines()
+    assert lines[0].endswith(", in test_a_deep_failure_keeps_the_rewards_entry_frame")  # the caller's own
+    assert lines[2] == "  ... (6 frames left out)"  # 11 frames, 5 shown
+    assert lines[-1] == "    return 1 / 0 if k == 0 else deep(k - 1)"

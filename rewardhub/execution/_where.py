@@ -31,14 +31,20 @@ def _machinery(filename: str) -> bool:
 
 
 def reward_frames(exc: BaseException, limit: int = 5) -> str:
-    """The last ``limit`` frames of ``exc``'s traceback outside rewardhub's machinery, one
-    ``File "path", line N, in function`` line and its source line each ("" when there are none)."""
+    """The frames of ``exc``'s traceback outside rewardhub's machinery (at most ``limit``: the first,
+    the reward's entry, and the last ones), a ``File "path", line N, in function`` line and its
+    source line each ("" when there are none)."""
     try:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _machinery(f.filename)]
     except Exception:  # a traceback that cannot be read must not hide the error itself
         return ""
     lines = []
-    for f in frames[-limit:]:
+    # the reward's own entry frame stays when a library it called adds many: the last ones, after it
+    shown = frames if len(frames) <= limit else [frames[0], None, *frames[-(limit - 1):]]
+    for f in shown:
+        if f is None:
+            lines.append(f"  ... ({len(frames) - limit} frames left out)")
+            continue
         lines.append(f'  File "{f.filename}", line {f.lineno}, in {f.name}')
         if f.line:
             lines.append(f"    {f.line.strip()}")
