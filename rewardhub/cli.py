@@ -242,7 +242,7 @@ def _print_error(exc: BaseException) -> None:
         print(f"  {line}", file=sys.stderr)
     where = getattr(exc, "where", None)
     if where:
-        from .execution._where import debug_enabled
+        from .execution import debug_enabled
 
         if debug_enabled():
             print(f"where the reward failed (most recent call last):\n{where}", file=sys.stderr)

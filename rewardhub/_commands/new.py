@@ -144,7 +144,7 @@ def name_taken(package: str) -> str | None:
     return None
 
 
-def suggest(package: str) -> str:
+def free_name(package: str) -> str:
     """A name like ``package`` that :func:`name_taken` accepts."""
     for candidate in (f"{package}_reward", f"my_{package}", f"my_{package}_reward"):
         if not keyword.iskeyword(candidate) and name_taken(candidate) is None:
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                          "(e.g. my_reward)")
     package = reward = name.replace("-", "_")
     if keyword.iskeyword(package):
-        raise UsageError(f"{name!r} is a Python keyword\npick another name, e.g. {suggest(package)}")
+        raise UsageError(f"{name!r} is a Python keyword\npick another name, e.g. {free_name(package)}")
     # a folder that is no importable name: `python -m` from its parent cannot shadow the package
     folder = args.dir or name.replace("_", "-")
     if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                          "pick another NAME, or --dir a new folder")
     taken = name_taken(package)
     if taken:
-        raise UsageError(f"{name!r} {taken}\npick another name, e.g. {suggest(package)}")
+        raise UsageError(f"{name!r} {taken}\npick another name, e.g. {free_name(package)}")
     dist = name.replace("_", "-")
     values = {"dist": dist, "package": package, "reward": reward, "core": core_version(),
               "summary": "1.0 when the last number in the response equals the ground truth."}

@@ -245,9 +245,9 @@ def run(args: argparse.Namespace) -> int:
     from ..execution import Column
     from ..execution import RoutingWatch
     from ..execution import column_metrics
+    from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
     from ..execution import stats
-    from ..execution._where import debug_enabled
     from ._failures import debug_lines
     from ._failures import failure_report
     from ._failures import over_the_limit

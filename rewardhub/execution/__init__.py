@@ -26,6 +26,7 @@ from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
 from ._terms import sandbox_settings
+from ._where import debug_enabled
 from .runner import ExecutorFactory
 from .runner import RemoteExecutor
 from .runner import Runner
@@ -52,6 +53,7 @@ __all__ = [
     "column_metrics",
     "combine",
     "config_routes",
+    "debug_enabled",
     "group_key",
     "interrupts_told_apart",
     "resolve_term",
