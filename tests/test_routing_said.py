@@ -90,9 +90,9 @@ def test_verl_batch_scorer_warns_once(tmp_path, capfd):
     assert capfd.readouterr().err.count("WARNING: reward 'only_gsm8k' applied to 0 of 2 rows so far") == 1
 
 
-def test_trainer_client_watch_names_a_registered_rewards_routes(tmp_path):
-    """The trainer's reward client sees outcomes aggregated from its workers, and the config only: the
-    routes come from the registry when a warning is due."""
+def test_config_routes_name_a_registered_rewards_routes_from_outcomes(tmp_path):
+    """Outcomes pooled from reward workers (what the trainer's driver counts) and the config only: the
+    routes are resolved from the registry when a warning is due."""
     from rewardhub.execution import RoutingWatch
     from rewardhub.execution import config_routes
 

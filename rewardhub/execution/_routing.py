@@ -3,7 +3,8 @@
 A routed reward (``data_sources`` / ``tags``, the reward's own or the config's) on rows that match none
 of its routes scores nothing: every row's value is ``None``. :class:`RoutingWatch` counts, per term,
 the rows seen and the rows the term applied to, and says so once per term when it has applied to none
-(``score`` at the end of the run; the trainer, TRL and verl adapters as batches come, once per process).
+(``score`` at the end of the run; the trainer's driver, the TRL and verl adapters as batches come, once
+per run or process).
 """
 
 from __future__ import annotations
@@ -54,14 +55,19 @@ class RoutingWatch:
 
     def see(self, columns: Mapping[str, Column]) -> list[str]:
         """Count one batch's columns; the warnings said now (at most one per term, ever)."""
+        return self.see_counts({
+            name: (len(col), len(col) - sum(1 for s in col.status.values() if s == NOT_APPLICABLE))
+            for name, col in columns.items()
+        })
+
+    def see_counts(self, counts: Mapping[str, tuple[int, int]]) -> list[str]:
+        """:meth:`see` for counts: term -> (rows it was given, rows it applied to)."""
         said = []
-        for name, col in columns.items():
-            n = len(col)
+        for name, (n, applied) in counts.items():
             if not n:
                 continue
-            skipped = sum(1 for s in col.status.values() if s == NOT_APPLICABLE)
             self.seen[name] = self.seen.get(name, 0) + n
-            self.applied[name] = self.applied.get(name, 0) + n - skipped
+            self.applied[name] = self.applied.get(name, 0) + applied
             if self.applied[name] or name in self.warned:
                 continue
             self.warned.add(name)
@@ -85,16 +91,13 @@ def config_routes(reward_cfg: Any) -> Callable[[str], str]:
     def routes(name: str) -> str:
         from ..config.schema import validate_reward
         from ..registry import get_registry
-        from ._terms import routes_text
+        from ._terms import resolve_term
 
-        for t in validate_reward(reward_cfg).rewards:
-            term_name = t.alias or t.name or t.function
-            if term_name != name and not (t.alias is None and t.name == name):
-                continue
-            sources: Any = t.data_sources
-            if sources is None and t.name and not t.path and not t.module:
-                sources = get_registry().get_reward(t.name).data_sources
-            return routes_text(tuple(sources or ()), tuple(t.tags))
+        registry = get_registry()
+        for i, t in enumerate(validate_reward(reward_cfg).rewards):
+            term = resolve_term(registry, t, i)  # the routes as the runner applies them
+            if term.name == name:
+                return term.routes
         return ""
 
     return routes

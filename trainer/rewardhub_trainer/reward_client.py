@@ -50,11 +50,6 @@ class RewardClient:
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
         self.pool: Any
-        from rewardhub.execution import RoutingWatch
-        from rewardhub.execution import config_routes
-
-        #: one WARNING per term (per run) that applied to none of the rows scored so far
-        self.routing = RoutingWatch(config_routes(reward_cfg))
         if reward_cfg.remote:  # reward.remote: scored by a `rewardhub serve` server, no workers here
             from rewardhub.server.client import RemoteScorer
 
@@ -99,9 +94,6 @@ class RewardClient:
                                 "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
                                 "extra_info": dict(prompt.extra_info)})
         res = self.pool.score(samples)
-        columns = getattr(res, "columns", None)
-        if isinstance(columns, Mapping):
-            self.routing.see(columns)
         scores = [reward_value(v) for v in res.scores]
         terms = [{k: reward_value(v) for k, v in dict(r).items()} for r in res.rewards]
         rewards, per_term, k = [], [], 0
