@@ -3,9 +3,13 @@
 For each term of a ``reward:`` section, on the given rows plus four edge responses (empty, very
 long, non-ASCII, malformed) made from the first row:
 
+- ``survives its calls``: no call ends the process it runs in (``os._exit``, a crash, a signal): every
+  term runs on the process executor first, and one that ended a worker fails and is not run inline;
 - ``returns a score``: every data row gets a finite score, or ``None`` ("not applicable"): the
   declared types (a float, a dict with ``score``, a list for a batched reward) are what the Runner
   accepts; anything else, or a raise, fails;
+- ``applies to a row``: the reward scored at least one data row (one routed to other data sources,
+  or that returns ``None`` for every row, was never tested: a failure);
 - ``edge responses``: no raise on the edge responses (a score or ``None`` is fine);
 - ``under timeout``: every call ends within the term's ``timeout_s`` (its declared one, else the
   contract's default); the calls run under that timeout, so a hanging reward fails, never hangs;
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +63,8 @@ class Check:
     contract: str
     status: str
     detail: str
+    #: for a failed call: the last frames of the reward's own code where it raised ("" otherwise)
+    where: str = ""
 
 
 def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = None, *,
@@ -81,16 +88,20 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                 for name, t in terms.items()}
     timeouts = {name: d[0] or default_timeout_s for name, d in declared.items()}
 
-    def run(executor: str | None, keep: Sequence[int] | None = None) -> dict[str, Any]:
+    crashes: list[int] = []  # per run on the process executor: how many of its workers died
+
+    def run(executor: str | None, keep: Sequence[int] | None = None,
+            only: Collection[str] | None = None) -> dict[str, Any]:
         """Each term's column on ``batch`` (only the rows in ``keep``: the others are ``None``), every
-        term on ``executor`` (``None``: as declared) under its timeout (inline: none; it cannot stop one)."""
+        term (or those in ``only``) on ``executor`` (``None``: as declared) under its timeout (inline:
+        none; it cannot stop one)."""
         from .distributed import runner_from_config
         from .execution import Column
 
         rewards = tuple(dataclasses.replace(term, on_failure="nan",
                                             timeout_s=None if executor == "inline" else timeouts[name],
                                             executor=executor if executor is not None else term.executor)
-                        for term, name in zip(section.rewards, terms))
+                        for term, name in zip(section.rewards, terms) if only is None or name in only)
         cfg = dataclasses.replace(section, rewards=rewards)
         if executor == "ray":
             cfg = dataclasses.replace(
@@ -99,6 +110,7 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         rows = batch if keep is None else [batch[i] for i in keep]
         with runner_from_config(cfg) as runner:
             cols = runner.score(rows).columns if rows else {}
+            crashes.append(runner.worker_crashes)
         if keep is None:
             return dict(cols)
         full = {n: Column(len(batch)) for n in terms}
@@ -107,10 +119,23 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                 full[n].values[i] = col.values[j]
         return full
 
+    # a call that ends its process (os._exit, a crash, a signal) would end this one on the inline
+    # executor: every term runs on the process executor first, and one that ended a worker fails
+    # `survives its calls` and is not run again
+    exited, probed = _ending_terms(run, crashes, [n for n, d in declared.items() if d[3] != "model"])
+    out: list[Check] = []
+    for name in terms:
+        out.append(_survival(name, exited.get(name), probed.get(name), len(batch)))
+    if exited:
+        section = dataclasses.replace(section, rewards=tuple(
+            t for t, n in zip(section.rewards, terms) if n not in exited))
+        terms = {n: t for n, t in terms.items() if n not in exited}
+        declared = {n: d for n, d in declared.items() if n not in exited}
+        if not terms:
+            return out
     first, second = run(None), run(None)
     hung = {i for cols in (first, second) for col in cols.values() for i in range(len(batch))
             if col.status.get(i) == TIMEOUT}
-    out: list[Check] = []
     # an inline call cannot be stopped: inline scores only the rows on which no call timed out above
     keep = [i for i in range(len(batch)) if i not in hung]
     others = {ex: _try(lambda ex=ex: run(ex, keep if ex == "inline" else None))
@@ -121,9 +146,12 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
         errs = [(i, col.errors.get(i, "")) for i in range(len(data)) if st.get(i) == ERROR]
         out.append(Check(name, "returns a score", FAIL if errs else PASS,
                          f"{len(errs)} of {len(data)} rows failed; first: {errs[0][1]}" if errs
-                         else f"{len(data)} rows: " + _summary(col.values[:len(data)])))
+                         else f"{len(data)} rows: " + _summary(col.values[:len(data)]),
+                         col.where.get(errs[0][0], "") if errs else ""))
+        out.append(_applied(name, terms[name].routes, col, len(data)))
         bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(labels)
                if st.get(len(data) + k) == ERROR]
+        first_bad = next((len(data) + k for k in range(len(labels)) if st.get(len(data) + k) == ERROR), -1)
         out.append(
             Check(
                 name,
@@ -137,6 +165,7 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                     if v is not None or len(firsts) == 1
                 )
                 or "not applicable to any",
+                col.where.get(first_bad, ""),
             )
         )
         slow = [i for i in range(len(batch)) if st.get(i) == TIMEOUT or second[name].status.get(i) == TIMEOUT]
@@ -184,6 +213,55 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                          + (f"; {', '.join(skipped)} not installed" if skipped else "")
                          + "".join(f"; {n}" for n in notes if n)))
     return out
+
+
+def _ending_terms(run: Any, crashes: list[int], names: list[str]
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(term -> its column, for the terms whose calls ended a worker process; term -> its column,
+    for every term run)``: all on one process pool first, each on its own only when some worker died."""
+    if not names:
+        return {}, {}
+    cols = run("process", only=names)
+    if not crashes[-1]:
+        return {}, cols
+    exited = {}
+    for name in names:
+        own = run("process", only=[name]) if len(names) > 1 else cols
+        if crashes[-1]:
+            exited[name] = own[name]
+    return exited, cols
+
+
+def _survival(name: str, exited: Any, probed: Any, n: int) -> Check:
+    """``survives its calls``: no call ended the process it ran in."""
+    from .execution import ERROR
+
+    if exited is None:
+        return Check(name, "survives its calls", PASS if probed is not None else SKIP,
+                     f"{n} calls on the process executor, no worker ended" if probed is not None
+                     else "a model reward runs on its model pool")
+    bad = [i for i in range(n) if exited.status.get(i) == ERROR]
+    first = f"; first: {exited.errors.get(bad[0], '')}" if bad else ""
+    return Check(name, "survives its calls", FAIL,
+                 "a call ended the process it ran in (os._exit, a crash or a signal): it would end the "
+                 f"trainer, or `score` on the inline executor; its other checks are not run{first}")
+
+
+def _applied(name: str, routes: str, col: Any, n_data: int) -> Check:
+    """``applies to a row``: a reward that scored none of the data rows was never tested."""
+    from .execution import NOT_APPLICABLE
+
+    skipped = [i for i in range(n_data) if col.status.get(i) == NOT_APPLICABLE]
+    if len(skipped) < n_data:
+        return Check(name, "applies to a row", PASS, f"scored {n_data - len(skipped)} of {n_data} rows")
+    if routes:
+        why = (f"never called: it is routed to {routes}, and none of the {n_data} rows matched; give rows "
+               "with a matching data_source (rewardhub test REWARD rows.jsonl), or test a config whose term "
+               "turns routing off (data_sources: [])")
+    else:
+        why = (f"returned None (not applicable) for all {n_data} rows, so no score was tested; give rows "
+               "it applies to (rewardhub test REWARD rows.jsonl)")
+    return Check(name, "applies to a row", FAIL, why)
 
 
 def _try(fn: Any) -> Any:

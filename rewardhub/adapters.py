@@ -47,6 +47,8 @@ class _LazyRunner:
         self.withheld_without_ground_truth = False
         #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
         self.extra_keys: dict[str, None] = {}
+        #: says once (per callable) when the reward has applied to none of the rows it was given
+        self.watch: Any = None
 
     def get(self) -> Runner:
         with self._lock:
@@ -58,6 +60,9 @@ class _LazyRunner:
                 self.needs_ground_truth = bool(terms_needing(self._runner))
                 self.withheld_without_ground_truth = self.needs_ground_truth and \
                     self._runner.terms[0].invoker.adapter != "verl"
+                from .execution import RoutingWatch
+
+                self.watch = RoutingWatch({t.name: t.routes for t in self._runner.terms})
                 atexit.register(self._runner.close)
             return self._runner
 
@@ -131,6 +136,7 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
         failed = len(missing)
         if ok:
             res = runner.score([samples[i] for i in ok])
+            lazy.watch.see(res.columns)
             for i, score, errors in zip(ok, res.scores, res.errors):
                 out[i] = score
                 failed += bool(errors)
@@ -178,6 +184,7 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
             out: dict[str, Any] = {"score": value, "acc": None, **dict.fromkeys(lazy.extra_keys)}
             return {**out, "rewardhub_failed": 1.0, "rewardhub_error": _NO_GROUND_TRUTH}
         res = runner.score([sample])
+        lazy.watch.see(res.columns)
         errors = res.errors[0]
         score = 0.0 if res.scores[0] is None else float(res.scores[0])
         first: Mapping[str, Any] | None = next(iter(res.extra[0].values()), None)

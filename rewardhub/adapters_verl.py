@@ -77,6 +77,7 @@ class VerlBatchScorer:
 
     def __init__(self, verl_config: Any, reward_fn_key: str = "data_source") -> None:
         from .datasets import terms_needing
+        from .execution import RoutingWatch
         from .execution import Runner
 
         self.reward_fn_key = reward_fn_key
@@ -92,6 +93,7 @@ class VerlBatchScorer:
         self.scored = 0
         self.failed = 0
         self._extra_keys: dict[str, None] = {}  # every extra key seen so far, in order (filled on every row)
+        self.watch = RoutingWatch({t.name: t.routes for t in self.runner.terms})  # a term applied to none
         atexit.register(self.runner.close)
 
     # ---- DataProto -> samples ---------------------------------------------------------------
@@ -137,6 +139,8 @@ class VerlBatchScorer:
                 unread[i] = dict.fromkeys(self.needing_native, NO_GROUND_TRUTH)
         ok = [i for i in range(len(rows)) if i not in unread]
         res = self.runner.score([rows[i] for i in ok]) if ok else None
+        if res is not None:
+            self.watch.see(res.columns)
         where = {i: k for k, i in enumerate(ok)}
         one = len(self.names) == 1
         out: list[tuple[float, dict[str, Any]] | RewardExecutionError] = []

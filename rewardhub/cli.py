@@ -240,3 +240,11 @@ def _print_error(exc: BaseException) -> None:
     print(f"ERROR: {lines[0]}", file=sys.stderr)
     for line in lines[1:]:
         print(f"  {line}", file=sys.stderr)
+    where = getattr(exc, "where", None)
+    if where:
+        from .execution import debug_enabled
+
+        if debug_enabled():
+            print(f"where the reward failed (most recent call last):\n{where}", file=sys.stderr)
+        else:
+            print("  (--debug or REWARDHUB_DEBUG=1 shows where in the reward it failed)", file=sys.stderr)

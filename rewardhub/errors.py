@@ -117,16 +117,20 @@ class RewardExecutionError(RewardhubError):
 
     __module__ = "rewardhub"
 
-    def __init__(self, message: str, *, reward: str, index: int | None = None) -> None:
+    def __init__(self, message: str, *, reward: str, index: int | None = None,
+                 where: str | None = None) -> None:
         super().__init__(message)
         self.reward = reward
         self.index = index
+        #: the last frames of the reward's own code where it raised (shown with ``--debug``)
+        self.where = where
 
     def __reduce__(self) -> Any:
         """Pickled with its keywords (a Ray actor that raises it hands it to the driver)."""
         import functools
 
-        return functools.partial(type(self), reward=self.reward, index=self.index), (self.args[0],)
+        return functools.partial(type(self), reward=self.reward, index=self.index, where=self.where), (
+            self.args[0],)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -72,9 +73,26 @@ def test_new_refuses_bad_names(cli, tmp_path):
         ("9lives", "not a package name"),
         ("class", "Python keyword"),
         ("Bad", "not a package name"),
+        # installed, these would uninstall rewardhub or setuptools, shadow the standard library or an
+        # installed library, break a built-in reward, or not install at all
+        ("rewardhub", "is the name of the installed distribution 'rewardhub': installing the package "
+                      "would replace (uninstall) it"),
+        ("setuptools", "is the name of the installed distribution 'setuptools'"),
+        ("json", "is a module of Python's standard library: the package would shadow `import json`"),
+        ("exact_match", "is a registered reward's name (`rewardhub show exact_match`)"),
+        ("math_verify", "is the name of the installed distribution 'math-verify'"),
+        ("yaml", "is the import name of an installed module: the package would shadow `import yaml`"),
+        ("a_", "not a package name"),
+        ("a__b", "not a package name"),
+        ("my_reward\n", "not a package name"),
     ):
         res = cli("new", name, cwd=str(tmp_path))
-        assert res.returncode == 2 and why in res.stderr, res.stderr
+        assert res.returncode == 2 and why in res.stderr, (name, res.stderr)
+        assert res.stderr.startswith("ERROR: ") and "Traceback" not in res.stderr
+        if "not a package name" not in why:  # a name it would accept instead, itself free
+            suggested = res.stderr.split("pick another name, e.g. ")[1].strip()
+            assert cli("new", suggested, "--dir", str(tmp_path / "ok")).returncode == 0
+            shutil.rmtree(tmp_path / "ok")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -136,11 +154,49 @@ def test_contract_fails_each_broken_promise(tmp_path, monkeypatch):
     assert checks["by_pid", "deterministic"].status == "skip"
 
 
+ESCAPING_REWARDS = textwrap.dedent('''
+    import os
+
+    def exits(*, response, **kw):
+        """Ends its process on one row."""
+        if "41" in response:
+            os._exit(0)
+        return 1.0
+
+    def never(*, response, **kw):
+        """Not applicable to any row."""
+        return None
+
+    def chatty(*, response, **kw):
+        """Prints on every call."""
+        print("scoring", response[:10])
+        return 0.5
+''')
+
+
+def test_test_fails_an_exit_a_reward_that_never_scores_and_keeps_prints_out_of_json(cli, tmp_path):
+    (tmp_path / "escaping.py").write_text(ESCAPING_REWARDS)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n" + "".join(
+        f"    - path: escaping.py\n      function: {f}\n" for f in ("exits", "never", "chatty")))
+    res = cli("test", str(cfg), "--executors", "inline", "--json", cwd=str(tmp_path))
+    assert res.returncode == 1, res.stderr
+    checks = {(c["term"], c["contract"]): c for c in json.loads(res.stdout)}  # prints kept out: valid JSON
+    assert "scoring" in res.stderr
+    exited = checks["exits", "survives its calls"]
+    assert exited["status"] == "FAIL" and "reward worker process died (exit code 0)" in exited["detail"]
+    assert [k for k in checks if k[0] == "exits"] == [("exits", "survives its calls")]  # not run inline
+    assert checks["never", "applies to a row"]["status"] == "FAIL"
+    assert checks["never", "applies to a row"]["detail"].startswith(
+        "returned None (not applicable) for all 3 rows")
+    assert {c["status"] for k, c in checks.items() if k[0] == "chatty"} <= {"pass", "skip"}
+
+
 def test_cli_table_and_exit_codes(cli, tmp_path):
     res = cli("test", "exact_match", "--executors", "inline,process")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].split() == ["reward", "contract", "result", "detail"]
-    assert len(res.stdout.splitlines()) == 2 + 5 and all(" pass " in line or " skip " in line
+    assert len(res.stdout.splitlines()) == 2 + 7 and all(" pass " in line or " skip " in line
                                                           for line in res.stdout.splitlines()[2:])
     assert "every contract holds" in res.stderr
     data = tmp_path / "d.jsonl"
@@ -148,7 +204,9 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     res = cli("test", "exact_match", str(data), "--executors", "inline", "--json")
     checks = json.loads(res.stdout)
     assert [c["contract"] for c in checks] == [
+        "survives its calls",
         "returns a score",
+        "applies to a row",
         "edge responses",
         "under timeout",
         "deterministic",
@@ -162,7 +220,7 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     assert sorted({c["term"] for c in json.loads(res.stdout)}) == ["boxed_format", "math_verify"]
     res = cli("test", "regex_match", "--kwargs", '{"pattern": "[0-9]"}', "--executors", "inline", "--json")
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)[0]["detail"] == "3 rows: 1, 1, 1"
+    assert json.loads(res.stdout)[1]["detail"] == "3 rows: 1, 1, 1"
     res = cli("test", "no_such_reward")
     assert res.returncode == 2 and res.stderr.startswith("ERROR: ")
     res = cli("test", "exact_match", "--executors", "gpu")

@@ -288,9 +288,12 @@ def test_summary_json_of_a_run_where_every_row_failed_is_valid_json(tmp_path, ca
     cfg.write_text(f"reward:\n  rewards:\n    - path: {reward}\n")
     summary = tmp_path / "s.json"  # no row has a ground truth: every row fails, no mean
     data = _jsonl(tmp_path / "d.jsonl", [{"response": "a"}, {"response": "b"}])
+    # every call of the reward failed: the run fails (exit 1), and its rows and summary are written
     assert (
-        main(["score", str(cfg), data, "-o", str(tmp_path / "o.jsonl"), "--summary-json", str(summary)]) == 0
+        main(["score", str(cfg), data, "-o", str(tmp_path / "o.jsonl"), "--summary-json", str(summary)]) == 1
     )
+    assert "ERROR: reward 'compute_score' failed on 2 of 2 rows" in capsys.readouterr().err
+    assert (tmp_path / "o.jsonl").exists()
 
     def no_constants(name):
         raise AssertionError(f"{name} in the summary JSON")

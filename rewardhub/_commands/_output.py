@@ -35,6 +35,7 @@ __all__ = [
     "check_result_fields",
     "nulls_for_non_finite",
     "output_row",
+    "prints_to_stderr",
     "read_input",
     "rewards_print_to_stderr",
     "stop_on_signals",
@@ -313,6 +314,29 @@ def rewards_print_to_stderr(out: ScoredRows) -> Iterator[None]:
                 real_stdout.flush()
             except OSError:
                 pass
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+@contextlib.contextmanager
+def prints_to_stderr() -> Iterator[None]:
+    """While rewards run, what they print (``print``, or a write to file descriptor 1 by the process
+    or the worker processes it starts) goes to stderr; stdout is itself again afterwards."""
+    sys.stdout.flush()
+    try:
+        fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # not file descriptors (a test's capture)
+        fd = err_fd = None
+    real_stdout, saved = sys.stdout, None
+    if fd is not None and err_fd is not None:
+        saved = os.dup(fd)
+        os.dup2(err_fd, fd)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = real_stdout
+        if saved is not None and fd is not None:
             os.dup2(saved, fd)
             os.close(saved)
 

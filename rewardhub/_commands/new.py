@@ -17,7 +17,9 @@ from ..errors import UsageError
 NAME = "new"
 HELP = "write a new reward package (pyproject.toml with the entry point, the reward, a test, a README)"
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
+#: a name that is a valid Python identifier (with - for _) and a valid distribution name: letters, digits,
+#: single '_' or '-' between them, starting with a letter and ending with a letter or digit
+_NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*")
 
 PYPROJECT = '''\
 [build-system]
@@ -110,6 +112,46 @@ Edit `{package}/reward.py`; the `@rewardhub.reward(...)` decorator declares its 
 '''
 
 
+def name_taken(package: str) -> str | None:
+    """Why a package (and reward, and distribution) named ``package`` would break something once
+    installed, or ``None``: it is a standard-library module, an installed module or distribution,
+    or a registered reward's name."""
+    import importlib.machinery
+    import importlib.metadata
+    import sys
+
+    dist = package.replace("_", "-")
+    if package in sys.stdlib_module_names:
+        return f"is a module of Python's standard library: the package would shadow `import {package}`"
+    for candidate in {dist, package}:
+        try:
+            found = importlib.metadata.distribution(candidate)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return (f"is the name of the installed distribution {found.metadata['Name']!r}: installing the "
+                "package would replace (uninstall) it")
+    # the installed modules, not the working directory's (a file there is not installed)
+    here = {"", ".", os.getcwd()}
+    path = [p for p in sys.path if p not in here]
+    if importlib.machinery.PathFinder.find_spec(package, path) is not None or package in sys.modules:
+        return (f"is the import name of an installed module: the package would shadow "
+                f"`import {package}`")
+    from ..registry import get_registry
+
+    if any(spec.name == package for spec in get_registry().list_rewards()):
+        return (f"is a registered reward's name (`rewardhub show {package}`): a second reward of that name "
+                "would make the registry refuse both")
+    return None
+
+
+def free_name(package: str) -> str:
+    """A name like ``package`` that :func:`name_taken` accepts."""
+    for candidate in (f"{package}_reward", f"my_{package}", f"my_{package}_reward"):
+        if not keyword.iskeyword(candidate) and name_taken(candidate) is None:
+            return candidate
+    return "my_reward_2"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="the package and reward name (lower case, e.g. my_reward)")
     parser.add_argument("--dir", help="the folder to write (default: ./NAME with - for _)")
@@ -119,17 +161,21 @@ def run(args: argparse.Namespace) -> int:
     from ..registry import core_version
 
     name = args.name
-    if not _NAME_RE.match(name):
-        raise UsageError(f"{name!r} is not a package name: use lower-case letters, digits, '_' and '-', "
-                         "starting with a letter (e.g. my_reward)")
+    if not _NAME_RE.fullmatch(name):
+        raise UsageError(f"{name!r} is not a package name: use lower-case letters and digits, with single "
+                         "'_' or '-' between them, starting with a letter and ending with a letter or digit "
+                         "(e.g. my_reward)")
     package = reward = name.replace("-", "_")
     if keyword.iskeyword(package):
-        raise UsageError(f"{name!r} is a Python keyword; pick another name")
+        raise UsageError(f"{name!r} is a Python keyword\npick another name, e.g. {free_name(package)}")
     # a folder that is no importable name: `python -m` from its parent cannot shadow the package
     folder = args.dir or name.replace("_", "-")
     if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
         raise UsageError(f"{folder!r} already exists and is not an empty folder\n"
                          "pick another NAME, or --dir a new folder")
+    taken = name_taken(package)
+    if taken:
+        raise UsageError(f"{name!r} {taken}\npick another name, e.g. {free_name(package)}")
     dist = name.replace("_", "-")
     values = {"dist": dist, "package": package, "reward": reward, "core": core_version(),
               "summary": "1.0 when the last number in the response equals the ground truth."}

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import itertools
 import math
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -59,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
                         "reward_model.ground_truth, ground_truth, answer)")
     parser.add_argument("--summary-json", help="also write the metrics as JSON to this file")
+    parser.add_argument("--max-error-rate", type=float, metavar="RATE",
+                        help="exit 1 when a reward's failed calls (errors and timeouts) are above this share "
+                             "of the rows it applied to, 0 to 1 (default: only when every call of a "
+                             "reward failed)")
+    parser.add_argument("--debug", action="store_true",
+                        help="show where in a reward's code its calls failed (also: REWARDHUB_DEBUG=1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     parser.add_argument("--namespace", metavar="KEY",
                         help="write score/rewards/extra/errors under this one key of each row (needed when "
@@ -236,11 +243,20 @@ def run(args: argparse.Namespace) -> int:
     from ..datasets import terms_needing
     from ..distributed import runner_from_config
     from ..execution import Column
+    from ..execution import RoutingWatch
     from ..execution import column_metrics
+    from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
     from ..execution import stats
+    from ._failures import debug_lines
+    from ._failures import failure_report
+    from ._failures import over_the_limit
     from .check import term_problems
 
+    if args.max_error_rate is not None and not 0.0 <= args.max_error_rate <= 1.0:
+        raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a share from 0 to 1 (0.05: 5%)")
+    if args.debug:
+        os.environ["REWARDHUB_DEBUG"] = "1"  # the error printed at the end (on_failure: raise) reads it
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
     plan = load_plan(args.config, args.overrides)
@@ -294,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
         used = provenance(runner)
+    RoutingWatch({t.name: t.routes for t in runner.terms}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:
@@ -303,10 +320,17 @@ def run(args: argparse.Namespace) -> int:
     print(summary_table(metrics, names), file=err)
     print(f"\n{n_rows} samples scored in {wall:.2f}s ({n_rows / max(wall, 1e-9):,.0f}/s)"
           + (f"; rows written to {args.output}" if args.output else ""), file=err)
+    failures = failure_report(columns)
     if args.summary_json:
         write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
-                                          "rewards": used}, args.output)
-    return 0
+                                          "rewards": used, "failures": failures}, args.output)
+    if debug_enabled():
+        for line in debug_lines(failures):
+            _say(line)
+    too_many = over_the_limit(failures, args.max_error_rate)
+    for line in too_many:
+        _say(line)
+    return 1 if too_many else 0
 
 
 def provenance(runner: Any) -> list[dict[str, Any]]:
@@ -339,6 +363,10 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
     except OSError:
         pass
+
+
+def _say_warning(line: str) -> None:
+    _say(f"WARNING: {line}")
 
 
 def _chain(first: list[Any], rest: Iterator[Any]) -> Iterator[Any]:

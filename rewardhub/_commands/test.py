@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from .._contract import FAIL
     from .._contract import run_contract
     from ._common import dump_json
+    from ._output import prints_to_stderr
     from .score import read_samples
 
     executors = [e.strip() for e in args.executors.split(",") if e.strip()]
@@ -84,13 +85,18 @@ def run(args: argparse.Namespace) -> int:
     rows = list(itertools.islice(read_samples(args.data), args.rows)) if args.data else None
     if args.data and not rows:
         raise UsageError(f"{args.data}: no rows")
-    checks = run_contract(section, rows, executors=executors, default_timeout_s=args.timeout)
+    with prints_to_stderr():  # what the reward prints never lands among the checks (--json)
+        checks = run_contract(section, rows, executors=executors, default_timeout_s=args.timeout)
     failed = [c for c in checks if c.status == FAIL]
     if args.json:
         dump_json([c.__dict__ for c in checks])
     else:
         print(table([[c.term, c.contract, c.status, c.detail] for c in checks],
                     ["reward", "contract", "result", "detail"]))
+        for c in failed:
+            if c.where:
+                print(f"\n{c.term} / {c.contract}: where the reward failed (most recent call last):\n"
+                      f"{c.where}")
         terms = len({c.term for c in checks})
         print(
             f"\n{terms} reward{'s' * (terms != 1)}: "

@@ -72,8 +72,9 @@ class TermConfig:
     pure: bool | None = None
     #: a process-pool worker's memory limit while it runs this reward
     memory_limit_mb: int | None = None
-    #: routing by the sample's data_source (empty: the reward's own default)
-    data_sources: list[str] = field(default_factory=list)
+    #: routing by the sample's data_source: unset (``None``) keeps the reward's own routes (its
+    #: spec's ``data_sources``); a list replaces them; ``[]`` turns routing by data source off
+    data_sources: list[str] | None = None
     #: routing by a tag in the sample's extra_info["tags"]
     tags: list[str] = field(default_factory=list)
     kind: str | None = None

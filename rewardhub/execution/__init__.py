@@ -20,10 +20,13 @@ from ._results import apply_on_failure
 from ._results import apply_on_failure_to_outcomes
 from ._results import check_aggregation
 from ._results import combine
+from ._routing import RoutingWatch
+from ._routing import config_routes
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
 from ._terms import sandbox_settings
+from ._where import debug_enabled
 from .runner import ExecutorFactory
 from .runner import RemoteExecutor
 from .runner import Runner
@@ -38,6 +41,7 @@ __all__ = [
     "Outcome",
     "ProcessPool",
     "RemoteExecutor",
+    "RoutingWatch",
     "Runner",
     "ScoreResult",
     "Term",
@@ -48,6 +52,8 @@ __all__ = [
     "check_sample",
     "column_metrics",
     "combine",
+    "config_routes",
+    "debug_enabled",
     "group_key",
     "interrupts_told_apart",
     "resolve_term",

@@ -16,6 +16,7 @@ from ._outcome import OK
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._outcome import check_value
+from ._where import split_error
 
 __all__ = ["Column", "column_metrics", "stats"]
 
@@ -28,16 +29,18 @@ class Column:
 
     ``values[i]`` is the score (``None``: not applicable, or dropped after a failure). Samples
     missing from ``status`` are ``ok``; ``errors``, ``extra`` and ``attempts`` hold only the
-    samples that have one. ``runs`` lists ``(seconds per sample, samples)`` for every timed call
+    samples that have one (``where``: the frames of the reward's own code where a call raised).
+    ``runs`` lists ``(seconds per sample, samples)`` for every timed call
     or block of calls (what the latency percentiles are taken over).
     """
 
-    __slots__ = ("values", "status", "errors", "extra", "_latency", "runs", "attempts", "labels")
+    __slots__ = ("values", "status", "errors", "where", "extra", "_latency", "runs", "attempts", "labels")
 
     def __init__(self, n: int, labels: Sequence[int] | None = None) -> None:
         self.values: list[float | None] = [None] * n
         self.status: dict[int, str] = {}
         self.errors: dict[int, str] = {}
+        self.where: dict[int, str] = {}
         self.extra: dict[int, dict[str, Any]] = {}
         self._latency: list[float] | None = [0.0] * n
         self.runs: list[tuple[float, int]] = []
@@ -79,10 +82,18 @@ class Column:
             return
         self._store(i, check_value(raw, reward, self.label(i)), latency, attempts, timed=True)
 
+    def set_error(self, i: int, text: str, where: str | None = None) -> None:
+        """Sample ``i``'s error: the message in ``errors``, the frames it carries (or ``where``) in
+        ``where``."""
+        message, frames = split_error(text)
+        self.errors[i] = message
+        if frames or where:
+            self.where[i] = frames or where or ""
+
     def fail(self, i: int, status: str, error: str, latency: float, attempts: int = 1) -> None:
         self.values[i] = None
         self.status[i] = status
-        self.errors[i] = error
+        self.set_error(i, error)
         self.latency[i] = latency
         self.runs.append((latency, 1))
         if attempts != 1:
@@ -97,7 +108,7 @@ class Column:
         if o.status != OK:
             self.status[i] = o.status
         if o.error is not None:
-            self.errors[i] = o.error
+            self.set_error(i, o.error, o.where)
         if o.extra:
             self.extra[i] = o.extra
         self.latency[i] = latency
@@ -114,9 +125,10 @@ class Column:
         return col
 
     def outcomes(self) -> list[Outcome]:
-        st, er, ex, at, lat = self.status, self.errors, self.extra, self.attempts, self.latency
-        return [Outcome(v, st.get(i, OK), ex.get(i, {}), er.get(i), lat[i], at.get(i, 1), self.label(i))
-                for i, v in enumerate(self.values)]
+        st, er, ex, at, wh = self.status, self.errors, self.extra, self.attempts, self.where
+        lat = self.latency
+        return [Outcome(v, st.get(i, OK), ex.get(i, {}), er.get(i), lat[i], at.get(i, 1), self.label(i),
+                        wh.get(i)) for i, v in enumerate(self.values)]
 
     def extend(self, other: Column) -> None:
         """Append another batch's column (indices shift by this one's length)."""
@@ -126,6 +138,7 @@ class Column:
         self.runs.extend(other.runs)
         self.status.update(_shifted(other.status, off))
         self.errors.update(_shifted(other.errors, off))
+        self.where.update(_shifted(other.where, off))
         self.extra.update(_shifted(other.extra, off))
         self.attempts.update(_shifted(other.attempts, off))
 

@@ -162,7 +162,8 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
     for i, raw in enumerate(out):
         if raw is _FAILED:
             status[i] = ERROR
-            errors[i], a = failed[i]
+            text, a = failed[i]
+            col.set_error(i, text)
             if a != 1:
                 attempts_of[i] = a
             continue

@@ -14,10 +14,17 @@ OK, NOT_APPLICABLE, ERROR, TIMEOUT = "ok", "na", "error", "timeout"
 
 
 def error_text(exc: BaseException) -> str:
-    """How a failed call's exception reads in its outcome: ``Type: message``."""
+    """How a failed call's exception reads in its outcome: ``Type: message``, then (after
+    :data:`~rewardhub.execution._where.MARK`) the last frames of the reward's own code."""
+    from ._where import MARK
+    from ._where import reward_frames
+
     if isinstance(exc, SystemExit):
-        return f"SystemExit: the reward called sys.exit({exc.code!r})"
-    return f"{type(exc).__name__}: {exc}"
+        text = f"SystemExit: the reward called sys.exit({exc.code!r})"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    frames = reward_frames(exc)
+    return f"{text}{MARK}{frames}" if frames else text
 
 
 @dataclass(slots=True)
@@ -37,9 +44,12 @@ class Outcome:
     latency_s: float = 0.0
     attempts: int = 1
     index: int | None = None
+    #: where a failed call failed: the last frames of the reward's own code (see ``_where``)
+    where: str | None = None
 
     def to_wire(self) -> tuple[Any, ...]:
-        return (self.value, self.status, self.extra, self.error, self.latency_s, self.attempts, self.index)
+        return (self.value, self.status, self.extra, self.error, self.latency_s, self.attempts, self.index,
+                self.where)
 
     @classmethod
     def from_wire(cls, t: tuple[Any, ...]) -> Outcome:

@@ -100,7 +100,7 @@ def apply_on_failure(name: str, on_failure: str, col: Column) -> None:
         i = failed[0]
         raise RewardExecutionError(
             f"{col.errors[i]}\n(on_failure: raise for reward {name!r}; use zero, nan or drop to go on)",
-            reward=name, index=col.label(i))
+            reward=name, index=col.label(i), where=col.where.get(i))
     value = 0.0 if on_failure == "zero" else math.nan if on_failure == "nan" else None
     for i in failed:
         col.values[i] = value

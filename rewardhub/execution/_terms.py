@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -17,7 +18,7 @@ from ._calls import Invoker
 from ._calls import make_invoker
 from ._task import WorkerPayload
 
-__all__ = ["Term", "resolve_term", "resolve_terms", "sandbox_settings"]
+__all__ = ["Term", "resolve_term", "resolve_terms", "routes_text", "sandbox_settings"]
 
 
 @dataclass
@@ -55,10 +56,25 @@ class Term:
         return True
 
     @property
+    def routes(self) -> str:
+        """Where the term applies, in words (``""``: every row)."""
+        return routes_text(self.data_sources, self.tags)
+
+    @property
     def payload(self) -> WorkerPayload:
         return WorkerPayload(self.spec.target, self.spec.sha256, self.spec.params, self.invoker.kind,
                              self.invoker.adapter, self.name, memory_limit_mb=self.policy.memory_limit_mb,
                              max_concurrency=self.policy.max_concurrency)
+
+
+def routes_text(data_sources: Sequence[str], tags: Sequence[str] = ()) -> str:
+    """A term's routes in words: ``data_source in ['a', 'b']``, ``extra_info.tags has 'x'`` (``""``: none)."""
+    parts = []
+    if data_sources:
+        parts.append(f"data_source in {list(data_sources)!r}")
+    if tags:
+        parts.append(f"extra_info.tags has one of {list(tags)!r}")
+    return " and ".join(parts)
 
 
 def sandbox_settings(reward_cfg: RewardConfig) -> dict[str, Any]:
@@ -115,7 +131,8 @@ def resolve_term(
         memory_limit_mb=term_cfg.memory_limit_mb,
     )
     invoker = make_invoker(fn, kind, term_cfg.adapter, name)
-    data_sources = tuple(term_cfg.data_sources) or spec.data_sources
+    # the config's own list wins, an empty one included (routing off); unset: the reward's own routes
+    data_sources = spec.data_sources if term_cfg.data_sources is None else tuple(term_cfg.data_sources)
     kwargs = dict(term_cfg.kwargs)
     if sandbox is not None and "sandbox" in spec.capabilities and "sandbox" not in kwargs:
         kwargs["sandbox"] = dict(sandbox)

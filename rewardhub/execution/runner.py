@@ -310,6 +310,11 @@ class Runner:
     def worker_pids(self) -> list[int]:
         return self._pool.pids() if self._pool else []
 
+    @property
+    def worker_crashes(self) -> int:
+        """How many of the process pool's workers died by themselves (a reward's ``os._exit``, a crash)."""
+        return self._pool.crashes if self._pool else 0
+
     def describe(self) -> list[dict[str, Any]]:
         """One line of facts per term (name, target, executor actually used, policy, weight)."""
         return [{"name": t.name, "reward": t.spec.name, "target": t.spec.target, "origin": t.spec.origin,

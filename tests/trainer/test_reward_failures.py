@@ -140,3 +140,25 @@ def test_on_failure_raise_stops_the_run_at_the_first_failure_with_one_line(
     msg = str(info.value)
     assert msg.startswith("reward_client: score failed: ") and "odd response" in msg and "\n" not in msg, msg
     assert not (out / "summary.json").exists()
+
+
+ROUTED = '''
+import rewardhub
+
+@rewardhub.reward(data_sources=("gsm8k",))
+def only_gsm8k(*, response, **kwargs):
+    return 1.0
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_reward_routed_to_no_sample_says_so_once(ray_session, tiny_config, tmp_path, capfd):
+    """The tiny data has no gsm8k rows: the routed reward scores none of them, and the driver says so
+    in one WARNING naming its routes (not once per step)."""
+    cfg = tiny_config(trainer={"total_steps": 2}, reward=_reward(tmp_path, ROUTED, "only_gsm8k"))
+    train(cfg, output=str(tmp_path / "o"))
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "applied to 0 of" in line]
+    assert warnings == [
+        f"WARNING: reward 'only_gsm8k' applied to 0 of {SPS} rows so far: it is routed to data_source in "
+        "['gsm8k'], and no row matched, so it scored none of them (null); give rows a matching "
+        "data_source, or turn its routing off with data_sources: [] in its config term"]

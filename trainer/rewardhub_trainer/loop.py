@@ -26,6 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rewardhub.execution import RoutingWatch
+from rewardhub.execution import config_routes
+
 from .actors import Rollout
 from .checkpoint import Checkpointer
 from .checkpoint import latest_checkpoint
@@ -86,6 +89,8 @@ class Run:
         self.checkpoints = Checkpointer(self.out, t, self.ledger.point(
             str(self.resume_ckpt) if self.resume_ckpt else None))
         self.reward_watch = FailureWatch(t.max_reward_error_rate)  #: failed reward calls, per reward
+        #: one WARNING per reward that applied to none of the samples scored so far (routed elsewhere)
+        self.routing = RoutingWatch(config_routes(prep.cfg.reward))
         #: each restart of the learner: from which step, to which checkpoint
         self.learner_restores: list[dict[str, Any]] = []
         self.fleet = Fleet(prep)
@@ -164,6 +169,8 @@ class Run:
         metrics = self.stats.step(step, item, staleness, result, ledger.totals(), queue_size=queued,
                                   extra=extra)
         failing = self.reward_watch.step(item.reward_failures, invalid)
+        self.routing.see_counts({name: (item.num_samples, applied)
+                                 for name, (_, applied, _) in item.reward_failures.items()})
         if failing:
             raise RunAborted(failing)
         if int(result.get("optim/nonfinite_in_row", 0)) >= t.max_nonfinite_steps:

@@ -1,0 +1,63 @@
+"""How ``rewardhub score`` reports the calls that failed: per reward, how many, the first error and
+where in the reward's code it was raised (``--summary-json``, ``--debug``), and whether the run
+failed (``--max-error-rate``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["debug_lines", "failure_report", "over_the_limit"]
+
+
+def failure_report(columns: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per reward with a failed call: ``rows`` it applied to, ``errors``, ``timeouts``, ``error_rate``
+    (failed / applied) and its ``first`` failure (``sample``, ``error``, ``traceback``: the last
+    frames of the reward's own code, or null)."""
+    from ..execution import ERROR
+    from ..execution import NOT_APPLICABLE
+    from ..execution import TIMEOUT
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, col in columns.items():
+        failed = col.failures()
+        if not failed:
+            continue
+        statuses = list(col.status.values())
+        applied = len(col) - statuses.count(NOT_APPLICABLE)
+        i = failed[0]
+        out[name] = {"rows": applied, "errors": statuses.count(ERROR), "timeouts": statuses.count(TIMEOUT),
+                     "error_rate": len(failed) / max(applied, 1),
+                     "first": {"sample": col.label(i), "error": col.errors.get(i),
+                               "traceback": col.where.get(i)}}
+    return out
+
+
+def over_the_limit(report: Mapping[str, Mapping[str, Any]], max_error_rate: float | None) -> list[str]:
+    """One ``ERROR:`` line per reward whose calls failed above ``max_error_rate`` (``None``: the
+    rewards whose every call failed)."""
+    lines = []
+    for name, r in report.items():
+        rate = r["error_rate"]
+        if (rate < 1.0) if max_error_rate is None else (rate <= max_error_rate):
+            continue
+        limit = ("every call failed" if max_error_rate is None
+                 else f"above --max-error-rate {max_error_rate:g}")
+        lines.append(
+            f"ERROR: reward {name!r} failed on {r['errors'] + r['timeouts']} of {r['rows']} rows "
+            f"({r['errors']} errors, {r['timeouts']} timeouts; {limit}); first: {r['first']['error']}"
+        )
+    return lines
+
+
+def debug_lines(report: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each failing reward's first error and where in its code it was raised (``--debug``)."""
+    lines = []
+    for name, r in report.items():
+        first = r["first"]
+        lines.append(f"DEBUG: reward {name!r}: {r['errors']} errors, {r['timeouts']} timeouts in "
+                     f"{r['rows']} rows; first, on sample {first['sample']}: {first['error']}")
+        if first["traceback"]:
+            lines.append("where the reward failed (most recent call last):")
+            lines.extend(first["traceback"].splitlines())
+    return lines
