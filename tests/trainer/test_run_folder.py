@@ -87,10 +87,11 @@ def test_a_run_folder_belongs_to_one_run_and_holds_no_secret(ray_session, tiny_c
         UsageError, match=r"^--resume .*: the run in that folder has another config \(model, reward differ\)"
     ):
         train(other, output=str(out), resume=str(out))
-    # another model shape from its checkpoint: refused before anything starts, naming what differs
+    # resumed into another folder: the same check, before anything starts
     elsewhere = tmp_path / "elsewhere"
-    with pytest.raises(UsageError, match=r"^--resume .*: its checkpoint step_000002 holds a model of another "
-                                         r"shape \(.*hidden_size 64 -> 32.*\)"):
+    with pytest.raises(
+        UsageError, match=r"^--resume .*: the run in that folder has another config \(model, reward differ\)"
+    ):
         train(other, output=str(elsewhere), resume=str(out))
     assert _files(out) == before and not any(elsewhere.iterdir())
 
@@ -133,6 +134,56 @@ def test_sigterm_stops_a_run_with_one_error_line_and_143(model_cache, tiny_confi
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "ERROR: terminated", err
     assert err.count("ERROR") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.timeout(180)
+def test_resume_into_another_output_needs_the_config_of_the_run_it_resumes(model_cache, tiny_config,
+                                                                           tmp_path):
+    """``--resume OLD --output NEW`` goes on from OLD's data cursor and weights: another data or reward
+    section would train another run's batches on them silently (the check ran only when NEW was OLD)."""
+    from rewardhub.config import load_plan
+    from rewardhub_trainer.checkpoint import commit_checkpoint
+    from rewardhub_trainer.checkpoint import staging_path
+    from rewardhub_trainer.checkpoint import write_state
+    from rewardhub_trainer.prepare import prepare
+    from rewardhub_trainer.runfolder import begin
+    from rewardhub_trainer.runfolder import check_resume_model
+    from rewardhub_trainer.runfolder import claim
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    prep = prepare(load_plan(tiny_config(), ()))
+    first = prep.public_config()
+    begin(old, first, overwrite=False, resumed_here=False)  # its run.json, as a run writes it
+    staged = staging_path(old / "checkpoints", 2)  # and a checkpoint at step 2 (the driver's state)
+    staged.mkdir()
+    write_state(staged, {"step": 2, "data_cursor": 2, "counts": {}, "config": first})
+    commit_checkpoint(staged, 2, keep=1)
+    other_reward = {"rewards": [{"name": "regex_match", "kwargs": {"pattern": "[a-z]"}}]}
+    changes = (({"data": {"seed": 1}}, "data differs"), ({"reward": other_reward}, "reward differs"))
+    for section, differ in changes:
+        refused = (rf"^--resume {old}: the run in that folder has another config \({differ}\)\n"
+                   r".*without --resume")
+        config = prepare(load_plan(tiny_config(**section), ())).public_config()
+        with pytest.raises(UsageError, match=refused):
+            claim(new, config, resume=str(old), overwrite=False)
+        (old / "run.json").rename(old / "run.json.away")  # from its checkpoint alone, too
+        with pytest.raises(UsageError, match=refused):
+            claim(new, config, resume=str(old), overwrite=False)
+        (old / "run.json.away").rename(old / "run.json")
+        with pytest.raises(UsageError, match=refused):  # the command: before Ray starts
+            train(tiny_config(**section), output=str(new), resume=str(old))
+    assert not new.exists() or not any(new.iterdir())
+    # the same model, data and reward (more steps, other trainer settings): accepted
+    claim(new, prepare(load_plan(tiny_config(trainer={"total_steps": 9, "lr": 1e-3}), ())).public_config(),
+          resume=str(old), overwrite=False)
+    # a model of another shape than its checkpoint's is named as such
+    (old / "ckpt").mkdir()
+    config = json.loads((Path(prep.model_path) / "config.json").read_text())
+    (old / "ckpt" / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
+    with pytest.raises(UsageError, match=r"^--resume old: its checkpoint ckpt holds a model of another shape "
+                                         r"\(hidden_size 32 -> 64\)"):
+        check_resume_model(old / "ckpt", prep.model_path, "old")
 
 
 def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):

@@ -3,10 +3,11 @@
 * :func:`check_output`: ``--output`` must be a folder this process can create and write (not a file,
   not under ``/proc``, ``/sys`` or ``/dev``), else one ``UsageError`` naming it.
 * :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
-  ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder and the
-  config has the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
-  sections, less how the rewards run), or ``--overwrite`` is given. Nothing of the earlier run is deleted
-  here: with ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
+  ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder, or
+  ``--overwrite`` is given. ``--resume DIR`` (into DIR or any other ``--output``) needs the config of
+  the run in DIR: the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
+  sections, less how the rewards run). Nothing of the earlier run is deleted here: with
+  ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
 * :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
   config's model fails before Ray starts, naming the keys that differ.
 * :func:`public_config`: the config as the run writes it (checkpoints, ``run.json``, trackers): every
@@ -113,24 +114,35 @@ def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None
 
 
 def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite: bool) -> None:
-    """Refuse ``out`` when it holds another run (see the module's docstring); deletes nothing."""
-    if overwrite or not holds_run(out):
+    """Refuse ``out`` when it holds another run, and ``resume`` when the run there learned from another
+    config, wherever the new run writes (see the module's docstring); deletes nothing."""
+    here = bool(resume) and Path(os.path.abspath(str(resume))) == out
+    if resume:
+        _check_resume_config(Path(os.path.abspath(resume)), config, resume, here=here)
+    if overwrite or here or not holds_run(out):
         return
-    if resume and Path(os.path.abspath(resume)) == out:
-        recorded, old = _recorded_fingerprint(out)
-        if recorded is None or recorded == fingerprint(config):
-            return
-        was, now = _what_is_learned(old or {}), _what_is_learned(config)
-        differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
-        raise UsageError(
-            f"--resume {resume}: the run in that folder has another config "
-            f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
-            "resume it with its own config, or start a new run: another --output, or --overwrite"
-        )
     hint = f"--resume {out} to continue it (same config)" if not resume else "another --output for this run"
     raise UsageError(
         f"--output {out}: holds another run (metrics, checkpoints or summary)\n"
         f"use {hint}, or --overwrite to replace it (its files are removed once the new run starts)"
+    )
+
+
+def _check_resume_config(path: Path, config: Mapping[str, Any], resume: str, *, here: bool) -> None:
+    """The run in ``path`` learned from the config's ``model``, ``data`` and ``reward`` sections (its
+    fingerprint), or one error line naming the sections that differ. A resumed run goes on from that
+    run's data cursor and weights: with another data or reward section they would be another run's."""
+    recorded, old = _recorded_fingerprint(path)
+    if recorded is None or recorded == fingerprint(config):
+        return
+    was, now = _what_is_learned(old or {}), _what_is_learned(config)
+    differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
+    fix = ("another --output, or --overwrite" if here
+           else "without --resume (its --output may stay)")
+    raise UsageError(
+        f"--resume {resume}: the run in that folder has another config "
+        f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
+        f"resume it with its own config, or start a new run: {fix}"
     )
 
 
