@@ -70,7 +70,10 @@ class Fleet:
         self.workers: list[dict[str, Any]] = []  #: every actor's info, as of the last :meth:`infos`
         self.lost_calls = {"reward_client": 0}  #: calls lost with their actor (and sent again)
         self.weight_syncs = 0
-        self.learner_restarts = 0
+        self.learner_restarts = 0  #: in the whole run (the summary)
+        #: deaths since the learner last wrote a checkpoint after its restore (at most trainer.max_restarts)
+        self.learner_in_row = 0
+        self._restored_to: RestorePoint | None = None  #: the checkpoint of the last restore
         self.cores_token: str | None = None  #: the run's core boards (:mod:`.cores`; None: not lent)
         self._stoppers: list[Callable[[], None]] = []  #: what :meth:`stop` undoes
 
@@ -289,15 +292,30 @@ class Fleet:
         except RayTaskError as exc:
             raise RunAborted(f"learner: weights not sent: {cause(exc)}") from None
 
+    def _count_death(self, point: RestorePoint) -> None:
+        """Count a death of the learner: only those in a row stop the run, as a rollouter's. A restore
+        to a newer checkpoint than the last restore's means the learner wrote one since (it made
+        progress), and the count starts again."""
+        self.learner_restarts += 1
+        if point != self._restored_to:
+            self.learner_in_row = 0
+        self._restored_to = point
+        self.learner_in_row += 1
+        if self.learner_in_row > self.t.max_restarts:
+            where = f"checkpoint {point.path}" if point.path else "the run's start (no checkpoint yet)"
+            raise RunAborted(f"learner: died {self.learner_in_row} times in a row, each restored to {where} "
+                             f"(trainer.max_restarts={self.t.max_restarts}); see the Ray logs of its node "
+                             "for the cause")
+
     def restore_learner(self, point: RestorePoint) -> int:
         """The learner died: once it is back (restarted by Ray or re-created), it loads ``point``'s
-        checkpoint unless it started from it. Returns its policy version."""
+        checkpoint unless it started from it. Returns its policy version.
+
+        More than ``trainer.max_restarts`` deaths in a row (with no checkpoint written between them)
+        stop the run (:class:`RunAborted`)."""
         import ray
 
-        self.learner_restarts += 1
-        if self.learner_restarts > self.t.max_restarts:
-            raise RunAborted(f"learner: died {self.learner_restarts} times (trainer.max_restarts="
-                             f"{self.t.max_restarts}); see the Ray logs of its node for the cause")
+        self._count_death(point)
         handle = self.learners.failed(0)
         wait_alive(handle, "learner")
         try:
