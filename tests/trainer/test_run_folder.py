@@ -186,6 +186,46 @@ def test_resume_into_another_output_needs_the_config_of_the_run_it_resumes(model
         check_resume_model(old / "ckpt", prep.model_path, "old")
 
 
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_sigterm_while_the_driver_waits_in_ray_get_exits_143(model_cache, tiny_config, tmp_path):
+    """The driver spends nearly all of a run blocked in ``ray.get``/``ray.wait``, where Ray turns the
+    exception of a signal's handler into a plain ``KeyboardInterrupt``: SIGTERM there exited 1 with
+    ``ERROR: interrupted``. Here it lands while the driver waits for a reward that is still running
+    (the reward says so by writing a file)."""
+    started = tmp_path / "scoring"
+    reward = tmp_path / "slow_reward.py"
+    reward.write_text(
+        "import pathlib, time\n"
+        "def slow(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(240)\n"
+        "    return 0.0\n")
+    cfg = tiny_config(trainer={"total_steps": 3, "reward_timeout_s": 600},
+                      reward={"rewards": [{"path": str(reward), "function": "slow"}]})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rewardhub", "train", cfg, "--output", str(tmp_path / "o"), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)  # the driver is in ray.get until the reward returns (in 240 s)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=150)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "ERROR: terminated", err
+    assert err.count("ERROR") == 1 and "Traceback" not in err, err
+    # the reward returns only in 240 s; the busy reward client's close was waited for 60 s (64 s in all)
+    assert took < 45, f"SIGTERM took {took:.1f}s to end the run"
+
+
 def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):
     from omegaconf import OmegaConf
 

@@ -109,6 +109,8 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
     try:
         return run_.run()
+    except KeyboardInterrupt as exc:
+        raise _as_signal(exc) from None
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
@@ -117,20 +119,41 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
             bar.close()
 
 
+#: the signal :func:`_sigterm_raises`'s handler last received (None: none since it was installed)
+_received: list[str | None] = [None]
+
+
 def _sigterm_raises() -> Any:
     """SIGTERM raises :class:`rewardhub.Interrupted` in the main thread; the handler it replaces (None: not
-    the main thread)."""
+    the main thread).
+
+    The handler also remembers the signal: where it lands inside ``ray.get`` or ``ray.wait`` (nearly all
+    of a run), Ray turns the handler's exception into a plain ``KeyboardInterrupt``, which
+    :func:`_as_signal` turns back.
+    """
     import threading
 
     from rewardhub.errors import Interrupted
 
     if threading.current_thread() is not threading.main_thread():
         return None
+    _received[0] = None
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        _received[0] = "SIGTERM"
         raise Interrupted("SIGTERM")
 
     return signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _as_signal(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """``exc`` as the :class:`rewardhub.Interrupted` of the signal that caused it (SIGTERM, when its handler
+    ran: Ray may have replaced the handler's exception on the way), else ``exc`` itself (Ctrl-C)."""
+    from rewardhub.errors import Interrupted
+
+    if isinstance(exc, Interrupted) or _received[0] is None:
+        return exc
+    return Interrupted(_received[0])
 
 
 def _data_report(counts: dict[str, Any], limit: int) -> str:
@@ -185,7 +208,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = train(args.config, args.overrides, output=output, resume=args.resume,
                         progress=not args.no_progress, overwrite=args.overwrite)
-    except Interrupted as exc:
+    except KeyboardInterrupt as caught:  # a SIGTERM wherever it landed (Ray may have made it a plain one)
+        exc = _as_signal(caught)
+        if not isinstance(exc, Interrupted):
+            raise
         print("ERROR: terminated" if exc.signal_name == "SIGTERM" else "ERROR: interrupted", file=sys.stderr)
         return 143 if exc.signal_name == "SIGTERM" else 130
     finally:

@@ -36,6 +36,10 @@ from .prepare import Prepared
 
 __all__ = ["Fleet", "check_infos", "base_threads"]
 
+#: seconds the reward clients get to close their pools at the end of a run, and when it stops on an
+#: error or a signal (a client busy scoring answers only once its batch is in: then it is killed)
+CLOSE_S, CLOSE_HURRIED_S = 60.0, 2.0
+
 from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
 
 
@@ -76,6 +80,7 @@ class Fleet:
         self._restored_to: RestorePoint | None = None  #: the checkpoint of the last restore
         self.cores_token: str | None = None  #: the run's core boards (:mod:`.cores`; None: not lent)
         self._stoppers: list[Callable[[], None]] = []  #: what :meth:`stop` undoes
+        self.hurry = False  #: stopping on an error or a signal (:meth:`stop`)
 
     @property
     def learner(self) -> Any:
@@ -186,11 +191,13 @@ class Fleet:
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
 
         def close() -> None:  # the clients close their pools first; then every handle is killed
-            for h in clients.handles:
-                try:
-                    ray.get(h.close.remote(), timeout=60)
-                except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
-                    pass
+            # a client still scoring (the run stops on an error or a signal) answers only once its batch
+            # is in: not waited for, killed, and Ray stops the reward workers it owned
+            try:
+                refs = [h.close.remote() for h in clients.handles]
+                ray.wait(refs, num_returns=len(refs), timeout=CLOSE_HURRIED_S if self.hurry else CLOSE_S)
+            except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
+                pass
             _kill(clients.handles)
 
         self._stoppers.append(close)
@@ -337,8 +344,13 @@ class Fleet:
             counters = {k: counters[k] + c[k] for k in counters}
         return counters
 
-    def stop(self) -> None:
-        """Stop whatever was started (idempotent): no process or placement group is left behind."""
+    def stop(self, *, hurry: bool = False) -> None:
+        """Stop whatever was started (idempotent): no process or placement group is left behind.
+
+        ``hurry``: the run stops on an error or a signal, and a reward client may be busy scoring: its
+        pool's close is waited for only :data:`CLOSE_HURRIED_S` (then it is killed), so that SIGTERM
+        and Ctrl-C end the run within seconds."""
+        self.hurry = hurry
         while self._stoppers:  # the last started first: the queue, ..., the placement group last
             self._stoppers.pop()()
 

@@ -98,7 +98,7 @@ class Run:
         try:
             return self._run()
         except BaseException:
-            self._stop()  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
+            self._stop(hurry=True)  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
             raise
 
     def _run(self) -> dict[str, Any]:
@@ -119,9 +119,9 @@ class Run:
         self.stats.finish()
         return self._finish(leftovers)
 
-    def _stop(self) -> None:
+    def _stop(self, *, hurry: bool = False) -> None:
         self.evaluator.close()
-        self.fleet.stop()
+        self.fleet.stop(hurry=hurry)
 
     def _infos(self) -> list[dict[str, Any]]:
         """Every actor's info (the evaluator's once it has started), checked."""
