@@ -178,6 +178,47 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp
     assert after[0]["pid"] in {e["probe"]["pid"] for e in res.extra + more.extra}  # the new worker scores
 
 
+@pytest.mark.timeout(180)
+def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, reward_file, tmp_path):
+    """A worker that hangs (here SIGSTOPped: as a partitioned node or a reward model stuck in a kernel)
+    made ``score`` wait for ever. Its call is bounded (reward.workers.call_timeout_s): past it the
+    worker is killed, restarted, and its chunk scored again, with one line naming the worker and the
+    reward; every sample gets its own score."""
+    cfg = {"rewards": [{"path": str(reward_file), "function": "probe"}],
+           "workers": {"num_workers": 2, "call_timeout_s": 5}}
+    samples = [{"response": "x" * i, "extra_info": {"i": i}} for i in range(8)]
+    with RewardWorkerPool(cfg, runtime_env=_files_env(tmp_path), chunk_size=4) as pool:
+        victim = pool.workers_info()[0]["pid"]
+        os.kill(victim, signal.SIGSTOP)  # the first chunk goes to worker 0 (least loaded, lowest index)
+        try:
+            t0 = time.monotonic()
+            res = pool.score(samples)
+            took = time.monotonic() - t0
+            after = pool.workers_info()
+            notes = pool.take_notes()
+        finally:
+            _kill_if_alive(victim)
+    assert res.scores == [float(i) for i in range(8)] and not any(res.errors)
+    assert [e["probe"]["i"] for e in res.extra] == list(range(8))
+    assert victim not in {e["probe"]["pid"] for e in res.extra}
+    assert pool.restarts == 1 and after[0]["restarts"] == 1
+    assert after[0]["pid"] != victim and after[0]["alive"]
+    assert res.metrics["reward_workers/reward/rescored_samples"] == 4.0
+    [note] = notes
+    assert note.startswith("reward worker 0 of pool 'reward' on node ") and f"(pid {victim})" in note, note
+    assert "did not answer a chunk of 4 samples within 5s (reward 'probe';" in note, note
+    assert note.endswith("killed, restarted, its chunk re-scored"), note
+    assert took >= 5.0  # the bound was waited for, not skipped
+    print(f"stopped worker: scored via a restart in {took:.1f}s")
+
+
+def _kill_if_alive(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def test_unplaceable_pool_fails_at_once(cluster, reward_file):
     with pytest.raises(UsageError, match=r"(?s)pool 'gpu' cannot be placed.*'nowhere': 1\.0.*node2=100"):
         RewardWorkerPool({"rewards": [{"name": "math_verify"}]}, num_workers=1, pool="gpu",

@@ -14,6 +14,7 @@ returned.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -231,18 +232,32 @@ class Fleet:
 
     # -- calls ----------------------------------------------------------------------------------
     def score(self, rollout: Rollout) -> Rollout:
-        """Score a rollout on the first reward client, sent again when the client dies mid-call."""
+        """Score a rollout on the first reward client, sent again when the client dies mid-call or does not
+        answer within trainer.call_timeout_s (hung: killed and restarted). Its pool bounds each call of
+        its workers itself (``reward.workers.call_timeout_s``)."""
         import ray
+        from ray.exceptions import GetTimeoutError
 
-        handle = self.reward_client.handles[0]
+        handle, deadline = self.reward_client.handles[0], self.t.call_timeout_s
         while True:
             try:
-                scored: Rollout = ray.get(handle.score.remote(rollout))
-                return scored
+                scored: Rollout = ray.get(handle.score.remote(rollout), timeout=deadline or None)
+                return self.scored(scored)
+            except GetTimeoutError:
+                hang(handle, "reward_client", f"score not answered within {deadline:g}s")
+                handle = self.client_failed(0)
             except ACTOR_ERRORS:
                 handle = self.client_failed(0)
             except RayTaskError as exc:  # e.g. a reward with on_failure: raise
                 raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
+
+    @staticmethod
+    def scored(rollout: Rollout) -> Rollout:
+        """A rollout back from a reward client: the lines its scoring left for the user are printed."""
+        for line in rollout.reward_notes:
+            print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        rollout.reward_notes = []
+        return rollout
 
     def client_failed(self, i: int) -> Any:
         """Reward client ``i`` died mid-call: counted; its (restarted or re-created) live handle."""
