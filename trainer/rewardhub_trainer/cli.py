@@ -210,8 +210,8 @@ def run(args: argparse.Namespace) -> int:
                         progress=not args.no_progress, overwrite=args.overwrite)
     except KeyboardInterrupt as caught:  # a SIGTERM wherever it landed (Ray may have made it a plain one)
         exc = _as_signal(caught)
-        if not isinstance(exc, Interrupted):
-            raise
+        if not isinstance(exc, Interrupted):  # Ctrl-C: Ray's handler raises a plain one
+            exc = Interrupted("SIGINT")
         print("ERROR: terminated" if exc.signal_name == "SIGTERM" else "ERROR: interrupted", file=sys.stderr)
         return 143 if exc.signal_name == "SIGTERM" else 130
     finally:
