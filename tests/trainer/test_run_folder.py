@@ -230,6 +230,52 @@ def test_a_signal_while_the_driver_waits_in_ray_get_ends_the_run_at_once(model_c
     print(f"{signum.name} in ray.get: exit {proc.returncode} after {took:.1f}s")
 
 
+@pytest.mark.timeout(180)
+def test_resume_after_the_reward_files_code_changed_is_refused_unless_allowed(model_cache, tiny_config,
+                                                                             tmp_path, capsys):
+    """The config names the same file, whose code changed since the checkpoint: resumed silently with
+    another reward. Each checkpoint records its rewards' identities (a file's sha256, a plugin's
+    ``dist==version``), and ``--resume`` compares them, before Ray starts."""
+    from rewardhub.config import load_plan
+    from rewardhub_trainer.checkpoint import commit_checkpoint
+    from rewardhub_trainer.checkpoint import staging_path
+    from rewardhub_trainer.checkpoint import write_state
+    from rewardhub_trainer.prepare import prepare
+    from rewardhub_trainer.runfolder import check_resume_rewards
+
+    reward = tmp_path / "digits.py"
+    reward.write_text("def digits(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+                      "    return float(any(c.isdigit() for c in solution_str))\n")
+    cfg = tiny_config(reward={"rewards": [{"path": str(reward), "function": "digits"}]})
+    prep = prepare(load_plan(cfg, ()))
+    before = prep.reward_identities()
+    [(name, identity)] = before.items()
+    assert identity.startswith("sha256:")
+    old = tmp_path / "old"
+    staged = staging_path(old / "checkpoints", 2)  # a checkpoint as a run writes its driver state
+    staged.mkdir(parents=True)
+    write_state(staged, {"step": 2, "data_cursor": 2, "counts": {}, "config": prep.public_config(),
+                         "rewards": before})
+    ckpt = commit_checkpoint(staged, 2, keep=1)
+    check_resume_rewards(ckpt, before, str(old), allow=False)  # unchanged: resumed
+
+    reward.write_text(reward.read_text().replace("any(", "all("))  # the same file, other code
+    after = prepare(load_plan(cfg, ())).reward_identities()
+    assert after[name] != identity
+    refused = (rf"^--resume {old}: reward code changed since its checkpoint step_000002: '{name}' "
+               rf"{identity} -> {after[name]}\nrestore the reward as it was, or pass --allow-reward-change")
+    with pytest.raises(UsageError, match=refused):
+        check_resume_rewards(ckpt, after, str(old), allow=False)
+    with pytest.raises(UsageError, match=refused):  # the command, before Ray starts
+        train(cfg, output=str(tmp_path / "new"), resume=str(old))
+    res = _cli(cfg, "--output", str(tmp_path / "new"), "--resume", str(old))
+    assert res.returncode == 2, res.stderr
+    assert f"ERROR: --resume {old}: reward code changed" in res.stderr, res.stderr
+    assert res.stderr.count("ERROR") == 1 and "Traceback" not in res.stderr
+    check_resume_rewards(ckpt, after, str(old), allow=True)  # --allow-reward-change: a warning, and on
+    assert f"WARNING: --resume {old}: reward code changed since its checkpoint" in capsys.readouterr().err
+
+
 def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):
     from omegaconf import OmegaConf
 

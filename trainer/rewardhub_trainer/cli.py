@@ -33,12 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace the run in the --output folder (its files are removed once the new run starts)",
     )
+    parser.add_argument("--allow-reward-change", action="store_true",
+                        help="with --resume: go on although a reward's code changed since the checkpoint "
+                        "(a reward file's sha256, a plugin's version); refused otherwise")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
           resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False,
-          overwrite: bool = False) -> dict[str, Any]:
+          overwrite: bool = False, allow_reward_change: bool = False) -> dict[str, Any]:
     """Load, validate (before Ray), run and summarise; the programmatic form of the command.
 
     ``output`` may hold another run only when ``resume`` names it (same config) or with ``overwrite``
@@ -68,7 +71,8 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     from .loop import Run
 
     # absolute: the actors (the learner writes checkpoints) may run in another working directory
-    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite)
+    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite,
+               allow_reward_change=allow_reward_change)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -207,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
     old = _sigterm_raises()
     try:
         summary = train(args.config, args.overrides, output=output, resume=args.resume,
-                        progress=not args.no_progress, overwrite=args.overwrite)
+                        progress=not args.no_progress, overwrite=args.overwrite,
+                        allow_reward_change=args.allow_reward_change)
     except KeyboardInterrupt as caught:  # a SIGTERM wherever it landed (Ray may have made it a plain one)
         exc = _as_signal(caught)
         if not isinstance(exc, Interrupted):  # Ctrl-C: Ray's handler raises a plain one

@@ -39,6 +39,7 @@ from .rewards import provenance
 from .runfolder import begin
 from .runfolder import check_output
 from .runfolder import check_resume_model
+from .runfolder import check_resume_rewards
 from .runfolder import claim
 from .stats import StepStats
 
@@ -59,7 +60,8 @@ class Run:
     """One training run; :meth:`run` returns the summary it also writes to ``summary.json``."""
 
     def __init__(self, prep: Prepared, output: str | os.PathLike[str], *, resume: str | None = None,
-                 callbacks: tuple[StepCallback, ...] = (), overwrite: bool = False) -> None:
+                 callbacks: tuple[StepCallback, ...] = (), overwrite: bool = False,
+                 allow_reward_change: bool = False) -> None:
         """``output`` is checked (:func:`rewardhub_trainer.runfolder.check_output` and ``claim``): it may hold
         another run only with ``overwrite`` (whose files go once the actors have started) or when
         ``resume`` names it."""
@@ -80,6 +82,8 @@ class Run:
                              "point it at the --output folder of an earlier run")
         if self.resume_ckpt is not None:
             check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
+            check_resume_rewards(self.resume_ckpt, prep.reward_identities(), str(resume),
+                                 allow=allow_reward_change)
         self.ledger = Ledger(read_state(self.resume_ckpt) if self.resume_ckpt is not None else None)
         self.stats = StepStats(self.out, prep.cfg.samples_per_step, resumed_from=self.ledger.resumed_from,
                                resume_dir=Path(resume) if resume else None, num_rollouters=t.num_rollouters)
@@ -106,7 +110,8 @@ class Run:
         ledger.started(self.fleet.start(str(self.resume_ckpt) if self.resume_ckpt else None))
         if ledger.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self.fleet.sync_weights(ledger.step, wait=True)
-        begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here)
+        begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here,
+              rewards=self.prep.reward_identities())
         self.stats.start()
         self.evaluator.before_training(ledger.step)
         while ledger.step < self.t.total_steps:
@@ -171,7 +176,8 @@ class Run:
                 f"learner: {int(result['optim/nonfinite_in_row'])} optimizer updates in a row skipped "
                 f"(non-finite loss or gradient, step {step}); lower trainer.lr or check the rewards")
         if self.checkpoints.due(step):
-            self.checkpoints.save(ledger, self.fleet.save_learner, self.prep.public_config())
+            self.checkpoints.save(ledger, self.fleet.save_learner, self.prep.public_config(),
+                                  self.prep.reward_identities())
         for cb in self.callbacks:
             cb(step, metrics, self)
         self.evaluator.after_step(step)

@@ -10,6 +10,9 @@
   ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
 * :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
   config's model fails before Ray starts, naming the keys that differ.
+* :func:`check_resume_rewards`: ``--resume`` of a checkpoint whose rewards' code has changed since (a
+  reward file's sha256, a plugin's version) fails before Ray starts, naming each, unless
+  ``--allow-reward-change``.
 * :func:`public_config`: the config as the run writes it (checkpoints, ``run.json``, trackers): every
   value that came from an environment interpolation (``${oc.env:NAME}``) is written as that
   interpolation, never resolved, as ``rewardhub score`` never writes a reward's kwargs.
@@ -29,8 +32,8 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
-__all__ = ["RUN_FILE", "begin", "check_output", "check_resume_model", "claim", "env_paths", "fingerprint",
-           "holds_run", "public_config"]
+__all__ = ["RUN_FILE", "begin", "check_output", "check_resume_model", "check_resume_rewards", "claim",
+           "env_paths", "fingerprint", "holds_run", "public_config"]
 
 RUN_FILE = "run.json"
 #: what a run writes into its folder (what ``--overwrite`` removes, once the new run has started)
@@ -146,9 +149,38 @@ def _check_resume_config(path: Path, config: Mapping[str, Any], resume: str, *, 
     )
 
 
-def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool) -> None:
+def check_resume_rewards(ckpt: Path, now: Mapping[str, str], resume: str, *, allow: bool) -> None:
+    """The rewards of checkpoint ``ckpt``'s run have the code they have now (each used reward's
+    ``dist==version``, or its file's sha256), or one error line naming each that changed; with
+    ``allow`` (``--allow-reward-change``) a change is accepted, with a warning. A checkpoint from before
+    this record is not checked."""
+    from .checkpoint import read_state
+
+    try:
+        was = read_state(ckpt).get("rewards")
+    except (OSError, ValueError):
+        was = None
+    if not isinstance(was, dict):
+        return
+    changed = [f"{name!r} {was[name]} -> {now[name]}" for name in sorted(set(was) & set(now))
+               if was[name] != now[name]]
+    if not changed:
+        return
+    what = f"reward code changed since its checkpoint {ckpt.name}: {', '.join(changed)}"
+    if allow:
+        import sys
+
+        print(f"WARNING: --resume {resume}: {what} (--allow-reward-change: going on with the new code)",
+              file=sys.stderr)
+        return
+    raise UsageError(f"--resume {resume}: {what}\n"
+                     "restore the reward as it was, or pass --allow-reward-change to go on with the new code")
+
+
+def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool,
+          rewards: Mapping[str, str] | None = None) -> None:
     """The run has started for real: with ``--overwrite`` the earlier run's files go now; ``run.json`` is
-    written."""
+    written (``rewards``: each used reward's identity, :meth:`.prepare.Prepared.reward_identities`)."""
     if overwrite and not resumed_here:
         for name in RUN_ENTRIES:
             p = out / name
@@ -157,7 +189,7 @@ def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here
             elif p.exists() or p.is_symlink():
                 p.unlink()
     info = {"fingerprint": fingerprint(config), "config": dict(config), "started": time.time(),
-            "driver_pid": os.getpid()}
+            "driver_pid": os.getpid(), "rewards": dict(rewards or {})}
     tmp = out / f".{RUN_FILE}.tmp"
     tmp.write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, out / RUN_FILE)
