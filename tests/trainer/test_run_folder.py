@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -274,6 +275,35 @@ def test_resume_after_the_reward_files_code_changed_is_refused_unless_allowed(mo
     assert res.stderr.count("ERROR") == 1 and "Traceback" not in res.stderr
     check_resume_rewards(ckpt, after, str(old), allow=True)  # --allow-reward-change: a warning, and on
     assert f"WARNING: --resume {old}: reward code changed since its checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(180)
+def test_a_second_run_into_a_folder_whose_run_is_still_starting_is_refused(model_cache, tiny_config,
+                                                                           tmp_path):
+    """The folder check read what a run had written, and a run writes nothing until its actors are up:
+    a second run into the same --output passed it while the first was starting. The first now holds
+    the folder's lock from the moment it chose it (another process, or this one)."""
+    from rewardhub.config import load_plan
+    from rewardhub_trainer.loop import Run
+    from rewardhub_trainer.prepare import prepare
+    from rewardhub_trainer.runfolder import holds_run
+
+    cfg = tiny_config()
+    prep = prepare(load_plan(cfg, ()))
+    out = tmp_path / "o"
+    first = Run(prep, str(out))  # chosen and checked; nothing started, nothing written yet
+    assert not holds_run(out)
+    holder = f"another run is writing there (pid {os.getpid()} on "
+    refused = rf"^--output {out}: {re.escape(holder)}.*\)\nwait for it to end"
+    with pytest.raises(UsageError, match=refused):
+        Run(prep, str(out))
+    res = _cli(cfg, "--output", str(out))  # from another process
+    assert res.returncode == 2, res.stderr
+    assert f"ERROR: --output {out}: {holder}" in res.stderr, res.stderr
+    assert res.stderr.count("ERROR") == 1 and "Traceback" not in res.stderr
+    first.lock.release()  # the first run ended (however it ended: the kernel lets the lock go)
+    Run(prep, str(out)).lock.release()
+    assert not any(out.iterdir())  # nothing left behind by the lock
 
 
 def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):

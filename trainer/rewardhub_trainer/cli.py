@@ -66,13 +66,21 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
     if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
         print(report, file=sys.stderr)
-    from rewardhub.distributed import ensure_ray
-
     from .loop import Run
 
     # absolute: the actors (the learner writes checkpoints) may run in another working directory
     run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite,
                allow_reward_change=allow_reward_change)
+    try:
+        return _run(run_, prep, progress)
+    finally:
+        run_.lock.release()  # the run's folder is free again, however it ended
+
+
+def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
+    """Progress bar, trackers and Ray around :meth:`Run.run`."""
+    from rewardhub.distributed import ensure_ray
+
     bar = None
     if progress:
         from tqdm import tqdm
@@ -112,7 +120,8 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
     old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
     try:
-        return run_.run()
+        summary: dict[str, Any] = run_.run()
+        return summary
     except KeyboardInterrupt as exc:
         raise _as_signal(exc) from None
     finally:

@@ -36,6 +36,7 @@ from .prepare import Prepared
 from .reward_failures import FailureWatch
 from .reward_failures import invalid_samples
 from .rewards import provenance
+from .runfolder import RunLock
 from .runfolder import begin
 from .runfolder import check_output
 from .runfolder import check_resume_model
@@ -66,24 +67,24 @@ class Run:
         another run only with ``overwrite`` (whose files go once the actors have started) or when
         ``resume`` names it."""
         self.prep = prep
-        self.t = t = prep.cfg.trainer
+        self.t = prep.cfg.trainer
         self.out = check_output(str(output))
-        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
+        self.lock = RunLock(self.out)  #: the folder is this run's until it ends (or this fails)
+        try:
+            self._check(prep, resume, overwrite, allow_reward_change)
+            self._parts(prep, resume, overwrite, callbacks)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _parts(self, prep: Prepared, resume: str | None, overwrite: bool,
+               callbacks: tuple[StepCallback, ...]) -> None:
+        t = self.t
         self.overwrite = overwrite
         self.resumed_here = bool(resume) and Path(os.path.abspath(str(resume))) == self.out
         #: called after each step, and with each evaluation's metrics (trackers: loggers.py)
         self.callbacks = callbacks
         self.val_callbacks: tuple[StepCallback, ...] = ()
-        self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
-        if resume and self.resume_ckpt is None:
-            from rewardhub.errors import UsageError
-
-            raise UsageError(f"--resume: no checkpoint in {resume!r}\n"
-                             "point it at the --output folder of an earlier run")
-        if self.resume_ckpt is not None:
-            check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
-            check_resume_rewards(self.resume_ckpt, prep.reward_identities(), str(resume),
-                                 allow=allow_reward_change)
         self.ledger = Ledger(read_state(self.resume_ckpt) if self.resume_ckpt is not None else None)
         self.stats = StepStats(self.out, prep.cfg.samples_per_step, resumed_from=self.ledger.resumed_from,
                                resume_dir=Path(resume) if resume else None, num_rollouters=t.num_rollouters)
@@ -97,6 +98,20 @@ class Run:
         self.schedule = make_schedule(t, prep.cfg.rollout.prompts_per_step, prep.dataset, self.fleet,
                                       self.ledger, self.stats, self)
 
+    def _check(self, prep: Prepared, resume: str | None, overwrite: bool, allow_reward_change: bool) -> None:
+        """The folder and the checkpoint to resume (:mod:`.runfolder`), before anything starts."""
+        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
+        self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
+        if resume and self.resume_ckpt is None:
+            from rewardhub.errors import UsageError
+
+            raise UsageError(f"--resume: no checkpoint in {resume!r}\n"
+                             "point it at the --output folder of an earlier run")
+        if self.resume_ckpt is not None:
+            check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
+            check_resume_rewards(self.resume_ckpt, prep.reward_identities(), str(resume),
+                                 allow=allow_reward_change)
+
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         try:
@@ -104,6 +119,8 @@ class Run:
         except BaseException:
             self._stop(hurry=True)  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
             raise
+        finally:
+            self.lock.release()
 
     def _run(self) -> dict[str, Any]:
         ledger = self.ledger

@@ -2,6 +2,7 @@
 
 * :func:`check_output`: ``--output`` must be a folder this process can create and write (not a file,
   not under ``/proc``, ``/sys`` or ``/dev``), else one ``UsageError`` naming it.
+* :class:`RunLock`: a folder that another run is writing (or still starting) is refused.
 * :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
   ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder, or
   ``--overwrite`` is given. ``--resume DIR`` (into DIR or any other ``--output``) needs the config of
@@ -32,8 +33,8 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
-__all__ = ["RUN_FILE", "begin", "check_output", "check_resume_model", "check_resume_rewards", "claim",
-           "env_paths", "fingerprint", "holds_run", "public_config"]
+__all__ = ["RUN_FILE", "RunLock", "begin", "check_output", "check_resume_model", "check_resume_rewards",
+           "claim", "env_paths", "fingerprint", "holds_run", "public_config"]
 
 RUN_FILE = "run.json"
 #: what a run writes into its folder (what ``--overwrite`` removes, once the new run has started)
@@ -68,6 +69,54 @@ def check_output(output: str) -> Path:
         raise UsageError(f"--output {output}: cannot write there ({reason})\n"
                          "choose a folder you can write, e.g. --output runs/my-run") from None
     return path
+
+
+LOCK_FILE = ".rewardhub-run.lock"
+
+
+class RunLock:
+    """One run at a time in a folder, from the moment it is chosen: an exclusive ``flock`` on
+    ``LOCK_FILE`` (taken atomically; the kernel lets it go when the process ends, however it ends, so a
+    killed run leaves no stale lock). A second run is refused while the first is still starting,
+    before it has written anything there. The file is removed when the run lets the folder go, so a
+    refused run leaves the folder as it was."""
+
+    def __init__(self, out: Path) -> None:
+        import fcntl
+
+        self.path = out / LOCK_FILE
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                try:
+                    holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+                finally:
+                    os.close(fd)
+                raise UsageError(f"--output {out}: another run is writing there ({holder})\n"
+                                 "wait for it to end, or choose another --output") from None
+            try:  # the file locked is still the folder's (not one its last holder removed meanwhile)
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        holder = f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%H:%M:%S')}"
+        os.ftruncate(fd, 0)
+        os.write(fd, holder.encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Let the folder go (idempotent): the file is removed while still locked, then closed."""
+        if self._fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            os.close(self._fd)  # closing the file drops its flock
+            self._fd = None
 
 
 def holds_run(path: Path) -> bool:
