@@ -306,6 +306,44 @@ def test_a_second_run_into_a_folder_whose_run_is_still_starting_is_refused(model
     assert not any(out.iterdir())  # nothing left behind by the lock
 
 
+@pytest.mark.timeout(240)
+def test_ray_address_where_ray_is_not_fails_fast_with_one_error(model_cache, tiny_config, tmp_path):
+    """RAY_ADDRESS naming a port where nothing listens, or where another service listens: Ray retried
+    for minutes, a line every few seconds. Now: one ERROR line, exit 1, within the connect bound."""
+    import socket
+
+    from rewardhub_trainer.cli import RAY_CONNECT_S
+
+    cfg = tiny_config()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed_port = free.getsockname()[1]
+    silent = socket.socket()  # accepts connections (the kernel's backlog), answers nothing
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    silent_port = silent.getsockname()[1]
+    refused = (f"ERROR: no Ray cluster at RAY_ADDRESS 127.0.0.1:{closed_port}: nothing listens on port "
+               f"{closed_port} of 127.0.0.1 (connection refused)")
+    gave_up = f"ERROR: Ray did not connect to 127.0.0.1:{silent_port} within {RAY_CONNECT_S:g} s"
+    # bounds: Python's start and the imports on a loaded machine, plus the connect bound
+    cases = [(closed_port, refused, 90), (silent_port, gave_up, RAY_CONNECT_S + 90)]
+    try:
+        for port, line, bound in cases:
+            env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
+            t0 = time.monotonic()
+            args = ["train", cfg, "--output", str(tmp_path / f"o{port}"), "--no-progress"]
+            res = subprocess.run([sys.executable, "-m", "rewardhub", *args], capture_output=True, text=True,
+                                 timeout=bound + 60, env=env)
+            took = time.monotonic() - t0
+            assert res.returncode == 1, res.stderr
+            assert line in res.stderr, res.stderr
+            assert res.stderr.count("ERROR") == 1 and "Traceback" not in res.stderr, res.stderr
+            assert took < bound, (took, res.stderr)
+            print(f"RAY_ADDRESS 127.0.0.1:{port}: exit 1 after {took:.1f}s")
+    finally:
+        silent.close()
+
+
 def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):
     from omegaconf import OmegaConf
 

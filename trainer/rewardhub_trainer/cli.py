@@ -20,6 +20,9 @@ HELP = "train a policy with GRPO on Ray (sync or fully_async), rewards from the 
 
 __all__ = ["HELP", "NAME", "add_arguments", "main", "run", "train"]
 
+#: seconds to join the cluster at RAY_ADDRESS (a port that answers, but not as Ray's, is given up then)
+RAY_CONNECT_S = 30.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config with trainer/model/rollout/data/reward sections")
@@ -56,6 +59,7 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
 
     from .prepare import prepare
 
+    _probe_ray_address()  # before anything slow
     plan = config if isinstance(config, ConfigPlan) else load_plan(config, tuple(overrides))
     prep = prepare(plan)  # raises UsageError before anything starts
     output = output or prep.cfg.trainer.default_local_dir
@@ -77,10 +81,33 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
         run_.lock.release()  # the run's folder is free again, however it ended
 
 
-def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
-    """Progress bar, trackers and Ray around :meth:`Run.run`."""
+def _probe_ray_address() -> None:
+    """``RAY_ADDRESS`` where nothing listens: one error now (Ray would retry for minutes)."""
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        from rewardhub._netprobe import probe_ray_address
+
+        probe_ray_address(address, flag="RAY_ADDRESS")
+
+
+def _start_ray() -> None:
+    """Join the cluster at ``RAY_ADDRESS`` (given up after :data:`RAY_CONNECT_S` when its port answers but
+    not as Ray's; SIGTERM and Ctrl-C end the wait), else start a local Ray."""
+    import ray
+
     from rewardhub.distributed import ensure_ray
 
+    address = os.environ.get("RAY_ADDRESS")
+    if address and not ray.is_initialized():
+        from rewardhub._netprobe import connect_bounded
+
+        connect_bounded(address, RAY_CONNECT_S)
+    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
+    ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
+
+
+def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
+    """Progress bar, trackers and Ray around :meth:`Run.run`."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -116,8 +143,7 @@ def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
     )
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
-    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
-    ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
+    _start_ray()
     old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
     try:
         summary: dict[str, Any] = run_.run()
