@@ -85,7 +85,7 @@ def _probe_ray_address() -> None:
     """``RAY_ADDRESS`` where nothing listens: one error now (Ray would retry for minutes)."""
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        from rewardhub._netprobe import probe_ray_address
+        from rewardhub.distributed import probe_ray_address
 
         probe_ray_address(address, flag="RAY_ADDRESS")
 
@@ -99,7 +99,7 @@ def _start_ray() -> None:
 
     address = os.environ.get("RAY_ADDRESS")
     if address and not ray.is_initialized():
-        from rewardhub._netprobe import connect_bounded
+        from rewardhub.distributed import connect_bounded
 
         connect_bounded(address, RAY_CONNECT_S)
     # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
