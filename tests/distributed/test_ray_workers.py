@@ -196,6 +196,7 @@ def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, re
             took = time.monotonic() - t0
             after = pool.workers_info()
             notes = pool.take_notes()
+            gone = _gone(victim, 60.0)  # killed, not left stopped
         finally:
             _kill_if_alive(victim)
     assert res.scores == [float(i) for i in range(8)] and not any(res.errors)
@@ -209,7 +210,22 @@ def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, re
     assert "did not answer a chunk of 4 samples within 5s (reward 'probe';" in note, note
     assert note.endswith("killed, restarted, its chunk re-scored"), note
     assert took >= 5.0  # the bound was waited for, not skipped
+    assert gone, f"the stopped worker (pid {victim}) was left behind"
     print(f"stopped worker: scored via a restart in {took:.1f}s")
+
+
+def _gone(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if any(line.startswith("State:") and "Z" in line.split()[1] for line in f):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _kill_if_alive(pid: int) -> None:
