@@ -79,7 +79,7 @@ class Run:
 
     def _parts(self, prep: Prepared, resume: str | None, overwrite: bool,
                callbacks: tuple[StepCallback, ...]) -> None:
-        """The run's parts: ledger, step stats, checkpoints, fleet, evaluator and schedule (nothing starts)."""
+        """The run's parts: ledger, stats, checkpoints, fleet, evaluator, schedule (nothing starts)."""
         t = self.t
         self.overwrite = overwrite
         self.resumed_here = bool(resume) and Path(os.path.abspath(str(resume))) == self.out
