@@ -179,13 +179,19 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp
 
 
 @pytest.mark.timeout(180)
-def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, reward_file, tmp_path):
+@pytest.mark.parametrize(("term", "workers", "bound"), [
+    ({}, {"call_timeout_s": 5}, 5),
+    # derived: 4 samples x timeout_s 1 x (1 + 1 retry) + the slack (rewardhub.distributed._dispatch's 30 s)
+    ({"timeout_s": 1, "retries": 1}, {}, 4 * 1 * 2 + 30),
+])
+def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, reward_file, tmp_path, term,
+                                                                   workers, bound):
     """A worker that hangs (here SIGSTOPped: as a partitioned node or a reward model stuck in a kernel)
-    made ``score`` wait for ever. Its call is bounded (reward.workers.call_timeout_s): past it the
-    worker is killed, restarted, and its chunk scored again, with one line naming the worker and the
-    reward; every sample gets its own score."""
-    cfg = {"rewards": [{"path": str(reward_file), "function": "probe"}],
-           "workers": {"num_workers": 2, "call_timeout_s": 5}}
+    made ``score`` wait for ever. Its call is bounded (reward.workers.call_timeout_s, else the terms'
+    timeouts x the chunk's samples): past it the worker is killed, restarted, and its chunk scored
+    again, with one line naming the worker and the reward; every sample gets its own score."""
+    cfg = {"rewards": [{"path": str(reward_file), "function": "probe", **term}],
+           "workers": {"num_workers": 2, **workers}}
     samples = [{"response": "x" * i, "extra_info": {"i": i}} for i in range(8)]
     with RewardWorkerPool(cfg, runtime_env=_files_env(tmp_path), chunk_size=4) as pool:
         victim = pool.workers_info()[0]["pid"]
@@ -207,9 +213,9 @@ def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, re
     assert res.metrics["reward_workers/reward/rescored_samples"] == 4.0
     [note] = notes
     assert note.startswith("reward worker 0 of pool 'reward' on node ") and f"(pid {victim})" in note, note
-    assert "did not answer a chunk of 4 samples within 5s (reward 'probe';" in note, note
+    assert f"did not answer a chunk of 4 samples within {bound:g}s (reward 'probe';" in note, note
     assert note.endswith("killed, restarted, its chunk re-scored"), note
-    assert took >= 5.0  # the bound was waited for, not skipped
+    assert took >= bound  # the bound was waited for, not skipped
     assert gone, f"the stopped worker (pid {victim}) was left behind"
     print(f"stopped worker: scored via a restart in {took:.1f}s")
 
