@@ -100,6 +100,9 @@ class WorkersConfig:
     num_gpus: float = 0.0
     dispatch: str = "least_loaded"
     address: str | None = None
+    #: seconds one score call (a chunk of samples) may take before its worker counts as hung and is
+    #: restarted, its chunk re-scored (None: the terms' timeout_s x the chunk's samples, plus 30 s)
+    call_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ RULES: dict[str, Rule] = {
     **{key: one_of(*allowed) for key, allowed in CHOICES.items()},
     "rewards.*.weight": finite("a term's weight may be negative (a penalty), not NaN or infinite"),
     "rewards.*.timeout_s": above(0),
+    "workers.call_timeout_s": above(0),
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),

@@ -6,6 +6,8 @@ Ray is imported only inside this package, and only when a pool starts: importing
 
 from __future__ import annotations
 
+from .._netprobe import connect_bounded
+from .._netprobe import probe_ray_address
 from ._doctor import check_cluster
 from ._errors import DriverOnlyRewardError
 from ._errors import RegistryMismatchError
@@ -34,9 +36,11 @@ __all__ = [
     "WorkerFailedError",
     "WorkerSetup",
     "check_cluster",
+    "connect_bounded",
     "diff_items",
     "ensure_ray",
     "prepare_setup",
+    "probe_ray_address",
     "process_location",
     "reward_facts",
     "runner_from_config",

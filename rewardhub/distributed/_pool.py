@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections import Counter
-from collections import deque
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -21,8 +19,9 @@ from ..execution import check_aggregation
 from ..execution import check_sample
 from ._chunks import WorkerTerm
 from ._chunks import make_chunks
+from ._dispatch import call_bound
+from ._dispatch import dispatch
 from ._errors import RegistryMismatchError
-from ._errors import WorkerFailedError
 from ._placement import reward_model_terms
 from ._placement import split_reward_models
 from ._ray import actor_errors
@@ -59,6 +58,9 @@ class RewardWorkerPool:
     :param ship_files: send reward files' bytes to the workers (else a node must have the file).
     :param strict: any registry difference is fatal, not only in the rewards the config uses.
     :param max_restarts: restarts per worker slot; a dead worker's in-flight samples are re-scored.
+    :param call_timeout_s: seconds one score call (a chunk) may take before its worker counts as hung
+        and is restarted (default ``reward.workers.call_timeout_s``, else derived from the terms'
+        ``timeout_s``: :func:`~rewardhub.distributed._dispatch.call_bound`).
     :param split_models: with ``reward.reward_model.enable``, reward-model terms (capability
         ``reward_model``, executor unset or ``ray``) get a pool of their own, from
         ``reward.reward_model`` (see :func:`~rewardhub.distributed._placement.reward_model_pool`); this
@@ -76,7 +78,8 @@ class RewardWorkerPool:
                  runtime_env: Mapping[str, Any] | None = None, ship_files: bool = True, strict: bool = False,
                  max_restarts: int = 3, max_attempts: int = 3, chunk_size: int | None = None,
                  max_inflight: int = 2, start_timeout_s: float = 300.0, split_models: bool = True,
-                 reference: WorkerSetup | None = None, registry: Any = None) -> None:
+                 reference: WorkerSetup | None = None, registry: Any = None,
+                 call_timeout_s: float | None = None) -> None:
         self.setup, registry = prepare_setup(reward_cfg, pool=pool, ship_files=ship_files, strict=strict,
                                              reference=reference,
                                              registry=registry if reference is not None else None)
@@ -95,7 +98,7 @@ class RewardWorkerPool:
                     rm_cfg,
                     runtime_env=runtime_env, ship_files=ship_files, strict=strict, max_restarts=max_restarts,
                     max_attempts=max_attempts, max_inflight=max_inflight, start_timeout_s=start_timeout_s,
-                    split_models=False, reference=reference, registry=shared)
+                    split_models=False, reference=reference, registry=shared, call_timeout_s=call_timeout_s)
                 positions = [i for i in positions if i not in rm_idx]
                 self.setup, _ = prepare_setup(dataclasses.replace(cfg, rewards=rest), pool=pool,
                                               ship_files=ship_files, strict=strict, reference=reference,
@@ -127,6 +130,9 @@ class RewardWorkerPool:
         self.chunk_size, self.max_inflight = chunk_size, max(1, max_inflight)
         self.restarts = 0
         self.rescored_samples = 0
+        #: seconds one score call may take (None: from the terms' timeouts: :meth:`call_bound`)
+        self.call_timeout_s = call_timeout_s if call_timeout_s is not None else w.call_timeout_s
+        self.notes: list[str] = []  #: lines for the user since :meth:`take_notes` (a hung worker's)
         #: pids of the workers that scored the last batch (a killed worker's re-scored chunk counts once)
         self.last_pids: set[int] = set()
         self._rr = 0
@@ -239,7 +245,7 @@ class RewardWorkerPool:
         groups = any(self._kinds.get(n) == "group" for n in names)
         size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.num_workers)))
         chunks = make_chunks(batch, size, groups)
-        results = self._dispatch(batch, chunks, list(terms) if terms else None, idx)
+        results = dispatch(self, batch, chunks, list(terms) if terms else None, idx)
         out = {n: [Outcome(None)] * len(batch) for n in names}
         for cid, chunk in enumerate(chunks):
             res = results[cid]
@@ -253,82 +259,51 @@ class RewardWorkerPool:
                     out[n][i] = Outcome.from_wire(wire)
         return out
 
-    def _dispatch(self, batch: list[dict[str, Any]], chunks: list[list[int]], terms: list[str] | None,
-                  idx: list[int]) -> dict[int, dict[str, Any]]:
-        ray = self._ray
-        todo = deque(range(len(chunks)))
-        done: dict[int, dict[str, Any]] = {}
-        fails: Counter[int] = Counter()
-        self.last_pids = set()
-        pending: dict[Any, tuple[str, int, WorkerSlot, int]] = {
-            s.starting: ("hello", -1, s, s.generation) for s in self._slots if s.starting is not None}
-        while todo or any(kind == "score" for kind, *_ in pending.values()):
-            while todo:
-                slot = self._pick()
-                if slot is None:
-                    break
-                cid = todo.popleft()
-                rows = chunks[cid]
-                ref = slot.actor.score.remote([batch[i] for i in rows], [idx[i] for i in rows], terms)
-                slot.inflight += 1
-                pending[ref] = ("score", cid, slot, slot.generation)
-            if not pending:
-                raise WorkerFailedError(f"every reward worker of pool {self.pool!r} is gone (after "
-                                        f"{self.restarts} restarts); {len(todo)} chunks left unscored\n"
-                                        "see the Ray logs of the workers for why they died", pool=self.pool)
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                kind, cid, slot, gen = pending.pop(ref)
-                if kind == "hello":
-                    info = self._hello(slot)
-                    if info.get("problems") and slot.info is info:
-                        raise RegistryMismatchError(self.pool, self.setup.driver_fingerprint, [info])
-                    if not slot.alive:
-                        self._died(slot, info["problems"][0]["detail"], pending)
-                    continue
-                if gen == slot.generation:
-                    slot.inflight -= 1
-                try:
-                    res = ray.get(ref)
-                except actor_errors() as exc:
-                    fails[cid] += 1
-                    if gen == slot.generation:
-                        self._died(slot, short_error(exc), pending)
-                    if fails[cid] >= self.max_attempts:
-                        done[cid] = {"failed": f"reward workers died {fails[cid]} times scoring it "
-                                               f"(last: {short_error(exc)})"}
-                    else:
-                        self.rescored_samples += len(chunks[cid])
-                        todo.appendleft(cid)
-                    continue
-                except Exception as exc:
-                    where = slot.info or {}
-                    raise WorkerFailedError(
-                        f"reward worker {slot.index} of pool {self.pool!r} on node {where.get('ip')} "
-                        f"(node id {str(where.get('node_id'))[:12]}) failed: {exc}", pool=self.pool,
-                        node_id=where.get("node_id")) from exc
-                if cid not in done and isinstance(res.get("pid"), int):
-                    self.last_pids.add(res["pid"])
-                done.setdefault(cid, res)
-        return done
-
     def _pick(self) -> WorkerSlot | None:
         slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
         return slot
 
+    def call_bound(self, rows: int, terms: Sequence[str] | None) -> float | None:
+        """Seconds a score call of ``rows`` samples (of ``terms``; None: every term) may take
+        (:func:`~rewardhub.distributed._dispatch.call_bound`)."""
+        info = [t for t in (self._slots[0].info or {}).get("terms", []) if not terms or t["name"] in terms]
+        return call_bound(info, rows, self.call_timeout_s)
+
+    def hung(self, slot: WorkerSlot, rows: int, terms: Sequence[str] | None) -> str:
+        """A score call of ``rows`` samples on ``slot`` passed its bound: why the worker is restarted (its
+        death path does that)."""
+        bound = self.call_bound(rows, terms)
+        names = ", ".join(repr(n) for n in (terms or self._own)) or "its rewards"
+        where = slot.info or {}
+        why = (f"did not answer a chunk of {rows} samples within {bound or 0:g}s (reward {names}; "
+               "reward.workers.call_timeout_s, else the rewards' timeout_s x the samples)")
+        self.note(f"reward worker {slot.index} of pool {self.pool!r} on node {where.get('ip')} "
+                  f"(pid {where.get('pid')}) {why}: killed, restarted, its chunk re-scored")
+        return why
+
+    def note(self, line: str) -> None:
+        """A line the user must see: logged, and kept for the caller that shows them (:meth:`take_notes`)."""
+        log.warning("%s", line)
+        self.notes.append(line)
+
+    def take_notes(self) -> list[str]:
+        """The lines noted since the last call (the reward-model pool's too)."""
+        out, self.notes = self.notes, []
+        return out + (self.sub.take_notes() if self.sub is not None else [])
+
     def _died(self, slot: WorkerSlot, why: str, pending: dict[Any, tuple[str, int, WorkerSlot, int]]) -> None:
         where = slot.info or {}
         slot.alive, slot.inflight = False, 0
+        try:  # dead, or hung (a stopped process, a stuck kernel): it must not come back on its own
+            self._ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
         if slot.restarts >= self.max_restarts:
             slot.gone = True
             log.error("reward worker %d of pool %r died (%s); out of restarts", slot.index, self.pool, why)
             return
         log.warning("reward worker %d of pool %r on node %s (pid %s) died: %s; restarting it", slot.index,
                     self.pool, where.get("ip"), where.get("pid"), why)
-        try:
-            self._ray.kill(slot.actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
         slot.restarts += 1
         slot.generation += 1
         self.restarts += 1

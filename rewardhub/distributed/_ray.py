@@ -13,7 +13,9 @@ __all__ = ["actor_errors", "ensure_ray", "process_location", "short_error"]
 def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> tuple[Any, bool]:
     """Join the Ray that is running in this process, else the cluster at ``address`` (else at
     ``RAY_ADDRESS``), else start a local Ray of our own (never a cluster another process started on
-    this machine); returns (ray, whether we started or joined it here).
+    this machine); returns (ray, whether we started or joined it here). An address where nothing
+    listens is one :class:`~rewardhub.errors.RewardhubError` at once
+    (:func:`rewardhub._netprobe.probe_ray_address`).
 
     :param num_cpus: the CPUs a local Ray gets (Ray's default: this machine's); ignored when joining.
     """
@@ -21,9 +23,14 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> tu
 
     if ray.is_initialized():
         return ray, False
+    flag = "reward.workers.address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     opts: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address:
+        from .._netprobe import probe_ray_address
+
+        # where nothing listens, Ray retries for minutes, printing a line every few seconds
+        probe_ray_address(address, flag=flag)
         ray.init(address=address, **opts)
     else:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **opts)

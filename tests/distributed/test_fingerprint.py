@@ -285,3 +285,17 @@ def test_a_setup_made_elsewhere_carries_the_drivers_values(reward_file):
     # without the reference this process's own registry is the reference: no difference is found
     own, _ = prepare_setup({**cfg, "rewards": cfg["rewards"][:2]})
     assert RewardWorker(own, load=False).hello()["ok"]
+
+
+def test_a_score_call_is_bounded_by_its_terms_timeouts_times_its_samples():
+    """Each sample's call of each term ends within ``timeout_s * (1 + retries)``, even one after another:
+    a chunk's bound is their sum plus the slack; a term without a timeout leaves it unbounded, and
+    reward.workers.call_timeout_s, when set, is the bound."""
+    from rewardhub.distributed._dispatch import CALL_SLACK_S
+    from rewardhub.distributed._dispatch import call_bound
+
+    terms = [{"name": "a", "timeout_s": 2.0, "retries": 1}, {"name": "b", "timeout_s": 0.5, "retries": 0}]
+    assert call_bound(terms, 8, None) == CALL_SLACK_S + 8 * (2.0 * 2 + 0.5)
+    assert call_bound(terms, 8, 7.0) == 7.0
+    assert call_bound([*terms, {"name": "c", "timeout_s": None}], 8, None) is None
+    assert call_bound([*terms, {"name": "c", "timeout_s": None}], 8, 7.0) == 7.0

@@ -178,6 +178,69 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp
     assert after[0]["pid"] in {e["probe"]["pid"] for e in res.extra + more.extra}  # the new worker scores
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("term", "workers", "bound"), [
+    ({}, {"call_timeout_s": 5}, 5),
+    # derived: 4 samples x timeout_s 1 x (1 + 1 retry) + the slack (rewardhub.distributed._dispatch's 30 s)
+    ({"timeout_s": 1, "retries": 1}, {}, 4 * 1 * 2 + 30),
+])
+def test_a_stopped_worker_is_killed_restarted_and_its_chunk_rescored(cluster, reward_file, tmp_path, term,
+                                                                   workers, bound):
+    """A worker that hangs (here SIGSTOPped: as a partitioned node or a reward model stuck in a kernel)
+    made ``score`` wait for ever. Its call is bounded (reward.workers.call_timeout_s, else the terms'
+    timeouts x the chunk's samples): past it the worker is killed, restarted, and its chunk scored
+    again, with one line naming the worker and the reward; every sample gets its own score."""
+    cfg = {"rewards": [{"path": str(reward_file), "function": "probe", **term}],
+           "workers": {"num_workers": 2, **workers}}
+    samples = [{"response": "x" * i, "extra_info": {"i": i}} for i in range(8)]
+    with RewardWorkerPool(cfg, runtime_env=_files_env(tmp_path), chunk_size=4) as pool:
+        victim = pool.workers_info()[0]["pid"]
+        os.kill(victim, signal.SIGSTOP)  # the first chunk goes to worker 0 (least loaded, lowest index)
+        try:
+            t0 = time.monotonic()
+            res = pool.score(samples)
+            took = time.monotonic() - t0
+            after = pool.workers_info()
+            notes = pool.take_notes()
+            gone = _gone(victim, 60.0)  # killed, not left stopped
+        finally:
+            _kill_if_alive(victim)
+    assert res.scores == [float(i) for i in range(8)] and not any(res.errors)
+    assert [e["probe"]["i"] for e in res.extra] == list(range(8))
+    assert victim not in {e["probe"]["pid"] for e in res.extra}
+    assert pool.restarts == 1 and after[0]["restarts"] == 1
+    assert after[0]["pid"] != victim and after[0]["alive"]
+    assert res.metrics["reward_workers/reward/rescored_samples"] == 4.0
+    [note] = notes
+    assert note.startswith("reward worker 0 of pool 'reward' on node ") and f"(pid {victim})" in note, note
+    assert f"did not answer a chunk of 4 samples within {bound:g}s (reward 'probe';" in note, note
+    assert note.endswith("killed, restarted, its chunk re-scored"), note
+    assert took >= bound  # the bound was waited for, not skipped
+    assert gone, f"the stopped worker (pid {victim}) was left behind"
+    print(f"stopped worker: scored via a restart in {took:.1f}s")
+
+
+def _gone(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if any(line.startswith("State:") and "Z" in line.split()[1] for line in f):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _kill_if_alive(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def test_unplaceable_pool_fails_at_once(cluster, reward_file):
     with pytest.raises(UsageError, match=r"(?s)pool 'gpu' cannot be placed.*'nowhere': 1\.0.*node2=100"):
         RewardWorkerPool({"rewards": [{"name": "math_verify"}]}, num_workers=1, pool="gpu",

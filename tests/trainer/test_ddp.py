@@ -10,15 +10,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rewardhub_trainer.config import ModelConfig
 
+if TYPE_CHECKING:
+    import torch
+
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 #: fp32 on the CPU: the ranks pad their micro-batches differently from the single process, which
-#: changes the matmul shapes and so the rounding, nothing else
+#: changes the matmul shapes and so the rounding, nothing else (the losses, metrics and gradients)
 RTOL, ATOL = 1e-4, 1e-6
+#: fp32's machine epsilon (one unit in the last place of 1.0)
+FP32_EPS = 2.0**-23
 
 WORKER = """
 import sys
@@ -62,8 +68,11 @@ def measure(path: str, samples: list, group=None, modes=MODES, kl_coef: float = 
         assert learner.gradients(samples)
         grads = {n: p.grad.detach().clone() for n, p in learner.model.named_parameters()}
         stats = learner.train_step(samples)
+        adam = learner.optimizer.param_groups[0]
+        # the parameters (tied weights once), not the state dict: the step's bound needs each one's gradient
         out[mode] = {"grads": grads, "stats": stats, "version": learner.version,
-                     "weights": {k: v.clone() for k, v in learner.model.state_dict().items()}}
+                     "lr": adam["lr"], "eps": adam["eps"], "weight_decay": adam["weight_decay"],
+                     "weights": {n: p.detach().clone() for n, p in learner.model.named_parameters()}}
     return out
 
 
@@ -155,13 +164,94 @@ def _compare(one: dict, ranks: list[dict]) -> None:
             assert got["version"] == want["version"] == 1
             for name, grad in want["grads"].items():
                 torch.testing.assert_close(got["grads"][name], grad, rtol=RTOL, atol=ATOL)
+            assert want["weight_decay"] == 0.0 and got["lr"] == want["lr"] and got["eps"] == want["eps"]
             for name, weight in want["weights"].items():
-                torch.testing.assert_close(got["weights"][name], weight, rtol=RTOL, atol=ATOL)
+                assert_first_adam_steps_close(got["weights"][name], weight, got["grads"][name],
+                                              want["grads"][name], want["lr"], want["eps"], name)
         # the ranks end bit-for-bit equal: they applied the same reduced gradient
         for name, weight in ranks[0][mode]["weights"].items():
             assert torch.equal(weight, ranks[1][mode]["weights"][name]), name
         assert want["stats"]["loss/policy"] != 0.0 and want["stats"]["clip_frac"] > 0.0
         assert any(float(g.abs().max()) > 0 for g in want["grads"].values())
+
+
+def adam_step_bound(weight: torch.Tensor, g1: torch.Tensor, g2: torch.Tensor, lr: float,
+                    eps: float) -> torch.Tensor:
+    """How far apart two first Adam(W) steps (no weight decay) from the same ``weight`` may land when
+    their gradients are ``g1`` and ``g2``, element by element.
+
+    On the first step Adam's moments are ``m = (1 - b1) g`` and ``v = (1 - b2) g**2``; their bias
+    corrections divide those factors out, so the update is ``u(g) = lr * g / (|g| + eps)`` whatever the
+    betas: about ``lr * sign(g)``. Its slope is ``u'(g) = lr * eps / (|g| + eps)**2``: flat where
+    ``|g| >> eps``, and as steep as ``lr / eps`` (1e6 at lr 1e-2) at ``g = 0``. So two gradients that
+    agree to fp32 rounding but lie within a few ``eps`` of zero (1e-11 apart, say) give updates up to
+    1e-11 x 1e6 = 1e-5 apart: the 1.5e-5 an AVX2 CPU showed, with the gradients well within 1e-6.
+
+    * same sign: by the mean value theorem ``|u(g1) - u(g2)| <= |g1 - g2| * lr * eps / (m + eps)**2``,
+      ``m = min(|g1|, |g2|)`` (the slope is largest at the smaller magnitude);
+    * opposite signs (or a zero): the slope is at most ``lr / eps`` on the way, and ``|u| < lr``, so
+      ``|u(g1) - u(g2)| <= lr * min(2, |g1 - g2| / eps)``;
+    * plus fp32 rounding: the update is a handful of fp32 operations (a relative error of a few
+      ``FP32_EPS`` each, on a value below ``lr``: ``8 * FP32_EPS * lr`` covers them) and ``w - u`` is
+      rounded to half an ulp of the result on each side (``FP32_EPS * (|w| + lr)``).
+    """
+    import torch
+
+    diff = (g1.double() - g2.double()).abs()
+    same_sign = torch.sign(g1) * torch.sign(g2) > 0
+    smaller = torch.minimum(g1.double().abs(), g2.double().abs())
+    analytic = torch.where(same_sign, diff * lr * eps / (smaller + eps) ** 2,
+                           lr * torch.clamp(diff / eps, max=2.0))
+    return analytic + 8 * FP32_EPS * lr + FP32_EPS * (weight.double().abs() + lr)
+
+
+def assert_first_adam_steps_close(got: torch.Tensor, want: torch.Tensor, got_grad: torch.Tensor,
+                                  want_grad: torch.Tensor, lr: float, eps: float, name: str = "") -> None:
+    """``got`` and ``want`` (weights after one Adam step each) are within :func:`adam_step_bound` of their
+    gradients."""
+    bound = adam_step_bound(want, got_grad, want_grad, lr, eps)
+    excess = (got.double() - want.double()).abs() - bound
+    worst = int(excess.argmax())
+    assert float(excess.max()) <= 0.0, (
+        f"{name}: element {worst} differs by {float((got - want).abs().flatten()[worst]):.3g}, over its "
+        f"bound {float(bound.flatten()[worst]):.3g} (gradients {float(got_grad.flatten()[worst]):.3g} and "
+        f"{float(want_grad.flatten()[worst]):.3g})")
+
+
+def _adam_step(weight: torch.Tensor, grad: torch.Tensor, lr: float) -> tuple[torch.Tensor, float]:
+    import torch
+
+    p = torch.nn.Parameter(weight.clone())
+    opt = torch.optim.AdamW([p], lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    p.grad = grad.clone()
+    opt.step()
+    return p.detach(), opt.param_groups[0]["eps"]
+
+
+def test_the_adam_step_bound_admits_rounding_near_a_zero_gradient_and_nothing_else():
+    """The bound the two-rank test uses, on real AdamW steps: gradients that differ by fp32 rounding
+    near zero move the weights apart by far more than 1e-6 (the bound admits it); a weight off by
+    1e-5 where the gradient is large, or stepped the other way, is caught."""
+    import torch
+
+    lr = 1e-2
+    weight = torch.full((4,), 0.084)
+    g1 = torch.tensor([3e-9, -2e-8, 0.5, 1e-3])
+    g2 = g1 + torch.tensor([2e-9, 3e-10, 3e-8, 0.0])  # within the rtol/atol the gradients are held to
+    torch.testing.assert_close(g1, g2, rtol=RTOL, atol=ATOL)
+    w1, eps = _adam_step(weight, g1, lr)
+    w2, _ = _adam_step(weight, g2, lr)
+    assert float((w1 - w2).abs().max()) > 1e-4  # what atol 1e-6 refused on an AVX2 CPU, and more
+    assert_first_adam_steps_close(w1, w2, g1, g2, lr, eps)
+    off = w2.clone()
+    off[2] += 1e-5  # a gradient of 0.5: the update is lr to fp32 rounding, so 1e-5 is a wrong step
+    with pytest.raises(AssertionError, match="element 2 differs"):
+        assert_first_adam_steps_close(w1, off, g1, g2, lr, eps)
+    flipped = g2.clone()
+    flipped[3] = -1e-3  # the same magnitude, the other sign: the weights are 2 lr apart
+    w3, _ = _adam_step(weight, flipped, lr)
+    with pytest.raises(AssertionError, match="element 3 differs"):
+        assert_first_adam_steps_close(w1, w3, g1, g2, lr, eps)
 
 
 def test_split_keeps_groups_whole_and_is_deterministic():

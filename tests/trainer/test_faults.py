@@ -374,3 +374,38 @@ def test_a_model_folder_whose_generation_config_sets_a_repetition_penalty_trains
             "sample with the rollout.* settings only"])
     keys = ("reward/mean", "response_len/mean", "batch_index")
     assert [[r[k] for k in keys] for r in runs["leaky"]] == [[r[k] for k in keys] for r in runs["plain"]]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["sync", "fully_async"])
+def test_a_stopped_reward_worker_is_restarted_and_the_run_goes_on(ray_session, tiny_config, tmp_path, capsys,
+                                                                  mode):
+    """The reward worker is SIGSTOPped after step 2 (as a partitioned node, or a reward model stuck in a
+    kernel): the run waited for ever with no line. Its call is bounded by reward.workers.call_timeout_s:
+    the worker is killed, restarted and its chunk re-scored, with one WARNING line naming it."""
+    stopped: list[int] = []
+
+    def stop_reward_worker(step, metrics, run):
+        if step == 2 and not stopped:
+            stopped.append(_pid_of(run, "reward_worker"))
+            os.kill(stopped[0], signal.SIGSTOP)
+
+    out = tmp_path / "o"
+    cfg = tiny_config(trainer={"mode": mode, "total_steps": 5}, reward={"workers": {"call_timeout_s": 5}})
+    try:
+        summary = train(cfg, output=str(out), callbacks=[stop_reward_worker])
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    err = capsys.readouterr().err
+    rows = _rows(out)
+    _check_accounting(summary, rows)
+    assert summary["restarts"]["reward_worker"] == 1 and summary["rescored_samples"] == SPS
+    assert all(r["samples/invalid"] == 0 for r in rows)  # every sample got a score
+    lines = [x for x in err.splitlines() if x.startswith("WARNING: reward worker 0 of pool 'reward'")]
+    assert len(lines) == 1, err
+    assert f"(pid {stopped[0]}) did not answer a chunk of {SPS} samples within 5s" in lines[0], lines
+    assert "(reward 'regex_match';" in lines[0]

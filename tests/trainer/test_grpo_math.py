@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -88,6 +92,46 @@ def test_kl_k3_is_zero_at_the_reference_and_positive_elsewhere():
     assert torch.allclose(kl_k3(a, a), torch.zeros(3))
     b = torch.log(torch.tensor([0.3, 0.4, 0.5]))
     assert bool((kl_k3(a, b) > 0).all())
+
+
+VERL_COMPAT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".venv", "verl-compat"
+)
+VERL_KL = """
+import json, sys
+import torch
+from verl.trainer.ppo.core_algos import kl_penalty
+logp, ref = (torch.tensor(v) for v in json.loads(sys.argv[1]))
+print(json.dumps(kl_penalty(logp, ref, "low_var_kl").tolist()))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_kl_k3_is_verls_low_var_kl_clamped_where_the_policy_left_the_reference():
+    """A token the reference finds far likelier than the policy (log-ratio 15) added exp(15) - 16 =
+    3.27e6 to the KL; verl's ``low_var_kl`` clamps each token's KL to [-10, 10] (and its log-ratio to
+    [-20, 20] before ``exp``), and so does ``kl_k3``: verl's own function on the same log-probs."""
+    logp = torch.tensor([-16.0, -40.0, -1.0, -0.5, -0.1, -3.0, -2.0])
+    ref = torch.tensor([-1.0, -0.01, -1.0, -0.3, -2.0, -0.5, -32.0])  # ref - logp: 15, 39.99, 0, ..., -30
+    got = kl_k3(logp, ref)
+    assert float(got[0]) == 10.0 and float(got[1]) == 10.0  # were 3.27e6 and 4.85e8
+    assert float(got[6]) == 10.0  # log-ratio -30: exp(-20) + 20 - 1 = 19 before the clamp
+    assert float(got[2]) == 0.0 and 0.0 < float(got[3]) < 10.0
+    if not os.path.isdir(os.path.join(VERL_COMPAT, "verl")):
+        pytest.skip("verl is not installed for the tests (make install puts it in .venv/verl-compat)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([VERL_COMPAT, os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-c", VERL_KL, json.dumps([logp.tolist(), ref.tolist()])],
+                         capture_output=True, text=True, env=env, timeout=150)
+    assert res.returncode == 0, res.stderr
+    want = torch.tensor(json.loads(res.stdout))
+    assert torch.equal(got, want)
+
+
+def test_kl_k3_gives_no_gradient_where_it_is_clamped():
+    logp = torch.tensor([-16.0, -1.0], requires_grad=True)
+    kl_k3(logp, torch.tensor([-1.0, -1.5])).sum().backward()
+    assert logp.grad is not None
+    assert float(logp.grad[0]) == 0.0 and float(logp.grad[1]) != 0.0
 
 
 def test_masked_mean_ignores_padding():

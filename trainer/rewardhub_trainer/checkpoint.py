@@ -101,12 +101,14 @@ class Checkpointer:
         return bool((self.every and step % self.every == 0) or step == self.total_steps
                     or (self.minutes and time.monotonic() - self.last_t >= self.minutes * 60))
 
-    def save(self, ledger: Ledger, save_learner: Callable[[str], None], config: dict[str, Any]) -> Path:
+    def save(self, ledger: Ledger, save_learner: Callable[[str], None], config: dict[str, Any],
+             rewards: dict[str, str] | None = None) -> Path:
         """Save atomically: the learner's files (``save_learner(folder)``) and the ledger's state (with
-        the run's ``config``) into a hidden folder, then renamed into place."""
+        the run's ``config`` and its ``rewards``' identities) into a hidden folder, then renamed into
+        place."""
         staged = staging_path(self.root, ledger.step)
         save_learner(str(staged))
-        write_state(staged, {**ledger.carried(), "config": config})
+        write_state(staged, {**ledger.carried(), "config": config, "rewards": dict(rewards or {})})
         path = commit_checkpoint(staged, ledger.step, keep=self.keep)
         self.restore_point = ledger.point(str(path))
         self.last_t = time.monotonic()

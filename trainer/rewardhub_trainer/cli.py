@@ -20,6 +20,9 @@ HELP = "train a policy with GRPO on Ray (sync or fully_async), rewards from the 
 
 __all__ = ["HELP", "NAME", "add_arguments", "main", "run", "train"]
 
+#: seconds to join the cluster at RAY_ADDRESS (a port that answers, but not as Ray's, is given up then)
+RAY_CONNECT_S = 30.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config with trainer/model/rollout/data/reward sections")
@@ -33,12 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace the run in the --output folder (its files are removed once the new run starts)",
     )
+    parser.add_argument("--allow-reward-change", action="store_true",
+                        help="with --resume: go on although a reward's code changed since the checkpoint "
+                        "(a reward file's sha256, a plugin's version); refused otherwise")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
           resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False,
-          overwrite: bool = False) -> dict[str, Any]:
+          overwrite: bool = False, allow_reward_change: bool = False) -> dict[str, Any]:
     """Load, validate (before Ray), run and summarise; the programmatic form of the command.
 
     ``output`` may hold another run only when ``resume`` names it (same config) or with ``overwrite``
@@ -53,6 +59,7 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
 
     from .prepare import prepare
 
+    _probe_ray_address()  # before anything slow
     plan = config if isinstance(config, ConfigPlan) else load_plan(config, tuple(overrides))
     prep = prepare(plan)  # raises UsageError before anything starts
     output = output or prep.cfg.trainer.default_local_dir
@@ -63,12 +70,44 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
     if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
         print(report, file=sys.stderr)
-    from rewardhub.distributed import ensure_ray
-
     from .loop import Run
 
     # absolute: the actors (the learner writes checkpoints) may run in another working directory
-    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite)
+    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite,
+               allow_reward_change=allow_reward_change)
+    try:
+        return _run(run_, prep, progress)
+    finally:
+        run_.lock.release()  # the run's folder is free again, however it ended
+
+
+def _probe_ray_address() -> None:
+    """``RAY_ADDRESS`` where nothing listens: one error now (Ray would retry for minutes)."""
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        from rewardhub.distributed import probe_ray_address
+
+        probe_ray_address(address, flag="RAY_ADDRESS")
+
+
+def _start_ray() -> None:
+    """Join the cluster at ``RAY_ADDRESS`` (given up after :data:`RAY_CONNECT_S` when its port answers but
+    not as Ray's; SIGTERM and Ctrl-C end the wait), else start a local Ray."""
+    import ray
+
+    from rewardhub.distributed import ensure_ray
+
+    address = os.environ.get("RAY_ADDRESS")
+    if address and not ray.is_initialized():
+        from rewardhub.distributed import connect_bounded
+
+        connect_bounded(address, RAY_CONNECT_S)
+    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
+    ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
+
+
+def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
+    """Progress bar, trackers and Ray around :meth:`Run.run`."""
     bar = None
     if progress:
         from tqdm import tqdm
@@ -104,11 +143,13 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     )
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
-    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
-    ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
+    _start_ray()
     old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
     try:
-        return run_.run()
+        summary: dict[str, Any] = run_.run()
+        return summary
+    except KeyboardInterrupt as exc:
+        raise _as_signal(exc) from None
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
@@ -117,20 +158,41 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
             bar.close()
 
 
+#: the signal :func:`_sigterm_raises`'s handler last received (None: none since it was installed)
+_received: list[str | None] = [None]
+
+
 def _sigterm_raises() -> Any:
     """SIGTERM raises :class:`rewardhub.Interrupted` in the main thread; the handler it replaces (None: not
-    the main thread)."""
+    the main thread).
+
+    The handler also remembers the signal: where it lands inside ``ray.get`` or ``ray.wait`` (nearly all
+    of a run), Ray turns the handler's exception into a plain ``KeyboardInterrupt``, which
+    :func:`_as_signal` turns back.
+    """
     import threading
 
     from rewardhub.errors import Interrupted
 
     if threading.current_thread() is not threading.main_thread():
         return None
+    _received[0] = None
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        _received[0] = "SIGTERM"
         raise Interrupted("SIGTERM")
 
     return signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _as_signal(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """``exc`` as the :class:`rewardhub.Interrupted` of the signal that caused it (SIGTERM, when its handler
+    ran: Ray may have replaced the handler's exception on the way), else ``exc`` itself (Ctrl-C)."""
+    from rewardhub.errors import Interrupted
+
+    if isinstance(exc, Interrupted) or _received[0] is None:
+        return exc
+    return Interrupted(_received[0])
 
 
 def _data_report(counts: dict[str, Any], limit: int) -> str:
@@ -184,8 +246,12 @@ def run(args: argparse.Namespace) -> int:
     old = _sigterm_raises()
     try:
         summary = train(args.config, args.overrides, output=output, resume=args.resume,
-                        progress=not args.no_progress, overwrite=args.overwrite)
-    except Interrupted as exc:
+                        progress=not args.no_progress, overwrite=args.overwrite,
+                        allow_reward_change=args.allow_reward_change)
+    except KeyboardInterrupt as caught:  # a SIGTERM wherever it landed (Ray may have made it a plain one)
+        exc = _as_signal(caught)
+        if not isinstance(exc, Interrupted):  # Ctrl-C: Ray's handler raises a plain one
+            exc = Interrupted("SIGINT")
         print("ERROR: terminated" if exc.signal_name == "SIGTERM" else "ERROR: interrupted", file=sys.stderr)
         return 143 if exc.signal_name == "SIGTERM" else 130
     finally:

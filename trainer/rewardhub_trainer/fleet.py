@@ -14,6 +14,7 @@ returned.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,10 @@ from .placement import Placement
 from .prepare import Prepared
 
 __all__ = ["Fleet", "check_infos", "base_threads"]
+
+#: seconds the reward clients get to close their pools at the end of a run, and when it stops on an
+#: error or a signal (a client busy scoring answers only once its batch is in: then it is killed)
+CLOSE_S, CLOSE_HURRIED_S = 60.0, 2.0
 
 from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
 
@@ -70,9 +75,13 @@ class Fleet:
         self.workers: list[dict[str, Any]] = []  #: every actor's info, as of the last :meth:`infos`
         self.lost_calls = {"reward_client": 0}  #: calls lost with their actor (and sent again)
         self.weight_syncs = 0
-        self.learner_restarts = 0
+        self.learner_restarts = 0  #: in the whole run (the summary)
+        #: deaths since the learner last wrote a checkpoint after its restore (at most trainer.max_restarts)
+        self.learner_in_row = 0
+        self._restored_to: RestorePoint | None = None  #: the checkpoint of the last restore
         self.cores_token: str | None = None  #: the run's core boards (:mod:`.cores`; None: not lent)
         self._stoppers: list[Callable[[], None]] = []  #: what :meth:`stop` undoes
+        self.hurry = False  #: stopping on an error or a signal (:meth:`stop`)
 
     @property
     def learner(self) -> Any:
@@ -183,11 +192,13 @@ class Fleet:
             t.score_concurrency if t.mode == "fully_async" else 1, t.max_restarts)
 
         def close() -> None:  # the clients close their pools first; then every handle is killed
-            for h in clients.handles:
-                try:
-                    ray.get(h.close.remote(), timeout=60)
-                except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
-                    pass
+            # a client still scoring (the run stops on an error or a signal) answers only once its batch
+            # is in: not waited for, killed, and Ray stops the reward workers it owned
+            try:
+                refs = [h.close.remote() for h in clients.handles]
+                ray.wait(refs, num_returns=len(refs), timeout=CLOSE_HURRIED_S if self.hurry else CLOSE_S)
+            except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
+                pass
             _kill(clients.handles)
 
         self._stoppers.append(close)
@@ -221,18 +232,32 @@ class Fleet:
 
     # -- calls ----------------------------------------------------------------------------------
     def score(self, rollout: Rollout) -> Rollout:
-        """Score a rollout on the first reward client, sent again when the client dies mid-call."""
+        """Score a rollout on the first reward client, sent again when the client dies mid-call or does not
+        answer within trainer.call_timeout_s (hung: killed and restarted). Its pool bounds each call of
+        its workers itself (``reward.workers.call_timeout_s``)."""
         import ray
+        from ray.exceptions import GetTimeoutError
 
-        handle = self.reward_client.handles[0]
+        handle, deadline = self.reward_client.handles[0], self.t.call_timeout_s
         while True:
             try:
-                scored: Rollout = ray.get(handle.score.remote(rollout))
-                return scored
+                scored: Rollout = ray.get(handle.score.remote(rollout), timeout=deadline or None)
+                return self.scored(scored)
+            except GetTimeoutError:
+                hang(handle, "reward_client", f"score not answered within {deadline:g}s")
+                handle = self.client_failed(0)
             except ACTOR_ERRORS:
                 handle = self.client_failed(0)
             except RayTaskError as exc:  # e.g. a reward with on_failure: raise
                 raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
+
+    @staticmethod
+    def scored(rollout: Rollout) -> Rollout:
+        """A rollout back from a reward client: the lines its scoring left for the user are printed."""
+        for line in rollout.reward_notes:
+            print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        rollout.reward_notes = []
+        return rollout
 
     def client_failed(self, i: int) -> Any:
         """Reward client ``i`` died mid-call: counted; its (restarted or re-created) live handle."""
@@ -289,15 +314,30 @@ class Fleet:
         except RayTaskError as exc:
             raise RunAborted(f"learner: weights not sent: {cause(exc)}") from None
 
+    def _count_death(self, point: RestorePoint) -> None:
+        """Count a death of the learner: only those in a row stop the run, as a rollouter's. A restore
+        to a newer checkpoint than the last restore's means the learner wrote one since (it made
+        progress), and the count starts again."""
+        self.learner_restarts += 1
+        if point != self._restored_to:
+            self.learner_in_row = 0
+        self._restored_to = point
+        self.learner_in_row += 1
+        if self.learner_in_row > self.t.max_restarts:
+            where = f"checkpoint {point.path}" if point.path else "the run's start (no checkpoint yet)"
+            raise RunAborted(f"learner: died {self.learner_in_row} times in a row, each restored to {where} "
+                             f"(trainer.max_restarts={self.t.max_restarts}); see the Ray logs of its node "
+                             "for the cause")
+
     def restore_learner(self, point: RestorePoint) -> int:
         """The learner died: once it is back (restarted by Ray or re-created), it loads ``point``'s
-        checkpoint unless it started from it. Returns its policy version."""
+        checkpoint unless it started from it. Returns its policy version.
+
+        More than ``trainer.max_restarts`` deaths in a row (with no checkpoint written between them)
+        stop the run (:class:`RunAborted`)."""
         import ray
 
-        self.learner_restarts += 1
-        if self.learner_restarts > self.t.max_restarts:
-            raise RunAborted(f"learner: died {self.learner_restarts} times (trainer.max_restarts="
-                             f"{self.t.max_restarts}); see the Ray logs of its node for the cause")
+        self._count_death(point)
         handle = self.learners.failed(0)
         wait_alive(handle, "learner")
         try:
@@ -319,8 +359,13 @@ class Fleet:
             counters = {k: counters[k] + c[k] for k in counters}
         return counters
 
-    def stop(self) -> None:
-        """Stop whatever was started (idempotent): no process or placement group is left behind."""
+    def stop(self, *, hurry: bool = False) -> None:
+        """Stop whatever was started (idempotent): no process or placement group is left behind.
+
+        ``hurry``: the run stops on an error or a signal, and a reward client may be busy scoring: its
+        pool's close is waited for only :data:`CLOSE_HURRIED_S` (then it is killed), so that SIGTERM
+        and Ctrl-C end the run within seconds."""
+        self.hurry = hurry
         while self._stoppers:  # the last started first: the queue, ..., the placement group last
             self._stoppers.pop()()
 

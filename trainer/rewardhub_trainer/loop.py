@@ -39,9 +39,11 @@ from .prepare import Prepared
 from .reward_failures import FailureWatch
 from .reward_failures import invalid_samples
 from .rewards import provenance
+from .runfolder import RunLock
 from .runfolder import begin
 from .runfolder import check_output
 from .runfolder import check_resume_model
+from .runfolder import check_resume_rewards
 from .runfolder import claim
 from .stats import StepStats
 
@@ -62,27 +64,31 @@ class Run:
     """One training run; :meth:`run` returns the summary it also writes to ``summary.json``."""
 
     def __init__(self, prep: Prepared, output: str | os.PathLike[str], *, resume: str | None = None,
-                 callbacks: tuple[StepCallback, ...] = (), overwrite: bool = False) -> None:
+                 callbacks: tuple[StepCallback, ...] = (), overwrite: bool = False,
+                 allow_reward_change: bool = False) -> None:
         """``output`` is checked (:func:`rewardhub_trainer.runfolder.check_output` and ``claim``): it may hold
         another run only with ``overwrite`` (whose files go once the actors have started) or when
         ``resume`` names it."""
         self.prep = prep
-        self.t = t = prep.cfg.trainer
+        self.t = prep.cfg.trainer
         self.out = check_output(str(output))
-        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
+        self.lock = RunLock(self.out)  #: the folder is this run's until it ends (or this fails)
+        try:
+            self._check(prep, resume, overwrite, allow_reward_change)
+            self._parts(prep, resume, overwrite, callbacks)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _parts(self, prep: Prepared, resume: str | None, overwrite: bool,
+               callbacks: tuple[StepCallback, ...]) -> None:
+        """The run's parts: ledger, stats, checkpoints, fleet, evaluator, schedule (nothing starts)."""
+        t = self.t
         self.overwrite = overwrite
         self.resumed_here = bool(resume) and Path(os.path.abspath(str(resume))) == self.out
         #: called after each step, and with each evaluation's metrics (trackers: loggers.py)
         self.callbacks = callbacks
         self.val_callbacks: tuple[StepCallback, ...] = ()
-        self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
-        if resume and self.resume_ckpt is None:
-            from rewardhub.errors import UsageError
-
-            raise UsageError(f"--resume: no checkpoint in {resume!r}\n"
-                             "point it at the --output folder of an earlier run")
-        if self.resume_ckpt is not None:
-            check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
         self.ledger = Ledger(read_state(self.resume_ckpt) if self.resume_ckpt is not None else None)
         self.stats = StepStats(self.out, prep.cfg.samples_per_step, resumed_from=self.ledger.resumed_from,
                                resume_dir=Path(resume) if resume else None, num_rollouters=t.num_rollouters)
@@ -98,20 +104,37 @@ class Run:
         self.schedule = make_schedule(t, prep.cfg.rollout.prompts_per_step, prep.dataset, self.fleet,
                                       self.ledger, self.stats, self)
 
+    def _check(self, prep: Prepared, resume: str | None, overwrite: bool, allow_reward_change: bool) -> None:
+        """The folder and the checkpoint to resume (:mod:`.runfolder`), before anything starts."""
+        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
+        self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
+        if resume and self.resume_ckpt is None:
+            from rewardhub.errors import UsageError
+
+            raise UsageError(f"--resume: no checkpoint in {resume!r}\n"
+                             "point it at the --output folder of an earlier run")
+        if self.resume_ckpt is not None:
+            check_resume_model(self.resume_ckpt, prep.model_path, str(resume))
+            check_resume_rewards(self.resume_ckpt, prep.reward_identities(), str(resume),
+                                 allow=allow_reward_change)
+
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         try:
             return self._run()
         except BaseException:
-            self._stop()  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
+            self._stop(hurry=True)  # a run that stops (RunAborted, Ctrl-C) leaves no process behind
             raise
+        finally:
+            self.lock.release()
 
     def _run(self) -> dict[str, Any]:
         ledger = self.ledger
         ledger.started(self.fleet.start(str(self.resume_ckpt) if self.resume_ckpt else None))
         if ledger.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self.fleet.sync_weights(ledger.step, wait=True)
-        begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here)
+        begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here,
+              rewards=self.prep.reward_identities())
         self.stats.start()
         self.evaluator.before_training(ledger.step)
         while ledger.step < self.t.total_steps:
@@ -124,9 +147,9 @@ class Run:
         self.stats.finish()
         return self._finish(leftovers)
 
-    def _stop(self) -> None:
+    def _stop(self, *, hurry: bool = False) -> None:
         self.evaluator.close()
-        self.fleet.stop()
+        self.fleet.stop(hurry=hurry)
 
     def _infos(self) -> list[dict[str, Any]]:
         """Every actor's info (the evaluator's once it has started), checked."""
@@ -178,7 +201,8 @@ class Run:
                 f"learner: {int(result['optim/nonfinite_in_row'])} optimizer updates in a row skipped "
                 f"(non-finite loss or gradient, step {step}); lower trainer.lr or check the rewards")
         if self.checkpoints.due(step):
-            self.checkpoints.save(ledger, self.fleet.save_learner, self.prep.public_config())
+            self.checkpoints.save(ledger, self.fleet.save_learner, self.prep.public_config(),
+                                  self.prep.reward_identities())
         for cb in self.callbacks:
             cb(step, metrics, self)
         self.evaluator.after_step(step)

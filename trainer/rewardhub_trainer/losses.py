@@ -9,6 +9,7 @@ import math
 import torch
 
 __all__ = [
+    "KL_CLAMP",
     "LOG_RATIO_CLAMP",
     "SUMMED",
     "group_advantages",
@@ -23,6 +24,10 @@ __all__ = [
 #: log-ratios (policy vs behaviour, policy vs reference) are clamped to this before ``exp``, as verl does:
 #: one token with an extreme behaviour log-prob must not make the ratio (and the gradient) infinite
 LOG_RATIO_CLAMP = 20.0
+#: the per-token k3 KL is clamped to ``[-KL_CLAMP, KL_CLAMP]``, as verl's ``low_var_kl`` does: a token the
+#: reference finds far likelier than the policy (log-ratio 15: exp(15) ~ 3.3e6) adds at most 10, and no
+#: gradient, so one such token cannot swamp the batch's loss
+KL_CLAMP = 10.0
 
 
 def group_advantages(rewards: torch.Tensor, *, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
@@ -125,6 +130,8 @@ def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(policy || reference) estimator ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    """Per-token KL(policy || reference) estimator ``exp(ref - logp) - (ref - logp) - 1`` (>= 0), as
+    verl's ``low_var_kl``: the log-ratio clamped to ``LOG_RATIO_CLAMP`` before ``exp``, the estimate to
+    ``[-KL_CLAMP, KL_CLAMP]`` (where it is clamped, its gradient is 0)."""
     delta = torch.clamp(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return torch.exp(delta) - delta - 1.0
+    return torch.clamp(torch.exp(delta) - delta - 1.0, -KL_CLAMP, KL_CLAMP)

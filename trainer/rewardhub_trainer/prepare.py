@@ -42,6 +42,14 @@ class Prepared:
     #: ``reward.remote`` (the server's, asked at the end)
     rewards: list[dict[str, Any]] | None = None
 
+    def reward_identities(self) -> dict[str, str]:
+        """Each reward the config uses -> what identifies its code (``dist==version``, or the ``sha256:``
+        of a reward file): a resumed run checks its checkpoint's against these."""
+        setup = self.reward_setup
+        if setup is None:
+            return {}
+        return {name: setup.driver_items[name] for name in setup.used if name in setup.driver_items}
+
     def public_config(self) -> dict[str, Any]:
         """The config as the run writes it: each value from an environment interpolation unresolved."""
         from .runfolder import public_config

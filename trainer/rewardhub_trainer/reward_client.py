@@ -108,6 +108,8 @@ class RewardClient:
         rollout.reward_metrics.update(error_rates(rollout.reward_failures))
         rollout.score_s = time.perf_counter() - t0
         rollout.reward_pids = sorted(self.pool.last_pids)
+        take_notes = getattr(self.pool, "take_notes", None)  # a reward.remote server's has none
+        rollout.reward_notes = take_notes() if take_notes is not None else []
         return rollout
 
     def close(self) -> None:

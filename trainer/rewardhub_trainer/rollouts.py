@@ -44,6 +44,8 @@ class Rollout:
     threads: float = 0.0  #: the rollouter's mean torch threads while generating it (0: not counted)
     #: reward term -> (samples it failed on, samples it applied to, its last error's first line)
     reward_failures: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    #: lines for the user from its scoring (a hung reward worker restarted): the driver prints them
+    reward_notes: list[str] = field(default_factory=list)
 
     @property
     def num_samples(self) -> int:

@@ -2,13 +2,18 @@
 
 * :func:`check_output`: ``--output`` must be a folder this process can create and write (not a file,
   not under ``/proc``, ``/sys`` or ``/dev``), else one ``UsageError`` naming it.
+* :class:`RunLock`: a folder that another run is writing (or still starting) is refused.
 * :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
-  ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder and the
-  config has the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
-  sections, less how the rewards run), or ``--overwrite`` is given. Nothing of the earlier run is deleted
-  here: with ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
+  ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder, or
+  ``--overwrite`` is given. ``--resume DIR`` (into DIR or any other ``--output``) needs the config of
+  the run in DIR: the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
+  sections, less how the rewards run). Nothing of the earlier run is deleted here: with
+  ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
 * :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
   config's model fails before Ray starts, naming the keys that differ.
+* :func:`check_resume_rewards`: ``--resume`` of a checkpoint whose rewards' code has changed since (a
+  reward file's sha256, a plugin's version) fails before Ray starts, naming each, unless
+  ``--allow-reward-change``.
 * :func:`public_config`: the config as the run writes it (checkpoints, ``run.json``, trackers): every
   value that came from an environment interpolation (``${oc.env:NAME}``) is written as that
   interpolation, never resolved, as ``rewardhub score`` never writes a reward's kwargs.
@@ -28,8 +33,8 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
-__all__ = ["RUN_FILE", "begin", "check_output", "check_resume_model", "claim", "env_paths", "fingerprint",
-           "holds_run", "public_config"]
+__all__ = ["RUN_FILE", "RunLock", "begin", "check_output", "check_resume_model", "check_resume_rewards",
+           "claim", "env_paths", "fingerprint", "holds_run", "public_config"]
 
 RUN_FILE = "run.json"
 #: what a run writes into its folder (what ``--overwrite`` removes, once the new run has started)
@@ -64,6 +69,54 @@ def check_output(output: str) -> Path:
         raise UsageError(f"--output {output}: cannot write there ({reason})\n"
                          "choose a folder you can write, e.g. --output runs/my-run") from None
     return path
+
+
+LOCK_FILE = ".rewardhub-run.lock"
+
+
+class RunLock:
+    """One run at a time in a folder, from the moment it is chosen: an exclusive ``flock`` on
+    ``LOCK_FILE`` (taken atomically; the kernel lets it go when the process ends, however it ends, so a
+    killed run leaves no stale lock). A second run is refused while the first is still starting,
+    before it has written anything there. The file is removed when the run lets the folder go, so a
+    refused run leaves the folder as it was."""
+
+    def __init__(self, out: Path) -> None:
+        import fcntl
+
+        self.path = out / LOCK_FILE
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                try:
+                    holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+                finally:
+                    os.close(fd)
+                raise UsageError(f"--output {out}: another run is writing there ({holder})\n"
+                                 "wait for it to end, or choose another --output") from None
+            try:  # the file locked is still the folder's (not one its last holder removed meanwhile)
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        holder = f"pid {os.getpid()} on {os.uname().nodename}, since {time.strftime('%H:%M:%S')}"
+        os.ftruncate(fd, 0)
+        os.write(fd, holder.encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Let the folder go (idempotent): the file is removed while still locked, then closed."""
+        if self._fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            os.close(self._fd)  # closing the file drops its flock
+            self._fd = None
 
 
 def holds_run(path: Path) -> bool:
@@ -113,20 +166,13 @@ def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None
 
 
 def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite: bool) -> None:
-    """Refuse ``out`` when it holds another run (see the module's docstring); deletes nothing."""
-    if overwrite or not holds_run(out):
+    """Refuse ``out`` when it holds another run, and ``resume`` when the run there learned from another
+    config, wherever the new run writes (see the module's docstring); deletes nothing."""
+    here = bool(resume) and Path(os.path.abspath(str(resume))) == out
+    if resume:
+        _check_resume_config(Path(os.path.abspath(resume)), config, resume, here=here)
+    if overwrite or here or not holds_run(out):
         return
-    if resume and Path(os.path.abspath(resume)) == out:
-        recorded, old = _recorded_fingerprint(out)
-        if recorded is None or recorded == fingerprint(config):
-            return
-        was, now = _what_is_learned(old or {}), _what_is_learned(config)
-        differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
-        raise UsageError(
-            f"--resume {resume}: the run in that folder has another config "
-            f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
-            "resume it with its own config, or start a new run: another --output, or --overwrite"
-        )
     hint = f"--resume {out} to continue it (same config)" if not resume else "another --output for this run"
     raise UsageError(
         f"--output {out}: holds another run (metrics, checkpoints or summary)\n"
@@ -134,9 +180,56 @@ def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite
     )
 
 
-def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool) -> None:
+def _check_resume_config(path: Path, config: Mapping[str, Any], resume: str, *, here: bool) -> None:
+    """The run in ``path`` learned from the config's ``model``, ``data`` and ``reward`` sections (its
+    fingerprint), or one error line naming the sections that differ. A resumed run goes on from that
+    run's data cursor and weights: with another data or reward section they would be another run's."""
+    recorded, old = _recorded_fingerprint(path)
+    if recorded is None or recorded == fingerprint(config):
+        return
+    was, now = _what_is_learned(old or {}), _what_is_learned(config)
+    differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
+    fix = ("another --output, or --overwrite" if here
+           else "without --resume (its --output may stay)")
+    raise UsageError(
+        f"--resume {resume}: the run in that folder has another config "
+        f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
+        f"resume it with its own config, or start a new run: {fix}"
+    )
+
+
+def check_resume_rewards(ckpt: Path, now: Mapping[str, str], resume: str, *, allow: bool) -> None:
+    """The rewards of checkpoint ``ckpt``'s run have the code they have now (each used reward's
+    ``dist==version``, or its file's sha256), or one error line naming each that changed; with
+    ``allow`` (``--allow-reward-change``) a change is accepted, with a warning. A checkpoint from before
+    this record is not checked."""
+    from .checkpoint import read_state
+
+    try:
+        was = read_state(ckpt).get("rewards")
+    except (OSError, ValueError):
+        was = None
+    if not isinstance(was, dict):
+        return
+    changed = [f"{name!r} {was[name]} -> {now[name]}" for name in sorted(set(was) & set(now))
+               if was[name] != now[name]]
+    if not changed:
+        return
+    what = f"reward code changed since its checkpoint {ckpt.name}: {', '.join(changed)}"
+    if allow:
+        import sys
+
+        print(f"WARNING: --resume {resume}: {what} (--allow-reward-change: going on with the new code)",
+              file=sys.stderr)
+        return
+    raise UsageError(f"--resume {resume}: {what}\n"
+                     "restore the reward as it was, or pass --allow-reward-change to go on with the new code")
+
+
+def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool,
+          rewards: Mapping[str, str] | None = None) -> None:
     """The run has started for real: with ``--overwrite`` the earlier run's files go now; ``run.json`` is
-    written."""
+    written (``rewards``: each used reward's identity, :meth:`.prepare.Prepared.reward_identities`)."""
     if overwrite and not resumed_here:
         for name in RUN_ENTRIES:
             p = out / name
@@ -145,7 +238,7 @@ def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here
             elif p.exists() or p.is_symlink():
                 p.unlink()
     info = {"fingerprint": fingerprint(config), "config": dict(config), "started": time.time(),
-            "driver_pid": os.getpid()}
+            "driver_pid": os.getpid(), "rewards": dict(rewards or {})}
     tmp = out / f".{RUN_FILE}.tmp"
     tmp.write_text(json.dumps(info, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, out / RUN_FILE)

@@ -50,6 +50,7 @@ class Flight:
 
     next_put: int  #: the batch index the queue takes next
     score: dict[Any, tuple[int, Rollout]] = dataclasses.field(default_factory=dict)
+    score_t0: dict[Any, float] = dataclasses.field(default_factory=dict)  #: when each score call was sent
     waiting: list[Rollout] = dataclasses.field(default_factory=list)  #: generated, waiting for a scorer
     ready: dict[int, Rollout] = dataclasses.field(default_factory=dict)  #: scored, waiting for its turn
     queued: int = 0
@@ -180,7 +181,8 @@ class AsyncSchedule(Schedule):
         for w in range(len(clients)):
             if f.waiting and w not in busy_rw:
                 item = f.waiting.pop(0)
-                f.score[clients[w].score.remote(item)] = (w, item)
+                ref = clients[w].score.remote(item)
+                f.score[ref], f.score_t0[ref] = (w, item), time.monotonic()
 
     def _feed_learner(self) -> bool:
         """Move scored rollouts into the queue in batch order; hand the learner the next batch if it is free.
@@ -239,16 +241,23 @@ class AsyncSchedule(Schedule):
         if deadline and f.train is not None and f.train_t0 and time.monotonic() - f.train_t0 > deadline:
             f.train_t0 = 0.0  # killed once; its call then fails, and the learner is restored (LearnerLost)
             hang(self.fleet.learner, "learner", f"train not answered within {deadline:g}s")
+        for ref, t0 in list(f.score_t0.items()):  # a reward client that does not answer: as the learner
+            if deadline and time.monotonic() - t0 > deadline:
+                del f.score_t0[ref]
+                hang(self.fleet.reward_client.handles[f.score[ref][0]], "reward_client",
+                     f"score not answered within {deadline:g}s")
 
     def _scored(self, ref: Any) -> None:
         import ray
 
         f = self.flight
         w, item = f.score.pop(ref)
+        f.score_t0.pop(ref, None)
         try:
-            scored = ray.get(ref)
+            scored = self.fleet.scored(ray.get(ref))
         except ACTOR_ERRORS:  # its reward client died: the batch is sent again
-            f.score[self.fleet.client_failed(w).score.remote(item)] = (w, item)
+            again = self.fleet.client_failed(w).score.remote(item)
+            f.score[again], f.score_t0[again] = (w, item), time.monotonic()
             return
         except RayTaskError as exc:  # e.g. a reward with on_failure: raise
             raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
