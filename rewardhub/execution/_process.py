@@ -27,6 +27,7 @@ from ._task import Task
 from ._task import WorkerPayload
 from ._watch import Watch
 from ._worker import Worker
+from ._worker import read_answer
 from ._worker import tell_to_stop
 
 __all__ = ["ProcessPool"]
@@ -68,6 +69,8 @@ class ProcessPool:
         self.spares_started = 0
         #: calls taken back from stuck workers and run elsewhere
         self.taken_back = 0
+        #: answers dropped because their call had been answered already
+        self.strays = 0
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
         #: timeouts free some); the cap is also what bounds the spares' memory
@@ -296,24 +299,39 @@ class ProcessPool:
         )
 
     def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task]) -> None:
-        """Take every answer the worker has sent; handle its death."""
+        """Take every answer the worker has sent; handle its death.
+
+        Each answer names the call it answers (its number); the call leaves the worker's calls in
+        flight before its value is unpickled, so a value the parent cannot rebuild fails that call
+        alone. An answer to a call already answered is dropped; an answer out of turn, or one that
+        cannot be read at all, means the worker cannot be trusted: it is replaced."""
         if not ready:
             return
         dead = False
-        while w.inflight:
+        while True:
             try:
                 if not w.has_reply():
                     break
-                reply = w.conn.recv()
+                data = w.conn.recv_bytes()
             except (EOFError, OSError):
                 dead = True
                 break
-            status, value, latency, ended = reply
+            answer = read_answer(data)
+            running = w.seqs[0] if w.seqs else None
+            if answer is not None and (running is None or answer[0] < running):
+                self.strays += 1  # a second answer to a call answered before
+                continue
+            if answer is None or answer[0] != running:
+                got = "an unreadable message" if answer is None else f"an answer to call {answer[0]}"
+                self._lost(w, queue, f"reward worker process sent {got} while running call {running}; "
+                                     "worker replaced")
+                return
+            _, status, body, latency, ended = answer
             task = w.pop()
             w.started = max(w.started, ended)
             w.probe, w.idle, w.next_look = None, None, 0.0
             self.watch.record(task.key, latency)
-            self._finish(task, (status, value, latency), queue)
+            self._finish(task, _result(status, body, latency), queue)
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:
@@ -323,11 +341,15 @@ class ProcessPool:
         w.proc.join(1)
         code = w.proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        self._lost(w, queue, f"reward worker process died ({how})")
+
+    def _lost(self, w: Worker, queue: collections.deque[Task], why: str) -> None:
+        """The worker is dead or cannot be trusted: its running call fails with ``why``, the calls it
+        has not started go back to the queue, and a new worker takes its place."""
         self.crashes += 1
         task = w.inflight[0]
         queue.extendleft(reversed(w.unstarted()))
-        self._finish(task, ("error", f"reward worker process died ({how})", time.monotonic() - w.started),
-                     queue)
+        self._finish(task, ("error", why, time.monotonic() - w.started), queue)
         self._replace(w)
 
     def _trim(self) -> None:
@@ -361,3 +383,15 @@ class ProcessPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _result(status: str, body: Any, latency: float) -> tuple[str, Any, float]:
+    """A call's result from its answer: an ``ok`` answer's value is unpickled here, and one that
+    cannot be (a class this process cannot import, a ``__reduce__`` that raises) is that call's error."""
+    if status != "ok":
+        return (status, body, latency)
+    try:
+        return ("ok", pickle.loads(body), latency)
+    except Exception as exc:  # noqa: BLE001 - whatever rebuilding the reward's value raised
+        return ("error", f"the reward's return value cannot be read in the scoring process: "
+                         f"{type(exc).__name__}: {exc}", latency)

@@ -11,6 +11,7 @@ import collections
 import gc
 import inspect
 import os
+import pickle
 import select
 import signal
 import sys
@@ -177,18 +178,31 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 claim[0] = j
             start = clock()
             if inv is None:
-                reply: tuple[Any, ...] = ("error", build_error, 0.0, time.monotonic())
+                reply: tuple[Any, ...] = (j, "error", build_error, 0.0, time.monotonic())
             else:
-                try:
-                    raw = run_call(inv, mode, data, kwargs)
-                    reply = ("ok", raw, clock() - start, time.monotonic())
-                except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-                    reply = ("error", error_text(exc), clock() - start, time.monotonic())
+                reply = _answer(j, inv, mode, data, kwargs, clock, start)
             try:
                 conn.send(reply)
-            except Exception as exc:  # an unpicklable return value
-                conn.send(("error", f"return value cannot be sent back: {type(exc).__name__}: {exc}",
-                           reply[2], reply[3]))
+            except OSError:  # the pool is gone
+                return
+
+
+def _answer(j: int, inv: Any, mode: str, data: Any, kwargs: dict[str, Any], clock: Any,
+            start: float) -> tuple[Any, ...]:
+    """Call number ``j``'s answer: ``(j, status, body, latency, ended)``. The return value travels
+    pickled on its own (``body``, bytes), so that the pool reads the answer, and so knows which call
+    it answers, even when that value cannot be unpickled there."""
+    try:
+        raw = run_call(inv, mode, data, kwargs)
+    except BaseException as exc:  # noqa: BLE001 - a bad reward is data
+        return (j, "error", error_text(exc), clock() - start, time.monotonic())
+    latency = clock() - start
+    try:
+        body = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException as exc:  # noqa: BLE001 - an unpicklable return value
+        return (j, "error", f"return value cannot be sent back: {type(exc).__name__}: {exc}", latency,
+                time.monotonic())
+    return (j, "ok", body, latency, time.monotonic())
 
 
 async def _await(aw: Any) -> Any:
@@ -196,6 +210,20 @@ async def _await(aw: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- parent side
+def read_answer(data: bytes) -> tuple[int, str, Any, float, float] | None:
+    """A worker's answer ``(call number, status, body, latency, ended)`` from its message; ``None``
+    when the message is not one (a reward wrote to the worker's pipe itself)."""
+    try:
+        answer = pickle.loads(data)
+    except Exception:  # noqa: BLE001 - garbage: the caller replaces the worker
+        return None
+    if (type(answer) is not tuple or len(answer) != 5 or type(answer[0]) is not int
+            or answer[1] not in ("ok", "error") or not isinstance(answer[3], float)
+            or not isinstance(answer[4], float)):
+        return None
+    return answer
+
+
 class Worker:
     """The pool's handle on one worker process, and the calls it has been sent."""
 
