@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._calls import FIELDS
+from ._calls import FIXED
 from ._calls import Invoker
 from ._calls import check_sample
+from ._calls import copy_field
 from ._columns import Column
 from ._local import interrupts_told_apart
 from ._local import reward_exit
@@ -35,6 +37,7 @@ _VERL = {"data_source": "data_source", "solution_str": "response", "ground_truth
 _TEMPLATE = """
 def loop(fn, batch, out, runs, kw, pc, B):
     ap = out.append
+    fixed, copy, type = FIXED, COPY, TYPE
     n = len(batch)
     k = len(out)
     t = pc()
@@ -78,12 +81,18 @@ def _plan(inv: Invoker, kwargs: Mapping[str, Any]) -> tuple[list[tuple[str, str]
 def _compile(pairs: list[tuple[str, str]], constants: bool, lenient: bool) -> Any:
     key = (tuple(pairs), constants, lenient)
     if key not in _cache:
-        def read(field: str) -> str:
-            return f"s.get({field!r})" if lenient and field != "response" else f"s[{field!r}]"
+        def read(k: int, field: str) -> str:
+            get = f"s.get({field!r})" if lenient and field != "response" else f"s[{field!r}]"
+            # the call's own copy of what it could change (a string is handed over as it is, an
+            # empty extra_info is a new empty dict)
+            v = f"v{k}"
+            return (f"({v} if (ty := type({v} := {get})) in fixed "
+                    f"else {{}} if ty is dict and not {v} else copy({v}))")
 
-        args = [f"{kw}={read(field)}" for kw, field in pairs] + (["**kw"] if constants else [])
+        args = [f"{kw}={read(k, field)}" for k, (kw, field) in enumerate(pairs)]
+        args += ["**kw"] if constants else []
         check = "" if any(f == "response" for _, f in pairs) else 's["response"]; '
-        ns: dict[str, Any] = {"reward_exit": reward_exit}
+        ns: dict[str, Any] = {"reward_exit": reward_exit, "FIXED": FIXED, "COPY": copy_field, "TYPE": type}
         exec(
             compile(_TEMPLATE.format(check=check, args=", ".join(args)), "<rewardhub fast loop>", "exec"), ns
         )
