@@ -12,13 +12,13 @@ from typing import Any
 from typing import Protocol
 
 from ..errors import UsageError
+from ._async import run_async
 from ._calls import Invoker
 from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
 from ._fast import fast_eligible
 from ._fast import run_fast
-from ._local import run_async
 from ._local import run_inline
 from ._local import run_threads
 from ._outcome import ERROR
@@ -221,15 +221,16 @@ class Runner:
         else:
             units = self._chunks(term, batch, idx, 1)
             calls = [_call_many(inv, batch, u, kw) for u in units]
+        abandoned = 0
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
-            if abandoned:
-                with self._start_lock:
-                    self.abandoned_threads += abandoned
         elif inv.is_async:
-            results = run_async(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
+            results, abandoned = run_async(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
         else:
             results = run_inline(calls, pol.retries)
+        if abandoned:
+            with self._start_lock:
+                self.abandoned_threads += abandoned
         if inv.kind == "function":
             put, name = col.put, term.name
             for i, (status, value, latency) in zip(idx, results):
