@@ -186,3 +186,34 @@ def test_a_caller_joining_while_the_driver_takes_tasks_still_wakes_it(monkeypatc
     woken = bool(poller.poll(0))
     assert queue or woken, "a joined caller's tasks neither taken nor signalled"
     callers.close_fds()
+
+
+@pytest.mark.timeout(120)
+def test_close_while_other_threads_score_ends_them_with_a_clear_error():
+    """Two threads score hung calls on the process pool (one drives it, the other waits on it);
+    closing the runner from a third ends promptly and both scoring threads get an error naming the
+    close, rather than waiting for ever on workers that are gone."""
+    term = {"module": "rewards_for_tests", "function": "slow_or_hang", "executor": "process"}
+    r = Runner.from_config({"rewards": [term]}, process_workers=2)
+    started = threading.Event()
+    errors: dict[int, BaseException] = {}
+
+    def caller(k):
+        try:
+            r.score([{"prompt": "p", "response": "hang"}] * 2)
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            errors[k] = exc
+
+    threads = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(2)]
+    for t in threads:
+        t.start()
+    while len(r.worker_pids()) < 2:  # both workers run a hung call
+        started.wait(0.01)
+    closer = threading.Thread(target=r.close, daemon=True)
+    closer.start()
+    closer.join(30)
+    for t in threads:
+        t.join(30)
+    assert not closer.is_alive() and not any(t.is_alive() for t in threads)
+    assert sorted(errors) == [0, 1]
+    assert all("closed while" in str(e) for e in errors.values()), errors

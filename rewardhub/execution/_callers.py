@@ -39,6 +39,8 @@ class Callers:
         self._cond = threading.Condition()
         self._driving = False
         self.closed = False
+        #: closed while a caller drives: the driver fails every call left and stops
+        self.closing = False
         self.wake_fd, self._wake_w = os.pipe()
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_w, False)
@@ -113,13 +115,43 @@ class Callers:
         queue.clear()
         queue.extend(kept)
 
-    def close(self) -> bool:
-        """Refuse new callers; False if already closed."""
+    def abort(self, task: Task, error: Exception) -> None:
+        """A task that will get no result (the pool was closed): its caller's batch raises ``error``."""
+        batch = task.owner
+        if batch is None:
+            return
+        if batch.error is None:
+            batch.error = error
+        batch.left -= 1
+        if not batch.left:
+            with self._cond:
+                self._cond.notify_all()
+
+    def take_all(self) -> list[Task]:
+        """The tasks not yet taken into the pool's queue, taken out (the pool is closing)."""
+        with self._cond:
+            tasks, self._incoming = self._incoming, []
+        return tasks
+
+    def close(self, wait_s: float) -> bool:
+        """Refuse new callers; a caller driving the pool is told to stop and waited for (at most
+        ``wait_s``). False if already closed."""
         with self._cond:
             if self.closed:
                 return False
             self.closed = True
+            if self._driving:
+                self.closing = True
+                try:
+                    os.write(self._wake_w, b"c")
+                except OSError:  # the pipe is full: a wake-up is pending anyway
+                    pass
+                self._cond.wait_for(lambda: not self._driving, wait_s)
         return True
+
+    @property
+    def driving(self) -> bool:
+        return self._driving
 
     def close_fds(self) -> None:
         os.close(self.wake_fd)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import RewardhubError
 from ._callers import Batch
 from ._callers import Callers
 from ._task import Task
@@ -212,6 +213,9 @@ class ProcessPool:
         """The pool's loop, for every caller's calls, until ``batch``'s are done."""
         queue = self._queue
         while batch.left:
+            if self._callers.closing:
+                self._abort(queue)
+                return
             if self._callers.waiting:
                 self._callers.take(queue)
             now = time.monotonic()
@@ -259,6 +263,22 @@ class ProcessPool:
                     self._finish(task, ("timeout", f"timed out after {task.timeout_s:g}s; worker killed",
                                         now - w.started), queue)
                     self._replace(w)
+
+    def _abort(self, queue: collections.deque[Task]) -> None:
+        """The pool is being closed: every call not done fails its caller's batch with an error
+        that says so, and the busy workers are killed (the closing thread reaps them)."""
+        error = RewardhubError("the reward runner was closed while this batch was being scored")
+        tasks = list(queue) + self._callers.take_all()
+        queue.clear()
+        for w in [w for w in self._workers if w.inflight]:
+            tasks.extend(w.inflight)
+            w.unstarted()
+            self._remove(w)
+            w.kill(wait=False)
+            self._dying.append(w)
+        for task in tasks:
+            task.result = ("error", str(error), 0.0)
+            self._callers.abort(task, error)
 
     def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
         self._grow(queue)
@@ -362,7 +382,10 @@ class ProcessPool:
             idle.stop()
 
     def close(self) -> None:
-        if not self._callers.close():
+        """Stop the workers; callers scoring at this moment get an error that says so."""
+        if not self._callers.close(wait_s=10.0):
+            return
+        if self._callers.driving:  # the driver did not stop (stuck in a caller's callback): leave it be
             return
         for w in self._workers:  # ask all first, so they exit in parallel
             tell_to_stop(w.conn)
