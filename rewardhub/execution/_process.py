@@ -4,13 +4,13 @@ Work goes to the workers in chunks (one message carries many calls, so a worker 
 the parent between calls), and each call's result comes back on its own as soon as it is done, so
 timeouts stay per call: the parent knows which call a worker is running and since when.
 
-Callers in several threads may run batches at once: their calls join one queue and share the
-workers (see :meth:`ProcessPool.run`).
+Callers in several threads may run batches at once and share the workers: each caller's calls wait
+in a queue of their own and the callers take turns, chunk by chunk (see :mod:`._fair`); a caller
+that stops waiting has its calls not yet started dropped (see :meth:`ProcessPool.run`).
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -24,11 +24,14 @@ from typing import Any
 from ..errors import RewardhubError
 from ._callers import Batch
 from ._callers import Callers
+from ._callers import Cancel
+from ._fair import FairQueue
 from ._task import Task
 from ._task import WorkerPayload
 from ._watch import Watch
 from ._worker import Worker
 from ._worker import read_answer
+from ._worker import result_of
 from ._worker import tell_to_stop
 
 __all__ = ["ProcessPool"]
@@ -82,7 +85,7 @@ class ProcessPool:
         self._poll = select.poll()
         self._fds: dict[int, Worker] = {}
         #: the calls of every caller's batch, in one queue (see run)
-        self._queue: collections.deque[Task] = collections.deque()
+        self._queue = FairQueue()
         self._callers = Callers()
         self._poll.register(self._callers.wake_fd, select.POLLIN)
 
@@ -104,7 +107,7 @@ class ProcessPool:
             return True
         return sum(1 for w in self._workers if any(t.key == key for t in w.inflight)) < limit
 
-    def _grow(self, queue: collections.deque[Task]) -> None:
+    def _grow(self, queue: FairQueue) -> None:
         """Workers start lazily: one more only when every worker is busy and the next call may start."""
         while (queue and len(self._workers) < self.size and all(w.inflight for w in self._workers)
                and self._room(queue[0].key)):
@@ -137,7 +140,7 @@ class ProcessPool:
         # guided: big chunks while much is left, small ones at the end so workers finish together
         return max(1, min(cap, math.ceil(remaining / (4 * self.size))))
 
-    def _take(self, queue: collections.deque[Task]) -> list[Task]:
+    def _take(self, queue: FairQueue) -> list[Task]:
         first = queue.popleft()
         chunk = [first]
         size = self._chunk_size(first.key, len(queue) + 1)
@@ -146,6 +149,7 @@ class ProcessPool:
             if t.key != first.key or t.kwargs is not first.kwargs:
                 break
             chunk.append(queue.popleft())
+        queue.next_turn()  # the next chunk is the next caller's
         return chunk
 
     def _encode(self, w: Worker, chunk: list[Task]) -> bytes:
@@ -154,7 +158,7 @@ class ProcessPool:
         return pickle.dumps((key, payload, chunk[0].kwargs, w.sent, [(t.mode, t.payload) for t in chunk]),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
-    def _finish(self, task: Task, result: tuple[str, Any, float], queue: collections.deque[Task]) -> None:
+    def _finish(self, task: Task, result: tuple[str, Any, float], queue: FairQueue) -> None:
         task.attempts += 1
         if result[0] != "ok" and task.attempts <= task.retries:
             queue.appendleft(task)
@@ -186,15 +190,17 @@ class ProcessPool:
             return False
         return self.watch.want_spare(self._workers, self.size, now)
 
-    def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
+    def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None,
+            cancel: Cancel | None = None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order.
 
         Callers in several threads share the workers, not wait for each other (see :mod:`._callers`);
         ``done`` is called per finished task in the thread driving the pool, and what it raises is
-        raised here once this call's tasks are done."""
+        raised here once this call's tasks are done. Once ``cancel`` is set, the calls not yet sent
+        to a worker are dropped and this raises."""
         if not tasks:
             return tasks
-        batch = self._callers.join(tasks, done)
+        batch = self._callers.join(tasks, done, cancel)
         if batch.left:
             try:
                 self._drive(batch)
@@ -216,6 +222,9 @@ class ProcessPool:
             if self._callers.closing:
                 self._abort(queue)
                 return
+            if self._callers.cancels:
+                self._callers.drop_cancelled(queue)
+                continue
             if self._callers.waiting:
                 self._callers.take(queue)
             now = time.monotonic()
@@ -264,7 +273,7 @@ class ProcessPool:
                                         now - w.started), queue)
                     self._replace(w)
 
-    def _abort(self, queue: collections.deque[Task]) -> None:
+    def _abort(self, queue: FairQueue) -> None:
         """The pool is being closed: every call not done fails its caller's batch with an error
         that says so, and the busy workers are killed (the closing thread reaps them)."""
         error = RewardhubError("the reward runner was closed while this batch was being scored")
@@ -280,7 +289,7 @@ class ProcessPool:
             task.result = ("error", str(error), 0.0)
             self._callers.abort(task, error)
 
-    def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
+    def _dispatch(self, queue: FairQueue, now: float) -> None:
         self._grow(queue)
         for w in list(self._workers):
             if not queue or not self._room(queue[0].key):
@@ -304,7 +313,7 @@ class ProcessPool:
                     self.crashes += 1
                     self._replace(w)
 
-    def _unsendable(self, chunk: list[Task], exc: Exception, queue: collections.deque[Task]) -> None:
+    def _unsendable(self, chunk: list[Task], exc: Exception, queue: FairQueue) -> None:
         if len(chunk) > 1:  # find the culprit: the others go back one by one
             for t in reversed(chunk):
                 queue.appendleft(t)
@@ -318,7 +327,7 @@ class ProcessPool:
             queue,
         )
 
-    def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task]) -> None:
+    def _collect(self, w: Worker, ready: bool, queue: FairQueue) -> None:
         """Take every answer the worker has sent; handle its death.
 
         Each answer names the call it answers (its number); the call leaves the worker's calls in
@@ -351,7 +360,7 @@ class ProcessPool:
             w.started = max(w.started, ended)
             w.probe, w.idle, w.next_look = None, None, 0.0
             self.watch.record(task.key, latency)
-            self._finish(task, _result(status, body, latency), queue)
+            self._finish(task, result_of(status, body, latency), queue)
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:
@@ -363,7 +372,7 @@ class ProcessPool:
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         self._lost(w, queue, f"reward worker process died ({how})")
 
-    def _lost(self, w: Worker, queue: collections.deque[Task], why: str) -> None:
+    def _lost(self, w: Worker, queue: FairQueue, why: str) -> None:
         """The worker is dead or cannot be trusted: its running call fails with ``why``, the calls it
         has not started go back to the queue, and a new worker takes its place."""
         self.crashes += 1
@@ -407,14 +416,3 @@ class ProcessPool:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-def _result(status: str, body: Any, latency: float) -> tuple[str, Any, float]:
-    """A call's result from its answer: an ``ok`` answer's value is unpickled here, and one that
-    cannot be (a class this process cannot import, a ``__reduce__`` that raises) is that call's error."""
-    if status != "ok":
-        return (status, body, latency)
-    try:
-        return ("ok", pickle.loads(body), latency)
-    except Exception as exc:  # noqa: BLE001 - whatever rebuilding the reward's value raised
-        return ("error", f"the reward's return value cannot be read in the scoring process: "
-                         f"{type(exc).__name__}: {exc}", latency)

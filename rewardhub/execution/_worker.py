@@ -210,6 +210,18 @@ async def _await(aw: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- parent side
+def result_of(status: str, body: Any, latency: float) -> tuple[str, Any, float]:
+    """A call's result from its answer: an ``ok`` answer's value is unpickled here, and one that
+    cannot be (a class this process cannot import, a ``__reduce__`` that raises) is that call's error."""
+    if status != "ok":
+        return (status, body, latency)
+    try:
+        return ("ok", pickle.loads(body), latency)
+    except Exception as exc:  # noqa: BLE001 - whatever rebuilding the reward's value raised
+        return ("error", f"the reward's return value cannot be read in the scoring process: "
+                         f"{type(exc).__name__}: {exc}", latency)
+
+
 def read_answer(data: bytes) -> tuple[int, str, Any, float, float] | None:
     """A worker's answer ``(call number, status, body, latency, ended)`` from its message; ``None``
     when the message is not one (a reward wrote to the worker's pipe itself)."""

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from ..errors import UsageError
 from ._async import run_async
+from ._callers import Cancel
+from ._callers import cancelled_error
 from ._calls import Invoker
 from ._calls import check_sample
 from ._calls import group_key
@@ -118,6 +120,10 @@ class Runner:
             reward worker gets part of the driver's batch): named in error messages and carried
             by the outcomes' ``index``.
         """
+        return self._score(samples, progress, indices, None)
+
+    def _score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None,
+               indices: Sequence[int] | None, cancel: Cancel | None) -> ScoreResult:
         batch = samples if type(samples) is list else list(samples)
         n = len(batch)
         labels = list(indices) if indices is not None else None
@@ -129,6 +135,8 @@ class Runner:
         done_units = 0
         process_jobs: list[tuple[Term, list[Task]]] = []
         for term in self.terms:
+            if cancel is not None and cancel.is_set():  # nobody waits for these scores any more
+                raise cancelled_error()
             if fast[term.name]:
                 col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
                 columns[term.name] = col
@@ -162,7 +170,7 @@ class Runner:
                 if progress:
                     progress(done_units, total)
 
-            pool.run(all_tasks, tick)
+            pool.run(all_tasks, tick, cancel)
             for term, tasks in process_jobs:
                 col = columns[term.name]
                 for task in tasks:
@@ -174,11 +182,19 @@ class Runner:
     async def score_async(self, samples: Sequence[Mapping[str, Any]], *,
                           indices: Sequence[int] | None = None) -> ScoreResult:
         """:meth:`score` for a coroutine: runs in a thread of the event loop's default executor, so
-        many tasks may await their batches at once (they share the pool) without blocking the loop."""
+        many tasks may await their batches at once (they share the pool) without blocking the loop.
+
+        Cancelled (its caller went away), it stops what nobody waits for: its calls that no worker
+        has started are dropped, so they do not hold up the other callers."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: self.score(samples, indices=indices))
+        cancel = Cancel()
+        try:
+            return await loop.run_in_executor(None, lambda: self._score(samples, None, indices, cancel))
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def _is_fast(self, term: Term) -> bool:
         return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
