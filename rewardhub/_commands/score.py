@@ -183,6 +183,7 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
                 extra.fail(j, ERROR, msg, 0.0)
         extra.not_applicable(j for j in range(len(missing)) if n not in needing)
         col.extend(extra)
+        col.labels = [i for i in range(len(chunk)) if i not in gone] + missing  # rows of the chunk
         columns[n] = col
     scores = (list(res.scores) if res is not None else []) + [None] * len(missing)
     return rows, columns, scores
@@ -236,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
     from ..datasets import terms_needing
     from ..distributed import runner_from_config
     from ..execution import Column
+    from ..execution import SlowestSamples
     from ..execution import column_metrics
     from ..execution import interrupts_told_apart
     from ..execution import stats
@@ -263,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
         names = [t.name for t in runner.terms]
         needing = terms_needing(runner)
         columns: dict[str, Column] = {n: Column(0) for n in names}
+        slowest = SlowestSamples()
         scores: list[Any] = []
         out = ScoredRows(args.output)
         out.namespace = args.namespace
@@ -284,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
                     out.write(rows)
                     for n in names:
                         columns[n].extend(cols[n])
+                    slowest.add(cols, [sample for _, sample in chunk], n_rows)
                     scores.extend(chunk_scores)
                     n_rows += len(chunk)
                     progress(n_rows)
@@ -305,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
           + (f"; rows written to {args.output}" if args.output else ""), file=err)
     if args.summary_json:
         write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
-                                          "rewards": used}, args.output)
+                                          "rewards": used, "slowest": slowest.as_json()}, args.output)
     return 0
 
 

@@ -20,6 +20,7 @@ from ._results import apply_on_failure
 from ._results import apply_on_failure_to_outcomes
 from ._results import check_aggregation
 from ._results import combine
+from ._slowest import SlowestSamples
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
@@ -40,6 +41,7 @@ __all__ = [
     "RemoteExecutor",
     "Runner",
     "ScoreResult",
+    "SlowestSamples",
     "Term",
     "aggregate",
     "apply_on_failure",
