@@ -50,7 +50,7 @@ def tricky(*, response, **kwargs):
         _worker_conn().send(("ok", 1000.0, 0.0, time.monotonic()))
     if response == "echo":  # its own answer, sent twice (the second is dropped)
         loop = _worker_loop()
-        loop["conn"].send((loop["j"], "ok", pickle.dumps(4.0), 0.0, time.monotonic()))
+        loop["conn"].send((loop["j"], "ok", pickle.dumps(4.0), 0.0, time.monotonic(), False))
     return float(len(response))
 '''
 

@@ -32,6 +32,12 @@ def spans(*, response, extra_info, **kwargs):
 def allocates(*, response, **kwargs):
     block = bytearray(int(response) << 20)
     return float(len(block) > 0)
+
+kept = []
+def leaks(*, response, **kwargs):
+    """Keeps 60 MB more on each call (a cache that never forgets)."""
+    kept.append(bytearray(60 << 20))
+    return 1.0
 '''
 
 
@@ -96,6 +102,22 @@ def test_memory_limit_fails_the_call_that_passes_it(rfile):
     assert res.scores[0] == 1.0 and res.scores[2] == 1.0
     assert res.scores[1] != res.scores[1]  # NaN: failed
     assert "MemoryError" in res.errors[1]["allocates"]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_over_its_memory_limit_is_replaced(rfile):
+    """A reward that leaks: the call that passes the limit fails, its worker is replaced, and the
+    calls after it run on a fresh worker (they used to fail one after another on the full one)."""
+    cfg = {"rewards": [{"path": rfile, "function": "leaks", "executor": "process", "memory_limit_mb": 200,
+                        "on_failure": "nan"}]}
+    with Runner.from_config(cfg, process_workers=1) as runner:
+        res = runner.score(_samples([str(i) for i in range(8)]))
+        pids = runner.worker_pids()
+    failed = [i for i, s in enumerate(res.scores) if s != s]
+    assert failed == [3, 7], res.errors  # three calls fit in 200 MB, the fourth does not
+    for i in failed:
+        assert "MemoryError" in res.errors[i]["leaks"] and "replaced" in res.errors[i]["leaks"]
+    assert len(pids) == 1
 
 
 def test_check_and_show_state_the_policy(cli, rfile, tmp_path):

@@ -75,6 +75,8 @@ class ProcessPool:
         self.taken_back = 0
         #: answers dropped because their call had been answered already
         self.strays = 0
+        #: workers replaced because a call ran out of memory
+        self.retired = 0
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
         #: timeouts free some); the cap is also what bounds the spares' memory
@@ -355,12 +357,17 @@ class ProcessPool:
                 self._lost(w, queue, f"reward worker process sent {got} while running call {running}; "
                                      "worker replaced")
                 return
-            _, status, body, latency, ended = answer
+            _, status, body, latency, ended, retire = answer
             task = w.pop()
             w.started = max(w.started, ended)
             w.probe, w.idle, w.next_look = None, None, 0.0
             self.watch.record(task.key, latency)
             self._finish(task, result_of(status, body, latency), queue)
+            if retire:  # out of memory: it has stopped; its calls not started go to the others
+                self.retired += 1
+                queue.extendleft(reversed(w.unstarted(running=False)))
+                self._replace(w)
+                return
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:

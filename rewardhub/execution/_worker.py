@@ -178,31 +178,42 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 claim[0] = j
             start = clock()
             if inv is None:
-                reply: tuple[Any, ...] = (j, "error", build_error, 0.0, time.monotonic())
+                reply: tuple[Any, ...] = (j, "error", build_error, 0.0, time.monotonic(), False)
             else:
                 reply = _answer(j, inv, mode, data, kwargs, clock, start)
             try:
                 conn.send(reply)
             except OSError:  # the pool is gone
                 return
+            if reply[5]:  # out of memory: a fresh worker takes this one's place and its calls
+                return
 
 
 def _answer(j: int, inv: Any, mode: str, data: Any, kwargs: dict[str, Any], clock: Any,
             start: float) -> tuple[Any, ...]:
-    """Call number ``j``'s answer: ``(j, status, body, latency, ended)``. The return value travels
-    pickled on its own (``body``, bytes), so that the pool reads the answer, and so knows which call
-    it answers, even when that value cannot be unpickled there."""
+    """Call number ``j``'s answer: ``(j, status, body, latency, ended, retire)``. The return value
+    travels pickled on its own (``body``, bytes), so that the pool reads the answer, and so knows which
+    call it answers, even when that value cannot be unpickled there. ``retire``: the call ran out of
+    memory (the reward's ``memory_limit_mb``, or the machine's); what the reward keeps would fail the
+    calls after it too, so this worker stops after answering and the pool replaces it."""
     try:
         raw = run_call(inv, mode, data, kwargs)
     except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-        return (j, "error", error_text(exc), clock() - start, time.monotonic())
+        return (j, "error", _failure(exc), clock() - start, time.monotonic(), isinstance(exc, MemoryError))
     latency = clock() - start
     try:
         body = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException as exc:  # noqa: BLE001 - an unpicklable return value
-        return (j, "error", f"return value cannot be sent back: {type(exc).__name__}: {exc}", latency,
-                time.monotonic())
-    return (j, "ok", body, latency, time.monotonic())
+        return (j, "error", f"return value cannot be sent back: {_failure(exc)}", latency,
+                time.monotonic(), isinstance(exc, MemoryError))
+    return (j, "ok", body, latency, time.monotonic(), False)
+
+
+def _failure(exc: BaseException) -> str:
+    text = error_text(exc)
+    if isinstance(exc, MemoryError):
+        text += " (out of memory: the reward worker is replaced by a fresh one)"
+    return text
 
 
 async def _await(aw: Any) -> Any:
@@ -222,16 +233,16 @@ def result_of(status: str, body: Any, latency: float) -> tuple[str, Any, float]:
                          f"{type(exc).__name__}: {exc}", latency)
 
 
-def read_answer(data: bytes) -> tuple[int, str, Any, float, float] | None:
-    """A worker's answer ``(call number, status, body, latency, ended)`` from its message; ``None``
-    when the message is not one (a reward wrote to the worker's pipe itself)."""
+def read_answer(data: bytes) -> tuple[int, str, Any, float, float, bool] | None:
+    """A worker's answer ``(call number, status, body, latency, ended, retire)`` from its message;
+    ``None`` when the message is not one (a reward wrote to the worker's pipe itself)."""
     try:
         answer = pickle.loads(data)
     except Exception:  # noqa: BLE001 - garbage: the caller replaces the worker
         return None
-    if (type(answer) is not tuple or len(answer) != 5 or type(answer[0]) is not int
+    if (type(answer) is not tuple or len(answer) != 6 or type(answer[0]) is not int
             or answer[1] not in ("ok", "error") or not isinstance(answer[3], float)
-            or not isinstance(answer[4], float)):
+            or not isinstance(answer[4], float) or type(answer[5]) is not bool):
         return None
     return answer
 
@@ -328,9 +339,10 @@ class Worker:
         self.chunk_of.popleft()
         return self.inflight.popleft()
 
-    def unstarted(self) -> list[Task]:
-        """Forget every call in flight (the worker is dead); returns those it never started, in order."""
-        rest = list(self.inflight)[1:]
+    def unstarted(self, running: bool = True) -> list[Task]:
+        """Forget every call in flight (the worker is dead, or stops); returns those it never started,
+        in order (``running``: the first of them had started)."""
+        rest = list(self.inflight)[1 if running else 0:]
         self.inflight.clear()
         self.seqs.clear()
         self.chunk_of.clear()
