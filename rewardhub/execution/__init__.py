@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._callers import Cancel
 from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
@@ -31,6 +32,7 @@ from .runner import Runner
 
 __all__ = [
     "AGGREGATIONS",
+    "Cancel",
     "ERROR",
     "NOT_APPLICABLE",
     "TIMEOUT",

@@ -110,7 +110,7 @@ class Runner:
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None, *,
-              indices: Sequence[int] | None = None) -> ScoreResult:
+              indices: Sequence[int] | None = None, cancel: Cancel | None = None) -> ScoreResult:
         """Score every sample with every term that applies to it; never loses a sample.
 
         Safe to call from several threads at once (e.g. ``asyncio.to_thread`` from many tasks, or
@@ -119,8 +119,11 @@ class Runner:
         :param indices: the samples' positions in a larger batch they were taken from (a Ray
             reward worker gets part of the driver's batch): named in error messages and carried
             by the outcomes' ``index``.
+        :param cancel: set by the caller once nobody waits for these scores (a client went away):
+            the calls no worker has started are dropped and this raises
+            :class:`~rewardhub.RewardhubError` (see :meth:`score_async`, which sets it when cancelled).
         """
-        return self._score(samples, progress, indices, None)
+        return self._score(samples, progress, indices, cancel)
 
     def _score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None,
                indices: Sequence[int] | None, cancel: Cancel | None) -> ScoreResult:
