@@ -18,9 +18,18 @@ def _refuse():
     raise RuntimeError("this value cannot be rebuilt here")
 
 
+def _exit():
+    raise SystemExit(3)
+
+
 class Unreadable:
     def __reduce__(self):
         return (_refuse, ())
+
+
+class Exits:
+    def __reduce__(self):
+        return (_exit, ())
 
 
 def _worker_loop():
@@ -38,6 +47,8 @@ def _worker_conn():
 def tricky(*, response, **kwargs):
     if response == "unreadable":  # pickled here, and raises when the scoring process unpickles it
         return Unreadable()
+    if response == "exits":  # its value ends the process that rebuilds it
+        return Exits()
     if response == "ghost":  # a class of a module that only this worker has
         ghost = types.ModuleType("rewardhub_ghost_module")
         exec("class Score(float):\\n    pass\\n", ghost.__dict__)
@@ -67,7 +78,7 @@ def _samples(responses):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("bad", ["unreadable", "ghost", "dies", "twice", "echo"])
+@pytest.mark.parametrize("bad", ["unreadable", "exits", "ghost", "dies", "twice", "echo"])
 def test_a_bad_answer_fails_its_own_sample_and_later_answers_stay_paired(rfile, bad):
     cfg = {"rewards": [{"path": rfile, "function": "tricky", "executor": "process", "on_failure": "nan"}]}
     with Runner.from_config(cfg, process_workers=1) as runner:

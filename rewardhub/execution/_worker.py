@@ -228,7 +228,7 @@ def result_of(status: str, body: Any, latency: float) -> tuple[str, Any, float]:
         return (status, body, latency)
     try:
         return ("ok", pickle.loads(body), latency)
-    except Exception as exc:  # noqa: BLE001 - whatever rebuilding the reward's value raised
+    except (Exception, SystemExit) as exc:  # whatever rebuilding the reward's value raised
         return ("error", f"the reward's return value cannot be read in the scoring process: "
                          f"{type(exc).__name__}: {exc}", latency)
 
@@ -238,7 +238,7 @@ def read_answer(data: bytes) -> tuple[int, str, Any, float, float, bool] | None:
     ``None`` when the message is not one (a reward wrote to the worker's pipe itself)."""
     try:
         answer = pickle.loads(data)
-    except Exception:  # noqa: BLE001 - garbage: the caller replaces the worker
+    except (Exception, SystemExit):  # garbage: the caller replaces the worker
         return None
     if (type(answer) is not tuple or len(answer) != 6 or type(answer[0]) is not int
             or answer[1] not in ("ok", "error") or not isinstance(answer[3], float)
