@@ -127,10 +127,7 @@ class Callers:
             self.cancels = False
         for owner in queue.owners():
             if owner is not None and owner.cancelled:
-                error = cancelled_error()
-                for task in queue.drop(owner):
-                    task.result = ("error", str(error), 0.0)
-                    self.abort(task, error)
+                self.abort(queue.drop(owner), cancelled_error())
 
     def hand_on(self) -> None:
         """The driver's own tasks are done (or it stopped): another caller may drive."""
@@ -179,17 +176,20 @@ class Callers:
             self._incoming[:] = [t for t in self._incoming if t.owner is not batch]
         queue.drop(batch)
 
-    def abort(self, task: Task, error: Exception) -> None:
-        """A task that will get no result (the pool was closed): its caller's batch raises ``error``."""
-        batch = task.owner
-        if batch is None:
-            return
-        if batch.error is None:
-            batch.error = error
-        batch.left -= 1
-        if not batch.left:
-            with self._cond:
-                self._cond.notify_all()
+    def abort(self, tasks: list[Task], error: Exception) -> None:
+        """Tasks that will get no result (the pool was closed, or their caller stopped waiting):
+        their callers' batches raise ``error`` (the driver's thread)."""
+        for task in tasks:
+            task.result = ("error", str(error), 0.0)
+            batch = task.owner
+            if batch is None:
+                continue
+            if batch.error is None:
+                batch.error = error
+            batch.left -= 1
+            if not batch.left:
+                with self._cond:
+                    self._cond.notify_all()
 
     def take_all(self) -> list[Task]:
         """The tasks not yet taken into the pool's queue, taken out (the pool is closing)."""

@@ -80,6 +80,19 @@ class FairQueue:
             q.append(t)
             self._n += 1
 
+    def take_chunk(self, size: int) -> list[Task]:
+        """The current caller's next calls, at most ``size``, of one reward with the same keywords
+        (one message to a worker); then the turn passes on."""
+        first = self.popleft()
+        chunk = [first]
+        while self._n and len(chunk) < size:
+            t = self[0]
+            if t.key != first.key or t.kwargs is not first.kwargs:
+                break
+            chunk.append(self.popleft())
+        self.next_turn()
+        return chunk
+
     def next_turn(self) -> None:
         """The current caller has had its turn: it goes after the others."""
         if len(self._by) > 1:

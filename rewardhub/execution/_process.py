@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import multiprocessing.connection
-import pickle
 import select
 import sys
 import time
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RewardhubError
+from ._answers import result_of
 from ._callers import Batch
 from ._callers import Callers
 from ._callers import Cancel
@@ -30,8 +30,6 @@ from ._task import Task
 from ._task import WorkerPayload
 from ._watch import Watch
 from ._worker import Worker
-from ._worker import read_answer
-from ._worker import result_of
 from ._worker import tell_to_stop
 
 __all__ = ["ProcessPool"]
@@ -143,22 +141,7 @@ class ProcessPool:
         return max(1, min(cap, math.ceil(remaining / (4 * self.size))))
 
     def _take(self, queue: FairQueue) -> list[Task]:
-        first = queue.popleft()
-        chunk = [first]
-        size = self._chunk_size(first.key, len(queue) + 1)
-        while queue and len(chunk) < size:
-            t = queue[0]
-            if t.key != first.key or t.kwargs is not first.kwargs:
-                break
-            chunk.append(queue.popleft())
-        queue.next_turn()  # the next chunk is the next caller's
-        return chunk
-
-    def _encode(self, w: Worker, chunk: list[Task]) -> bytes:
-        key = chunk[0].key
-        payload = None if key in w.known else self._payloads[key]
-        return pickle.dumps((key, payload, chunk[0].kwargs, w.sent, [(t.mode, t.payload) for t in chunk]),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        return queue.take_chunk(self._chunk_size(queue[0].key, len(queue)))
 
     def _finish(self, task: Task, result: tuple[str, Any, float], queue: FairQueue) -> None:
         task.attempts += 1
@@ -287,9 +270,7 @@ class ProcessPool:
             self._remove(w)
             w.kill(wait=False)
             self._dying.append(w)
-        for task in tasks:
-            task.result = ("error", str(error), 0.0)
-            self._callers.abort(task, error)
+        self._callers.abort(tasks, error)
 
     def _dispatch(self, queue: FairQueue, now: float) -> None:
         self._grow(queue)
@@ -300,7 +281,7 @@ class ProcessPool:
                 continue  # one chunk waiting behind the running one is enough
             chunk = self._take(queue)
             try:
-                data = self._encode(w, chunk)
+                data = w.encode(chunk, self._payloads)
             except Exception as exc:  # a sample that cannot be pickled fails alone
                 self._unsendable(chunk, exc, queue)
                 continue
@@ -323,11 +304,8 @@ class ProcessPool:
             return
         task = chunk[0]
         task.attempts = task.retries  # no retry can help
-        self._finish(
-            task,
-            ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}", 0.0),
-            queue,
-        )
+        error = f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}"
+        self._finish(task, ("error", error, 0.0), queue)
 
     def _collect(self, w: Worker, ready: bool, queue: FairQueue) -> None:
         """Take every answer the worker has sent; handle its death.
@@ -340,22 +318,17 @@ class ProcessPool:
             return
         dead = False
         while True:
-            try:
-                if not w.has_reply():
-                    break
-                data = w.conn.recv_bytes()
-            except (EOFError, OSError):
+            kind, answer = w.read()
+            if kind == "none":
+                break
+            if kind == "dead":
                 dead = True
                 break
-            answer = read_answer(data)
-            running = w.seqs[0] if w.seqs else None
-            if answer is not None and (running is None or answer[0] < running):
+            if kind == "stray":
                 self.strays += 1  # a second answer to a call answered before
                 continue
-            if answer is None or answer[0] != running:
-                got = "an unreadable message" if answer is None else f"an answer to call {answer[0]}"
-                self._lost(w, queue, f"reward worker process sent {got} while running call {running}; "
-                                     "worker replaced")
+            if kind == "bad":
+                self._lost(w, queue, f"reward worker process sent {answer}; worker replaced")
                 return
             _, status, body, latency, ended, retire = answer
             task = w.pop()

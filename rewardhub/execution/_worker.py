@@ -19,8 +19,9 @@ import time
 from typing import TYPE_CHECKING
 from typing import Any
 
+from ._answers import answer
+from ._answers import read_answer
 from ._lasting import in_lasting_thread
-from ._outcome import error_text
 
 if TYPE_CHECKING:
     from ._task import Task
@@ -180,7 +181,7 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
             if inv is None:
                 reply: tuple[Any, ...] = (j, "error", build_error, 0.0, time.monotonic(), False)
             else:
-                reply = _answer(j, inv, mode, data, kwargs, clock, start)
+                reply = answer(j, lambda: run_call(inv, mode, data, kwargs), clock, start)
             try:
                 conn.send(reply)
             except OSError:  # the pool is gone
@@ -189,64 +190,11 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 return
 
 
-def _answer(j: int, inv: Any, mode: str, data: Any, kwargs: dict[str, Any], clock: Any,
-            start: float) -> tuple[Any, ...]:
-    """Call number ``j``'s answer: ``(j, status, body, latency, ended, retire)``. The return value
-    travels pickled on its own (``body``, bytes), so that the pool reads the answer, and so knows which
-    call it answers, even when that value cannot be unpickled there. ``retire``: the call ran out of
-    memory (the reward's ``memory_limit_mb``, or the machine's); what the reward keeps would fail the
-    calls after it too, so this worker stops after answering and the pool replaces it."""
-    try:
-        raw = run_call(inv, mode, data, kwargs)
-    except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-        return (j, "error", _failure(exc), clock() - start, time.monotonic(), isinstance(exc, MemoryError))
-    latency = clock() - start
-    try:
-        body = pickle.dumps(raw, protocol=pickle.HIGHEST_PROTOCOL)
-    except BaseException as exc:  # noqa: BLE001 - an unpicklable return value
-        return (j, "error", f"return value cannot be sent back: {_failure(exc)}", latency,
-                time.monotonic(), isinstance(exc, MemoryError))
-    return (j, "ok", body, latency, time.monotonic(), False)
-
-
-def _failure(exc: BaseException) -> str:
-    text = error_text(exc)
-    if isinstance(exc, MemoryError):
-        text += " (out of memory: the reward worker is replaced by a fresh one)"
-    return text
-
-
 async def _await(aw: Any) -> Any:
     return await aw
 
 
 # ---------------------------------------------------------------------------- parent side
-def result_of(status: str, body: Any, latency: float) -> tuple[str, Any, float]:
-    """A call's result from its answer: an ``ok`` answer's value is unpickled here, and one that
-    cannot be (a class this process cannot import, a ``__reduce__`` that raises) is that call's error."""
-    if status != "ok":
-        return (status, body, latency)
-    try:
-        return ("ok", pickle.loads(body), latency)
-    except (Exception, SystemExit) as exc:  # whatever rebuilding the reward's value raised
-        return ("error", f"the reward's return value cannot be read in the scoring process: "
-                         f"{type(exc).__name__}: {exc}", latency)
-
-
-def read_answer(data: bytes) -> tuple[int, str, Any, float, float, bool] | None:
-    """A worker's answer ``(call number, status, body, latency, ended, retire)`` from its message;
-    ``None`` when the message is not one (a reward wrote to the worker's pipe itself)."""
-    try:
-        answer = pickle.loads(data)
-    except (Exception, SystemExit):  # garbage: the caller replaces the worker
-        return None
-    if (type(answer) is not tuple or len(answer) != 6 or type(answer[0]) is not int
-            or answer[1] not in ("ok", "error") or not isinstance(answer[3], float)
-            or not isinstance(answer[4], float) or type(answer[5]) is not bool):
-        return None
-    return answer
-
-
 class Worker:
     """The pool's handle on one worker process, and the calls it has been sent."""
 
@@ -277,6 +225,26 @@ class Worker:
     def has_reply(self) -> bool:
         """A reply (or the pipe's end: the worker died) can be read without waiting."""
         return bool(self._replies.poll(0))
+
+    def read(self) -> tuple[str, Any]:
+        """The next message, without waiting: ``("ok", answer)`` the answer to the running call;
+        ``("none", None)`` nothing waiting; ``("dead", None)`` the pipe has ended; ``("stray", None)``
+        an answer to a call answered before; ``("bad", what)`` anything else (a reward wrote to the
+        pipe itself, or answered out of turn: the worker cannot be trusted)."""
+        try:
+            if not self.has_reply():
+                return "none", None
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            return "dead", None
+        answer = read_answer(data)
+        running = self.seqs[0] if self.seqs else None
+        if answer is not None and (running is None or answer[0] < running):
+            return "stray", None
+        if answer is None or answer[0] != running:
+            got = "an unreadable message" if answer is None else f"an answer to call {answer[0]}"
+            return "bad", f"{got} while running call {running}"
+        return "ok", answer
 
     def state(self) -> str | None:
         """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
@@ -321,6 +289,13 @@ class Worker:
         return cls(parent, claim, lock, proc)
 
     # ---- the calls in flight ------------------------------------------------------------
+    def encode(self, chunk: list[Task], payloads: dict[str, WorkerPayload]) -> bytes:
+        """The message of a chunk of calls (the reward's payload the first time this worker runs it)."""
+        key = chunk[0].key
+        payload = None if key in self.known else payloads[key]
+        return pickle.dumps((key, payload, chunk[0].kwargs, self.sent, [(t.mode, t.payload) for t in chunk]),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
     def send(self, chunk: list[Task], data: bytes, now: float) -> None:
         """Send a chunk of calls (``data``, its message) to run after those in flight."""
         self.conn.send_bytes(data)
