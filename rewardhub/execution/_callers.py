@@ -76,7 +76,9 @@ class Callers:
         self._incoming: list[Task] = []  # under _cond: tasks the driver has not taken yet
         self._cond = threading.Condition()
         self._driving = False
+        self._driver: int | None = None  # the driving thread's ident
         self.closed = False
+        self._shut = False
         #: closed while a caller drives: the driver fails every call left and stops
         self.closing = False
         #: some batch was cancelled: the driver drops its calls
@@ -104,6 +106,7 @@ class Callers:
                 self._cond.wait()
             if batch.left:  # this caller drives now
                 self._driving = True
+                self._driver = threading.get_ident()
         return batch
 
     def _wake(self) -> None:
@@ -207,8 +210,15 @@ class Callers:
             if self._driving:
                 self.closing = True
                 self._wake()
-                self._cond.wait_for(lambda: not self._driving, wait_s)
+                if self._driver != threading.get_ident():  # (closed from a progress callback: no wait)
+                    self._cond.wait_for(lambda: not self._driving, wait_s)
         return True
+
+    def shut_down_once(self) -> bool:
+        """True the first time only: whoever gets it stops the closed pool's workers."""
+        with self._cond:
+            first, self._shut = not self._shut, True
+        return first
 
     @property
     def driving(self) -> bool:

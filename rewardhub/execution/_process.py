@@ -61,20 +61,16 @@ class ProcessPool:
         self.size = max(1, int(size))
         self._workers: list[Worker] = []
         self._payloads: dict[str, WorkerPayload] = {}
-        self.kills = 0
-        self.crashes = 0
+        self.kills = self.crashes = 0
         #: a call running longer than ``stuck_after_s`` (or 30 times the reward's mean call time,
         #: if less; at least 25 ms) is "stuck": the calls queued behind it go to other workers, and
         #: if it waits rather than computes, a spare worker takes its place in the rotation (at
         #: most ``max_spares``) until it finishes or its timeout kills it
         self.watch = Watch(stuck_after_s)
         self.spares_started = 0
-        #: calls taken back from stuck workers and run elsewhere
-        self.taken_back = 0
-        #: answers dropped because their call had been answered already
-        self.strays = 0
-        #: workers replaced because a call ran out of memory
-        self.retired = 0
+        self.taken_back = 0  #: calls taken back from stuck workers and run elsewhere
+        self.strays = 0  #: answers dropped: their call had been answered already
+        self.retired = 0  #: workers replaced because a call ran out of memory
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
         #: timeouts free some); the cap is also what bounds the spares' memory
@@ -84,8 +80,7 @@ class ProcessPool:
         #: and fill a selector on every turn of the loop, i.e. for every answer)
         self._poll = select.poll()
         self._fds: dict[int, Worker] = {}
-        #: the calls of every caller's batch, in one queue (see run)
-        self._queue = FairQueue()
+        self._queue = FairQueue()  # the calls waiting for a worker, per caller (see run)
         self._callers = Callers()
         self._poll.register(self._callers.wake_fd, select.POLLIN)
 
@@ -196,6 +191,8 @@ class ProcessPool:
                 self._trim()
                 self._reap()
                 self._callers.hand_on()
+                if self._callers.closing:  # closed while this caller drove
+                    self._shut_down()
         if batch.error is not None:
             raise batch.error
         return tasks
@@ -374,7 +371,12 @@ class ProcessPool:
         """Stop the workers; callers scoring at this moment get an error that says so."""
         if not self._callers.close(wait_s=10.0):
             return
-        if self._callers.driving:  # the driver did not stop (stuck in a caller's callback): leave it be
+        if self._callers.driving:  # the driver has not stopped yet: it shuts the pool down as it stops
+            return
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        if not self._callers.shut_down_once():
             return
         for w in self._workers:  # ask all first, so they exit in parallel
             tell_to_stop(w.conn)
