@@ -186,3 +186,102 @@ def test_a_caller_joining_while_the_driver_takes_tasks_still_wakes_it(monkeypatc
     woken = bool(poller.poll(0))
     assert queue or woken, "a joined caller's tasks neither taken nor signalled"
     callers.close_fds()
+
+
+@pytest.mark.timeout(120)
+def test_close_while_other_threads_score_ends_them_with_a_clear_error():
+    """Two threads score hung calls on the process pool (one drives it, the other waits on it);
+    closing the runner from a third ends promptly and both scoring threads get an error naming the
+    close, rather than waiting for ever on workers that are gone."""
+    term = {"module": "rewards_for_tests", "function": "slow_or_hang", "executor": "process"}
+    r = Runner.from_config({"rewards": [term]}, process_workers=2)
+    started = threading.Event()
+    errors: dict[int, BaseException] = {}
+
+    def caller(k):
+        try:
+            r.score([{"prompt": "p", "response": "hang"}] * 2)
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            errors[k] = exc
+
+    threads = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(2)]
+    for t in threads:
+        t.start()
+    while len(r.worker_pids()) < 2:  # both workers run a hung call
+        started.wait(0.01)
+    closer = threading.Thread(target=r.close, daemon=True)
+    closer.start()
+    closer.join(30)
+    for t in threads:
+        t.join(30)
+    assert not closer.is_alive() and not any(t.is_alive() for t in threads)
+    assert sorted(errors) == [0, 1]
+    assert all("closed while" in str(e) for e in errors.values()), errors
+
+
+LOGGING_REWARD = '''
+import time
+def logged(*, response, extra_info, **kwargs):
+    """Appends its response to a log (the order calls ran in), after a short wait."""
+    time.sleep(0.002)
+    with open(extra_info["log"], "a") as f:
+        f.write(response + "\\n")
+    return 1.0
+'''
+
+
+def _logged_runner(tmp_path):
+    path = tmp_path / "logged_reward.py"
+    path.write_text(LOGGING_REWARD)
+    term = {"path": str(path), "function": "logged", "executor": "process"}
+    return Runner.from_config({"rewards": [term]}, process_workers=1)
+
+
+def _logged_rows(tmp_path, tag, n):
+    return [{"prompt": "p", "response": f"{tag}{i}", "extra_info": {"log": str(tmp_path / "calls.log")}}
+            for i in range(n)]
+
+
+@pytest.mark.timeout(120)
+def test_callers_take_turns_so_a_small_call_is_not_stuck_behind_a_big_one(tmp_path):
+    """A 2-row call made while a 300-row call runs on the same one-worker pool is scored long
+    before the big call's last row (first come, first served, it came after all 300)."""
+    with _logged_runner(tmp_path) as r:
+        first = threading.Event()
+        big = threading.Thread(
+            target=lambda: r.score(_logged_rows(tmp_path, "big", 300), progress=lambda d, t: first.set())
+        )
+        big.start()
+        first.wait(60)
+        small = r.score(_logged_rows(tmp_path, "small", 2))
+        big.join(60)
+    calls = (tmp_path / "calls.log").read_text().split()
+    assert small.scores == [1.0, 1.0] and len(calls) == 302
+    assert calls.index("small1") < calls.index("big299")
+    assert calls.index("small1") < 150  # its turn came within a few chunks of the big call's
+
+
+@pytest.mark.timeout(120)
+def test_a_cancelled_score_async_drops_its_calls_not_yet_started(tmp_path):
+    """A cancelled score_async's calls that no worker has started are dropped: they neither run
+    nor hold up the next caller."""
+    log = tmp_path / "calls.log"
+
+    async def main(r):
+        gone = asyncio.ensure_future(r.score_async(_logged_rows(tmp_path, "gone", 200)))
+        while not (log.exists() and log.read_text()):  # its first call has run
+            await asyncio.sleep(0.005)
+        gone.cancel()
+        small = await r.score_async(_logged_rows(tmp_path, "small", 2))
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        return small
+
+    with _logged_runner(tmp_path) as r:
+        small = asyncio.run(main(r))
+        r.score(_logged_rows(tmp_path, "last", 1))  # the pool has nothing else left to run
+    calls = log.read_text().split()
+    assert small.scores == [1.0, 1.0]
+    gone_calls = [c for c in calls if c.startswith("gone")]
+    assert len(gone_calls) < 200 and calls.index("small1") < len(gone_calls) + 2
+    assert calls[-1] == "last0"

@@ -39,6 +39,18 @@ async def stubborn(*, response, **kw):
         cancelled.append(response)
     return 1.0
 
+import threading
+release = threading.Event()  # set by the test: the blocking calls return
+blocked = []
+async def blocks(*, response, **kw):
+    """Makes one blocking call (it holds the event loop) on "block"."""
+    if response == "block":
+        blocked.append(response)
+        release.wait(60)
+        return 100.0
+    await asyncio.sleep(0)
+    return float(len(response))
+
 async def hang_once(*, response, extra_info, **kw):
     """Hangs on its first try of each sample, answers on the second."""
     path = extra_info["marks"] + "/" + response
@@ -136,3 +148,27 @@ def test_async_retry_after_a_timeout(tmp_path):
         res = r.score(_rows("ab", "abc", "a", marks=str(marks)))
     assert res.scores == [2.0, 3.0, 1.0]
     assert res.metrics["rewards/hang_once/timeouts"] == 0.0
+
+
+def test_async_timeout_holds_when_the_reward_blocks_its_event_loop(tmp_path):
+    """A blocking call in an async reward holds the loop its calls (and their watchdog) run on: the
+    call still times out, the others get their scores, and the runner scores the next batch; all
+    while the blocked call still blocks (the test releases it at the end)."""
+    with _runner(tmp_path, ASYNC_REWARDS, "blocks", timeout_s=0.3, max_concurrency=4,
+                 on_failure="nan") as r:
+        names = r.terms[0].invoker.fn.__globals__
+        names["release"].clear()
+        names["blocked"].clear()
+        try:
+            res = r.score(_rows("a", "bb", "block", "dddd", "eeeee", "ffffff"))
+            again = r.score(_rows("x", "block", "xxx"))
+            assert len(names["blocked"]) == 2 and not names["release"].is_set()
+        finally:
+            names["release"].set()
+    assert res.scores[:2] == [1.0, 2.0] and res.scores[3:] == [4.0, 5.0, 6.0], res.errors
+    assert res.scores[2] != res.scores[2]  # NaN: its on_failure value
+    assert res.metrics["rewards/blocks/timeouts"] == 1.0
+    assert "timed out after 0.3s" in res.errors[2]["blocks"] and "blocking call" in res.errors[2]["blocks"]
+    assert again.scores[0] == 1.0 and again.scores[2] == 3.0
+    assert again.metrics["rewards/blocks/timeouts"] == 1.0
+    assert r.abandoned_threads == 2

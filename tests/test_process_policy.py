@@ -32,6 +32,15 @@ def spans(*, response, extra_info, **kwargs):
 def allocates(*, response, **kwargs):
     block = bytearray(int(response) << 20)
     return float(len(block) > 0)
+
+kept = []
+def leaks(*, response, extra_info, **kwargs):
+    """Keeps 60 MB more on each call (a cache that never forgets); notes which worker ran which call."""
+    with open(extra_info["log"], "a") as f:
+        f.write(f"{os.getpid()}:{response}\\n")
+    kept.append(bytearray(60 << 20))
+    return 1.0
+
 '''
 
 
@@ -96,6 +105,34 @@ def test_memory_limit_fails_the_call_that_passes_it(rfile):
     assert res.scores[0] == 1.0 and res.scores[2] == 1.0
     assert res.scores[1] != res.scores[1]  # NaN: failed
     assert "MemoryError" in res.errors[1]["allocates"]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_over_its_memory_limit_is_replaced(rfile, tmp_path):
+    """A reward that leaks: the call that passes the limit fails, its worker is replaced, and the
+    calls after it run on a fresh worker (they used to fail one after another on the full one).
+
+    Which calls fail depends on how the pool spreads them (it may start a spare worker beside a busy
+    one), so the test reads which worker ran each call: a worker fails at most one call, its last,
+    and only after three that fit in 200 MB."""
+    log = tmp_path / "calls.log"
+    cfg = {"rewards": [{"path": rfile, "function": "leaks", "executor": "process",
+                        "memory_limit_mb": 200, "on_failure": "nan"}]}
+    with Runner.from_config(cfg, process_workers=1) as runner:
+        res = runner.score(_samples([str(i) for i in range(12)], log=str(log)))
+    failed = [i for i, s in enumerate(res.scores) if s != s]
+    assert failed, "no call went over the limit"
+    for i in failed:
+        assert "MemoryError" in res.errors[i]["leaks"] and "replaced" in res.errors[i]["leaks"]
+    calls: dict[str, list[int]] = {}
+    for line in log.read_text().split():
+        pid, _, i = line.partition(":")
+        calls.setdefault(pid, []).append(int(i))
+    for pid, mine in calls.items():
+        bad = [i for i in mine if i in failed]
+        assert bad in ([], [mine[-1]]), (pid, mine, failed)  # at most one failure, its last call
+        assert not bad or len(mine) == 4, (pid, mine)  # three calls fit, the fourth does not
+    assert sorted(i for mine in calls.values() for i in mine) == list(range(12))
 
 
 def test_check_and_show_state_the_policy(cli, rfile, tmp_path):

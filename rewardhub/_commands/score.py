@@ -190,6 +190,7 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
                 extra.fail(j, ERROR, msg, 0.0)
         extra.not_applicable(j for j in range(len(missing)) if n not in needing)
         col.extend(extra)
+        col.labels = [i for i in range(len(chunk)) if i not in gone] + missing  # rows of the chunk
         columns[n] = col
     scores = (list(res.scores) if res is not None else []) + [None] * len(missing)
     return rows, columns, scores
@@ -244,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
     from ..distributed import runner_from_config
     from ..execution import Column
     from ..execution import RoutingWatch
+    from ..execution import SlowestSamples
     from ..execution import column_metrics
     from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
@@ -279,6 +281,7 @@ def run(args: argparse.Namespace) -> int:
         names = [t.name for t in runner.terms]
         needing = terms_needing(runner)
         columns: dict[str, Column] = {n: Column(0) for n in names}
+        slowest = SlowestSamples()
         scores: list[Any] = []
         out = ScoredRows(args.output)
         out.namespace = args.namespace
@@ -300,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
                     out.write(rows)
                     for n in names:
                         columns[n].extend(cols[n])
+                    slowest.add(cols, [sample for _, sample in chunk], n_rows)
                     scores.extend(chunk_scores)
                     n_rows += len(chunk)
                     progress(n_rows)
@@ -323,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
     failures = failure_report(columns)
     if args.summary_json:
         write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
-                                          "rewards": used, "failures": failures}, args.output)
+                                          "rewards": used, "failures": failures,
+                                          "slowest": slowest.as_json()}, args.output)
     if debug_enabled():
         for line in debug_lines(failures):
             _say(line)

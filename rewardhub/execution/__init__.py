@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._callers import Cancel
 from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
@@ -22,6 +23,7 @@ from ._results import check_aggregation
 from ._results import combine
 from ._routing import RoutingWatch
 from ._routing import config_routes
+from ._slowest import SlowestSamples
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
@@ -33,6 +35,7 @@ from .runner import Runner
 
 __all__ = [
     "AGGREGATIONS",
+    "Cancel",
     "ERROR",
     "NOT_APPLICABLE",
     "TIMEOUT",
@@ -44,6 +47,7 @@ __all__ = [
     "RoutingWatch",
     "Runner",
     "ScoreResult",
+    "SlowestSamples",
     "Term",
     "aggregate",
     "apply_on_failure",

@@ -8,20 +8,56 @@ queue, who drives, and a wake-up pipe that ends the driver's wait in ``poll()`` 
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from ..errors import RewardhubError
 from ._task import Task
 
-__all__ = ["Batch", "Callers"]
+if TYPE_CHECKING:
+    from ._fair import FairQueue
+
+__all__ = ["Batch", "Callers", "Cancel"]
+
+
+class Cancel:
+    """Set by whoever waits for a batch once it stops waiting (a cancelled ``score_async``): the
+    batch's calls not yet sent to a worker are dropped, and its ``score`` raises."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._hooks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        with self._lock:
+            self._set = True
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def on_set(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once this is set (now, if it is)."""
+        with self._lock:
+            if not self._set:
+                self._hooks.append(hook)
+                return
+        hook()
+
+
+def cancelled_error() -> Exception:
+    return RewardhubError("scoring cancelled: its caller stopped waiting for the scores")
 
 
 class Batch:
     """One caller's share of the pool's work: how many of its tasks are not done yet."""
 
-    __slots__ = ("done", "error", "left")
+    __slots__ = ("cancelled", "done", "error", "left")
 
     def __init__(self, left: int, done: Callable[[Task], None]) -> None:
         self.left = left
@@ -29,6 +65,8 @@ class Batch:
         self.done = done
         #: what ``done`` raised (raised again in the caller's own thread)
         self.error: Exception | None = None
+        #: its caller stopped waiting: its calls not yet sent are dropped (by the driver)
+        self.cancelled = False
 
 
 class Callers:
@@ -38,12 +76,18 @@ class Callers:
         self._incoming: list[Task] = []  # under _cond: tasks the driver has not taken yet
         self._cond = threading.Condition()
         self._driving = False
+        self._driver: int | None = None  # the driving thread's ident
         self.closed = False
+        self._shut = False
+        #: closed while a caller drives: the driver fails every call left and stops
+        self.closing = False
+        #: some batch was cancelled: the driver drops its calls
+        self.cancels = False
         self.wake_fd, self._wake_w = os.pipe()
         os.set_blocking(self.wake_fd, False)
         os.set_blocking(self._wake_w, False)
 
-    def join(self, tasks: list[Task], done: Callable[[Task], None]) -> Batch:
+    def join(self, tasks: list[Task], done: Callable[[Task], None], cancel: Cancel | None = None) -> Batch:
         """Queue a caller's tasks; returns once they are done by another caller's driving, or once
         this caller is to drive (then ``batch.left`` > 0 and it must call :meth:`hand_on` after)."""
         batch = Batch(len(tasks), done)
@@ -51,18 +95,42 @@ class Callers:
             t.owner = batch
         with self._cond:
             if self.closed:
-                raise RuntimeError("the process pool is closed")
+                raise RewardhubError("the reward runner is closed")
+            if cancel is not None and cancel.is_set():
+                raise cancelled_error()
             self._incoming.extend(tasks)
-            if self._driving:
-                try:
-                    os.write(self._wake_w, b"w")
-                except OSError:  # the pipe is full: a wake-up is pending anyway
-                    pass
+            self._wake()
+            if cancel is not None:
+                cancel.on_set(lambda: self._cancel(batch))
             while batch.left and self._driving:
                 self._cond.wait()
             if batch.left:  # this caller drives now
                 self._driving = True
+                self._driver = threading.get_ident()
         return batch
+
+    def _wake(self) -> None:
+        """End the driver's wait in ``poll()`` (under _cond)."""
+        if self._driving:
+            try:
+                os.write(self._wake_w, b"w")
+            except OSError:  # the pipe is full: a wake-up is pending anyway
+                pass
+
+    def _cancel(self, batch: Batch) -> None:
+        with self._cond:
+            batch.cancelled = True
+            self.cancels = True
+            self._wake()
+
+    def drop_cancelled(self, queue: FairQueue) -> None:
+        """Drop the calls of cancelled batches that no worker has started (the driver's thread)."""
+        self.take(queue)
+        with self._cond:
+            self.cancels = False
+        for owner in queue.owners():
+            if owner is not None and owner.cancelled:
+                self.abort(queue.drop(owner), cancelled_error())
 
     def hand_on(self) -> None:
         """The driver's own tasks are done (or it stopped): another caller may drive."""
@@ -74,7 +142,7 @@ class Callers:
     def waiting(self) -> bool:
         return bool(self._incoming)
 
-    def take(self, queue: collections.deque[Task]) -> None:
+    def take(self, queue: FairQueue) -> None:
         """Move the tasks that came into the pool's queue (the driver's thread).
 
         The wake-up pipe is emptied *before* the tasks are moved: a caller that joins in between
@@ -105,21 +173,56 @@ class Callers:
             with self._cond:
                 self._cond.notify_all()
 
-    def forget(self, batch: Batch, queue: collections.deque[Task]) -> None:
+    def forget(self, batch: Batch, queue: FairQueue) -> None:
         """A caller stopped (Ctrl-C): its tasks not yet sent are dropped; those sent run to their end."""
         with self._cond:
             self._incoming[:] = [t for t in self._incoming if t.owner is not batch]
-        kept = [t for t in queue if t.owner is not batch]
-        queue.clear()
-        queue.extend(kept)
+        queue.drop(batch)
 
-    def close(self) -> bool:
-        """Refuse new callers; False if already closed."""
+    def abort(self, tasks: list[Task], error: Exception) -> None:
+        """Tasks that will get no result (the pool was closed, or their caller stopped waiting):
+        their callers' batches raise ``error`` (the driver's thread)."""
+        for task in tasks:
+            task.result = ("error", str(error), 0.0)
+            batch = task.owner
+            if batch is None:
+                continue
+            if batch.error is None:
+                batch.error = error
+            batch.left -= 1
+            if not batch.left:
+                with self._cond:
+                    self._cond.notify_all()
+
+    def take_all(self) -> list[Task]:
+        """The tasks not yet taken into the pool's queue, taken out (the pool is closing)."""
+        with self._cond:
+            tasks, self._incoming = self._incoming, []
+        return tasks
+
+    def close(self, wait_s: float) -> bool:
+        """Refuse new callers; a caller driving the pool is told to stop and waited for (at most
+        ``wait_s``). False if already closed."""
         with self._cond:
             if self.closed:
                 return False
             self.closed = True
+            if self._driving:
+                self.closing = True
+                self._wake()
+                if self._driver != threading.get_ident():  # (closed from a progress callback: no wait)
+                    self._cond.wait_for(lambda: not self._driving, wait_s)
         return True
+
+    def shut_down_once(self) -> bool:
+        """True the first time only: whoever gets it stops the closed pool's workers."""
+        with self._cond:
+            first, self._shut = not self._shut, True
+        return first
+
+    @property
+    def driving(self) -> bool:
+        return self._driving
 
     def close_fds(self) -> None:
         os.close(self.wake_fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Mapping
@@ -12,9 +13,45 @@ from typing import Any
 from ..errors import UsageError
 from ..types import ADAPTERS
 
-__all__ = ["ADAPTERS", "Invoker", "check_sample", "group_key", "make_invoker", "sample_kwargs"]
+__all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "make_invoker", "own",
+           "sample_kwargs"]
 
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
+
+#: values a reward cannot change, handed over as they are
+FIXED = frozenset({str, int, float, bool, type(None), bytes, complex})
+
+
+def own(value: Any) -> Any:
+    """A sample field as one reward call gets it: its own copy of anything it could change (a dict,
+    a list of messages), so that a reward that edits what it is given (``extra_info["seen"] = 1``)
+    changes neither the caller's rows nor what the next reward sees, on every executor alike (a
+    process executor's reward always had a copy: the sample was pickled to reach it)."""
+    if type(value) in FIXED:
+        return value
+    return copy_field(value)
+
+
+def copy_field(value: Any) -> Any:
+    """A copy of a value that is not one of :data:`FIXED`: containers rebuilt, what they hold copied
+    likewise; a value that cannot be copied is handed over as it is."""
+    t = type(value)
+    if t is dict:
+        out = value.copy()
+        for k, v in out.items():  # values replaced in place: the dict's size does not change
+            if type(v) not in FIXED:
+                out[k] = copy_field(v)
+        return out
+    if t is list:
+        items = value.copy()
+        for j, v in enumerate(items):
+            if type(v) not in FIXED:
+                items[j] = copy_field(v)
+        return items
+    try:
+        return copy.deepcopy(value)  # a tuple (of lists?), an array, anything else
+    except (TypeError, ValueError, RecursionError, copy.Error):  # a value that cannot be copied
+        return value
 
 
 def _params(fn: Any) -> tuple[set[str], bool]:
@@ -49,7 +86,8 @@ def detect_adapter(fn: Any, kind: str) -> str:
 
 
 def sample_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: sample.get(k) for k in FIELDS}
+    """The sample's fields as keywords (each the call's own copy: see :func:`own`)."""
+    return {k: own(sample.get(k)) for k in FIELDS}
 
 
 @dataclass
@@ -75,8 +113,10 @@ class Invoker:
     # per sample ---------------------------------------------------------------
     def call_one(self, sample: Mapping[str, Any], kwargs: Mapping[str, Any]) -> Any:
         if self.adapter == "verl":
-            call = {"data_source": sample.get("data_source"), "solution_str": sample.get("response"),
-                    "ground_truth": sample.get("ground_truth"), "extra_info": sample.get("extra_info")}
+            call = {"data_source": own(sample.get("data_source")),
+                    "solution_str": own(sample.get("response")),
+                    "ground_truth": own(sample.get("ground_truth")),
+                    "extra_info": own(sample.get("extra_info"))}
         else:
             call = sample_kwargs(sample)
         call.update(kwargs)
@@ -84,7 +124,7 @@ class Invoker:
 
     # lists --------------------------------------------------------------------
     def call_many(self, samples: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> Any:
-        cols = {k: [s.get(k) for s in samples] for k in FIELDS}
+        cols = {k: [own(s.get(k)) for s in samples] for k in FIELDS}
         if self.adapter == "trl":
             call: dict[str, Any] = {"prompts": cols["prompt"], "completions": cols["response"],
                                     "ground_truth": cols["ground_truth"], "data_source": cols["data_source"],
@@ -92,7 +132,7 @@ class Invoker:
             # TRL passes every dataset column as a list keyword; extra_info keys play that role
             for key in {k for s in samples if isinstance(s.get("extra_info"), dict) for k in s["extra_info"]}:
                 if key not in call and key not in ("prompts", "completions"):
-                    call[key] = [(s.get("extra_info") or {}).get(key) for s in samples]
+                    call[key] = [own((s.get("extra_info") or {}).get(key)) for s in samples]
         elif self.adapter == "verl":
             call = {"data_sources": cols["data_source"], "solution_strs": cols["response"],
                     "ground_truths": cols["ground_truth"], "extra_infos": cols["extra_info"]}

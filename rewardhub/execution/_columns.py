@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import operator
 from collections.abc import Iterable
@@ -30,11 +31,11 @@ class Column:
     ``values[i]`` is the score (``None``: not applicable, or dropped after a failure). Samples
     missing from ``status`` are ``ok``; ``errors``, ``extra`` and ``attempts`` hold only the
     samples that have one (``where``: the frames of the reward's own code where a call raised).
-    ``runs`` lists ``(seconds per sample, samples)`` for every timed call
-    or block of calls (what the latency percentiles are taken over).
+    ``timed`` lists the seconds of every timed call, per sample (a batched call's time shared among
+    its samples): what the latency percentiles are taken over.
     """
 
-    __slots__ = ("values", "status", "errors", "where", "extra", "_latency", "runs", "attempts", "labels")
+    __slots__ = ("values", "status", "errors", "where", "extra", "_latency", "timed", "attempts", "labels")
 
     def __init__(self, n: int, labels: Sequence[int] | None = None) -> None:
         self.values: list[float | None] = [None] * n
@@ -43,7 +44,7 @@ class Column:
         self.where: dict[int, str] = {}
         self.extra: dict[int, dict[str, Any]] = {}
         self._latency: list[float] | None = [0.0] * n
-        self.runs: list[tuple[float, int]] = []
+        self.timed: list[float] = []
         self.attempts: dict[int, int] = {}
         #: the samples' positions in the caller's batch (``None``: the same as here), named in
         #: error messages and carried by :meth:`outcomes`
@@ -58,15 +59,21 @@ class Column:
 
     @property
     def latency(self) -> list[float]:
-        """Seconds per sample; a column whose ``runs`` are in sample order (the inline fast
-        path's blocks) builds it from them when first asked."""
+        """Seconds per sample; a column whose ``timed`` are the samples' own, in order (the inline
+        fast path's) builds it from them when first asked."""
         if self._latency is None:
-            self._latency = [x for x, m in self.runs for _ in range(m)]
+            self._latency = list(self.timed)
         return self._latency
 
-    def latency_from_runs(self) -> None:
-        """Declare ``runs`` to cover the samples in order, one run after another."""
+    def latency_is_timed(self) -> None:
+        """Declare ``timed`` to hold every sample's time, in sample order."""
         self._latency = None
+
+    def slowest(self, k: int) -> list[tuple[int, float]]:
+        """The ``k`` samples that took longest: ``(index, seconds)``, the slowest first."""
+        lat = self.timed if self._latency is None else self._latency
+        top = heapq.nlargest(k, zip(lat, range(len(lat))))
+        return [(i, x) for x, i in top if x > 0.0]
 
     # ---- filling ------------------------------------------------------------------------
     def not_applicable(self, indices: Iterable[int]) -> None:
@@ -78,7 +85,7 @@ class Column:
         if type(raw) is float and raw - raw == 0.0 and attempts == 1:  # a finite float: nothing to check
             self.values[i] = raw
             self.latency[i] = latency
-            self.runs.append((latency, 1))
+            self.timed.append(latency)
             return
         self._store(i, check_value(raw, reward, self.label(i)), latency, attempts, timed=True)
 
@@ -95,7 +102,7 @@ class Column:
         self.status[i] = status
         self.set_error(i, error)
         self.latency[i] = latency
-        self.runs.append((latency, 1))
+        self.timed.append(latency)
         if attempts != 1:
             self.attempts[i] = attempts
 
@@ -103,7 +110,7 @@ class Column:
         self._store(i, o, o.latency_s, o.attempts, timed=o.status != NOT_APPLICABLE or bool(o.latency_s))
 
     def _store(self, i: int, o: Outcome, latency: float, attempts: int, timed: bool) -> None:
-        """``o``'s value, status, error and extra at ``i``; ``timed``: its latency counts in ``runs``."""
+        """``o``'s value, status, error and extra at ``i``; ``timed``: its latency counts in ``timed``."""
         self.values[i] = o.value
         if o.status != OK:
             self.status[i] = o.status
@@ -113,7 +120,7 @@ class Column:
             self.extra[i] = o.extra
         self.latency[i] = latency
         if timed:
-            self.runs.append((latency, 1))
+            self.timed.append(latency)
         if attempts != 1:
             self.attempts[i] = attempts
 
@@ -135,7 +142,7 @@ class Column:
         off = len(self.values)
         self.values.extend(other.values)
         self.latency.extend(other.latency)
-        self.runs.extend(other.runs)
+        self.timed.extend(other.timed)
         self.status.update(_shifted(other.status, off))
         self.errors.update(_shifted(other.errors, off))
         self.where.update(_shifted(other.where, off))
@@ -160,28 +167,18 @@ def _shifted(d: dict[int, _V], off: int) -> dict[int, _V]:
     return {i + off: v for i, v in d.items()}
 
 
-def _runs_percentiles(runs: list[tuple[float, int]], qs: Sequence[float]) -> list[float]:
-    """Linear-interpolated percentiles of values given as (value, count) runs (sorted once for all)."""
-    total = sum(c for _, c in runs)
-    if not total:
+def _percentiles(values: list[float], qs: Sequence[float]) -> list[float]:
+    """Linear-interpolated percentiles of ``values`` (sorted once for all)."""
+    if not values:
         return [math.nan for _ in qs]
-    ordered = sorted(runs)
-    return [_percentile_of_sorted(ordered, total, q) for q in qs]
-
-
-def _percentile_of_sorted(ordered: list[tuple[float, int]], total: int, q: float) -> float:
-    k = (total - 1) * q / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    found: dict[int, float] = {}
-    seen = 0
-    for value, count in ordered:
-        while len(found) < 2 and (lo if not found else hi) < seen + count:
-            found[len(found)] = value
-        seen += count
-        if len(found) == 2:
-            break
-    a, b = found[0], found.get(1, found[0])
-    return a if lo == hi else a + (b - a) * (k - lo)
+    ordered = sorted(values)
+    out = []
+    for q in qs:
+        k = (len(ordered) - 1) * q / 100.0
+        lo, hi = math.floor(k), math.ceil(k)
+        a, b = ordered[lo], ordered[hi]
+        out.append(a if lo == hi else a + (b - a) * (k - lo))
+    return out
 
 
 def stats(values: list[Any], may_have_none: bool = True) -> tuple[float, float, int]:
@@ -220,7 +217,7 @@ def column_metrics(
     """
     mean, std, count = precomputed or stats(col.values, col.has_none())
     statuses = list(col.status.values())
-    p50, p99 = _runs_percentiles(col.runs, (50, 99))
+    p50, p99 = _percentiles(col.timed, (50, 99))
     m: dict[str, float] = {
         "mean": mean,
         "std": std,

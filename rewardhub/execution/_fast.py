@@ -9,14 +9,18 @@ sample: it is handled on its own (slow path) and the loop goes on after it.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
 from ._calls import FIELDS
+from ._calls import FIXED
 from ._calls import Invoker
 from ._calls import check_sample
+from ._calls import copy_field
 from ._columns import Column
 from ._local import interrupts_told_apart
 from ._local import reward_exit
@@ -27,35 +31,22 @@ from ._outcome import error_text
 
 __all__ = ["fast_eligible", "run_fast"]
 
-#: calls per timed block (one clock read per block keeps timing well under 1% of a trivial reward;
-#: the latency percentiles see one value per block)
-BLOCK = 256
 _VERL = {"data_source": "data_source", "solution_str": "response", "ground_truth": "ground_truth",
          "extra_info": "extra_info"}
 _TEMPLATE = """
-def loop(fn, batch, out, runs, kw, pc, B):
+def loop(fn, batch, out, ends, kw, pc):
     ap = out.append
-    n = len(batch)
-    k = len(out)
-    t = pc()
+    at = ends.append
+    fixed, copy, type = FIXED, COPY, TYPE
     try:
-        while k < n:
-            for s in batch[k:k + B]:
-                {check}ap(fn({args}))
-            t2 = pc()
-            m = len(out) - k
-            runs.append(((t2 - t) / m, m))
-            k += m
-            t = t2
+        for s in batch[len(out):]:
+            {check}ap(fn({args}))
+            at(pc())
     except BaseException as exc:
         if not isinstance(exc, Exception) and not reward_exit(exc):
             raise
-        m = len(out) - k
-        x = (pc() - t) / (m + 1)
-        if m:
-            runs.append((x, m))
-        return exc, x
-    return None, 0.0
+        return exc
+    return None
 """
 _cache: dict[tuple[Any, ...], Any] = {}
 
@@ -78,12 +69,18 @@ def _plan(inv: Invoker, kwargs: Mapping[str, Any]) -> tuple[list[tuple[str, str]
 def _compile(pairs: list[tuple[str, str]], constants: bool, lenient: bool) -> Any:
     key = (tuple(pairs), constants, lenient)
     if key not in _cache:
-        def read(field: str) -> str:
-            return f"s.get({field!r})" if lenient and field != "response" else f"s[{field!r}]"
+        def read(k: int, field: str) -> str:
+            get = f"s.get({field!r})" if lenient and field != "response" else f"s[{field!r}]"
+            # the call's own copy of what it could change (a string is handed over as it is, an
+            # empty extra_info is a new empty dict)
+            v = f"v{k}"
+            return (f"({v} if (ty := type({v} := {get})) in fixed "
+                    f"else {{}} if ty is dict and not {v} else copy({v}))")
 
-        args = [f"{kw}={read(field)}" for kw, field in pairs] + (["**kw"] if constants else [])
+        args = [f"{kw}={read(k, field)}" for k, (kw, field) in enumerate(pairs)]
+        args += ["**kw"] if constants else []
         check = "" if any(f == "response" for _, f in pairs) else 's["response"]; '
-        ns: dict[str, Any] = {"reward_exit": reward_exit}
+        ns: dict[str, Any] = {"reward_exit": reward_exit, "FIXED": FIXED, "COPY": copy_field, "TYPE": type}
         exec(
             compile(_TEMPLATE.format(check=check, args=", ".join(args)), "<rewardhub fast loop>", "exec"), ns
         )
@@ -112,11 +109,11 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
     n = len(batch)
     col = Column(0, labels)
     out: list[Any] = []
-    runs = col.runs
+    ends = [pc()]  # when each call ended (the next one's start), after when the first began
     failed: dict[int, tuple[str, int]] = {}  # index -> (error, attempts)
     retried: dict[int, int] = {}  # index -> attempts, for calls that succeeded on a retry
     while True:
-        exc, x = loop(fn, batch, out, runs, constants, pc, BLOCK)
+        exc = loop(fn, batch, out, ends, constants, pc)
         if exc is None:
             break
         i = len(out)
@@ -124,11 +121,9 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
         if not isinstance(s, Mapping) or any(field not in s for _, field in pairs):
             check_sample(s, col.label(i))  # a bad sample stops the batch with its name
             loop = _compile(pairs, bool(constants), lenient=True)  # optional fields may be missing
-            attempts, start = 0, pc()
-            error = None
+            attempts, error = 0, None
         else:  # the reward itself raised
-            attempts, start = 1, pc() - x
-            error = error_text(exc)
+            attempts, error = 1, error_text(exc)
         while attempts <= retries or attempts == 0:
             attempts += 1
             try:
@@ -139,7 +134,7 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
                 if not isinstance(again, Exception) and not reward_exit(again):
                     raise
                 error = error_text(again)
-        runs.append((pc() - start, 1))
+        ends.append(pc())
         if error is None:
             out.append(raw)
             if attempts != 1:
@@ -147,7 +142,8 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
         else:
             out.append(_FAILED)
             failed[i] = (f"reward {name!r} on sample {col.label(i)}: {error}", attempts)
-    col.latency_from_runs()  # one run per block or slow-path call, in sample order
+    col.timed = list(map(operator.sub, itertools.islice(ends, 1, None), ends))  # each call's seconds
+    col.latency_is_timed()  # one time per sample, in sample order
     col.attempts.update(retried)
     try:
         total = sum(out)

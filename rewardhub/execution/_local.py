@@ -1,4 +1,5 @@
-"""Inline, thread and asyncio execution of reward calls, with timeouts where they can hold."""
+"""Inline and thread execution of reward calls, with timeouts where they can hold (asyncio: see
+:mod:`._async`)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,13 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import Interrupted
 from ._outcome import error_text
 
-if TYPE_CHECKING:
-    import asyncio
-
-__all__ = ["Call", "interrupts_told_apart", "reward_exit", "run_async", "run_inline", "run_threads"]
+__all__ = ["Call", "Result", "in_fresh_loop", "interrupts_told_apart", "reward_exit", "run_inline",
+           "run_threads"]
 
 #: a zero-argument callable that performs one reward call (sync, or returning an awaitable)
 Call = Callable[[], Any]
@@ -111,10 +109,10 @@ def _run_coro(aw: Any) -> Any:
     async def _go() -> Any:
         return await aw
 
-    return _in_fresh_loop(_go)
+    return in_fresh_loop(_go)
 
 
-def _in_fresh_loop(factory: Callable[[], Any]) -> Any:
+def in_fresh_loop(factory: Callable[[], Any]) -> Any:
     """Run a coroutine factory to completion, even if this thread already runs a loop."""
     import asyncio  # imported when a coroutine is run: most runs never need it
     try:
@@ -135,102 +133,6 @@ def _in_fresh_loop(factory: Callable[[], Any]) -> Any:
     if "e" in box:
         raise box["e"]
     return box["v"]
-
-
-class _AsyncSlot:
-    """One worker coroutine of :func:`run_async`: when its running call began (``None``: none
-    runs), and whether the watchdog cancelled that call for its timeout."""
-
-    __slots__ = ("task", "began", "expired")
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[Any] | None = None
-        self.began: float | None = None
-        self.expired = False
-
-
-def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: int | None,
-              retries: int) -> list[Result]:
-    """Run async reward calls concurrently on one event loop; ``asyncio`` cancels on timeout.
-
-    At most ``max_concurrency`` (default 64) calls at once: that many worker coroutines take the
-    next call from a shared iterator, so no task is made per call; one watchdog coroutine cancels
-    a call that runs past ``timeout_s`` (no timer per call).
-    """
-    import asyncio
-
-    limit = max_concurrency or 64
-    n = len(calls)
-    results: list[Result | None] = [None] * n
-    pc = time.perf_counter
-
-    async def one(slot: _AsyncSlot, call: Call) -> Result:
-        res: Result = ("error", "not run", 0.0)
-        for _ in range(retries + 1):
-            start = pc()
-            slot.expired = False
-            try:
-                aw = call()
-                if not inspect.isawaitable(aw):
-                    res = ("ok", aw, pc() - start)
-                else:
-                    slot.began = start
-                    try:
-                        raw = await aw
-                    finally:
-                        slot.began = None
-                    res = ("ok", raw, pc() - start)
-                    if slot.expired:  # the reward swallowed its cancellation: still a timeout
-                        raise asyncio.CancelledError
-            except asyncio.CancelledError:
-                if not slot.expired:  # not ours: the run itself is cancelled
-                    raise
-                if slot.task is not None:
-                    slot.task.uncancel()
-                res = ("timeout", f"timed out after {timeout_s:g}s; coroutine cancelled", pc() - start)
-            except Exception as exc:
-                res = ("error", error_text(exc), pc() - start)
-            except (SystemExit, KeyboardInterrupt) as exc:
-                if not reward_exit(exc, own_thread=True):  # the loop runs the rewards only
-                    raise
-                res = ("error", error_text(exc), pc() - start)
-            if res[0] == "ok":
-                break
-        return res
-
-    async def main() -> None:
-        todo = iter(range(n))
-        slots = [_AsyncSlot() for _ in range(min(limit, n))]
-
-        async def worker(slot: _AsyncSlot) -> None:
-            slot.task = asyncio.current_task()
-            for i in todo:  # shared by the workers: each call is taken once
-                results[i] = await one(slot, calls[i])
-
-        async def watchdog(limit_s: float) -> None:
-            while True:
-                now, soonest = pc(), None
-                for slot in slots:
-                    began = slot.began
-                    if began is None or slot.expired:
-                        continue
-                    if now - began >= limit_s and slot.task is not None:
-                        slot.expired = True
-                        slot.task.cancel()
-                    elif soonest is None or began + limit_s < soonest:
-                        soonest = began + limit_s
-                await asyncio.sleep(limit_s if soonest is None else max(0.001, soonest - now))
-
-        watch = asyncio.create_task(watchdog(timeout_s)) if timeout_s else None
-        try:
-            await asyncio.gather(*(worker(slot) for slot in slots))
-        finally:
-            if watch is not None:
-                watch.cancel()
-
-    if n:
-        _in_fresh_loop(main)
-    return [r if r is not None else ("error", "no result", 0.0) for r in results]
 
 
 class _Slot:

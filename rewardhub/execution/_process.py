@@ -4,25 +4,28 @@ Work goes to the workers in chunks (one message carries many calls, so a worker 
 the parent between calls), and each call's result comes back on its own as soon as it is done, so
 timeouts stay per call: the parent knows which call a worker is running and since when.
 
-Callers in several threads may run batches at once: their calls join one queue and share the
-workers (see :meth:`ProcessPool.run`).
+Callers in several threads may run batches at once and share the workers: each caller's calls wait
+in a queue of their own and the callers take turns, chunk by chunk (see :mod:`._fair`); a caller
+that stops waiting has its calls not yet started dropped (see :meth:`ProcessPool.run`).
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import multiprocessing
 import multiprocessing.connection
-import pickle
 import select
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import RewardhubError
+from ._answers import result_of
 from ._callers import Batch
 from ._callers import Callers
+from ._callers import Cancel
+from ._fair import FairQueue
 from ._task import Task
 from ._task import WorkerPayload
 from ._watch import Watch
@@ -58,16 +61,16 @@ class ProcessPool:
         self.size = max(1, int(size))
         self._workers: list[Worker] = []
         self._payloads: dict[str, WorkerPayload] = {}
-        self.kills = 0
-        self.crashes = 0
+        self.kills = self.crashes = 0
         #: a call running longer than ``stuck_after_s`` (or 30 times the reward's mean call time,
         #: if less; at least 25 ms) is "stuck": the calls queued behind it go to other workers, and
         #: if it waits rather than computes, a spare worker takes its place in the rotation (at
         #: most ``max_spares``) until it finishes or its timeout kills it
         self.watch = Watch(stuck_after_s)
         self.spares_started = 0
-        #: calls taken back from stuck workers and run elsewhere
-        self.taken_back = 0
+        self.taken_back = 0  #: calls taken back from stuck workers and run elsewhere
+        self.strays = 0  #: answers dropped: their call had been answered already
+        self.retired = 0  #: workers replaced because a call ran out of memory
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
         #: timeouts free some); the cap is also what bounds the spares' memory
@@ -77,8 +80,7 @@ class ProcessPool:
         #: and fill a selector on every turn of the loop, i.e. for every answer)
         self._poll = select.poll()
         self._fds: dict[int, Worker] = {}
-        #: the calls of every caller's batch, in one queue (see run)
-        self._queue: collections.deque[Task] = collections.deque()
+        self._queue = FairQueue()  # the calls waiting for a worker, per caller (see run)
         self._callers = Callers()
         self._poll.register(self._callers.wake_fd, select.POLLIN)
 
@@ -100,7 +102,7 @@ class ProcessPool:
             return True
         return sum(1 for w in self._workers if any(t.key == key for t in w.inflight)) < limit
 
-    def _grow(self, queue: collections.deque[Task]) -> None:
+    def _grow(self, queue: FairQueue) -> None:
         """Workers start lazily: one more only when every worker is busy and the next call may start."""
         while (queue and len(self._workers) < self.size and all(w.inflight for w in self._workers)
                and self._room(queue[0].key)):
@@ -133,24 +135,10 @@ class ProcessPool:
         # guided: big chunks while much is left, small ones at the end so workers finish together
         return max(1, min(cap, math.ceil(remaining / (4 * self.size))))
 
-    def _take(self, queue: collections.deque[Task]) -> list[Task]:
-        first = queue.popleft()
-        chunk = [first]
-        size = self._chunk_size(first.key, len(queue) + 1)
-        while queue and len(chunk) < size:
-            t = queue[0]
-            if t.key != first.key or t.kwargs is not first.kwargs:
-                break
-            chunk.append(queue.popleft())
-        return chunk
+    def _take(self, queue: FairQueue) -> list[Task]:
+        return queue.take_chunk(self._chunk_size(queue[0].key, len(queue)))
 
-    def _encode(self, w: Worker, chunk: list[Task]) -> bytes:
-        key = chunk[0].key
-        payload = None if key in w.known else self._payloads[key]
-        return pickle.dumps((key, payload, chunk[0].kwargs, w.sent, [(t.mode, t.payload) for t in chunk]),
-                            protocol=pickle.HIGHEST_PROTOCOL)
-
-    def _finish(self, task: Task, result: tuple[str, Any, float], queue: collections.deque[Task]) -> None:
+    def _finish(self, task: Task, result: tuple[str, Any, float], queue: FairQueue) -> None:
         task.attempts += 1
         if result[0] != "ok" and task.attempts <= task.retries:
             queue.appendleft(task)
@@ -182,15 +170,17 @@ class ProcessPool:
             return False
         return self.watch.want_spare(self._workers, self.size, now)
 
-    def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None) -> list[Task]:
+    def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None,
+            cancel: Cancel | None = None) -> list[Task]:
         """Run every task to a result (``ok``, ``error`` or ``timeout``); returns them in order.
 
         Callers in several threads share the workers, not wait for each other (see :mod:`._callers`);
         ``done`` is called per finished task in the thread driving the pool, and what it raises is
-        raised here once this call's tasks are done."""
+        raised here once this call's tasks are done. Once ``cancel`` is set, the calls not yet sent
+        to a worker are dropped and this raises."""
         if not tasks:
             return tasks
-        batch = self._callers.join(tasks, done)
+        batch = self._callers.join(tasks, done, cancel)
         if batch.left:
             try:
                 self._drive(batch)
@@ -201,6 +191,8 @@ class ProcessPool:
                 self._trim()
                 self._reap()
                 self._callers.hand_on()
+                if self._callers.closing:  # closed while this caller drove
+                    self._shut_down()
         if batch.error is not None:
             raise batch.error
         return tasks
@@ -209,6 +201,12 @@ class ProcessPool:
         """The pool's loop, for every caller's calls, until ``batch``'s are done."""
         queue = self._queue
         while batch.left:
+            if self._callers.closing:
+                self._abort(queue)
+                return
+            if self._callers.cancels:
+                self._callers.drop_cancelled(queue)
+                continue
             if self._callers.waiting:
                 self._callers.take(queue)
             now = time.monotonic()
@@ -257,7 +255,21 @@ class ProcessPool:
                                         now - w.started), queue)
                     self._replace(w)
 
-    def _dispatch(self, queue: collections.deque[Task], now: float) -> None:
+    def _abort(self, queue: FairQueue) -> None:
+        """The pool is being closed: every call not done fails its caller's batch with an error
+        that says so, and the busy workers are killed (the closing thread reaps them)."""
+        error = RewardhubError("the reward runner was closed while this batch was being scored")
+        tasks = list(queue) + self._callers.take_all()
+        queue.clear()
+        for w in [w for w in self._workers if w.inflight]:
+            tasks.extend(w.inflight)
+            w.unstarted()
+            self._remove(w)
+            w.kill(wait=False)
+            self._dying.append(w)
+        self._callers.abort(tasks, error)
+
+    def _dispatch(self, queue: FairQueue, now: float) -> None:
         self._grow(queue)
         for w in list(self._workers):
             if not queue or not self._room(queue[0].key):
@@ -266,7 +278,7 @@ class ProcessPool:
                 continue  # one chunk waiting behind the running one is enough
             chunk = self._take(queue)
             try:
-                data = self._encode(w, chunk)
+                data = w.encode(chunk, self._payloads)
             except Exception as exc:  # a sample that cannot be pickled fails alone
                 self._unsendable(chunk, exc, queue)
                 continue
@@ -281,7 +293,7 @@ class ProcessPool:
                     self.crashes += 1
                     self._replace(w)
 
-    def _unsendable(self, chunk: list[Task], exc: Exception, queue: collections.deque[Task]) -> None:
+    def _unsendable(self, chunk: list[Task], exc: Exception, queue: FairQueue) -> None:
         if len(chunk) > 1:  # find the culprit: the others go back one by one
             for t in reversed(chunk):
                 queue.appendleft(t)
@@ -289,31 +301,43 @@ class ProcessPool:
             return
         task = chunk[0]
         task.attempts = task.retries  # no retry can help
-        self._finish(
-            task,
-            ("error", f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}", 0.0),
-            queue,
-        )
+        error = f"sample cannot be sent to a worker process: {type(exc).__name__}: {exc}"
+        self._finish(task, ("error", error, 0.0), queue)
 
-    def _collect(self, w: Worker, ready: bool, queue: collections.deque[Task]) -> None:
-        """Take every answer the worker has sent; handle its death."""
+    def _collect(self, w: Worker, ready: bool, queue: FairQueue) -> None:
+        """Take every answer the worker has sent; handle its death.
+
+        Each answer names the call it answers (its number); the call leaves the worker's calls in
+        flight before its value is unpickled, so a value the parent cannot rebuild fails that call
+        alone. An answer to a call already answered is dropped; an answer out of turn, or one that
+        cannot be read at all, means the worker cannot be trusted: it is replaced."""
         if not ready:
             return
         dead = False
-        while w.inflight:
-            try:
-                if not w.has_reply():
-                    break
-                reply = w.conn.recv()
-            except (EOFError, OSError):
+        while True:
+            kind, answer = w.read()
+            if kind == "none":
+                break
+            if kind == "dead":
                 dead = True
                 break
-            status, value, latency, ended = reply
+            if kind == "stray":
+                self.strays += 1  # a second answer to a call answered before
+                continue
+            if kind == "bad":
+                self._lost(w, queue, f"reward worker process sent {answer}; worker replaced")
+                return
+            _, status, body, latency, ended, retire = answer
             task = w.pop()
             w.started = max(w.started, ended)
             w.probe, w.idle, w.next_look = None, None, 0.0
             self.watch.record(task.key, latency)
-            self._finish(task, (status, value, latency), queue)
+            self._finish(task, result_of(status, body, latency), queue)
+            if retire:  # out of memory: it has stopped; its calls not started go to the others
+                self.retired += 1
+                queue.extendleft(reversed(w.unstarted(running=False)))
+                self._replace(w)
+                return
         if not dead and w.proc.is_alive():
             return
         if not w.inflight:
@@ -323,11 +347,15 @@ class ProcessPool:
         w.proc.join(1)
         code = w.proc.exitcode
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        self._lost(w, queue, f"reward worker process died ({how})")
+
+    def _lost(self, w: Worker, queue: FairQueue, why: str) -> None:
+        """The worker is dead or cannot be trusted: its running call fails with ``why``, the calls it
+        has not started go back to the queue, and a new worker takes its place."""
         self.crashes += 1
         task = w.inflight[0]
         queue.extendleft(reversed(w.unstarted()))
-        self._finish(task, ("error", f"reward worker process died ({how})", time.monotonic() - w.started),
-                     queue)
+        self._finish(task, ("error", why, time.monotonic() - w.started), queue)
         self._replace(w)
 
     def _trim(self) -> None:
@@ -340,7 +368,15 @@ class ProcessPool:
             idle.stop()
 
     def close(self) -> None:
-        if not self._callers.close():
+        """Stop the workers; callers scoring at this moment get an error that says so."""
+        if not self._callers.close(wait_s=10.0):
+            return
+        if self._callers.driving:  # the driver has not stopped yet: it shuts the pool down as it stops
+            return
+        self._shut_down()
+
+    def _shut_down(self) -> None:
+        if not self._callers.shut_down_once():
             return
         for w in self._workers:  # ask all first, so they exit in parallel
             tell_to_stop(w.conn)
@@ -361,3 +397,4 @@ class ProcessPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+

@@ -11,6 +11,7 @@ import collections
 import gc
 import inspect
 import os
+import pickle
 import select
 import signal
 import sys
@@ -18,8 +19,9 @@ import time
 from typing import TYPE_CHECKING
 from typing import Any
 
+from ._answers import answer
+from ._answers import read_answer
 from ._lasting import in_lasting_thread
-from ._outcome import error_text
 
 if TYPE_CHECKING:
     from ._task import Task
@@ -177,18 +179,15 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 claim[0] = j
             start = clock()
             if inv is None:
-                reply: tuple[Any, ...] = ("error", build_error, 0.0, time.monotonic())
+                reply: tuple[Any, ...] = (j, "error", build_error, 0.0, time.monotonic(), False)
             else:
-                try:
-                    raw = run_call(inv, mode, data, kwargs)
-                    reply = ("ok", raw, clock() - start, time.monotonic())
-                except BaseException as exc:  # noqa: BLE001 - a bad reward is data
-                    reply = ("error", error_text(exc), clock() - start, time.monotonic())
+                reply = answer(j, lambda: run_call(inv, mode, data, kwargs), clock, start)
             try:
                 conn.send(reply)
-            except Exception as exc:  # an unpicklable return value
-                conn.send(("error", f"return value cannot be sent back: {type(exc).__name__}: {exc}",
-                           reply[2], reply[3]))
+            except OSError:  # the pool is gone
+                return
+            if reply[5]:  # out of memory: a fresh worker takes this one's place and its calls
+                return
 
 
 async def _await(aw: Any) -> Any:
@@ -226,6 +225,26 @@ class Worker:
     def has_reply(self) -> bool:
         """A reply (or the pipe's end: the worker died) can be read without waiting."""
         return bool(self._replies.poll(0))
+
+    def read(self) -> tuple[str, Any]:
+        """The next message, without waiting: ``("ok", answer)`` the answer to the running call;
+        ``("none", None)`` nothing waiting; ``("dead", None)`` the pipe has ended; ``("stray", None)``
+        an answer to a call answered before; ``("bad", what)`` anything else (a reward wrote to the
+        pipe itself, or answered out of turn: the worker cannot be trusted)."""
+        try:
+            if not self.has_reply():
+                return "none", None
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            return "dead", None
+        answer = read_answer(data)
+        running = self.seqs[0] if self.seqs else None
+        if answer is not None and (running is None or answer[0] < running):
+            return "stray", None
+        if answer is None or answer[0] != running:
+            got = "an unreadable message" if answer is None else f"an answer to call {answer[0]}"
+            return "bad", f"{got} while running call {running}"
+        return "ok", answer
 
     def state(self) -> str | None:
         """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
@@ -270,6 +289,13 @@ class Worker:
         return cls(parent, claim, lock, proc)
 
     # ---- the calls in flight ------------------------------------------------------------
+    def encode(self, chunk: list[Task], payloads: dict[str, WorkerPayload]) -> bytes:
+        """The message of a chunk of calls (the reward's payload the first time this worker runs it)."""
+        key = chunk[0].key
+        payload = None if key in self.known else payloads[key]
+        return pickle.dumps((key, payload, chunk[0].kwargs, self.sent, [(t.mode, t.payload) for t in chunk]),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
     def send(self, chunk: list[Task], data: bytes, now: float) -> None:
         """Send a chunk of calls (``data``, its message) to run after those in flight."""
         self.conn.send_bytes(data)
@@ -288,9 +314,10 @@ class Worker:
         self.chunk_of.popleft()
         return self.inflight.popleft()
 
-    def unstarted(self) -> list[Task]:
-        """Forget every call in flight (the worker is dead); returns those it never started, in order."""
-        rest = list(self.inflight)[1:]
+    def unstarted(self, running: bool = True) -> list[Task]:
+        """Forget every call in flight (the worker is dead, or stops); returns those it never started,
+        in order (``running``: the first of them had started)."""
+        rest = list(self.inflight)[1 if running else 0:]
         self.inflight.clear()
         self.seqs.clear()
         self.chunk_of.clear()

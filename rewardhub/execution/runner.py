@@ -12,13 +12,15 @@ from typing import Any
 from typing import Protocol
 
 from ..errors import UsageError
+from ._async import run_async
+from ._callers import Cancel
+from ._callers import cancelled_error
 from ._calls import Invoker
 from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
 from ._fast import fast_eligible
 from ._fast import run_fast
-from ._local import run_async
 from ._local import run_inline
 from ._local import run_threads
 from ._outcome import ERROR
@@ -108,7 +110,7 @@ class Runner:
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None, *,
-              indices: Sequence[int] | None = None) -> ScoreResult:
+              indices: Sequence[int] | None = None, cancel: Cancel | None = None) -> ScoreResult:
         """Score every sample with every term that applies to it; never loses a sample.
 
         Safe to call from several threads at once (e.g. ``asyncio.to_thread`` from many tasks, or
@@ -117,7 +119,14 @@ class Runner:
         :param indices: the samples' positions in a larger batch they were taken from (a Ray
             reward worker gets part of the driver's batch): named in error messages and carried
             by the outcomes' ``index``.
+        :param cancel: set by the caller once nobody waits for these scores (a client went away):
+            the calls no worker has started are dropped and this raises
+            :class:`~rewardhub.RewardhubError` (see :meth:`score_async`, which sets it when cancelled).
         """
+        return self._score(samples, progress, indices, cancel)
+
+    def _score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None,
+               indices: Sequence[int] | None, cancel: Cancel | None) -> ScoreResult:
         batch = samples if type(samples) is list else list(samples)
         n = len(batch)
         labels = list(indices) if indices is not None else None
@@ -129,6 +138,8 @@ class Runner:
         done_units = 0
         process_jobs: list[tuple[Term, list[Task]]] = []
         for term in self.terms:
+            if cancel is not None and cancel.is_set():  # nobody waits for these scores any more
+                raise cancelled_error()
             if fast[term.name]:
                 col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
                 columns[term.name] = col
@@ -162,7 +173,7 @@ class Runner:
                 if progress:
                     progress(done_units, total)
 
-            pool.run(all_tasks, tick)
+            pool.run(all_tasks, tick, cancel)
             for term, tasks in process_jobs:
                 col = columns[term.name]
                 for task in tasks:
@@ -174,11 +185,19 @@ class Runner:
     async def score_async(self, samples: Sequence[Mapping[str, Any]], *,
                           indices: Sequence[int] | None = None) -> ScoreResult:
         """:meth:`score` for a coroutine: runs in a thread of the event loop's default executor, so
-        many tasks may await their batches at once (they share the pool) without blocking the loop."""
+        many tasks may await their batches at once (they share the pool) without blocking the loop.
+
+        Cancelled (its caller went away), it stops what nobody waits for: its calls that no worker
+        has started are dropped, so they do not hold up the other callers."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: self.score(samples, indices=indices))
+        cancel = Cancel()
+        try:
+            return await loop.run_in_executor(None, lambda: self._score(samples, None, indices, cancel))
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def _is_fast(self, term: Term) -> bool:
         return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
@@ -221,15 +240,16 @@ class Runner:
         else:
             units = self._chunks(term, batch, idx, 1)
             calls = [_call_many(inv, batch, u, kw) for u in units]
+        abandoned = 0
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
-            if abandoned:
-                with self._start_lock:
-                    self.abandoned_threads += abandoned
         elif inv.is_async:
-            results = run_async(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
+            results, abandoned = run_async(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
         else:
             results = run_inline(calls, pol.retries)
+        if abandoned:
+            with self._start_lock:
+                self.abandoned_threads += abandoned
         if inv.kind == "function":
             put, name = col.put, term.name
             for i, (status, value, latency) in zip(idx, results):

@@ -1,0 +1,275 @@
+"""The asyncio executor: async reward calls side by side on one event loop, timed out per call.
+
+The loop runs in a thread of its own and the caller's thread watches it, so that a timeout holds
+even for a reward that makes a blocking call (``time.sleep``, a sync HTTP client): such a call holds
+the loop, and with it the loop's own watchdog. Past its timeout (and a short grace for the loop's
+watchdog) the loop is given up: the blocked call times out, the calls that were waiting on that loop
+start again on a fresh one with the calls not yet begun, and the old loop's thread, which cannot be
+stopped, takes no more calls and is counted as abandoned.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+
+from ._local import Call
+from ._local import Result
+from ._local import in_fresh_loop
+from ._local import reward_exit
+from ._outcome import error_text
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["run_async"]
+
+
+class _Slot:
+    """One worker coroutine: the call it has taken (``index``), when that call's awaitable began
+    (``None``: not awaiting), whether the loop's watchdog cancelled it for its timeout."""
+
+    __slots__ = ("began", "expired", "index", "task")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.index: int | None = None
+        self.began: float | None = None
+        self.expired = False
+
+
+class _Batch:
+    """What the loops of one :func:`run_async` share with the caller's thread (under ``lock``):
+    the calls left, the results, and the tries of each call."""
+
+    def __init__(self, calls: Sequence[Call], timeout_s: float | None, retries: int) -> None:
+        self.calls = calls
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.todo = collections.deque(range(len(calls)))
+        self.results: list[Result | None] = [None] * len(calls)
+        self.tries = [0] * len(calls)
+        self.lock = threading.Lock()
+
+
+class _Loop:
+    """One event loop's run over the batch's calls (see the module's text)."""
+
+    def __init__(self, batch: _Batch, limit: int) -> None:
+        self.batch = batch
+        self.slots = [_Slot() for _ in range(min(limit, len(batch.todo)))]
+        self.given_up = False  # under batch.lock: the caller has given this loop up
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _next(self, slot: _Slot) -> int | None:
+        b = self.batch
+        with b.lock:
+            slot.index = None
+            if self.given_up or not b.todo:
+                return None
+            i = slot.index = b.todo.popleft()
+            b.tries[i] += 1
+            return i
+
+    def _put(self, slot: _Slot, i: int, res: Result) -> bool:
+        """Store a call's result; False when it is to be tried again."""
+        b = self.batch
+        with b.lock:
+            if self.given_up:
+                return True
+            if res[0] != "ok" and b.tries[i] <= b.retries:
+                b.tries[i] += 1
+                return False
+            b.results[i] = res
+            slot.index = None
+            return True
+
+    async def _one(self, slot: _Slot, call: Call) -> Result:
+        import asyncio
+
+        pc = time.perf_counter
+        start = pc()
+        slot.expired = False
+        try:
+            aw = call()
+            if not inspect.isawaitable(aw):
+                return ("ok", aw, pc() - start)
+            slot.began = start
+            try:
+                raw = await aw
+            finally:
+                slot.began = None
+            if slot.expired:  # the reward swallowed its cancellation: still a timeout
+                raise asyncio.CancelledError
+            return ("ok", raw, pc() - start)
+        except asyncio.CancelledError:
+            if not slot.expired:  # not ours: the run itself is cancelled
+                raise
+            if slot.task is not None:
+                slot.task.uncancel()
+            return ("timeout", f"timed out after {self.batch.timeout_s:g}s; coroutine cancelled",
+                    pc() - start)
+        except Exception as exc:
+            return ("error", error_text(exc), pc() - start)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            if not reward_exit(exc, own_thread=True):  # the loop runs the rewards only
+                raise
+            return ("error", error_text(exc), pc() - start)
+
+    async def main(self) -> None:
+        import asyncio
+
+        self.loop = asyncio.get_running_loop()
+
+        async def worker(slot: _Slot) -> None:
+            slot.task = asyncio.current_task()
+            i = self._next(slot)
+            while i is not None:
+                if self._put(slot, i, await self._one(slot, self.batch.calls[i])):
+                    i = self._next(slot)
+
+        timeout_s = self.batch.timeout_s
+        watch = asyncio.create_task(self._watchdog(timeout_s)) if timeout_s else None
+        try:
+            await asyncio.gather(*(worker(slot) for slot in self.slots))
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    async def _watchdog(self, limit_s: float) -> None:
+        """Cancel a call past its timeout (no timer per call), while the loop is free to."""
+        import asyncio
+
+        pc = time.perf_counter
+        while True:
+            now, soonest = pc(), None
+            for slot in self.slots:
+                began = slot.began
+                if began is None or slot.expired:
+                    continue
+                if now - began >= limit_s and slot.task is not None:
+                    slot.expired = True
+                    slot.task.cancel()
+                elif soonest is None or began + limit_s < soonest:
+                    soonest = began + limit_s
+            await asyncio.sleep(limit_s if soonest is None else max(0.001, soonest - now))
+
+    def held(self, now: float, grace_s: float) -> tuple[bool, float]:
+        """Whether a call has held the loop past its timeout and ``grace_s`` (the loop's watchdog
+        could not act); else how long until one could have."""
+        timeout_s = self.batch.timeout_s
+        assert timeout_s
+        wait = timeout_s
+        for slot in self.slots:
+            began = slot.began
+            if began is None:
+                continue
+            late = began + timeout_s + grace_s - now
+            if late <= 0:
+                return True, 0.0
+            wait = min(wait, late)
+        return False, wait
+
+    def give_up(self, now: float) -> None:
+        """The loop is held: the call that holds it (the one running now, or one that went on
+        after its cancellation) times out, or is tried again; the other calls it had taken waited
+        for the loop, not for themselves: they go back to the front of the queue, tries not counted.
+        The loop takes no more calls."""
+        b = self.batch
+        timeout_s = b.timeout_s
+        assert timeout_s
+        with b.lock:
+            self.given_up = True
+            back = []
+            for slot in self.slots:
+                i, began = slot.index, slot.began
+                if i is None:
+                    continue
+                if began is not None and now - began >= timeout_s and (slot.expired or _running(slot)):
+                    if b.tries[i] > b.retries:
+                        b.results[i] = ("timeout", f"timed out after {timeout_s:g}s; the call held its "
+                                                   "event loop (a blocking call in an async reward?)",
+                                        now - began)
+                        continue
+                else:
+                    b.tries[i] -= 1
+                back.append(i)
+            b.todo.extendleft(reversed(back))
+        loop = self.loop
+        if loop is not None:  # if the held call ever returns, the rest stop at once
+            try:
+                loop.call_soon_threadsafe(self._cancel_all)
+            except RuntimeError:  # the loop has closed meanwhile
+                pass
+
+    def _cancel_all(self) -> None:
+        for slot in self.slots:
+            if slot.task is not None:
+                slot.task.cancel()
+
+
+def _running(slot: _Slot) -> bool:
+    """Whether the slot's coroutine is running at this moment (on a held loop: the one holding it)."""
+    task = slot.task
+    return task is not None and bool(getattr(task.get_coro(), "cr_running", False))
+
+
+def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: int | None,
+              retries: int) -> tuple[list[Result], int]:
+    """Run async reward calls concurrently on an event loop; ``asyncio`` cancels on timeout.
+
+    At most ``max_concurrency`` (default 64) calls at once: that many worker coroutines take the
+    next call from a shared queue, so no task is made per call; one watchdog coroutine cancels a
+    call that runs past ``timeout_s`` (no timer per call), and the caller's thread gives up a loop
+    that a blocking call holds (see the module's text).
+
+    :returns: the results, and the number of loops given up (their threads run on in the background).
+    """
+    batch = _Batch(calls, timeout_s, retries)
+    limit = max_concurrency or 64
+    abandoned = 0
+    while batch.todo:
+        run = _Loop(batch, limit)
+        if not timeout_s:
+            in_fresh_loop(run.main)
+            break
+        if not _watched(run, timeout_s):
+            abandoned += 1
+    return [r if r is not None else ("error", "no result", 0.0) for r in batch.results], abandoned
+
+
+def _watched(run: _Loop, timeout_s: float) -> bool:
+    """Run the loop in its own thread and watch it from this one; False when it was given up."""
+    import asyncio
+
+    box: dict[str, BaseException] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            asyncio.run(run.main())
+        except asyncio.CancelledError:  # given up, then its calls cancelled
+            pass
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["e"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="rewardhub-async", daemon=True).start()
+    grace_s = min(1.0, 0.1 * timeout_s + 0.02)  # for the loop's own watchdog to act
+    try:
+        while not done.wait(max(0.001, run.held(time.perf_counter(), grace_s)[1])):
+            if run.held(time.perf_counter(), grace_s)[0]:
+                run.give_up(time.perf_counter())
+                return False
+    except BaseException:  # Ctrl-C while waiting: the loop is left to stop by itself
+        run.give_up(time.perf_counter())
+        raise
+    if "e" in box and not run.given_up:
+        raise box["e"]
+    return True

@@ -1,0 +1,50 @@
+"""The samples each reward took longest on, kept across batches (``score --summary-json`` lists them)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import Any
+
+from ._columns import Column
+
+__all__ = ["SlowestSamples"]
+
+#: how much of a sample's response a listing shows
+SHOWN_CHARS = 80
+
+
+class SlowestSamples:
+    """The ``k`` slowest samples of each reward term: ``(seconds, index, data_source, response)``.
+
+    :param k: how many per term.
+    """
+
+    def __init__(self, k: int = 10) -> None:
+        self.k = k
+        self._by_term: dict[str, list[tuple[float, int, Any, str]]] = {}  # a min-heap each
+
+    def add(self, columns: Mapping[str, Column], samples: Sequence[Mapping[str, Any]], offset: int) -> None:
+        """One batch's columns; ``samples[col.label(j)]`` is the sample of a column's row ``j``, and
+        the batch's first sample is sample ``offset`` of the run."""
+        for name, col in columns.items():
+            heap = self._by_term.setdefault(name, [])
+            for j, seconds in col.slowest(self.k):
+                if len(heap) == self.k and seconds <= heap[0][0]:
+                    break  # the rest are faster still
+                i = col.label(j)
+                s = samples[i]
+                response = s.get("response")
+                text = response if isinstance(response, str) else repr(response)
+                entry = (seconds, offset + i, s.get("data_source"), text[:SHOWN_CHARS])
+                if len(heap) < self.k:
+                    heapq.heappush(heap, entry)
+                else:
+                    heapq.heapreplace(heap, entry)
+
+    def as_json(self) -> dict[str, list[dict[str, Any]]]:
+        """Term name -> its slowest samples, the slowest first."""
+        return {name: [{"seconds": x, "index": i, "data_source": ds, "response": text}
+                       for x, i, ds, text in sorted(heap, key=lambda e: (-e[0], e[1]))]
+                for name, heap in self._by_term.items()}
