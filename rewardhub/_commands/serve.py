@@ -43,6 +43,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hanging reward does not stop the others; what waits while all are busy is pooled "
         "into one call); 1 with executor: ray terms",
     )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="NAME_OR_PATH",
+        help="the policy's tokenizer (folder or hub name): POST /get_reward strips its special tokens from "
+        "the end of each reply (OpenRLHF decodes them into the query, e.g. 'Paris<|im_end|>')",
+    )
+    parser.add_argument(
+        "--end-token",
+        action="append",
+        metavar="TEXT",
+        help="a text POST /get_reward strips from the end of each reply (repeatable; replaces the defaults: "
+        "<|im_end|>, <|endoftext|>, </s>, <|eot_id|>, <eos>, <end_of_turn> and others of common chat "
+        "templates)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds SIGTERM waits for the requests in flight (default 120)")
 
@@ -54,6 +68,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
+    from ..server._endtext import DEFAULT_END_TOKENS
+    from ..server._endtext import tokenizer_end_tokens
+
+    given = [t for t in args.end_token or [] if t]
+    if args.end_token and not given:
+        raise UsageError(
+            "--end-token '' names no text\ngive the end texts to strip, e.g. --end-token '<|im_end|>'"
+        )
+    if args.tokenizer:
+        return tuple(tokenizer_end_tokens(args.tokenizer)) + tuple(given)
+    return tuple(given) or DEFAULT_END_TOKENS
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--host {args.host} listens beyond this machine, and ${TOKEN_ENV} is not set\n"
                          f"set {TOKEN_ENV} to a secret the clients send as 'Authorization: Bearer ...', "
                          "or listen on 127.0.0.1")
+    end_tokens = _end_tokens(args)
     opts = ServeOptions(
         host=args.host,
         port=args.port,
@@ -93,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_rows=max(args.max_batch_rows, args.max_rows),
         drain_timeout=args.drain_timeout,
         max_calls=args.max_calls,
+        end_tokens=end_tokens,
     )
     plan = load_plan(args.config, args.overrides)
     with runner_from_config(plan.reward) as runner:

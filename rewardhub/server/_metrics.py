@@ -54,6 +54,8 @@ class ServerMetrics:
         #: Runner calls running now (at most the batcher's max_calls)
         self.calls = 0
         self.batch_failures = 0
+        #: /get_reward queries that did not start with their prompt (scored whole, prompt included)
+        self.prompt_not_prefix = 0
 
     def request(self, endpoint: str, status: int) -> None:
         key = (endpoint, status)
@@ -107,6 +109,9 @@ class ServerMetrics:
         out.append(f"rewardhub_batches_total {self.batches}")
         family("rewardhub_batch_failures_total", "counter", "Runner calls that raised (on_failure: raise)")
         out.append(f"rewardhub_batch_failures_total {self.batch_failures}")
+        family("rewardhub_prompt_not_prefix_total", "counter",
+               "/get_reward queries that do not start with their prompt (scored whole, prompt included)")
+        out.append(f"rewardhub_prompt_not_prefix_total {self.prompt_not_prefix}")
         for metric, attr, help_ in (
             ("rewardhub_reward_samples_total", "samples", "samples given to the reward term"),
             ("rewardhub_reward_errors_total", "errors", "calls that raised or returned no valid score"),

@@ -14,6 +14,7 @@ import hmac
 import json
 import signal
 import sys
+import time
 from collections.abc import Awaitable
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 from ._batcher import MAX_CALLS
 from ._batcher import Batcher
+from ._endtext import DEFAULT_END_TOKENS
+from ._endtext import EndTrimmer
 from ._metrics import ServerMetrics
 from ._protocols import openrlhf_answer
 from ._protocols import openrlhf_rows
@@ -46,12 +49,16 @@ class ServeOptions:
     drain_timeout: float = 120.0
     #: Runner calls at once (see :data:`rewardhub.server._batcher.MAX_CALLS`)
     max_calls: int = MAX_CALLS
+    #: texts stripped from the end of an OpenRLHF reply (see :mod:`rewardhub.server._endtext`)
+    end_tokens: tuple[str, ...] = DEFAULT_END_TOKENS
 
 
 def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info: Callable[[], Any]) -> Any:
     from aiohttp import web
 
     state = {"draining": False}
+    trim = EndTrimmer(opts.end_tokens)
+    not_prefix_log = _EveryMinute()
 
     def reply(data: Any, status: int = 200) -> Any:
         return web.json_response(data, status=status, dumps=json_text)
@@ -115,7 +122,14 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         return reply({"rows": await scored(rows)})
 
     async def get_reward(request: Any) -> Any:
-        rows = openrlhf_rows(await body_of(request), opts.max_rows)
+        rows, not_prefix = openrlhf_rows(await body_of(request), opts.max_rows, trim)
+        if not_prefix:
+            metrics.prompt_not_prefix += not_prefix
+            if not_prefix_log.due():
+                print(f"rewardhub serve: WARNING: {not_prefix} of {len(rows)} queries of a /get_reward "
+                      "request do not start with their prompt; each is scored whole, prompt included "
+                      f"({metrics.prompt_not_prefix} so far: rewardhub_prompt_not_prefix_total in /metrics; "
+                      "this line comes at most once a minute)", file=sys.stderr, flush=True)
         return reply(openrlhf_answer(await scored(rows)))
 
     async def health(request: Any) -> Any:
@@ -156,6 +170,21 @@ def json_text(data: Any) -> str:
         from .._commands._output import nulls_for_non_finite
 
         return json.dumps(nulls_for_non_finite(data), default=str, allow_nan=False)
+
+
+class _EveryMinute:
+    """``due()`` is True at the first call, then at most once a minute (a warning that repeats per
+    request must not flood the log)."""
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if self._last is not None and now - self._last < 60.0:
+            return False
+        self._last = now
+        return True
 
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
