@@ -7,7 +7,6 @@ provenance); see :mod:`rewardhub.server`. Needs the ``rewardhub[serve]`` extra (
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from typing import Any
@@ -61,15 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds SIGTERM waits for the requests in flight (default 120)")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
     from ..server._endtext import DEFAULT_END_TOKENS
     from ..server._endtext import tokenizer_end_tokens
@@ -88,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from ..config import load_plan
     from ..distributed import runner_from_config
     from ..server import TOKEN_ENV
+    from ..server._guard import check_token
+    from ..server._guard import is_loopback
     from .check import term_problems
     from .score import provenance
 
@@ -108,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port (0-65535; 0: any free port)")
     token = os.environ.get(TOKEN_ENV) or None
+    if token is not None:
+        check_token(token, TOKEN_ENV)
     if token is None and not is_loopback(args.host):
         raise UsageError(f"--host {args.host} listens beyond this machine, and ${TOKEN_ENV} is not set\n"
                          f"set {TOKEN_ENV} to a secret the clients send as 'Authorization: Bearer ...', "

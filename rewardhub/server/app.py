@@ -10,7 +10,6 @@ requests already received, then exits 0.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import signal
 import sys
@@ -26,6 +25,8 @@ from ._batcher import MAX_CALLS
 from ._batcher import Batcher
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import EndTrimmer
+from ._guard import is_loopback
+from ._guard import refusal
 from ._metrics import ServerMetrics
 from ._protocols import openrlhf_answer
 from ._protocols import openrlhf_rows
@@ -57,6 +58,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     from aiohttp import web
 
     state = {"draining": False}
+    loopback = is_loopback(opts.host)
     trim = EndTrimmer(opts.end_tokens)
     not_prefix_log = _EveryMinute()
 
@@ -68,13 +70,10 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         endpoint = request.path if request.path in ROUTES else "other"
         status = 500
         try:
-            if opts.token is not None and request.path != "/health" and not _authorized(request, opts.token):
-                status = 401
-                return web.json_response(
-                    {"error": "missing or wrong bearer token (Authorization: Bearer ...)"},
-                    status=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+            refused = refusal(request, token=opts.token, loopback=loopback, open_paths=OPEN_PATHS)
+            if refused is not None:
+                status = refused.status
+                return web.json_response({"error": refused.error}, status=status, headers=refused.headers)
             response = await handler(request)
             status = response.status
             return response
@@ -188,12 +187,8 @@ class _EveryMinute:
 
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
-
-
-def _authorized(request: Any, token: str) -> bool:
-    given = request.headers.get("Authorization", "")
-    scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+#: the routes that need no token (liveness)
+OPEN_PATHS = frozenset({"/health"})
 
 
 async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any],

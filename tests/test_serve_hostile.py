@@ -1,0 +1,158 @@
+"""``rewardhub serve`` under clients that do not play along, each kind against a real server process on
+127.0.0.1: headers it cannot decode, tokens that could never match, web pages posting to a loopback
+server, numbers at the edge of the float range, one request's failure, half-sent requests and
+connections that never finish their headers, and rewards that hang with no timeout."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from serve_process import Server
+
+pytest.importorskip("aiohttp")
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_CFG = REPO / "examples" / "score.yaml"
+MISBEHAVE = """\
+reward:
+  rewards:
+    - module: rewards_for_tests
+      function: misbehave
+"""
+
+
+def _wait_for(cond, what: str, limit: float = 60.0) -> None:
+    end = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _raw(server: Server, data: bytes, timeout: float = 30) -> tuple[int, dict]:
+    """Send ``data`` as it is on a fresh connection; the answer's status and JSON body."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            chunks.append(got)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+ROW = b'{"rows": [{"response": "ok:0.5"}]}'
+
+
+def _post(path: str, headers: dict[str, bytes | str], body: bytes = ROW) -> bytes:
+    lines = [f"POST {path} HTTP/1.1".encode(), b"Connection: close", f"Content-Length: {len(body)}".encode()]
+    for k, v in headers.items():
+        lines.append(k.encode() + b": " + (v if isinstance(v, bytes) else v.encode()))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+@pytest.fixture(scope="module")
+def misbehave_cfg(tmp_path_factory):
+    cfg = tmp_path_factory.mktemp("serve") / "misbehave.yaml"
+    cfg.write_text(MISBEHAVE)
+    return cfg
+
+
+# ---- (e) an Authorization header that is not ASCII ------------------------------------------------
+def test_authorization_that_is_not_ascii_is_a_401(misbehave_cfg):
+    with Server(misbehave_cfg, env={"REWARDHUB_SERVE_TOKEN": "s3cret"}) as server:
+        port = server.url.rsplit(":", 1)[1]
+        json_ct = {"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"}
+        for value in ("Bearer s3cr\xe9t".encode("latin-1"), "Bearer s3crét".encode(), b"Bearer \xff\xfe",
+                      "Bëarer s3cret".encode()):
+            status, body = _raw(server, _post("/score", {**json_ct, "Authorization": value}))
+            assert status == 401, (value, body)
+            assert "bearer token" in body["error"]
+        status, body = _raw(server, _post("/score", {**json_ct, "Authorization": "Bearer s3cret"}))
+        assert status == 200 and body["rows"][0]["score"] == 0.5
+        assert 'code="500"' not in server.get("/metrics", token="s3cret")[1]
+
+
+# ---- (d) a token no client can send -----------------------------------------------------------------
+@pytest.mark.parametrize("token", ["s3cret ", " s3cret", "s3cret\n", "s3c\x01ret", "s3crét"])
+def test_a_token_that_could_never_match_is_refused_at_start(cli, token):
+    res = cli("serve", str(EXAMPLE_CFG), "--port", "0", env={"REWARDHUB_SERVE_TOKEN": token}, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("ERROR: $REWARDHUB_SERVE_TOKEN "), res.stderr
+    assert "no client could send it" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+# ---- (c) a web page posting to a loopback server ----------------------------------------------------
+def test_web_pages_cannot_reach_a_loopback_server(misbehave_cfg):
+    """A page can send a 'simple' cross-origin POST (text/plain, no preflight), and DNS rebinding
+    makes the page's own name point at 127.0.0.1: the server wants JSON's content type, refuses a
+    foreign Origin, and (bound to loopback) a Host that does not name this machine."""
+    with Server(misbehave_cfg) as server:
+        port = server.url.rsplit(":", 1)[1]
+        here = f"127.0.0.1:{port}"
+        cases = [
+            ({"Host": here, "Content-Type": "text/plain"}, 415, "Content-Type: application/json"),
+            ({"Host": here}, 415, "Content-Type: application/json"),
+            ({"Host": here, "Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),
+            ({"Host": here, "Content-Type": "application/json", "Origin": "https://evil.example"}, 403,
+             "Origin"),
+            ({"Host": here, "Content-Type": "application/json", "Origin": "null"}, 403, "Origin"),
+            ({"Host": f"evil.example:{port}", "Content-Type": "application/json",
+              "Origin": f"http://evil.example:{port}"}, 403, "Host"),
+            ({"Host": f"evil.example:{port}", "Content-Type": "application/json"}, 403, "Host"),
+        ]
+        for headers, want_status, want in cases:
+            status, body = _raw(server, _post("/score", headers))
+            assert status == want_status, (headers, body)
+            assert want in body["error"], (headers, body)
+        status, body = _raw(server, _post("/get_reward", {"Host": here, "Content-Type": "text/plain"},
+                                          b'{"query": ["ok:0.5"]}'))
+        assert status == 415
+        get = f"GET /info HTTP/1.1\r\nHost: evil.example:{port}\r\nConnection: close\r\n\r\n".encode()
+        assert _raw(server, get)[0] == 403  # what a rebound page could read
+        # what real clients send passes: loopback names, the server's own origin, JSON with a charset
+        for host, extra in ((here, {}), (f"localhost:{port}", {}), (f"[::1]:{port}", {}),
+                            (here, {"Origin": f"http://{here}"}),
+                            (here, {"Content-Type": "application/json; charset=utf-8"})):
+            headers = {"Host": host, "Content-Type": "application/json", **extra}
+            status, body = _raw(server, _post("/score", headers))
+            assert status == 200 and body["rows"][0]["score"] == 0.5, (headers, body)
+    # bound beyond loopback (with a token), any Host name is fine: clients reach it by many names
+    with Server(misbehave_cfg, "--host", "0.0.0.0", env={"REWARDHUB_SERVE_TOKEN": "s3cret"}) as server:
+        port = server.url.rsplit(":", 1)[1]
+        headers = {"Host": f"rewards.cluster.local:{port}", "Content-Type": "application/json",
+                   "Authorization": "Bearer s3cret"}
+        status, body = _raw(server, _post("/score", headers))
+        assert status == 200, body
+
+
+# ---- (g) numbers at the edge of the float range -----------------------------------------------------
+def test_huge_finite_scores_fail_no_request_pooled_with_them(misbehave_cfg, tmp_path):
+    """1e308 + 1e308 passes the float range in the batch's mean: the server answered 500 to every
+    request pooled with such rows. Now each gets its numbers (A holds the one call while B, C, D
+    queue, so that they are pooled into the next call)."""
+    cfg = tmp_path / "hang.yaml"
+    cfg.write_text(MISBEHAVE + "      timeout_s: 10\n")
+    with Server(cfg, "--max-calls", "1") as server:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            b = pool.submit(server.post, "/score", {"rows": [{"response": "ok:1e308"}] * 2})
+            c = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
+            d = pool.submit(server.post, "/get_reward", {"query": ["ok:inf", "ok:-inf", "ok:0.25"]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 4, "B, C and D waiting")
+            (sb, bb), (sc, bc), (sd, bd) = b.result(), c.result(), d.result()
+            assert a.result()[0] == 200
+        assert server.metric("rewardhub_batches_total") == 2  # B, C and D pooled into one call
+        assert sb == 200 and [r["score"] for r in bb["rows"]] == [1e308, 1e308]
+        assert sc == 200 and bc["rows"][0]["score"] == 0.5
+        assert sd == 200 and bd["rewards"][2] == 0.25
