@@ -156,3 +156,48 @@ def test_huge_finite_scores_fail_no_request_pooled_with_them(misbehave_cfg, tmp_
         assert sb == 200 and [r["score"] for r in bb["rows"]] == [1e308, 1e308]
         assert sc == 200 and bc["rows"][0]["score"] == 0.5
         assert sd == 200 and bd["rewards"][2] == 0.25
+
+
+# ---- (f) on_failure: raise in one request -------------------------------------------------------
+JUDGE = """\
+import os
+import time
+
+
+def billed_judge(*, response, **kwargs):
+    with open({log!r}, "a") as f:
+        f.write(response + "\\n")
+    if response == "wait":
+        while not os.path.exists({release!r}):
+            time.sleep(0.02)
+    if response == "raise":
+        raise RuntimeError("boom")
+    return float(response.rsplit(":", 1)[-1]) if ":" in response else 1.0
+"""
+
+
+def test_a_raising_request_fails_alone_and_no_row_is_scored_twice(tmp_path):
+    """B and C wait while A holds the one call (--max-calls 1), then are pooled into one; C's row
+    raises (on_failure: raise). C alone gets the error, naming its own row; B gets its rows; the
+    reward saw each of B's rows once (a judge is not billed twice)."""
+    log, release = tmp_path / "calls.txt", tmp_path / "release"
+    (tmp_path / "billed.py").write_text(JUDGE.format(log=str(log), release=str(release)))
+    cfg = tmp_path / "raise.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {tmp_path / 'billed.py'}\n"
+                   "      function: billed_judge\n      on_failure: raise\n      timeout_s: 60\n")
+    with Server(cfg, "--max-calls", "1") as server:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            b = pool.submit(server.post, "/score", {"rows": [{"response": r} for r in ("b1:0.5", "b2:0.75")]})
+            c = pool.submit(server.post, "/score", {"rows": [{"response": r} for r in ("c1:0.25", "raise")]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
+            release.touch()
+            (sa, ba), (sb, bb), (sc, bc) = a.result(), b.result(), c.result()
+        assert sa == 200 and ba["rows"][0]["score"] == 1.0
+        assert sb == 200 and [r["score"] for r in bb["rows"]] == [0.5, 0.75]
+        assert sc == 500 and "boom" in bc["error"] and "on sample 1" in bc["error"], bc
+        assert server.metric("rewardhub_batches_total") == 2  # A's call, then B and C pooled
+        calls = log.read_text().split()
+        assert sorted(calls) == sorted(["wait", "b1:0.5", "b2:0.75", "c1:0.25", "raise"]), calls
+        assert server.get("/health")[0] == 200

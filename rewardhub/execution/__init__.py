@@ -20,6 +20,7 @@ from ._results import apply_on_failure
 from ._results import apply_on_failure_to_outcomes
 from ._results import check_aggregation
 from ._results import combine
+from ._results import failure_error
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
@@ -44,6 +45,7 @@ __all__ = [
     "aggregate",
     "apply_on_failure",
     "apply_on_failure_to_outcomes",
+    "failure_error",
     "check_aggregation",
     "check_sample",
     "column_metrics",

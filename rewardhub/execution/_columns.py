@@ -207,7 +207,7 @@ def stats(values: list[Any], may_have_none: bool = True) -> tuple[float, float, 
 def _std(vals: list[Any], mean: float) -> float:
     """The population std of ``vals`` about ``mean``, with every deviation scaled by the largest, so
     that no square overflows (a finite std of huge values stays finite; inf in them gives inf or NaN)."""
-    devs = [v - mean for v in vals]
+    devs = [float(v) - mean for v in vals]
     scale = max(map(abs, devs))
     if scale == 0.0:
         return 0.0

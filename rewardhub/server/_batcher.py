@@ -63,6 +63,8 @@ class Batcher:
         self.metrics = metrics
         self.max_batch_rows = max_batch_rows
         self.needing = terms_needing(runner)
+        #: the terms whose failure fails the request (on_failure: raise)
+        self.raising = [t.name for t in runner.terms if t.policy.on_failure == "raise"]
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
         self.max_calls = max_calls_for(runner, max_calls)
@@ -117,29 +119,31 @@ class Batcher:
         return taken
 
     async def _score_batch(self, batch: list[_Pending]) -> None:
+        """One Runner call for the pooled requests. A term with ``on_failure: raise`` does not raise
+        in it (``defer_raise``): the requests whose own rows failed get that error, alone; the others
+        get their rows, and no row is scored twice."""
         self.metrics.calls += 1
         try:
+            rows = [r for p in batch for r in p.rows]
+            indices = [i for p in batch for i in range(len(p.rows))]  # each row's number in its request
             try:
-                results = await self._call(functools.partial(
-                    _score, self.runner, [r for p in batch for r in p.rows], self.needing))
-                parts = _split(results, [len(p.rows) for p in batch])
-            except Exception as exc:
-                # one request's rows made the whole Runner call raise (on_failure: raise): score each
-                # request alone, so that only the requests whose rows raise get the error
+                results, columns = await self._call(
+                    functools.partial(_score, self.runner, rows, self.needing, indices))
+            except Exception as exc:  # not a reward's failure (those are in the columns): every request
                 self.metrics.batch_failures += 1
-                if len(batch) == 1:
-                    _set(batch[0].future, exc=exc)
-                    return
                 for p in batch:
-                    try:
-                        rows = await self._call(functools.partial(_score, self.runner, p.rows, self.needing))
-                    except Exception as one:
-                        _set(p.future, exc=one)
-                    else:
-                        _set(p.future, rows)
+                    _set(p.future, exc=exc)
                 return
-            for p, part in zip(batch, parts):
-                _set(p.future, part)
+            positions = _column_positions(rows, self.needing)
+            k = 0
+            for p in batch:
+                failed = _raised(self.raising, columns, positions[k:k + len(p.rows)])
+                if failed is not None:
+                    self.metrics.batch_failures += 1
+                    _set(p.future, exc=failed)
+                else:
+                    _set(p.future, results[k:k + len(p.rows)])
+                k += len(p.rows)
         finally:
             self.metrics.calls -= 1
             self._slots.release()
@@ -149,7 +153,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         out, columns = await loop.run_in_executor(self._threads, fn)
         self.metrics.batch(len(out), columns)  # on the loop's thread (see ServerMetrics)
-        return out
+        return out, columns
 
     # ---- shutdown -------------------------------------------------------------------------
     async def drain(self) -> None:
@@ -164,20 +168,40 @@ class Batcher:
 
 
 def _score(
-    runner: Any, rows: list[dict[str, Any]], needing: list[str]
+    runner: Any, rows: list[dict[str, Any]], needing: list[str], indices: list[int]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from .._commands.score import score_chunk
 
-    out, columns, _ = score_chunk(runner, rows, needing)
+    out, columns, _ = score_chunk(runner, rows, needing, indices=indices, defer_raise=True)
     return out, columns
 
 
-def _split(rows: list[dict[str, Any]], sizes: list[int]) -> list[list[dict[str, Any]]]:
-    parts, k = [], 0
-    for n in sizes:
-        parts.append(rows[k:k + n])
-        k += n
-    return parts
+def _column_positions(rows: list[dict[str, Any]], needing: list[str]) -> list[int | None]:
+    """Each row's position in :func:`score_chunk`'s columns (the rows given to the rewards come first),
+    or None for a row with no ground truth that some term needs (not given to the rewards)."""
+    out: list[int | None] = []
+    k = 0
+    for s in rows:
+        if needing and s.get("ground_truth") is None:
+            out.append(None)
+        else:
+            out.append(k)
+            k += 1
+    return out
+
+
+def _raised(raising: list[str], columns: dict[str, Any], positions: list[int | None]) -> Exception | None:
+    """The error ``on_failure: raise`` gives for the first failed row among ``positions``, if any."""
+    from ..execution import ERROR
+    from ..execution import TIMEOUT
+    from ..execution import failure_error
+
+    for name in raising:
+        col = columns[name]
+        for i in positions:
+            if i is not None and col.status.get(i) in (ERROR, TIMEOUT):
+                return failure_error(name, col, i)
+    return None
 
 
 def _set(fut: asyncio.Future[list[dict[str, Any]]], rows: list[dict[str, Any]] | None = None, *,

@@ -107,7 +107,8 @@ class ServerMetrics:
             "rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)"
         )
         out.append(f"rewardhub_batches_total {self.batches}")
-        family("rewardhub_batch_failures_total", "counter", "Runner calls that raised (on_failure: raise)")
+        family("rewardhub_batch_failures_total", "counter",
+               "requests failed by a reward's on_failure: raise (or by a Runner call that raised)")
         out.append(f"rewardhub_batch_failures_total {self.batch_failures}")
         family("rewardhub_prompt_not_prefix_total", "counter",
                "/get_reward queries that do not start with their prompt (scored whole, prompt included)")
