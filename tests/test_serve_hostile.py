@@ -201,3 +201,57 @@ def test_a_raising_request_fails_alone_and_no_row_is_scored_twice(tmp_path):
         calls = log.read_text().split()
         assert sorted(calls) == sorted(["wait", "b1:0.5", "b2:0.75", "c1:0.25", "raise"]), calls
         assert server.get("/health")[0] == 200
+
+
+# ---- (a) a half-sent request and SIGTERM ----------------------------------------------------------
+def test_a_half_sent_request_does_not_hold_sigterm(misbehave_cfg):
+    """A client sends headers and part of its body, then nothing: SIGTERM ends the server at once
+    (it waited the whole --drain-timeout, here 600 s), and a request being scored is still answered."""
+    cfg_dir = misbehave_cfg.parent
+    hang = cfg_dir / "slow.yaml"
+    hang.write_text(MISBEHAVE + "      timeout_s: 2\n")
+    server = Server(hang, "--drain-timeout", "600")
+    try:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        half = socket.create_connection((host, int(port)), timeout=30)
+        half.sendall(f"POST /score HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                     'Content-Length: 100\r\n\r\n{"rows"'.encode())
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            scored = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "the scored request's call")
+            server.proc.send_signal(__import__("signal").SIGTERM)
+            assert server.proc.wait(60) == 0
+            status, body = scored.result()
+        assert status == 200 and "timed out after 2s" in body["rows"][0]["errors"]["misbehave"]
+        assert half.recv(100) == b""  # the half-sent request's connection was closed, not answered
+        half.close()
+    finally:
+        server.stop()
+
+
+# ---- (h) a reward that hangs with no timeout_s ------------------------------------------------------
+def test_a_reward_hanging_with_no_timeout_shows_in_health_and_sigterm_ends_the_server(misbehave_cfg):
+    """Both call slots hold a reward that never returns: /health answers 503 'stuck' with the busy
+    calls and for how long (it said ok); SIGTERM ends the server after --drain-timeout (it never
+    did), the hung requests and the one waiting behind them get a 503, and the log names the cause."""
+    server = Server(misbehave_cfg, "--max-calls", "2", "--stuck-after", "0.5", "--drain-timeout", "2")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            hung = [pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]}) for _ in range(2)]
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 2, "both calls hung")
+            waiting = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "a request waiting")
+            _wait_for(lambda: server.get("/health")[0] == 503, "/health to say stuck")
+            status, health = server.get("/health")
+            assert health["status"] == "stuck" and "timeout_s" in health["error"]
+            assert len(health["busy_calls"]) == 2 and all(c["seconds"] >= 0.5 for c in health["busy_calls"])
+            server.proc.send_signal(__import__("signal").SIGTERM)
+            assert server.proc.wait(60) == 1
+            answers = [f.result() for f in (*hung, waiting)]
+        for status, body in answers:
+            assert status == 503 and "drain" in body["error"], body
+        log = "".join(server.stderr)
+        assert "ERROR: rewardhub serve stopped with 2 Runner call(s) still running" in log
+        assert "'misbehave'" in log and "Traceback" not in log
+    finally:
+        server.stop()

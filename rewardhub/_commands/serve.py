@@ -57,7 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "templates)",
     )
     parser.add_argument("--drain-timeout", type=float, default=120.0,
-                        help="seconds SIGTERM waits for the requests in flight (default 120)")
+                        help="seconds SIGTERM waits for the requests being scored (default 120; a second "
+                        "SIGTERM: none); a body still arriving is not waited for")
+    parser.add_argument("--read-timeout", type=float, default=60.0,
+                        help="seconds a client has to send a request's headers, and then its body "
+                        "(default 60)")
+    parser.add_argument("--stuck-after", type=float, default=300.0,
+                        help="seconds with every call slot busy after which GET /health answers 503 'stuck' "
+                        "(default 300)")
 
 
 def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
@@ -94,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
     for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
                         ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),
-                        ("--max-calls", args.max_calls)):
+                        ("--max-calls", args.max_calls), ("--read-timeout", args.read_timeout),
+                        ("--stuck-after", args.stuck_after)):
         if value <= 0:
             raise UsageError(f"{flag} {value} must be above 0")
     if not 0 <= args.port <= 65535:
@@ -115,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         max_body=int(args.max_body_mb * 1024 * 1024),
         max_batch_rows=max(args.max_batch_rows, args.max_rows),
         drain_timeout=args.drain_timeout,
+        read_timeout=args.read_timeout,
+        stuck_after=args.stuck_after,
         max_calls=args.max_calls,
         end_tokens=end_tokens,
     )
@@ -145,6 +155,16 @@ def run(args: argparse.Namespace) -> int:
 
         import asyncio
 
-        asyncio.run(serve_forever(runner, opts, info, ready))
+        stuck = asyncio.run(serve_forever(runner, opts, info, ready))
+    if stuck:
+        # a reward hung in one of our threads, which nothing can stop; the pool's processes are closed
+        # (the with block above): end the process rather than wait for the thread at exit for ever
+        names = ", ".join(repr(t.name) for t in runner.terms)
+        longest = stuck[0]["seconds"]
+        print(f"ERROR: rewardhub serve stopped with {len(stuck)} Runner call(s) still running (the longest "
+              f"for {longest:g}s; rewards {names}): a reward hangs with no timeout_s; their requests were "
+              "answered 503\ngive the reward a timeout_s", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     print("rewardhub serve: stopped", file=sys.stderr, flush=True)
     return 0

@@ -73,6 +73,8 @@ class Batcher:
             self.max_calls, thread_name_prefix="rewardhub-score"
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        #: the Runner calls running now: their requests and when each started (``/health``)
+        self.busy: dict[asyncio.Task[None], tuple[float, list[_Pending]]] = {}
         self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -105,7 +107,12 @@ class Batcher:
                 continue
             task = asyncio.get_running_loop().create_task(self._score_batch(batch))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.busy[task] = (time.monotonic(), batch)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.busy.pop(task, None)
 
     def _take(self) -> list[_Pending]:
         taken: list[_Pending] = []
@@ -155,16 +162,49 @@ class Batcher:
         self.metrics.batch(len(out), columns)  # on the loop's thread (see ServerMetrics)
         return out, columns
 
+    # ---- health ---------------------------------------------------------------------------
+    def busy_calls(self) -> list[dict[str, Any]]:
+        """The Runner calls running now, the longest first: seconds running, requests, rows."""
+        now = time.monotonic()
+        calls = sorted(self.busy.values(), key=lambda b: b[0])
+        return [{"seconds": round(now - start, 1), "requests": len(batch),
+                 "rows": sum(len(p.rows) for p in batch)} for start, batch in calls]
+
+    def stuck_for(self) -> float:
+        """Seconds for which every call slot has been busy (0.0 while one is free): a reward that
+        hangs with no ``timeout_s`` holds its slot for ever."""
+        if len(self.busy) < self.max_calls:
+            return 0.0
+        return time.monotonic() - max(start for start, _ in self.busy.values())
+
     # ---- shutdown -------------------------------------------------------------------------
-    async def drain(self) -> None:
-        """Score what is queued and in flight, then stop the loop (new requests are refused)."""
+    async def drain(self, deadline: float, hurry: asyncio.Event) -> list[dict[str, Any]]:
+        """Score what is queued and in flight until ``deadline`` (``time.monotonic()``) or until
+        ``hurry`` is set, then stop (new requests are refused). The requests still waiting then get
+        an error (a 503); the calls still running are returned (``busy_calls``), and their threads
+        are left behind: a hung reward cannot be stopped from here."""
         self._closing = True
         self._wake.set()
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(hurry.wait())]
         if self._loop_task is not None:
-            await self._loop_task
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        self._threads.shutdown(wait=True)
+            waits.append(self._loop_task)
+        while self._tasks or (self._loop_task is not None and not self._loop_task.done()):
+            left = deadline - time.monotonic()
+            if left <= 0 or hurry.is_set():
+                break
+            pending = [*waits[1:], *self._tasks]
+            await asyncio.wait([waits[0], *pending], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        waits[0].cancel()
+        stuck = self.busy_calls()
+        if self._loop_task is not None and not self._loop_task.done():
+            self._loop_task.cancel()
+        why = RewardhubError("the server stopped before this request was scored: a reward call was still "
+                             "running when the drain ended (--drain-timeout)")
+        for p in [*self._queue, *(p for _, batch in self.busy.values() for p in batch)]:
+            _set(p.future, exc=why)
+        self._queue.clear()
+        self._threads.shutdown(wait=not stuck, cancel_futures=True)
+        return stuck
 
 
 def _score(

@@ -46,8 +46,12 @@ class ServeOptions:
     max_body: int = 64 * 1024 * 1024
     #: rows one Runner call may pool from waiting requests
     max_batch_rows: int = 4096
-    #: seconds SIGTERM waits for the requests in flight
+    #: seconds SIGTERM waits for the requests in flight (a second SIGTERM: none)
     drain_timeout: float = 120.0
+    #: seconds a request's body may take to arrive
+    read_timeout: float = 60.0
+    #: seconds with every call slot busy after which ``/health`` answers 503 ``stuck``
+    stuck_after: float = 300.0
     #: Runner calls at once (see :data:`rewardhub.server._batcher.MAX_CALLS`)
     max_calls: int = MAX_CALLS
     #: texts stripped from the end of an OpenRLHF reply (see :mod:`rewardhub.server._endtext`)
@@ -58,6 +62,8 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     from aiohttp import web
 
     state = {"draining": False}
+    #: the handlers reading a body now: a drain cancels them (a half-sent body never holds it up)
+    readers: set[asyncio.Task[Any]] = set()
     loopback = is_loopback(opts.host)
     trim = EndTrimmer(opts.end_tokens)
     not_prefix_log = _EveryMinute()
@@ -88,6 +94,9 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
                     413,
                 )
             return reply({"error": exc.reason}, exc.status)
+        except _SlowBody as exc:
+            status = 408
+            return reply({"error": str(exc)}, status)
         except UsageError as exc:
             status = 413 if "more than this server's limit" in str(exc) else 400
             return reply({"error": str(exc)}, status)
@@ -101,7 +110,18 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
             metrics.request(endpoint, status)
 
     async def body_of(request: Any) -> Any:
-        raw = await request.read()
+        task = asyncio.current_task()
+        assert task is not None
+        readers.add(task)
+        try:
+            async with asyncio.timeout(opts.read_timeout):
+                raw = await request.read()
+        except TimeoutError:
+            raise _SlowBody(
+                f"the request body did not arrive within {opts.read_timeout:g}s (--read-timeout)"
+            ) from None
+        finally:
+            readers.discard(task)
         try:
             return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
@@ -132,16 +152,20 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         return reply(openrlhf_answer(await scored(rows)))
 
     async def health(request: Any) -> Any:
-        return reply(
-            {
-                "status": "draining" if state["draining"] else "ok",
-                "inflight": metrics.inflight,
-                "calls": metrics.calls,
-                "max_calls": batcher.max_calls,
-                "rewards": list(metrics.terms),
-            },
-            503 if state["draining"] else 200,
-        )
+        stuck_for = batcher.stuck_for()
+        status = "draining" if state["draining"] else "stuck" if stuck_for >= opts.stuck_after else "ok"
+        body = {
+            "status": status,
+            "inflight": metrics.inflight,
+            "calls": metrics.calls,
+            "max_calls": batcher.max_calls,
+            "busy_calls": batcher.busy_calls(),
+            "rewards": list(metrics.terms),
+        }
+        if status == "stuck":
+            body["error"] = (f"every call slot ({batcher.max_calls}) has been busy for {stuck_for:.0f}s: "
+                             "a reward may hang with no timeout_s (give it one); new requests wait")
+        return reply(body, 200 if status == "ok" else 503)
 
     async def metrics_text(request: Any) -> Any:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
@@ -157,7 +181,12 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     app.router.add_get("/metrics", metrics_text)
     app.router.add_get("/info", info_json)
     app["rewardhub_state"] = state
+    app["rewardhub_readers"] = readers
     return app
+
+
+class _SlowBody(RewardhubError):
+    """A request's body did not arrive within ``--read-timeout`` (answered 408)."""
 
 
 def json_text(data: Any) -> str:
@@ -192,17 +221,19 @@ OPEN_PATHS = frozenset({"/health"})
 
 
 async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any],
-                        ready: Callable[[str, int], None]) -> None:
-    """Serve until SIGTERM/SIGINT, then drain: stop listening, answer what was received, return."""
+                        ready: Callable[[str, int], None]) -> list[dict[str, Any]]:
+    """Serve until SIGTERM/SIGINT, then drain: stop listening, drop the requests whose body is still
+    coming, answer what was received within ``drain_timeout`` (a second signal: at once), answer the
+    rest 503, and return the Runner calls still running then (a reward that hangs), whose threads
+    only the process's end can stop."""
     from aiohttp import web
 
     metrics = ServerMetrics([t.name for t in runner.terms])
     batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     batcher.start()
     app = build_app(batcher, metrics, opts, info)
-    app_runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=opts.drain_timeout
-    )
+    # the drain below answers every handler before the runner's cleanup, which then only closes
+    app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
     await app_runner.setup()
     site = web.TCPSite(app_runner, opts.host, opts.port)
     try:
@@ -212,19 +243,29 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}\n"
                          "pick another --port (0: any free port) or --host") from None
     port = int(app_runner.addresses[0][1])  # the bound port (the one the OS chose for --port 0)
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry.set()
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     ready(opts.host, port)
     try:
         await stop.wait()
     finally:
+        deadline = time.monotonic() + opts.drain_timeout
         app["rewardhub_state"]["draining"] = True
-        print(
-            f"rewardhub serve: draining ({metrics.inflight} requests in flight)", file=sys.stderr, flush=True
-        )
-        await app_runner.cleanup()  # stops listening, then waits for the handlers in flight
-        await batcher.drain()
+        print(f"rewardhub serve: draining ({metrics.inflight} requests in flight, up to "
+              f"{opts.drain_timeout:g}s; a second SIGTERM stops at once)", file=sys.stderr, flush=True)
+        await site.stop()  # no new connections
+        for task in list(app["rewardhub_readers"]):
+            task.cancel()  # a body still coming: never scored, so never waited for
+        stuck = await batcher.drain(deadline, hurry)
+        await app_runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+    return stuck
