@@ -255,3 +255,48 @@ def test_a_reward_hanging_with_no_timeout_shows_in_health_and_sigterm_ends_the_s
         assert "'misbehave'" in log and "Traceback" not in log
     finally:
         server.stop()
+
+
+# ---- (b) connections that never finish their headers -------------------------------------------
+def test_connections_that_never_send_their_headers_do_not_shut_others_out(misbehave_cfg):
+    """With 512 files allowed (a small `ulimit -n`), 600 connections that send half a request line
+    and stop: every accept() failed once the descriptors ran out, no client was served, and asyncio
+    logged a traceback per try. Now the newest connections take the places of those idle longest,
+    a client that sends its request at once is answered, and the log holds one line."""
+    with Server(misbehave_cfg, open_files=512) as server:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        idle = []
+        try:
+            for _ in range(600):
+                c = socket.create_connection((host, int(port)), timeout=30)
+                c.sendall(f"POST /score HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+                idle.append(c)
+            status, body = server.post("/score", {"rows": [{"response": "ok:0.5"}]}, timeout=30)
+            assert status == 200 and body["rows"][0]["score"] == 0.5
+            closed = server.metric('rewardhub_connections_closed_total{reason="limit"}')
+            assert closed >= 600 + 1 - 256  # 512 files leave room for 512 - 128 - 128 connections
+            assert server.metric("rewardhub_open_connections") <= 256
+        finally:
+            for c in idle:
+                c.close()
+    log = "".join(server.stderr)
+    assert "Traceback" not in log and "Too many open files" not in log
+    assert log.count("WARNING: closed connections that did not send") == 1
+
+
+def test_a_connection_that_does_not_finish_its_headers_is_closed_after_the_read_timeout(misbehave_cfg):
+    with Server(misbehave_cfg, "--read-timeout", "1") as server:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as slow:
+            slow.sendall(f"POST /score HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+            assert slow.recv(100) == b""  # closed by the server (the recv would time out after 30 s)
+        assert server.metric('rewardhub_connections_closed_total{reason="header_timeout"}') == 1
+        # a body that stops coming is answered 408
+        with socket.create_connection((host, int(port)), timeout=30) as slow:
+            slow.sendall(f"POST /score HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                         'Content-Length: 100\r\n\r\n{"rows"'.encode())
+            head = slow.recv(65536)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        assert b"did not arrive within 1s (--read-timeout)" in head or b"--read-timeout" in head
+        status, body = server.post("/score", {"rows": [{"response": "ok:0.5"}]})
+        assert status == 200

@@ -62,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--read-timeout", type=float, default=60.0,
                         help="seconds a client has to send a request's headers, and then its body "
                         "(default 60)")
+    parser.add_argument("--max-connections", type=int, default=1024,
+                        help="client connections open at once (default 1024; fewer where the open-file "
+                        "limit needs it); at the limit a new one replaces the one idle longest without "
+                        "a request")
     parser.add_argument("--stuck-after", type=float, default=300.0,
                         help="seconds with every call slot busy after which GET /health answers 503 'stuck' "
                         "(default 300)")
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
                         ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),
                         ("--max-calls", args.max_calls), ("--read-timeout", args.read_timeout),
-                        ("--stuck-after", args.stuck_after)):
+                        ("--stuck-after", args.stuck_after), ("--max-connections", args.max_connections)):
         if value <= 0:
             raise UsageError(f"{flag} {value} must be above 0")
     if not 0 <= args.port <= 65535:
@@ -125,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         read_timeout=args.read_timeout,
         stuck_after=args.stuck_after,
+        max_connections=args.max_connections,
         max_calls=args.max_calls,
         end_tokens=end_tokens,
     )

@@ -23,6 +23,11 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 from ._batcher import MAX_CALLS
 from ._batcher import Batcher
+from ._conns import BACKLOG
+from ._conns import ConnectionGate
+from ._conns import EveryMinute
+from ._conns import accept_errors_quietly
+from ._conns import connection_limit
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import EndTrimmer
 from ._guard import is_loopback
@@ -52,6 +57,8 @@ class ServeOptions:
     read_timeout: float = 60.0
     #: seconds with every call slot busy after which ``/health`` answers 503 ``stuck``
     stuck_after: float = 300.0
+    #: connections open at once (fewer where the file-descriptor limit needs it; see ``_conns``)
+    max_connections: int = 1024
     #: Runner calls at once (see :data:`rewardhub.server._batcher.MAX_CALLS`)
     max_calls: int = MAX_CALLS
     #: texts stripped from the end of an OpenRLHF reply (see :mod:`rewardhub.server._endtext`)
@@ -66,7 +73,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     readers: set[asyncio.Task[Any]] = set()
     loopback = is_loopback(opts.host)
     trim = EndTrimmer(opts.end_tokens)
-    not_prefix_log = _EveryMinute()
+    not_prefix_log = EveryMinute()
 
     def reply(data: Any, status: int = 200) -> Any:
         return web.json_response(data, status=status, dumps=json_text)
@@ -75,6 +82,9 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     async def guard(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         endpoint = request.path if request.path in ROUTES else "other"
         status = 500
+        gate = request.app["rewardhub_gate"]
+        if gate is not None:
+            gate.request_started(request.transport)
         try:
             refused = refusal(request, token=opts.token, loopback=loopback, open_paths=OPEN_PATHS)
             if refused is not None:
@@ -108,6 +118,8 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
             return reply({"error": f"{type(exc).__name__}: {exc}"}, 500)
         finally:
             metrics.request(endpoint, status)
+            if gate is not None:
+                gate.request_done(request.transport)
 
     async def body_of(request: Any) -> Any:
         task = asyncio.current_task()
@@ -168,6 +180,8 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         return reply(body, 200 if status == "ok" else 503)
 
     async def metrics_text(request: Any) -> Any:
+        gate = request.app["rewardhub_gate"]
+        metrics.open_connections = len(gate) if gate is not None else 0
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type": "text/plain; version=0.0.4"})
 
@@ -181,6 +195,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     app.router.add_get("/metrics", metrics_text)
     app.router.add_get("/info", info_json)
     app["rewardhub_state"] = state
+    app["rewardhub_gate"] = None  # the ConnectionGate, once serve_forever listens
     app["rewardhub_readers"] = readers
     return app
 
@@ -198,21 +213,6 @@ def json_text(data: Any) -> str:
         from .._commands._output import nulls_for_non_finite
 
         return json.dumps(nulls_for_non_finite(data), default=str, allow_nan=False)
-
-
-class _EveryMinute:
-    """``due()`` is True at the first call, then at most once a minute (a warning that repeats per
-    request must not flood the log)."""
-
-    def __init__(self) -> None:
-        self._last: float | None = None
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if self._last is not None and now - self._last < 60.0:
-            return False
-        self._last = now
-        return True
 
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
@@ -235,14 +235,31 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
     # the drain below answers every handler before the runner's cleanup, which then only closes
     app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
     await app_runner.setup()
-    site = web.TCPSite(app_runner, opts.host, opts.port)
+    loop = asyncio.get_running_loop()
+    closed_log = EveryMinute()
+    loop.set_exception_handler(accept_errors_quietly(closed_log))
+
+    def on_close(reason: str) -> None:
+        metrics.connections_closed[reason] = metrics.connections_closed.get(reason, 0) + 1
+        if closed_log.due():
+            print(f"rewardhub serve: WARNING: closed connections that did not send their request's headers "
+                  f"(within --read-timeout {opts.read_timeout:g}s, or to make room at the limit of "
+                  f"{gate.limit} connections): {dict(metrics.connections_closed)} so far "
+                  "(rewardhub_connections_closed_total in /metrics; this line comes at most once a minute)",
+                  file=sys.stderr, flush=True)
+
+    assert app_runner.server is not None  # set up above
+    limit = connection_limit(opts.max_connections)
+    gate = ConnectionGate(app_runner.server, limit, opts.read_timeout, on_close)
+    app["rewardhub_gate"] = gate
     try:
-        await site.start()
+        listening = await loop.create_server(gate, opts.host, opts.port, reuse_address=True, backlog=BACKLOG)
     except OSError as exc:
         await app_runner.cleanup()
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}\n"
                          "pick another --port (0: any free port) or --host") from None
-    port = int(app_runner.addresses[0][1])  # the bound port (the one the OS chose for --port 0)
+    gate.start()
+    port = int(listening.sockets[0].getsockname()[1])  # the bound port (the OS's choice for --port 0)
     stop, hurry = asyncio.Event(), asyncio.Event()
 
     def on_signal() -> None:
@@ -250,7 +267,6 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
             hurry.set()
         stop.set()
 
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     ready(opts.host, port)
@@ -261,7 +277,8 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
         app["rewardhub_state"]["draining"] = True
         print(f"rewardhub serve: draining ({metrics.inflight} requests in flight, up to "
               f"{opts.drain_timeout:g}s; a second SIGTERM stops at once)", file=sys.stderr, flush=True)
-        await site.stop()  # no new connections
+        listening.close()  # no new connections
+        gate.stop()
         for task in list(app["rewardhub_readers"]):
             task.cancel()  # a body still coming: never scored, so never waited for
         stuck = await batcher.drain(deadline, hurry)
