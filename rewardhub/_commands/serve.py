@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
-    from ..server._endtext import DEFAULT_END_TOKENS
-    from ..server._endtext import tokenizer_end_tokens
+    from ..server import DEFAULT_END_TOKENS
+    from ..server import tokenizer_end_tokens
 
     given = [t for t in args.end_token or [] if t]
     if args.end_token and not given:
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from ..config import load_plan
     from ..distributed import runner_from_config
     from ..server import TOKEN_ENV
-    from ..server._guard import check_token
-    from ..server._guard import is_loopback
+    from ..server import check_token
+    from ..server import is_loopback
     from .check import term_problems
     from .score import provenance
 

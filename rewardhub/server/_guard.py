@@ -15,8 +15,10 @@ A web page the user opens may post to ``http://127.0.0.1:PORT``: a "simple" cros
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +35,20 @@ class Refusal:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address, without port) is this machine's loopback."""
+    """Whether ``host`` (a name or an address, without port) is this machine's loopback, or its own
+    host name (which a rebound page cannot send: its Host is the page's name)."""
     host = host.strip().rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
+    if host in ("localhost", _own_name()) or host.endswith(".localhost"):
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+@functools.cache
+def _own_name() -> str:
+    return socket.gethostname().lower()
 
 
 def check_token(token: str, env: str) -> str:
@@ -72,7 +80,8 @@ def refusal(request: Any, *, token: str | None, loopback: bool, open_paths: froz
     if loopback and host is not None and not is_loopback(_host_name(host)):
         return Refusal(403, f"the Host header {host!r} does not name this machine: a server listening "
                             "on loopback answers only localhost, 127.0.0.1 or [::1] (a web page that rebinds "
-                            "its own name to 127.0.0.1 sends its name)", {})
+                            "its own name to 127.0.0.1 sends its name); call http://127.0.0.1:PORT, or "
+                            "listen on another --host with a token", {})
     origin = headers.get("Origin")
     if origin is not None and (host is None or origin.rstrip("/").lower() != f"{request.scheme}://{host}".lower()):
         return Refusal(403, f"cross-origin request refused (Origin: {origin!r}): this server answers HTTP "
