@@ -229,6 +229,24 @@ def test_a_half_sent_request_does_not_hold_sigterm(misbehave_cfg):
         server.stop()
 
 
+def test_a_second_sigterm_stops_the_drain_at_once(misbehave_cfg):
+    """A reward hangs (no timeout_s) under a 600 s drain: the second SIGTERM ends the server now."""
+    server = Server(misbehave_cfg, "--drain-timeout", "600")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            hung = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "the call hung")
+            server.proc.send_signal(__import__("signal").SIGTERM)
+            _wait_for(lambda: any("draining" in line for line in server.stderr), "the drain to start")
+            server.proc.send_signal(__import__("signal").SIGTERM)
+            assert server.proc.wait(60) == 1
+            status, body = hung.result()
+        assert status == 503 and "drain" in body["error"]
+        assert "give it one (or allow a longer --drain-timeout)" in "".join(server.stderr)
+    finally:
+        server.stop()
+
+
 # ---- (h) a reward that hangs with no timeout_s ------------------------------------------------------
 def test_a_reward_hanging_with_no_timeout_shows_in_health_and_sigterm_ends_the_server(misbehave_cfg):
     """Both call slots hold a reward that never returns: /health answers 503 'stuck' with the busy
@@ -237,8 +255,10 @@ def test_a_reward_hanging_with_no_timeout_shows_in_health_and_sigterm_ends_the_s
     server = Server(misbehave_cfg, "--max-calls", "2", "--stuck-after", "0.5", "--drain-timeout", "2")
     try:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            hung = [pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]}) for _ in range(2)]
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 2, "both calls hung")
+            hung = []
+            for k in (1, 2):  # one after the other: sent together, they could be pooled into one call
+                hung.append(pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]}))
+                _wait_for(lambda: server.metric("rewardhub_inflight_batches") == k, f"call {k} hung")
             waiting = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
             _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "a request waiting")
             _wait_for(lambda: server.get("/health")[0] == 503, "/health to say stuck")

@@ -167,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(repr(t.name) for t in runner.terms)
         longest = stuck[0]["seconds"]
         print(f"ERROR: rewardhub serve stopped with {len(stuck)} Runner call(s) still running (the longest "
-              f"for {longest:g}s; rewards {names}): a reward hangs with no timeout_s; their requests were "
-              "answered 503\ngive the reward a timeout_s", file=sys.stderr, flush=True)
+              f"for {longest:g}s; rewards {names}); their requests were answered 503\na reward with no "
+              "timeout_s may hang for ever: give it one (or allow a longer --drain-timeout)",
+              file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(1)
     print("rewardhub serve: stopped", file=sys.stderr, flush=True)
