@@ -115,3 +115,14 @@ def test_queries_that_do_not_start_with_their_prompt_are_counted(tmp_path):
         assert server.metric("rewardhub_prompt_not_prefix_total") == 1
     log = "".join(server.stderr)
     assert "WARNING: 1 of 1 queries of a /get_reward request do not start with their prompt" in log
+
+
+def test_a_tokenizer_that_cannot_be_loaded_is_an_error_naming_it(tmp_path, cli):
+    cfg = tmp_path / "exact.yaml"
+    cfg.write_text(EXACT)
+    missing = tmp_path / "no-such-tokenizer"
+    res = cli("serve", str(cfg), "--port", "0", "--tokenizer", str(missing), env={"HF_HUB_OFFLINE": "1"},
+              timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.startswith(f"ERROR: --tokenizer {missing}: cannot load the tokenizer")
+    assert "--end-token" in res.stderr and "Traceback" not in res.stderr
