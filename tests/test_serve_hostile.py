@@ -135,30 +135,7 @@ def test_web_pages_cannot_reach_a_loopback_server(misbehave_cfg):
         assert status == 200, body
 
 
-# ---- (g) numbers at the edge of the float range -----------------------------------------------------
-def test_huge_finite_scores_fail_no_request_pooled_with_them(misbehave_cfg, tmp_path):
-    """1e308 + 1e308 passes the float range in the batch's mean: the server answered 500 to every
-    request pooled with such rows. Now each gets its numbers (A holds the one call while B, C, D
-    queue, so that they are pooled into the next call)."""
-    cfg = tmp_path / "hang.yaml"
-    cfg.write_text(MISBEHAVE + "      timeout_s: 10\n")
-    with Server(cfg, "--max-calls", "1") as server:
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
-            b = pool.submit(server.post, "/score", {"rows": [{"response": "ok:1e308"}] * 2})
-            c = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
-            d = pool.submit(server.post, "/get_reward", {"query": ["ok:inf", "ok:-inf", "ok:0.25"]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 4, "B, C and D waiting")
-            (sb, bb), (sc, bc), (sd, bd) = b.result(), c.result(), d.result()
-            assert a.result()[0] == 200
-        assert server.metric("rewardhub_batches_total") == 2  # B, C and D pooled into one call
-        assert sb == 200 and [r["score"] for r in bb["rows"]] == [1e308, 1e308]
-        assert sc == 200 and bc["rows"][0]["score"] == 0.5
-        assert sd == 200 and bd["rewards"][2] == 0.25
-
-
-# ---- (f) on_failure: raise in one request -------------------------------------------------------
+# ---- a reward that waits for the test's word, and logs every call -------------------------------------
 JUDGE = """\
 import os
 import time
@@ -176,15 +153,46 @@ def billed_judge(*, response, **kwargs):
 """
 
 
+def _judge(tmp_path: Path, policy: str = "") -> tuple[Path, Path, Path]:
+    """A config whose one reward logs each call to a file and, on ``wait``, waits for a file to exist
+    (so that a test holds the one call slot while it queues requests): (config, log, release)."""
+    log, release = tmp_path / "calls.txt", tmp_path / "release"
+    (tmp_path / "billed.py").write_text(JUDGE.format(log=str(log), release=str(release)))
+    cfg = tmp_path / "judge.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {tmp_path / 'billed.py'}\n"
+                   f"      function: billed_judge\n      timeout_s: 60\n{policy}")
+    return cfg, log, release
+
+
+# ---- (g) numbers at the edge of the float range -----------------------------------------------------
+def test_huge_finite_scores_fail_no_request_pooled_with_them(tmp_path):
+    """1e308 + 1e308 passes the float range in the batch's mean: the server answered 500 to every
+    request pooled with such rows. Now each gets its numbers (A holds the one call while B, C, D
+    queue, so that they are pooled into the next call)."""
+    cfg, _, release = _judge(tmp_path)
+    with Server(cfg, "--max-calls", "1") as server:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            b = pool.submit(server.post, "/score", {"rows": [{"response": "ok:1e308"}] * 2})
+            c = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
+            d = pool.submit(server.post, "/get_reward", {"query": ["ok:inf", "ok:-inf", "ok:0.25"]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 4, "B, C and D waiting")
+            release.touch()
+            (sb, bb), (sc, bc), (sd, bd) = b.result(), c.result(), d.result()
+            assert a.result()[0] == 200
+        assert sb == 200 and [r["score"] for r in bb["rows"]] == [1e308, 1e308], bb
+        assert sc == 200 and bc["rows"][0]["score"] == 0.5, bc
+        assert sd == 200 and bd["rewards"][2] == 0.25, bd
+        assert server.metric("rewardhub_batches_total") == 2  # B, C and D pooled into one call
+
+
+# ---- (f) on_failure: raise in one request -------------------------------------------------------
 def test_a_raising_request_fails_alone_and_no_row_is_scored_twice(tmp_path):
     """B and C wait while A holds the one call (--max-calls 1), then are pooled into one; C's row
     raises (on_failure: raise). C alone gets the error, naming its own row; B gets its rows; the
     reward saw each of B's rows once (a judge is not billed twice)."""
-    log, release = tmp_path / "calls.txt", tmp_path / "release"
-    (tmp_path / "billed.py").write_text(JUDGE.format(log=str(log), release=str(release)))
-    cfg = tmp_path / "raise.yaml"
-    cfg.write_text(f"reward:\n  rewards:\n    - path: {tmp_path / 'billed.py'}\n"
-                   "      function: billed_judge\n      on_failure: raise\n      timeout_s: 60\n")
+    cfg, log, release = _judge(tmp_path, "      on_failure: raise\n")
     with Server(cfg, "--max-calls", "1") as server:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
