@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -16,6 +17,12 @@ from typing import Any
 TESTS = Path(__file__).resolve().parent
 
 
+def _limit_files(n: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
 def _not_json(token: str) -> Any:
     raise AssertionError(f"the server answered {token}, which is not JSON")
 
@@ -24,7 +31,8 @@ class Server:
     """``rewardhub serve CONFIG --port 0``; the bound port comes from the line it prints when ready."""
 
     def __init__(self, config: str | os.PathLike[str], *args: str, env: dict[str, str] | None = None,
-                 cwd: str | None = None, ready_timeout: float = 120) -> None:
+                 cwd: str | None = None, ready_timeout: float = 120, open_files: int | None = None) -> None:
+        """:param open_files: the server's limit of open files (soft and hard), as a small ``ulimit -n``."""
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join([str(TESTS), full_env.get("PYTHONPATH", "")])
         full_env.update(env or {})
@@ -35,6 +43,7 @@ class Server:
             text=True,
             env=full_env,
             cwd=cwd,
+            preexec_fn=None if open_files is None else functools.partial(_limit_files, open_files),
         )
         self.stderr: list[str] = []
         self._stderr_thread = threading.Thread(target=self._read_stderr, daemon=True)

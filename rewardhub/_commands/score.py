@@ -138,12 +138,17 @@ def chunks(samples: Iterator[dict[str, Any]], size: int = CHUNK) -> Iterator[lis
 
 def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], namespace: str | None = None,
                 progress: Any = None, inputs: list[dict[str, Any]] | None = None,
+                indices: list[int] | None = None, defer_raise: bool = False,
                 ) -> tuple[list[dict[str, Any]], dict[str, Any], list[Any]]:
     """Score one chunk: ``(output rows in input order, term -> Column, scores)``; an output row is the
     input row (``inputs[i]``, else the sample) with the results added.
 
     A row with no ground truth is not given to the rewards when some term needs one (``needing``):
-    its row gets ``score: null`` and an error for each of those terms, counted as errors.
+    its row gets ``score: null`` and an error for each of those terms, counted as errors; the
+    columns hold the scored rows first, then those (``rewardhub serve`` maps them back).
+
+    :param indices: each sample's number in error messages (its position in its own request).
+    :param defer_raise: see :meth:`rewardhub.execution.Runner.score`.
     """
     from ..execution import ERROR
     from ..execution import Column
@@ -152,7 +157,7 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
     rows_in = chunk if inputs is None else inputs
     missing = [i for i, s in enumerate(chunk) if needing and s.get("ground_truth") is None]
     if not missing:
-        res = runner.score(chunk, progress=progress)
+        res = runner.score(chunk, progress=progress, indices=indices, defer_raise=defer_raise)
         return (
             [output_row(r, res, i, namespace) for i, r in enumerate(rows_in)],
             dict(res.columns),
@@ -160,7 +165,8 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
         )
     gone = set(missing)
     ok = [s for i, s in enumerate(chunk) if i not in gone]
-    res = runner.score(ok, progress=progress) if ok else None
+    ok_indices = None if indices is None else [k for i, k in enumerate(indices) if i not in gone]
+    res = runner.score(ok, progress=progress, indices=ok_indices, defer_raise=defer_raise) if ok else None
     kept = [r for i, r in enumerate(rows_in) if i not in gone]
     scored = iter([output_row(r, res, i, namespace) for i, r in enumerate(kept)] if res is not None else [])
     msg = (

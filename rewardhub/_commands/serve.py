@@ -7,7 +7,6 @@ provenance); see :mod:`rewardhub.server`. Needs the ``rewardhub[serve]`` extra (
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from typing import Any
@@ -43,23 +42,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hanging reward does not stop the others; what waits while all are busy is pooled "
         "into one call); 1 with executor: ray terms",
     )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="NAME_OR_PATH",
+        help="the policy's tokenizer (folder or hub name): POST /get_reward strips its special tokens from "
+        "the end of each reply (OpenRLHF decodes them into the query, e.g. 'Paris<|im_end|>')",
+    )
+    parser.add_argument(
+        "--end-token",
+        action="append",
+        metavar="TEXT",
+        help="a text POST /get_reward strips from the end of each reply (repeatable; replaces the defaults: "
+        "<|im_end|>, <|endoftext|>, </s>, <|eot_id|>, <eos>, <end_of_turn> and others of common chat "
+        "templates)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=120.0,
-                        help="seconds SIGTERM waits for the requests in flight (default 120)")
+                        help="seconds SIGTERM waits for the requests being scored (default 120; a second "
+                        "SIGTERM: none); a body still arriving is not waited for")
+    parser.add_argument("--read-timeout", type=float, default=60.0,
+                        help="seconds a client has to send a request's headers, and then its body "
+                        "(default 60)")
+    parser.add_argument("--max-connections", type=int, default=1024,
+                        help="client connections open at once (default 1024; fewer where the open-file "
+                        "limit needs it); at the limit a new one replaces the one idle longest without "
+                        "a request")
+    parser.add_argument("--stuck-after", type=float, default=300.0,
+                        help="seconds with every call slot busy after which GET /health answers 503 'stuck' "
+                        "(default 300)")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
+    from ..server import DEFAULT_END_TOKENS
+    from ..server import tokenizer_end_tokens
+
+    given = [t for t in args.end_token or [] if t]
+    if args.end_token and not given:
+        raise UsageError(
+            "--end-token '' names no text\ngive the end texts to strip, e.g. --end-token '<|im_end|>'"
+        )
+    if args.tokenizer:
+        return tuple(tokenizer_end_tokens(args.tokenizer)) + tuple(given)
+    return tuple(given) or DEFAULT_END_TOKENS
 
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_plan
     from ..distributed import runner_from_config
     from ..server import TOKEN_ENV
+    from ..server import check_token
+    from ..server import is_loopback
     from .check import term_problems
     from .score import provenance
 
@@ -74,16 +105,20 @@ def run(args: argparse.Namespace) -> int:
 
     for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
                         ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),
-                        ("--max-calls", args.max_calls)):
+                        ("--max-calls", args.max_calls), ("--read-timeout", args.read_timeout),
+                        ("--stuck-after", args.stuck_after), ("--max-connections", args.max_connections)):
         if value <= 0:
             raise UsageError(f"{flag} {value} must be above 0")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port (0-65535; 0: any free port)")
     token = os.environ.get(TOKEN_ENV) or None
+    if token is not None:
+        check_token(token, TOKEN_ENV)
     if token is None and not is_loopback(args.host):
         raise UsageError(f"--host {args.host} listens beyond this machine, and ${TOKEN_ENV} is not set\n"
                          f"set {TOKEN_ENV} to a secret the clients send as 'Authorization: Bearer ...', "
                          "or listen on 127.0.0.1")
+    end_tokens = _end_tokens(args)
     opts = ServeOptions(
         host=args.host,
         port=args.port,
@@ -92,7 +127,11 @@ def run(args: argparse.Namespace) -> int:
         max_body=int(args.max_body_mb * 1024 * 1024),
         max_batch_rows=max(args.max_batch_rows, args.max_rows),
         drain_timeout=args.drain_timeout,
+        read_timeout=args.read_timeout,
+        stuck_after=args.stuck_after,
+        max_connections=args.max_connections,
         max_calls=args.max_calls,
+        end_tokens=end_tokens,
     )
     plan = load_plan(args.config, args.overrides)
     with runner_from_config(plan.reward) as runner:
@@ -121,6 +160,17 @@ def run(args: argparse.Namespace) -> int:
 
         import asyncio
 
-        asyncio.run(serve_forever(runner, opts, info, ready))
+        stuck = asyncio.run(serve_forever(runner, opts, info, ready))
+    if stuck:
+        # a reward hung in one of our threads, which nothing can stop; the pool's processes are closed
+        # (the with block above): end the process rather than wait for the thread at exit for ever
+        names = ", ".join(repr(t.name) for t in runner.terms)
+        longest = stuck[0]["seconds"]
+        print(f"ERROR: rewardhub serve stopped with {len(stuck)} Runner call(s) still running (the longest "
+              f"for {longest:g}s; rewards {names}); their requests were answered 503\na reward with no "
+              "timeout_s may hang for ever: give it one (or allow a longer --drain-timeout)",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     print("rewardhub serve: stopped", file=sys.stderr, flush=True)
     return 0

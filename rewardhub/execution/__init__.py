@@ -21,6 +21,7 @@ from ._results import apply_on_failure
 from ._results import apply_on_failure_to_outcomes
 from ._results import check_aggregation
 from ._results import combine
+from ._results import failure_error
 from ._routing import RoutingWatch
 from ._routing import config_routes
 from ._slowest import SlowestSamples
@@ -52,6 +53,7 @@ __all__ = [
     "aggregate",
     "apply_on_failure",
     "apply_on_failure_to_outcomes",
+    "failure_error",
     "check_aggregation",
     "check_sample",
     "column_metrics",

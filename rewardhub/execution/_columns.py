@@ -191,12 +191,17 @@ def stats(values: list[Any], may_have_none: bool = True) -> tuple[float, float, 
         total = sum(vals)
     except TypeError:
         total = math.nan
-    if not math.isfinite(total):  # NaN (or inf) among them: take the finite way
+    if not math.isfinite(total):  # NaN, inf, or finite values whose sum passes the float range
         finite = [float(v) for v in vals if not math.isnan(v)]
         if not finite:
             return math.nan, math.nan, count
-        mean = math.fsum(finite) / len(finite)
-        return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / len(finite)), count
+        try:
+            mean = math.fsum(finite) / len(finite)
+        except OverflowError:  # 1e308 + 1e308: the mean of the scaled values is in range
+            mean = math.fsum(v / len(finite) for v in finite)
+        except ValueError:  # inf and -inf
+            return math.nan, math.nan, count
+        return mean, _std(finite, mean), count
     mean = total / count
     if count > _ONE_PASS_FROM:  # one pass in C (hypot is the root of the sum of squares)
         var = math.hypot(*vals) ** 2 / count - mean * mean
@@ -204,7 +209,21 @@ def stats(values: list[Any], may_have_none: bool = True) -> tuple[float, float, 
             return mean, math.sqrt(var), count
     # two passes: exact to the last bits, and safe from cancellation
     var = sum(d * d for d in map(operator.sub, vals, repeat(mean, count))) / count
+    if var == math.inf:  # squares past the float range (values beyond 1e154)
+        return mean, _std(vals, mean), count
     return mean, math.sqrt(max(var, 0.0)), count
+
+
+def _std(vals: list[Any], mean: float) -> float:
+    """The population std of ``vals`` about ``mean``, with every deviation scaled by the largest, so
+    that no square overflows (a finite std of huge values stays finite; inf in them gives inf or NaN)."""
+    devs = [float(v) - mean for v in vals]
+    scale = max(map(abs, devs))
+    if scale == 0.0:
+        return 0.0
+    if not math.isfinite(scale):
+        return math.sqrt(sum(d * d for d in devs) / len(devs))
+    return scale * math.sqrt(math.fsum((d / scale) ** 2 for d in devs) / len(devs))
 
 
 def column_metrics(

@@ -24,7 +24,7 @@ from ._columns import stats
 from ._outcome import Outcome
 
 __all__ = ["AGGREGATIONS", "ScoreResult", "aggregate", "apply_on_failure", "apply_on_failure_to_outcomes",
-           "check_aggregation", "combine"]
+           "check_aggregation", "combine", "failure_error"]
 
 
 def check_aggregation(aggregation: str) -> None:
@@ -97,13 +97,17 @@ def apply_on_failure(name: str, on_failure: str, col: Column) -> None:
     if not failed:
         return
     if on_failure == "raise":
-        i = failed[0]
-        raise RewardExecutionError(
-            f"{col.errors[i]}\n(on_failure: raise for reward {name!r}; use zero, nan or drop to go on)",
-            reward=name, index=col.label(i), where=col.where.get(i))
+        raise failure_error(name, col, failed[0])
     value = 0.0 if on_failure == "zero" else math.nan if on_failure == "nan" else None
     for i in failed:
         col.values[i] = value
+
+
+def failure_error(name: str, col: Column, i: int) -> RewardExecutionError:
+    """The error that ``on_failure: raise`` raises for term ``name``'s failed sample ``i``."""
+    return RewardExecutionError(
+        f"{col.errors[i]}\n(on_failure: raise for reward {name!r}; use zero, nan or drop to go on)",
+        reward=name, index=col.label(i), where=col.where.get(i))
 
 
 def apply_on_failure_to_outcomes(name: str, on_failure: str, outs: list[Outcome]) -> None:

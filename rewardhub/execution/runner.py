@@ -110,7 +110,8 @@ class Runner:
 
     # ---- scoring ------------------------------------------------------------------------
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None = None, *,
-              indices: Sequence[int] | None = None, cancel: Cancel | None = None) -> ScoreResult:
+              indices: Sequence[int] | None = None, cancel: Cancel | None = None,
+              defer_raise: bool = False) -> ScoreResult:
         """Score every sample with every term that applies to it; never loses a sample.
 
         Safe to call from several threads at once (e.g. ``asyncio.to_thread`` from many tasks, or
@@ -122,11 +123,15 @@ class Runner:
         :param cancel: set by the caller once nobody waits for these scores (a client went away):
             the calls no worker has started are dropped and this raises
             :class:`~rewardhub.RewardhubError` (see :meth:`score_async`, which sets it when cancelled).
+        :param defer_raise: a term with ``on_failure: raise`` does not raise: its failed samples get
+            NaN and keep their failure in ``columns``, for a caller that pooled the samples of several
+            callers and fails only those whose samples failed (``rewardhub serve``).
         """
-        return self._score(samples, progress, indices, cancel)
+        return self._score(samples, progress, indices, cancel, defer_raise)
 
     def _score(self, samples: Sequence[Mapping[str, Any]], progress: Progress | None,
-               indices: Sequence[int] | None, cancel: Cancel | None) -> ScoreResult:
+               indices: Sequence[int] | None, cancel: Cancel | None, defer_raise: bool = False,
+               ) -> ScoreResult:
         batch = samples if type(samples) is list else list(samples)
         n = len(batch)
         labels = list(indices) if indices is not None else None
@@ -159,7 +164,7 @@ class Runner:
                     self._run_ray(term, batch, idx, col)
                 else:
                     self._run_local(term, executor, batch, idx, col)
-            self._apply(term, col)
+            self._apply(term, col, defer_raise)
             done_units += n
             if progress:
                 progress(done_units, total)
@@ -179,7 +184,7 @@ class Runner:
                 for task in tasks:
                     assert task.result is not None
                     self._store(term, task.tag[1], task.mode, task.result, col, task.attempts)
-                self._apply(term, col)
+                self._apply(term, col, defer_raise)
         return self._combine(n, columns)
 
     async def score_async(self, samples: Sequence[Mapping[str, Any]], *,
@@ -305,8 +310,9 @@ class Runner:
             col.put(i, raw, term.name, latency / len(unit), attempts)
 
     @staticmethod
-    def _apply(term: Term, col: Column) -> None:
-        apply_on_failure(term.name, term.policy.on_failure, col)
+    def _apply(term: Term, col: Column, defer_raise: bool = False) -> None:
+        on_failure = term.policy.on_failure
+        apply_on_failure(term.name, "nan" if defer_raise and on_failure == "raise" else on_failure, col)
 
     def _combine(self, n: int, columns: dict[str, Column]) -> ScoreResult:
         return combine([(t.name, t.weight) for t in self.terms], self.aggregation, n, columns)

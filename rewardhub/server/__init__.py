@@ -3,6 +3,9 @@
 - :mod:`._batcher`: requests from many clients pooled into Runner calls, split back per request;
 - :mod:`._protocols`: the request and answer formats (the ``score`` row format, OpenRLHF's ``/get_reward``);
 - :mod:`._metrics`: per-reward counters and latencies, as Prometheus text;
+- :mod:`._endtext`: the end-of-turn texts OpenRLHF leaves on a reply, stripped by ``/get_reward``;
+- :mod:`._guard`: the bearer token, and the Host/Origin/Content-Type checks that keep web pages out;
+- :mod:`._conns`: connections bounded in number and in the time they may take to send headers;
 - :mod:`.app`: the aiohttp application (routes, bearer token, limits) and its start and drain;
 - :mod:`._idempotency`: recent requests by ``Idempotency-Key`` (a retried request is scored once);
 - :mod:`.client`: a small HTTP client (standard library only) for the server's own API (``reward.remote``),
@@ -13,7 +16,12 @@ Importing this package imports nothing heavy; aiohttp is imported when a server 
 
 from __future__ import annotations
 
-__all__ = ["TOKEN_ENV"]
+from ._endtext import DEFAULT_END_TOKENS
+from ._endtext import tokenizer_end_tokens
+from ._guard import check_token
+from ._guard import is_loopback
+
+__all__ = ["DEFAULT_END_TOKENS", "TOKEN_ENV", "check_token", "is_loopback", "tokenizer_end_tokens"]
 
 #: the environment variable that holds the bearer token (never a command-line flag: a flag shows in `ps`)
 TOKEN_ENV = "REWARDHUB_SERVE_TOKEN"

@@ -63,6 +63,8 @@ class Batcher:
         self.metrics = metrics
         self.max_batch_rows = max_batch_rows
         self.needing = terms_needing(runner)
+        #: the terms whose failure fails the request (on_failure: raise)
+        self.raising = [t.name for t in runner.terms if t.policy.on_failure == "raise"]
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
         self.max_calls = max_calls_for(runner, max_calls)
@@ -71,6 +73,8 @@ class Batcher:
             self.max_calls, thread_name_prefix="rewardhub-score"
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        #: the Runner calls running now: their requests and when each started (``/health``)
+        self.busy: dict[asyncio.Task[None], tuple[float, list[_Pending]]] = {}
         self._closing = False
         self._loop_task: asyncio.Task[None] | None = None
 
@@ -103,7 +107,12 @@ class Batcher:
                 continue
             task = asyncio.get_running_loop().create_task(self._score_batch(batch))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.busy[task] = (time.monotonic(), batch)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.busy.pop(task, None)
 
     def _take(self) -> list[_Pending]:
         taken: list[_Pending] = []
@@ -117,29 +126,31 @@ class Batcher:
         return taken
 
     async def _score_batch(self, batch: list[_Pending]) -> None:
+        """One Runner call for the pooled requests. A term with ``on_failure: raise`` does not raise
+        in it (``defer_raise``): the requests whose own rows failed get that error, alone; the others
+        get their rows, and no row is scored twice."""
         self.metrics.calls += 1
         try:
+            rows = [r for p in batch for r in p.rows]
+            indices = [i for p in batch for i in range(len(p.rows))]  # each row's number in its request
             try:
-                results = await self._call(functools.partial(
-                    _score, self.runner, [r for p in batch for r in p.rows], self.needing))
-                parts = _split(results, [len(p.rows) for p in batch])
-            except Exception as exc:
-                # one request's rows made the whole Runner call raise (on_failure: raise): score each
-                # request alone, so that only the requests whose rows raise get the error
+                results, columns = await self._call(
+                    functools.partial(_score, self.runner, rows, self.needing, indices))
+            except Exception as exc:  # not a reward's failure (those are in the columns): every request
                 self.metrics.batch_failures += 1
-                if len(batch) == 1:
-                    _set(batch[0].future, exc=exc)
-                    return
                 for p in batch:
-                    try:
-                        rows = await self._call(functools.partial(_score, self.runner, p.rows, self.needing))
-                    except Exception as one:
-                        _set(p.future, exc=one)
-                    else:
-                        _set(p.future, rows)
+                    _set(p.future, exc=exc)
                 return
-            for p, part in zip(batch, parts):
-                _set(p.future, part)
+            positions = _column_positions(rows, self.needing)
+            k = 0
+            for p in batch:
+                failed = _raised(self.raising, columns, positions[k:k + len(p.rows)])
+                if failed is not None:
+                    self.metrics.batch_failures += 1
+                    _set(p.future, exc=failed)
+                else:
+                    _set(p.future, results[k:k + len(p.rows)])
+                k += len(p.rows)
         finally:
             self.metrics.calls -= 1
             self._slots.release()
@@ -149,35 +160,88 @@ class Batcher:
         loop = asyncio.get_running_loop()
         out, columns = await loop.run_in_executor(self._threads, fn)
         self.metrics.batch(len(out), columns)  # on the loop's thread (see ServerMetrics)
-        return out
+        return out, columns
+
+    # ---- health ---------------------------------------------------------------------------
+    def busy_calls(self) -> list[dict[str, Any]]:
+        """The Runner calls running now, the longest first: seconds running, requests, rows."""
+        now = time.monotonic()
+        calls = sorted(self.busy.values(), key=lambda b: b[0])
+        return [{"seconds": round(now - start, 1), "requests": len(batch),
+                 "rows": sum(len(p.rows) for p in batch)} for start, batch in calls]
+
+    def stuck_for(self) -> float:
+        """Seconds for which every call slot has been busy (0.0 while one is free): a reward that
+        hangs with no ``timeout_s`` holds its slot for ever."""
+        if len(self.busy) < self.max_calls:
+            return 0.0
+        return time.monotonic() - max(start for start, _ in self.busy.values())
 
     # ---- shutdown -------------------------------------------------------------------------
-    async def drain(self) -> None:
-        """Score what is queued and in flight, then stop the loop (new requests are refused)."""
+    async def drain(self, deadline: float, hurry: asyncio.Event) -> list[dict[str, Any]]:
+        """Score what is queued and in flight until ``deadline`` (``time.monotonic()``) or until
+        ``hurry`` is set, then stop (new requests are refused). The requests still waiting then get
+        an error (a 503); the calls still running are returned (``busy_calls``), and their threads
+        are left behind: a hung reward cannot be stopped from here."""
         self._closing = True
         self._wake.set()
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(hurry.wait())]
         if self._loop_task is not None:
-            await self._loop_task
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        self._threads.shutdown(wait=True)
+            waits.append(self._loop_task)
+        while self._tasks or (self._loop_task is not None and not self._loop_task.done()):
+            left = deadline - time.monotonic()
+            if left <= 0 or hurry.is_set():
+                break
+            pending = [*waits[1:], *self._tasks]
+            await asyncio.wait([waits[0], *pending], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        waits[0].cancel()
+        stuck = self.busy_calls()
+        if self._loop_task is not None and not self._loop_task.done():
+            self._loop_task.cancel()
+        why = RewardhubError("the server stopped before this request was scored: a reward call was still "
+                             "running when the drain ended (--drain-timeout)")
+        for p in [*self._queue, *(p for _, batch in self.busy.values() for p in batch)]:
+            _set(p.future, exc=why)
+        self._queue.clear()
+        self._threads.shutdown(wait=not stuck, cancel_futures=True)
+        return stuck
 
 
 def _score(
-    runner: Any, rows: list[dict[str, Any]], needing: list[str]
+    runner: Any, rows: list[dict[str, Any]], needing: list[str], indices: list[int]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from .._commands.score import score_chunk
 
-    out, columns, _ = score_chunk(runner, rows, needing)
+    out, columns, _ = score_chunk(runner, rows, needing, indices=indices, defer_raise=True)
     return out, columns
 
 
-def _split(rows: list[dict[str, Any]], sizes: list[int]) -> list[list[dict[str, Any]]]:
-    parts, k = [], 0
-    for n in sizes:
-        parts.append(rows[k:k + n])
-        k += n
-    return parts
+def _column_positions(rows: list[dict[str, Any]], needing: list[str]) -> list[int | None]:
+    """Each row's position in :func:`score_chunk`'s columns (the rows given to the rewards come first),
+    or None for a row with no ground truth that some term needs (not given to the rewards)."""
+    out: list[int | None] = []
+    k = 0
+    for s in rows:
+        if needing and s.get("ground_truth") is None:
+            out.append(None)
+        else:
+            out.append(k)
+            k += 1
+    return out
+
+
+def _raised(raising: list[str], columns: dict[str, Any], positions: list[int | None]) -> Exception | None:
+    """The error ``on_failure: raise`` gives for the first failed row among ``positions``, if any."""
+    from ..execution import ERROR
+    from ..execution import TIMEOUT
+    from ..execution import failure_error
+
+    for name in raising:
+        col = columns[name]
+        for i in positions:
+            if i is not None and col.status.get(i) in (ERROR, TIMEOUT):
+                return failure_error(name, col, i)
+    return None
 
 
 def _set(fut: asyncio.Future[list[dict[str, Any]]], rows: list[dict[str, Any]] | None = None, *,

@@ -54,6 +54,11 @@ class ServerMetrics:
         #: Runner calls running now (at most the batcher's max_calls)
         self.calls = 0
         self.batch_failures = 0
+        #: /get_reward queries that did not start with their prompt (scored whole, prompt included)
+        self.prompt_not_prefix = 0
+        #: connections the server closed, by reason (``header_timeout``, ``limit``), and those open
+        self.connections_closed: dict[str, int] = {}
+        self.open_connections = 0
 
     def request(self, endpoint: str, status: int) -> None:
         key = (endpoint, status)
@@ -105,8 +110,19 @@ class ServerMetrics:
             "rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)"
         )
         out.append(f"rewardhub_batches_total {self.batches}")
-        family("rewardhub_batch_failures_total", "counter", "Runner calls that raised (on_failure: raise)")
+        family("rewardhub_batch_failures_total", "counter",
+               "requests failed by a reward's on_failure: raise (or by a Runner call that raised)")
         out.append(f"rewardhub_batch_failures_total {self.batch_failures}")
+        family("rewardhub_open_connections", "gauge", "client connections open now")
+        out.append(f"rewardhub_open_connections {self.open_connections}")
+        family("rewardhub_connections_closed_total", "counter",
+               "connections closed before they sent a request's headers (header_timeout: within "
+               "--read-timeout; limit: to make room at the connection limit)")
+        for reason, n in sorted(self.connections_closed.items()):
+            out.append(f'rewardhub_connections_closed_total{{reason="{_esc(reason)}"}} {n}')
+        family("rewardhub_prompt_not_prefix_total", "counter",
+               "/get_reward queries that do not start with their prompt (scored whole, prompt included)")
+        out.append(f"rewardhub_prompt_not_prefix_total {self.prompt_not_prefix}")
         for metric, attr, help_ in (
             ("rewardhub_reward_samples_total", "samples", "samples given to the reward term"),
             ("rewardhub_reward_errors_total", "errors", "calls that raised or returned no valid score"),

@@ -5,10 +5,12 @@ Own API: ``{"rows": [ROW, ...]}`` where a row is what a line of ``rewardhub scor
 ``extra_info``); the answer is ``{"rows": [...]}``, each the line ``rewardhub score`` writes for that
 row (the input row plus ``score``, ``rewards``, ``extra`` and, when a term failed, ``errors``).
 
-OpenRLHF (0.11's ``SingleTurnAgentExecutor._fetch_rewards_via_http``, with ``--remote_rm_url
+OpenRLHF (0.11's ``SingleTurnAgentExecutor._fetch_rewards_via_http``, with ``--reward.remote_url
 http://HOST:PORT/get_reward``): ``{"query": [...], "prompts": [...], "labels": [...]}`` where a query
-is the decoded prompt + response; the response is the query after its prompt (the whole query when
-it does not start with the prompt), the label is the ground truth. The answer is ``{"rewards": [...],
+is the decoded prompt + response; the response is the query after its prompt, with the end texts
+OpenRLHF's decode leaves on it (``<|im_end|>``, pads: :mod:`._endtext`) stripped from its end; a
+query that does not start with its prompt is scored whole (and counted: ``prompt_not_prefix``). The
+label is the ground truth. The answer is ``{"rewards": [...],
 "scores": [...], "extra_logs": {TERM: [...], "rewardhub_failed": [...]}}``, one value per query.
 
 A failed row's reward follows its terms' ``on_failure`` as far as JSON goes: ``zero`` gives 0.0;
@@ -23,6 +25,7 @@ where some term failed (its ``errors``), else 0.0.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,8 +70,14 @@ def own_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
     return out
 
 
-def openrlhf_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
-    """The scoring samples of an OpenRLHF ``/get_reward`` body."""
+def openrlhf_rows(
+    body: Any, max_rows: int, trim: Callable[[str], str] | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The scoring samples of an OpenRLHF ``/get_reward`` body, and how many of its queries do not
+    start with their prompt (each scored whole, prompt included).
+
+    :param trim: takes the end texts off a response (:class:`._endtext.EndTrimmer`).
+    """
     if not isinstance(body, Mapping) or not isinstance(body.get("query"), list):
         raise UsageError('the body must be {"query": [TEXT, ...], "prompts": [TEXT, ...], "labels": [...]} '
                          "(OpenRLHF's remote reward model request)")
@@ -80,17 +89,24 @@ def openrlhf_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
         if values is not None and (not isinstance(values, list) or len(values) != len(queries)):
             raise UsageError(f"{key!r} must be a list as long as 'query' ({len(queries)} items)")
     out: list[dict[str, Any]] = []
+    not_prefix = 0
     for i, query in enumerate(queries):
         if not isinstance(query, str):
             raise UsageError(f"query[{i}] is a {type(query).__name__}, not a string")
         prompt = prompts[i] if prompts is not None else None
         if prompt is not None and not isinstance(prompt, str):
             raise UsageError(f"prompts[{i}] is a {type(prompt).__name__}, not a string")
-        response = query[len(prompt):] if prompt and query.startswith(prompt) else query
+        if prompt and query.startswith(prompt):
+            response = query[len(prompt):]
+        else:
+            response = query
+            not_prefix += bool(prompt)
+        if trim is not None:
+            response = trim(response)
         out.append({"prompt": prompt, "response": response,
                     "ground_truth": labels[i] if labels is not None else None,
                     "data_source": None, "extra_info": {}})
-    return out
+    return out, not_prefix
 
 
 #: the ``extra_logs`` key that flags a row where some term failed (1.0) or none did (0.0)

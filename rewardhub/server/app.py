@@ -10,10 +10,10 @@ requests already received, then exits 0.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import signal
 import sys
+import time
 from collections.abc import Awaitable
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +23,15 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 from ._batcher import MAX_CALLS
 from ._batcher import Batcher
+from ._conns import BACKLOG
+from ._conns import ConnectionGate
+from ._conns import EveryMinute
+from ._conns import accept_errors_quietly
+from ._conns import connection_limit
+from ._endtext import DEFAULT_END_TOKENS
+from ._endtext import EndTrimmer
+from ._guard import is_loopback
+from ._guard import refusal
 from ._http import IDEMPOTENCY_HEADER
 from ._idempotency import RecentRequests
 from ._metrics import ServerMetrics
@@ -44,10 +53,18 @@ class ServeOptions:
     max_body: int = 64 * 1024 * 1024
     #: rows one Runner call may pool from waiting requests
     max_batch_rows: int = 4096
-    #: seconds SIGTERM waits for the requests in flight
+    #: seconds SIGTERM waits for the requests in flight (a second SIGTERM: none)
     drain_timeout: float = 120.0
+    #: seconds a request's body may take to arrive
+    read_timeout: float = 60.0
+    #: seconds with every call slot busy after which ``/health`` answers 503 ``stuck``
+    stuck_after: float = 300.0
+    #: connections open at once (fewer where the file-descriptor limit needs it; see ``_conns``)
+    max_connections: int = 1024
     #: Runner calls at once (see :data:`rewardhub.server._batcher.MAX_CALLS`)
     max_calls: int = MAX_CALLS
+    #: texts stripped from the end of an OpenRLHF reply (see :mod:`rewardhub.server._endtext`)
+    end_tokens: tuple[str, ...] = DEFAULT_END_TOKENS
 
 
 def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info: Callable[[], Any]) -> Any:
@@ -55,6 +72,11 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
 
     state = {"draining": False}
     recent: RecentRequests[list[dict[str, Any]]] = RecentRequests(max_rows=4 * opts.max_batch_rows)
+    #: the handlers reading a body now: a drain cancels them (a half-sent body never holds it up)
+    readers: set[asyncio.Task[Any]] = set()
+    loopback = is_loopback(opts.host)
+    trim = EndTrimmer(opts.end_tokens)
+    not_prefix_log = EveryMinute()
 
     def reply(data: Any, status: int = 200) -> Any:
         return web.json_response(data, status=status, dumps=json_text)
@@ -63,14 +85,14 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     async def guard(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         endpoint = request.path if request.path in ROUTES else "other"
         status = 500
+        gate = request.app["rewardhub_gate"]
+        if gate is not None:
+            gate.request_started(request.transport)
         try:
-            if opts.token is not None and request.path != "/health" and not _authorized(request, opts.token):
-                status = 401
-                return web.json_response(
-                    {"error": "missing or wrong bearer token (Authorization: Bearer ...)"},
-                    status=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+            refused = refusal(request, token=opts.token, loopback=loopback, open_paths=OPEN_PATHS)
+            if refused is not None:
+                status = refused.status
+                return web.json_response({"error": refused.error}, status=status, headers=refused.headers)
             response = await handler(request)
             status = response.status
             return response
@@ -85,6 +107,9 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
                     413,
                 )
             return reply({"error": exc.reason}, exc.status)
+        except _SlowBody as exc:
+            status = 408
+            return reply({"error": str(exc)}, status)
         except UsageError as exc:
             status = 413 if "more than this server's limit" in str(exc) else 400
             return reply({"error": str(exc)}, status)
@@ -96,9 +121,22 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
             return reply({"error": f"{type(exc).__name__}: {exc}"}, 500)
         finally:
             metrics.request(endpoint, status)
+            if gate is not None:
+                gate.request_done(request.transport)
 
     async def body_of(request: Any) -> Any:
-        raw = await request.read()
+        task = asyncio.current_task()
+        assert task is not None
+        readers.add(task)
+        try:
+            async with asyncio.timeout(opts.read_timeout):
+                raw = await request.read()
+        except TimeoutError:
+            raise _SlowBody(
+                f"the request body did not arrive within {opts.read_timeout:g}s (--read-timeout)"
+            ) from None
+        finally:
+            readers.discard(task)
         try:
             return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
@@ -119,22 +157,35 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
         return reply({"rows": await recent.answer(key, raw, len(rows), lambda: scored(rows))})
 
     async def get_reward(request: Any) -> Any:
-        rows = openrlhf_rows(await body_of(request), opts.max_rows)
+        rows, not_prefix = openrlhf_rows(await body_of(request), opts.max_rows, trim)
+        if not_prefix:
+            metrics.prompt_not_prefix += not_prefix
+            if not_prefix_log.due():
+                print(f"rewardhub serve: WARNING: {not_prefix} of {len(rows)} queries of a /get_reward "
+                      "request do not start with their prompt; each is scored whole, prompt included "
+                      f"({metrics.prompt_not_prefix} so far: rewardhub_prompt_not_prefix_total in /metrics; "
+                      "this line comes at most once a minute)", file=sys.stderr, flush=True)
         return reply(openrlhf_answer(await scored(rows)))
 
     async def health(request: Any) -> Any:
-        return reply(
-            {
-                "status": "draining" if state["draining"] else "ok",
-                "inflight": metrics.inflight,
-                "calls": metrics.calls,
-                "max_calls": batcher.max_calls,
-                "rewards": list(metrics.terms),
-            },
-            503 if state["draining"] else 200,
-        )
+        stuck_for = batcher.stuck_for()
+        status = "draining" if state["draining"] else "stuck" if stuck_for >= opts.stuck_after else "ok"
+        body = {
+            "status": status,
+            "inflight": metrics.inflight,
+            "calls": metrics.calls,
+            "max_calls": batcher.max_calls,
+            "busy_calls": batcher.busy_calls(),
+            "rewards": list(metrics.terms),
+        }
+        if status == "stuck":
+            body["error"] = (f"every call slot ({batcher.max_calls}) has been busy for {stuck_for:.0f}s: "
+                             "a reward may hang with no timeout_s (give it one); new requests wait")
+        return reply(body, 200 if status == "ok" else 503)
 
     async def metrics_text(request: Any) -> Any:
+        gate = request.app["rewardhub_gate"]
+        metrics.open_connections = len(gate) if gate is not None else 0
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type": "text/plain; version=0.0.4"})
 
@@ -148,7 +199,13 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
     app.router.add_get("/metrics", metrics_text)
     app.router.add_get("/info", info_json)
     app["rewardhub_state"] = state
+    app["rewardhub_gate"] = None  # the ConnectionGate, once serve_forever listens
+    app["rewardhub_readers"] = readers
     return app
+
+
+class _SlowBody(RewardhubError):
+    """A request's body did not arrive within ``--read-timeout`` (answered 408)."""
 
 
 def json_text(data: Any) -> str:
@@ -163,48 +220,73 @@ def json_text(data: Any) -> str:
 
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
-
-
-def _authorized(request: Any, token: str) -> bool:
-    given = request.headers.get("Authorization", "")
-    scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+#: the routes that need no token (liveness)
+OPEN_PATHS = frozenset({"/health"})
 
 
 async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any],
-                        ready: Callable[[str, int], None]) -> None:
-    """Serve until SIGTERM/SIGINT, then drain: stop listening, answer what was received, return."""
+                        ready: Callable[[str, int], None]) -> list[dict[str, Any]]:
+    """Serve until SIGTERM/SIGINT, then drain: stop listening, drop the requests whose body is still
+    coming, answer what was received within ``drain_timeout`` (a second signal: at once), answer the
+    rest 503, and return the Runner calls still running then (a reward that hangs), whose threads
+    only the process's end can stop."""
     from aiohttp import web
 
     metrics = ServerMetrics([t.name for t in runner.terms])
     batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     batcher.start()
     app = build_app(batcher, metrics, opts, info)
-    app_runner = web.AppRunner(
-        app, handle_signals=False, access_log=None, shutdown_timeout=opts.drain_timeout
-    )
+    # the drain below answers every handler before the runner's cleanup, which then only closes
+    app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
     await app_runner.setup()
-    site = web.TCPSite(app_runner, opts.host, opts.port)
+    loop = asyncio.get_running_loop()
+    closed_log = EveryMinute()
+    loop.set_exception_handler(accept_errors_quietly(closed_log))
+
+    def on_close(reason: str) -> None:
+        metrics.connections_closed[reason] = metrics.connections_closed.get(reason, 0) + 1
+        if closed_log.due():
+            print(f"rewardhub serve: WARNING: closed connections that did not send their request's headers "
+                  f"(within --read-timeout {opts.read_timeout:g}s, or to make room at the limit of "
+                  f"{gate.limit} connections): {dict(metrics.connections_closed)} so far "
+                  "(rewardhub_connections_closed_total in /metrics; this line comes at most once a minute)",
+                  file=sys.stderr, flush=True)
+
+    assert app_runner.server is not None  # set up above
+    limit = connection_limit(opts.max_connections)
+    gate = ConnectionGate(app_runner.server, limit, opts.read_timeout, on_close)
+    app["rewardhub_gate"] = gate
     try:
-        await site.start()
+        listening = await loop.create_server(gate, opts.host, opts.port, reuse_address=True, backlog=BACKLOG)
     except OSError as exc:
         await app_runner.cleanup()
         raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}\n"
                          "pick another --port (0: any free port) or --host") from None
-    port = int(app_runner.addresses[0][1])  # the bound port (the one the OS chose for --port 0)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    gate.start()
+    port = int(listening.sockets[0].getsockname()[1])  # the bound port (the OS's choice for --port 0)
+    stop, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry.set()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     ready(opts.host, port)
     try:
         await stop.wait()
     finally:
+        deadline = time.monotonic() + opts.drain_timeout
         app["rewardhub_state"]["draining"] = True
-        print(
-            f"rewardhub serve: draining ({metrics.inflight} requests in flight)", file=sys.stderr, flush=True
-        )
-        await app_runner.cleanup()  # stops listening, then waits for the handlers in flight
-        await batcher.drain()
+        print(f"rewardhub serve: draining ({metrics.inflight} requests in flight, up to "
+              f"{opts.drain_timeout:g}s; a second SIGTERM stops at once)", file=sys.stderr, flush=True)
+        listening.close()  # no new connections
+        gate.stop()
+        for task in list(app["rewardhub_readers"]):
+            task.cancel()  # a body still coming: never scored, so never waited for
+        stuck = await batcher.drain(deadline, hurry)
+        await app_runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+    return stuck
