@@ -89,3 +89,20 @@ def test_decorator_arguments_are_listed_as_loading_gives_them(cli):
         shown = json.loads(cli("show", name, "--json").stdout)
         assert listed[name]["policy"] == shown["policy"], name
     assert listed["code_tests"]["policy_text"] == "process, timeout 60s"
+
+
+def test_check_reads_a_plain_policy_from_a_reward_file(cli, tmp_path):
+    reward = tmp_path / "r.py"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - path: r.py\n      function: compute_score\n")
+    marker = tmp_path / "imported"
+    reward.write_text(PLAIN.format(marker=str(marker), policy='{"timeout_s": 3}'))
+    res = cli("check", str(cfg), cwd=str(tmp_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "executor process (inline with timeout_s 3" in res.stdout and "timeout 3," in res.stdout
+    assert not marker.exists()  # read, not run
+    reward.write_text(PLAIN.format(marker=str(marker), policy='{"timeout_s": "3"}'))
+    res = cli("check", str(cfg), cwd=str(tmp_path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "__rewardhub__['timeout_s'] = '3' is not valid: expected a number of seconds above 0" in \
+        res.stdout + res.stderr
