@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
@@ -300,17 +301,72 @@ def find_module_file(module: str) -> str | None:
     return origin if origin and os.path.exists(origin) else ""
 
 
-def static_docstring(module_file: str, attr: str) -> str:
-    """First docstring line of top-level function/class ``attr`` in a source file, read with ``ast``."""
+def _parsed(module_file: str) -> ast.Module | None:
+    """The syntax tree of a source file (``None`` when it cannot be read or parsed)."""
     if not module_file or not module_file.endswith(".py"):
-        return ""
+        return None
+    try:
+        return _parsed_at(module_file, os.stat(module_file).st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_at(module_file: str, mtime_ns: int) -> ast.Module | None:
     try:
         with open(module_file, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
+            return ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
-        return ""
-    for node in tree.body:
+        return None
+
+
+def static_docstring(module_file: str, attr: str) -> str:
+    """First docstring line of top-level function/class ``attr`` in a source file, read with ``ast``."""
+    tree = _parsed(module_file)
+    for node in tree.body if tree else ():
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attr:
             doc = ast.get_docstring(node) or ""
             return doc.strip().splitlines()[0].strip() if doc.strip() else ""
     return ""
+
+
+#: no reward metadata can be read from the source without running it
+UNREADABLE = "unreadable"
+
+
+def static_meta(module_file: str, attr: str) -> Any:
+    """The reward metadata that top-level ``attr`` of a source file declares, read with ``ast``:
+
+    - ``attr.__rewardhub__ = {...}`` (a plain dict, what a package without rewardhub writes), or
+    - ``@rewardhub.reward(...)`` / ``@reward(...)`` keyword arguments on ``def attr``.
+
+    :returns: what is declared (a dict of keys and values, for a valid declaration), ``None`` when
+        nothing is, or :data:`UNREADABLE` when a declaration is not made of literals (only an import
+        can tell).
+    """
+    tree = _parsed(module_file)
+    found: Any = None
+    for node in tree.body if tree else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            for deco in node.decorator_list:
+                func = deco.func if isinstance(deco, ast.Call) else deco
+                if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) != "reward":
+                    continue
+                if not isinstance(deco, ast.Call):
+                    found = {}
+                    continue
+                try:
+                    found = {kw.arg: ast.literal_eval(kw.value) for kw in deco.keywords if kw.arg}
+                except ValueError:
+                    found = UNREADABLE
+                if deco.args or any(kw.arg is None for kw in deco.keywords):
+                    found = UNREADABLE
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == "__rewardhub__"
+                   and isinstance(t.value, ast.Name) and t.value.id == attr for t in targets):
+                try:
+                    found = ast.literal_eval(node.value) if node.value is not None else UNREADABLE
+                except ValueError:
+                    found = UNREADABLE
+    return found

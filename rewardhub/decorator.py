@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -16,7 +17,8 @@ from .types import ON_FAILURE
 from .types import ExecutionPolicy
 from .types import RewardSpec
 
-__all__ = ["reward", "spec_from_object", "summary_of", "decorated_in_process"]
+__all__ = ["PLAIN_KEYS", "reward", "reward_meta", "plain_meta", "spec_from_object", "summary_of",
+           "decorated_in_process"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -118,6 +120,81 @@ def decorated_in_process() -> Mapping[str, str]:
     return dict(_DECORATED)
 
 
+#: the execution-policy fields a reward may declare
+POLICY_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "on_failure", "pure", "memory_limit_mb")
+#: the keys of a plain ``__rewardhub__`` dict: what a package that does not import rewardhub declares
+PLAIN_KEYS = ("name", "kind", "data_sources", "capabilities", *POLICY_KEYS)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _plain_value_error(key: str, value: Any) -> str | None:
+    """Why ``value`` is not valid for plain key ``key`` (``None`` when it is)."""
+    choices = {"kind": KINDS, "executor": EXECUTORS, "on_failure": ON_FAILURE}
+    if value is None:
+        return None
+    if key in choices:
+        return None if value in choices[key] else f"one of {', '.join(choices[key])}"
+    if key == "name":
+        return None if isinstance(value, str) and value else "a non-empty string"
+    if key == "timeout_s":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        return None if ok else "a number of seconds above 0"
+    if key in ("max_concurrency", "memory_limit_mb"):
+        return None if _is_int(value) and value >= 1 else "a whole number of at least 1"
+    if key == "retries":
+        return None if _is_int(value) and value >= 0 else "a whole number of at least 0"
+    if key == "pure":
+        return None if isinstance(value, bool) else "true or false"
+    # data_sources, capabilities
+    ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    return None if ok else "a list of strings"
+
+
+def plain_meta(raw: Any, where: str) -> dict[str, Any]:
+    """The metadata of a plain ``__rewardhub__`` dict (keys :data:`PLAIN_KEYS`, plain values), in the
+    form ``@reward`` records it; a :class:`UsageError` naming ``where``, the key and the allowed values
+    when it is not valid.
+
+    A reward package that does not depend on rewardhub declares its default policy this way::
+
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs): ...
+        compute_score.__rewardhub__ = {"timeout_s": 5, "pure": True}
+    """
+    if not isinstance(raw, Mapping):
+        raise UsageError(f"{where}: __rewardhub__ is a {type(raw).__name__}, not a dict\n"
+                         f"expected e.g. {{'timeout_s': 5, 'pure': True}} (keys: {', '.join(PLAIN_KEYS)})")
+    for key, value in raw.items():
+        if key not in PLAIN_KEYS:
+            close = difflib.get_close_matches(str(key), PLAIN_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"{where}: __rewardhub__ key {key!r} is not known{hint}\n"
+                             f"allowed: {', '.join(PLAIN_KEYS)}")
+        why = _plain_value_error(key, value)
+        if why:
+            raise UsageError(f"{where}: __rewardhub__[{key!r}] = {value!r} is not valid: expected {why}")
+    return {
+        "name": raw.get("name"),
+        "kind": raw.get("kind") or "function",
+        "policy": ExecutionPolicy().merged(**{k: raw.get(k) for k in POLICY_KEYS}),
+        "data_sources": tuple(raw.get("data_sources") or ()),
+        "capabilities": tuple(raw.get("capabilities") or ()),
+    }
+
+
+def reward_meta(obj: Any, where: str = "reward") -> dict[str, Any]:
+    """``obj``'s reward metadata: what ``@reward`` recorded, or its plain ``__rewardhub__`` dict read
+    with :func:`plain_meta`; ``{}`` when it declares none."""
+    raw = getattr(obj, "__rewardhub__", None)
+    if raw is None or raw == {}:
+        return {}
+    if isinstance(raw, Mapping) and isinstance(raw.get("policy"), ExecutionPolicy):
+        return dict(raw)
+    return plain_meta(raw, where)
+
+
 def _capabilities(obj: Any, declared: tuple[str, ...]) -> tuple[str, ...]:
     caps = set(declared)
     call = obj if inspect.isfunction(obj) or inspect.ismethod(obj) else getattr(obj, "__call__", None)
@@ -139,7 +216,7 @@ def spec_from_object(
     extra: Mapping[str, Any] | None = None,
 ) -> RewardSpec:
     """Build a :class:`RewardSpec` for a loaded callable, honouring ``@reward`` metadata."""
-    meta: dict[str, Any] = dict(getattr(obj, "__rewardhub__", {}) or {})
+    meta: dict[str, Any] = reward_meta(obj, f"reward {name or target!r} ({target})")
     if extra:
         meta.update({k: v for k, v in extra.items() if v is not None})
     return RewardSpec(

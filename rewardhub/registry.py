@@ -264,7 +264,7 @@ class RewardRegistry:
         hands in a stand-in with the function's signature)."""
         if spec.params:
             obj = functools.partial(obj, **dict(spec.params))
-        meta = getattr(obj, "__rewardhub__", None)
+        meta = getattr(obj, "__rewardhub__", None)  # @reward's record, or a plain dict (see plain_meta)
         probe = spec_from_object(obj, target=spec.target, source=spec.source, name=spec.name)
         full = spec.with_(
             summary=spec.summary or probe.summary,
@@ -272,7 +272,7 @@ class RewardRegistry:
         )
         if meta:  # @reward metadata fills what the spec left at its defaults
             full = full.with_(
-                kind=meta.get("kind", spec.kind) if spec.kind == "function" else spec.kind,
+                kind=probe.kind if spec.kind == "function" else spec.kind,
                 policy=probe.policy,
                 data_sources=spec.data_sources or probe.data_sources,
             )

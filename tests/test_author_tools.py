@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import tomllib
 
 import pytest
 
@@ -45,21 +46,40 @@ def test_new_install_list_test_from_nothing(tmp_path):
     run("-m", "rewardhub", "new", "shouty_answer")
     pkg = work / "shouty-answer"
     assert sorted(p.name for p in pkg.iterdir()) == ["README.md", "pyproject.toml", "shouty_answer", "tests"]
+    assert sorted(p.name for p in (pkg / "tests").iterdir()) == ["test_shouty_answer.py",
+                                                                 "test_shouty_answer_contract.py"]
+    # the package needs nothing: rewardhub is an optional extra (verl and TRL use it without; see
+    # tests/test_reward_packages.py)
+    with open(pkg / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert project["dependencies"] == []
+    assert project["optional-dependencies"]["rewardhub"][0].startswith("rewardhub>=")
+    assert "import rewardhub" not in (pkg / "shouty_answer" / "reward.py").read_text()
     run("-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(pkg))
     listed = {r["name"]: r for r in json.loads(run("-m", "rewardhub", "list", "--json").stdout)}
     assert listed["shouty_answer"]["status"] == "ok", listed["shouty_answer"]
     assert listed["shouty_answer"]["dist"] == "shouty-answer"
     assert listed["shouty_answer"]["source"] == "entry-point"
-    # its own generated test (which runs the contract) passes
+    # with its policy, read from the plain __rewardhub__ dict (the module is not imported to list it)
+    assert listed["shouty_answer"]["policy"]["timeout_s"] == 5 and listed["shouty_answer"]["policy"]["pure"]
+    assert listed["shouty_answer"]["policy_text"] == "timeout 5s, pure"
+    table = run("-m", "rewardhub", "list").stdout
+    assert [line for line in table.splitlines() if line.startswith("shouty_answer ")][0].split()[:6] == \
+        ["shouty_answer", "shouty-answer", "0.1.0", "ok", "timeout", "5s,"]
+    shown = json.loads(run("-m", "rewardhub", "show", "shouty_answer", "--json").stdout)
+    assert shown["policy"]["timeout_s"] == 5 and shown["policy"]["pure"] is True
+    # its own generated tests (one runs the contract) pass
     res = run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(pkg / "tests"), cwd=tmp_path)
-    assert "2 passed" in res.stdout
+    assert "3 passed" in res.stdout
     res = run("-m", "rewardhub", "test", "shouty_answer", "--executors", "inline,process")
     assert "every contract holds" in res.stderr
     # an edit the author makes is live at once (editable install), and a broken contract fails the command
     reward = pkg / "shouty_answer" / "reward.py"
-    reward.write_text(reward.read_text().replace("    numbers = _NUMBER.findall(response)",
-                                                 "    numbers = _NUMBER.findall(response)\n"
-                                                 "    if not response:\n        raise ValueError('empty')"))
+    text = reward.read_text()
+    assert '    numbers = _NUMBER.findall(solution_str or "")' in text
+    reward.write_text(text.replace('    numbers = _NUMBER.findall(solution_str or "")',
+                                   '    numbers = _NUMBER.findall(solution_str or "")\n'
+                                   "    if not solution_str:\n        raise ValueError('empty')"))
     res = run("-m", "rewardhub", "test", "shouty_answer", "--executors", "inline", check=False)
     assert res.returncode == 1
     assert "edge responses" in res.stdout and "FAIL" in res.stdout and "empty: " in res.stdout

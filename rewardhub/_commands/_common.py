@@ -8,8 +8,11 @@ import os
 import sys
 from typing import Any
 
+from .._discovery import UNREADABLE
 from .._discovery import find_module_file
 from .._discovery import static_docstring
+from .._discovery import static_meta
+from ..types import ExecutionPolicy
 from ..types import RewardSpec
 
 
@@ -38,8 +41,55 @@ def summary(spec: RewardSpec) -> str:
     return static_docstring(find_module_file(module) or "", attr.split(".")[-1])
 
 
-def spec_row(spec: RewardSpec) -> dict[str, Any]:
+def with_declared_policy(spec: RewardSpec) -> tuple[RewardSpec, str]:
+    """A lazy entry point's spec with the policy its source declares (read without importing it:
+    a plain ``__rewardhub__`` dict or ``@reward`` arguments), and a note: ``""``, or why the
+    declaration cannot be read (``"?"`` when it is not made of literals)."""
+    from ..decorator import plain_meta
+    from ..errors import UsageError
+
+    if spec.source != "entry-point" or spec.status != "ok" or spec.is_file_target:
+        return spec, ""
+    module, _, attr = spec.target.partition(":")
+    raw = static_meta(find_module_file(module) or "", attr.split(".")[-1])
+    if raw is None:
+        return spec, ""
+    if raw == UNREADABLE:
+        return spec, "?"
+    try:
+        meta = plain_meta(raw, f"reward {spec.name!r} ({spec.target})")
+    except UsageError as exc:
+        return spec, f"invalid: {exc}".replace("\n", "; ")
+    return spec.with_(policy=meta["policy"], data_sources=spec.data_sources or meta["data_sources"],
+                      kind=meta["kind"] if spec.kind == "function" else spec.kind), ""
+
+
+def policy_text(spec: RewardSpec) -> str:
+    """The settings of ``spec``'s policy that differ from the defaults, e.g. ``timeout 5s, pure``."""
+    pol, default = spec.policy, ExecutionPolicy()
+    parts = []
+    if pol.executor != default.executor:
+        parts.append(pol.executor)
+    if pol.timeout_s is not None:
+        parts.append(f"timeout {pol.timeout_s:g}s")
+    if pol.pure:
+        parts.append("pure")
+    for key in ("max_concurrency", "retries", "on_failure", "memory_limit_mb"):
+        if getattr(pol, key) != getattr(default, key):
+            parts.append(f"{key} {getattr(pol, key)}")
+    if spec.data_sources:
+        more = len(spec.data_sources) - 1
+        parts.append(f"data_sources {spec.data_sources[0]}" + (f" +{more}" if more else ""))
+    return ", ".join(parts) or "-"
+
+
+def spec_row(spec: RewardSpec, *, loaded: bool = False) -> dict[str, Any]:
+    """``spec`` as a row of ``list`` / ``show``; a spec not ``loaded`` gets the policy its source declares."""
+    spec, note = (spec, "") if loaded else with_declared_policy(spec)
     return {
+        "data_sources": list(spec.data_sources),
+        "policy": {k: getattr(spec.policy, k) for k in spec.policy.__slots__},
+        "policy_text": note or policy_text(spec),
         "capabilities": list(spec.capabilities),
         "dist": spec.dist,
         "error": spec.error,

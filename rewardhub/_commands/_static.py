@@ -84,7 +84,18 @@ def read_reward(file: str, function: str, target: str) -> tuple[Any, list[str]]:
         raise UsageError(f"{file} has no function {function!r} (it defines: {have})\n"
                          "set the term's function: to one of them")
     node = defs[-1]  # the last definition wins, as on import
-    return _stand_in(node, target)
+    fn, notes = _stand_in(node, target)
+    if fn is not None and getattr(fn, "__rewardhub__", None) is None:
+        from .._discovery import UNREADABLE
+        from .._discovery import static_meta
+
+        plain = static_meta(file, function)  # `function.__rewardhub__ = {...}` (see decorator.plain_meta)
+        if plain == UNREADABLE:
+            notes.append(f"{target}: {function}.__rewardhub__ is not a literal dict; its policy is not read "
+                         "without running the file")
+        elif plain is not None:
+            fn.__rewardhub__ = plain
+    return fn, notes
 
 
 def _stand_in(node: ast.FunctionDef | ast.AsyncFunctionDef, target: str) -> tuple[Any, list[str]]:

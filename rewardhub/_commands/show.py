@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         source_file = inspect.getsourcefile(target) or "?"
     except TypeError:
         source_file = "?"
-    row = spec_row(spec)
+    row = spec_row(spec, loaded=True)
     row.update(
         signature=signature,
         doc=inspect.getdoc(target) or "",
