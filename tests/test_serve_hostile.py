@@ -187,6 +187,31 @@ def test_huge_finite_scores_fail_no_request_pooled_with_them(tmp_path):
         assert server.metric("rewardhub_batches_total") == 2  # B, C and D pooled into one call
 
 
+# ---- a client that goes away ----------------------------------------------------------------------
+def test_the_rows_of_a_client_that_went_away_are_not_scored(tmp_path):
+    """B's request waits while A holds the one call (--max-calls 1); B's client closes its connection.
+    Its handler is cancelled, so B's rows are dropped from the queue: the reward never sees them
+    (before: scored after A, for nobody, holding up whoever came next)."""
+    cfg, log, release = _judge(tmp_path)
+    with Server(cfg, "--max-calls", "1") as server:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
+            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            host, port = server.url.removeprefix("http://").rsplit(":", 1)
+            gone = socket.create_connection((host, int(port)), timeout=30)
+            body = b'{"rows": [{"response": "gone:0.5"}, {"response": "gone:0.25"}]}'
+            headers = {"Host": f"{host}:{port}", "Content-Type": "application/json"}
+            gone.sendall(_post("/score", headers, body))
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 2, "B waiting")
+            gone.close()
+            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 1, "B's handler cancelled")
+            release.touch()
+            assert a.result()[0] == 200
+        status, answer = server.post("/score", {"rows": [{"response": "c:0.75"}]})
+        assert status == 200 and answer["rows"][0]["score"] == 0.75
+    assert sorted(log.read_text().split()) == ["c:0.75", "wait"]
+
+
 # ---- (f) on_failure: raise in one request -------------------------------------------------------
 def test_a_raising_request_fails_alone_and_no_row_is_scored_twice(tmp_path):
     """B and C wait while A holds the one call (--max-calls 1), then are pooled into one; C's row

@@ -236,8 +236,11 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
     batcher = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     batcher.start()
     app = build_app(batcher, metrics, opts, info)
-    # the drain below answers every handler before the runner's cleanup, which then only closes
-    app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
+    # the drain below answers every handler before the runner's cleanup, which then only closes.
+    # handler_cancellation: a client that goes away cancels its handler, so its rows still queued are
+    # never scored (a request sent with an Idempotency-Key is shielded: its retry will want the answer)
+    app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0,
+                               handler_cancellation=True)
     await app_runner.setup()
     loop = asyncio.get_running_loop()
     closed_log = EveryMinute()
