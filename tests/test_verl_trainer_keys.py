@@ -76,7 +76,7 @@ def test_conflicts_and_what_is_left_alone():
         "trainer.mode=fully_async",
         "data.max_prompt_lenght=3",
     )
-    # the resource keys are the resources table's (rewardhub_trainer/verl/resources.py: 2 nodes x 2 GPUs, one for
+    # the resource keys are the resources table's (rewardhub_trainer.verl.resources: 2 nodes x 2 GPUs, one for
     # the learner, the other three as one rollouter of tensor_model_parallel_size 2); the trainer's own
     # keys and typos are the schema's to judge
     assert cfg["trainer"] == {"mode": "fully_async", "num_rollouters": 1}
