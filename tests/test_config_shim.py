@@ -13,11 +13,11 @@ import yaml
 
 from rewardhub.config.overrides import apply_overrides
 from rewardhub.config.schema import validate_reward
-from rewardhub.config.shim import is_legacy_key
-from rewardhub.config.shim import legacy_keys
-from rewardhub.config.shim import migrate
 from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
+from rewardhub.verl.shim import is_legacy_key
+from rewardhub.verl.shim import legacy_keys
+from rewardhub.verl.shim import migrate
 
 SHARED = Path(__file__).resolve().parent / "data" / "legacy-examples"  # a copy of ../shared/legacy-examples
 OWN = Path(__file__).resolve().parent / "data" / "legacy"

@@ -23,8 +23,9 @@ HEAVY = (
     "math_verify",
     "reasoning_gym",
 )
+#: (the verl managers' classes import verl: tests/test_verl_reward_loop.py imports them with verl-compat)
 MODULES = sorted(m.name for m in pkgutil.walk_packages(rewardhub.__path__, "rewardhub.")
-                 if not m.name.startswith("rewardhub.distributed"))
+                 if not m.name.startswith("rewardhub.distributed") and m.name != "rewardhub.verl._classes")
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -185,6 +186,49 @@ def test_execution_never_imports_distributed():
     assert bad == []
 
 
+def test_the_verl_wing_never_imports_the_cli():
+    """The verl wing (launch scripts, legacy reward keys, the reward managers) is core: it scores and
+    migrates through the core's modules, never through ``rewardhub._commands``."""
+    graph = import_graph()
+    wing = [m for m in graph if m == "rewardhub.verl" or m.startswith("rewardhub.verl.")]
+    assert {"rewardhub.verl.shim", "rewardhub.verl.scripts", "rewardhub.verl.managers"} <= set(wing)
+    bad = sorted(f"{m} -> {t}" for m in wing for t in graph[m] if t.startswith("rewardhub._commands"))
+    assert bad == []
+
+
+def _move_targets(path: Path) -> list[tuple[int, str]]:
+    """``("move", "target")`` rule tuples written in a module: (line, target)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Tuple) and len(node.elts) >= 2
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts[:2])
+                and node.elts[0].value == "move"):  # type: ignore[attr-defined]
+            found.append((node.lineno, node.elts[1].value))  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_rule_in_the_core_moves_a_key_outside_reward():
+    """The core owns ``reward:`` alone: a ``("move", key)`` rule under rewardhub/ writes ``reward.*``; verl's
+    trainer keys move in the trainer's own wing (rewardhub_trainer.verl), which owns those sections."""
+    mods = _modules()
+    core = {m: p for m, p in mods.items() if m == "rewardhub" or m.startswith("rewardhub.")}
+    bad = [f"{m}:{line}: move -> {target}" for m, p in core.items() for line, target in _move_targets(p)
+           if not (target == "reward" or target.startswith(("reward.", "reward[")))]
+    assert bad == []
+    # the rule sees the trainer's table (and would see one in the core)
+    trainer_moves = [t for m, p in mods.items() if m.startswith("rewardhub_trainer.verl")
+                     for _, t in _move_targets(p)]
+    assert "trainer.lr" in trainer_moves
+
+
+def test_the_config_package_is_the_loader_and_its_seams():
+    """``rewardhub/config/`` holds the loader, the schema, fields, overrides, resolve, the report and the
+    owners' seam; any one format's reader or mapping lives in its owner's wing."""
+    names = {p.stem for p in (REPO / "rewardhub" / "config").glob("*.py")}
+    assert names == {"__init__", "loader", "schema", "fields", "overrides", "_resolve", "migration_report",
+                     "owners"}
+
+
 def test_modules_stay_under_the_size_limit():
     sizes = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
              for p in _modules().values()}
@@ -255,8 +299,8 @@ def test_no_module_imports_private_names():
        ``__init__`` and the modules under that package (sub-packages included) import it. Another package
        goes through the public surface: the package's ``__init__`` exports or a public module (e.g.
        ``rewardhub._commands.score`` imports ``rewardhub.execution``, not ``rewardhub.execution._columns``;
-       ``rewardhub.config.shim`` may import the public names of its sibling
-       ``rewardhub.config._legacy_leaves``).
+       ``rewardhub.verl.shim`` may import the public names of its sibling
+       ``rewardhub.verl._legacy_leaves``).
 
     Dunder names (``__version__``) are not private.
     """

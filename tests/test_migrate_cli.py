@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewardhub.config._shell_pick import all_words as shell_words
 from rewardhub.config.loader import read_and_migrate
 from rewardhub.config.loader import read_config_file
 from rewardhub.config.overrides import is_override_word
-from rewardhub.config.shim import is_legacy_key
-from rewardhub.config.shim import migrate
+from rewardhub.verl.scripts import all_words as shell_words
+from rewardhub.verl.shim import is_legacy_key
+from rewardhub.verl.shim import migrate
 
 SHARED = Path(__file__).resolve().parent / "data" / "legacy-examples"  # a copy of ../shared/legacy-examples
 
@@ -91,7 +91,7 @@ def test_migrate_yaml_with_overrides(cli):
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)["config"]
     assert cfg["reward"]["rewards"] == [{"path": "recipe/deepeyes/deepeyes.py", "function": "other"}]
-    # verl's trainer keys move too (rewardhub.config.verl_trainer)
+    # verl's trainer keys move too (rewardhub_trainer.verl.rules)
     assert (
         "data" not in cfg
         and cfg["rollout"] == {"prompts_per_step": 256}
@@ -673,8 +673,8 @@ def test_a_value_from_the_environment_is_kept_as_its_reference(monkeypatch, body
     the same value when loaded), never as the secret's text; a number stays a number."""
     from omegaconf import OmegaConf
 
-    from rewardhub.config._shell_pick import read_script
     from rewardhub.config.overrides import apply_overrides
+    from rewardhub.verl.scripts import read_script
 
     monkeypatch.setenv("RH_SECRET", "s+/k==")
     monkeypatch.setenv("RH_NODES", "2")
@@ -721,7 +721,7 @@ def test_an_array_built_command_reads_as_bash_runs_it(tmp_path, monkeypatch):
     import re
     import subprocess
 
-    from rewardhub.config._shell_pick import read_script
+    from rewardhub.verl.scripts import read_script
 
     monkeypatch.setenv("RH_DATA_HOME", "/data/rh")
     monkeypatch.delenv("TRAIN_FILE", raising=False)

@@ -8,9 +8,9 @@ import textwrap
 
 from rewardhub.adapters import to_trl
 from rewardhub.adapters import to_verl
-from rewardhub.adapters_verl import VerlBatchScorer
 from rewardhub.execution import Runner
 from rewardhub.execution import aggregate
+from rewardhub.verl.managers import VerlBatchScorer
 
 ROUTED = textwrap.dedent('''
     import rewardhub

@@ -8,9 +8,9 @@ import warnings
 
 import pytest
 
-from rewardhub.adapters_verl import reward_section
-from rewardhub.config.shim import migrate
 from rewardhub.errors import UsageError
+from rewardhub.verl._config import reward_section
+from rewardhub.verl.shim import migrate
 
 # what verl 0.9.1's composed defaults hold next to the legacy keys
 VERL_DEFAULTS = {"reward": {"custom_reward_function": {"path": None, "name": "compute_score"},

@@ -7,9 +7,9 @@ import warnings
 import pytest
 
 from rewardhub.config.loader import read_and_migrate
-from rewardhub.config.verl_trainer import NOT_HERE
 from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
+from rewardhub_trainer.verl.rules import NOT_HERE
 
 
 def mapped(*overrides: str):
@@ -76,7 +76,7 @@ def test_conflicts_and_what_is_left_alone():
         "trainer.mode=fully_async",
         "data.max_prompt_lenght=3",
     )
-    # the resource keys are the resources table's (config/verl_resources.py: 2 nodes x 2 GPUs, one for
+    # the resource keys are the resources table's (rewardhub_trainer.verl.resources: 2 nodes x 2 GPUs, one for
     # the learner, the other three as one rollouter of tensor_model_parallel_size 2); the trainer's own
     # keys and typos are the schema's to judge
     assert cfg["trainer"] == {"mode": "fully_async", "num_rollouters": 1}
@@ -102,11 +102,11 @@ def test_an_interpolation_is_dropped_not_resolved():
 
 import os  # noqa: E402
 
-from rewardhub.config._verl_keys import VERL_YAMLS  # noqa: E402
-from rewardhub.config._verl_keys import derive_table  # noqa: E402
-from rewardhub.config._verl_keys_table import TABLE  # noqa: E402
 from rewardhub.config.loader import load_plan  # noqa: E402
-from rewardhub.config.verl_trainer import KEY_RULES  # noqa: E402
+from rewardhub.verl._keys_table import TABLE  # noqa: E402
+from rewardhub.verl.keys import VERL_YAMLS  # noqa: E402
+from rewardhub.verl.keys import derive_table  # noqa: E402
+from rewardhub_trainer.verl.rules import KEY_RULES  # noqa: E402
 
 VERL = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "verl-compat", "verl"
@@ -296,10 +296,10 @@ def test_the_defaults_table_says_the_trainers_and_verls_real_defaults():
 
     import yaml
 
-    from rewardhub.config._verl_mapping import VERL_DEFAULTS
     from rewardhub_trainer.config import DataConfig
     from rewardhub_trainer.config import RolloutConfig
     from rewardhub_trainer.config import TrainerConfig
+    from rewardhub_trainer.verl.mapping import VERL_DEFAULTS
 
     ours = {
         f"{section}.{f.name}": f.default

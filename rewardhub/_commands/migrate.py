@@ -100,7 +100,7 @@ def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
     (what ``--write`` saves); a misspelt legacy key stays where it was, for the user to fix."""
     from ..config.overrides import apply_overrides
     from ..config.overrides import format_value
-    from ..config.shim import migrate
+    from ..verl.shim import migrate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -111,7 +111,7 @@ def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
 def _print_unknown(report: Any) -> None:
     """One ``WARNING:`` line per key verl does not have (left out of the printed config, and left as it is in
     a rewritten file, for the user to fix)."""
-    from ..config.shim import unknown_line
+    from ..verl.shim import unknown_line
 
     for u in report.unknown:
         print(f"WARNING: {unknown_line(u)}", file=sys.stderr)
@@ -237,8 +237,8 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
     from ..config.overrides import format_value
     from ..config.overrides import leaves
     from ..config.overrides import parse_override
-    from ..config.shim import is_legacy_key
-    from ..config.shim import migrate
+    from ..verl.shim import is_legacy_key
+    from ..verl.shim import migrate
 
     words = script_overrides(text)
     parsed = [parse_override(w.text) for w in words]

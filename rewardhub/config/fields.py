@@ -32,7 +32,6 @@ from typing import Any
 from ..errors import UsageError
 
 __all__ = [
-    "SECTIONS",
     "Rule",
     "above",
     "at_least",
@@ -43,9 +42,6 @@ __all__ = [
     "one_of",
     "unknown_key",
 ]
-
-#: the sections of a config (a top-level key that is none of these is an unknown key)
-SECTIONS = ("reward", "trainer", "model", "rollout", "data", "resources")
 
 _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 

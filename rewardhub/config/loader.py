@@ -12,24 +12,26 @@ from typing import Any
 
 from ..errors import UsageError
 from ._resolve import resolve_or_explain
-from .fields import SECTIONS
+from .migration_report import MigrationReport
+from .owners import check_sections
+from .owners import installed_owners
+from .owners import owned_sections
 from .schema import RewardConfig
-from .shim import MigrationReport
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-__all__ = ["SECTIONS", "ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
-           "config_file_kind", "load_config", "load_config_with_report", "load_plan", "parse_text",
-           "read_and_migrate", "read_config_file", "read_migrated", "read_text", "resolve_or_explain",
-           "script_overrides"]
+__all__ = ["ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
+           "config_file_kind", "load_config", "load_config_with_report", "load_plan", "owned_sections",
+           "parse_text", "read_and_migrate", "read_config_file", "read_migrated", "read_text",
+           "resolve_or_explain", "script_overrides"]
 
 
-def _migrate(config: Mapping[str, Any]) -> tuple[dict[str, Any], MigrationReport]:
-    from .shim import migrate
-    from .verl_resources import migrate_resources
-
-    return migrate_resources(*migrate(config))
+def _script_reader() -> Callable[[str], dict[str, Any]]:
+    reader = next((o.read_script for o in installed_owners() if o.read_script is not None), None)
+    if reader is None:
+        raise UsageError("no installed owner reads launch scripts\npass a YAML config")
+    return reader
 
 
 SHELL_SUFFIXES = (".sh", ".bash", ".overrides", ".txt")
@@ -101,37 +103,34 @@ def config_file_kind(path: str, text: str) -> str:
 
 def script_overrides(text: str) -> list[Any]:
     """The override words a shell script (or overrides file) hands to verl, as shell words with their spans
-    (see :mod:`rewardhub.config._shell`: only the verl command's words, expanded as the shell would)."""
-    from ._shell_pick import read_script
+    (see :mod:`rewardhub.verl.scripts`: only the verl command's words, expanded as the shell would)."""
+    from ..verl.scripts import read_script
 
     return read_script(text).words
 
 
 def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config, or a shell launch script's / overrides file's ``KEY=VALUE`` words, into a dict."""
-    from ._verl_mapping import ENTRY_KEY
-
     data = parse_text(path, read_text(path))[1]
-    data.pop(ENTRY_KEY, None)
-    return data
+    return {k: v for k, v in data.items() if not _between_owners(k)}
+
+
+def _between_owners(key: Any) -> bool:
+    """``__name__`` top-level keys: what one owner's reader leaves for another's migration."""
+    return isinstance(key, str) and key.startswith("__") and key.endswith("__")
 
 
 def parse_text(path: str, text: str) -> tuple[str, dict[str, Any]]:
     """The kind (``yaml`` / ``shell``) and content of a config file's text."""
     kind = config_file_kind(path, text)
     if kind == "shell":
-        from ._shell_pick import read_script
-        from ._verl_mapping import ENTRY_KEY
-        from .overrides import apply_overrides
-
-        script = read_script(text)
-        if not script.words and script.entry is None:
-            raise UsageError(f"config {path!r} is neither YAML nor a script with KEY=VALUE overrides\n"
-                             "pass a YAML file, or a launch script whose command has dotted overrides")
-        data = apply_overrides({}, [w.text for w in script.words])
-        if script.entry is not None:
-            data[ENTRY_KEY] = script.entry  # the verl entry point run: verl_trainer reads it (fully-async)
-        return kind, data
+        reader = _script_reader()
+        try:
+            return kind, reader(text)
+        except UsageError as exc:
+            if str(exc).startswith("the file is neither"):
+                raise UsageError(f"config {path!r} is{str(exc)[len('the file is'):]}") from None
+            raise
     import yaml
 
     try:
@@ -173,11 +172,12 @@ def _override_and_migrate(
 
     if overrides:
         raw = apply_overrides(_remote_long_form(raw, overrides), overrides)
-    cfg, report = _migrate(raw)
-    from ._verl_mapping import map_verl_keys
+    import copy
 
-    map_verl_keys(cfg, report)  # then verl's data/model/rollout/optimizer/algorithm/trainer keys, same report
-    return cfg, report
+    cfg, report = copy.deepcopy(raw), MigrationReport()
+    for owner in installed_owners():  # the core's reward keys first, then each installed owner's
+        cfg = owner.migrate(cfg, report)
+    return {k: v for k, v in cfg.items() if not _between_owners(k)}, report
 
 
 def _remote_long_form(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -225,33 +225,6 @@ def _strings(node: Any) -> set[str]:
     if isinstance(node, (list, tuple)):
         return set().union(*(_strings(v) for v in node)) if node else set()
     return {node} if isinstance(node, str) else set()
-
-
-#: the sections a config may have once its legacy keys are migrated: the core's ``reward:`` and the
-#: trainer's (verl's own sections, ``custom_reward_function`` ... ``actor_rollout_ref``, are migrated
-#: or dropped with a reason by then)
-
-
-def check_sections(cfg: Mapping[str, Any], anchors: Callable[[], set[str]] = set) -> None:
-    """A top-level key that is no section (a misspelt ``rewad:``) is an error, not silently ignored.
-
-    A key whose value is a YAML anchor (``base: &b {weight: 1.0}``, reused as ``*b`` in a section)
-    holds shared values, not a section: it is left as it is.
-
-    :param anchors: the config file's top-level keys whose value is anchored (asked for only when
-        a key is not a section: see :func:`anchor_holders`).
-    :raises UsageError: ``unknown key rewad`` / ``did you mean reward?`` (the one wording).
-    """
-    from .fields import unknown_key
-    from .verl_trainer import VERL_ROOTS
-
-    holders: set[str] | None = None
-    for key, value in cfg.items():
-        if key in SECTIONS or (key in VERL_ROOTS and value in (None, {})):  # a verl section left empty
-            continue
-        holders = anchors() if holders is None else holders
-        if key not in holders:
-            raise unknown_key(str(key), SECTIONS)
 
 
 def anchor_holders(text: str) -> set[str]:

@@ -1,6 +1,6 @@
 """What a migration of legacy keys did: :class:`MigrationReport`.
 
-:func:`rewardhub.config.shim.migrate` fills one in (and re-exports the class); the loader
+:func:`rewardhub.verl.shim.migrate` fills one in (and re-exports the class); the loader
 (:mod:`rewardhub.config.loader`) keeps it with the loaded config, ``rewardhub migrate`` prints it, and
 ``train``/``check`` refuse a config with an unknown key through :meth:`MigrationReport.unknown_error`.
 """
@@ -12,8 +12,8 @@ from dataclasses import field
 from typing import Any
 
 from ..errors import UsageError
-from ._verl_keys import suggest
-from ._verl_keys import unknown_line
+from ..verl.keys import suggest
+from ..verl.keys import unknown_line
 
 __all__ = ["MigrationReport"]
 

@@ -2,7 +2,7 @@
 
 :func:`parse_overrides` reads argv-style tokens (the shell has already removed its quotes);
 :func:`is_override_word` tells an override among a launch script's words (which
-:mod:`rewardhub.config._shell_pick` splits and expands as a POSIX shell would).
+:mod:`rewardhub.verl.scripts` splits and expands as a POSIX shell would).
 """
 
 from __future__ import annotations

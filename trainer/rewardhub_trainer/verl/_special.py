@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._legacy_rules import truthy
+from rewardhub.verl.shim import truthy
 
 __all__ = ["decide"]
 

@@ -1,7 +1,7 @@
-"""verl 0.9.1's config keys, as :func:`rewardhub.config._verl_keys.derive_table` writes them (generated;
+"""verl 0.9.1's config keys, as :func:`rewardhub.verl.keys.derive_table` writes them (generated;
 do not edit).
 
-Regenerate: ``python -m rewardhub.config._verl_keys .venv/verl-compat/verl``.
+Regenerate: ``python -m rewardhub.verl.keys .venv/verl-compat/verl``.
 """
 
 TABLE = """\

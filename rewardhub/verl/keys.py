@@ -5,7 +5,7 @@ Megatron twin, the fully-async configs and ``legacy_reward_impl.yaml``), one lin
 ``parent: leaf leaf ...``; a leaf written ``name/`` is a free-form mapping (any key below it is
 verl's: ``engine_kwargs``, ``override_config``). :func:`derive_table` builds it from those files
 (tests/test_verl_trainer_keys.py checks it against the installed verl);
-``python -m rewardhub.config._verl_keys VERL_DIR`` prints it again for a newer verl, long lines continued
+``python -m rewardhub.verl.keys VERL_DIR`` prints it again for a newer verl, long lines continued
 with a backslash (:func:`table_source`).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "suggest", "table_source", "unknown_line"]
+__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "roots", "suggest", "table_source", "unknown_line"]
 
 #: the files of a verl checkout (relative to its ``verl/`` package) the table is derived from
 VERL_YAMLS = (
@@ -50,7 +50,7 @@ def derive_table(yaml_texts: Iterable[str]) -> str:
     """The table (see :data:`TABLE`) of the keys in verl's config files ``yaml_texts``."""
     import yaml
 
-    from .overrides import leaves
+    from ..config.overrides import leaves
 
     groups: dict[str, set[str]] = {}
     for text in yaml_texts:
@@ -64,7 +64,7 @@ def derive_table(yaml_texts: Iterable[str]) -> str:
 
 
 def table_source(table: str, width: int = 110) -> str:
-    """``table``'s text for _verl_keys_table.py: a line longer than ``width`` goes on over several, each
+    """``table``'s text for _keys_table.py: a line longer than ``width`` goes on over several, each
     but the last ending in a space and a backslash (a backslash-newline, which the string's value drops)."""
     out = []
     for line in table.splitlines():
@@ -83,7 +83,7 @@ def table_source(table: str, width: int = 110) -> str:
 @functools.cache
 def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
     """(every leaf key, the free-form nodes, parent -> its children's names, inner nodes too)."""
-    from ._verl_keys_table import TABLE
+    from ._keys_table import TABLE
 
     keys: set[str] = set()
     opened: set[str] = set()
@@ -98,6 +98,11 @@ def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
         for i in range(len(parts)):
             children.setdefault(".".join(parts[:i]), set()).add(parts[i])
     return frozenset(keys), frozenset(opened), {k: sorted(v) for k, v in children.items()}
+
+
+def roots() -> tuple[str, ...]:
+    """The top-level sections of verl's config (``actor_rollout_ref``, ``data``, ``trainer``...)."""
+    return tuple(_known()[2][""])
 
 
 def is_verl_key(key: str) -> bool:
@@ -135,7 +140,7 @@ def unknown_line(entry: Mapping[str, Any]) -> str:
     return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
-if __name__ == "__main__":  # pragma: no cover - regenerates _verl_keys_table.py's text
+if __name__ == "__main__":  # pragma: no cover - regenerates _keys_table.py's text
     import os
     import sys
 

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.overrides import leaves as dotted_leaves
 from ..errors import UsageError
 from ._legacy_rules import RM_FIELDS
 from ._legacy_rules import RULES
-from .overrides import leaves as dotted_leaves
 
 __all__ = ["Leaf", "is_legacy_key", "legacy_keys", "legacy_leaves", "plain_dict", "rule_of"]
 
@@ -111,7 +111,7 @@ def legacy_keys(config: Any) -> list[str]:
 
 
 def _is_verl(leaf: Leaf) -> bool:
-    from ._verl_keys import is_verl_key
+    from .keys import is_verl_key
 
     return is_verl_key(leaf.key) or is_verl_key(f"{leaf.ns}.{leaf.rel}")
 

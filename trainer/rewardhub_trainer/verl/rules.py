@@ -1,7 +1,7 @@
 """verl's trainer keys -> the trainer's sections (``trainer``, ``model``, ``rollout``, ``data``).
 
 A verl GRPO launch script (``python3 -m verl.trainer.main_ppo data.train_files=... actor_rollout_ref...``)
-runs with ``rewardhub train``: :func:`rewardhub.config._verl_mapping.map_verl_keys`, called by the shim after
+runs with ``rewardhub train``: :func:`rewardhub_trainer.verl.mapping.map_verl_keys`, called by the shim after
 the reward keys, moves each verl key it knows to the trainer's key, or drops it with the reason (FSDP,
 GPU-engine and logging settings the trainer does not have), into the same :class:`MigrationReport` as the
 reward keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
@@ -19,11 +19,14 @@ maps them; the last one onto ``rollout.tensor_parallel_size`` and ``resources.ro
 
 from __future__ import annotations
 
-from ._verl_actor_rules import ACTOR_ROLLOUT_RULES
-from ._verl_actor_rules import PROFILER as _PROFILER
-from ._verl_actor_rules import SINGLE_TURN as _SINGLE_TURN
+from ._actor_rules import ACTOR_ROLLOUT_RULES
+from ._actor_rules import PROFILER as _PROFILER
+from ._actor_rules import SINGLE_TURN as _SINGLE_TURN
 
-__all__ = ["NOT_HERE", "KEY_RULES", "VERL_ROOTS", "rule"]
+__all__ = ["NOT_HERE", "KEY_RULES", "SECTIONS", "VERL_ROOTS", "rule"]
+
+#: the trainer's top-level sections
+SECTIONS = ("trainer", "model", "rollout", "data", "resources")
 
 #: left for the resource mapping (another table)
 NOT_HERE = frozenset({"trainer.n_gpus_per_node", "trainer.nnodes",

@@ -1,6 +1,6 @@
 """verl's ``actor_rollout_ref`` keys past the model's -> the trainer's keys, or why they are dropped.
 
-The part of :data:`rewardhub.config.verl_trainer.KEY_RULES` (same format, spliced in at its place: the
+The part of :data:`rewardhub_trainer.verl.rules.KEY_RULES` (same format, spliced in at its place: the
 first match wins) for verl's actor (the learner), its rollout (the generation engine), its ref worker and
 the rest of that section, with the reasons of their drops.
 """

@@ -1,4 +1,4 @@
-"""The words of a shell script as :mod:`rewardhub.config._shell` reads them, and where a ``${...}``
+"""The words of a shell script as :mod:`rewardhub.verl._shell` reads them, and where a ``${...}``
 or a ``$(...)`` ends."""
 
 from __future__ import annotations

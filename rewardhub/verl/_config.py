@@ -1,4 +1,4 @@
-"""Which rewards a verl config names, as a rewardhub ``reward:`` section (for :mod:`rewardhub.adapters_verl`).
+"""Which rewards a verl config names, as a rewardhub ``reward:`` section (for :mod:`rewardhub.verl.managers`).
 
 ``reward.reward_manager.module.path`` may name a rewardhub YAML; else verl's own reward keys (legacy or
 new, migrated or not) are migrated; without a custom function, verl's default scorer is the term.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 if TYPE_CHECKING:
-    from .config.schema import RewardConfig
+    from ..config.schema import RewardConfig
 
 __all__ = ["VERL_DEFAULT_TERM", "raise_per_row", "reward_section"]
 
@@ -58,11 +58,11 @@ def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
 def reward_section(verl_config: Any) -> RewardConfig:
     """The rewardhub ``reward:`` section for a verl config: from the rewardhub YAML named by
     ``reward.reward_manager.module.path``, else migrated from verl's own reward keys."""
-    from .config import load_plan
-    from .config.loader import resolve_or_explain
-    from .config.schema import validate_reward
-    from .config.shim import migrate
-    from .errors import UsageError
+    from ..config import load_plan
+    from ..config.loader import resolve_or_explain
+    from ..config.schema import validate_reward
+    from ..errors import UsageError
+    from .shim import migrate
 
     cfg = _legacy_applied(dict(resolve_or_explain(verl_config, "verl config") or {}))
     verl_reward = cfg.get("reward") or {}

@@ -6,7 +6,7 @@ bodies and redirections, which are no words), expands what the script itself say
 and ``export NAME=value`` set before use, ``${NAME:-default}``, ``$(pwd)``/```pwd``` while no ``cd``
 came before, the positional parameters of a script run without arguments, which are empty) and
 splits an unquoted expansion into words as the shell does (``main_ppo $ARGS``); bash arrays
-(``ARGS=(...)``, ``ARGS+=(...)``, ``"${ARGS[@]}"``) as :mod:`rewardhub.config._shell_arrays` reads
+(``ARGS=(...)``, ``ARGS+=(...)``, ``"${ARGS[@]}"``) as :mod:`rewardhub.verl._shell_arrays` reads
 them. The overrides are
 the words of the one command that runs verl (``python3 -m verl.trainer.main_ppo``, verl's
 fully-async entry point, ``recipe.*.main_*``); a file with no such command is a file of overrides
@@ -17,7 +17,7 @@ substitution, a variable or array changed inside an ``if``/``for``/``while``/``c
 naming the line, never a silently wrong value. A variable the script does not set becomes
 OmegaConf's ``${oc.env:NAME}`` inside an override's value (resolved when the config is loaded); one
 set in the environment too, where that reads as the same value (see
-:func:`rewardhub.config._shell_pick.public_words`), so that no written config holds a secret.
+:func:`rewardhub.verl.scripts.public_words`), so that no written config holds a secret.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Reader:
         self.functions = bool(_FUNCTION_RE.search(text))  # then $1, $@ may be a function's arguments
         self.assigning = False  # expanding an assignment's value (a variable, not an override)
         #: expanding for the reference form: what comes from the environment is kept as ``${oc.env:NAME}``
-        #: (see :func:`rewardhub.config._shell_pick.public_words`), and a variable set from it as in ``refs``
+        #: (see :func:`rewardhub.verl.scripts.public_words`), and a variable set from it as in ``refs``
         self.keep_env = False
         #: a variable's value in its reference form, where that differs from its value
         self.refs: dict[str, str] = {}

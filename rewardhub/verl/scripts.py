@@ -1,11 +1,13 @@
 """Which command of a launch script runs verl, and which of its words are the run's overrides
-(see :mod:`rewardhub.config._shell`, which splits and expands the script); every word of a script."""
+(see :mod:`rewardhub.verl._shell`, which splits and expands the script); every word of a script."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from ..config.overrides import is_override_word
+from ..config.overrides import parse_override
 from ..errors import UsageError
 from ._shell import ASSIGN_RE
 from ._shell import NAME_RE
@@ -14,8 +16,6 @@ from ._shell import Script
 from ._shell import ShellWord
 from ._shell import Unsafe
 from ._shell import literal_head
-from .overrides import is_override_word
-from .overrides import parse_override
 
 __all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "public_words", "read_script"]
 

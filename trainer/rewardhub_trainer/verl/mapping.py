@@ -1,4 +1,4 @@
-"""Applying :mod:`rewardhub.config.verl_trainer`'s table to a config: moves, drops with their reasons,
+"""Applying :mod:`rewardhub_trainer.verl.rules`'s table to a config: moves, drops with their reasons,
 the keys decided with the whole config (KL, warm-up, checkpoints kept, mini-batches, LoRA: in
 :mod:`._verl_special`; the fully-async keys: :mod:`.verl_async`), the unknown (misspelt) keys, and verl's
 defaults that differ from the trainer's."""
@@ -10,19 +10,19 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import RewardhubDeprecationWarning
-from ..errors import UsageError
-from ._verl_keys import is_verl_key
-from ._verl_special import decide
-from .overrides import leaves as dotted_leaves
-from .verl_trainer import KEY_RULES
-from .verl_trainer import VERL_ROOTS
-from .verl_trainer import rule
+from rewardhub.config.overrides import leaves as dotted_leaves
+from rewardhub.errors import RewardhubDeprecationWarning
+from rewardhub.errors import UsageError
+from rewardhub.verl.keys import is_verl_key
+from rewardhub.verl.owner import ENTRY_KEY
+
+from ._special import decide
+from .rules import KEY_RULES
+from .rules import VERL_ROOTS
+from .rules import rule
 
 __all__ = ["ENTRY_KEY", "VERL_DEFAULTS", "Mapping_", "map_verl_keys"]
 
-#: the top-level key the script reader sets to the verl entry point it found ({"module", "mode", "line"})
-ENTRY_KEY = "__verl_entry_point__"
 
 #: verl's defaults (verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1) that differ from this trainer's:
 #: (verl key, verl's default, trainer key, trainer's default, carried over). A verl config that does not set
@@ -127,8 +127,8 @@ class Mapping_:
         verl_config = entry is not None or any(k.split(".")[0] in VERL_ROOTS for k in self.taken)
         for key in self.taken:
             _pop(self.cfg, key)
-        from .verl_async import fully_async
-        from .verl_async import map_async
+        from ._async import fully_async
+        from ._async import map_async
 
         why = fully_async(entry, self.taken)
         if why:  # verl's fully-async trainer sizes a step by its mini-batches
@@ -165,7 +165,7 @@ class Mapping_:
     def hydra_defaults(self, value: Any) -> dict[str, Any] | None:
         """A YAML config's Hydra ``defaults:`` list: verl's own base configs are what the report's defaults
         describe; any other file it would be built on is not read here, so the config is refused."""
-        from ._shell_pick import VERL_CONFIGS
+        from rewardhub.verl.scripts import VERL_CONFIGS
 
         items = value if isinstance(value, list) else [value]
         names = [str(next(iter(i.values())) if isinstance(i, Mapping) and i else i) for i in items]
@@ -189,7 +189,7 @@ class Mapping_:
         (``trainer.total_training_step``): the trainer's schema would not know what was meant. A name close to
         one the trainer shares with verl (``data.train_file``) is left to the schema, whose did-you-mean names
         it."""
-        from ._verl_keys import suggest
+        from rewardhub.verl.keys import suggest
 
         out = []
         for key, value in leaves:
@@ -203,13 +203,16 @@ class Mapping_:
         """The leaves of a top-level key that is a misspelling of one of verl's sections
         (``actor_rollout_reff``); a misspelt section of the trainer's (``trainr``) is left for the section
         check."""
-        from ._verl_keys import suggest
-        from .fields import SECTIONS
+        from rewardhub.verl.keys import suggest
+
+        from .rules import SECTIONS as OWN
+
+        sections = (*OWN, "reward")
 
         out: list[tuple[str, Any]] = []
-        for key in [k for k in self.cfg if isinstance(k, str) and k not in roots and k not in SECTIONS]:
+        for key in [k for k in self.cfg if isinstance(k, str) and k not in roots and k not in sections]:
             meant = suggest(key)
-            if meant and meant not in SECTIONS and isinstance(self.cfg[key], Mapping):
+            if meant and meant not in sections and isinstance(self.cfg[key], Mapping):
                 out.extend(dotted_leaves(self.cfg[key], key))
         return out
 

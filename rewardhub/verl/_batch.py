@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["NO_GROUND_TRUTH", "VerlBatchError", "read_rows", "row_label", "row_lengths"]
 

@@ -1,4 +1,4 @@
-"""bash arrays in a launch script, as verl's examples build a command (for :mod:`rewardhub.config._shell`)::
+"""bash arrays in a launch script, as verl's examples build a command (for :mod:`rewardhub.verl._shell`)::
 
     ARGS=(
         data.train_files="${TRAIN_FILE}"
@@ -12,7 +12,7 @@
 :func:`read_items` reads the words between ``NAME=(`` and its ``)`` (newlines, comments and
 ``\\``-newlines are blanks there); each is expanded as a word of a command, so an element gets what an
 override word gets (``${oc.env:NAME}`` for a value from the environment, see
-:func:`rewardhub.config._shell_pick.public_words`). ``"${NAME[@]}"`` gives one word per element,
+:func:`rewardhub.verl.scripts.public_words`). ``"${NAME[@]}"`` gives one word per element,
 ``"${NAME[*]}"`` one word of them all, ``${NAME[i]}`` and ``$NAME`` an element. An array set or appended
 to inside an ``if``/``for``/``while``/``case`` block cannot be known without running the script: its
 use is refused, naming both lines.
@@ -79,7 +79,7 @@ def read_items(r: Reader, i: int) -> tuple[list[Raw], int]:
 
 def assign(r: Reader, name: str, append: bool, items: list[Raw], where: str, public: Any) -> None:
     """``NAME=(...)`` / ``NAME+=(...)``: each element expanded as a command's word (``public``: the
-    words with their reference forms, :func:`rewardhub.config._shell_pick.public_words`)."""
+    words with their reference forms, :func:`rewardhub.verl.scripts.public_words`)."""
     old = r.arrays.get(name) if append else None
     if append and old is None and name in r.vars:  # appending to a plain variable: its value comes first
         value = r.vars[name]

@@ -1,7 +1,7 @@
 """The table of verl's legacy reward keys: what each one becomes in the ``reward:`` schema, or why it is
 dropped.
 
-:mod:`rewardhub.config.shim` applies it.
+:mod:`rewardhub.verl.shim` applies it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ KNOWN_MANAGERS: dict[str, dict[str, Any]] = {
     "remote": {"executor": "ray"},
     "rate_limited": {"executor": "thread"},
     "limit": {"executor": "thread"},
-    "rewardhub": {},  # rewardhub's own verl manager (rewardhub.adapters_verl): it scores these terms
+    "rewardhub": {},  # rewardhub's own verl manager (rewardhub.verl.managers): it scores these terms
 }
 
 RM_FIELDS = frozenset({

@@ -23,8 +23,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..errors import UsageError
-from .fields import invalid
+from rewardhub.config.fields import invalid
+from rewardhub.errors import UsageError
 
 __all__ = ["VERL_RESOURCE_KEYS", "migrate_resources"]
 

@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from ..config.migration_report import MigrationReport
 from ..deprecated import LEGACY_KEY_DROPPED
 from ..deprecated import LEGACY_KEY_MOVED
 from ..errors import RewardhubDeprecationWarning
@@ -48,11 +49,10 @@ from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
 from ._legacy_rules import SANDBOX_KEYS
 from ._legacy_rules import truthy
-from ._verl_keys import unknown_line
-from .migration_report import MigrationReport
+from .keys import unknown_line
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key",
-           "legacy_keys", "migrate", "unknown_line"]
+           "legacy_keys", "migrate", "truthy", "unknown_line"]
 
 
 class _Migration:
@@ -369,7 +369,7 @@ def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
     :param config: a whole trainer config (mapping or ``DictConfig``); it is not modified.
     :returns: ``(new_config, report)``; ``new_config`` is a plain dict with no legacy node left and
         every other section untouched (verl's trainer keys are mapped after this, by the loader:
-        :mod:`rewardhub.config.verl_trainer`).
+        :mod:`rewardhub_trainer.verl.rules`).
     :raises UsageError: when a legacy key and a new key (or two legacy spellings) set different values.
     """
     cfg = plain_dict(config)
