@@ -260,7 +260,7 @@ def test_reward_workers_hold_the_cpus_the_config_declares(ray_session, tiny_conf
 
             return dict(ray.get_runtime_context().get_assigned_resources())
 
-        return ray.get([s.actor.__ray_call__.remote(held) for s in client.pool._slots])
+        return ray.get([s.actor.__ray_call__.remote(held) for g in client.pool.groups for s in g._slots])
 
     seen: list[list[dict]] = []
 
