@@ -121,7 +121,7 @@ class RewardWorkerPool:
 
     def close(self) -> None:
         """Stop the workers (and the local Ray, when a group started it: that one is closed last)."""
-        groups, self.groups = self.groups, []
+        groups = getattr(self, "groups", [])  # kept: their counters stay readable after close
         try:
             for group in groups[:-1]:
                 group.close()
