@@ -20,7 +20,7 @@ reached only if nothing slows down when generation and training overlap. On 2 sh
 (the two actors, the driver and Ray's processes take turns), so the 2x goal needs a larger
 staleness limit (at most 3x with ``staleness_limit: 2``) and cores to spare. Sync gives each phase
 every core; fully_async halves them, and lends a waiting actor's threads to the busy one
-(``trainer.lend_idle_cores``, on for SmolLM2 in ``demo``, not for the tiny model), so on one
+(with ``trainer.lend_idle_cores: auto``, for SmolLM2, not for the tiny model; off by default), so on one
 machine's cores overlap wins only what a phase loses by running on fewer threads.
 """
 

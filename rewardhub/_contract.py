@@ -71,163 +71,254 @@ def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = Non
                  executors: Sequence[str] = EXECUTORS, default_timeout_s: float = 10.0) -> list[Check]:
     """Check every term of ``reward_cfg`` (a ``reward:`` section); the checks in term order."""
     from .config.schema import validate_reward
-    from .execution import ERROR
-    from .execution import TIMEOUT
-    from .execution import Runner
 
-    section = validate_reward(reward_cfg)
-    data = [dict(r) for r in (rows or DEFAULT_ROWS)]
-    # the edge responses on the first row of each data source (a reward routed by data_source sees them)
-    firsts = list({repr(r.get("data_source")): r for r in reversed(data)}.values())[::-1]
-    edge = [{**row, "response": text} for text in EDGE_RESPONSES.values() for row in firsts]
-    labels = [label for label in EDGE_RESPONSES for _ in firsts]
-    batch = data + edge
-    with Runner.from_config(section) as probe:
-        terms = {t.name: t for t in probe.terms}
-    declared = {name: (t.policy.timeout_s, t.policy.pure, t.policy.executor, t.invoker.kind)
-                for name, t in terms.items()}
-    timeouts = {name: d[0] or default_timeout_s for name, d in declared.items()}
+    probe = _Probe.build(validate_reward(reward_cfg), rows or DEFAULT_ROWS, default_timeout_s)
+    # a call that ends its process (os._exit, a crash, a signal) would end this one on the inline
+    # executor: every term runs on the process executor first, and one that ended a worker fails
+    # `survives its calls` and is not run again
+    exited, probed = _ending_terms(probe)
+    out = [_survival(name, exited.get(name), probed.get(name), len(probe.batch)) for name in probe.names]
+    probe = probe.without(exited)
+    if not probe.names:
+        return out
+    scores = _Scores.collect(probe, executors)
+    for name in probe.names:
+        out.extend(contract(probe, scores, name) for contract in PER_TERM)
+    return out
 
-    crashes: list[int] = []  # per run on the process executor: how many of its workers died
 
-    def run(executor: str | None, keep: Sequence[int] | None = None,
+@dataclass(frozen=True)
+class _Probe:
+    """The rows a contract run scores (the data rows, then the edge responses) and how it scores them."""
+
+    section: Any
+    #: term name -> (declared timeout_s, pure, executor, invoker kind), in term order
+    declared: dict[str, tuple[float | None, bool, str, str]]
+    #: term name -> the timeout its calls run under (its declared one, else the contract's default)
+    timeouts: dict[str, float]
+    #: term name -> its data_source routing, as the Runner describes it ("" when not routed)
+    routes: dict[str, str]
+    #: the data rows, then the edge responses
+    batch: list[dict[str, Any]]
+    #: the edge response's label of each row after the data rows
+    labels: list[str]
+    #: how many data sources the edge responses were made for
+    n_sources: int
+    #: per run on the process executor: how many of its workers died
+    crashes: list[int] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def build(cls, section: Any, rows: Sequence[Mapping[str, Any]], default_timeout_s: float) -> _Probe:
+        from .execution import Runner
+
+        data = [dict(r) for r in rows]
+        # the edge responses on the first row of each data source (a reward routed by data_source sees them)
+        firsts = list({repr(r.get("data_source")): r for r in reversed(data)}.values())[::-1]
+        with Runner.from_config(section) as runner:
+            terms = {t.name: t for t in runner.terms}
+        declared = {name: (t.policy.timeout_s, t.policy.pure, t.policy.executor, t.invoker.kind)
+                    for name, t in terms.items()}
+        return cls(section, declared, {name: d[0] or default_timeout_s for name, d in declared.items()},
+                   {name: t.routes for name, t in terms.items()},
+                   data + [{**row, "response": text} for text in EDGE_RESPONSES.values() for row in firsts],
+                   [label for label in EDGE_RESPONSES for _ in firsts], len(firsts))
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.declared)
+
+    @property
+    def n_data(self) -> int:
+        return len(self.batch) - len(self.labels)
+
+    def without(self, names: Collection[str]) -> _Probe:
+        """This probe less the terms in ``names``."""
+        if not names:
+            return self
+        keep = [n not in names for n in self.names]
+        section = dataclasses.replace(self.section, rewards=tuple(
+            t for t, k in zip(self.section.rewards, keep) if k))
+        return dataclasses.replace(self, section=section,
+                                   declared={n: d for n, d in self.declared.items() if n not in names})
+
+    def run(self, executor: str | None, keep: Sequence[int] | None = None,
             only: Collection[str] | None = None) -> dict[str, Any]:
-        """Each term's column on ``batch`` (only the rows in ``keep``: the others are ``None``), every
+        """Each term's column on the batch (only the rows in ``keep``: the others are ``None``), every
         term (or those in ``only``) on ``executor`` (``None``: as declared) under its timeout (inline:
         none; it cannot stop one)."""
         from .distributed import runner_from_config
         from .execution import Column
 
-        rewards = tuple(dataclasses.replace(term, on_failure="nan",
-                                            timeout_s=None if executor == "inline" else timeouts[name],
-                                            executor=executor if executor is not None else term.executor)
-                        for term, name in zip(section.rewards, terms) if only is None or name in only)
-        cfg = dataclasses.replace(section, rewards=rewards)
-        if executor == "ray":
-            cfg = dataclasses.replace(
-                cfg, workers=dataclasses.replace(cfg.workers, num_workers=max(1, cfg.workers.num_workers))
-            )
-        rows = batch if keep is None else [batch[i] for i in keep]
-        with runner_from_config(cfg) as runner:
+        rows = self.batch if keep is None else [self.batch[i] for i in keep]
+        with runner_from_config(self._config(executor, only)) as runner:
             cols = runner.score(rows).columns if rows else {}
-            crashes.append(runner.worker_crashes)
+            self.crashes.append(runner.worker_crashes)
         if keep is None:
             return dict(cols)
-        full = {n: Column(len(batch)) for n in terms}
+        full = {n: Column(len(self.batch)) for n in self.names}
         for n, col in cols.items():
             for j, i in enumerate(keep):
                 full[n].values[i] = col.values[j]
         return full
 
-    # a call that ends its process (os._exit, a crash, a signal) would end this one on the inline
-    # executor: every term runs on the process executor first, and one that ended a worker fails
-    # `survives its calls` and is not run again
-    exited, probed = _ending_terms(run, crashes, [n for n, d in declared.items() if d[3] != "model"])
-    out: list[Check] = []
-    for name in terms:
-        out.append(_survival(name, exited.get(name), probed.get(name), len(batch)))
-    if exited:
-        section = dataclasses.replace(section, rewards=tuple(
-            t for t, n in zip(section.rewards, terms) if n not in exited))
-        terms = {n: t for n, t in terms.items() if n not in exited}
-        declared = {n: d for n, d in declared.items() if n not in exited}
-        if not terms:
-            return out
-    first, second = run(None), run(None)
-    hung = {i for cols in (first, second) for col in cols.values() for i in range(len(batch))
-            if col.status.get(i) == TIMEOUT}
-    # an inline call cannot be stopped: inline scores only the rows on which no call timed out above
-    keep = [i for i in range(len(batch)) if i not in hung]
-    others = {ex: _try(lambda ex=ex: run(ex, keep if ex == "inline" else None))
-              for ex in executors if ex != "ray" or _ray_installed()}
-    for name, (timeout, pure, executor, kind) in declared.items():
-        col = first[name]
-        st = col.status
-        errs = [(i, col.errors.get(i, "")) for i in range(len(data)) if st.get(i) == ERROR]
-        out.append(Check(name, "returns a score", FAIL if errs else PASS,
-                         f"{len(errs)} of {len(data)} rows failed; first: {errs[0][1]}" if errs
-                         else f"{len(data)} rows: " + _summary(col.values[:len(data)]),
-                         col.where.get(errs[0][0], "") if errs else ""))
-        out.append(_applied(name, terms[name].routes, col, len(data)))
-        bad = [(label, col.errors.get(len(data) + k, "")) for k, label in enumerate(labels)
-               if st.get(len(data) + k) == ERROR]
-        first_bad = next((len(data) + k for k in range(len(labels)) if st.get(len(data) + k) == ERROR), -1)
-        out.append(
-            Check(
-                name,
-                "edge responses",
-                FAIL if bad else PASS,
-                "; ".join(f"{label}: {err}" for label, err in bad[:4]) + (" ..." if len(bad) > 4 else "")
-                if bad
-                else ", ".join(
-                    f"{label}={_fmt(v)}"
-                    for label, v in zip(labels, col.values[len(data) :])
-                    if v is not None or len(firsts) == 1
-                )
-                or "not applicable to any",
-                col.where.get(first_bad, ""),
+    def _config(self, executor: str | None, only: Collection[str] | None) -> Any:
+        """The section to score with: ``on_failure: nan``, the contract's timeouts, on ``executor``."""
+        rewards = tuple(dataclasses.replace(term, on_failure="nan",
+                                            timeout_s=None if executor == "inline" else self.timeouts[name],
+                                            executor=executor if executor is not None else term.executor)
+                        for term, name in zip(self.section.rewards, self.names)
+                        if only is None or name in only)
+        cfg = dataclasses.replace(self.section, rewards=rewards)
+        if executor == "ray":
+            cfg = dataclasses.replace(
+                cfg, workers=dataclasses.replace(cfg.workers, num_workers=max(1, cfg.workers.num_workers))
             )
-        )
-        slow = [i for i in range(len(batch)) if st.get(i) == TIMEOUT or second[name].status.get(i) == TIMEOUT]
-        worst = max(col.latency or [0.0])
-        limit = f"timeout_s {timeouts[name]:g}" + (
-            "" if timeout else " (none declared: the contract's default)"
-        )
-        out.append(
-            Check(
-                name,
-                "under timeout",
-                FAIL if slow else PASS,
-                f"{len(slow)} calls ran past {limit}, e.g. on the {_row_label(slow[0], len(data), labels)}"
-                if slow
-                else f"slowest call {worst * 1000:.1f} ms, {limit}",
-            )
-        )
-        same = _equal(col.values, second[name].values, skip=hung)
-        if pure:
-            out.append(Check(name, "deterministic", PASS if same else FAIL,
-                             "two calls gave the same scores" if same
-                             else "declared pure, but two calls differ: "
-                             f"{_diff(col.values, second[name].values, hung)}"))
-        else:
-            out.append(Check(name, "deterministic", SKIP, "not declared pure; two calls "
-                             + ("gave the same scores" if same else "differ")))
-        if kind == "model":
-            out.append(Check(name, "same on every executor", SKIP, "a model reward runs on its model pool"))
-            continue
-        if not same:
-            out.append(Check(name, "same on every executor", SKIP, "its scores differ between two calls"))
-            continue
-        diffs, ran = [], []
-        notes = [f"inline skipped the {len(hung)} rows that timed out" if hung and "inline" in others else ""]
-        for ex, got in others.items():
-            if isinstance(got, BaseException):
-                diffs.append(f"{ex}: {type(got).__name__}: {got}")
-                continue
-            ran.append(ex)
-            if not _equal(col.values, got[name].values, skip=hung):
-                diffs.append(f"{ex}: {_diff(col.values, got[name].values, hung)}")
-        skipped = [ex for ex in executors if ex not in others]
-        out.append(Check(name, "same on every executor", FAIL if diffs else PASS,
-                         "; ".join(diffs) if diffs else f"{', '.join(ran)} agree (as declared: {executor})"
-                         + (f"; {', '.join(skipped)} not installed" if skipped else "")
-                         + "".join(f"; {n}" for n in notes if n)))
-    return out
+        return cfg
 
 
-def _ending_terms(run: Any, crashes: list[int], names: list[str]
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Scores:
+    """What the checks after ``survives its calls`` read: two runs as declared and one per executor."""
+
+    first: dict[str, Any]
+    second: dict[str, Any]
+    #: executor -> its columns, or the exception it raised
+    others: dict[str, Any]
+    #: the rows on which some call timed out (inline, which cannot stop a call, skips them)
+    hung: set[int]
+    #: the executors asked for that are not installed
+    skipped: list[str]
+
+    @classmethod
+    def collect(cls, probe: _Probe, executors: Sequence[str]) -> _Scores:
+        from .execution import TIMEOUT
+
+        first, second = probe.run(None), probe.run(None)
+        hung = {i for cols in (first, second) for col in cols.values() for i in range(len(probe.batch))
+                if col.status.get(i) == TIMEOUT}
+        keep = [i for i in range(len(probe.batch)) if i not in hung]
+        others = {ex: _try(lambda ex=ex: probe.run(ex, keep if ex == "inline" else None))
+                  for ex in executors if ex != "ray" or _ray_installed()}
+        return cls(first, second, others, hung, [ex for ex in executors if ex not in others])
+
+
+def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:
+    """``returns a score``: every data row gets a finite score or ``None``."""
+    from .execution import ERROR
+
+    col, n = scores.first[name], probe.n_data
+    errs = [(i, col.errors.get(i, "")) for i in range(n) if col.status.get(i) == ERROR]
+    if errs:
+        return Check(name, "returns a score", FAIL, f"{len(errs)} of {n} rows failed; first: {errs[0][1]}",
+                     col.where.get(errs[0][0], ""))
+    return Check(name, "returns a score", PASS, f"{n} rows: " + _summary(col.values[:n]))
+
+
+def _applies(probe: _Probe, scores: _Scores, name: str) -> Check:
+    """``applies to a row``: a reward that scored none of the data rows was never tested."""
+    from .execution import NOT_APPLICABLE
+
+    col, n_data, routes = scores.first[name], probe.n_data, probe.routes[name]
+    skipped = [i for i in range(n_data) if col.status.get(i) == NOT_APPLICABLE]
+    if len(skipped) < n_data:
+        return Check(name, "applies to a row", PASS, f"scored {n_data - len(skipped)} of {n_data} rows")
+    if routes:
+        why = (f"never called: it is routed to {routes}, and none of the {n_data} rows matched; give rows "
+               "with a matching data_source (rewardhub test REWARD rows.jsonl), or test a config whose term "
+               "turns routing off (data_sources: [])")
+    else:
+        why = (f"returned None (not applicable) for all {n_data} rows, so no score was tested; give rows "
+               "it applies to (rewardhub test REWARD rows.jsonl)")
+    return Check(name, "applies to a row", FAIL, why)
+
+
+def _edge_responses(probe: _Probe, scores: _Scores, name: str) -> Check:
+    """``edge responses``: no raise on the edge responses."""
+    from .execution import ERROR
+
+    col, n = scores.first[name], probe.n_data
+    bad = [k for k in range(len(probe.labels)) if col.status.get(n + k) == ERROR]
+    if bad:
+        detail = "; ".join(f"{probe.labels[k]}: {col.errors.get(n + k, '')}" for k in bad[:4])
+        return Check(name, "edge responses", FAIL, detail + (" ..." if len(bad) > 4 else ""),
+                     col.where.get(n + bad[0], ""))
+    seen = ", ".join(f"{label}={_fmt(v)}" for label, v in zip(probe.labels, col.values[n:])
+                     if v is not None or probe.n_sources == 1)
+    return Check(name, "edge responses", PASS, seen or "not applicable to any")
+
+
+def _under_timeout(probe: _Probe, scores: _Scores, name: str) -> Check:
+    """``under timeout``: every call ends within the term's timeout."""
+    from .execution import TIMEOUT
+
+    col, again = scores.first[name], scores.second[name]
+    slow = [i for i in range(len(probe.batch))
+            if col.status.get(i) == TIMEOUT or again.status.get(i) == TIMEOUT]
+    limit = f"timeout_s {probe.timeouts[name]:g}" + (
+        "" if probe.declared[name][0] else " (none declared: the contract's default)")
+    if slow:
+        where = _row_label(slow[0], probe.n_data, probe.labels)
+        return Check(name, "under timeout", FAIL, f"{len(slow)} calls ran past {limit}, e.g. on the {where}")
+    worst = max(col.latency or [0.0])
+    return Check(name, "under timeout", PASS, f"slowest call {worst * 1000:.1f} ms, {limit}")
+
+
+def _deterministic(probe: _Probe, scores: _Scores, name: str) -> Check:
+    """``deterministic``: two calls give the same scores (a failure only for a reward declared pure)."""
+    a, b = scores.first[name].values, scores.second[name].values
+    same = _equal(a, b, skip=scores.hung)
+    if not probe.declared[name][1]:
+        return Check(name, "deterministic", SKIP,
+                     "not declared pure; two calls " + ("gave the same scores" if same else "differ"))
+    if same:
+        return Check(name, "deterministic", PASS, "two calls gave the same scores")
+    return Check(name, "deterministic", FAIL,
+                 f"declared pure, but two calls differ: {_diff(a, b, scores.hung)}")
+
+
+def _same_everywhere(probe: _Probe, scores: _Scores, name: str) -> Check:
+    """``same on every executor``: inline, process and ray give the scores of the declared executor."""
+    _, _, executor, kind = probe.declared[name]
+    col = scores.first[name]
+    if kind == "model":
+        return Check(name, "same on every executor", SKIP, "a model reward runs on its model pool")
+    if not _equal(col.values, scores.second[name].values, skip=scores.hung):
+        return Check(name, "same on every executor", SKIP, "its scores differ between two calls")
+    diffs, ran = [], []
+    for ex, got in scores.others.items():
+        if isinstance(got, BaseException):
+            diffs.append(f"{ex}: {type(got).__name__}: {got}")
+            continue
+        ran.append(ex)
+        if not _equal(col.values, got[name].values, skip=scores.hung):
+            diffs.append(f"{ex}: {_diff(col.values, got[name].values, scores.hung)}")
+    if diffs:
+        return Check(name, "same on every executor", FAIL, "; ".join(diffs))
+    notes = f"; inline skipped the {len(scores.hung)} rows that timed out" \
+        if scores.hung and "inline" in scores.others else ""
+    return Check(name, "same on every executor", PASS,
+                 f"{', '.join(ran)} agree (as declared: {executor})"
+                 + (f"; {', '.join(scores.skipped)} not installed" if scores.skipped else "") + notes)
+
+
+#: the contracts checked on every term that survives its calls, in the order they are reported
+PER_TERM = (_returns_score, _applies, _edge_responses, _under_timeout, _deterministic, _same_everywhere)
+
+
+def _ending_terms(probe: _Probe) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(term -> its column, for the terms whose calls ended a worker process; term -> its column,
-    for every term run)``: all on one process pool first, each on its own only when some worker died."""
+    for every term run)``: all on one process pool first, each on its own only when some worker died.
+    A model reward runs on its model pool: it is not run here."""
+    names = [n for n, d in probe.declared.items() if d[3] != "model"]
     if not names:
         return {}, {}
-    cols = run("process", only=names)
-    if not crashes[-1]:
+    cols = probe.run("process", only=names)
+    if not probe.crashes[-1]:
         return {}, cols
     exited = {}
     for name in names:
-        own = run("process", only=[name]) if len(names) > 1 else cols
-        if crashes[-1]:
+        own = probe.run("process", only=[name]) if len(names) > 1 else cols
+        if probe.crashes[-1]:
             exited[name] = own[name]
     return exited, cols
 
@@ -245,23 +336,6 @@ def _survival(name: str, exited: Any, probed: Any, n: int) -> Check:
     return Check(name, "survives its calls", FAIL,
                  "a call ended the process it ran in (os._exit, a crash or a signal): it would end the "
                  f"trainer, or `score` on the inline executor; its other checks are not run{first}")
-
-
-def _applied(name: str, routes: str, col: Any, n_data: int) -> Check:
-    """``applies to a row``: a reward that scored none of the data rows was never tested."""
-    from .execution import NOT_APPLICABLE
-
-    skipped = [i for i in range(n_data) if col.status.get(i) == NOT_APPLICABLE]
-    if len(skipped) < n_data:
-        return Check(name, "applies to a row", PASS, f"scored {n_data - len(skipped)} of {n_data} rows")
-    if routes:
-        why = (f"never called: it is routed to {routes}, and none of the {n_data} rows matched; give rows "
-               "with a matching data_source (rewardhub test REWARD rows.jsonl), or test a config whose term "
-               "turns routing off (data_sources: [])")
-    else:
-        why = (f"returned None (not applicable) for all {n_data} rows, so no score was tested; give rows "
-               "it applies to (rewardhub test REWARD rows.jsonl)")
-    return Check(name, "applies to a row", FAIL, why)
 
 
 def _try(fn: Any) -> Any:

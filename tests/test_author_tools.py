@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -245,3 +246,13 @@ def test_cli_table_and_exit_codes(cli, tmp_path):
     assert res.returncode == 2 and res.stderr.startswith("ERROR: ")
     res = cli("test", "exact_match", "--executors", "gpu")
     assert res.returncode == 2 and "choose from inline, process, ray" in res.stderr
+
+
+def test_each_contract_is_reported_in_the_documented_order():
+    """Every term gets one check per contract of the module's docstring, in that order."""
+    import rewardhub._contract as contract
+
+    documented = re.findall(r"^- ``([^`]+)``:", contract.__doc__ or "", re.M)
+    assert len(documented) == 1 + len(contract.PER_TERM)
+    checks = run_contract({"rewards": [{"name": "exact_match"}]}, executors=("inline",))
+    assert [c.contract for c in checks] == documented

@@ -321,3 +321,18 @@ def test_private_name_rule_sees_both_kinds(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "_packages", lambda: {"pkg": root})
     assert sorted(private_imports()) == ["pkg.inner.bad: imports _helper from pkg.inner._impl",
                                          "pkg.outside: imports pkg.inner._impl, private to pkg.inner"]
+
+
+#: modules whose functions each stay short (one unit per responsibility): module -> the most lines
+SHORT_FUNCTIONS = {"rewardhub/_contract.py": 40}
+
+
+def test_functions_stay_short_where_the_rule_holds():
+    """The reward contract is one small unit per contract: no function there grows back into a loop
+    that checks them all."""
+    for rel, most in SHORT_FUNCTIONS.items():
+        tree = ast.parse((REPO / rel).read_text(encoding="utf-8"))
+        long = [f"{n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(tree)
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and (n.end_lineno or n.lineno) - n.lineno + 1 > most]
+        assert long == [], f"{rel}: over {most} lines: split along a seam"

@@ -21,12 +21,14 @@ from ._pool import RewardWorkerPool
 from ._ray import ensure_ray
 from ._ray import process_location
 from ._reward_worker import RewardWorker
+from ._settings import PoolSettings
 from ._setup import ShippedFile
 from ._setup import WorkerSetup
 from ._setup import prepare_setup
 
 __all__ = [
     "DriverOnlyRewardError",
+    "PoolSettings",
     "RayExecutor",
     "RayExecutors",
     "RegistryMismatchError",

@@ -23,7 +23,7 @@ from ._ray import actor_errors
 from ._ray import short_error
 
 if TYPE_CHECKING:
-    from ._pool import RewardWorkerPool
+    from ._group import WorkerGroup
     from ._slots import WorkerSlot
 
 __all__ = ["CALL_SLACK_S", "call_bound", "dispatch"]
@@ -52,7 +52,7 @@ def call_bound(terms: Sequence[Mapping[str, Any]], rows: int, configured: float 
     return CALL_SLACK_S + rows * per_row
 
 
-def dispatch(pool: RewardWorkerPool, batch: list[dict[str, Any]], chunks: list[list[int]],
+def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[int]],
              terms: list[str] | None, idx: list[int]) -> dict[int, dict[str, Any]]:
     """Score ``chunks`` (positions in ``batch``) on ``pool``'s workers: chunk index -> its worker's answer,
     or ``{"failed": why}`` for a chunk that failed ``pool.max_attempts`` times."""

@@ -134,7 +134,7 @@ def test_runner_ray_executor_round_robin(cluster, reward_file, tmp_path):
     with runner_from_config(cfg) as runner:
         res = runner.score(samples)
         pool = runner._remote[None].workers
-        assert pool.dispatch == "round_robin" and len(pool.workers_info()) == 2
+        assert pool.pools()[0].dispatch == "round_robin" and len(pool.workers_info()) == 2
     probe = [r["probe"] for r in res.rewards]
     assert probe[3] != probe[3] and probe[:3] == [18.0] * 3  # NaN: on_failure applied by the driver
     assert "reward 'probe' on sample 3" in res.errors[3]["probe"] and "bad sample" in res.errors[3]["probe"]

@@ -102,6 +102,20 @@ def test_lending_is_off_wherever_it_cannot_help():
         assert reason is not None and why in reason, (change, reason)
 
 
+def test_lending_is_off_by_default():
+    """``trainer.lend_idle_cores`` defaults to ``never``: a fully_async run on CPU lends only when asked."""
+    from rewardhub_trainer.config import parse_config
+
+    cfg = {"trainer": {"mode": "fully_async"}, "model": {"tiny": {"arch": "qwen2"}},
+           "reward": {"rewards": [{"name": "exact_match"}]}}
+    on = dict(mode="fully_async", torch_threads=0, num_learners=1, engine="transformers", gpus_asked=0.0,
+              nodes=1)
+    default = parse_config(cfg).trainer.lend_idle_cores
+    assert off_because(lend=default, **on) == "trainer.lend_idle_cores=never"
+    asked = parse_config({**cfg, "trainer": {"mode": "fully_async", "lend_idle_cores": "auto"}})
+    assert off_because(lend=asked.trainer.lend_idle_cores, **on) is None
+
+
 @pytest.fixture(scope="module")
 def tiny_model(model_cache):
     from transformers import AutoModelForCausalLM

@@ -91,8 +91,9 @@ class TrainerConfig:
     max_restarts: int = 3
     torch_threads: int = 0  #: 0: automatic (all cores in sync mode, half of them each in fully_async)
     #: fully_async on CPU, automatic threads: the learner and the rollouters on a node take the
-    #: threads of those that wait (cores.py): auto (for models large enough to gain) | always | never
-    lend_idle_cores: str = "auto"
+    #: threads of those that wait (cores.py): never (the default: no figure on the demo shows a gain) |
+    #: auto (for models large enough to gain) | always
+    lend_idle_cores: str = "never"
     scale_advantages: bool = True
     #: learner matmuls: auto (bf16 where the hardware reports it natively, see devices.py) | none (fp32) |
     #: bfloat16

@@ -13,8 +13,10 @@ model's decoder layers (their forward pass, and the backward pass into each of t
 actor's threads from the board, so a change is seen within one layer's work. A slot nobody has
 written (an actor on another node, or one still loading) is neither lent nor given any threads.
 
-Optional and off wherever it cannot help (:func:`off_because`, checked by the driver before any actor
-starts): outside ``fully_async``, with ``trainer.lend_idle_cores: never`` or set ``torch_threads``,
+Optional (``trainer.lend_idle_cores: auto`` or ``always``; the default ``never`` keeps it off until a
+figure on the demo shows what it buys) and off wherever it cannot help (:func:`off_because`, checked by
+the driver before any actor starts): outside ``fully_async``, with ``lend_idle_cores: never`` or set
+``torch_threads``,
 several learner ranks, the vLLM engine, any GPU asked, several nodes; and in any actor not on the CPU
 (:func:`share_for`).
 """

@@ -41,6 +41,7 @@ class RewardClient:
                  num_cpus: float | None = None, num_gpus: float | None = None,
                  resources: Mapping[str, float] | None = None, batch_size: int | None = None,
                  reference: Any = None) -> None:
+        from rewardhub.distributed import PoolSettings
         from rewardhub.distributed import RewardWorkerPool
         from rewardhub.errors import RewardhubError
 
@@ -57,9 +58,10 @@ class RewardClient:
             self.fingerprint = self.pool.fingerprint()
             return
         try:
-            self.pool = RewardWorkerPool(reward_cfg, num_workers=num_workers, num_cpus=num_cpus,
-                                         num_gpus=num_gpus, resources=resources, max_restarts=max_restarts,
-                                         chunk_size=chunk, reference=reference, runtime_env=NO_GPU_ENV)
+            settings = PoolSettings(num_workers=num_workers, num_cpus=num_cpus, num_gpus=num_gpus,
+                                    resources=resources, max_restarts=max_restarts, chunk_size=chunk,
+                                    runtime_env=NO_GPU_ENV)
+            self.pool = RewardWorkerPool(reward_cfg, settings, reference=reference)
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return

@@ -13,6 +13,11 @@ fallback string. For anything else (other fractions, expressions, sets, percenta
 boxed answers...) it returns ``None`` and the caller runs math-verify itself. Nothing of sympy or
 math-verify is changed. The plugin's tests check the result against math-verify's over
 thousands of generated responses (types, ``srepr``, hashes, strings and scores).
+
+It follows math-verify's internals (``math_verify.parser``: ``get_extraction_regexes``,
+``normalize_latex``, the extraction configs and the named groups of their patterns), so it holds
+only for the releases it was checked against: :data:`FOLLOWS`, the range the plugin's dependency
+pins too. With any other release installed, :func:`parse` steps aside (``None``: math-verify parses).
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ import functools
 import re
 from typing import Any
 
-__all__ = ["parse", "plain_number"]
+__all__ = ["FOLLOWS", "follows", "parse", "plain_number"]
+
+#: the math-verify releases (``>=`` low, ``<`` high) whose extraction :func:`parse` follows; the
+#: plugin's pyproject pins the same range
+FOLLOWS = ((0, 9), (0, 10))
 
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
@@ -46,11 +55,21 @@ def plain_number(text: str) -> Any:
     return None
 
 
+def follows(version: str) -> bool:
+    """Is math-verify ``version`` one whose extraction :func:`parse` follows (within :data:`FOLLOWS`)?"""
+    release = tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:2])
+    return FOLLOWS[0] <= release < FOLLOWS[1]
+
+
 @functools.lru_cache(maxsize=1)
-def _targets() -> tuple[Any, list[tuple[int, list[tuple[Any, Any]]]]]:
-    """math-verify's parser module and its default patterns, grouped by priority, as ``parse`` groups them."""
+def _targets() -> tuple[Any, list[tuple[int, list[tuple[Any, Any]]]]] | None:
+    """math-verify's parser module and its default patterns, grouped by priority, as ``parse`` groups
+    them; ``None`` for a release outside :data:`FOLLOWS`."""
+    from importlib.metadata import version
     from itertools import groupby
 
+    if not follows(version("math-verify")):
+        return None
     from math_verify import parser
 
     res = parser.get_extraction_regexes([parser.LatexExtractionConfig(), parser.ExprExtractionConfig()])
@@ -110,8 +129,12 @@ def _fraction(latex: str) -> Any:
 
 
 def parse(text: str) -> list[Any] | None:
-    """What ``math_verify.parse(text)`` returns, where its answer is a plain number; else ``None``."""
-    parser, groups = _targets()
+    """What ``math_verify.parse(text)`` returns, where its answer is a plain number; else ``None``
+    (also for every text with a math-verify release outside :data:`FOLLOWS`)."""
+    targets = _targets()
+    if targets is None:
+        return None
+    parser, groups = targets
     for _, patterns in groups:
         matches = [(m, target) for pattern, target in patterns for m in pattern.finditer(text)]
         if not matches:

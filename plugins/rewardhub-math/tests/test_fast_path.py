@@ -208,3 +208,53 @@ print("ok")
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_the_dependency_pins_the_releases_the_fast_path_follows():
+    """The plugin's math-verify range is the fast path's ``FOLLOWS``, and the installed release is in it."""
+    import tomllib
+    from importlib.metadata import version
+
+    from rewardhub_math._fast import FOLLOWS
+    from rewardhub_math._fast import follows
+
+    project = tomllib.loads((ROOT / "plugins/rewardhub-math/pyproject.toml").read_text())["project"]
+    deps = project["dependencies"]
+    (pin,) = [d for d in deps if d.startswith("math-verify")]
+    (low, high) = (".".join(map(str, v)) for v in FOLLOWS)
+    assert pin.endswith(f">={low},<{high}"), f"{pin}: pin math-verify to FOLLOWS of rewardhub_math._fast"
+    installed = version("math-verify")
+    assert follows(installed), (
+        f"math-verify {installed} is installed; rewardhub_math._fast follows {low} <= it < {high}: check "
+        "its extraction against that release's math_verify.parser, then widen FOLLOWS and the pin")
+    assert [follows(v) for v in ("0.8.9", "0.9.0", "0.9.7.post1", "0.10.0", "1.0.0")] == [
+        False, True, True, False, False]
+
+
+def test_the_math_verify_internals_the_fast_path_reads_are_as_it_expects():
+    """What ``_fast`` takes from ``math_verify.parser`` (functions, their parameters, the config fields
+    and the named groups of the patterns): a release that changes any of them fails here by name."""
+    import dataclasses
+    import inspect
+    import re
+
+    from math_verify import parser
+
+    changed = "math_verify.parser changed; rewardhub_math._fast follows it: update _fast (and FOLLOWS)"
+    for fn, params in ((parser.get_extraction_regexes, ["target_types"]),
+                       (parser.normalize_latex, ["text", "config"])):
+        assert list(inspect.signature(fn).parameters) == params, f"{fn.__name__}: {changed}"
+    latex = parser.LatexExtractionConfig()
+    assert "boxed" in {f.name for f in dataclasses.fields(latex.normalization_config)}, \
+        f"NormalizationConfig.boxed: {changed}"
+    res = parser.get_extraction_regexes([latex, parser.ExprExtractionConfig()])
+    targets = [type(target) for _, target in res]
+    assert targets == [parser.LatexExtractionConfig, parser.ExprExtractionConfig], \
+        f"get_extraction_regexes targets: {changed}"
+    names = {re.sub(r"\d+$", "", n) for patterns, _ in res for p, _ in patterns for n in p.groupindex}
+    for group in ("integer", "decimal", "percent", "first_latexBoxed", "first_percent",
+                  "next1_latexInlineDollar"):
+        assert group in names, f"the pattern group {group!r}: {changed}"
+    for patterns, _target in res:
+        assert all(isinstance(p, re.Pattern) and isinstance(priority, int) for p, priority in patterns), \
+            f"(pattern, priority) pairs: {changed}"

@@ -1,0 +1,231 @@
+"""WorkerGroup: the reward workers of one Ray pool, verified at start-up, healed when they die."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UsageError
+from ..execution import ERROR
+from ..execution import Outcome
+from ._chunks import WorkerTerm
+from ._chunks import make_chunks
+from ._dispatch import call_bound
+from ._dispatch import dispatch
+from ._errors import RegistryMismatchError
+from ._ray import actor_errors
+from ._ray import ensure_ray
+from ._ray import short_error
+from ._reward_worker import RewardWorker
+from ._settings import PoolSettings
+from ._setup import WorkerSetup
+from ._slots import WorkerSlot
+from ._slots import pick_slot
+from ._slots import slot_facts
+from ._startup import check_placeable
+from ._startup import warn_unused_differences
+
+__all__ = ["WorkerGroup"]
+
+log = logging.getLogger("rewardhub.distributed")
+
+_actor_cls: Any = None
+
+
+class WorkerGroup:
+    """``num_workers`` reward workers (Ray actors) on one named pool, scoring the terms of ``setup``.
+
+    Every worker builds the registry from the same sources as the driver and proves it by its
+    fingerprint before any scoring; any difference in a reward the config uses raises
+    :class:`RegistryMismatchError` naming the reward, the node, the pool and the difference.
+    """
+
+    def __init__(self, setup: WorkerSetup, settings: PoolSettings) -> None:
+        s, w = settings, setup.reward_cfg.workers
+        self.setup, self.pool = setup, setup.pool
+        self.num_workers = int(s.num_workers if s.num_workers is not None else w.num_workers or 0)
+        if self.num_workers < 1:
+            raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got "
+                             f"{self.num_workers}\nset reward.workers.num_workers (0 means: score in-process "
+                             "with a Runner)")
+        self.dispatch = s.dispatch or w.dispatch or "least_loaded"
+        from ..config.schema import CHOICES  # the validator's table of allowed values
+
+        allowed = CHOICES["workers.dispatch"]  # how work is handed to workers
+        if self.dispatch not in allowed:
+            raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(allowed)}")
+        self.resources = {str(k): float(v) for k, v in dict(s.resources if s.resources is not None
+                                                              else w.resources).items()}
+        self.num_cpus = float(s.num_cpus if s.num_cpus is not None else w.num_cpus)
+        self.num_gpus = float(s.num_gpus if s.num_gpus is not None else w.num_gpus)
+        self.runtime_env = dict(s.runtime_env) if s.runtime_env else None
+        self.max_restarts, self.max_attempts = s.max_restarts, max(1, s.max_attempts)
+        self.chunk_size, self.max_inflight = s.chunk_size, max(1, s.max_inflight)
+        self.restarts = 0
+        self.rescored_samples = 0
+        #: seconds one score call may take (None: from the terms' timeouts: :meth:`call_bound`)
+        self.call_timeout_s = s.call_timeout_s if s.call_timeout_s is not None else w.call_timeout_s
+        self.notes: list[str] = []  #: lines for the user since :meth:`take_notes` (a hung worker's)
+        #: pids of the workers that scored the last batch (a killed worker's re-scored chunk counts once)
+        self.last_pids: set[int] = set()
+        self._rr = 0
+        self._ray, self._started_ray = ensure_ray(s.address or w.address)
+        check_placeable(self._ray, self._needs(), self.pool)
+        self._setup_ref = self._ray.put(self.setup)
+        self._slots = [WorkerSlot(i) for i in range(self.num_workers)]
+        try:
+            self._start_all(s.start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        info = self._slots[0].info or {}
+        self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
+                      for t in info.get("terms", [])]
+        self._own = [t.name for t in self.terms]
+        self._kinds = {t["name"]: t["kind"] for t in info.get("terms", [])}
+
+    # ---- start-up ----------------------------------------------------------------------
+    def _needs(self) -> dict[str, float]:
+        needs = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        return {k: v for k, v in needs.items() if v > 0}
+
+    def _new_actor(self, slot: WorkerSlot) -> None:
+        global _actor_cls
+        if _actor_cls is None:
+            _actor_cls = self._ray.remote(RewardWorker)
+        opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_restarts": 0,
+                                "name": None}
+        if self.resources:
+            opts["resources"] = self.resources
+        if self.runtime_env:
+            opts["runtime_env"] = self.runtime_env
+        slot.actor = _actor_cls.options(**opts).remote(self._setup_ref, slot.index)
+        slot.starting = slot.actor.hello.remote()
+        slot.alive = False
+
+    def _start_all(self, timeout_s: float) -> None:
+        for slot in self._slots:
+            self._new_actor(slot)
+        refs = [s.starting for s in self._slots]
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        infos: list[dict[str, Any]] = []
+        for slot in self._slots:
+            if slot.starting not in ready:
+                infos.append({"pool": self.pool, "index": slot.index, "problems": [{
+                    "kind": "error", "detail": f"did not start within {timeout_s:g}s (needs {self._needs()}; "
+                                               "is the cluster big enough for num_workers?)"}]})
+                continue
+            infos.append(self._hello(slot))
+        if any(i.get("problems") for i in infos):
+            raise RegistryMismatchError(self.pool, self.setup.driver_fingerprint, infos)
+        warn_unused_differences(infos, self.pool)
+
+    def _hello(self, slot: WorkerSlot) -> dict[str, Any]:
+        """Collect a (re)started worker's hello(); a worker without problems becomes alive."""
+        ref, slot.starting = slot.starting, None
+        try:
+            info: dict[str, Any] = self._ray.get(ref)
+        except actor_errors() as exc:
+            return {"pool": self.pool, "index": slot.index,
+                    "problems": [{"kind": "error", "detail": f"died while starting: {short_error(exc)}"}]}
+        slot.info = info
+        slot.alive = not info.get("problems")
+        return info
+
+    # ---- scoring -----------------------------------------------------------------------
+    def score_outcomes(self, batch: list[Any], names: list[str], idx: list[int],
+                       all_terms: bool = False) -> dict[str, list[Outcome]]:
+        """Raw outcomes of this group's terms ``names`` (``all_terms``: every one of them) per sample."""
+        terms = None if all_terms else names
+        groups = any(self._kinds.get(n) == "group" for n in names)
+        size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.num_workers)))
+        chunks = make_chunks(batch, size, groups)
+        results = dispatch(self, batch, chunks, list(terms) if terms else None, idx)
+        out = {n: [Outcome(None)] * len(batch) for n in names}
+        for cid, chunk in enumerate(chunks):
+            res = results[cid]
+            for n in names:
+                if "failed" in res:
+                    for i in chunk:
+                        out[n][i] = Outcome(None, ERROR,
+                                            error=f"reward {n!r} on sample {idx[i]}: {res['failed']}")
+                    continue
+                for i, wire in zip(chunk, res["outcomes"][n]):
+                    out[n][i] = Outcome.from_wire(wire)
+        return out
+
+    def _pick(self) -> WorkerSlot | None:
+        slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
+        return slot
+
+    def call_bound(self, rows: int, terms: Sequence[str] | None) -> float | None:
+        """Seconds a score call of ``rows`` samples (of ``terms``; None: every term) may take
+        (:func:`~rewardhub.distributed._dispatch.call_bound`)."""
+        info = [t for t in (self._slots[0].info or {}).get("terms", []) if not terms or t["name"] in terms]
+        return call_bound(info, rows, self.call_timeout_s)
+
+    def hung(self, slot: WorkerSlot, rows: int, terms: Sequence[str] | None) -> str:
+        """A score call of ``rows`` samples on ``slot`` passed its bound: why the worker is restarted (its
+        death path does that)."""
+        bound = self.call_bound(rows, terms)
+        names = ", ".join(repr(n) for n in (terms or self._own)) or "its rewards"
+        where = slot.info or {}
+        why = (f"did not answer a chunk of {rows} samples within {bound or 0:g}s (reward {names}; "
+               "reward.workers.call_timeout_s, else the rewards' timeout_s x the samples)")
+        self.note(f"reward worker {slot.index} of pool {self.pool!r} on node {where.get('ip')} "
+                  f"(pid {where.get('pid')}) {why}: killed, restarted, its chunk re-scored")
+        return why
+
+    def note(self, line: str) -> None:
+        """A line the user must see: logged, and kept for the caller that shows them (:meth:`take_notes`)."""
+        log.warning("%s", line)
+        self.notes.append(line)
+
+    def take_notes(self) -> list[str]:
+        """The lines noted since the last call."""
+        out, self.notes = self.notes, []
+        return out
+
+    def _died(self, slot: WorkerSlot, why: str, pending: dict[Any, tuple[str, int, WorkerSlot, int]]) -> None:
+        where = slot.info or {}
+        slot.alive, slot.inflight = False, 0
+        try:  # dead, or hung (a stopped process, a stuck kernel): it must not come back on its own
+            self._ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+        if slot.restarts >= self.max_restarts:
+            slot.gone = True
+            log.error("reward worker %d of pool %r died (%s); out of restarts", slot.index, self.pool, why)
+            return
+        log.warning("reward worker %d of pool %r on node %s (pid %s) died: %s; restarting it", slot.index,
+                    self.pool, where.get("ip"), where.get("pid"), why)
+        slot.restarts += 1
+        slot.generation += 1
+        self.restarts += 1
+        self._new_actor(slot)
+        pending[slot.starting] = ("hello", -1, slot, slot.generation)
+
+    # ---- facts and lifetime --------------------------------------------------------------
+    def workers_info(self) -> list[dict[str, Any]]:
+        """One dict per worker: role, pool, index, node, ip, pid, registry_fingerprint, restarts, rewards (its
+        own)."""
+        out = []
+        for slot in self._slots:
+            if slot.starting is not None:
+                self._hello(slot)
+            out.append(slot_facts(slot, self.pool))
+        return out
+
+    def close(self) -> None:
+        for slot in getattr(self, "_slots", []):
+            if slot.actor is not None:
+                try:
+                    self._ray.kill(slot.actor, no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+                slot.actor, slot.alive, slot.starting = None, False, None
+        if getattr(self, "_started_ray", False):
+            self._ray.shutdown()
+            self._started_ray = False
