@@ -147,11 +147,7 @@ class Fleet:
         self.rollouters = Rollouters(group, retries=t.weight_sync_retries, check_weights=self._weights_ok,
                                      deadline_s=t.call_timeout_s)
         self._start_reward_client(opts)
-        settings = {k: getattr(t, k) for k in (
-            "lr", "kl_coef", "clip_eps", "clip_ratio_c", "ppo_epochs", "micro_batch_size", "max_grad_norm",
-            "weight_decay", "autocast", "lr_schedule", "lr_warmup_steps", "min_lr_ratio", "total_steps",
-            "entropy_coeff", "loss_agg_mode", "device")}
-        settings.update(temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
+        settings = cfg.learner_settings()
         # a learner that dies is restarted by Ray (or re-created) and told which checkpoint to load
         learner_cls = ray.remote(Learner)
         peers = [place("learner", r) for r in range(1, t.num_learners)]
