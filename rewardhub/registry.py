@@ -23,6 +23,9 @@ from ._specs import specs_from_hook_result
 from ._targets import file_sha256
 from ._targets import load_target
 from ._targets import sha256
+from .config.schema import TermConfig
+from .config.schema import checked_term
+from .config.schema import validate_reward
 from .decorator import spec_from_object
 from .errors import BrokenRewardError
 from .errors import ConflictingRewardError
@@ -46,16 +49,6 @@ def core_version() -> str:
         return importlib.metadata.version("rewardhub")
     except importlib.metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    if isinstance(cfg, Mapping):
-        value = cfg.get(key, default)
-    else:
-        value = getattr(cfg, key, default)
-    return default if value is None else value
 
 
 @final
@@ -194,10 +187,9 @@ class RewardRegistry:
         File and module terms are registered (source ``config``) under the term's alias, else the
         function name.
         """
-        name = _get(term, "name")
-        path = _get(term, "path")
-        module = _get(term, "module")
-        function = _get(term, "function")
+        if not isinstance(term, TermConfig):
+            term = checked_term(term)
+        name, path, module, function = term.name, term.path, term.module, term.function
         if sum(x is not None for x in (name, path, module)) == 0:
             raise UsageError(
                 "reward term has neither 'name' nor 'path' nor 'module'\n"
@@ -210,7 +202,7 @@ class RewardRegistry:
             self._check_usable(spec)
             return spec
         function = function or "compute_score"
-        alias = _get(term, "alias") or (name if name is not None else function)
+        alias = term.alias or (name if name is not None else function)
         if path is not None:
             path = os.path.abspath(os.path.expanduser(str(path)))
             if not os.path.isfile(path):
@@ -314,15 +306,15 @@ def plugin_manager(reward_cfg: Any = None) -> RewardhubPluginManager:
 def _loaded_plugins(reward_cfg: Any, autoload: bool | None, plugins: Iterable[Any] | None,
                     builtins: bool) -> tuple[RewardhubPluginManager, list[Any], tuple[str, ...], bool]:
     """``(manager, entry points, forced plugin names, autoload)``: steps 1-4 of :func:`build_registry`."""
-    plugins_cfg = _get(reward_cfg, "plugins")
-    block = frozenset(_get(plugins_cfg, "block", ()) or ())
+    plugins_cfg = validate_reward(reward_cfg).plugins
+    block = frozenset(plugins_cfg.block)
     pm = RewardhubPluginManager()
     if plugins is not None:
         pm.load_given(plugins, builtins=builtins)
         return pm, [], (), False
     if autoload is None:
-        autoload = env_autoload() and bool(_get(plugins_cfg, "autoload", True))
-    load = tuple(env_plugins()) + tuple(_get(plugins_cfg, "load", ()) or ())
+        autoload = env_autoload() and plugins_cfg.autoload
+    load = tuple(env_plugins()) + plugins_cfg.load
     eps = scan_entry_points()
     pm.load_plugins(eps, autoload=autoload, load=load, block=block)
     return pm, eps, load, autoload
@@ -337,16 +329,17 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
     autoload off with ``REWARDHUB_DISABLE_PLUGIN_AUTOLOAD`` / ``reward.plugins.autoload: false``,
     blocked names from ``reward.plugins.block``; 5. file and module terms of ``reward.rewards``.
 
-    :param reward_cfg: the config's ``reward`` section (mapping or DictConfig), optional.
+    :param reward_cfg: the config's ``reward`` section (a :class:`~rewardhub.config.schema.RewardConfig`, or a
+        mapping or DictConfig that is checked into one), optional.
     :param plugins: plugin objects to register in place of the installed ones (no entry point
         and no environment variable is read); what :func:`rewardhub.testing.make_registry` uses.
     :param builtins: with ``plugins``, whether the built-in rewards are registered too.
     """
     global _builds
     _builds += 1
-    plugins_cfg = _get(reward_cfg, "plugins")
-    block = frozenset(_get(plugins_cfg, "block", ()) or ())
-    pm, eps, load, autoload = _loaded_plugins(reward_cfg, autoload, plugins, builtins)
+    reward = validate_reward(reward_cfg)
+    block = frozenset(reward.plugins.block)
+    pm, eps, load, autoload = _loaded_plugins(reward, autoload, plugins, builtins)
     registry = RewardRegistry()
     registry.blocked = block
     registry.collect_aliases(pm)
@@ -370,10 +363,10 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
             continue
         if autoload or ep.name in forced or (ep.dist or "") in forced:
             registry.add(spec_for_reward_ep(ep), installed=True)
-    registry.prefer(dict(_get(plugins_cfg, "prefer", {}) or {}))
+    registry.prefer(dict(reward.plugins.prefer))
 
-    for term in _get(reward_cfg, "rewards", ()) or ():
-        if _get(term, "path") is not None or _get(term, "module") is not None:
+    for term in reward.rewards:
+        if term.path is not None or term.module is not None:
             registry.term_spec(term)
     registry.plugins = pm.facts()
     return registry

@@ -222,11 +222,11 @@ def test_no_rule_in_the_core_moves_a_key_outside_reward():
 
 
 def test_the_config_package_is_the_loader_and_its_seams():
-    """``rewardhub/config/`` holds the loader, the schema, fields, overrides, resolve, the report and the
-    owners' seam; any one format's reader or mapping lives in its owner's wing."""
+    """``rewardhub/config/`` holds the loader, the schema (with its frozen containers), fields, overrides,
+    resolve, the report and the owners' seam; any one format's reader or mapping lives in its owner's wing."""
     names = {p.stem for p in (REPO / "rewardhub" / "config").glob("*.py")}
     assert names == {"__init__", "loader", "schema", "fields", "overrides", "_resolve", "migration_report",
-                     "owners"}
+                     "owners", "frozen"}
 
 
 def test_modules_stay_under_the_size_limit():
@@ -336,3 +336,29 @@ def test_functions_stay_short_where_the_rule_holds():
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                 and (n.end_lineno or n.lineno) - n.lineno + 1 > most]
         assert long == [], f"{rel}: over {most} lines: split along a seam"
+
+
+#: the trainer's modules that call Ray actors (``handle.method.remote(...)``): the fleet, which implements
+#: :mod:`rewardhub_trainer.protocols` over Ray, the rollouters' fault handling it uses, and the learner's
+#: data-parallel ranks (an actor that drives its peers); a schedule, the evaluation and the run's loop
+#: call typed methods only (and run against in-process fakes: tests/trainer/test_schedule_protocols.py)
+RAY_CALLERS = {"fleet.py", "fleet_calls.py", "faults.py", "actors.py", "ddp.py"}
+
+
+def _remote_calls(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "remote"]
+
+
+def test_only_the_fleet_calls_ray_actors():
+    root = REPO / "trainer" / "rewardhub_trainer"
+    found = {p.name: _remote_calls(p) for p in sorted(root.glob("*.py"))}
+    assert [f"{name}:{line}" for name, lines in found.items() if name not in RAY_CALLERS
+            for line in lines] == []
+    assert all(found[name] for name in RAY_CALLERS), "a listed module calls no actor: remove it from the list"
+    for part in ("schedule.py", "evaluate.py", "loop.py"):  # not even an import of Ray
+        tree = ast.parse((root / part).read_text(encoding="utf-8"))
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level}
+        assert {n.split(".")[0] for n in names} & {"ray"} == set(), part

@@ -31,7 +31,7 @@ def test_a_plans_reward_section_is_frozen_and_typed(plan):
     assert isinstance(reward, RewardConfig) and all(isinstance(t, TermConfig) for t in reward.rewards)
     assert (
         reward.rewards[0].weight == 2.0
-        and reward.rewards[1].tags == ["m"]
+        and reward.rewards[1].tags == ("m",)
         and reward.workers.num_workers == 1
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -88,6 +88,72 @@ def test_the_typed_section_crosses_a_ray_actor_as_it_is(plan, session_ray):
     finally:
         ray.kill(actor)
     assert kind == "rewardhub.config.schema" and back == plan.reward
+
+
+#: every container field of the frozen reward sections: (section path, field, a plain value for it)
+CONTAINERS = [("rewards[0]", "kwargs", {"strip": True, "stop": ["a", {"b": 1}]}),
+              ("rewards[0]", "data_sources", ["d"]), ("rewards[0]", "tags", ["m"]),
+              ("plugins", "load", ["math_verify"]), ("plugins", "block", ["x"]),
+              ("plugins", "prefer", {"exact_match": "builtin"}), ("workers", "resources", {"r": 1.0}),
+              ("reward_model", "rollout", {"gpu_memory_utilization": 0.5, "engine_kwargs": {"a": [1]}})]
+
+
+def _deep_section():
+    from rewardhub.config.schema import validate_reward
+
+    raw: dict = {"rewards": [{"name": "exact_match"}]}
+    for where, key, value in CONTAINERS:
+        node = raw["rewards"][0] if where == "rewards[0]" else raw.setdefault(where, {})
+        node[key] = value
+    return raw, validate_reward(raw)
+
+
+def test_the_frozen_sections_hash_and_none_of_their_containers_changes_in_place():
+    raw, reward = _deep_section()
+    assert hash(reward) == hash(pickle.loads(pickle.dumps(reward))) and hash(reward.rewards[0])
+    for where, key, _ in CONTAINERS:
+        section = reward.rewards[0] if where == "rewards[0]" else getattr(reward, where)
+        value = getattr(section, key)
+        hash(value)
+        with pytest.raises((TypeError, AttributeError)):
+            value["new"] = 1  # type: ignore[index]
+        with pytest.raises((TypeError, AttributeError)):
+            value.append("x")  # type: ignore[union-attr]
+    kwargs = reward.rewards[0].kwargs
+    with pytest.raises(TypeError, match="frozen"):
+        kwargs["stop"][1]["b"] = 2  # frozen all the way down
+    with pytest.raises(TypeError, match="frozen"):
+        kwargs.update(strip=False)  # type: ignore[attr-defined]
+    made_by_hand = dataclasses.replace(reward.rewards[0], kwargs={"k": [1]}, tags=["t"])
+    assert made_by_hand.tags == ("t",) and hash(made_by_hand)
+
+
+def test_a_frozen_section_is_written_out_and_given_to_a_reward_as_plain_data():
+    import json
+
+    from rewardhub.config.schema import as_dict
+    from rewardhub.execution import resolve_terms
+
+    raw, reward = _deep_section()
+    out = as_dict(reward)
+    assert out["rewards"][0]["kwargs"] == raw["rewards"][0]["kwargs"]
+    assert type(out["rewards"][0]["kwargs"]["stop"]) is list and type(out["plugins"]["prefer"]) is dict
+    # the JSON a run writes (run.json: compared on resume) is what plain dicts and lists give
+    plain = json.loads(json.dumps(out))
+    assert json.dumps(out, sort_keys=True) == json.dumps(plain, sort_keys=True)
+    assert plain["plugins"]["load"] == ["math_verify"] and plain["workers"]["resources"] == {"r": 1.0}
+    term = resolve_terms(dataclasses.replace(reward, plugins=type(reward.plugins)()))[0]
+    assert type(term.kwargs) is dict and term.kwargs["stop"] == ["a", {"b": 1}]
+
+
+def test_build_registry_reads_a_checked_section():
+    from rewardhub.errors import UsageError
+    from rewardhub.registry import build_registry
+
+    with pytest.raises(UsageError, match=r"reward\.plugins\.blok"):  # a typo is named, not ignored
+        build_registry({"plugins": {"blok": ["math_verify"]}}, autoload=False)
+    with pytest.raises(UsageError, match="reward.plugins.load"):
+        build_registry({"plugins": {"load": 3}}, autoload=False)
 
 
 def _sources():

@@ -240,7 +240,7 @@ def _check_field(v: Any, typ: Any, sub: str, subpat: str, rules: Mapping[str, Ru
         for kk, vv in out.items():  # a mapping's values: its rule under "key.*" (numbers: finite at least)
             _apply(rules.get(f"{subpat}.*"), f"{sub}.{kk}", vv)
         return out
-    if origin is list:
+    if origin in (list, tuple):  # a list in the config; a frozen section keeps it as a tuple
         if v is None:
             return None if optional else []
         if isinstance(v, str):

@@ -31,6 +31,9 @@ from .fields import check_section
 from .fields import finite
 from .fields import invalid
 from .fields import one_of
+from .frozen import FrozenDict
+from .frozen import freeze
+from .frozen import thaw
 
 __all__ = [
     "CHOICES",
@@ -44,8 +47,15 @@ __all__ = [
     "WorkersConfig",
     "as_dict",
     "check_url",
+    "checked_term",
     "validate_reward",
 ]
+
+def _freeze(section: Any, *names: str) -> None:
+    """A frozen section's containers frozen too, however it was made (:func:`.frozen.freeze`)."""
+    for name in names:
+        object.__setattr__(section, name, freeze(getattr(section, name)))
+
 
 # check_section reads these annotations at run time (typing.get_type_hints: `X | None` and `tuple[X, ...]`
 # are fine on Python >= 3.10).
@@ -62,7 +72,7 @@ class TermConfig:
     #: the term's output name (default: name, else function, else file stem)
     alias: str | None = None
     weight: float = 1.0
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=FrozenDict)
     timeout_s: float | None = None
     executor: str | None = None
     max_concurrency: int | None = None
@@ -74,20 +84,26 @@ class TermConfig:
     memory_limit_mb: int | None = None
     #: routing by the sample's data_source: unset (``None``) keeps the reward's own routes (its
     #: spec's ``data_sources``); a list replaces them; ``[]`` turns routing by data source off
-    data_sources: list[str] | None = None
+    data_sources: tuple[str, ...] | None = None
     #: routing by a tag in the sample's extra_info["tags"]
-    tags: list[str] = field(default_factory=list)
+    tags: tuple[str, ...] = ()
     kind: str | None = None
     adapter: str = "auto"
+
+    def __post_init__(self) -> None:
+        _freeze(self, "kwargs", "data_sources", "tags")
 
 
 @dataclass(frozen=True)
 class PluginsConfig:
     autoload: bool = True
-    load: list[str] = field(default_factory=list)
-    block: list[str] = field(default_factory=list)
+    load: tuple[str, ...] = ()
+    block: tuple[str, ...] = ()
     #: reward name -> the plugin or distribution that provides it, where two installed sources register it
-    prefer: dict[str, str] = field(default_factory=dict)
+    prefer: Mapping[str, str] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        _freeze(self, "load", "block", "prefer")
 
 
 @dataclass(frozen=True)
@@ -95,7 +111,7 @@ class WorkersConfig:
     #: 0 = score in-process, no Ray
     num_workers: int = 0
     pool: str = "reward"
-    resources: dict[str, float] = field(default_factory=dict)
+    resources: Mapping[str, float] = field(default_factory=FrozenDict)
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     dispatch: str = "least_loaded"
@@ -103,6 +119,9 @@ class WorkersConfig:
     #: seconds one score call (a chunk of samples) may take before its worker counts as hung and is
     #: restarted, its chunk re-scored (None: the terms' timeout_s x the chunk's samples, plus 30 s)
     call_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _freeze(self, "resources")
 
 
 @dataclass(frozen=True)
@@ -122,7 +141,10 @@ class RewardModelConfig:
     batch_size: int | None = None
     max_length: int | None = None
     #: inference-engine settings, kept as given (verl's ``reward_model.rollout.*``)
-    rollout: dict[str, Any] = field(default_factory=dict)
+    rollout: Mapping[str, Any] = field(default_factory=FrozenDict)
+
+    def __post_init__(self) -> None:
+        _freeze(self, "rollout")
 
 
 @dataclass(frozen=True)
@@ -227,6 +249,11 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
         raise UsageError(f"reward.{where}.function={out['function']!r} names no file or module\n"
                          "add path: file.py or module: package.module")
     return out
+
+
+def checked_term(term: Any, index: int = 0) -> TermConfig:
+    """A checked ``reward.rewards[index]`` (a mapping or a registry name) as a :class:`TermConfig`."""
+    return term if isinstance(term, TermConfig) else _build(TermConfig, _check_term(term, index))
 
 
 def check_url(url: Any, key: str = "reward.remote") -> str:
@@ -341,6 +368,5 @@ _SECTIONS: dict[str, type] = {"plugins": PluginsConfig, "workers": WorkersConfig
 
 def as_dict(section: RewardConfig) -> dict[str, Any]:
     """A typed ``reward:`` section as plain data (what a run writes out, or a tool that edits it reads)."""
-    out = dataclasses.asdict(section)
-    out["rewards"] = list(out["rewards"])
+    out: dict[str, Any] = thaw(dataclasses.asdict(section))
     return out

@@ -54,10 +54,10 @@ class RayExecutor:
         self.terms = [t for t in terms if t.policy.executor == "ray"]
         rewards = tuple(_shipped(t) for t in self.terms)
         if plugins is None:  # a runner built by hand: force the plugins the specs came from
-            load = sorted(
+            load = tuple(sorted(
                 {t.spec.plugin for t in self.terms if t.spec.source == "plugin" and t.spec.plugin}
                 | {t.spec.dist for t in self.terms if t.spec.source == "entry-point" and t.spec.dist}
-            )
+            ))
             plugins = PluginsConfig(load=load)
         workers = {k: opts[k] for k in _WORKER_KEYS if opts.get(k) is not None}
         workers["num_workers"] = max(1, int(workers.get("num_workers") or 1))

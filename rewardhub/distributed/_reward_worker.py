@@ -91,11 +91,12 @@ class RewardWorker:
     def _resolve(self, registry: Any, cfg: RewardConfig) -> None:
         import dataclasses
 
+        from ..config.frozen import thaw
         from ..execution import resolve_term
         from ..execution import sandbox_settings
 
         sandbox = sandbox_settings(cfg)
-        rm = dataclasses.asdict(cfg.reward_model)
+        rm = thaw(dataclasses.asdict(cfg.reward_model))
         for i, term_cfg in enumerate(cfg.rewards):
             try:
                 term = resolve_term(registry, term_cfg, i, sandbox=sandbox, reward_model=rm)

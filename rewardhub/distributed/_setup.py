@@ -59,7 +59,7 @@ def _fold_env(cfg: RewardConfig) -> RewardConfig:
     from .._manager import env_plugins
 
     plugins = cfg.plugins
-    load = list(env_plugins()) + [p for p in plugins.load if p not in env_plugins()]
+    load = tuple(env_plugins()) + tuple(p for p in plugins.load if p not in env_plugins())
     autoload = plugins.autoload and env_autoload()
     return dataclasses.replace(cfg, plugins=dataclasses.replace(plugins, load=load, autoload=autoload))
 

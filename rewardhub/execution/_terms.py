@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from ..config.frozen import thaw
 from ..config.schema import RewardConfig
 from ..config.schema import TermConfig
 from ..errors import UsageError
@@ -95,7 +96,7 @@ def resolve_terms(reward_cfg: Any, registry: Any = None) -> list[Term]:
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "e.g. reward: {rewards: [{name: math_verify}]} (see `rewardhub list`)")
     sandbox = sandbox_settings(reward)
-    rm = dataclasses.asdict(reward.reward_model)
+    rm = thaw(dataclasses.asdict(reward.reward_model))
     return [
         resolve_term(registry, t, i, sandbox=sandbox, reward_model=rm) for i, t in enumerate(reward.rewards)
     ]
@@ -133,7 +134,7 @@ def resolve_term(
     invoker = make_invoker(fn, kind, term_cfg.adapter, name)
     # the config's own list wins, an empty one included (routing off); unset: the reward's own routes
     data_sources = spec.data_sources if term_cfg.data_sources is None else tuple(term_cfg.data_sources)
-    kwargs = dict(term_cfg.kwargs)
+    kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
     if sandbox is not None and "sandbox" in spec.capabilities and "sandbox" not in kwargs:
         kwargs["sandbox"] = dict(sandbox)
     if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:

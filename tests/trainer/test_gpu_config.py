@@ -236,6 +236,7 @@ def test_a_learner_rank_that_sees_two_gpus_is_refused_in_one_line(monkeypatch):
     torch = pytest.importorskip("torch")
     from rewardhub_trainer import devices
     from rewardhub_trainer.actors import Learner
+    from rewardhub_trainer.config import LearnerSettings
     from rewardhub_trainer.faults import RunAborted
     from rewardhub_trainer.fleet import check_infos
 
@@ -244,7 +245,7 @@ def test_a_learner_rank_that_sees_two_gpus_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    learner = Learner("/no-model-needed", {"device": "auto"})
+    learner = Learner("/no-model-needed", LearnerSettings(device="auto", autocast="auto", dtype="auto"))
     info = learner.info()
     assert info["role"] == "learner" and "sees 2" in info["error"] and "\n" not in info["error"]
     assert devices.check_learner_gpus("cuda", 1) is None

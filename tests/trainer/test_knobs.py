@@ -234,3 +234,21 @@ def test_samples_without_a_gradient_skip_the_backward_and_change_nothing(tiny_pa
     # all of a batch without a gradient: the optimizer still steps (on zero gradients), as before
     flat = GRPOLearner(tiny_path, LearnerSettings(lr=1e-2), seed=0)
     assert flat.train_step(batch(flat)[1:4])["optim/skipped_steps"] == 0 and flat.version == 1
+
+
+def test_the_learner_settings_are_the_plans_own_keys():
+    """The learner gets one typed object read off the plan (no string-keyed copy of the trainer's keys)."""
+    import dataclasses
+
+    from rewardhub_trainer.config import parse_config
+
+    trainer = {"lr": 3e-4, "kl_coef": 0.01, "clip_eps": 0.3, "clip_ratio_c": 2.5, "ppo_epochs": 2,
+               "micro_batch_size": 4, "max_grad_norm": 0.5, "weight_decay": 0.1, "lr_schedule": "cosine",
+               "lr_warmup_steps": 2, "min_lr_ratio": 0.1, "total_steps": 7, "entropy_coeff": 0.001,
+               "loss_agg_mode": "token-mean", "device": "cpu", "autocast": "none"}
+    cfg = parse_config({"model": {"tiny": {"arch": "qwen2"}, "dtype": "float32"},
+                        "reward": {"rewards": [{"name": "exact_match"}]},
+                        "rollout": {"temperature": 0.7}, "trainer": trainer})
+    settings = cfg.learner_settings()
+    assert isinstance(settings, LearnerSettings)
+    assert dataclasses.asdict(settings) == {**trainer, "temperature": 0.7, "dtype": "float32"}

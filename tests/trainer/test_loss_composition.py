@@ -241,7 +241,7 @@ def test_non_finite_rewards_are_invalid_samples_not_a_skipped_batch(tiny_path):
         [math.nan] * 3 + [2.0], nan_ok=True
     )
 
-    learner = Learner(tiny_path, {"lr": 1e-2, "device": "cpu", "autocast": "none", "dtype": "float32"})
+    learner = Learner(tiny_path, LearnerSettings(lr=1e-2))
     ref = _learner(tiny_path)
     samples = _batch(ref)[:4]
     groups = [

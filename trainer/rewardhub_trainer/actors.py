@@ -12,6 +12,7 @@ weight dicts, and the ``reward:`` config. The reward client is defined in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections import deque
@@ -22,6 +23,7 @@ from typing import Any
 from rewardhub.distributed import process_location
 
 from .config import DataConfig
+from .config import LearnerSettings
 from .config import RolloutConfig
 from .cores import busy as _busy
 from .cores import share_for as _share
@@ -134,7 +136,7 @@ class Learner:
     def __init__(
         self,
         model_path: str,
-        settings: Mapping[str, Any],
+        settings: LearnerSettings,
         *,
         seed: int = 0,
         threads: int = 0,
@@ -149,12 +151,11 @@ class Learner:
         from .devices import check_learner_gpus
         from .devices import choose
         from .learner import GRPOLearner
-        from .learner import LearnerSettings
 
         world = len(peers) + 1 if peers else (rank[3] if rank else 1)
         _set_threads(max(1, threads // world) if threads else 0)  # the ranks share the node's cores
-        self.choice = choose(settings.get("device", "auto"), settings.get("autocast", "auto"),
-                             settings.get("dtype", "auto"), "float32")  # (a rank given no GPU sees none)
+        # (a rank given no GPU sees none)
+        self.choice = choose(settings.device, settings.autocast, settings.dtype, "float32")
         self.rank, self.world = (rank[2] if rank else 0), world
         self.peers: list[Any] = []
         self.loaded_from: str | None = init_from
@@ -165,8 +166,8 @@ class Learner:
         if self.error is not None:
             return
         asked = settings
-        settings = {**settings, "device": self.choice.device, "autocast": self.choice.autocast,
-                    "dtype": self.choice.model_dtype}
+        settings = dataclasses.replace(settings, device=self.choice.device, autocast=self.choice.autocast,
+                                       dtype=self.choice.model_dtype)
         group = None
         if peers or rank:
             from .ddp import Group
@@ -192,7 +193,7 @@ class Learner:
             group = Group(*rank, device=self.choice.device)
         self.rank = group.rank if group else 0
         self.world = world
-        self.impl = GRPOLearner(model_path, LearnerSettings(**settings), seed=seed, group=group)
+        self.impl = GRPOLearner(model_path, settings, seed=seed, group=group)
         self.scale = scale_advantages
         if init_from:
             self.impl.load(init_from)

@@ -48,6 +48,7 @@ from .placement import parse_resources
 __all__ = [
     "MODES",
     "DataConfig",
+    "LearnerSettings",
     "ModelConfig",
     "RolloutConfig",
     "TrainConfig",
@@ -198,6 +199,32 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class LearnerSettings:
+    """What the learner reads of the plan: ``trainer``'s optimisation keys, with the sampling temperature
+    and the model's dtype (:meth:`TrainConfig.learner_settings`); the defaults are a bare learner's."""
+
+    lr: float = 1e-5
+    kl_coef: float = 0.0
+    clip_eps: float = 0.2
+    ppo_epochs: int = 1
+    micro_batch_size: int = 8
+    max_grad_norm: float = 1.0  #: 0: no clipping (the norm is still measured)
+    weight_decay: float = 0.0
+    clip_ratio_c: float = 3.0  #: dual clip for negative advantages (policy_loss_per_token); 0: off
+    temperature: float = 1.0  #: rollout.temperature
+    dtype: str = "float32"  #: model.dtype
+    autocast: str = "none"  #: none | bfloat16 (fp32 master weights, bf16 matmuls)
+    # verl's knobs: the LR schedule (lr_factor), an entropy bonus, the loss aggregation (aggregate_loss)
+    lr_schedule: str = "constant"
+    lr_warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    total_steps: int = 0
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "seq-mean-token-mean"
+    device: str = "cpu"  #: cpu | cuda (resolved by devices.choose in the learner's process)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything a run needs, as frozen picklable values (the reward section as the loader typed it)."""
 
@@ -211,6 +238,13 @@ class TrainConfig:
     @property
     def samples_per_step(self) -> int:
         return self.rollout.n * self.rollout.prompts_per_step
+
+    def learner_settings(self) -> LearnerSettings:
+        """The learner's settings: every :class:`LearnerSettings` field is the ``trainer`` key of its name,
+        except ``temperature`` (``rollout.temperature``) and ``dtype`` (``model.dtype``)."""
+        keys = {f.name for f in dataclasses.fields(LearnerSettings)} - {"temperature", "dtype"}
+        return LearnerSettings(**{k: getattr(self.trainer, k) for k in keys},
+                               temperature=self.rollout.temperature, dtype=self.model.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -75,7 +75,6 @@ class Evaluator:
         self.prep, self.t, self.fleet, self.stats, self.report = prep, prep.cfg.trainer, fleet, stats, report
         self.dataset = prep.val_dataset
         self.history: list[dict[str, Any]] = []
-        self._actor: Any = None
 
     def due(self, step: int) -> bool:
         """Whether a training step ``step`` is followed by an evaluation."""
@@ -93,37 +92,20 @@ class Evaluator:
         if self.due(step):
             self.evaluate(step)
 
-    def _generator(self) -> Any:
-        import ray
-
-        from .actors import Rollouter
-
-        if self._actor is None:
-            cfg, t = self.prep.cfg, self.t
-            rollout = dataclasses.replace(cfg.rollout, n=cfg.rollout.val_n,
-                                          temperature=cfg.rollout.val_temperature)
-            # placed like the rollouters: its own bundle of resources.evaluator (default: the rollouter's
-            # entry)
-            self._actor = ray.remote(Rollouter).options(**self.fleet.placement.options("evaluator"),
-                                                         max_restarts=t.max_restarts).remote(
-                self.prep.model_path, rollout, cfg.data,
-                dtype=cfg.rollout.dtype, device=t.device, threads=self.fleet.threads, seed=t.seed)
-        return self._actor
-
     def evaluate(self, step: int) -> dict[str, Any]:
-        import ray
-
         assert self.dataset is not None
         t0 = time.perf_counter()
-        actor = self._generator()
-        ray.get(actor.set_weights.remote(self.fleet.learner.get_weights.remote(), step))
+        fleet, rollout = self.fleet, self.prep.cfg.rollout
+        fleet.start_evaluator(dataclasses.replace(rollout, n=rollout.val_n,
+                                                  temperature=rollout.val_temperature))
+        fleet.evaluator_sync(step)
         items = self.dataset.items
         rollouts = []
         for k, start in enumerate(range(0, len(items), CHUNK)):
             prompts = items[start:start + CHUNK]
             batch = PromptBatch(index=_INDEX0 + k, prompts=list(prompts),
                                 dataset_indices=list(range(start, start + len(prompts))))
-            rollouts.append(self.fleet.score(ray.get(actor.generate.remote(batch))))
+            rollouts.append(fleet.score(fleet.evaluator_generate(batch)))
         metrics: dict[str, Any] = {"step": step, **val_metrics(rollouts),
                                    "val/time_s": time.perf_counter() - t0}
         self.history.append(metrics)
@@ -139,22 +121,11 @@ class Evaluator:
 
     def infos(self) -> list[dict[str, Any]]:
         """The evaluation actor's info (``role: evaluator``), once it has started; else none."""
-        import ray
-
-        if self._actor is None:
-            return []
-        return [{**ray.get(self._actor.info.remote(), timeout=600), "role": "evaluator"}]
+        return self.fleet.evaluator_infos()
 
     def summary(self) -> dict[str, Any]:
         """``{"val": [every evaluation's metrics]}``, or nothing without a validation set."""
         return {"val": list(self.history)} if self.dataset is not None else {}
 
     def close(self) -> None:
-        import ray
-
-        if self._actor is not None:
-            try:
-                ray.kill(self._actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - gone already
-                pass
-            self._actor = None
+        self.fleet.stop_evaluator()

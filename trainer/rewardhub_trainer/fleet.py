@@ -14,12 +14,11 @@ returned.
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .actors import Rollout
+from .config import RolloutConfig
 from .config import TrainerConfig
 from .devices import NO_GPU_ENV
 from .devices import print_choices
@@ -29,11 +28,13 @@ from .faults import LearnerLost
 from .faults import Rollouters
 from .faults import RunAborted
 from .faults import cause
-from .faults import hang
 from .faults import wait_alive
+from .fleet_calls import FleetCalls
 from .ledger import RestorePoint
 from .placement import Placement
 from .prepare import Prepared
+from .rollouts import PromptBatch
+from .rollouts import Rollout
 
 __all__ = ["Fleet", "check_infos", "base_threads"]
 
@@ -61,8 +62,9 @@ def check_infos(infos: list[dict[str, Any]]) -> None:
                              f"{w['pid']}): {w['error']}")
 
 
-class Fleet:
-    """The run's learner (with its data-parallel ranks), rollouters, reward clients and message queue."""
+class Fleet(FleetCalls):
+    """The run's learner (with its data-parallel ranks), rollouters, reward clients and message queue:
+    :class:`rewardhub_trainer.protocols.ActorsProtocol` over Ray (what a schedule calls)."""
 
     placement: Placement
     rollouters: Rollouters
@@ -82,11 +84,7 @@ class Fleet:
         self.cores_token: str | None = None  #: the run's core boards (:mod:`.cores`; None: not lent)
         self._stoppers: list[Callable[[], None]] = []  #: what :meth:`stop` undoes
         self.hurry = False  #: stopping on an error or a signal (:meth:`stop`)
-
-    @property
-    def learner(self) -> Any:
-        """Rank 0's handle (the others are its peers: :mod:`.ddp`)."""
-        return self.learners.handles[0]
+        self.evaluator: Any = None  #: the evaluation actor's handle (:meth:`start_evaluator`)
 
     @property
     def threads(self) -> int:
@@ -147,11 +145,7 @@ class Fleet:
         self.rollouters = Rollouters(group, retries=t.weight_sync_retries, check_weights=self._weights_ok,
                                      deadline_s=t.call_timeout_s)
         self._start_reward_client(opts)
-        settings = {k: getattr(t, k) for k in (
-            "lr", "kl_coef", "clip_eps", "clip_ratio_c", "ppo_epochs", "micro_batch_size", "max_grad_norm",
-            "weight_decay", "autocast", "lr_schedule", "lr_warmup_steps", "min_lr_ratio", "total_steps",
-            "entropy_coeff", "loss_agg_mode", "device")}
-        settings.update(temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
+        settings = cfg.learner_settings()
         # a learner that dies is restarted by Ray (or re-created) and told which checkpoint to load
         learner_cls = ray.remote(Learner)
         peers = [place("learner", r) for r in range(1, t.num_learners)]
@@ -230,62 +224,6 @@ class Fleet:
             infos += ray.get(h.workers.remote(), timeout=600)
         return infos
 
-    # -- calls ----------------------------------------------------------------------------------
-    def score(self, rollout: Rollout) -> Rollout:
-        """Score a rollout on the first reward client, sent again when the client dies mid-call or does not
-        answer within trainer.call_timeout_s (hung: killed and restarted). Its pool bounds each call of
-        its workers itself (``reward.workers.call_timeout_s``)."""
-        import ray
-        from ray.exceptions import GetTimeoutError
-
-        handle, deadline = self.reward_client.handles[0], self.t.call_timeout_s
-        while True:
-            try:
-                scored: Rollout = ray.get(handle.score.remote(rollout), timeout=deadline or None)
-                return self.scored(scored)
-            except GetTimeoutError:
-                hang(handle, "reward_client", f"score not answered within {deadline:g}s")
-                handle = self.client_failed(0)
-            except ACTOR_ERRORS:
-                handle = self.client_failed(0)
-            except RayTaskError as exc:  # e.g. a reward with on_failure: raise
-                raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
-
-    @staticmethod
-    def scored(rollout: Rollout) -> Rollout:
-        """A rollout back from a reward client: the lines its scoring left for the user are printed."""
-        for line in rollout.reward_notes:
-            print(f"WARNING: {line}", file=sys.stderr, flush=True)
-        rollout.reward_notes = []
-        return rollout
-
-    def client_failed(self, i: int) -> Any:
-        """Reward client ``i`` died mid-call: counted; its (restarted or re-created) live handle."""
-        self.lost_calls["reward_client"] += 1
-        handle = self.reward_client.failed(i)
-        wait_alive(handle, "reward_client")
-        return handle
-
-    def learner_call(self, ref: Any, what: str = "train failed") -> Any:
-        """The learner's answer; a learner that died, or does not answer within trainer.call_timeout_s
-        (hung: it is killed), is restored from the latest checkpoint (:class:`LearnerLost`)."""
-        import ray
-        from ray.exceptions import GetTimeoutError
-
-        try:
-            return ray.get(ref, timeout=self.t.call_timeout_s or None)
-        except GetTimeoutError:
-            hang(self.learner, "learner", f"{what.split()[0]} not answered within {self.t.call_timeout_s:g}s")
-            raise LearnerLost from None
-        except ACTOR_ERRORS:
-            raise LearnerLost from None
-        except RayTaskError as exc:
-            raise RunAborted(f"learner: {what}: {cause(exc)}") from None
-
-    def save_learner(self, folder: str) -> None:
-        """The learner writes its files (weights, optimizer) into ``folder``."""
-        self.learner_call(self.learner.save.remote(folder), "checkpoint failed")
-
     # -- weights --------------------------------------------------------------------------------
     def sync_weights(self, step: int, *, wait: bool = False) -> None:
         """Send the learner's weights (tagged ``step``) to every rollouter; each acknowledgement is
@@ -348,6 +286,49 @@ class Fleet:
         except ACTOR_ERRORS as exc:
             raise RunAborted(f"learner: could not be restarted: {cause(exc)}") from None
         return version
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def start_evaluator(self, rollout: RolloutConfig) -> None:
+        """Start the evaluation actor (once): a rollouter of its own that samples as ``rollout`` says, placed
+        like the rollouters, in its own bundle of ``resources.evaluator`` (default: the rollouter's entry)."""
+        import ray
+
+        from .actors import Rollouter
+
+        if self.evaluator is not None:
+            return
+        cfg, t = self.cfg, self.t
+        self.evaluator = ray.remote(Rollouter).options(**self.placement.options("evaluator"),
+                                                       max_restarts=t.max_restarts).remote(
+            self.prep.model_path, rollout, cfg.data, dtype=cfg.rollout.dtype, device=t.device,
+            threads=self.threads, seed=t.seed)
+
+    def evaluator_sync(self, step: int) -> None:
+        """The evaluation actor takes the learner's weights (tagged ``step``)."""
+        import ray
+
+        assert self.evaluator is not None, "start_evaluator first"
+        ray.get(self.evaluator.set_weights.remote(self.learner.get_weights.remote(), step))
+
+    def evaluator_generate(self, batch: PromptBatch) -> Rollout:
+        import ray
+
+        assert self.evaluator is not None, "start_evaluator first"
+        rollout: Rollout = ray.get(self.evaluator.generate.remote(batch))
+        return rollout
+
+    def evaluator_infos(self) -> list[dict[str, Any]]:
+        """The evaluation actor's info (``role: evaluator``), once it has started; else none."""
+        import ray
+
+        if self.evaluator is None:
+            return []
+        return [{**ray.get(self.evaluator.info.remote(), timeout=600), "role": "evaluator"}]
+
+    def stop_evaluator(self) -> None:
+        if self.evaluator is not None:
+            _kill([self.evaluator])
+            self.evaluator = None
 
     # -- the end --------------------------------------------------------------------------------
     def counters(self) -> dict[str, int]:

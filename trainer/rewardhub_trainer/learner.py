@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .config import LearnerSettings
 from .logprobs import PLAIN_HEAD_MODELS
 from .logprobs import full_logprobs
 from .logprobs import response_logprobs
@@ -56,29 +57,6 @@ class TrainSample:
     response_ids: list[int]
     old_logprobs: list[float]
     advantage: float
-
-
-@dataclass(frozen=True)
-class LearnerSettings:
-    lr: float = 1e-5
-    kl_coef: float = 0.0
-    clip_eps: float = 0.2
-    ppo_epochs: int = 1
-    micro_batch_size: int = 8
-    max_grad_norm: float = 1.0  #: 0: no clipping (the norm is still measured)
-    weight_decay: float = 0.0
-    clip_ratio_c: float = 3.0  #: dual clip for negative advantages (policy_loss_per_token); 0: off
-    temperature: float = 1.0
-    dtype: str = "float32"
-    autocast: str = "none"  #: none | bfloat16 (fp32 master weights, bf16 matmuls)
-    # verl's knobs: the LR schedule (lr_factor), an entropy bonus, the loss aggregation (aggregate_loss)
-    lr_schedule: str = "constant"
-    lr_warmup_steps: int = 0
-    min_lr_ratio: float = 0.0
-    total_steps: int = 0
-    entropy_coeff: float = 0.0
-    loss_agg_mode: str = "seq-mean-token-mean"
-    device: str = "cpu"  #: cpu | cuda (resolved by devices.choose in the learner's process)
 
 
 class GRPOLearner:

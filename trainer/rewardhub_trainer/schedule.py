@@ -7,6 +7,9 @@ reads the :class:`~rewardhub_trainer.ledger.Ledger` and reports what comes back 
 generating (within the queue bound, the steps still needed and, with ``staleness_gate``, the
 staleness bound), scores what comes back on the reward clients, puts scored batches into the message
 queue in batch order, and hands the learner the next one as soon as it is free.
+
+It calls the actors only through :class:`rewardhub_trainer.protocols.ActorsProtocol` (the run's
+:class:`rewardhub_trainer.fleet.Fleet` over Ray; in-process fakes in the tests): it imports no Ray.
 """
 
 from __future__ import annotations
@@ -17,21 +20,15 @@ from collections.abc import Mapping
 from typing import Any
 from typing import Protocol
 
-from .actors import PromptBatch
-from .actors import Rollout
 from .config import TrainerConfig
 from .data import PromptDataset
-from .faults import ACTOR_ERRORS
-from .faults import RunAborted
-from .faults import cause
-from .faults import hang
-from .fleet import Fleet
 from .ledger import Ledger
+from .protocols import ActorsProtocol
+from .rollouts import PromptBatch
+from .rollouts import Rollout
 from .stats import StepStats
 
 __all__ = ["AsyncSchedule", "Flight", "Outcomes", "Schedule", "SyncSchedule", "make_schedule"]
-
-from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
 
 
 class Outcomes(Protocol):
@@ -61,7 +58,7 @@ class Flight:
 class Schedule:
     """Runs steps until ``trainer.total_steps`` (:meth:`run`); :meth:`collect` empties what is in flight."""
 
-    def __init__(self, t: TrainerConfig, prompts_per_step: int, dataset: PromptDataset, fleet: Fleet,
+    def __init__(self, t: TrainerConfig, prompts_per_step: int, dataset: PromptDataset, fleet: ActorsProtocol,
                  ledger: Ledger, stats: StepStats, outcomes: Outcomes) -> None:
         self.t, self.prompts_per_step, self.dataset = t, prompts_per_step, dataset
         self.fleet, self.ledger, self.stats, self.outcomes = fleet, ledger, stats, outcomes
@@ -78,27 +75,18 @@ class Schedule:
     def collect(self) -> list[Rollout]:
         """Everything generated and not trained, once the calls in flight are in (reported as generated);
         the flight starts again from the ledger's cursor."""
-        import ray
-
-        f = self.flight
-        out = self.fleet.rollouters.collect()
+        f, fleet = self.flight, self.fleet
+        out = fleet.rollouters.collect()
         for rollout in out:
             self.outcomes.generated(rollout)
-        for ref, (_, item) in f.score.items():
-            out.append(item)
-            try:
-                ray.get(ref)
-            except Exception:  # noqa: BLE001 - its samples are counted either way
-                pass
+        out += [item for _, item in f.score.values()]
+        fleet.settle(list(f.score))  # their samples are counted either way
         out += f.waiting + list(f.ready.values())
         if f.train is not None:
             out.append(f.train[1])
             if f.train[0] is not None:
-                try:
-                    ray.get(f.train[0])
-                except Exception:  # noqa: BLE001 - its samples are counted either way
-                    pass
-        out += ray.get(self.fleet.queue.drain.remote())
+                fleet.settle([f.train[0]])
+        out += fleet.drain()
         self.reset()
         return out
 
@@ -111,23 +99,18 @@ class SyncSchedule(Schedule):
     """Generate, score, train, send the weights: one batch at a time, every batch on the newest policy."""
 
     def _generate(self, batch: PromptBatch) -> Rollout:
-        import ray
-
-        roll = self.fleet.rollouters
+        fleet, roll = self.fleet, self.fleet.rollouters
         ref = roll.submit(0, batch)
         while True:
-            ready, _ = ray.wait([ref], timeout=roll.deadline_s or None)
-            if not ready:  # hung: killed (restarted by Ray), and the call fails as a dead one's does
-                roll.overdue()
-                ray.wait([ref])
+            if not fleet.wait([ref], roll.deadline_s or None):  # hung: killed (restarted), and the call
+                roll.overdue()  # fails as a dead one's does
+                fleet.wait([ref], None)
             rollout = roll.done(ref)
             if rollout is not None:
                 return rollout
             ref = next(iter(roll.gen))
 
     def run(self) -> None:
-        import ray
-
         f, fleet, ledger = self.flight, self.fleet, self.ledger
         while ledger.step < self.t.total_steps:
             t0 = time.perf_counter()
@@ -135,12 +118,12 @@ class SyncSchedule(Schedule):
             self.outcomes.generated(rollout)
             f.waiting.append(rollout)
             rollout = fleet.score(f.waiting.pop())
-            ray.get(fleet.queue.put.remote(rollout))
-            item, dropped, _ = ray.get(fleet.queue.get.remote(ledger.step))
+            fleet.put(rollout)
+            item, dropped, _ = fleet.take(ledger.step)
             self.outcomes.dropped(dropped)
             assert item is not None and not dropped, "sync mode never has stale samples"
             f.train = (None, item, 0)
-            result = fleet.learner_call(fleet.learner.train.remote(item))
+            result = fleet.learner_call(fleet.train(item))
             f.train = None
             self.stats.busy("learner", result["train_s"])
             self.stats.busy("step", time.perf_counter() - t0)
@@ -176,12 +159,11 @@ class AsyncSchedule(Schedule):
                 not t.staleness_gate or self._arrives_fresh(f.train is not None, self._outstanding())):
             roll.submit(idle_roll.pop(), self._next_batch())
         # each reward client scores one batch at a time, spread over its pool's workers
-        clients = self.fleet.reward_client.handles
         busy_rw = {w for w, _ in f.score.values()}
-        for w in range(len(clients)):
+        for w in range(self.fleet.score_clients()):
             if f.waiting and w not in busy_rw:
                 item = f.waiting.pop(0)
-                ref = clients[w].score.remote(item)
+                ref = self.fleet.send_score(w, item)
                 f.score[ref], f.score_t0[ref] = (w, item), time.monotonic()
 
     def _feed_learner(self) -> bool:
@@ -189,26 +171,22 @@ class AsyncSchedule(Schedule):
 
         True when the queue was asked for a batch (its drops may have freed room for more generation).
         """
-        import ray
-
         f, fleet = self.flight, self.fleet
         while f.next_put in f.ready:
-            f.queued = ray.get(fleet.queue.put.remote(f.ready.pop(f.next_put)))
+            f.queued = fleet.put(f.ready.pop(f.next_put))
             f.next_put += 1
         if f.train is not None or not f.queued:
             return False
-        item, dropped, f.queued = ray.get(fleet.queue.get.remote(self.ledger.step))
+        item, dropped, f.queued = fleet.take(self.ledger.step)
         self.outcomes.dropped(dropped)
         if item is not None:
             staleness = self.ledger.step - item.version
             assert staleness <= self.t.staleness_limit
-            f.train = (fleet.learner.train.remote(item), item, staleness)
+            f.train = (fleet.train(item), item, staleness)
             f.train_t0 = time.monotonic()
         return True
 
     def run(self) -> None:
-        import ray
-
         roll = self.fleet.rollouters
         while self.ledger.step < self.t.total_steps:
             self._submit()
@@ -218,7 +196,7 @@ class AsyncSchedule(Schedule):
             refs = list(roll.gen) + list(f.score) + ([f.train[0]] if f.train else []) + list(roll.acks)
             if not refs:
                 raise RuntimeError("fully_async loop stalled with nothing in flight")
-            done, _ = ray.wait(refs, num_returns=1, timeout=min(60.0, self.t.call_timeout_s or 60.0))
+            done = self.fleet.wait(refs, min(60.0, self.t.call_timeout_s or 60.0))
             self._overdue()
             for ref in done:
                 if ref in roll.acks:
@@ -240,27 +218,20 @@ class AsyncSchedule(Schedule):
         self.fleet.rollouters.overdue()
         if deadline and f.train is not None and f.train_t0 and time.monotonic() - f.train_t0 > deadline:
             f.train_t0 = 0.0  # killed once; its call then fails, and the learner is restored (LearnerLost)
-            hang(self.fleet.learner, "learner", f"train not answered within {deadline:g}s")
+            self.fleet.hang_learner(f"train not answered within {deadline:g}s")
         for ref, t0 in list(f.score_t0.items()):  # a reward client that does not answer: as the learner
             if deadline and time.monotonic() - t0 > deadline:
                 del f.score_t0[ref]
-                hang(self.fleet.reward_client.handles[f.score[ref][0]], "reward_client",
-                     f"score not answered within {deadline:g}s")
+                self.fleet.hang_client(f.score[ref][0], f"score not answered within {deadline:g}s")
 
     def _scored(self, ref: Any) -> None:
-        import ray
-
         f = self.flight
         w, item = f.score.pop(ref)
         f.score_t0.pop(ref, None)
-        try:
-            scored = self.fleet.scored(ray.get(ref))
-        except ACTOR_ERRORS:  # its reward client died: the batch is sent again
-            again = self.fleet.client_failed(w).score.remote(item)
+        scored, again = self.fleet.score_answer(w, ref, item)
+        if scored is None:  # its reward client died: the batch was sent again
             f.score[again], f.score_t0[again] = (w, item), time.monotonic()
             return
-        except RayTaskError as exc:  # e.g. a reward with on_failure: raise
-            raise RunAborted(f"reward_client: score failed: {cause(exc)}") from None
         f.ready[scored.batch.index] = scored
 
     def _trained(self, ref: Any) -> None:
@@ -279,7 +250,7 @@ class AsyncSchedule(Schedule):
             fleet.sync_weights(step)
 
 
-def make_schedule(t: TrainerConfig, prompts_per_step: int, dataset: PromptDataset, fleet: Fleet,
+def make_schedule(t: TrainerConfig, prompts_per_step: int, dataset: PromptDataset, fleet: ActorsProtocol,
                   ledger: Ledger, stats: StepStats, outcomes: Outcomes) -> Schedule:
     """The schedule ``trainer.mode`` names."""
     cls = SyncSchedule if t.mode == "sync" else AsyncSchedule
