@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +26,15 @@ def _limit_files(n: int) -> None:
 
 def _not_json(token: str) -> Any:
     raise AssertionError(f"the server answered {token}, which is not JSON")
+
+
+def wait_for(cond: Any, what: str, limit: float = 60.0) -> None:
+    """Poll ``cond()`` until it holds (the server's state seen from outside); fail naming ``what``."""
+    end = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 class Server:

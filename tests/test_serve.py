@@ -8,12 +8,12 @@ import json
 import os
 import sys
 import threading
-import time
 import types
 from pathlib import Path
 
 import pytest
 from serve_process import Server
+from serve_process import wait_for
 
 pytest.importorskip("aiohttp")
 
@@ -33,14 +33,6 @@ reward:
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _wait_for(cond, what: str, limit: float = 60.0) -> None:
-    end = time.monotonic() + limit
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +202,7 @@ def test_hanging_reward_times_out_per_row_while_others_are_served(tmp_path):
 
         t = threading.Thread(target=post_a)
         t.start()
-        _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's Runner call running")
+        wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's Runner call running")
         assert server.get("/health")[0] == 200  # the event loop answers while a reward hangs
         bodies = [{"rows": [{"response": f"ok:0.{k}"}, {"response": "raise"}]} for k in range(1, 5)]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -242,13 +234,13 @@ def test_requests_waiting_while_every_call_is_busy_are_pooled_into_one(tmp_path,
         assert server.get("/health")[1]["max_calls"] == 2
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
             b = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 2, "B's call running")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 2, "B's call running")
             rest = [
                 pool.submit(server.post, "/score", {"rows": [{"response": f"ok:0.{k}"}]}) for k in range(1, 5)
             ]
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 6, "C..F waiting")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 6, "C..F waiting")
             assert server.metric("rewardhub_inflight_batches") == 2  # no third call
             for k, f in enumerate(rest, 1):
                 status, body = f.result()
@@ -305,9 +297,9 @@ def test_sigterm_drains_requests_in_flight(tmp_path):
             target=lambda: slow.update(r=server.post("/score", {"rows": [{"response": "hang"}]}))
         )
         t.start()
-        _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "the request in flight")
+        wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "the request in flight")
         server.proc.send_signal(__import__("signal").SIGTERM)
-        _wait_for(lambda: any("draining" in line for line in server.stderr), "the server to start draining")
+        wait_for(lambda: any("draining" in line for line in server.stderr), "the server to start draining")
         with pytest.raises(OSError):  # no longer listening
             server.get("/health", timeout=5)
         t.join(60)
@@ -327,10 +319,10 @@ def test_on_failure_raise_fails_only_the_request_whose_row_raised(tmp_path):
     with Server(cfg, "--max-calls", "1") as server:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "A in flight")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") >= 1, "A in flight")
             b = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
             c = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.25"}, {"response": "raise"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
             (sa, ba), (sb, bb), (sc, bc) = a.result(), b.result(), c.result()
         assert sa == 500 and "timed out" in ba["error"] and "on_failure: raise" in ba["error"]
         assert sb == 200 and bb["rows"][0]["score"] == 0.5

@@ -8,11 +8,11 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import socket
-import time
 from pathlib import Path
 
 import pytest
 from serve_process import Server
+from serve_process import wait_for
 
 pytest.importorskip("aiohttp")
 
@@ -24,14 +24,6 @@ reward:
     - module: rewards_for_tests
       function: misbehave
 """
-
-
-def _wait_for(cond, what: str, limit: float = 60.0) -> None:
-    end = time.monotonic() + limit
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _raw(server: Server, data: bytes, timeout: float = 30) -> tuple[int, dict]:
@@ -173,11 +165,11 @@ def test_huge_finite_scores_fail_no_request_pooled_with_them(tmp_path):
     with Server(cfg, "--max-calls", "1") as server:
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
             b = pool.submit(server.post, "/score", {"rows": [{"response": "ok:1e308"}] * 2})
             c = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
             d = pool.submit(server.post, "/get_reward", {"query": ["ok:inf", "ok:-inf", "ok:0.25"]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 4, "B, C and D waiting")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 4, "B, C and D waiting")
             release.touch()
             (sb, bb), (sc, bc), (sd, bd) = b.result(), c.result(), d.result()
             assert a.result()[0] == 200
@@ -196,15 +188,15 @@ def test_the_rows_of_a_client_that_went_away_are_not_scored(tmp_path):
     with Server(cfg, "--max-calls", "1") as server:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
             host, port = server.url.removeprefix("http://").rsplit(":", 1)
             gone = socket.create_connection((host, int(port)), timeout=30)
             body = b'{"rows": [{"response": "gone:0.5"}, {"response": "gone:0.25"}]}'
             headers = {"Host": f"{host}:{port}", "Content-Type": "application/json"}
             gone.sendall(_post("/score", headers, body))
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 2, "B waiting")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 2, "B waiting")
             gone.close()
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 1, "B's handler cancelled")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 1, "B's handler cancelled")
             release.touch()
             assert a.result()[0] == 200
         status, answer = server.post("/score", {"rows": [{"response": "c:0.75"}]})
@@ -221,10 +213,10 @@ def test_a_raising_request_fails_alone_and_no_row_is_scored_twice(tmp_path):
     with Server(cfg, "--max-calls", "1") as server:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
             b = pool.submit(server.post, "/score", {"rows": [{"response": r} for r in ("b1:0.5", "b2:0.75")]})
             c = pool.submit(server.post, "/score", {"rows": [{"response": r} for r in ("c1:0.25", "raise")]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
             release.touch()
             (sa, ba), (sb, bb), (sc, bc) = a.result(), b.result(), c.result()
         assert sa == 200 and ba["rows"][0]["score"] == 1.0
@@ -251,7 +243,7 @@ def test_a_half_sent_request_does_not_hold_sigterm(misbehave_cfg):
                      'Content-Length: 100\r\n\r\n{"rows"'.encode())
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             scored = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "the scored request's call")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "the scored request's call")
             server.proc.send_signal(__import__("signal").SIGTERM)
             assert server.proc.wait(60) == 0
             status, body = scored.result()
@@ -268,9 +260,9 @@ def test_a_second_sigterm_stops_the_drain_at_once(misbehave_cfg):
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             hung = pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "the call hung")
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "the call hung")
             server.proc.send_signal(__import__("signal").SIGTERM)
-            _wait_for(lambda: any("draining" in line for line in server.stderr), "the drain to start")
+            wait_for(lambda: any("draining" in line for line in server.stderr), "the drain to start")
             server.proc.send_signal(__import__("signal").SIGTERM)
             assert server.proc.wait(60) == 1
             status, body = hung.result()
@@ -291,10 +283,10 @@ def test_a_reward_hanging_with_no_timeout_shows_in_health_and_sigterm_ends_the_s
             hung = []
             for k in (1, 2):  # one after the other: sent together, they could be pooled into one call
                 hung.append(pool.submit(server.post, "/score", {"rows": [{"response": "hang"}]}))
-                _wait_for(lambda: server.metric("rewardhub_inflight_batches") == k, f"call {k} hung")
+                wait_for(lambda: server.metric("rewardhub_inflight_batches") == k, f"call {k} hung")
             waiting = pool.submit(server.post, "/score", {"rows": [{"response": "ok:0.5"}]})
-            _wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "a request waiting")
-            _wait_for(lambda: server.get("/health")[0] == 503, "/health to say stuck")
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "a request waiting")
+            wait_for(lambda: server.get("/health")[0] == 503, "/health to say stuck")
             status, health = server.get("/health")
             assert health["status"] == "stuck" and "timeout_s" in health["error"]
             assert len(health["busy_calls"]) == 2 and all(c["seconds"] >= 0.5 for c in health["busy_calls"])
