@@ -59,7 +59,7 @@ def main() -> None:
                statistics.median(times[1:]), base, goal="<= 3x")
     reg = build_registry()
     n = 1_000_000
-    per = timeit.timeit(lambda: reg.get("math_verify"), number=n) / n
+    per = timeit.timeit(lambda: reg.get_reward("math_verify"), number=n) / n
     empty = timeit.timeit(lambda: None, number=n) / n
     print(f"registry.get(name): {per * 1e6:.3f} us per call (empty lambda call {empty * 1e6:.3f} us; "
           f"ratio {per / empty:.2f}x) (goal <= 2 us)")
