@@ -61,7 +61,7 @@ def section_to_test(reward: str, kwargs: str | None) -> RewardConfig:
     try:
         get_registry().get_reward(reward)
     except UnknownRewardError as exc:
-        raise UsageError(f"{exc}\nname a registered reward (see `rewardhub list`) or a config file") from None
+        raise UsageError(f"{exc}\nor name a config file") from None
     return validate_reward({"rewards": [{"name": reward, "kwargs": kw}]})
 
 
