@@ -192,13 +192,14 @@ class _Scores:
     hung: set[int]
     #: the executors asked for that are not installed
     skipped: list[str]
-    #: the executors not asked for (``ray``, when no term declares it)
+    #: ``["ray"]`` when the executors were left to the contract and no term declares ray
     unasked: list[str]
 
     @classmethod
     def collect(cls, probe: _Probe, executors: Sequence[str] | None) -> _Scores:
         from .execution import TIMEOUT
 
+        auto = executors is None
         if executors is None:
             declared = {d[2] for d in probe.declared.values()}
             executors = [ex for ex in EXECUTORS if ex != "ray" or ex in declared]
@@ -210,7 +211,7 @@ class _Scores:
         others = {ex: _try(lambda ex=ex: probe.run(ex, keep if ex == "inline" else None))
                   for ex in executors if ex != "ray" or _ray_installed()}
         return cls(first, second, others, hung, [ex for ex in executors if ex not in others],
-                   [ex for ex in EXECUTORS if ex not in executors])
+                   [ex for ex in EXECUTORS if auto and ex not in executors])
 
 
 def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:

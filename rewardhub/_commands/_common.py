@@ -1,4 +1,4 @@
-"""Helpers shared by the subcommands: registry options and spec rendering."""
+"""Helpers shared by the subcommands: registry options, loading a config, and spec rendering."""
 
 from __future__ import annotations
 
