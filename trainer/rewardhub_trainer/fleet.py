@@ -126,10 +126,8 @@ class Fleet(FleetCalls):
 
         cfg, t = self.cfg, self.t
         began = time.monotonic()
-        workers = (cfg.reward.workers.num_workers or t.num_reward_workers) * (
-            t.score_concurrency if t.mode == "fully_async" else 1)
         starting(f"the actors: {t.num_learners} learner(s), {t.num_rollouters} rollouter(s), "
-                 f"{workers} reward worker(s)")
+                 "the reward workers")
         # the placement group first: a cluster that lacks what resources: asks fails before any actor
         self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners,
                                    evaluators=1 if self.prep.val_dataset is not None else 0)
