@@ -15,7 +15,8 @@ long, non-ASCII, malformed) made from the first row:
   contract's default); the calls run under that timeout, so a hanging reward fails, never hangs;
 - ``deterministic``: two calls on the same rows give the same scores (a failure when the reward is
   declared ``pure``; reported otherwise);
-- ``same on every executor``: inline, process and (when Ray is installed) ray give the same scores.
+- ``same on every executor``: inline, process and ray give the same scores; ray (which starts a local
+  Ray, seconds) only when asked or when a term declares ``executor: ray``, and only where it is installed.
 
 Every run scores with ``on_failure: nan`` so that a failure stays visible as a status (never a
 score) whatever the term declares.
@@ -68,8 +69,11 @@ class Check:
 
 
 def run_contract(reward_cfg: Any, rows: Sequence[Mapping[str, Any]] | None = None, *,
-                 executors: Sequence[str] = EXECUTORS, default_timeout_s: float = 10.0) -> list[Check]:
-    """Check every term of ``reward_cfg`` (a ``reward:`` section); the checks in term order."""
+                 executors: Sequence[str] | None = None, default_timeout_s: float = 10.0) -> list[Check]:
+    """Check every term of ``reward_cfg`` (a ``reward:`` section); the checks in term order.
+
+    :param executors: those compared; ``None``: inline and process, and ray when a term declares it.
+    """
     from .config.schema import validate_reward
 
     probe = _Probe.build(validate_reward(reward_cfg), rows or DEFAULT_ROWS, default_timeout_s)
@@ -188,10 +192,17 @@ class _Scores:
     hung: set[int]
     #: the executors asked for that are not installed
     skipped: list[str]
+    #: ``["ray"]`` when the executors were left to the contract and no term declares ray
+    unasked: list[str]
 
     @classmethod
-    def collect(cls, probe: _Probe, executors: Sequence[str]) -> _Scores:
+    def collect(cls, probe: _Probe, executors: Sequence[str] | None) -> _Scores:
         from .execution import TIMEOUT
+
+        auto = executors is None
+        if executors is None:
+            declared = {d[2] for d in probe.declared.values()}
+            executors = [ex for ex in EXECUTORS if ex != "ray" or ex in declared]
 
         first, second = probe.run(None), probe.run(None)
         hung = {i for cols in (first, second) for col in cols.values() for i in range(len(probe.batch))
@@ -199,7 +210,8 @@ class _Scores:
         keep = [i for i in range(len(probe.batch)) if i not in hung]
         others = {ex: _try(lambda ex=ex: probe.run(ex, keep if ex == "inline" else None))
                   for ex in executors if ex != "ray" or _ray_installed()}
-        return cls(first, second, others, hung, [ex for ex in executors if ex not in others])
+        return cls(first, second, others, hung, [ex for ex in executors if ex not in others],
+                   [ex for ex in EXECUTORS if auto and ex not in executors])
 
 
 def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:
@@ -298,7 +310,9 @@ def _same_everywhere(probe: _Probe, scores: _Scores, name: str) -> Check:
         if scores.hung and "inline" in scores.others else ""
     return Check(name, "same on every executor", PASS,
                  f"{', '.join(ran)} agree (as declared: {executor})"
-                 + (f"; {', '.join(scores.skipped)} not installed" if scores.skipped else "") + notes)
+                 + (f"; {', '.join(scores.skipped)} not installed" if scores.skipped else "")
+                 + ("; ray not checked: no term declares it (--ray adds it)" * ("ray" in scores.unasked))
+                 + notes)
 
 
 #: the contracts checked on every term that survives its calls, in the order they are reported

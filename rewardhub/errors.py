@@ -95,6 +95,8 @@ class UnknownRewardError(RewardhubError, LookupError):
 
     def __init__(self, name: str, available: Iterable[str], where: str | None = None) -> None:
         import difflib
+        import sys
+        import sysconfig
 
         self.name = name
         self.available = tuple(sorted(available))
@@ -102,10 +104,11 @@ class UnknownRewardError(RewardhubError, LookupError):
         lines = [f"unknown reward {name!r}" + (f" {where}" if where else "")]
         if self.close:
             lines.append("did you mean: " + ", ".join(repr(c) for c in self.close) + "?")
-        shown = ", ".join(repr(a) for a in self.available[:30])
-        if len(self.available) > 30:
-            shown += f", ... ({len(self.available)} in all)"
-        lines.append(f"available: {shown or '(none)'} (see `rewardhub list`)")
+        py = sys.executable
+        env = (f"virtual environment {sys.prefix}" if sys.prefix != sys.base_prefix
+               else f"site-packages {sysconfig.get_path('purelib')}")
+        lines += [f"searched the {len(self.available)} rewards installed for {py} ({env})",
+                  f"all names: `rewardhub list`; to install a plugin here: {py} -m pip install <plugin>"]
         super().__init__("\n".join(lines))
 
     def __str__(self) -> str:  # LookupError would not quote, but be explicit

@@ -77,7 +77,7 @@ def check_reward(
     reward: str | Mapping[str, Any],
     rows: Any = None,
     *,
-    executors: tuple[str, ...] = ("inline", "process", "ray"),
+    executors: tuple[str, ...] | None = None,
     default_timeout_s: float = 10.0,
 ) -> list[Any]:
     """Run the reward contract (what ``rewardhub test`` checks) and raise ``AssertionError`` with the
@@ -85,6 +85,7 @@ def check_reward(
 
     :param reward: a registered reward name, or a ``reward:`` section (a mapping with ``rewards``).
     :param rows: the samples to score (default: three small built-in rows).
+    :param executors: those compared (default: inline and process, and ray when the reward declares it).
     """
     from ._commands._common import table
     from ._contract import FAIL

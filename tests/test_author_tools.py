@@ -214,9 +214,11 @@ def test_test_fails_an_exit_a_reward_that_never_scores_and_keeps_prints_out_of_j
 
 
 def test_cli_table_and_exit_codes(cli, tmp_path):
-    res = cli("test", "exact_match", "--executors", "inline,process")
+    res = cli("test", "exact_match")  # no Ray started: exact_match does not declare executor: ray
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0].split() == ["reward", "contract", "result", "detail"]
+    assert res.stdout.splitlines()[-1].endswith(
+        "inline, process agree (as declared: inline); ray not checked: no term declares it (--ray adds it)")
     assert len(res.stdout.splitlines()) == 2 + 7 and all(" pass " in line or " skip " in line
                                                           for line in res.stdout.splitlines()[2:])
     assert "every contract holds" in res.stderr

@@ -135,6 +135,16 @@ def test_errors_are_one_line_with_exit_code(capsys, argv, code, message):
     assert "Traceback" not in err
 
 
+def test_unknown_reward_names_the_interpreter_and_only_close_names(capsys):
+    """Not the first 30 of 116 names: the close ones, where it looked, and how to install there."""
+    assert main(["show", "math_verfy"]) == 1
+    err = capsys.readouterr().err
+    assert "did you mean: 'math_verify'?" in err
+    assert "reasoning_gym." not in err and "exact_match" not in err
+    assert f"rewards installed for {sys.executable} (virtual environment {sys.prefix})" in err
+    assert f"{sys.executable} -m pip install <plugin>" in err and "`rewardhub list`" in err
+
+
 def test_show_prints_signature_and_policy(capsys):
     assert main(["show", "math_verify"]) == 0
     out = capsys.readouterr().out

@@ -48,7 +48,29 @@ def test_legacy_custom_reward_function_through_score(cli, tmp_path):
     res = cli("score", str(cfg), str(data), "-o", str(out), cwd=str(tmp_path.parent))
     assert res.returncode == 0, res.stderr
     assert [json.loads(x)["score"] for x in out.read_text().splitlines()] == [1.0, 0.0, 1.0]
-    assert "custom_reward_function" in res.stderr  # the deprecation is visible
+    assert "legacy keys: 1 moved, 0 dropped (see `rewardhub migrate" in res.stderr  # the migration is told
+
+
+def test_score_tells_a_launch_scripts_legacy_keys_in_checks_one_line(cli, tmp_path):
+    """Not one raw Python warning (two lines, shim.py's source) per migrated key."""
+    (tmp_path / "r.py").write_text("def compute_score(data_source, solution_str, ground_truth, **kw):\n"
+                                   "    return float(solution_str == ground_truth)\n")
+    (tmp_path / "run.sh").write_text(
+        "python3 -m verl.trainer.main_ppo data.max_response_length=64 reward_model.reward_manager=dapo \\\n"
+        "  +reward_model.reward_kwargs.overlong_buffer_cfg.enable=True \\\n"
+        "  +reward_model.reward_kwargs.overlong_buffer_cfg.len=16 \\\n"
+        "  +reward_model.reward_kwargs.max_resp_len=64 \\\n"
+        "  +reward_model.reward_kwargs.overlong_buffer_cfg.log=False \\\n"
+        "  custom_reward_function.path=r.py custom_reward_function.name=compute_score\n")
+    (tmp_path / "d.jsonl").write_text('{"response": "4", "ground_truth": "4"}\n')
+    line = "legacy keys: 7 moved, 1 dropped (see `rewardhub migrate run.sh`)"
+    check = cli("check", "run.sh", cwd=tmp_path)
+    assert check.returncode == 0 and check.stdout.splitlines()[0] == line, check.stdout + check.stderr
+    res = cli("score", "run.sh", "d.jsonl", "-o", "o.jsonl", "--no-progress", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == line and "Warning" not in res.stderr, res.stderr
+    assert json.loads((tmp_path / "o.jsonl").read_text())["rewards"] == {"compute_score": 1.0,
+                                                                          "overlong_penalty": 0.0}
 
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the subcommands: registry options and spec rendering."""
+"""Helpers shared by the subcommands: registry options, loading a config, and spec rendering."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import sys
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from .._discovery import UNREADABLE
@@ -28,6 +30,42 @@ def registry_from_args(args: argparse.Namespace) -> Any:
 
     cfg = {"plugins": {"load": list(args.load_plugins)}}
     return build_registry(cfg, autoload=False if args.no_autoload else None)
+
+
+def load_plan_quiet(
+    config: str | None, overrides: Sequence[str]
+) -> tuple[Any, list[warnings.WarningMessage]]:
+    """:func:`~rewardhub.config.load_plan`, the legacy keys it migrates counted in the plan's report
+    (see :func:`migration_line`) instead of warned one by one; returns the plan and its other warnings."""
+    from ..config import load_plan
+    from ..errors import RewardhubDeprecationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = load_plan(config, overrides)
+    return plan, [w for w in caught if not issubclass(w.category, RewardhubDeprecationWarning)]
+
+
+def migration_line(moved: Sequence[Any], dropped: Sequence[Any], config: str | None,
+                   overrides: Sequence[str] = ()) -> str | None:
+    """One line for all the legacy keys a config had (``check`` and ``score`` print it); None if none."""
+    import shlex
+
+    if not (moved or dropped):
+        return None
+    words = shlex.join([*([config] if config else []), *overrides])
+    return f"legacy keys: {len(moved)} moved, {len(dropped)} dropped (see `rewardhub migrate {words}`)"
+
+
+def load_plan_told(config: str | None, overrides: Sequence[str]) -> Any:
+    """:func:`load_plan_quiet` for a command that runs the config: the legacy keys in one line on stderr,
+    the other warnings raised again."""
+    plan, others = load_plan_quiet(config, overrides)
+    if line := migration_line(plan.report.moved, plan.report.dropped, config, overrides):
+        print(line, file=sys.stderr)
+    for w in others:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return plan
 
 
 def summary(spec: RewardSpec) -> str:

@@ -13,13 +13,14 @@ import dataclasses
 import inspect
 import os
 import sys
-import warnings
 from typing import Any
 
 from ..config.schema import TermConfig
 from ..errors import RewardhubError
 from ..errors import UsageError
 from ._common import dump_json
+from ._common import load_plan_quiet
+from ._common import migration_line
 
 NAME = "check"
 HELP = ("check a config: migrate legacy keys, validate, resolve every reward term (nothing is run: "
@@ -36,17 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     """The check's findings: ``terms`` (resolved), ``problems``, ``migration``, ``warnings``."""
-    from ..config import load_plan
     from ..execution import resolve_term
     from ..registry import build_registry
 
     problems: list[str] = []
-    notes: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        plan = load_plan(path, overrides)
+    plan, others = load_plan_quiet(path, overrides)
     report = plan.report
-    notes.extend(str(w.message) for w in caught if w.category.__name__ != "RewardhubDeprecationWarning")
+    notes = [str(w.message) for w in others]
     reward = plan.reward
     terms_cfg = list(reward.rewards)
     if not terms_cfg:
@@ -225,10 +222,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         dump_json(result)
         return 1 if result["problems"] else 0
-    mig = result["migration"]
-    if mig["moved"] or mig["dropped"]:
-        print(f"legacy keys: {len(mig['moved'])} moved, {len(mig['dropped'])} dropped "
-              f"(see `rewardhub migrate {args.config}`)")
+    if line := migration_line(**result["migration"], config=args.config, overrides=args.overrides):
+        print(line)
     for t in result["terms"]:
         origin = f"{t['source']} {t['dist']} {t['version']}" if t["dist"] else t["source"]
         why = f" ({t['executor_why']})" if t["executor_why"] else ""

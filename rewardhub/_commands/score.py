@@ -244,7 +244,6 @@ def summary_table(metrics: dict[str, float], terms: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .._datafiles import is_regular
-    from ..config import load_plan
     from ..datasets import count_rows
     from ..datasets import input_files
     from ..datasets import terms_needing
@@ -256,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
     from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
     from ..execution import stats
+    from ._common import load_plan_told
     from ._failures import debug_lines
     from ._failures import failure_report
     from ._failures import over_the_limit
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ["REWARDHUB_DEBUG"] = "1"  # the error printed at the end (on_failure: raise) reads it
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
-    plan = load_plan(args.config, args.overrides)
+    plan = load_plan_told(args.config, args.overrides)
     pairs = read_pairs(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
     # a bad file fails before any output
     first = read_input(args.data, lambda _: list(itertools.islice(pairs, 1)))

@@ -27,11 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kwargs", metavar="JSON", help="keyword arguments for a named reward, e.g. "
                                                          "'{\"pattern\": \"\\\\d+\"}'")
-    parser.add_argument(
-        "--executors",
-        default="inline,process,ray",
-        help="executors compared (default inline,process,ray; ray only where it is installed)",
-    )
+    parser.add_argument("--executors", help="executors compared (default inline,process, and ray when the "
+                                            "reward declares executor: ray; ray only where it is installed)")
+    parser.add_argument("--ray", action="store_true",
+                        help="compare the ray executor too (starts a local Ray: seconds)")
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="seconds a call may take when the reward declares no timeout_s (default 10)")
     parser.add_argument("--rows", type=int, default=64, help="at most this many rows of DATA (default 64)")
@@ -61,7 +60,7 @@ def section_to_test(reward: str, kwargs: str | None) -> RewardConfig:
     try:
         get_registry().get_reward(reward)
     except UnknownRewardError as exc:
-        raise UsageError(f"{exc}\nname a registered reward (see `rewardhub list`) or a config file") from None
+        raise UsageError(f"{exc}\nor name a config file") from None
     return validate_reward({"rewards": [{"name": reward, "kwargs": kw}]})
 
 
@@ -75,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     from ._output import prints_to_stderr
     from .score import read_samples
 
-    executors = [e.strip() for e in args.executors.split(",") if e.strip()]
-    wrong = [e for e in executors if e not in EXECUTORS]
-    if wrong or not executors:
+    executors = [e.strip() for e in (args.executors or "").split(",") if e.strip()] or None
+    if args.executors is not None and (not executors or any(e not in EXECUTORS for e in executors)):
         raise UsageError(f"--executors {args.executors!r}: choose from {', '.join(EXECUTORS)}")
+    if args.ray:
+        executors = list(dict.fromkeys([*(executors or ("inline", "process")), "ray"]))
     if args.timeout <= 0 or args.rows <= 0:
         raise UsageError("--timeout and --rows must be above 0")
     section = section_to_test(args.reward, args.kwargs)

@@ -143,6 +143,15 @@ def test_runner_ray_executor_round_robin(cluster, reward_file, tmp_path):
     assert [r["reasoning_gym.basic_arithmetic"] for r in res.rewards] == [1.0] * 3 + [0.0] + [1.0] * 4
 
 
+def test_the_contract_checks_ray_for_a_reward_declared_there(cluster):
+    """``rewardhub test`` leaves Ray out unless asked, or unless a term declares it, as here."""
+    from rewardhub._contract import run_contract
+
+    checks = run_contract({"rewards": [{"name": "exact_match", "executor": "ray"}]})
+    same = next(c for c in checks if c.contract == "same on every executor")
+    assert (same.status, same.detail) == ("pass", "inline, process, ray agree (as declared: ray)")
+
+
 def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp_path):
     cfg = {"rewards": [{"path": str(reward_file), "function": "probe"}],
            "workers": {"num_workers": 2, "resources": {"node2": 1}}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -73,10 +74,17 @@ def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_pat
     # two batches scored at once, each by its own client and pool of two reward workers
     ("fully_async", {"score_concurrency": 2, "num_reward_workers": 2, "staleness_limit": 2, "queue_size": 3}),
 ], ids=["sync", "fully_async", "fully_async-score2"])
-def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode, extra):
+def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode, extra, capsys):
     out = tmp_path / mode
     summary = train(tiny_config(trainer={"mode": mode, "total_steps": 6, **extra}), output=str(out))
     assert summary["mode"] == mode and summary["steps"] == 6
+    # the start says what it is doing (it took ~46 s in silence): Ray, the actors, the models
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("starting: ")]
+    assert said[:2] == ["starting: in the Ray this process runs",
+                        "starting: the actors: 1 learner(s), 1 rollouter(s), the reward workers"]
+    assert said[2].startswith("starting: waiting for the reward workers") and len(said) == 5
+    assert said[3].startswith("starting: waiting for the learner and the rollouters to load the model ")
+    assert re.fullmatch(r"starting: the actors are up \(\d+\.\ds\)", said[4])
     _check_accounting(summary, 8)
     _check_fingerprints(summary)
     reward_workers = [w for w in summary["workers"] if w["role"] == "reward_worker"]

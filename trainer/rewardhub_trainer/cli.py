@@ -97,38 +97,44 @@ def _start_ray() -> None:
 
     from rewardhub.distributed import ensure_ray
 
+    from .fleet import starting
+
     address = os.environ.get("RAY_ADDRESS")
-    if address and not ray.is_initialized():
+    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
+    cpus = max(4, os.cpu_count() or 1)
+    if ray.is_initialized():
+        starting("in the Ray this process runs")
+    elif address:
         from rewardhub.distributed import connect_bounded
 
+        starting(f"joining the Ray cluster at RAY_ADDRESS={address}")
         connect_bounded(address, RAY_CONNECT_S)
-    # a local Ray gets at least 4 logical CPUs: the learner, rollouters and reward workers each reserve CPUs
-    ensure_ray(num_cpus=max(4, os.cpu_count() or 1))
+    else:
+        starting(f"a local Ray ({cpus} CPUs; RAY_ADDRESS joins a cluster instead)")
+    ensure_ray(num_cpus=cpus)
 
 
 def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
     """Progress bar, trackers and Ray around :meth:`Run.run`."""
-    bar = None
+    bars: list[Any] = []
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(
-            total=prep.cfg.trainer.total_steps,
-            initial=run_.ledger.step,
-            desc=f"train ({prep.cfg.trainer.mode})",
-            unit="step",
-            file=sys.stderr,
-            dynamic_ncols=True,
-        )
-
         from .reward_failures import progress_postfix
 
+        def _open_bar(started: Any) -> None:  # once the actors are up: until then, the start's own lines
+            bars.append(tqdm(total=prep.cfg.trainer.total_steps, initial=started.ledger.step,
+                             desc=f"train ({prep.cfg.trainer.mode})", unit="step", file=sys.stderr,
+                             dynamic_ncols=True))
+
         def _tick(step: int, metrics: Any, _run: Any) -> None:
+            bar = bars[0]
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                             sps=f"{metrics['throughput/samples_per_s']:.1f}",
                             stale=metrics["staleness"], **progress_postfix(metrics), refresh=False)
 
+        run_.start_callbacks = (_open_bar,)
         run_.callbacks = (*run_.callbacks, _tick)
     from .loggers import Trackers
     from .loggers import logger_names
@@ -154,7 +160,7 @@ def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
         trackers.close()
-        if bar is not None:
+        for bar in bars:
             bar.close()
 
 

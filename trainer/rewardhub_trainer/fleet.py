@@ -14,6 +14,8 @@ returned.
 from __future__ import annotations
 
 import os
+import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +45,12 @@ __all__ = ["Fleet", "check_infos", "base_threads"]
 CLOSE_S, CLOSE_HURRIED_S = 60.0, 2.0
 
 from ray.exceptions import RayTaskError  # noqa: E402 - loaded only once the config is valid
+
+
+def starting(line: str) -> None:
+    """One short line on stderr about what the run is doing while it starts (Ray, the actors, the
+    models: a minute or more, silent otherwise)."""
+    print(f"starting: {line}", file=sys.stderr, flush=True)
 
 
 def base_threads(t: TrainerConfig) -> int:
@@ -117,6 +125,9 @@ class Fleet(FleetCalls):
         from .actors import Rollouter
 
         cfg, t = self.cfg, self.t
+        began = time.monotonic()
+        starting(f"the actors: {t.num_learners} learner(s), {t.num_rollouters} rollouter(s), "
+                 "the reward workers")
         # the placement group first: a cluster that lacks what resources: asks fails before any actor
         self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners,
                                    evaluators=1 if self.prep.val_dataset is not None else 0)
@@ -161,7 +172,9 @@ class Fleet(FleetCalls):
                                                               runtime_env=NO_GPU_ENV).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
         self._stoppers.append(lambda: _kill([queue]))
-        return self._first_infos()
+        version = self._first_infos()
+        starting(f"the actors are up ({time.monotonic() - began:.1f}s)")
+        return version
 
     def _start_reward_client(self, opts: dict[str, Any]) -> None:
         """The reward workers are rewardhub.distributed's RewardWorkerPool, driven by one client actor
@@ -203,8 +216,10 @@ class Fleet(FleetCalls):
         learner's policy version."""
         import ray
 
+        starting("waiting for the reward workers (each builds the registry and loads the rewards)")
         clients = ray.get([h.info.remote() for h in self.reward_client.handles], timeout=600)
         check_infos(clients)
+        starting(f"waiting for the learner and the rollouters to load the model {self.prep.model_path}")
         self.workers = self.infos(clients)
         print_choices(self.workers)
         check_infos(self.workers)

@@ -89,6 +89,8 @@ class Run:
         #: called after each step, and with each evaluation's metrics (trackers: loggers.py)
         self.callbacks = callbacks
         self.val_callbacks: tuple[StepCallback, ...] = ()
+        #: called once, when the actors are up (the command's progress bar starts then)
+        self.start_callbacks: tuple[Callable[[Run], None], ...] = ()
         self.ledger = Ledger(read_state(self.resume_ckpt) if self.resume_ckpt is not None else None)
         self.stats = StepStats(self.out, prep.cfg.samples_per_step, resumed_from=self.ledger.resumed_from,
                                resume_dir=Path(resume) if resume else None, num_rollouters=t.num_rollouters)
@@ -133,6 +135,8 @@ class Run:
         ledger.started(self.fleet.start(str(self.resume_ckpt) if self.resume_ckpt else None))
         if ledger.step > 0:  # resumed: the rollouters start from the checkpoint's weights
             self.fleet.sync_weights(ledger.step, wait=True)
+        for started in self.start_callbacks:
+            started(self)
         begin(self.out, self.prep.public_config(), overwrite=self.overwrite, resumed_here=self.resumed_here,
               rewards=self.prep.reward_identities())
         self.stats.start()
