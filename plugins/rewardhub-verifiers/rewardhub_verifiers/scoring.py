@@ -1,0 +1,106 @@
+"""Scoring with a verifiers environment's own reward methods (``verifiers.v1``, 0.4).
+
+A sample reaches the environment as a verifiers trace: the one its ``extra_info["trace"]`` holds (a
+trace as ``traces.jsonl`` stores it, the environment's own rollout), else one built from its
+``messages`` (or ``prompt`` and ``response``) with the task's data from ``extra_info["task"]``
+(``ground_truth`` fills a task field named ``answer`` when that is not given).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["reward", "rubric"]
+
+
+@functools.cache
+def _task_type(env: str) -> Any:
+    try:
+        import verifiers.v1 as vf
+    except ImportError as e:
+        raise RuntimeError(f"verifiers.{env}: verifiers is not importable here ({e}); install "
+                           "rewardhub-verifiers[verifiers] or verifiers>=0.4 beside it") from None
+    return vf.task_type(env)
+
+
+def _message(m: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI chat message as verifiers reads it (tool calls flat: id, name, arguments)."""
+    out = dict(m)
+    if out.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": c.get("id"), "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+            if isinstance(c.get("function"), Mapping) else c
+            for c in out["tool_calls"]
+        ]
+    return out
+
+
+def _trace(task_cls: Any, prompt: Any, response: Any, ground_truth: Any, extra_info: Any,
+           messages: Any) -> Any:
+    from pydantic import TypeAdapter
+    from verifiers.v1 import AgentConfig
+    from verifiers.v1 import Message
+    from verifiers.v1 import Trace
+    from verifiers.v1.graph import MessageNode
+    from verifiers.v1.trace import AgentInfo
+    from verifiers.v1.trace import TraceTask
+
+    data_cls = task_cls.data_type()
+    extra = extra_info if isinstance(extra_info, Mapping) else {}
+    if isinstance(extra.get("trace"), Mapping):
+        trace = Trace[data_cls].model_validate(extra["trace"])
+        trace.rewards, trace.metrics = {}, {}
+        return trace
+    fields = dict(extra.get("task") or {})
+    if "answer" in data_cls.model_fields and "answer" not in fields and ground_truth is not None:
+        fields["answer"] = ground_truth
+    if messages is None:
+        text = prompt if isinstance(prompt, str) else None
+        messages = [*(prompt if isinstance(prompt, list) else [{"role": "user", "content": text}]),
+                    {"role": "assistant", "content": response or ""}]
+    fields.setdefault("prompt", next((m.get("content") for m in messages if m.get("role") == "user"), None))
+    as_message = TypeAdapter(Message).validate_python
+    nodes = [MessageNode(parent=i - 1 if i else None, message=as_message(_message(m)),
+                         sampled=m.get("role") == "assistant") for i, m in enumerate(messages)]
+    data = data_cls.model_validate(fields)
+    return Trace(task=TraceTask(type=task_cls.__name__, data=data), agent=AgentInfo(config=AgentConfig()),
+                 nodes=nodes)
+
+
+async def reward(response: Any = None, prompt: Any = None, extra_info: Any = None, *, env: str, reward: str,
+                 **fields: Any) -> float:
+    """One ``@vf.reward`` of environment ``env``, unweighted, as the environment computes it (a
+    ground truth is optional: ``fields`` takes it, and ``messages``, when the sample has them)."""
+    task_cls = _task_type(env)
+    trace = _trace(task_cls, prompt, response, fields.get("ground_truth"), extra_info, fields.get("messages"))
+    task = task_cls(trace.task.data)
+    hooks = {fn.__name__: fn for fn in task.hooks("reward")}
+    if reward not in hooks:
+        raise ValueError(f"verifiers.{env} has no reward {reward!r}; its rewards: {', '.join(sorted(hooks))}")
+    fn = hooks[reward]
+    if "runtime" in inspect.signature(fn).parameters:
+        raise ValueError(f"verifiers.{env}.{reward} needs the environment's runtime (a sandbox); it can "
+                         "only be scored inside a verifiers rollout")
+    from verifiers.v1.utils.decorators import invoke
+
+    value = await invoke(fn, {"task": task.data, "trace": trace})
+    if isinstance(value, Mapping):
+        raise ValueError(f"verifiers.{env}.{reward} returned keyed scores {sorted(value)}; use "
+                         f"verifiers.{env} for the rubric's total")
+    return float(value)
+
+
+async def rubric(response: Any = None, prompt: Any = None, extra_info: Any = None, *, env: str,
+                 **fields: Any) -> float:
+    """The environment's rubric: every reward it can score offline, weighted and summed, as
+    ``Task.score`` computes it (``trace.reward``)."""
+    task_cls = _task_type(env)
+    trace = _trace(task_cls, prompt, response, fields.get("ground_truth"), extra_info, fields.get("messages"))
+    await task_cls(trace.task.data).score(trace)
+    missing = sorted(name for name, r in trace.rewards.items() if r is None)
+    if missing:
+        raise ValueError(f"verifiers.{env}: rewards {missing} were not scored")
+    return float(trace.reward)
