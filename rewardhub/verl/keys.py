@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
+import string
 from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "roots", "suggest", "table_source", "unknown_line"]
+__all__ = ["ENGINES", "VERL_YAMLS", "Rule", "derive_table", "is_verl_key", "matches", "parse_rules", "roots",
+           "suggest", "table_source", "unknown_line"]
+
+#: verl's rollout/reward-model engine names -> rewardhub's
+ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
+#: (pattern, action): ``("move", new key)``, ``("drop", reason)`` or ``(kind,)`` (decided with the config)
+Rule = tuple[str, tuple[str, ...]]
 
 #: the files of a verl checkout (relative to its ``verl/`` package) the table is derived from
 VERL_YAMLS = (
@@ -61,6 +69,31 @@ def derive_table(yaml_texts: Iterable[str]) -> str:
             parent, _, name = key.rpartition(".")
             groups.setdefault(parent, set()).add(name + ("/" if value == {} else ""))
     return "".join(f"{parent}: {' '.join(sorted(names))}\n" for parent, names in sorted(groups.items()))
+
+
+def parse_rules(text: str, **reasons: str) -> list[Rule]:
+    """A rule table written one rule a line: ``pattern -> new.key`` (a move), ``pattern (kind)`` (a key
+    decided with the whole config) or ``pattern: reason`` (a drop; ``$name`` in it is ``reasons[name]``)."""
+    out: list[Rule] = []
+    for line in string.Template(text).substitute(reasons).splitlines():
+        found = re.fullmatch(r"(\S+?)(?: -> (\S+)| \((\w+)\)|: (.+))", line)
+        if found is None:
+            raise ValueError(f"not a rule: {line!r}")
+        pattern, new, kind, reason = found.groups()
+        out.append((pattern, ("move", new) if new else (kind,) if kind else ("drop", reason)))
+    return out
+
+
+def matches(pattern: str, key: str) -> bool:
+    """Whether dotted ``key`` is ``pattern``'s: ``*`` any key, ``a.*`` a and all under it, ``a.b_*`` a name
+    prefix, else the key itself."""
+    if pattern == "*":
+        return True
+    if pattern.endswith("_*"):
+        return key.startswith(pattern[:-1])
+    if pattern.endswith(".*"):
+        return key == pattern[:-2] or key.startswith(pattern[:-1])
+    return key == pattern
 
 
 def table_source(table: str, width: int = 110) -> str:

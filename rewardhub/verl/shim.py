@@ -43,12 +43,12 @@ from ._legacy_leaves import legacy_leaves
 from ._legacy_leaves import plain_dict
 from ._legacy_leaves import rule_of
 from ._legacy_rules import DEFAULT_FUNCTION
-from ._legacy_rules import ENGINES
 from ._legacy_rules import KEY_INTERP
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
 from ._legacy_rules import SANDBOX_KEYS
 from ._legacy_rules import truthy
+from .keys import ENGINES
 from .keys import unknown_line
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key",
