@@ -76,18 +76,7 @@ actor_rollout_ref.ref: _target_ entropy_checkpointing entropy_from_logits_chunk_
 entropy_from_logits_with_chunking log_prob_max_token_len_per_gpu log_prob_micro_batch_size \
 log_prob_micro_batch_size_per_gpu log_prob_use_dynamic_bsz pad_to_length rollout_n strategy \
 ulysses_sequence_parallel_size use_torch_compile
-actor_rollout_ref.ref.fsdp_config: _target_ dtype entropy_checkpointing entropy_from_logits_chunk_size \
-entropy_from_logits_with_chunking forward_only forward_prefetch fsdp_size full_determinism model_dtype \
-offload_policy optimizer_offload pad_to_length pad_to_length_bucket param_offload reshard_after_forward seed \
-strategy ulysses_sequence_parallel_size use_no_sync_for_gradient_accumulation use_orig_params \
-use_torch_compile
-actor_rollout_ref.ref.fsdp_config.qat: _target_ activation_observer enable group_size ignore_patterns mode \
-quantization_config_path
-actor_rollout_ref.ref.fsdp_config.turbo_config.distributed: expert_fully_shard_parallel_size \
-expert_parallel_size fully_shard_parallel_size tensor_parallel_size ulysses_parallel_size
-actor_rollout_ref.ref.fsdp_config.turbo_config.distributed.fsdp_plan: fsdp_implementation \
-num_to_backward_prefetch num_to_forward_prefetch output_dtype param_dtype reduce_dtype
-actor_rollout_ref.ref.fsdp_config.wrap_policy: min_num_params
+actor_rollout_ref.ref.fsdp_config = actor_rollout_ref.actor.fsdp_config
 actor_rollout_ref.ref.megatron: _target_ context_parallel_size dist_checkpointing_path \
 dist_checkpointing_prefix dist_ckpt_optim_fully_reshardable distrib_optim_fully_reshardable_mem_efficient \
 dtype dynamic_context_parallel entropy_from_logits_chunk_size entropy_from_logits_with_chunking \
@@ -99,15 +88,7 @@ use_megatron_fsdp use_remove_padding vanilla_mbridge virtual_pipeline_model_para
 actor_rollout_ref.ref.megatron.qat: _target_ activation_observer enable group_size ignore_patterns mode \
 quantization_config_path
 actor_rollout_ref.ref.megatron.router_replay: _target_ mode record_file replay_file
-actor_rollout_ref.ref.profiler: _target_ all_ranks enable finish_hook_all_ranks finish_hook_cmd \
-finish_hook_ranks ranks relocate_results save_path tool
-actor_rollout_ref.ref.profiler.tool_config.npu: _target_ analysis contents discrete level
-actor_rollout_ref.ref.profiler.tool_config.nsys: _target_ discrete
-actor_rollout_ref.ref.profiler.tool_config.precision_debugger: _target_ config_path stages steps strict
-actor_rollout_ref.ref.profiler.tool_config.torch: _target_ contents discrete
-actor_rollout_ref.ref.profiler.tool_config.torch.schedule: _target_ active repeat skip_first wait warmup
-actor_rollout_ref.ref.profiler.tool_config.torch_memory: _target_ memory_snapshot_num_steps stack_depth \
-trace_alloc_max_entries
+actor_rollout_ref.ref.profiler = actor_rollout_ref.actor.profiler
 actor_rollout_ref.rollout: _target_ calculate_log_probs cudagraph_capture_sizes data_parallel_size \
 disable_log_stats do_sample dtype enable_chunked_prefill enable_prefix_caching enable_rollout_routing_replay \
 enforce_eager expert_parallel_size free_cache_engine full_determinism gpu_memory_utilization ignore_eos \
@@ -152,59 +133,11 @@ forward_micro_batch_size forward_micro_batch_size_per_gpu grad_clip loss_agg_mod
 nccl_timeout ppo_epochs ppo_max_token_len_per_gpu ppo_micro_batch_size ppo_micro_batch_size_per_gpu \
 ppo_mini_batch_size rollout_n shuffle strategy ulysses_sequence_parallel_size use_dynamic_bsz
 critic.checkpoint: _target_ async_save load_contents mbridge_config/ save_contents
-critic.fsdp: _target_ dtype entropy_checkpointing entropy_from_logits_chunk_size \
-entropy_from_logits_with_chunking forward_only forward_prefetch fsdp_size full_determinism model_dtype \
-offload_policy optimizer_offload pad_to_length pad_to_length_bucket param_offload reshard_after_forward seed \
-strategy ulysses_sequence_parallel_size use_no_sync_for_gradient_accumulation use_orig_params \
-use_torch_compile
-critic.fsdp.qat: _target_ activation_observer enable group_size ignore_patterns mode \
-quantization_config_path
-critic.fsdp.turbo_config.distributed: expert_fully_shard_parallel_size expert_parallel_size \
-fully_shard_parallel_size tensor_parallel_size ulysses_parallel_size
-critic.fsdp.turbo_config.distributed.fsdp_plan: fsdp_implementation num_to_backward_prefetch \
-num_to_forward_prefetch output_dtype param_dtype reduce_dtype
-critic.fsdp.wrap_policy: min_num_params
-critic.megatron: _target_ context_parallel_size dist_checkpointing_path dist_checkpointing_prefix \
-dist_ckpt_optim_fully_reshardable distrib_optim_fully_reshardable_mem_efficient dtype \
-dynamic_context_parallel entropy_from_logits_chunk_size entropy_from_logits_with_chunking \
-expert_model_parallel_size expert_tensor_parallel_size forward_only max_seqlen_per_dp_cp_rank \
-optimizer_offload override_ddp_config/ override_mcore_model_config/ pad_bshd_to_minibatch_max pad_to_length \
-pad_to_length_bucket param_offload pipeline_model_parallel_size seed sequence_parallel \
-tensor_model_parallel_size use_dist_checkpointing use_distributed_optimizer use_mbridge use_megatron_fsdp \
-use_remove_padding vanilla_mbridge virtual_pipeline_model_parallel_size
-critic.megatron.override_transformer_config: attention_backend recompute_granularity recompute_method \
-recompute_modules recompute_num_layers
-critic.megatron.qat: _target_ activation_observer enable group_size ignore_patterns mode \
-quantization_config_path
-critic.megatron.router_replay: _target_ mode record_file replay_file
-critic.model: _target_ custom_chat_template enable_activation_offload enable_gradient_checkpointing \
-exclude_modules external_lib hf_config_path lora_adapter_path lora_alpha lora_rank override_config/ path \
-target_modules tokenizer_path trust_remote_code use_fused_kernels use_liger use_remove_padding use_shm
-critic.model.fused_kernel_options: impl_backend
-critic.model.lora: a2a_experimental adapter_path alpha dropout dropout_position dtype exclude_modules \
-freeze_language_model freeze_vision_model freeze_vision_projection lora_A_init_method lora_B_init_method \
-merge rank target_modules type
-critic.model.mtp: _target_ detach_encoder enable enable_rollout enable_train method mtp_loss_scaling_factor \
-num_speculative_tokens speculative_algorithm speculative_eagle_topk speculative_num_draft_tokens \
-speculative_num_steps
-critic.model.tiled_mlp: enabled num_shards
-critic.optim: _target_ betas clip_grad exp_avg_dtype exp_avg_sq_dtype lr lr_decay_steps lr_decay_style \
-lr_scheduler_type lr_warmup_init lr_warmup_steps lr_warmup_steps_ratio lr_wsd_decay_steps lr_wsd_decay_style \
-main_grads_dtype min_lr min_lr_ratio muon_coefficient_type muon_extra_scale_factor muon_fp32_matmul_prec \
-muon_match_adamw_update_rms muon_momentum muon_nesterov muon_num_ns_steps muon_scalar_optimizer \
-muon_scale_mode muon_split_qkv muon_tp_mode num_cycles optimizer optimizer_impl override_optimizer_config \
-override_optimizer_config/ total_training_steps use_checkpoint_opt_param_scheduler \
-use_layer_wise_distributed_optimizer use_precision_aware_optimizer warmup_style weight_decay \
-weight_decay_incr_style zero_indexed_step
-critic.profiler: _target_ all_ranks enable finish_hook_all_ranks finish_hook_cmd finish_hook_ranks ranks \
-relocate_results save_path tool
-critic.profiler.tool_config.npu: _target_ analysis contents discrete level
-critic.profiler.tool_config.nsys: _target_ discrete
-critic.profiler.tool_config.precision_debugger: _target_ config_path stages steps strict
-critic.profiler.tool_config.torch: _target_ contents discrete
-critic.profiler.tool_config.torch.schedule: _target_ active repeat skip_first wait warmup
-critic.profiler.tool_config.torch_memory: _target_ memory_snapshot_num_steps stack_depth \
-trace_alloc_max_entries
+critic.fsdp = actor_rollout_ref.actor.fsdp_config
+critic.megatron = actor_rollout_ref.actor.megatron
+critic.model = actor_rollout_ref.model
+critic.optim = actor_rollout_ref.actor.optim
+critic.profiler = actor_rollout_ref.actor.profiler
 custom_reward_function: name path
 data: apply_chat_template_kwargs/ audio_key dataloader_num_workers filter_overlong_prompts \
 filter_overlong_prompts_workers function_tool_path gen_batch_size image_key image_patch_size \
@@ -245,8 +178,7 @@ free_cache_engine full_determinism gpu_memory_utilization ignore_eos layered_sum
 max_model_len max_num_batched_tokens max_num_seqs mtp multi_stage_wake_up n name \
 pipeline_model_parallel_size prompt_length quantization quantization_config_file response_length \
 scheduling_policy seed skip_tokenizer_init temperature tensor_model_parallel_size top_k top_p
-reward.reward_model.rollout.disaggregation: bootstrap_port decode_replicas decode_tensor_model_parallel_size \
-enabled ib_device prefill_replicas transfer_backend
+reward.reward_model.rollout.disaggregation = actor_rollout_ref.rollout.disaggregation
 reward.sandbox_fusion: _target_ max_concurrent memory_limit_mb url
 reward_model: enable enable_resource_pool n_gpus_per_node nnodes num_workers reward_loop_class_name \
 reward_loop_module_path reward_loop_source reward_manager

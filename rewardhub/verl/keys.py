@@ -2,9 +2,10 @@
 
 :data:`TABLE` lists verl 0.9.1's keys (``verl/trainer/config/_generated_ppo_trainer.yaml``, its
 Megatron twin, the fully-async configs and ``legacy_reward_impl.yaml``), one line per node:
-``parent: leaf leaf ...``; a leaf written ``name/`` is a free-form mapping (any key below it is
-verl's: ``engine_kwargs``, ``override_config``). :func:`derive_table` builds it from those files
-(tests/test_verl_trainer_keys.py checks it against the installed verl);
+``parent: leaf leaf ...`` (``node = other`` where its subtree is an earlier node's); a leaf written
+``name/`` is a free-form mapping (any key below it is verl's: ``engine_kwargs``, ``override_config``).
+:func:`derive_table` builds it from those files (tests/test_verl_trainer_keys.py checks it against the
+installed verl);
 ``python -m rewardhub.verl.keys VERL_DIR`` prints it again for a newer verl, long lines continued
 with a backslash (:func:`table_source`).
 """
@@ -68,7 +69,21 @@ def derive_table(yaml_texts: Iterable[str]) -> str:
         for key, value in leaves(data):
             parent, _, name = key.rpartition(".")
             groups.setdefault(parent, set()).add(name + ("/" if value == {} else ""))
-    return "".join(f"{parent}: {' '.join(sorted(names))}\n" for parent, names in sorted(groups.items()))
+    out: list[str] = []
+    seen: dict[frozenset[tuple[str, frozenset[str]]], str] = {}
+    aliased: list[str] = []
+    for parent in sorted(groups):
+        if any(parent.startswith(a + ".") for a in aliased):
+            continue
+        below = {p[len(parent):]: groups[p] for p in groups if p == parent or p.startswith(parent + ".")}
+        shape = frozenset((p, frozenset(n)) for p, n in below.items())
+        if shape in seen and sum(len(p) + len(" ".join(n)) for p, n in below.items()) > 110:
+            out.append(f"{parent} = {seen[shape]}\n")  # the same subtree as an earlier node's
+            aliased.append(parent)
+            continue
+        seen.setdefault(shape, parent)
+        out.append(f"{parent}: {' '.join(sorted(groups[parent]))}\n")
+    return "".join(out)
 
 
 def parse_rules(text: str, **reasons: str) -> list[Rule]:
@@ -118,13 +133,15 @@ def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
     """(every leaf key, the free-form nodes, parent -> its children's names, inner nodes too)."""
     from ._keys_table import TABLE
 
-    keys: set[str] = set()
-    opened: set[str] = set()
+    entries: set[str] = set()  # every key, a free-form one ending in "/"
     for line in (TABLE + OLDER).splitlines():
+        node, alias, same = line.partition(" = ")
+        if alias:
+            entries |= {node + e[len(same):] for e in entries if e.startswith(same + ".")}
         parent, _, names = line.partition(": ")
-        for name in names.split():
-            leaf = name.rstrip("/")
-            (opened if name.endswith("/") else keys).add(f"{parent}.{leaf}")
+        entries.update(f"{parent}.{name}" for name in names.split())
+    keys = {e for e in entries if not e.endswith("/")}
+    opened = {e[:-1] for e in entries if e.endswith("/")}
     children: dict[str, set[str]] = {}
     for key in keys | opened:
         parts = key.split(".")
