@@ -1,21 +1,12 @@
 """verl's cluster-size keys -> the trainer's ``resources:`` section.
 
-verl sizes a run with ``trainer.nnodes``, ``trainer.n_gpus_per_node`` and
-``actor_rollout_ref.rollout.tensor_model_parallel_size`` (the GPUs of one rollout engine). Here:
-
-* ``trainer.nnodes`` -> ``resources.nnodes`` and ``trainer.n_gpus_per_node`` ->
-  ``resources.gpus_per_node``: the cluster the run expects (checked against Ray's before any actor
-  starts);
-* ``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus`` and
-  ``rollout.tensor_parallel_size`` (the vLLM engine's);
-* with GPUs per node declared, the learner gets one GPU (``resources.learner.num_gpus: 1``) and,
-  unless ``trainer.num_rollouters`` is set, the other GPUs become rollouters:
-  ``(nnodes * n_gpus_per_node - 1) // tensor_model_parallel_size`` of them (verl colocates actor
-  and rollout on every GPU; this trainer gives them separate GPUs); with ``data.val_files`` the
-  evaluation actor takes one rollouter's share first (it asks for what a rollouter asks).
-
-A key already set in ``resources:`` wins only when it agrees; two different values are an error.
-Pure: the input is not modified. Recorded in the migration report's ``moved`` and ``notes``.
+``trainer.nnodes`` -> ``resources.nnodes`` and ``trainer.n_gpus_per_node`` -> ``resources.gpus_per_node``
+(checked against Ray's cluster before any actor starts);
+``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus`` and
+``rollout.tensor_parallel_size``. With GPUs per node declared, the learner gets one GPU and, unless
+``trainer.num_rollouters`` is set, the others become rollouters (after one rollouter's share for the
+evaluator with ``data.val_files``): verl colocates actor and rollout on every GPU, this trainer gives
+them separate GPUs. A key already set in ``resources:`` wins only when it agrees. Pure.
 """
 
 from __future__ import annotations

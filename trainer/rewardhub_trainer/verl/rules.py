@@ -1,20 +1,11 @@
 """verl's trainer keys -> the trainer's sections (``trainer``, ``model``, ``rollout``, ``data``).
 
-A verl GRPO launch script (``python3 -m verl.trainer.main_ppo data.train_files=... actor_rollout_ref...``)
-runs with ``rewardhub train``: :func:`rewardhub_trainer.verl.mapping.map_verl_keys`, called by the shim after
-the reward keys, moves each verl key it knows to the trainer's key, or drops it with the reason (FSDP,
-GPU-engine and logging settings the trainer does not have), into the same :class:`MigrationReport` as the
-reward keys, with one :class:`~rewardhub.RewardhubDeprecationWarning` each. Keys spelled the same in verl and
-in the trainer (``data.train_files``, ``data.val_files``, ``data.prompt_key``,
-``data.max_prompt_length``, ``data.filter_overlong_prompts``, ``data.truncation``,
-``trainer.test_freq``, ``trainer.val_before_train``, ``trainer.total_epochs``, ``trainer.default_local_dir``,
-``trainer.device``)
-are left as they are (``total_epochs`` is dropped when ``total_training_steps`` is set: that one wins).
-Under ``data.`` and ``trainer.`` only verl's own names are touched (anything else is the trainer's to
-validate); everything under ``actor_rollout_ref.``, ``algorithm.``, ``critic.``, ``ray_init.``... is
-accounted for. ``trainer.n_gpus_per_node``, ``trainer.nnodes`` and
-``actor_rollout_ref.rollout.tensor_model_parallel_size`` are not handled here (:mod:`.resources`
-maps them; the last one onto ``rollout.tensor_parallel_size`` and ``resources.rollouter.num_gpus``).
+:func:`rewardhub_trainer.verl.mapping.map_verl_keys` moves each verl key the table knows to the trainer's
+key, or drops it with the reason, into the same :class:`MigrationReport` as the reward keys. Keys
+spelled the same in verl and in the trainer (``data.train_files``, ``trainer.test_freq``...) are left as
+they are (``total_epochs`` is dropped when ``total_training_steps`` is set). Under ``data.`` and
+``trainer.`` only verl's own names are touched; everything under verl's own sections is accounted for.
+The cluster-size keys (:data:`NOT_HERE`) are :mod:`.resources`'s.
 """
 
 from __future__ import annotations
