@@ -12,12 +12,13 @@ them separate GPUs. A key already set in ``resources:`` wins only when it agrees
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from rewardhub.config.fields import invalid
 from rewardhub.errors import UsageError
 
-__all__ = ["VERL_RESOURCE_KEYS", "migrate_resources"]
+__all__ = ["VERL_RESOURCE_KEYS", "dig", "migrate_resources", "pop_key"]
 
 #: verl key -> the ``resources:`` key it sets
 VERL_RESOURCE_KEYS = {
@@ -27,26 +28,26 @@ VERL_RESOURCE_KEYS = {
 }
 
 
-def _pop(cfg: dict[str, Any], dotted: str) -> Any:
-    *parents, last = dotted.split(".")
+def dig(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """The value at dotted ``key`` of nested mappings ``cfg``, else ``default``."""
     node: Any = cfg
-    for p in parents:
-        node = node.get(p) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
-            return None
-    return node.pop(last, None)
+    for p in key.split("."):
+        if not isinstance(node, Mapping) or p not in node:
+            return default
+        node = node[p]
+    return node
 
 
-def _prune(cfg: dict[str, Any], dotted: str) -> None:
-    """Remove the now-empty parents of ``dotted`` (e.g. ``actor_rollout_ref.rollout``)."""
-    parts = dotted.split(".")[:-1]
-    while parts:
-        node: Any = cfg
-        for p in parts[:-1]:
-            node = node.get(p, {})
-        if isinstance(node, dict) and node.get(parts[-1]) == {}:
-            node.pop(parts[-1])
-        parts.pop()
+def pop_key(cfg: dict[str, Any], key: str) -> None:
+    """Remove dotted ``key`` (which ``cfg`` has), and the mappings it leaves empty."""
+    parts = key.split(".")
+    nodes = [cfg]
+    for p in parts[:-1]:
+        nodes.append(nodes[-1][p])
+    del nodes[-1][parts[-1]]
+    for node, p in zip(reversed(nodes[:-1]), reversed(parts[:-1])):
+        if node[p] == {}:
+            del node[p]
 
 
 def _int(value: Any, key: str) -> int:
@@ -61,19 +62,12 @@ def _int(value: Any, key: str) -> int:
 
 def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, Any], Any]:
     """Move verl's cluster-size keys of ``config`` into ``resources:``; record each in ``report``."""
-    found = {}
-    for key in VERL_RESOURCE_KEYS:
-        probe: Any = config
-        for p in key.split("."):
-            probe = probe.get(p) if isinstance(probe, dict) else None
-        if probe is not None:
-            found[key] = _int(probe, key)
+    found = {key: _int(dig(config, key), key) for key in VERL_RESOURCE_KEYS if dig(config, key) is not None}
     if not found:
         return config, report
     cfg = copy.deepcopy(config)
     for key in found:
-        _pop(cfg, key)
-        _prune(cfg, key)
+        pop_key(cfg, key)
     res = cfg.setdefault("resources", {})
     if not isinstance(res, dict):
         raise invalid("resources", res, "expected a mapping")
