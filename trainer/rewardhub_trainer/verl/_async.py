@@ -48,7 +48,7 @@ def fully_async(entry: dict[str, Any] | None, taken: dict[str, tuple[Any, tuple[
 
 def map_async(m: Any, why: str | None, keys: dict[str, Any]) -> None:
     """Map the fully-async keys ``keys`` (dotted -> value) onto ``m`` (a
-    :class:`~._verl_mapping.Mapping_`)."""
+    :class:`~.mapping.Mapping_`)."""
     mode = keys.pop("trainer.v1.trainer_mode", None)
     if why is None:
         if mode is not None:
