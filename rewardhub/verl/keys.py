@@ -1,13 +1,11 @@
 """The keys verl's trainer config has, to tell a misspelt verl key from one the migration handles.
 
-:data:`TABLE` lists verl 0.9.1's keys (``verl/trainer/config/_generated_ppo_trainer.yaml``, its
+:func:`table` (data: ``verl_keys.txt``) lists verl 0.9.1's keys (``_generated_ppo_trainer.yaml``, its
 Megatron twin, the fully-async configs and ``legacy_reward_impl.yaml``), one line per node:
 ``parent: leaf leaf ...`` (``node = other`` where its subtree is an earlier node's); a leaf written
 ``name/`` is a free-form mapping (any key below it is verl's: ``engine_kwargs``, ``override_config``).
 :func:`derive_table` builds it from those files (tests/test_verl_trainer_keys.py checks it against the
-installed verl);
-``python -m rewardhub.verl.keys VERL_DIR`` prints it again for a newer verl, long lines continued
-with a backslash (:func:`table_source`).
+installed verl); ``python -m rewardhub.verl.keys VERL_DIR`` writes it again for a newer verl.
 """
 
 from __future__ import annotations
@@ -18,10 +16,11 @@ import re
 import string
 from collections.abc import Iterable
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = ["ENGINES", "VERL_YAMLS", "Rule", "derive_table", "is_verl_key", "matches", "parse_rules", "roots",
-           "suggest", "table_source", "unknown_line"]
+           "suggest", "table", "unknown_line"]
 
 #: verl's rollout/reward-model engine names -> rewardhub's
 ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
@@ -56,7 +55,7 @@ ray_init: num_cpus timeline_json_file
 
 
 def derive_table(yaml_texts: Iterable[str]) -> str:
-    """The table (see :data:`TABLE`) of the keys in verl's config files ``yaml_texts``."""
+    """The table (see :func:`table`) of the keys in verl's config files ``yaml_texts``."""
     import yaml
 
     from ..config.overrides import leaves
@@ -111,30 +110,17 @@ def matches(pattern: str, key: str) -> bool:
     return key == pattern
 
 
-def table_source(table: str, width: int = 110) -> str:
-    """``table``'s text for _keys_table.py: a line longer than ``width`` goes on over several, each
-    but the last ending in a space and a backslash (a backslash-newline, which the string's value drops)."""
-    out = []
-    for line in table.splitlines():
-        words = line.split(" ")
-        cur = words[0]
-        for word in words[1:]:
-            if len(cur) + 1 + len(word) + 2 > width:
-                out.append(cur + " \\")
-                cur = word
-            else:
-                cur += " " + word
-        out.append(cur)
-    return "\n".join(out) + "\n"
+def table() -> str:
+    """The key table of the verl this release follows (``verl_keys.txt``, written by this module's
+    ``__main__``)."""
+    return Path(__file__).with_name("verl_keys.txt").read_text(encoding="utf-8")
 
 
 @functools.cache
 def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
     """(every leaf key, the free-form nodes, parent -> its children's names, inner nodes too)."""
-    from ._keys_table import TABLE
-
     entries: set[str] = set()  # every key, a free-form one ending in "/"
-    for line in (TABLE + OLDER).splitlines():
+    for line in (table() + OLDER).splitlines():
         node, alias, same = line.partition(" = ")
         if alias:
             entries |= {node + e[len(same):] for e in entries if e.startswith(same + ".")}
@@ -190,10 +176,10 @@ def unknown_line(entry: Mapping[str, Any]) -> str:
     return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
-if __name__ == "__main__":  # pragma: no cover - regenerates _keys_table.py's text
+if __name__ == "__main__":  # pragma: no cover - regenerates verl_keys.txt
     import os
     import sys
 
     base = sys.argv[1]
     texts = (open(os.path.join(base, p), encoding="utf-8").read() for p in VERL_YAMLS)
-    print(table_source(derive_table(texts)), end="")
+    Path(__file__).with_name("verl_keys.txt").write_text(derive_table(texts), encoding="utf-8")
