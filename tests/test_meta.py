@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -197,10 +198,13 @@ def test_the_verl_wing_never_imports_the_cli():
 
 
 def _move_targets(path: Path) -> list[tuple[int, str]]:
-    """``("move", "target")`` rule tuples written in a module: (line, target)."""
+    """``("move", "target")`` rule tuples and ``key -> target`` lines of rule tables
+    (:func:`rewardhub.verl.keys.parse_rules`) written in a module: (line, target)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if (isinstance(node, ast.Tuple) and len(node.elts) >= 2
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [(node.lineno, m[1]) for m in re.finditer(r"(?m)^\S+ -> (\S+)$", node.value)]
+        elif (isinstance(node, ast.Tuple) and len(node.elts) >= 2
                 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts[:2])
                 and node.elts[0].value == "move"):  # type: ignore[attr-defined]
             found.append((node.lineno, node.elts[1].value))  # type: ignore[attr-defined]

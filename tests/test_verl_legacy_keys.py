@@ -10,6 +10,8 @@ import pytest
 
 from rewardhub.errors import UsageError
 from rewardhub.verl._config import reward_section
+from rewardhub.verl.keys import matches
+from rewardhub.verl.keys import parse_rules
 from rewardhub.verl.shim import migrate
 
 # what verl 0.9.1's composed defaults hold next to the legacy keys
@@ -69,3 +71,14 @@ def test_the_shim_takes_the_set_key_when_the_other_spelling_is_null():
                 "reward": {"custom_reward_function": {"path": "b.py"}},
             }
         )
+
+
+def test_a_rule_table_is_one_rule_a_line_and_a_bad_line_is_named():
+    text = "a.b -> reward.x\na.c (engine)\na.*: $WHY, always\nlog_*: no\n"
+    rules = parse_rules(text, WHY="not here")
+    assert rules == [("a.b", ("move", "reward.x")), ("a.c", ("engine",)),
+                     ("a.*", ("drop", "not here, always")), ("log_*", ("drop", "no"))]
+    first = [next(p for p, _ in rules if matches(p, key)) for key in ("a.b", "a", "a.d.e", "log_prob")]
+    assert first == ["a.b", "a.*", "a.*", "log_*"] and not matches("a.*", "ab")
+    with pytest.raises(ValueError, match="not a rule: 'a.b = c'"):
+        parse_rules("a.b = c\n")

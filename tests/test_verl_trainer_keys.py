@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import yaml
 
 from rewardhub.config.loader import read_and_migrate
 from rewardhub.errors import RewardhubDeprecationWarning
@@ -103,9 +104,10 @@ def test_an_interpolation_is_dropped_not_resolved():
 import os  # noqa: E402
 
 from rewardhub.config.loader import load_plan  # noqa: E402
-from rewardhub.verl._keys_table import TABLE  # noqa: E402
 from rewardhub.verl.keys import VERL_YAMLS  # noqa: E402
 from rewardhub.verl.keys import derive_table  # noqa: E402
+from rewardhub.verl.keys import is_verl_key  # noqa: E402
+from rewardhub.verl.keys import table  # noqa: E402
 from rewardhub_trainer.verl.rules import KEY_RULES  # noqa: E402
 
 VERL = os.path.join(
@@ -119,7 +121,7 @@ def test_the_key_table_is_the_installed_verls():
     from pathlib import Path
 
     texts = [Path(VERL, p).read_text(encoding="utf-8") for p in VERL_YAMLS]
-    assert derive_table(texts) == TABLE
+    assert derive_table(texts) == table()
 
 
 @pytest.mark.parametrize("key,value,meant", [
@@ -317,3 +319,15 @@ def test_the_defaults_table_says_the_trainers_and_verls_real_defaults():
         verl = dict(leaves(yaml.safe_load(Path(VERL, VERL_YAMLS[0]).read_text(encoding="utf-8"))))
         for verl_key, value, *_ in VERL_DEFAULTS:
             assert verl[verl_key] == value, verl_key
+
+
+def test_a_subtree_written_again_in_the_key_table_names_the_first_one():
+    names = {f"a_rather_long_setting_name_{i}": i for i in range(6)}
+    text = yaml.safe_dump({"actor": {"fsdp": {**names, "wrap": {"min_num_params": 0}}, "lr": 1},
+                           "critic": {"fsdp": {**names, "wrap": {"min_num_params": 0}}}})
+    table = derive_table([text])
+    assert table.splitlines()[-1] == "critic.fsdp = actor.fsdp"
+    assert "critic.fsdp.wrap" not in table
+    # and the real table's copies are keys like the originals
+    assert is_verl_key("critic.fsdp.wrap_policy.min_num_params") and is_verl_key("critic.optim.lr")
+    assert not is_verl_key("critic.fsdp.wrap_policy.max_num_params")

@@ -6,7 +6,6 @@ The process pool learns each reward's mean call time; a call that runs many time
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -51,10 +50,6 @@ class Watch:
     def mean(self, key: str) -> float | None:
         """The mean seconds per call of ``key`` so far; ``None`` before its first answer."""
         return self._latency.get(key)
-
-    def known_fast(self, key: str, limit_s: float) -> bool:
-        """Whether ``key`` has answered, and its mean call takes at most ``limit_s``."""
-        return self._latency.get(key, math.inf) <= limit_s
 
     def record(self, key: str, latency: float) -> None:
         est = self._latency.get(key)

@@ -11,6 +11,7 @@ from ..config.overrides import leaves as dotted_leaves
 from ..errors import UsageError
 from ._legacy_rules import RM_FIELDS
 from ._legacy_rules import RULES
+from .keys import matches
 
 __all__ = ["Leaf", "is_legacy_key", "legacy_keys", "legacy_leaves", "plain_dict", "rule_of"]
 
@@ -33,15 +34,6 @@ def plain_dict(config: Any) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise UsageError(f"a config must be a mapping at the top level, not {type(config).__name__}")
     return copy.deepcopy(dict(config))
-
-
-def _match(pattern: str, rel: str) -> bool:
-    if pattern == "*":
-        return True
-    if pattern.endswith(".*"):
-        head = pattern[:-2]
-        return rel == head or rel.startswith(head + ".")
-    return rel == pattern
 
 
 def legacy_leaves(cfg: dict[str, Any]) -> list[Leaf]:
@@ -126,7 +118,7 @@ def rule_of(leaf: Leaf) -> tuple[str, ...]:
     if leaf.rel.split(".")[-1] == "_target_":
         return ("drop", "a verl dataclass target; no meaning here")
     for pattern, action in RULES[leaf.ns]:
-        if _match(pattern, leaf.rel):
+        if matches(pattern, leaf.rel):
             if pattern == "*" and action[0] == "drop" and not _is_verl(leaf):
                 return ("unknown",)  # a misspelling (reward_model.reward_manger), not a setting to drop
             return action

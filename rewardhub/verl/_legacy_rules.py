@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 from typing import Final
 
+from .keys import Rule
+from .keys import parse_rules
+
 __all__ = [
     "DEFAULT_FUNCTION",
-    "ENGINES",
     "KEY_INTERP",
     "KNOWN_MANAGERS",
     "LEGACY_KEYS",
@@ -48,84 +50,60 @@ _FSDP = ("a training/FSDP setting of verl's reward-model worker; rewardhub runs 
 _LOOP_CLASS = ("rewardhub does not run verl reward-manager/reward-loop classes: write the scoring as a "
                "reward function and list it in reward.rewards (see `rewardhub show`)")
 
-# (legacy namespace, pattern relative to the node) -> ("move", new key) | ("drop", reason) | (special,)
-# Patterns are dotted; "*" matches one or more segments. First match wins.
-RULES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "reward_model": [
-        ("enable", ("move", "reward.reward_model.enable")),
-        (
-            "enable_resource_pool",
-            (
-                "drop",
-                "reward-model terms always get a Ray pool of their own in rewardhub "
-                "(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)",
-            ),
-        ),
-        ("n_gpus_per_node", ("move", "reward.reward_model.n_gpus_per_node")),
-        ("nnodes", ("move", "reward.reward_model.nnodes")),
-        ("num_workers", ("move", "reward.reward_model.num_workers")),
-        ("model.path", ("move", "reward.reward_model.model_path")),
-        ("model.external_lib", ("move", "reward.reward_model.external_lib")),
-        ("model.trust_remote_code", ("move", "reward.reward_model.trust_remote_code")),
-        ("model.input_tokenizer", ("drop", "rewardhub tokenizes with the reward model's own tokenizer")),
-        ("max_length", ("move", "reward.reward_model.max_length")),
-        ("micro_batch_size_per_gpu", ("move", "reward.reward_model.batch_size")),
-        ("rollout.name", ("engine",)),
-        ("rollout.*", ("move", "reward.reward_model.rollout.*")),
-        ("reward_manager", ("manager",)),
-        ("reward_kwargs.*", ("kwargs",)),
-        ("sandbox_fusion.*", ("sandbox",)),
-        (
-            "use_reward_loop",
-            (
-                "drop",
-                "rewardhub always scores through its own runner (verl's reward loop is the default there)",
-            ),
-        ),
-        (
-            "launch_reward_fn_async",
-            ("drop", "reward scoring overlaps training in rewardhub's trainer with trainer.mode=fully_async"),
-        ),
-        ("reward_loop_source", ("drop", "rewardhub resolves rewards through its registry")),
-        ("reward_loop_module_path", ("drop", _LOOP_CLASS)),
-        ("reward_loop_class_name", ("drop", _LOOP_CLASS)),
-        ("model.*", ("drop", _FSDP)),
-        ("strategy", ("drop", _FSDP)),
-        (
-            "micro_batch_size",
-            (
-                "drop",
-                "verl's global micro batch (superseded by micro_batch_size_per_gpu, "
-                "which maps to reward.reward_model.batch_size)",
-            ),
-        ),
-        ("mini_batch_size", ("drop", _FSDP)),
-        ("use_dynamic_bsz", ("drop", _FSDP)),
-        ("forward_max_token_len_per_gpu", ("drop", _FSDP)),
-        ("ulysses_sequence_parallel_size", ("drop", _FSDP)),
-        ("optim.*", ("drop", _FSDP)),
-        ("fsdp_config.*", ("drop", _FSDP)),
-        ("profiler.*", ("drop", "verl's profiler settings have no meaning here")),
-        ("*", ("drop", "a setting of verl's reward-model worker that rewardhub has no counterpart for")),
-    ],
-    "custom_reward_function": [
-        ("path", ("crf",)),
-        ("name", ("crf",)),
-        ("reward_kwargs.*", ("crf",)),
-        ("*", ("drop", "not a custom_reward_function setting (path, name, reward_kwargs)")),
-    ],
-    "reward_manager": [
-        ("name", ("manager",)),
-        (
-            "source",
-            ("drop", "rewardhub resolves rewards through its registry (no register/importlib source)"),
-        ),
-        ("module.*", ("drop", _LOOP_CLASS)),
-        ("*", ("drop", "not a reward_manager setting rewardhub knows")),
-    ],
-    "reward_kwargs": [("*", ("kwargs",))],
-    "sandbox_fusion": [("*", ("sandbox",))],
-}
+#: legacy namespace -> its rules, patterns relative to the node (:func:`~.keys.parse_rules`; first match wins)
+RULES: dict[str, list[Rule]] = {ns: parse_rules(text, FSDP=_FSDP, LOOP_CLASS=_LOOP_CLASS) for ns, text in {
+    "reward_model": """\
+enable -> reward.reward_model.enable
+enable_resource_pool: reward-model terms always get a Ray pool of their own in rewardhub \
+(reward.reward_model.pool, sized by num_workers and n_gpus_per_node)
+n_gpus_per_node -> reward.reward_model.n_gpus_per_node
+nnodes -> reward.reward_model.nnodes
+num_workers -> reward.reward_model.num_workers
+model.path -> reward.reward_model.model_path
+model.external_lib -> reward.reward_model.external_lib
+model.trust_remote_code -> reward.reward_model.trust_remote_code
+model.input_tokenizer: rewardhub tokenizes with the reward model's own tokenizer
+max_length -> reward.reward_model.max_length
+micro_batch_size_per_gpu -> reward.reward_model.batch_size
+rollout.name (engine)
+rollout.* -> reward.reward_model.rollout.*
+reward_manager (manager)
+reward_kwargs.* (kwargs)
+sandbox_fusion.* (sandbox)
+use_reward_loop: rewardhub always scores through its own runner (verl's reward loop is the default there)
+launch_reward_fn_async: reward scoring overlaps training in rewardhub's trainer with \
+trainer.mode=fully_async
+reward_loop_source: rewardhub resolves rewards through its registry
+reward_loop_module_path: $LOOP_CLASS
+reward_loop_class_name: $LOOP_CLASS
+model.*: $FSDP
+strategy: $FSDP
+micro_batch_size: verl's global micro batch (superseded by micro_batch_size_per_gpu, which maps to \
+reward.reward_model.batch_size)
+mini_batch_size: $FSDP
+use_dynamic_bsz: $FSDP
+forward_max_token_len_per_gpu: $FSDP
+ulysses_sequence_parallel_size: $FSDP
+optim.*: $FSDP
+fsdp_config.*: $FSDP
+profiler.*: verl's profiler settings have no meaning here
+*: a setting of verl's reward-model worker that rewardhub has no counterpart for
+""",
+    "custom_reward_function": """\
+path (crf)
+name (crf)
+reward_kwargs.* (crf)
+*: not a custom_reward_function setting (path, name, reward_kwargs)
+""",
+    "reward_manager": """\
+name (manager)
+source: rewardhub resolves rewards through its registry (no register/importlib source)
+module.*: $LOOP_CLASS
+*: not a reward_manager setting rewardhub knows
+""",
+    "reward_kwargs": "* (kwargs)",
+    "sandbox_fusion": "* (sandbox)",
+}.items()}
 
 #: the one-to-one moves, old (``*`` = any sub-key) -> new; the rest of the mapping is in ``RULES``
 LEGACY_KEYS: Final[Mapping[str, str]] = {
@@ -143,7 +121,6 @@ LEGACY_KEYS: Final[Mapping[str, str]] = {
 }
 
 SANDBOX_KEYS = {"url": "url", "max_concurrent": "max_concurrent", "memory_limit_mb": "memory_limit_mb"}
-ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
 KEY_INTERP = re.compile(r"^\$\{(?!oc\.env:|oc\.decode:)[^}]*\}$")
 
 

@@ -1,23 +1,12 @@
 """A verl launch script read as the shell would read it, or refused with the line that cannot be read.
 
-:func:`read_script` splits a script into commands and words the way a POSIX shell does (quotes,
-backslashes, ``\\``-newline continuations, comments, ``;``/``&``/``|``/newline separators, heredoc
-bodies and redirections, which are no words), expands what the script itself says (``NAME=value``
-and ``export NAME=value`` set before use, ``${NAME:-default}``, ``$(pwd)``/```pwd``` while no ``cd``
-came before, the positional parameters of a script run without arguments, which are empty) and
-splits an unquoted expansion into words as the shell does (``main_ppo $ARGS``); bash arrays
-(``ARGS=(...)``, ``ARGS+=(...)``, ``"${ARGS[@]}"``) as :mod:`rewardhub.verl._shell_arrays` reads
-them. The overrides are
-the words of the one command that runs verl (``python3 -m verl.trainer.main_ppo``, verl's
-fully-async entry point, ``recipe.*.main_*``); a file with no such command is a file of overrides
-(one per line, or one command carrying them). What cannot be known without running the script
-(another command substitution, ``$((...))``, a variable set by ``read``/``for`` or from a
-substitution, a variable or array changed inside an ``if``/``for``/``while``/``case`` block,
-``--config-path``, a second verl command) is a :class:`~rewardhub.errors.UsageError`
-naming the line, never a silently wrong value. A variable the script does not set becomes
-OmegaConf's ``${oc.env:NAME}`` inside an override's value (resolved when the config is loaded); one
-set in the environment too, where that reads as the same value (see
-:func:`rewardhub.verl.scripts.public_words`), so that no written config holds a secret.
+:func:`read_script` splits a script into commands and words the way a POSIX shell does, expands what
+the script itself says (assignments before use, ``${NAME:-default}``, ``$(pwd)`` before any ``cd``, the
+empty positional parameters) and bash arrays (:mod:`._shell_arrays`). The overrides are the words of
+the one command that runs verl; a file with no such command is a file of overrides. What the README
+("Legacy (verl) keys") lists as unknowable without running the script is a
+:class:`~rewardhub.errors.UsageError` naming the line, never a silently wrong value. A variable the
+script does not set becomes ``${oc.env:NAME}`` (:func:`rewardhub.verl.scripts.public_words`).
 """
 
 from __future__ import annotations

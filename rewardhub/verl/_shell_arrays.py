@@ -1,21 +1,11 @@
-"""bash arrays in a launch script, as verl's examples build a command (for :mod:`rewardhub.verl._shell`)::
+"""bash arrays in a launch script, as verl's examples build a command (for :mod:`rewardhub.verl._shell`):
+``ARGS=(...)`` (one override a line, comments and ``\\``-newlines), ``ARGS+=(...)``, then
+``main_ppo "${ARGS[@]}"``.
 
-    ARGS=(
-        data.train_files="${TRAIN_FILE}"
-        # a comment
-        actor_rollout_ref.rollout.n=8 \\
-        "trainer.experiment_name=${EXP_NAME}"
-    )
-    ARGS+=(+trainer.val_before_train=False)
-    python3 -m verl.trainer.main_ppo "${ARGS[@]}" "$@"
-
-:func:`read_items` reads the words between ``NAME=(`` and its ``)`` (newlines, comments and
-``\\``-newlines are blanks there); each is expanded as a word of a command, so an element gets what an
-override word gets (``${oc.env:NAME}`` for a value from the environment, see
-:func:`rewardhub.verl.scripts.public_words`). ``"${NAME[@]}"`` gives one word per element,
-``"${NAME[*]}"`` one word of them all, ``${NAME[i]}`` and ``$NAME`` an element. An array set or appended
-to inside an ``if``/``for``/``while``/``case`` block cannot be known without running the script: its
-use is refused, naming both lines.
+:func:`read_items` reads the words between ``NAME=(`` and its ``)``; each is expanded as a word of a
+command. ``"${NAME[@]}"`` gives one word per element, ``"${NAME[*]}"`` one word of them all,
+``${NAME[i]}`` and ``$NAME`` an element. An array set or appended to inside an
+``if``/``for``/``while``/``case`` block is refused where it is used, naming both lines.
 """
 
 from __future__ import annotations

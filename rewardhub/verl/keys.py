@@ -1,23 +1,31 @@
 """The keys verl's trainer config has, to tell a misspelt verl key from one the migration handles.
 
-:data:`TABLE` lists verl 0.9.1's keys (``verl/trainer/config/_generated_ppo_trainer.yaml``, its
+:func:`table` (data: ``verl_keys.txt``) lists verl 0.9.1's keys (``_generated_ppo_trainer.yaml``, its
 Megatron twin, the fully-async configs and ``legacy_reward_impl.yaml``), one line per node:
-``parent: leaf leaf ...``; a leaf written ``name/`` is a free-form mapping (any key below it is
-verl's: ``engine_kwargs``, ``override_config``). :func:`derive_table` builds it from those files
-(tests/test_verl_trainer_keys.py checks it against the installed verl);
-``python -m rewardhub.verl.keys VERL_DIR`` prints it again for a newer verl, long lines continued
-with a backslash (:func:`table_source`).
+``parent: leaf leaf ...`` (``node = other`` where its subtree is an earlier node's); a leaf written
+``name/`` is a free-form mapping (any key below it is verl's: ``engine_kwargs``, ``override_config``).
+:func:`derive_table` builds it from those files (tests/test_verl_trainer_keys.py checks it against the
+installed verl); ``python -m rewardhub.verl.keys VERL_DIR`` writes it again for a newer verl.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import re
+import string
 from collections.abc import Iterable
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["VERL_YAMLS", "derive_table", "is_verl_key", "roots", "suggest", "table_source", "unknown_line"]
+__all__ = ["ENGINES", "VERL_YAMLS", "Rule", "derive_table", "is_verl_key", "matches", "parse_rules", "roots",
+           "suggest", "table", "unknown_line"]
+
+#: verl's rollout/reward-model engine names -> rewardhub's
+ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
+#: (pattern, action): ``("move", new key)``, ``("drop", reason)`` or ``(kind,)`` (decided with the config)
+Rule = tuple[str, tuple[str, ...]]
 
 #: the files of a verl checkout (relative to its ``verl/`` package) the table is derived from
 VERL_YAMLS = (
@@ -47,7 +55,7 @@ ray_init: num_cpus timeline_json_file
 
 
 def derive_table(yaml_texts: Iterable[str]) -> str:
-    """The table (see :data:`TABLE`) of the keys in verl's config files ``yaml_texts``."""
+    """The table (see :func:`table`) of the keys in verl's config files ``yaml_texts``."""
     import yaml
 
     from ..config.overrides import leaves
@@ -60,38 +68,66 @@ def derive_table(yaml_texts: Iterable[str]) -> str:
         for key, value in leaves(data):
             parent, _, name = key.rpartition(".")
             groups.setdefault(parent, set()).add(name + ("/" if value == {} else ""))
-    return "".join(f"{parent}: {' '.join(sorted(names))}\n" for parent, names in sorted(groups.items()))
+    out: list[str] = []
+    seen: dict[frozenset[tuple[str, frozenset[str]]], str] = {}
+    aliased: list[str] = []
+    for parent in sorted(groups):
+        if any(parent.startswith(a + ".") for a in aliased):
+            continue
+        below = {p[len(parent):]: groups[p] for p in groups if p == parent or p.startswith(parent + ".")}
+        shape = frozenset((p, frozenset(n)) for p, n in below.items())
+        if shape in seen and sum(len(p) + len(" ".join(n)) for p, n in below.items()) > 110:
+            out.append(f"{parent} = {seen[shape]}\n")  # the same subtree as an earlier node's
+            aliased.append(parent)
+            continue
+        seen.setdefault(shape, parent)
+        out.append(f"{parent}: {' '.join(sorted(groups[parent]))}\n")
+    return "".join(out)
 
 
-def table_source(table: str, width: int = 110) -> str:
-    """``table``'s text for _keys_table.py: a line longer than ``width`` goes on over several, each
-    but the last ending in a space and a backslash (a backslash-newline, which the string's value drops)."""
-    out = []
-    for line in table.splitlines():
-        words = line.split(" ")
-        cur = words[0]
-        for word in words[1:]:
-            if len(cur) + 1 + len(word) + 2 > width:
-                out.append(cur + " \\")
-                cur = word
-            else:
-                cur += " " + word
-        out.append(cur)
-    return "\n".join(out) + "\n"
+def parse_rules(text: str, **reasons: str) -> list[Rule]:
+    """A rule table written one rule a line: ``pattern -> new.key`` (a move), ``pattern (kind)`` (a key
+    decided with the whole config) or ``pattern: reason`` (a drop; ``$name`` in it is ``reasons[name]``)."""
+    out: list[Rule] = []
+    for line in string.Template(text).substitute(reasons).splitlines():
+        found = re.fullmatch(r"(\S+?)(?: -> (\S+)| \((\w+)\)|: (.+))", line)
+        if found is None:
+            raise ValueError(f"not a rule: {line!r}")
+        pattern, new, kind, reason = found.groups()
+        out.append((pattern, ("move", new) if new else (kind,) if kind else ("drop", reason)))
+    return out
+
+
+def matches(pattern: str, key: str) -> bool:
+    """Whether dotted ``key`` is ``pattern``'s: ``*`` any key, ``a.*`` a and all under it, ``a.b_*`` a name
+    prefix, else the key itself."""
+    if pattern == "*":
+        return True
+    if pattern.endswith("_*"):
+        return key.startswith(pattern[:-1])
+    if pattern.endswith(".*"):
+        return key == pattern[:-2] or key.startswith(pattern[:-1])
+    return key == pattern
+
+
+def table() -> str:
+    """The key table of the verl this release follows (``verl_keys.txt``, written by this module's
+    ``__main__``)."""
+    return Path(__file__).with_name("verl_keys.txt").read_text(encoding="utf-8")
 
 
 @functools.cache
 def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
     """(every leaf key, the free-form nodes, parent -> its children's names, inner nodes too)."""
-    from ._keys_table import TABLE
-
-    keys: set[str] = set()
-    opened: set[str] = set()
-    for line in (TABLE + OLDER).splitlines():
+    entries: set[str] = set()  # every key, a free-form one ending in "/"
+    for line in (table() + OLDER).splitlines():
+        node, alias, same = line.partition(" = ")
+        if alias:
+            entries |= {node + e[len(same):] for e in entries if e.startswith(same + ".")}
         parent, _, names = line.partition(": ")
-        for name in names.split():
-            leaf = name.rstrip("/")
-            (opened if name.endswith("/") else keys).add(f"{parent}.{leaf}")
+        entries.update(f"{parent}.{name}" for name in names.split())
+    keys = {e for e in entries if not e.endswith("/")}
+    opened = {e[:-1] for e in entries if e.endswith("/")}
     children: dict[str, set[str]] = {}
     for key in keys | opened:
         parts = key.split(".")
@@ -140,10 +176,10 @@ def unknown_line(entry: Mapping[str, Any]) -> str:
     return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
-if __name__ == "__main__":  # pragma: no cover - regenerates _keys_table.py's text
+if __name__ == "__main__":  # pragma: no cover - regenerates verl_keys.txt
     import os
     import sys
 
     base = sys.argv[1]
     texts = (open(os.path.join(base, p), encoding="utf-8").read() for p in VERL_YAMLS)
-    print(table_source(derive_table(texts)), end="")
+    Path(__file__).with_name("verl_keys.txt").write_text(derive_table(texts), encoding="utf-8")

@@ -4,24 +4,9 @@
 touched. Every legacy key is either *moved* (``{"from", "to"}``) or *dropped* with a reason; no
 legacy node is left in the result, so migrating the result again changes nothing and reports
 nothing. Each key also gives one :class:`~rewardhub.RewardhubDeprecationWarning` naming old and new.
-
-The spellings covered are the ones verl shipped over its versions:
-
-* ``custom_reward_function.{path,name,reward_kwargs}`` (top level, and ``reward.`` in newer verl):
-  a reward term ``{path, function, kwargs}``; ``name`` defaults to ``compute_score``;
-* ``reward_model.reward_manager`` / ``reward_manager.{source,name,module}`` /
-  ``reward.reward_manager.*`` / ``reward_model.reward_loop_{source,module_path,class_name}``: the
-  manager's behaviour becomes the custom term's execution policy (``prime``: process pool,
-  ``batch``: a batched reward, ``remote``: Ray workers, ``rate_limited``: bounded threads; ``dapo``:
-  plus the overlong penalty), and its name is kept in ``reward.manager``;
-* ``reward_model.reward_kwargs.*`` / ``reward.reward_kwargs.*``: DAPO's ``overlong_buffer_cfg`` with
-  ``max_resp_len`` becomes the built-in ``overlong_penalty`` term, other kwargs go to the custom term;
-* ``reward_model.{enable, n_gpus_per_node, nnodes, num_workers, model.path,
-  model.external_lib, model.trust_remote_code, max_length, micro_batch_size_per_gpu, rollout.*}``:
-  ``reward.reward_model``; its FSDP/training settings and ``enable_resource_pool`` (reward-model terms
-  always get a Ray pool of their own) are dropped with the reason;
-* ``sandbox_fusion.*`` (top level, under ``reward_model.`` and under ``reward.``): ``reward.sandbox``;
-* ``reward.num_workers``: ``reward.workers.num_workers``.
+The spellings covered (verl's, over its versions) are the README's table ("Legacy (verl) keys") and
+:data:`~._legacy_rules.RULES`; the keys decided with the others (the custom term, the manager, DAPO's
+overlong penalty, the reward-model term) are decided here.
 """
 
 from __future__ import annotations
@@ -43,12 +28,12 @@ from ._legacy_leaves import legacy_leaves
 from ._legacy_leaves import plain_dict
 from ._legacy_leaves import rule_of
 from ._legacy_rules import DEFAULT_FUNCTION
-from ._legacy_rules import ENGINES
 from ._legacy_rules import KEY_INTERP
 from ._legacy_rules import KNOWN_MANAGERS
 from ._legacy_rules import LEGACY_KEYS
 from ._legacy_rules import SANDBOX_KEYS
 from ._legacy_rules import truthy
+from .keys import ENGINES
 from .keys import unknown_line
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key",

@@ -1,24 +1,12 @@
-"""Cores lent between the actors that share a node while one of them waits.
+"""Cores lent between the actors that share a node while one of them waits (README: "Threads").
 
-In ``fully_async`` on CPU the learner and each rollouter get an equal share of the node's cores
-(``torch`` threads). They rarely finish together: with ``staleness_limit 1`` a rollouter that has
-generated the next batch waits for the weights it may generate the one after with, and the learner
-waits for a batch it may train on. A :class:`CoreShare` lets the busy ones take the waiting ones'
-threads and give them back as soon as they start again.
-
-The actors of one run on one node share a small board: a file of one byte per actor, in
-``/dev/shm`` (or the temporary folder), mapped into each process. An actor marks itself busy for
-the length of a call that computes (:meth:`CoreShare.busy`) and idle after it. Hooks on the
-model's decoder layers (their forward pass, and the backward pass into each of them) recompute the
-actor's threads from the board, so a change is seen within one layer's work. A slot nobody has
-written (an actor on another node, or one still loading) is neither lent nor given any threads.
-
-Optional (``trainer.lend_idle_cores: auto`` or ``always``; the default ``never`` keeps it off until a
-figure on the demo shows what it buys) and off wherever it cannot help (:func:`off_because`, checked by
-the driver before any actor starts): outside ``fully_async``, with ``lend_idle_cores: never`` or set
-``torch_threads``,
-several learner ranks, the vLLM engine, any GPU asked, several nodes; and in any actor not on the CPU
-(:func:`share_for`).
+The actors of one run on one node share a board: one byte per actor in a file in ``/dev/shm`` (or the
+temporary folder), mapped into each process. An actor marks itself busy for a call that computes
+(:meth:`CoreShare.busy`); hooks on the model's decoder layers (forward, and backward into each)
+recompute its threads from the board, so a change is seen within one layer's work. A slot nobody has
+written (an actor on another node, or still loading) is neither lent nor given threads. Off wherever
+it cannot help (:func:`off_because`, checked before any actor starts; :func:`share_for` in actors
+not on the CPU).
 """
 
 from __future__ import annotations

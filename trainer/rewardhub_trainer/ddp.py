@@ -1,26 +1,13 @@
 """Data-parallel learning: ``trainer.num_learners`` learner processes train one batch together.
 
-Rank 0 is the learner the driver talks to (``train``, ``get_weights``, ``save``, ``load``, ``info``,
-exactly as with one learner); it starts the other ranks as Ray actors of its own, each in its
-``resources.learner`` bundle, and is the rendezvous (its node's address, a free port). Every rank
-joins one ``torch.distributed`` process group: ``gloo`` on the CPU, ``nccl`` when the learner's
-device is CUDA, with a timeout, so a peer that stops answering fails the collective instead of
-hanging it.
-
-Each step, rank 0 computes the advantages of the whole batch, splits it by whole GRPO groups into
-one contiguous run per rank, and every rank runs forward and backward on its share. The loss is
-normalised by the batch's totals (sequences, tokens), summed over the ranks, so the sum of the
-ranks' gradients (one bucketed ``all_reduce`` after the local micro-batches) is the gradient one
-process computes on the whole batch, whatever the ranks' token counts. Every rank then applies the
-same clipped step, so the weights stay equal; they come from rank 0 (and are broadcast from it at
-start and after a checkpoint is loaded). Why not ``DistributedDataParallel``: its hooks need every
-rank to run the same number of synchronised backward passes, which ranks with unequal micro-batch
-counts, an empty share or a skipped non-finite update do not; one explicit reduction gives the same
-sum.
-
-A rank that dies breaks the group: rank 0 exits, Ray restarts it (its old ranks die with it, as
-actors of their owner), the new rank 0 starts new ranks, and the driver restores the learner from
-its latest checkpoint as it does for a single learner (:meth:`rewardhub_trainer.loop.Run._restore`).
+What it does is in the README ("More than one learner"): rank 0 is the learner the driver talks to,
+starts the other ranks and is the rendezvous; each rank trains its run of whole GRPO groups with the
+loss normalised by the whole batch's totals, so one bucketed ``all_reduce`` of the gradients gives the
+one-process gradient whatever the ranks' token counts. Not ``DistributedDataParallel``: its hooks need
+every rank to run the same number of synchronised backward passes, which ranks with unequal
+micro-batch counts, an empty share or a skipped non-finite update do not. A rank that dies breaks the
+group; Ray restarts rank 0, which starts new ranks, and the driver restores the learner from its
+latest checkpoint (:meth:`rewardhub_trainer.loop.Run._restore`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Device and dtype choice: decided by what the actor sees and what its hardware reports, nothing else.
 
-``trainer.device``, ``trainer.autocast``, ``model.dtype`` and ``rollout.dtype`` default to ``auto``.
-Each actor resolves them in its own process (a learner on a GPU node and a rollouter on a CPU node
-choose differently). The device: ``auto`` is CUDA when the actor sees a GPU, else the CPU. An actor
-Ray gave no GPU sees none: since Ray 2.60 leaves ``CUDA_VISIBLE_DEVICES`` alone for such an actor
-(it would see every GPU of its node), every actor of a run is started with Ray's switch
-``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1`` in its ``runtime_env`` (:data:`NO_GPU_ENV`, which makes Ray
-set ``CUDA_VISIBLE_DEVICES=""``), and :func:`choose` sets it again (:func:`hide_gpus_not_given`) in
-the learners, rollouters and the evaluator before torch looks, whatever the Ray version. An empty
-``CUDA_VISIBLE_DEVICES`` means CPU without asking torch (:func:`gpus_seen`). A CUDA learner rank must see
-exactly one GPU (:func:`check_learner_gpus`).
-
-The dtype is deterministic: the hardware's reported capability alone decides. bf16 on a CUDA GPU of
-compute capability 8.0 or more (Ampere and later; ``torch.cuda.is_bf16_supported()`` also says yes
-to older GPUs that emulate it), and on a CPU whose torch build reports AVX-512 BF16 or AMX. A short
-matmul timing runs only to *warn*: where the capability says bf16 but bf16 measures
-:data:`BF16_TOO_SLOW` times the fp32 time or more, and where bf16 is forced on hardware without it
-(on an AVX2 CPU a bf16 matmul is ~30x slower than fp32); it never changes the choice (two runs of one
-config once chose different dtypes when it did).
-
-``model.dtype`` is the learner's master weights: ``auto`` keeps them in fp32 (the optimizer needs
-the precision) and lets ``trainer.autocast`` run the matmuls in bf16 where the hardware has it.
+The rules are the README's ("Devices and dtypes"). Each actor resolves the ``auto`` settings in its
+own process. An actor Ray gave no GPU sees none: it starts with :data:`NO_GPU_ENV`, and :func:`choose`
+hides the GPUs again (:func:`hide_gpus_not_given`) before torch looks; an empty ``CUDA_VISIBLE_DEVICES``
+means CPU without asking torch (:func:`gpus_seen`); a CUDA learner rank sees exactly one GPU
+(:func:`check_learner_gpus`). The dtype follows the reported capability alone; a short matmul timing
+only warns (:data:`BF16_TOO_SLOW`), never changes the choice (two runs of one config once chose
+different dtypes when it did).
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Evaluation on ``data.val_files``: generate with the learner's current weights, score with the same
-registry.
+registry (when, and the metrics it writes: the README's "Evaluation").
 
-When it runs (verl's keys): before the first step with ``trainer.val_before_train``, every
-``trainer.test_freq`` steps, and at the last step (``test_freq: -1`` turns the periodic and final
-ones off). Generation is greedy (``rollout.val_temperature: 0``, the default) or samples
-``rollout.val_n`` responses per prompt; it runs on an actor of its own that takes the learner's
-weights at that step, so the training rollouters, their weight versions and the sample accounting
-are untouched. That actor asks Ray for ``resources.evaluator`` (by default what each rollouter asks:
-``resources.rollouter``) in its own bundle of the run's placement group, and chooses its device as a
-rollouter does (an evaluator given no GPU sees none and generates on the CPU). Scoring goes through
-the run's reward client (the same reward workers and registry).
-
-Each evaluation is one row of ``metrics.jsonl`` (``step`` and ``val/...`` keys only), the same
-scalars in TensorBoard, and a line in the plot; ``summary.json`` gets ``val`` (every evaluation).
-Metrics: ``val/score`` and ``val/<reward>/mean`` over all samples, and ``val/<data_source>/score``
-and ``val/<data_source>/<reward>/mean`` per data source.
+It runs on an actor of its own that takes the learner's weights at that step, so the training
+rollouters, their weight versions and the sample accounting are untouched; that actor asks Ray for
+``resources.evaluator`` in its own bundle of the run's placement group and chooses its device as a
+rollouter does. Scoring goes through the run's reward client.
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """Resources asked are resources used: the ``resources:`` section, placement groups, the plan.
 
-::
-
-    resources:
-      placement: pack          # pack | spread | strict_pack | strict_spread (Ray placement group strategy)
-      learner: {num_cpus: 1, num_gpus: 1}       # each of trainer.num_learners (data-parallel ranks)
-      rollouter: {num_cpus: 1, num_gpus: 1}     # each of trainer.num_rollouters
-      reward_worker: {num_cpus: 1, num_gpus: 0} # each reward worker (default: reward.workers.*)
-      evaluator: {num_gpus: 1}  # the evaluation actor (data.val_files; default: the rollouter's entry)
-      nnodes: 2                # optional: the cluster the run expects (verl's trainer.nnodes)
-      gpus_per_node: 8         # optional (verl's trainer.n_gpus_per_node)
-
-Each role may also ask for Ray custom resources, ``resources: {name: amount}`` (the key
-``reward.workers.resources`` uses), e.g. ``learner: {num_gpus: 1, resources: {a100: 1}}``: the actor
-then runs only on a node that declares them (``ray start --resources='{"a100": 8}'``).
-
-Every learner, rollouter and the evaluator (the actor that generates on ``data.val_files``; it
-asks for ``resources.evaluator``, by default what each rollouter asks) that asks for something gets
-a bundle of one placement group (its strategy from ``placement``), so the pool lands where declared and each
-actor sees only the GPUs Ray gave it (``CUDA_VISIBLE_DEVICES``; empty for an actor given none: every actor is
-started with :data:`~rewardhub_trainer.devices.NO_GPU_ENV`). Roles that ask for nothing are scheduled as
-before (0 CPUs). The reward workers are placed by their :class:`~rewardhub.distributed.RewardWorkerPool`
-with the CPUs, GPUs and custom resources declared here (or under ``reward.workers``); the reward-model pool by
-``reward.reward_model``. A request no node can meet is an error before any actor starts (the plan
-here; the reward pool's own check), naming what is missing and listing the nodes.
-
-:func:`plan` is pure (no Ray): it simulates the placement on a list of nodes, for the check before
-the group is created and for ``rewardhub doctor`` (:mod:`~rewardhub_trainer.placement_doctor`). Nothing here
-imports Ray at import time.
+The section and what each role asks are in the README ("Resources and placement"). Every learner,
+rollouter and the evaluator that asks for something gets a bundle of one placement group (strategy from
+``placement``), so each actor sees only the GPUs Ray gave it (every actor starts with
+:data:`~rewardhub_trainer.devices.NO_GPU_ENV`); the reward workers are placed by their
+:class:`~rewardhub.distributed.RewardWorkerPool`. :func:`plan` is pure (no Ray): it simulates the
+placement on a list of nodes, for the check before the group is created and for ``rewardhub doctor``.
+Nothing here imports Ray at import time.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Failed reward calls in training: counted per reward, shown, and a run that keeps failing stops.
 
-A reward call that raises, times out or returns something that is not a finite number is a *failed*
-call. Unless the reward (or its config term) sets ``on_failure: zero``, its sample gets NaN (the
-core's default ``on_failure: nan``; ``drop`` gives None, read as NaN too): an *invalid* sample, left
-out of its group's mean and std and given advantage 0 (:func:`rewardhub_trainer.learner.group_advantages`),
-never read as a wrong answer. Each step's ``metrics.jsonl`` row has ``rewards/<name>/error_rate`` (failed
-calls over the samples the reward applies to) and ``samples/invalid``; the progress line shows the rate
-of each reward that failed, and ``summary.json`` the run's (``reward_error_rate``, ``samples_invalid``).
-
-A reward whose error rate is above ``trainer.max_reward_error_rate`` (default 0.5; 1.0 never stops) in
+What counts as failed, what an invalid sample gets (advantage 0:
+:func:`rewardhub_trainer.learner.group_advantages`) and the metrics are the README's ("Failing
+rewards"). A reward whose error rate is above ``trainer.max_reward_error_rate`` in
 :data:`STEPS_IN_A_ROW` trained steps in a row stops the run with one line naming it and its last error.
 """
 

@@ -1,22 +1,11 @@
 """The run folder (``--output``): one run per folder, checked before Ray starts, and no secret in it.
 
-* :func:`check_output`: ``--output`` must be a folder this process can create and write (not a file,
-  not under ``/proc``, ``/sys`` or ``/dev``), else one ``UsageError`` naming it.
-* :class:`RunLock`: a folder that another run is writing (or still starting) is refused.
-* :func:`claim`: a folder that holds a run (``run.json``, ``metrics.jsonl``, ``summary.json``,
-  ``checkpoints/`` or ``tensorboard/``) is refused unless ``--resume`` names that same folder, or
-  ``--overwrite`` is given. ``--resume DIR`` (into DIR or any other ``--output``) needs the config of
-  the run in DIR: the same fingerprint (:func:`fingerprint`: the ``model``, ``data`` and ``reward``
-  sections, less how the rewards run). Nothing of the earlier run is deleted here: with
-  ``--overwrite`` its files go only in :func:`begin`, once the new run's actors have started.
-* :func:`check_resume_model`: ``--resume`` of a checkpoint whose model has another shape than the
-  config's model fails before Ray starts, naming the keys that differ.
-* :func:`check_resume_rewards`: ``--resume`` of a checkpoint whose rewards' code has changed since (a
-  reward file's sha256, a plugin's version) fails before Ray starts, naming each, unless
-  ``--allow-reward-change``.
-* :func:`public_config`: the config as the run writes it (checkpoints, ``run.json``, trackers): every
-  value that came from an environment interpolation (``${oc.env:NAME}``) is written as that
-  interpolation, never resolved, as ``rewardhub score`` never writes a reward's kwargs.
+:func:`check_output` (a folder this process can create and write), :class:`RunLock` (no second run
+writing it), :func:`claim` (a folder holding a run is refused unless ``--resume`` names it or
+``--overwrite`` is given; ``--resume`` needs the same :func:`fingerprint`; nothing is deleted before
+:func:`begin`), :func:`check_resume_model` and :func:`check_resume_rewards` (a checkpoint of another
+model shape, or whose rewards' code changed), and :func:`public_config` (values from ``${oc.env:NAME}``
+written as that interpolation, never resolved).
 """
 
 from __future__ import annotations

@@ -6,14 +6,10 @@ It tokenizes and decodes with the same tokenizer as the transformers engine
 (:func:`rewardhub_trainer.models.load_tokenizer`) and hands vLLM token ids only, so the byte-level
 tokenizer of ``model.tiny`` works too and both engines see identical prompt ids.
 
-Log-probabilities: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. the log-softmax of
-the logits *after* temperature (and top-k/top-p) — with ``top_p=1`` and no top-k that is exactly the
-learner's ``log_softmax(logits / T)``. With ``top_p < 1`` or ``top_k > 0`` it would be the log-probability
-under the truncated, renormalised distribution, which the learner does not compute (and no vLLM
-``logprobs_mode`` gives the log-probs after temperature but before truncation): the config refuses
-those settings (``rollout.top_p`` must be 1 and ``rollout.top_k`` -1 or 0 with vLLM) and
-:meth:`VLLMEngine.generate` does too. The model
-folder's ``generation_config.json`` is not read (``generation_config="vllm"``).
+Log-probabilities: vLLM runs with ``logprobs_mode="processed_logprobs"`` (after temperature, top-k and
+top-p): with ``top_p=1`` and no top-k, exactly the learner's ``log_softmax(logits / T)``; truncation is
+refused (README, "Devices and dtypes"), here too (:meth:`VLLMEngine.generate`). The model folder's
+``generation_config.json`` is not read (``generation_config="vllm"``).
 
 Weight sync (:class:`WeightSyncExtension`, vLLM's ``worker_extension_cls``): vLLM's CPU backend
 repacks every linear layer after loading (``dispatch_cpu_unquantized_gemm``: oneDNN / sgl-kernel

@@ -1,22 +1,11 @@
 """verl's fully-async training -> ``trainer.mode: fully_async`` and its settings.
 
-verl runs fully-async training from its own entry point (``verl.experimental.fully_async_policy.
-fully_async_main``, earlier ``recipe.fully_async_policy.fully_async_main``) with an ``async_training:``
-section (``experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml``), or from
-``main_ppo`` with ``trainer.v1.trainer_mode=separate_async``. Here:
-
-* the entry point (found by the script reader), ``trainer_mode=separate_async``, or an
-  ``async_training`` section without any entry point sets ``trainer.mode: fully_async``, said in the
-  report's notes;
-* ``trigger_parameter_sync_step`` (trainer steps between weight syncs; verl's default 4) ->
-  ``trainer.sync_interval``;
-* ``staleness_threshold`` (verl's default 0.1: the rollouter may generate that fraction of a sync
-  period's samples ahead) -> ``trainer.staleness_limit`` = the steps a batch may lag the learner:
-  ``sync_interval - 1 + ceil(staleness_threshold * sync_interval)``;
-* a step trains ``ppo_mini_batch_size x require_batches`` prompts in verl's fully-async trainer ->
-  ``rollout.prompts_per_step`` (``data.train_batch_size`` does not size a step there);
-* ``rollout.nnodes x rollout.n_gpus_per_node`` (the rollouters' GPUs) -> ``trainer.num_rollouters``;
-* everything else is dropped with the reason. Under ``main_ppo`` these keys are not read: dropped.
+The mapping is the README's ("Fully-async"): verl's fully-async entry point,
+``trainer.v1.trainer_mode=separate_async`` or an ``async_training`` section with no entry point sets
+``trainer.mode: fully_async``; ``trigger_parameter_sync_step``, ``staleness_threshold``,
+``ppo_mini_batch_size x require_batches`` and ``rollout.nnodes x rollout.n_gpus_per_node`` size the
+trainer's sync interval, staleness limit, step and rollouters; everything else is dropped with the
+reason. Under ``main_ppo`` these keys are not read: dropped.
 """
 
 from __future__ import annotations
@@ -59,7 +48,7 @@ def fully_async(entry: dict[str, Any] | None, taken: dict[str, tuple[Any, tuple[
 
 def map_async(m: Any, why: str | None, keys: dict[str, Any]) -> None:
     """Map the fully-async keys ``keys`` (dotted -> value) onto ``m`` (a
-    :class:`~._verl_mapping.Mapping_`)."""
+    :class:`~.mapping.Mapping_`)."""
     mode = keys.pop("trainer.v1.trainer_mode", None)
     if why is None:
         if mode is not None:

@@ -1,17 +1,16 @@
-"""The verl keys that :class:`~._verl_mapping.Mapping_` decides with the whole config: the rollout engine,
+"""The verl keys that :class:`~.mapping.Mapping_` decides with the whole config: the rollout engine,
 evaluation sampling, KL, the advantage estimator, warm-up, checkpoints saved and kept, LoRA, the policy loss
-and PPO mini-batches (the table's ``(kind,)`` rules of :data:`~.verl_trainer.KEY_RULES`)."""
+and PPO mini-batches (the table's ``(kind,)`` rules of :data:`~.rules.KEY_RULES`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from rewardhub.verl.keys import ENGINES
 from rewardhub.verl.shim import truthy
 
 __all__ = ["decide"]
-
-_ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
 
 
 def _int(value: Any) -> int | None:
@@ -26,7 +25,7 @@ def _int(value: Any) -> int | None:
 
 def decide(m: Any, kind: str, key: str, value: Any) -> None:
     if kind == "engine":
-        engine = _ENGINES.get(str(value).lower())
+        engine = ENGINES.get(str(value).lower())
         if engine:
             m.moved(key, "rollout.engine", engine)
         else:

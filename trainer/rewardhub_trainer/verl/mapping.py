@@ -17,12 +17,16 @@ from rewardhub.verl.keys import is_verl_key
 from rewardhub.verl.owner import ENTRY_KEY
 
 from ._special import decide
+from .resources import dig
+from .resources import pop_key
 from .rules import KEY_RULES
 from .rules import VERL_ROOTS
 from .rules import rule
 
 __all__ = ["ENTRY_KEY", "VERL_DEFAULTS", "Mapping_", "map_verl_keys"]
 
+
+_ABSENT = object()
 
 #: verl's defaults (verl/trainer/config/_generated_ppo_trainer.yaml, 0.9.1) that differ from this trainer's:
 #: (verl key, verl's default, trainer key, trainer's default, carried over). A verl config that does not set
@@ -53,26 +57,6 @@ VERL_DEFAULTS: tuple[tuple[str, Any, str, Any, bool], ...] = (
     ("trainer.max_actor_ckpt_to_keep", None, "trainer.checkpoint_keep", 3, False),
     ("trainer.val_before_train", True, "trainer.val_before_train", False, False),
 )
-
-
-def _given(cfg: Mapping[str, Any], key: str) -> bool:
-    node: Any = cfg
-    for p in key.split("."):
-        if not isinstance(node, Mapping) or p not in node:
-            return False
-        node = node[p]
-    return True
-
-
-def _pop(cfg: dict[str, Any], key: str) -> None:
-    parts = key.split(".")
-    nodes = [cfg]
-    for p in parts[:-1]:
-        nodes.append(nodes[-1][p])
-    del nodes[-1][parts[-1]]
-    for node, p in zip(reversed(nodes[:-1]), reversed(parts[:-1])):  # remove the mappings left empty
-        if node[p] == {}:
-            del node[p]
 
 
 class Mapping_:
@@ -122,11 +106,11 @@ class Mapping_:
             self.taken.pop("trainer.total_epochs", None)
         for key, value in unknown:
             self.taken.pop(key, None)
-            _pop(self.cfg, key)
+            pop_key(self.cfg, key)
             self.report.add_unknown(key, value)
         verl_config = entry is not None or any(k.split(".")[0] in VERL_ROOTS for k in self.taken)
         for key in self.taken:
-            _pop(self.cfg, key)
+            pop_key(self.cfg, key)
         from ._async import fully_async
         from ._async import map_async
 
@@ -231,7 +215,7 @@ class Mapping_:
             if (
                 verl_key in skip
                 or verl_key in self.taken
-                or (key and (key in self.sets or _given(self.cfg, key)))
+                or (key and (key in self.sets or dig(self.cfg, key, _ABSENT) is not _ABSENT))
             ):
                 continue
             if verl_value == here:

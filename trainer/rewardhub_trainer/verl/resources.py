@@ -1,32 +1,24 @@
 """verl's cluster-size keys -> the trainer's ``resources:`` section.
 
-verl sizes a run with ``trainer.nnodes``, ``trainer.n_gpus_per_node`` and
-``actor_rollout_ref.rollout.tensor_model_parallel_size`` (the GPUs of one rollout engine). Here:
-
-* ``trainer.nnodes`` -> ``resources.nnodes`` and ``trainer.n_gpus_per_node`` ->
-  ``resources.gpus_per_node``: the cluster the run expects (checked against Ray's before any actor
-  starts);
-* ``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus`` and
-  ``rollout.tensor_parallel_size`` (the vLLM engine's);
-* with GPUs per node declared, the learner gets one GPU (``resources.learner.num_gpus: 1``) and,
-  unless ``trainer.num_rollouters`` is set, the other GPUs become rollouters:
-  ``(nnodes * n_gpus_per_node - 1) // tensor_model_parallel_size`` of them (verl colocates actor
-  and rollout on every GPU; this trainer gives them separate GPUs); with ``data.val_files`` the
-  evaluation actor takes one rollouter's share first (it asks for what a rollouter asks).
-
-A key already set in ``resources:`` wins only when it agrees; two different values are an error.
-Pure: the input is not modified. Recorded in the migration report's ``moved`` and ``notes``.
+``trainer.nnodes`` -> ``resources.nnodes`` and ``trainer.n_gpus_per_node`` -> ``resources.gpus_per_node``
+(checked against Ray's cluster before any actor starts);
+``actor_rollout_ref.rollout.tensor_model_parallel_size`` -> ``resources.rollouter.num_gpus`` and
+``rollout.tensor_parallel_size``. With GPUs per node declared, the learner gets one GPU and, unless
+``trainer.num_rollouters`` is set, the others become rollouters (after one rollouter's share for the
+evaluator with ``data.val_files``): verl colocates actor and rollout on every GPU, this trainer gives
+them separate GPUs. A key already set in ``resources:`` wins only when it agrees. Pure.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from rewardhub.config.fields import invalid
 from rewardhub.errors import UsageError
 
-__all__ = ["VERL_RESOURCE_KEYS", "migrate_resources"]
+__all__ = ["VERL_RESOURCE_KEYS", "dig", "migrate_resources", "pop_key"]
 
 #: verl key -> the ``resources:`` key it sets
 VERL_RESOURCE_KEYS = {
@@ -36,26 +28,26 @@ VERL_RESOURCE_KEYS = {
 }
 
 
-def _pop(cfg: dict[str, Any], dotted: str) -> Any:
-    *parents, last = dotted.split(".")
+def dig(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """The value at dotted ``key`` of nested mappings ``cfg``, else ``default``."""
     node: Any = cfg
-    for p in parents:
-        node = node.get(p) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
-            return None
-    return node.pop(last, None)
+    for p in key.split("."):
+        if not isinstance(node, Mapping) or p not in node:
+            return default
+        node = node[p]
+    return node
 
 
-def _prune(cfg: dict[str, Any], dotted: str) -> None:
-    """Remove the now-empty parents of ``dotted`` (e.g. ``actor_rollout_ref.rollout``)."""
-    parts = dotted.split(".")[:-1]
-    while parts:
-        node: Any = cfg
-        for p in parts[:-1]:
-            node = node.get(p, {})
-        if isinstance(node, dict) and node.get(parts[-1]) == {}:
-            node.pop(parts[-1])
-        parts.pop()
+def pop_key(cfg: dict[str, Any], key: str) -> None:
+    """Remove dotted ``key`` (which ``cfg`` has), and the mappings it leaves empty."""
+    parts = key.split(".")
+    nodes = [cfg]
+    for p in parts[:-1]:
+        nodes.append(nodes[-1][p])
+    del nodes[-1][parts[-1]]
+    for node, p in zip(reversed(nodes[:-1]), reversed(parts[:-1])):
+        if node[p] == {}:
+            del node[p]
 
 
 def _int(value: Any, key: str) -> int:
@@ -70,19 +62,12 @@ def _int(value: Any, key: str) -> int:
 
 def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, Any], Any]:
     """Move verl's cluster-size keys of ``config`` into ``resources:``; record each in ``report``."""
-    found = {}
-    for key in VERL_RESOURCE_KEYS:
-        probe: Any = config
-        for p in key.split("."):
-            probe = probe.get(p) if isinstance(probe, dict) else None
-        if probe is not None:
-            found[key] = _int(probe, key)
+    found = {key: _int(dig(config, key), key) for key in VERL_RESOURCE_KEYS if dig(config, key) is not None}
     if not found:
         return config, report
     cfg = copy.deepcopy(config)
     for key in found:
-        _pop(cfg, key)
-        _prune(cfg, key)
+        pop_key(cfg, key)
     res = cfg.setdefault("resources", {})
     if not isinstance(res, dict):
         raise invalid("resources", res, "expected a mapping")
