@@ -181,6 +181,7 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
                 "rewards": {n: None for n in names},
                 "extra": {},
                 "errors": {n: msg for n in needing},
+                "error_kinds": {n: ERROR for n in needing},
             }
             rows.append({**s, namespace: result} if namespace else {**s, **result})
         else:
