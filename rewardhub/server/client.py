@@ -25,6 +25,7 @@ from typing import Any
 from ..config.schema import RemoteConfig
 from ..config.schema import check_url
 from ..errors import RewardhubError
+from ..errors import UsageError
 from ..execution import ScoreResult
 from . import TOKEN_ENV
 from ._answers import checked_info
@@ -34,7 +35,34 @@ from ._http import Answer
 from ._http import Retrying
 from ._http import ServerUnavailable
 
-__all__ = ["RemoteScorer", "ServerUnavailable", "check_url"]
+__all__ = ["START_RETRY_S", "RemoteScorer", "ServerUnavailable", "check_url", "reached"]
+
+#: seconds the first question to a ``reward.remote`` server is retried: at the start, a server that does
+#: not answer is more likely a wrong address than a restart
+START_RETRY_S = 3.0
+
+
+def reached(remote: RemoteConfig | str) -> RemoteScorer:
+    """A scorer of ``reward.remote`` whose server answered ``GET /info`` with its terms (retried for
+    :data:`START_RETRY_S` at most), before a run starts on it.
+
+    :raises UsageError: the server cannot be reached, is not a ``rewardhub serve`` server, or has no terms.
+    """
+    scorer = RemoteScorer(remote)
+    retry_for_s = scorer.http.retry_for_s
+    scorer.http.retry_for_s = min(retry_for_s, START_RETRY_S)
+    try:
+        terms = scorer.terms
+    except ServerUnavailable as exc:
+        raise UsageError(f"reward.remote: reward server {exc.url} cannot be reached: {exc.last} ({exc.tries} "
+                         f"tries in {exc.seconds:.0f} s)\nis `rewardhub serve` running there, and is the "
+                         "address right?") from None
+    except RewardhubError as exc:
+        raise UsageError(f"reward.remote: {exc}") from None
+    if not terms:
+        raise UsageError(f"reward.remote: the server at {scorer.url} scores with no reward terms")
+    scorer.http.retry_for_s = retry_for_s  # the run's own retries from here on
+    return scorer
 
 
 class RemoteScorer:
@@ -84,6 +112,11 @@ class RemoteScorer:
     @property
     def terms(self) -> list[str]:
         return [t["name"] for t in self.info().get("terms", [])]
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """The server's provenance of each term it scores with (``rewardhub score --summary-json``'s
+        ``rewards``), each with ``remote``: its URL."""
+        return [{**r, "remote": self.url} for r in self.info().get("rewards", []) if isinstance(r, Mapping)]
 
     def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
         """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text), in as
