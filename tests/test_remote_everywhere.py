@@ -14,6 +14,8 @@ from test_adapters import _trl_calculate_rewards
 from test_verl_manager import COMMON
 from test_verl_manager import _run
 
+from rewardhub.errors import UsageError
+
 pytest.importorskip("aiohttp")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +94,7 @@ def test_to_trl_with_a_remote_inside_trl(server):
     assert [x for row in got for x in row] == pytest.approx(
         [x for m, box in want for x in (m + 0.1 * box, m)], rel=2**-23)
     assert want == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
-    with pytest.raises(Exception, match="scores with math_verify, boxed_format, not 'nope'"):
+    with pytest.raises(UsageError, match="scores with math_verify, boxed_format, not .nope."):
         to_trl("nope", remote=server.url)(prompts, completions, solution=["4", "6", "2"])
 
 

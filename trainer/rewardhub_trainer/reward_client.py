@@ -31,31 +31,18 @@ __all__ = ["RewardClient", "RewardPool", "reward_value"]
 class RewardPool(Scorer, Protocol):
     """A :class:`~rewardhub.execution.Scorer` whose workers the run reports on: a
     :class:`rewardhub.distributed.RewardWorkerPool`, or a ``reward.remote``
-    :class:`rewardhub.server.client.RemoteScorer` (no workers of its own)."""
+    :class:`rewardhub.server.client.RemoteScorer` (none of its own: the server's URL as fingerprint)."""
 
-    def fingerprint(self) -> str:
-        """What the workers proved they score with (the registry's fingerprint, or the server's URL)."""
-        ...
-
-    def workers_info(self) -> list[dict[str, Any]]:
-        ...
-
-    def take_notes(self) -> list[str]:
-        """The lines noted since the last call (a hung worker's)."""
-        ...
+    def fingerprint(self) -> str: ...
+    def workers_info(self) -> list[dict[str, Any]]: ...
+    def take_notes(self) -> list[str]: ...  # the lines noted since the last call (a hung worker's)
 
     @property
-    def last_pids(self) -> Collection[int]:
-        """The processes that scored the last batch."""
-        ...
-
+    def last_pids(self) -> Collection[int]: ...  # the processes that scored the last batch
     @property
-    def restarts(self) -> int:
-        ...
-
+    def restarts(self) -> int: ...
     @property
-    def rescored_samples(self) -> int:
-        ...
+    def rescored_samples(self) -> int: ...
 
 
 class RewardClient:
