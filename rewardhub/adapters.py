@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 if TYPE_CHECKING:
+    from .config.schema import RemoteConfig
     from .execution import Runner
+    from .execution import Scorer
+    from .execution import ScoreResult
 
 __all__ = ["to_trl", "to_verl"]
 
@@ -36,45 +39,89 @@ def _text(x: Any) -> Any:
 
 
 class _LazyRunner:
-    def __init__(self, term: dict[str, Any], registry: Any) -> None:
+    """The scorer of an exported reward, built at its first call: a Runner of the one term, or with
+    ``remote`` a ``rewardhub serve`` server's (``pick``: the term whose value is given; None: the
+    server's aggregate score)."""
+
+    def __init__(self, term: dict[str, Any], registry: Any, remote: RemoteConfig | str | None = None,
+                 pick: str | None = None) -> None:
         self.term = term
         self.registry = registry
-        self._runner: Runner | None = None
+        self.remote, self.pick = remote, pick
+        self._runner: Scorer | None = None
         self._lock = threading.Lock()
         #: whether the reward takes a ground truth (known once the runner is built)
         self.needs_ground_truth = False
         #: ... and is not a verl function (which gets a None ground truth, as verl passes it)
         self.withheld_without_ground_truth = False
+        #: the term's name and on_failure (a sample withheld for want of a ground truth gets the latter)
+        self.name_policy = ("", "zero")
         #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
         self.extra_keys: dict[str, None] = {}
         #: says once (per callable) when the reward has applied to none of the rows it was given
         self.watch: Any = None
 
-    def get(self) -> Runner:
+    def get(self) -> Scorer:
         with self._lock:
             if self._runner is None:
-                from .datasets import terms_needing
-                from .distributed import runner_from_config
-
-                self._runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
-                self.needs_ground_truth = bool(terms_needing(self._runner))
-                self.withheld_without_ground_truth = self.needs_ground_truth and \
-                    self._runner.terms[0].invoker.adapter != "verl"
                 from .execution import RoutingWatch
 
-                self.watch = RoutingWatch({t.name: t.routes for t in self._runner.terms})
+                if self.remote is not None:
+                    self._runner, self.watch = self._remote(), RoutingWatch({})
+                else:
+                    runner = self._runner = self._local()
+                    self.watch = RoutingWatch({t.name: t.routes for t in runner.terms})
                 atexit.register(self._runner.close)
             return self._runner
 
+    def _remote(self) -> Scorer:
+        from .errors import UsageError
+        from .server.client import reached
 
-def _term(reward: str | Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+        assert self.remote is not None
+        scorer = reached(self.remote)
+        if self.pick is not None and self.pick not in scorer.terms:
+            raise UsageError(f"reward server {scorer.url} scores with {', '.join(scorer.terms)}, not "
+                             f"{self.pick!r}\nname one of those, or none for the server's aggregate score")
+        return scorer
+
+    def _local(self) -> Runner:
+        from .datasets import terms_needing
+        from .distributed import runner_from_config
+
+        runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
+        self.needs_ground_truth = bool(terms_needing(runner))
+        self.withheld_without_ground_truth = \
+            self.needs_ground_truth and runner.terms[0].invoker.adapter != "verl"
+        self.name_policy = (runner.terms[0].name, runner.terms[0].policy.on_failure)
+        return runner
+
+    def value(self, res: ScoreResult, k: int) -> float | None:
+        """Sample ``k``'s reward: the score, or the picked term's value."""
+        return res.scores[k] if self.pick is None else res.rewards[k].get(self.pick)
+
+
+def _exported(who: str, reward: str | Mapping[str, Any] | None, overrides: dict[str, Any], registry: Any,
+              remote: RemoteConfig | str | None, on_failure: str) -> tuple[_LazyRunner, str]:
+    """The scorer of ``to_trl``/``to_verl`` (``who``), and the name the reward goes by."""
+    from .errors import UsageError
+
+    if remote is not None:
+        if overrides or not (reward is None or isinstance(reward, str)):
+            raise UsageError(f"{who}(remote=...): the server's config holds the terms and their policies\n"
+                             "give at most the name of one of the server's terms, and no settings")
+        return _LazyRunner({}, registry, remote, reward), reward or "remote"
+    if reward is None:
+        raise UsageError(f"{who}(): name a reward (or a config term), or score on a server: remote=URL")
     term = {"name": reward} if isinstance(reward, str) else dict(reward)
     term.update(overrides)
-    return term
+    term.setdefault("on_failure", on_failure)
+    return _LazyRunner(term, registry), str(term.get("alias") or term.get("name") or term.get("function")
+                                            or "reward")
 
 
-def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_truth_key: str | None = None,
-           **term: Any) -> Any:
+def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = None,
+           ground_truth_key: str | None = None, remote: RemoteConfig | str | None = None, **term: Any) -> Any:
     """A TRL ``reward_funcs`` callable for a registered reward (or a config term mapping).
 
     TRL calls it as ``f(prompts=..., completions=..., completion_ids=..., **dataset_columns)``;
@@ -95,14 +142,15 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
         ``ground_truth``, ``solution``, ``answer``, ``reward_model`` present). A reward that takes a
         ground truth with no such column in the batch is an error naming the columns there are.
     :param term: execution-policy overrides (``timeout_s``, ``executor``, ``kwargs``, ...).
+    :param remote: score on this ``rewardhub serve`` server (a URL, or ``reward.remote``'s settings)
+        with its config's terms and policies, none of them installed here: ``reward`` may name one of
+        its terms, whose value is given (else the server's aggregate score); a failed row is None.
     """
     from .errors import UsageError
 
-    t = _term(reward, term)
-    t.setdefault("on_failure", "drop")  # None: TRL's own word for "not scored"
-    lazy = _LazyRunner(t, registry)
+    # on_failure drop: None, TRL's own word for "not scored"
+    lazy, name = _exported("to_trl", reward, term, registry, remote, "drop")
     skip = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
-    name = str(t.get("alias") or t.get("name") or t.get("function") or "reward")
 
     def reward_func(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         runner = lazy.get()
@@ -137,8 +185,8 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
         if ok:
             res = runner.score([samples[i] for i in ok])
             lazy.watch.see(res.columns)
-            for i, score, errors in zip(ok, res.scores, res.errors):
-                out[i] = score
+            for k, (i, errors) in enumerate(zip(ok, res.errors)):
+                out[i] = lazy.value(res, k)
                 failed += bool(errors)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
@@ -151,7 +199,8 @@ def to_trl(reward: str | Mapping[str, Any], *, registry: Any = None, ground_trut
     return reward_func
 
 
-def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: Any) -> Any:
+def to_verl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = None,
+            remote: RemoteConfig | str | None = None, **term: Any) -> Any:
     """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)``.
 
     Returns a dict (verl's naive manager puts its keys in ``reward_extra_info``, and stacks the
@@ -161,13 +210,13 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
     (the error text, or ""). Point verl's ``custom_reward_function`` at a module holding
     ``compute_score = to_verl("math_verify")``. A sample whose ground truth is None is not given to a
     rewardhub reward that takes one (it is flagged, and scored as ``on_failure`` says); a verl
-    ``compute_score`` gets the None, as verl passes it.
+    ``compute_score`` gets the None, as verl passes it. ``remote``: as :func:`to_trl`'s (a failed row
+    scores 0.0).
     """
     from .errors import RewardExecutionError
 
-    t = _term(reward, term)
-    t.setdefault("on_failure", "zero")  # verl cannot leave a sample out; NaN would poison its group
-    lazy = _LazyRunner(t, registry)
+    # on_failure zero: verl cannot leave a sample out; NaN would poison its group
+    lazy, _ = _exported("to_verl", reward, term, registry, remote, "zero")
 
     def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
                       **kwargs: Any) -> dict[str, Any]:
@@ -176,7 +225,7 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
                   "extra_info": extra_info}
         runner = lazy.get()
         if ground_truth is None and lazy.withheld_without_ground_truth:
-            name, policy = runner.terms[0].name, runner.terms[0].policy.on_failure
+            name, policy = lazy.name_policy
             if policy == "raise":
                 raise RewardExecutionError(f"reward {name!r}: {_NO_GROUND_TRUTH}\n(on_failure: raise for "
                                            f"reward {name!r})", reward=name)
@@ -186,7 +235,8 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
         res = runner.score([sample])
         lazy.watch.see(res.columns)
         errors = res.errors[0]
-        score = 0.0 if res.scores[0] is None else float(res.scores[0])
+        got = lazy.value(res, 0)
+        score = 0.0 if got is None else float(got)
         first: Mapping[str, Any] | None = next(iter(res.extra[0].values()), None)
         extra = dict(first or {})
         lazy.extra_keys.update(dict.fromkeys(extra))

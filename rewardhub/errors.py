@@ -20,11 +20,24 @@ __all__ = [
     "UsageError",
 ]
 
+#: the ``kind`` of an error for a request over a server's published limits (rows, bytes)
+TOO_LARGE = "too_large"
+
 
 class RewardhubError(Exception):
-    """Base class of every error rewardhub raises on purpose."""
+    """Base class of every error rewardhub raises on purpose.
+
+    ``kind`` says what went wrong for a program that must tell errors apart (``rewardhub serve``
+    answers a :data:`TOO_LARGE` request 413), never by reading the message.
+    """
 
     __module__ = "rewardhub"
+    kind: str = "error"
+
+    def __init__(self, *args: Any, kind: str | None = None) -> None:
+        super().__init__(*args)
+        if kind is not None:
+            self.kind = kind
 
 
 class UsageError(RewardhubError):

@@ -24,6 +24,8 @@ def misbehave(*, response, extra_info=None, **kwargs):
             time.sleep(1)
     if response == "raise":
         raise RuntimeError("boom")
+    if response == "says timed out":  # a failure whose text says "timed out": an error, not a timeout
+        raise OSError("the call to the judge timed out")
     if response == "nan":
         return math.nan
     if response == "inf":

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._parquet_out import ParquetRows
 
 #: the fields ``score`` adds to each row
-RESULT_KEYS = ("score", "rewards", "extra", "errors")
+RESULT_KEYS = ("score", "rewards", "extra", "errors", "error_kinds")
 
 
 # ---- before the run ----------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def check_result_fields(
                     "writes its results to\npass another --namespace NAME"
                 )
             continue
-        if "score" in row or "rewards" in row or "extra" in row or "errors" in row:
+        if "score" in row or "rewards" in row or "extra" in row or "errors" in row or "error_kinds" in row:
             key = next(k for k in RESULT_KEYS if k in row)
             raise UsageError(
                 f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
@@ -141,11 +141,11 @@ def check_result_fields(
 
 
 def output_row(sample: Mapping[str, Any], res: Any, i: int, namespace: str | None) -> dict[str, Any]:
-    """One output row: the input row plus ``score``, ``rewards``, ``extra`` (and ``errors`` when
-    any), at the top level or under ``namespace``."""
+    """One output row: the input row plus ``score``, ``rewards``, ``extra`` (and ``errors`` and their
+    ``error_kinds`` when any), at the top level or under ``namespace``."""
     result = {"score": res.scores[i], "rewards": res.rewards[i], "extra": res.extra[i]}
     if res.errors[i]:
-        result["errors"] = res.errors[i]
+        result["errors"], result["error_kinds"] = res.errors[i], res.error_kinds[i]
     row = dict(sample)
     if namespace:
         row[namespace] = result

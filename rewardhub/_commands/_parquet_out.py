@@ -10,8 +10,8 @@ value: an integer a double cannot hold exactly is an error, not a rounding). Wha
 empty) is one :class:`~rewardhub.errors.UsageError` naming the column and the row; the output is then
 left as it was.
 
-The result columns have fixed types: ``score`` a double, ``rewards`` a struct of doubles, ``extra``
-and ``errors`` JSON text (under ``--namespace`` the four are one struct column).
+The result columns have fixed types: ``score`` a double, ``rewards`` a struct of doubles, ``extra``,
+``errors`` and ``error_kinds`` JSON text (under ``--namespace`` the five are one struct column).
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class ParquetRows:
         return self._written
 
 
-_RESULTS = ("score", "rewards", "extra", "errors")
+_RESULTS = ("score", "rewards", "extra", "errors", "error_kinds")
 
 
 def _holds(given: Any, got: Any) -> bool:

@@ -46,7 +46,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     notes = [str(w.message) for w in others]
     reward = plan.reward
     terms_cfg = list(reward.rewards)
-    if not terms_cfg:
+    if not terms_cfg and reward.remote is None:
         problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
     # file and module terms are registered one by one below, each problem kept
     registry = build_registry(dataclasses.replace(reward, rewards=()))
@@ -91,6 +91,8 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                 "capabilities": sorted(spec.capabilities),
             }
         )
+    if reward.remote is not None:
+        terms, problems = remote_terms(reward.remote, registry, notes)
     rm = reward.reward_model
     if rm.enable and not rm.model_path:
         problems.append("reward.reward_model.enable is true but reward.reward_model.model_path is not set\n"
@@ -110,6 +112,45 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         )
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
+
+
+def remote_terms(remote: Any, registry: Any, notes: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``reward.remote``'s terms as its server describes them (``GET /info``), and the problems: a
+    server that does not answer, or one whose reward differs in provenance (distribution, version, file
+    hash) from the same reward installed here, where scores would differ (a reward installed on the
+    server only is what ``reward.remote`` is for: a note)."""
+    from ..distributed import reward_facts
+    from ..server.client import reached
+
+    try:
+        scorer = reached(remote)
+    except UsageError as exc:
+        return [], [str(exc)]
+    terms, problems, only_there = [], [], []
+    for i, (t, r) in enumerate(zip(scorer.info()["terms"], scorer.provenance())):
+        terms.append({**{k: r.get(k) for k in ("name", "reward", "source", "dist", "version", "target")},
+                      "index": i, "where": f"reward.remote {scorer.url}", "executor": t.get("executor"),
+                      "executor_why": "on the server", "timeout_s": t.get("timeout_s"),
+                      "on_failure": t.get("on_failure"), "weight": t.get("weight", 1.0)})
+        if not registry.has_reward(r.get("reward")):
+            only_there.append(str(r.get("reward")))
+            continue
+        here = reward_facts(registry.get_reward(r["reward"]))
+        if any(here[k] != r.get(k) for k in _IDENTITY):
+            problems.append(f"reward.remote: the server {scorer.url} scores {r['name']!r} with {r['reward']} "
+                            f"from {_said(r)}, and this machine has {_said(here)}\nscores here and on the "
+                            "server would differ: install the same version in both places")
+    if only_there:
+        notes.append(f"reward.remote: {', '.join(only_there)} installed on the server only (scored there)")
+    return terms, problems
+
+
+#: what tells two copies of a reward apart
+_IDENTITY = ("dist", "version", "sha256")
+
+
+def _said(facts: Any) -> str:
+    return " ".join(str(facts.get(k)) for k in _IDENTITY if facts.get(k)) or "no distribution"
 
 
 def _read_not_import(registry: Any, term_cfg: TermConfig) -> list[str]:
@@ -227,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
     for t in result["terms"]:
         origin = f"{t['source']} {t['dist']} {t['version']}" if t["dist"] else t["source"]
         why = f" ({t['executor_why']})" if t["executor_why"] else ""
-        print(f"ok  reward.rewards[{t['index']}] {t['name']}: {t['reward']} ({origin}), executor "
+        where = t.get("where") or f"reward.rewards[{t['index']}]"
+        print(f"ok  {where} {t['name']}: {t['reward']} ({origin}), executor "
               f"{t['executor'] or 'inline'}{why}, timeout {t['timeout_s'] or 'none'}, weight {t['weight']:g}")
     for note in result["notes"]:
         print(f"note: {note}")

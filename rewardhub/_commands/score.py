@@ -181,6 +181,7 @@ def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], na
                 "rewards": {n: None for n in names},
                 "extra": {},
                 "errors": {n: msg for n in needing},
+                "error_kinds": {n: ERROR for n in needing},
             }
             rows.append({**s, namespace: result} if namespace else {**s, **result})
         else:
@@ -255,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
     from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
     from ..execution import stats
+    from ..server.client import reached
     from ._common import load_plan_told
     from ._failures import debug_lines
     from ._failures import failure_report
@@ -277,15 +279,17 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(total, show)
     n_rows = 0
     with contextlib.ExitStack() as stack:
+        remote = reached(plan.reward.remote) if plan.reward.remote else None  # reward.remote: scored there
         with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-            runner = stack.enter_context(runner_from_config(plan.reward))
-        problems = [p for t in runner.terms for p in term_problems(t, runner)]
+            runner = stack.enter_context(runner_from_config(plan.reward)) if remote is None else None
+        terms = runner.terms if runner is not None else []
+        problems = [p for t in terms for p in term_problems(t, runner)]
         if problems:
             raise UsageError("\n".join(problems))
         check_outputs(args.output, args.summary_json,
-                      [t.spec.target.rpartition(":")[0] for t in runner.terms if t.spec.is_file_target])
-        names = [t.name for t in runner.terms]
-        needing = terms_needing(runner)
+                      [t.spec.target.rpartition(":")[0] for t in terms if t.spec.is_file_target])
+        names = [t.name for t in terms] if remote is None else remote.terms
+        needing = terms_needing(runner) if runner is not None else []
         columns: dict[str, Column] = {n: Column(0) for n in names}
         slowest = SlowestSamples()
         scores: list[Any] = []
@@ -298,10 +302,16 @@ def run(args: argparse.Namespace) -> int:
                     inputs = [row for row, _ in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
-                    rows, cols, chunk_scores = score_chunk(
-                        runner, [sample for _, sample in chunk], needing, args.namespace,
-                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)),
-                        inputs=inputs)
+                    samples = [sample for _, sample in chunk]
+                    if remote is not None:
+                        res = remote.score(samples)
+                        rows = [output_row(r, res, i, args.namespace) for i, r in enumerate(inputs)]
+                        cols, chunk_scores = res.columns, res.scores
+                    else:
+                        rows, cols, chunk_scores = score_chunk(
+                            runner, samples, needing, args.namespace,
+                            progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)),
+                            inputs=inputs)
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
@@ -309,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
                     out.write(rows)
                     for n in names:
                         columns[n].extend(cols[n])
-                    slowest.add(cols, [sample for _, sample in chunk], n_rows)
+                    slowest.add(cols, samples, n_rows)
                     scores.extend(chunk_scores)
                     n_rows += len(chunk)
                     progress(n_rows)
@@ -319,8 +329,8 @@ def run(args: argparse.Namespace) -> int:
             return 128 + exc.signum
         finally:
             progress.finish()
-        used = provenance(runner)
-    RoutingWatch({t.name: t.routes for t in runner.terms}, _say_warning, so_far=False).see(columns)
+        used = provenance(runner) if remote is None else remote.provenance()
+    RoutingWatch({t.name: t.routes for t in terms}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:

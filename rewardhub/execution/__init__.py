@@ -15,6 +15,7 @@ from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._process import ProcessPool
 from ._results import AGGREGATIONS
+from ._results import Scorer
 from ._results import ScoreResult
 from ._results import aggregate
 from ._results import apply_on_failure
@@ -48,6 +49,7 @@ __all__ = [
     "RoutingWatch",
     "Runner",
     "ScoreResult",
+    "Scorer",
     "SlowestSamples",
     "Term",
     "aggregate",

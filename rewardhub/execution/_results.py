@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
+from typing import Protocol
 
 from ..errors import RewardExecutionError
 from ..errors import UsageError
@@ -21,10 +22,11 @@ from ..types import AGGREGATIONS
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
+from ._outcome import ERROR
 from ._outcome import Outcome
 
-__all__ = ["AGGREGATIONS", "ScoreResult", "aggregate", "apply_on_failure", "apply_on_failure_to_outcomes",
-           "check_aggregation", "combine", "failure_error"]
+__all__ = ["AGGREGATIONS", "ScoreResult", "Scorer", "aggregate", "apply_on_failure",
+           "apply_on_failure_to_outcomes", "check_aggregation", "combine", "failure_error"]
 
 
 def check_aggregation(aggregation: str) -> None:
@@ -39,8 +41,8 @@ class ScoreResult:
     """Scores of one batch: one row per input sample, in input order, plus metrics.
 
     ``scores`` and ``metrics`` are computed by :func:`combine`; ``rewards`` (term name ->
-    score per sample), ``extra``, ``errors`` and ``outcomes`` are built from the per-term columns
-    the first time they are read.
+    score per sample), ``extra``, ``errors`` (term -> text), ``error_kinds`` (term -> ``error`` or
+    ``timeout``) and ``outcomes`` are built from the per-term columns the first time they are read.
     """
 
     def __init__(
@@ -73,22 +75,48 @@ class ScoreResult:
         return out
 
     @functools.cached_property
+    def error_kinds(self) -> list[dict[str, str]]:
+        return [{name: self.columns[name].status.get(i, ERROR) for name in errs}
+                for i, errs in enumerate(self.errors)]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]], terms: Sequence[str]) -> ScoreResult:
+        """The result that output rows (``rewardhub score``'s, a server's answer) hold, for ``terms``;
+        metrics as :func:`combine` gives them, without the latencies the rows do not carry."""
+        columns: dict[str, Column] = {}
+        for name in terms:
+            col = columns[name] = Column(len(rows))
+            for i, row in enumerate(rows):
+                col.values[i] = (row.get("rewards") or {}).get(name)
+                if name in (row.get("extra") or {}):
+                    col.extra[i] = row["extra"][name]
+                if name in (row.get("errors") or {}):
+                    col.status[i] = (row.get("error_kinds") or {}).get(name, ERROR)
+                    col.errors[i] = row["errors"][name]
+        scores = [row.get("score") for row in rows]
+        mean, std, count = stats(scores)
+        metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
+        for name, col in columns.items():
+            metrics.update({k: v for k, v in column_metrics(name, col).items() if "latency" not in k})
+        return cls(scores, columns, metrics)
+
+    @functools.cached_property
     def outcomes(self) -> dict[str, list[Outcome]]:
         return {name: col.outcomes() for name, col in self.columns.items()}
 
-    def rows(self, samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Each input row plus ``score``, ``rewards`` and ``extra`` (and ``errors`` when any)."""
-        out = []
-        rewards, extra, errors = self.rewards, self.extra, self.errors
-        for i, s in enumerate(samples):
-            row = dict(s)
-            row["score"] = self.scores[i]
-            row["rewards"] = rewards[i]
-            row["extra"] = extra[i]
-            if errors[i]:
-                row["errors"] = errors[i]
-            out.append(row)
-        return out
+
+class Scorer(Protocol):
+    """What scores a batch, wherever the rewards run: :class:`~rewardhub.execution.Runner` (in this
+    process), :class:`~rewardhub.distributed.RewardWorkerPool` (on Ray reward workers),
+    :class:`~rewardhub.server.client.RemoteScorer` (on a ``rewardhub serve`` server)."""
+
+    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
+        """One row per sample, in input order; a failed call is an error (with its kind), never a score."""
+        ...
+
+    def close(self) -> None:
+        """Stop what scoring started (processes, workers); the results stay readable."""
+        ...
 
 
 def apply_on_failure(name: str, on_failure: str, col: Column) -> None:

@@ -63,7 +63,8 @@ def checked_info(data: Any, url: str) -> dict[str, Any]:
 def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, Any]]:
     """``POST /score``'s answer rows for samples ``first`` .. ``first + count - 1``, sent with ``index``
     0 .. ``count - 1``: each row is an object with its ``index``, a ``score`` and ``rewards`` (numbers
-    or null), and ``errors`` (term -> text) and ``extra`` objects where present.
+    or null), and ``errors`` (term -> text), ``error_kinds`` (term -> kind) and ``extra`` objects where
+    present.
 
     :raises BadAnswer: naming the first row (by its sample's number in the batch) that is wrong.
     """
@@ -88,7 +89,7 @@ def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, 
             raise BadAnswer(url, what, f"{where} without a 'rewards' object")
         for name, value in rewards.items():
             _number(value, url, f"{where}: its reward {name!r}")
-        for key in ("errors", "extra"):
+        for key in ("errors", "error_kinds", "extra"):
             if row.get(key) is not None and not isinstance(row[key], Mapping):
                 raise BadAnswer(url, what,
                                 f"{where}: its {key!r} is a {type(row[key]).__name__}, not an object")

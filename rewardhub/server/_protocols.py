@@ -29,6 +29,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import TOO_LARGE
 from ..errors import UsageError
 
 __all__ = ["openrlhf_answer", "openrlhf_rows", "own_rows"]
@@ -141,4 +142,4 @@ def _check_count(n: int, max_rows: int) -> None:
         raise UsageError("the request has no rows")
     if n > max_rows:
         raise UsageError(f"the request has {n} rows, more than this server's limit of {max_rows}\n"
-                         "send smaller batches, or start the server with a larger --max-rows")
+                         "send smaller batches, or start the server with a larger --max-rows", kind=TOO_LARGE)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import TOO_LARGE
 from ..errors import RewardhubError
 from ..errors import UsageError
 from ._batcher import MAX_CALLS
@@ -111,7 +112,7 @@ def build_app(batcher: Batcher, metrics: ServerMetrics, opts: ServeOptions, info
             status = 408
             return reply({"error": str(exc)}, status)
         except UsageError as exc:
-            status = 413 if "more than this server's limit" in str(exc) else 400
+            status = 413 if exc.kind == TOO_LARGE else 400
             return reply({"error": str(exc)}, status)
         except RewardhubError as exc:
             status = 503 if state["draining"] else 500

@@ -1,8 +1,9 @@
 """A client of ``rewardhub serve``'s own API (standard library only): what ``reward.remote`` scores with.
 
-:class:`RemoteScorer` scores samples on a server and gives back what a Runner gives (``scores``,
-``rewards``, ``extra``, ``errors``, ``metrics`` with ``rewards/<term>/...``), so a trainer can score
-on another machine (a CPU pool beside a GPU cluster) without the rewards installed where it runs.
+:class:`RemoteScorer` scores samples on a server and gives back what a Runner gives (a
+:class:`~rewardhub.execution.ScoreResult`: a failed call's error with its kind, ``metrics`` with
+``rewards/<term>/...``), so a trainer can score on another machine (a CPU pool beside a GPU cluster)
+without the rewards installed where it runs.
 The bearer token, when the server wants one, comes from ``$REWARDHUB_SERVE_TOKEN``.
 
 A run survives a server that restarts or drains: failures that pass are retried with backoff for
@@ -24,6 +25,8 @@ from typing import Any
 from ..config.schema import RemoteConfig
 from ..config.schema import check_url
 from ..errors import RewardhubError
+from ..errors import UsageError
+from ..execution import ScoreResult
 from . import TOKEN_ENV
 from ._answers import checked_info
 from ._answers import checked_rows
@@ -32,46 +35,40 @@ from ._http import Answer
 from ._http import Retrying
 from ._http import ServerUnavailable
 
-__all__ = ["RemoteResult", "RemoteScorer", "ServerUnavailable", "check_url"]
+__all__ = ["START_RETRY_S", "RemoteScorer", "ServerUnavailable", "check_url", "reached"]
+
+#: seconds the first question to a ``reward.remote`` server is retried: at the start, a server that does
+#: not answer is more likely a wrong address than a restart
+START_RETRY_S = 3.0
 
 
-class RemoteResult:
-    """One batch's scores from the server, shaped like :class:`rewardhub.execution.ScoreResult`
-    (``scores``, ``rewards``, ``extra``, ``errors``, ``metrics``, ``columns``); a failed row's ``null``
-    score is None, which the trainer reads as NaN, as it reads the core's ``on_failure: nan``."""
+def reached(remote: RemoteConfig | str) -> RemoteScorer:
+    """A scorer of ``reward.remote`` whose server answered ``GET /info`` with its terms (retried for
+    :data:`START_RETRY_S` at most), before a run starts on it.
 
-    def __init__(self, rows: list[dict[str, Any]], terms: Sequence[str]) -> None:
-        from ..execution import ERROR
-        from ..execution import TIMEOUT
-        from ..execution import Column
-        from ..execution import column_metrics
-        from ..execution import stats
-
-        self.scores: list[float | None] = [r.get("score") for r in rows]
-        self.rewards: list[dict[str, float | None]] = [dict(r.get("rewards") or {}) for r in rows]
-        self.extra: list[dict[str, Any]] = [dict(r.get("extra") or {}) for r in rows]
-        self.errors: list[dict[str, str]] = [dict(r.get("errors") or {}) for r in rows]
-        mean, std, count = stats(self.scores)
-        self.metrics: dict[str, float] = {
-            "reward/mean": mean,
-            "reward/std": std,
-            "reward/count": float(count),
-        }
-        #: per term, its values and failures (what the trainer counts failed calls from)
-        self.columns: dict[str, Column] = {}
-        for name in terms:
-            col = self.columns[name] = Column(len(rows))
-            for i, (rew, err) in enumerate(zip(self.rewards, self.errors)):
-                col.values[i] = rew.get(name)
-                if name in err:
-                    col.status[i] = TIMEOUT if "timed out" in err[name] else ERROR
-                    col.errors[i] = err[name]
-            self.metrics.update({k: v for k, v in column_metrics(name, col).items() if "latency" not in k})
+    :raises UsageError: the server cannot be reached, is not a ``rewardhub serve`` server, or has no terms.
+    """
+    scorer = RemoteScorer(remote)
+    retry_for_s = scorer.http.retry_for_s
+    scorer.http.retry_for_s = min(retry_for_s, START_RETRY_S)
+    try:
+        terms = scorer.terms
+    except ServerUnavailable as exc:
+        raise UsageError(f"reward.remote: reward server {exc.url} cannot be reached: {exc.last} ({exc.tries} "
+                         f"tries in {exc.seconds:.0f} s)\nis `rewardhub serve` running there, and is the "
+                         "address right?") from None
+    except RewardhubError as exc:
+        raise UsageError(f"reward.remote: {exc}") from None
+    if not terms:
+        raise UsageError(f"reward.remote: the server at {scorer.url} scores with no reward terms")
+    scorer.http.retry_for_s = retry_for_s  # the run's own retries from here on
+    return scorer
 
 
 class RemoteScorer:
-    """Scores on a ``rewardhub serve`` server; the interface the trainer's reward client drives
-    (``score``, ``fingerprint``, ``workers_info``, ``pools``, ``last_pids``, ``close``).
+    """Scores on a ``rewardhub serve`` server: a :class:`~rewardhub.execution.Scorer`, with what the
+    trainer's reward client reads of a pool of reward workers (``fingerprint``, ``workers_info``,
+    ``last_pids``, ``restarts``, ``take_notes``).
 
     :param remote: the server's URL, or ``reward.remote`` with its timeouts.
     """
@@ -116,12 +113,17 @@ class RemoteScorer:
     def terms(self) -> list[str]:
         return [t["name"] for t in self.info().get("terms", [])]
 
-    def score(self, samples: Sequence[Mapping[str, Any]]) -> RemoteResult:
+    def provenance(self) -> list[dict[str, Any]]:
+        """The server's provenance of each term it scores with (``rewardhub score --summary-json``'s
+        ``rewards``), each with ``remote``: its URL."""
+        return [{**r, "remote": self.url} for r in self.info().get("rewards", []) if isinstance(r, Mapping)]
+
+    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
         """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text), in as
         many requests as the server's limits ask for."""
         terms = self.terms
         if not samples:
-            return RemoteResult([], terms)
+            return ScoreResult.from_rows([], terms)
         encoded = [_encoded(s) for s in samples]
         limits = self.info().get("limits", {})
         rows: list[dict[str, Any]] = []
@@ -138,7 +140,7 @@ class RemoteScorer:
                 if isinstance(w, Mapping) and isinstance(w.get("pid"), int)
             }
         )
-        return RemoteResult(rows, terms)
+        return ScoreResult.from_rows(rows, terms)
 
     def _score_part(self, first: int, part: list[bytes]) -> list[dict[str, Any]]:
         answer = self.http.request("POST", "/score", _body(part))
@@ -157,8 +159,8 @@ class RemoteScorer:
     def workers_info(self) -> list[dict[str, Any]]:
         return []
 
-    def pools(self) -> list[RemoteScorer]:
-        return [self]
+    def take_notes(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         pass

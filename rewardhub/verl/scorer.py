@@ -8,12 +8,16 @@ import logging
 import math
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import RewardExecutionError
 from ._config import VERL_DEFAULT_TERM
 from ._config import raise_per_row
 from ._config import reward_section
+
+if TYPE_CHECKING:
+    from ..execution import Scorer
 
 __all__ = ["MANAGER_NAME", "VerlBatchScorer", "lists", "reward_tensor"]
 
@@ -38,21 +42,30 @@ class VerlBatchScorer:
         from ..datasets import terms_needing
         from ..execution import RoutingWatch
         from ..execution import Runner
+        from ..server.client import reached
 
         self.reward_fn_key = reward_fn_key
         section = reward_section(verl_config)
-        self.runner = Runner.from_config(raise_per_row(section))
-        self.names = [t.name for t in self.runner.terms]
-        self.policies = {t.name: str(c.on_failure) for t, c in zip(self.runner.terms, section.rewards)}
-        self.needing = terms_needing(self.runner)
-        #: the rewards needing a ground truth that are not verl functions: a row whose ground truth is
-        #: None is not given to them (verl's functions get None, as verl's naive manager passes it)
-        self.needing_native = [t.name for t in self.runner.terms
-                               if t.name in self.needing and t.invoker.adapter != "verl"]
+        self.runner: Scorer
+        if section.remote is not None:  # scored on a `rewardhub serve` server, by its config's policies
+            remote = self.runner = reached(section.remote)
+            self.names = remote.terms
+            self.policies = {t["name"]: str(t.get("on_failure")) for t in remote.info()["terms"]}
+            self.needing, self.needing_native, terms = [], [], []
+        else:
+            runner = self.runner = Runner.from_config(raise_per_row(section))
+            terms = runner.terms
+            self.names = [t.name for t in terms]
+            self.policies = {t.name: str(c.on_failure) for t, c in zip(terms, section.rewards)}
+            self.needing = terms_needing(runner)
+            #: the rewards needing a ground truth that are not verl functions: a row whose ground truth is
+            #: None is not given to them (verl's functions get None, as verl's naive manager passes it)
+            self.needing_native = [t.name for t in terms
+                                   if t.name in self.needing and t.invoker.adapter != "verl"]
         self.scored = 0
         self.failed = 0
         self._extra_keys: dict[str, None] = {}  # every extra key seen so far, in order (filled on every row)
-        self.watch = RoutingWatch({t.name: t.routes for t in self.runner.terms})  # a term applied to none
+        self.watch = RoutingWatch({t.name: t.routes for t in terms})  # a term applied to none
         atexit.register(self.runner.close)
 
     # ---- DataProto -> samples ---------------------------------------------------------------

@@ -12,17 +12,37 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection
 from collections.abc import Mapping
 from typing import Any
+from typing import Protocol
 
 from rewardhub.config import RewardConfig
 from rewardhub.distributed import process_location
+from rewardhub.execution import Scorer
 
 from .reward_failures import error_rates
 from .reward_failures import failures
 from .rollouts import Rollout
 
-__all__ = ["RewardClient", "reward_value"]
+__all__ = ["RewardClient", "RewardPool", "reward_value"]
+
+
+class RewardPool(Scorer, Protocol):
+    """A :class:`~rewardhub.execution.Scorer` whose workers the run reports on: a
+    :class:`rewardhub.distributed.RewardWorkerPool`, or a ``reward.remote``
+    :class:`rewardhub.server.client.RemoteScorer` (none of its own: the server's URL as fingerprint)."""
+
+    def fingerprint(self) -> str: ...
+    def workers_info(self) -> list[dict[str, Any]]: ...
+    def take_notes(self) -> list[str]: ...  # the lines noted since the last call (a hung worker's)
+
+    @property
+    def last_pids(self) -> Collection[int]: ...  # the processes that scored the last batch
+    @property
+    def restarts(self) -> int: ...
+    @property
+    def rescored_samples(self) -> int: ...
 
 
 class RewardClient:
@@ -50,7 +70,7 @@ class RewardClient:
         # one chunk per worker and batch (groups kept whole): the fewest round trips
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
-        self.pool: Any
+        self.pool: RewardPool
         if reward_cfg.remote:  # reward.remote: scored by a `rewardhub serve` server, no workers here
             from rewardhub.server.client import RemoteScorer
 
@@ -81,11 +101,7 @@ class RewardClient:
         return [] if self.error is not None else self.pool.workers_info()
 
     def counters(self) -> dict[str, int]:
-        pools = self.pool.pools()  # the reward pool, and the reward-model pool when there is one
-        return {
-            "restarts": sum(p.restarts for p in pools),
-            "rescored_samples": sum(p.rescored_samples for p in pools),
-        }
+        return {"restarts": self.pool.restarts, "rescored_samples": self.pool.rescored_samples}
 
     def score(self, rollout: Rollout) -> Rollout:
         t0 = time.perf_counter()
@@ -110,8 +126,7 @@ class RewardClient:
         rollout.reward_metrics.update(error_rates(rollout.reward_failures))
         rollout.score_s = time.perf_counter() - t0
         rollout.reward_pids = sorted(self.pool.last_pids)
-        take_notes = getattr(self.pool, "take_notes", None)  # a reward.remote server's has none
-        rollout.reward_notes = take_notes() if take_notes is not None else []
+        rollout.reward_notes = self.pool.take_notes()
         return rollout
 
     def close(self) -> None:

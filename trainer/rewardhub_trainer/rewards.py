@@ -90,7 +90,7 @@ def used_rewards(reward: RewardConfig, *, registry: Any = None) -> list[dict[str
     if reward.remote:  # the server's own provenance of each term it scores with
         from rewardhub.server.client import RemoteScorer
 
-        return [{**r, "remote": reward.remote.url} for r in RemoteScorer(reward.remote).info()["rewards"]]
+        return RemoteScorer(reward.remote).provenance()
     setup, registry = prepare_setup(reward, ship_files=False, registry=registry)
     return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
             for name in dict.fromkeys(setup.used)]
@@ -118,28 +118,12 @@ def provenance(reward: RewardConfig, workers: list[dict[str, Any]], *,
 
 
 def _validate_remote(reward: RewardConfig) -> tuple[RewardConfig, Any, None]:
-    """``reward.remote``: the server answers (``GET /info``) before Ray starts (retried for a few seconds
-    at most: at the start a server that does not answer is more likely a wrong address than a restart);
-    its terms are its own (``reward.rewards`` is empty: the config check refuses both)."""
+    """``reward.remote``: the server answers (``GET /info``) before Ray starts; its terms are its own
+    (``reward.rewards`` is empty: the config check refuses both)."""
     from rewardhub.distributed import prepare_setup
-    from rewardhub.server.client import RemoteScorer
-    from rewardhub.server.client import ServerUnavailable
+    from rewardhub.server.client import reached
 
     assert reward.remote is not None
-    try:
-        terms = RemoteScorer(dataclasses.replace(
-            reward.remote, retry_for_s=min(reward.remote.retry_for_s, START_RETRY_S))).terms
-    except ServerUnavailable as exc:
-        raise UsageError(f"reward.remote: reward server {exc.url} cannot be reached: {exc.last} ({exc.tries} "
-                         f"tries in {exc.seconds:.0f} s)\nis `rewardhub serve` running there, and is the "
-                         "address right?") from None
-    except RewardhubError as exc:
-        raise UsageError(f"reward.remote: {exc}") from None
-    if not terms:
-        raise UsageError(f"reward.remote: the server at {reward.remote.url} scores with no reward terms")
+    reached(reward.remote)
     setup, _ = prepare_setup(reward)
     return reward, setup, None
-
-
-#: seconds the first question to a ``reward.remote`` server is retried
-START_RETRY_S = 3.0
