@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
                         "reward_model.ground_truth, ground_truth, answer)")
     parser.add_argument("--summary-json", help="also write the metrics as JSON to this file")
+    parser.add_argument("--cache", metavar="DIR", help="keep the scores of the terms with cache on in this "
+                        "folder (DIR/scores.sqlite): a re-run calls them only for inputs not scored yet")
     parser.add_argument("--max-error-rate", type=float, metavar="RATE",
                         help="exit 1 when a reward's failed calls (errors and timeouts) are above this share "
                              "of the rows it applied to, 0 to 1 (default: only when every call of a "
@@ -278,7 +280,9 @@ def run(args: argparse.Namespace) -> int:
     n_rows = 0
     with contextlib.ExitStack() as stack:
         with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-            runner = stack.enter_context(runner_from_config(plan.reward))
+            runner = stack.enter_context(runner_from_config(plan.reward, cache_dir=args.cache))
+        if args.cache and not any(t.policy.cache for t in runner.terms):
+            _say_warning(f"--cache {args.cache}: no reward term has cache on (set cache: true on a term)")
         problems = [p for t in runner.terms for p in term_problems(t, runner)]
         if problems:
             raise UsageError("\n".join(problems))
