@@ -118,6 +118,16 @@ def test_the_key_holds_the_kwargs_and_the_fields_the_reward_reads(tmp_path):
     assert _calls(other) == ["4"]  # other kwargs: another key
 
 
+def test_parquet_values_are_keyed_and_a_value_json_cannot_hold_is_called_every_time(tmp_path):
+    np = pytest.importorskip("numpy")
+    log = tmp_path / "calls.txt"
+    with Runner.from_config({"rewards": [_term(tmp_path, log, cache=True)]}) as runner:
+        arrays = [{**s, "ground_truth": np.array(["4", "four"], dtype=object)} for s in _samples(["4", "4"])]
+        odd = [{**s, "ground_truth": object()} for s in _samples(["4", "4"])]
+        assert runner.score(arrays).scores == runner.score(odd).scores == [1.0, 1.0]
+    assert _calls(log) == ["4", "4", "4"]  # the arrays: one call; the objects: one each
+
+
 def test_a_group_reward_with_cache_on_is_refused(tmp_path):
     term = {**_term(tmp_path, tmp_path / "calls.txt", cache=True), "function": "ranked", "kind": "group"}
     with pytest.raises(UsageError, match="'ranked' has cache on, but it is a group reward"):
