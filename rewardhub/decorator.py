@@ -54,6 +54,7 @@ def reward(
     capabilities: tuple[str, ...] = ...,
     pure: bool | None = ...,
     memory_limit_mb: int | None = ...,
+    cache: bool | None = ...,
 ) -> Callable[[F], F]: ...
 def reward(
     fn: Any = None,
@@ -70,6 +71,7 @@ def reward(
     capabilities: tuple[str, ...] = (),
     pure: bool | None = None,
     memory_limit_mb: int | None = None,
+    cache: bool | None = None,
 ) -> Any:
     """Declare a function as a reward, with its name and default execution policy.
 
@@ -103,6 +105,7 @@ def reward(
                 on_failure=on_failure,
                 pure=pure,
                 memory_limit_mb=memory_limit_mb,
+                cache=cache,
             ),
             "data_sources": tuple(data_sources),
             "capabilities": tuple(capabilities),
@@ -121,7 +124,8 @@ def decorated_in_process() -> Mapping[str, str]:
 
 
 #: the execution-policy fields a reward may declare
-POLICY_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "on_failure", "pure", "memory_limit_mb")
+POLICY_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "on_failure", "pure", "memory_limit_mb",
+               "cache")
 #: the keys of a plain ``__rewardhub__`` dict: what a package that does not import rewardhub declares
 PLAIN_KEYS = ("name", "kind", "data_sources", "capabilities", *POLICY_KEYS)
 
@@ -146,7 +150,7 @@ def _plain_value_error(key: str, value: Any) -> str | None:
         return None if _is_int(value) and value >= 1 else "a whole number of at least 1"
     if key == "retries":
         return None if _is_int(value) and value >= 0 else "a whole number of at least 0"
-    if key == "pure":
+    if key in ("pure", "cache"):
         return None if isinstance(value, bool) else "true or false"
     # data_sources, capabilities
     ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)

@@ -32,6 +32,8 @@ class ExecutionPolicy:
     ``memory_limit_mb``: how much memory (the data segment: heap and private mappings) a process-pool worker
     may take while it runs this reward, on top of what it started with (inherited from the scoring process it
     was forked from); a call past it fails with ``MemoryError``.
+    ``cache``: the reward is expensive (a judge, a sandbox, a reward model): it runs once per distinct input
+    (see :mod:`rewardhub.execution._cache`); a plugin turns it on for its rewards, a term with ``cache``.
     """
 
     executor: str = "inline"
@@ -41,6 +43,7 @@ class ExecutionPolicy:
     on_failure: str = "nan"  #: a failure is never a score unless a reward or term says so
     pure: bool = False
     memory_limit_mb: int | None = None
+    cache: bool = False
 
     def merged(self, **overrides: Any) -> ExecutionPolicy:
         """Return a copy with every override that is not ``None`` applied."""

@@ -88,7 +88,7 @@ def test_decorator_arguments_are_listed_as_loading_gives_them(cli):
     for name in ("math_verify", "code_tests"):
         shown = json.loads(cli("show", name, "--json").stdout)
         assert listed[name]["policy"] == shown["policy"], name
-    assert listed["code_tests"]["policy_text"] == "process, timeout 60s"
+    assert listed["code_tests"]["policy_text"] == "process, timeout 60s, cache"
 
 
 def test_check_reads_a_plain_policy_from_a_reward_file(cli, tmp_path):

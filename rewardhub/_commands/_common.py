@@ -110,8 +110,7 @@ def policy_text(spec: RewardSpec) -> str:
         parts.append(pol.executor)
     if pol.timeout_s is not None:
         parts.append(f"timeout {pol.timeout_s:g}s")
-    if pol.pure:
-        parts.append("pure")
+    parts.extend(flag for flag in ("pure", "cache") if getattr(pol, flag))
     for key in ("max_concurrency", "retries", "on_failure", "memory_limit_mb"):
         if getattr(pol, key) != getattr(default, key):
             parts.append(f"{key} {getattr(pol, key)}")

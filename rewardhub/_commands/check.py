@@ -86,6 +86,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                 "on_failure": pol.on_failure,
                 "weight": term.weight,
                 "pure": pol.pure,
+                "cache": pol.cache,
                 "max_concurrency": pol.max_concurrency,
                 "memory_limit_mb": pol.memory_limit_mb,
                 "capabilities": sorted(spec.capabilities),

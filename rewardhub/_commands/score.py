@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--answer-key", help="the ground-truth column, dotted for nested (default: "
                         "reward_model.ground_truth, ground_truth, answer)")
     parser.add_argument("--summary-json", help="also write the metrics as JSON to this file")
+    parser.add_argument("--cache", metavar="DIR", help="keep the scores of the terms with cache on in this "
+                        "folder (DIR/scores.sqlite): a re-run calls them only for inputs not scored yet")
     parser.add_argument("--max-error-rate", type=float, metavar="RATE",
                         help="exit 1 when a reward's failed calls (errors and timeouts) are above this share "
                              "of the rows it applied to, 0 to 1 (default: only when every call of a "
@@ -281,8 +283,11 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         remote = reached(plan.reward.remote) if plan.reward.remote else None  # reward.remote: scored there
         with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-            runner = stack.enter_context(runner_from_config(plan.reward)) if remote is None else None
+            runner = (stack.enter_context(runner_from_config(plan.reward, cache_dir=args.cache))
+                      if remote is None else None)
         terms = runner.terms if runner is not None else []
+        if args.cache and not any(t.policy.cache for t in terms):
+            _say_warning(f"--cache {args.cache}: no reward term has cache on (set cache: true on a term)")
         problems = [p for t in terms for p in term_problems(t, runner)]
         if problems:
             raise UsageError("\n".join(problems))

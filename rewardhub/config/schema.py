@@ -82,6 +82,8 @@ class TermConfig:
     pure: bool | None = None
     #: a process-pool worker's memory limit while it runs this reward
     memory_limit_mb: int | None = None
+    #: one call per distinct input (see ExecutionPolicy.cache); unset: the reward's own default
+    cache: bool | None = None
     #: routing by the sample's data_source: unset (``None``) keeps the reward's own routes (its
     #: spec's ``data_sources``); a list replaces them; ``[]`` turns routing by data source off
     data_sources: tuple[str, ...] | None = None

@@ -84,7 +84,9 @@ class WorkerGroup:
         self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
                       for t in info.get("terms", [])]
         self._own = [t.name for t in self.terms]
-        self._kinds = {t["name"]: t["kind"] for t in info.get("terms", [])}
+        #: terms whose chunks keep a prompt's group whole: group rewards, and those with cache on (the
+        #: identical completions of a group meet on one worker, and make one call)
+        self._whole = {t["name"] for t in info.get("terms", []) if t["kind"] == "group" or t.get("cache")}
 
     # ---- start-up ----------------------------------------------------------------------
     def _needs(self) -> dict[str, float]:
@@ -139,7 +141,7 @@ class WorkerGroup:
                        all_terms: bool = False) -> dict[str, list[Outcome]]:
         """Raw outcomes of this group's terms ``names`` (``all_terms``: every one of them) per sample."""
         terms = None if all_terms else names
-        groups = any(self._kinds.get(n) == "group" for n in names)
+        groups = any(n in self._whole for n in names)
         size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.num_workers)))
         chunks = make_chunks(batch, size, groups)
         results = dispatch(self, batch, chunks, list(terms) if terms else None, idx)

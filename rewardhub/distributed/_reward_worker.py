@@ -109,7 +109,7 @@ class RewardWorker:
             self.terms_info.append({"name": term.name, "reward": term.spec.name, "weight": term.weight,
                                     "on_failure": pol.on_failure, "executor": pol.executor,
                                     "kind": term.invoker.kind, "timeout_s": pol.timeout_s,
-                                    "retries": pol.retries})
+                                    "retries": pol.retries, "cache": pol.cache})
             # here the reward runs in this process (or its own process pool); the driver applies
             # on_failure, so a failure comes back as data, never as a raised error
             local = "inline" if pol.executor == "ray" else pol.executor

@@ -32,10 +32,12 @@ class Column:
     missing from ``status`` are ``ok``; ``errors``, ``extra`` and ``attempts`` hold only the
     samples that have one (``where``: the frames of the reward's own code where a call raised).
     ``timed`` lists the seconds of every timed call, per sample (a batched call's time shared among
-    its samples): what the latency percentiles are taken over.
+    its samples): what the latency percentiles are taken over. ``cache``: for a term with ``cache`` on,
+    whether each sample it scored made no call of its own (a hit).
     """
 
-    __slots__ = ("values", "status", "errors", "where", "extra", "_latency", "timed", "attempts", "labels")
+    __slots__ = ("values", "status", "errors", "where", "extra", "_latency", "timed", "attempts", "labels",
+                 "cache")
 
     def __init__(self, n: int, labels: Sequence[int] | None = None) -> None:
         self.values: list[float | None] = [None] * n
@@ -46,6 +48,7 @@ class Column:
         self._latency: list[float] | None = [0.0] * n
         self.timed: list[float] = []
         self.attempts: dict[int, int] = {}
+        self.cache: dict[int, bool] = {}
         #: the samples' positions in the caller's batch (``None``: the same as here), named in
         #: error messages and carried by :meth:`outcomes`
         self.labels = labels
@@ -107,7 +110,9 @@ class Column:
             self.attempts[i] = attempts
 
     def put_outcome(self, i: int, o: Outcome) -> None:
-        self._store(i, o, o.latency_s, o.attempts, timed=o.status != NOT_APPLICABLE or bool(o.latency_s))
+        """``o`` at ``i``; a cache hit made no call, so its latency is not one of ``timed``."""
+        timed = not o.cache_hit and (o.status != NOT_APPLICABLE or bool(o.latency_s))
+        self._store(i, o, o.latency_s, o.attempts, timed=timed)
 
     def _store(self, i: int, o: Outcome, latency: float, attempts: int, timed: bool) -> None:
         """``o``'s value, status, error and extra at ``i``; ``timed``: its latency counts in ``timed``."""
@@ -123,6 +128,8 @@ class Column:
             self.timed.append(latency)
         if attempts != 1:
             self.attempts[i] = attempts
+        if o.cache_hit is not None:
+            self.cache[i] = o.cache_hit
 
     @classmethod
     def from_outcomes(cls, outs: Sequence[Outcome]) -> Column:
@@ -135,7 +142,7 @@ class Column:
         st, er, ex, at, wh = self.status, self.errors, self.extra, self.attempts, self.where
         lat = self.latency
         return [Outcome(v, st.get(i, OK), ex.get(i, {}), er.get(i), lat[i], at.get(i, 1), self.label(i),
-                        wh.get(i)) for i, v in enumerate(self.values)]
+                        wh.get(i), self.cache.get(i)) for i, v in enumerate(self.values)]
 
     def extend(self, other: Column) -> None:
         """Append another batch's column (indices shift by this one's length)."""
@@ -148,6 +155,7 @@ class Column:
         self.where.update(_shifted(other.where, off))
         self.extra.update(_shifted(other.extra, off))
         self.attempts.update(_shifted(other.attempts, off))
+        self.cache.update(_shifted(other.cache, off))
 
     # ---- policy -------------------------------------------------------------------------
     def failures(self) -> list[int]:
@@ -229,7 +237,8 @@ def _std(vals: list[Any], mean: float) -> float:
 def column_metrics(
     name: str, col: Column, precomputed: tuple[float, float, int] | None = None
 ) -> dict[str, float]:
-    """Flat ``rewards/<name>/<metric>`` values: mean, std, count, errors, timeouts, latency p50/p99.
+    """Flat ``rewards/<name>/<metric>`` values: mean, std, count, errors, timeouts, latency p50/p99, and
+    for a term with ``cache`` on ``cache_hits`` (samples that made no call of their own) and ``cache_misses``.
 
     ``mean``/``std``/``count`` cover the values the samples got (failure values included, NaN
     skipped); latencies are seconds per call; numeric extra keys are averaged over ok samples.
@@ -246,6 +255,9 @@ def column_metrics(
         "latency_p50": p50,
         "latency_p99": p99,
     }
+    if col.cache:
+        hits = sum(col.cache.values())
+        m["cache_hits"], m["cache_misses"] = float(hits), float(len(col.cache) - hits)
     extras: dict[str, list[float]] = {}
     for i, ex in col.extra.items():
         if i in col.status:

@@ -46,10 +46,12 @@ class Outcome:
     index: int | None = None
     #: where a failed call failed: the last frames of the reward's own code (see ``_where``)
     where: str | None = None
+    #: for a term with ``cache`` on: whether the sample made no call of its own (``None``: no cache)
+    cache_hit: bool | None = None
 
     def to_wire(self) -> tuple[Any, ...]:
         return (self.value, self.status, self.extra, self.error, self.latency_s, self.attempts, self.index,
-                self.where)
+                self.where, self.cache_hit)
 
     @classmethod
     def from_wire(cls, t: tuple[Any, ...]) -> Outcome:

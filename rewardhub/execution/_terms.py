@@ -130,6 +130,7 @@ def resolve_term(
         on_failure=term_cfg.on_failure,
         pure=term_cfg.pure,
         memory_limit_mb=term_cfg.memory_limit_mb,
+        cache=term_cfg.cache,
     )
     invoker = make_invoker(fn, kind, term_cfg.adapter, name)
     # the config's own list wins, an empty one included (routing off); unset: the reward's own routes

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from ..errors import UsageError
 from ._async import run_async
+from ._cache import CachePlan
+from ._cache import cache_for
 from ._callers import Cancel
 from ._callers import cancelled_error
 from ._calls import Invoker
@@ -52,8 +54,7 @@ class RemoteExecutor(Protocol):
         """One dict of facts per worker started so far."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 #: builds the executor of one named pool (``None``: the default pool) for the terms that run on it
@@ -73,6 +74,7 @@ class Runner:
         *,
         executors: Mapping[str, ExecutorFactory] | None = None,
         process_workers: int | None = None,
+        cache_dir: str | None = None,
     ) -> None:
         check_aggregation(aggregation)
         names = [t.name for t in terms]
@@ -87,6 +89,7 @@ class Runner:
         self._executors = dict(executors or {})
         self._remote: dict[str | None, RemoteExecutor] = {}  # pool name -> its executor, once started
         self.abandoned_threads = 0
+        self._cache = cache_for(self.terms, cache_dir)  # None: no term has cache on
         #: score() may be called from several threads at once: their batches share the process pool
         #: (see ProcessPool.run); this lock only guards starting the pool and the remote executors
         self._start_lock = threading.Lock()
@@ -135,12 +138,13 @@ class Runner:
         batch = samples if type(samples) is list else list(samples)
         n = len(batch)
         labels = list(indices) if indices is not None else None
-        fast = {t.name: self._is_fast(t) for t in self.terms}
+        fast = {t.name: self._is_fast(t) and not t.policy.cache for t in self.terms}
         if not all(fast.values()):  # the fast loop checks samples as it goes; others need it first
             batch = [check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
         columns: dict[str, Column] = {}
         total = n * len(self.terms)
         done_units = 0
+        plans: dict[str, CachePlan] = {}  # a term with cache on: what it calls, what the rest get
         process_jobs: list[tuple[Term, list[Task]]] = []
         for term in self.terms:
             if cancel is not None and cancel.is_set():  # nobody waits for these scores any more
@@ -153,6 +157,9 @@ class Runner:
                 col = columns[term.name] = Column(n, labels)
                 if len(idx) < n:
                     col.not_applicable(sorted(set(range(n)) - set(idx)))
+                if self._cache is not None and term.policy.cache:
+                    plans[term.name] = plan = self._cache.plan(term, batch, idx, col)
+                    idx = plan.run
                 if not idx:
                     done_units += n
                     continue
@@ -164,7 +171,7 @@ class Runner:
                     self._run_ray(term, batch, idx, col)
                 else:
                     self._run_local(term, executor, batch, idx, col)
-            self._apply(term, col, defer_raise)
+            self._apply(term, col, defer_raise, plans.get(term.name))
             done_units += n
             if progress:
                 progress(done_units, total)
@@ -184,7 +191,7 @@ class Runner:
                 for task in tasks:
                     assert task.result is not None
                     self._store(term, task.tag[1], task.mode, task.result, col, task.attempts)
-                self._apply(term, col, defer_raise)
+                self._apply(term, col, defer_raise, plans.get(term.name))
         return self._combine(n, columns)
 
     async def score_async(self, samples: Sequence[Mapping[str, Any]], *,
@@ -218,12 +225,8 @@ class Runner:
         pool.register(term.name, term.payload)
         pol = term.policy
         if term.invoker.kind == "function":
-            return [
-                Task(
-                    term.name, "one", batch[i], term.kwargs, pol.timeout_s, pol.retries, tag=(term.name, [i])
-                )
-                for i in idx
-            ]
+            return [Task(term.name, "one", batch[i], term.kwargs, pol.timeout_s, pol.retries,
+                         tag=(term.name, [i])) for i in idx]
         return [Task(term.name, "many", [batch[i] for i in chunk], term.kwargs, pol.timeout_s, pol.retries,
                      tag=(term.name, chunk)) for chunk in self._chunks(term, batch, idx, pool.size)]
 
@@ -310,7 +313,9 @@ class Runner:
             col.put(i, raw, term.name, latency / len(unit), attempts)
 
     @staticmethod
-    def _apply(term: Term, col: Column, defer_raise: bool = False) -> None:
+    def _apply(term: Term, col: Column, defer_raise: bool = False, plan: CachePlan | None = None) -> None:
+        if plan is not None:  # the samples that shared a call (or were not called) get its result first
+            plan.finish(col)
         on_failure = term.policy.on_failure
         apply_on_failure(term.name, "nan" if defer_raise and on_failure == "raise" else on_failure, col)
 

@@ -250,6 +250,30 @@ def _kill_if_alive(pid: int) -> None:
         pass
 
 
+COUNTED = """
+def counted(*, response, log):
+    with open(log, "a") as f:
+        f.write(response + "\\n")
+    return float(len(response))
+"""
+
+
+def test_cached_terms_keep_a_group_on_one_worker_and_say_their_hits(cluster, tmp_path):
+    """The trainer's reward backend with a cached term: each GRPO group's identical completions cost one
+    call, though the batch is cut into chunks for two workers, and the metrics say hits and misses."""
+    path, log = tmp_path / "counted.py", tmp_path / "calls.txt"
+    path.write_text(COUNTED)
+    term = {"path": str(path), "function": "counted", "cache": True, "kwargs": {"log": str(log)}}
+    cfg = {"rewards": [term], "workers": {"num_workers": 2}}
+    samples = [{"prompt": f"q{g}", "response": f"{r} {g}", "ground_truth": "4", "extra_info": {"uid": g}}
+               for g in range(2) for r in ("a", "bb", "a", "a", "ccc", "bb", "a", "a")]
+    with RewardWorkerPool(cfg, runtime_env=_files_env(tmp_path)) as pool:
+        res = pool.score(samples)
+    assert sorted(log.read_text().split("\n")[:-1]) == sorted({s["response"] for s in samples})  # 6 calls
+    assert res.scores == [float(len(s["response"])) for s in samples]
+    assert (res.metrics["rewards/counted/cache_hits"], res.metrics["rewards/counted/cache_misses"]) == (10, 6)
+
+
 def test_unplaceable_pool_fails_at_once(cluster, reward_file):
     with pytest.raises(UsageError, match=r"(?s)pool 'gpu' cannot be placed.*'nowhere': 1\.0.*node2=100"):
         RewardWorkerPool({"rewards": [{"name": "math_verify"}]}, num_workers=1, pool="gpu",

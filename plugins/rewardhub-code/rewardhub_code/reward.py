@@ -205,7 +205,7 @@ def _no_code(tests: AssertTests | IOTests, backend: Any) -> dict[str, Any]:
     return _result(0, n, all_or_nothing=False, timed_out=False, error="no_code", mode=_mode(backend))
 
 
-@reward(name="code_tests", executor="process", timeout_s=60.0, capabilities=("sandbox",))
+@reward(name="code_tests", executor="process", timeout_s=60.0, capabilities=("sandbox",), cache=True)
 def code_tests(*, response: str, ground_truth: Any, prompt: Any = None, data_source: Any = None,
                extra_info: Any = None, sandbox: Mapping[str, Any] | None = None, all_or_nothing: bool = False,
                timeout_s: float | None = None, memory_mb: int | None = None, allow_unfenced: bool = False,
@@ -248,7 +248,7 @@ def code_tests(*, response: str, ground_truth: Any, prompt: Any = None, data_sou
     return _run_asserts(backend, code, tests, per_run, all_or_nothing)
 
 
-@reward(name="code_io", executor="process", timeout_s=60.0, capabilities=("sandbox",))
+@reward(name="code_io", executor="process", timeout_s=60.0, capabilities=("sandbox",), cache=True)
 def code_io(*, response: str, ground_truth: Any, prompt: Any = None, data_source: Any = None,
             extra_info: Any = None, sandbox: Mapping[str, Any] | None = None, all_or_nothing: bool = False,
             timeout_s: float | None = None, memory_mb: int | None = None, allow_unfenced: bool = False,

@@ -54,7 +54,7 @@ class RewardModel:
         return out
 
 
-@reward(name="reward_model", kind="model", capabilities=("reward_model",))
+@reward(name="reward_model", kind="model", capabilities=("reward_model",), cache=True)
 def reward_model(
     *,
     prompts: Sequence[Any],

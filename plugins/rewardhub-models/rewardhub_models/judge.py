@@ -92,7 +92,7 @@ class Judge:
         return out
 
 
-@reward(name="judge", kind="model", capabilities=("reward_model",))
+@reward(name="judge", kind="model", capabilities=("reward_model",), cache=True)
 def judge(*, prompts: Sequence[Any], responses: Sequence[str], ground_truths: Sequence[Any] | None = None,
           reward_model: Mapping[str, Any] | None = None, model_path: str | None = None,
           rubric: str = DEFAULT_RUBRIC, low: float = 0, high: float = 10, max_new_tokens: int = 16,
