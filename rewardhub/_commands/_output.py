@@ -27,14 +27,11 @@ from typing import Any
 from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
+from ..scoring import nulls_for_non_finite
 
 __all__ = [
-    "RESULT_KEYS",
     "ScoredRows",
     "check_outputs",
-    "check_result_fields",
-    "nulls_for_non_finite",
-    "output_row",
     "prints_to_stderr",
     "read_input",
     "rewards_print_to_stderr",
@@ -44,10 +41,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._parquet_out import ParquetRows
-
-#: the fields ``score`` adds to each row
-RESULT_KEYS = ("score", "rewards", "extra", "errors")
-
 
 # ---- before the run ----------------------------------------------------------------------------
 
@@ -116,42 +109,6 @@ def read_input(path: str, reader: Callable[[str], list[Any]]) -> list[Any]:
             f"data file {path!r} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} "
             f"cannot be decoded)\nconvert it, e.g. iconv -f latin1 -t utf-8"
         ) from None
-
-
-def check_result_fields(
-    chunk: Sequence[Mapping[str, Any]], offset: int, data: str, namespace: str | None = None
-) -> None:
-    """Refuse input rows that have a field ``score`` would overwrite: one of :data:`RESULT_KEYS`, or the
-    ``--namespace`` key."""
-    for i, row in enumerate(chunk):
-        if namespace:
-            if namespace in row:
-                raise UsageError(
-                    f"{data}: row {offset + i + 1} has a field {namespace!r}, the --namespace score "
-                    "writes its results to\npass another --namespace NAME"
-                )
-            continue
-        if "score" in row or "rewards" in row or "extra" in row or "errors" in row:
-            key = next(k for k in RESULT_KEYS if k in row)
-            raise UsageError(
-                f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
-                "pass --namespace NAME to write the results under one key of each row "
-                "(e.g. --namespace rewardhub), or rename the field"
-            )
-
-
-def output_row(sample: Mapping[str, Any], res: Any, i: int, namespace: str | None) -> dict[str, Any]:
-    """One output row: the input row plus ``score``, ``rewards``, ``extra`` (and ``errors`` when
-    any), at the top level or under ``namespace``."""
-    result = {"score": res.scores[i], "rewards": res.rewards[i], "extra": res.extra[i]}
-    if res.errors[i]:
-        result["errors"] = res.errors[i]
-    row = dict(sample)
-    if namespace:
-        row[namespace] = result
-    else:
-        row.update(result)
-    return row
 
 
 # ---- during the run ----------------------------------------------------------------------------
@@ -367,18 +324,6 @@ def stop_on_signals() -> Iterator[None]:
 
 
 # ---- after the run -----------------------------------------------------------------------------
-
-def nulls_for_non_finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float made null (JSON has no NaN; a run where every row
-    failed has no mean)."""
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else None
-    if isinstance(value, Mapping):
-        return {k: nulls_for_non_finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [nulls_for_non_finite(v) for v in value]
-    return value
-
 
 def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) -> None:
     """Write the summary JSON (through a temporary file); a failure says where the rows are."""

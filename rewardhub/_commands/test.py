@@ -71,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
     from .._contract import EXECUTORS
     from .._contract import FAIL
     from .._contract import run_contract
+    from ..scoring import read_samples
     from ._common import dump_json
     from ._output import prints_to_stderr
-    from .score import read_samples
 
     executors = [e.strip() for e in args.executors.split(",") if e.strip()]
     wrong = [e for e in executors if e not in EXECUTORS]

@@ -214,7 +214,7 @@ def json_text(data: Any) -> str:
     try:
         return json.dumps(data, default=str, allow_nan=False)
     except ValueError:  # rare: walk the answer only when it holds one
-        from .._commands._output import nulls_for_non_finite
+        from ..scoring import nulls_for_non_finite
 
         return json.dumps(nulls_for_non_finite(data), default=str, allow_nan=False)
 
