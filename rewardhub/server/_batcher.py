@@ -90,7 +90,11 @@ class Batcher:
         fut: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(rows, fut))
         self._wake.set()
-        return await fut
+        self.metrics.inflight += 1
+        try:
+            return await fut
+        finally:
+            self.metrics.inflight -= 1
 
     # ---- the batching loop --------------------------------------------------------------
     def start(self) -> None:
@@ -138,7 +142,9 @@ class Batcher:
             rows = [r for p in batch for r in p.rows]
             indices = [i for p in batch for i in range(len(p.rows))]  # each row's number in its request
             try:
-                scored = await self._call(functools.partial(_score, self.runner, rows, self.needing, indices))
+                scored = await self._call(functools.partial(
+                    score_rows, self.runner, rows, missing_ground_truth(rows, self.needing), indices=indices,
+                    defer_raise=True))
             except Exception as exc:  # not a reward's failure (those are in the columns): every request
                 self.metrics.batch_failures += 1
                 for p in batch:
@@ -207,10 +213,6 @@ class Batcher:
         self._queue.clear()
         self._threads.shutdown(wait=not stuck, cancel_futures=True)
         return stuck
-
-
-def _score(runner: Any, rows: list[dict[str, Any]], needing: list[str], indices: list[int]) -> Scored:
-    return score_rows(runner, rows, missing_ground_truth(rows, needing), indices=indices, defer_raise=True)
 
 
 def _raised(raising: list[str], scored: Scored, rows: range) -> Exception | None:
