@@ -17,18 +17,8 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = [
-    "NO_GROUND_TRUTH",
-    "RESULT_KEYS",
-    "Scored",
-    "check_result_fields",
-    "missing_ground_truth",
-    "nulls_for_non_finite",
-    "output_row",
-    "read_pairs",
-    "read_samples",
-    "score_rows",
-]
+__all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "Scored", "check_result_fields", "missing_ground_truth",
+           "nulls_for_non_finite", "output_row", "read_pairs", "score_rows"]
 
 #: the fields a result adds to each row
 RESULT_KEYS = ("score", "rewards", "extra", "errors")
@@ -38,15 +28,6 @@ NO_GROUND_TRUTH = (
 
 
 # ---- rows in -----------------------------------------------------------------------------------
-
-def read_samples(
-    path: str, *, prompt_key: str | None = None, answer_key: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """The samples of a JSONL or parquet file or a ``save_to_disk`` folder, streamed, in either row
-    format (verl's ``reward_model.ground_truth`` becomes ``ground_truth``)."""
-    for _, sample in read_pairs(path, prompt_key=prompt_key, answer_key=answer_key):
-        yield sample
-
 
 def read_pairs(path: str, *, prompt_key: str | None = None,
                answer_key: str | None = None) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:

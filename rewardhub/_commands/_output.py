@@ -34,7 +34,6 @@ __all__ = [
     "check_outputs",
     "prints_to_stderr",
     "read_input",
-    "rewards_print_to_stderr",
     "stop_on_signals",
     "write_summary",
 ]
@@ -130,7 +129,7 @@ class ScoredRows:
 
     def __enter__(self) -> ScoredRows:
         if self.path is None:
-            self._f = None  # opened by rewards_print_to_stderr (it knows where stdout went)
+            self._f = None  # opened by prints_to_stderr (it knows where stdout went)
         elif _is_special(self.path):
             self._f = open(
                 self.path, "wb" if self.parquet else "w", encoding=None if self.parquet else "utf-8"
@@ -169,10 +168,7 @@ class ScoredRows:
             try:
                 self._parquet.write(rows)
             except OSError as exc:
-                raise RewardhubError(
-                    f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
-                    f"{self.path} is unchanged; make room (or write elsewhere) and run again"
-                ) from None
+                raise self._cannot_write(exc) from None
             self.rows += len(rows)
             return
         lines = []
@@ -188,10 +184,7 @@ class ScoredRows:
         except OSError as exc:
             if self.path is None:
                 raise
-            raise RewardhubError(
-                f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
-                f"{self.path} is unchanged; make room (or write elsewhere) and run again"
-            ) from None
+            raise self._cannot_write(exc) from None
         self.rows += len(lines)
 
     def where_kept(self) -> str:
@@ -216,10 +209,7 @@ class ScoredRows:
         except OSError as err:
             if typ is None:
                 self._discard()
-                raise RewardhubError(
-                    f"cannot write the scored rows to {self.path!r}: {err.strerror}\n"
-                    f"{self.path} is unchanged; make room (or write elsewhere) and run again"
-                ) from None
+                raise self._cannot_write(err) from None
         if self.tmp is None:
             return
         if typ is None:
@@ -234,6 +224,10 @@ class ScoredRows:
             self._discard()
         self.tmp = None
 
+    def _cannot_write(self, exc: OSError) -> RewardhubError:
+        return RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
+                              f"{self.path} is unchanged; make room (or write elsewhere) and run again")
+
     def _discard(self) -> None:
         if self.tmp and os.path.exists(self.tmp):
             os.unlink(self.tmp)
@@ -241,44 +235,10 @@ class ScoredRows:
 
 
 @contextlib.contextmanager
-def rewards_print_to_stderr(out: ScoredRows) -> Iterator[None]:
-    """While rewards run, what they print (Python's ``print``, or any write to file descriptor 1 by
-    the process or its workers) goes to stderr; rows to stdout go to where stdout was."""
-    sys.stdout.flush()
-    try:
-        fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
-    except (AttributeError, ValueError, io.UnsupportedOperation):  # not file descriptors (a test's capture)
-        fd = err_fd = None
-    real_stdout = sys.stdout
-    saved = None
-    if fd is not None and err_fd is not None:
-        saved = os.dup(fd)
-        os.dup2(err_fd, fd)
-    if out.path is None:
-        out.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stdout = real_stdout
-        if out.path is None and saved is not None and out._f is not None:
-            try:
-                out._f.close()
-            except OSError:
-                pass
-        if saved is not None and fd is not None:
-            try:
-                real_stdout.flush()
-            except OSError:
-                pass
-            os.dup2(saved, fd)
-            os.close(saved)
-
-
-@contextlib.contextmanager
-def prints_to_stderr() -> Iterator[None]:
+def prints_to_stderr(out: ScoredRows | None = None) -> Iterator[None]:
     """While rewards run, what they print (``print``, or a write to file descriptor 1 by the process
-    or the worker processes it starts) goes to stderr; stdout is itself again afterwards."""
+    or the worker processes it starts) goes to stderr; stdout is itself again afterwards. The rows of
+    an ``out`` written to stdout go to where stdout was."""
     sys.stdout.flush()
     try:
         fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
@@ -288,12 +248,20 @@ def prints_to_stderr() -> Iterator[None]:
     if fd is not None and err_fd is not None:
         saved = os.dup(fd)
         os.dup2(err_fd, fd)
+    rows = out if out is not None and out.path is None else None
+    if rows is not None:
+        rows.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
     sys.stdout = sys.stderr
     try:
         yield
     finally:
         sys.stdout = real_stdout
+        if rows is not None and saved is not None and rows._f is not None:
+            with contextlib.suppress(OSError):
+                rows._f.close()
         if saved is not None and fd is not None:
+            with contextlib.suppress(OSError):
+                real_stdout.flush()
             os.dup2(saved, fd)
             os.close(saved)
 

@@ -22,8 +22,8 @@ from ..scoring import score_rows
 from ._common import table
 from ._output import ScoredRows
 from ._output import check_outputs
+from ._output import prints_to_stderr
 from ._output import read_input
-from ._output import rewards_print_to_stderr
 from ._output import stop_on_signals
 from ._output import write_summary
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         out = ScoredRows(args.output)
         out.namespace = args.namespace
         try:
-            with stop_on_signals(), out, rewards_print_to_stderr(out), interrupts_told_apart():
+            with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
                 rest, size = _chain(first, pairs), FIRST_CHUNK
                 while chunk := list(itertools.islice(rest, size)):
                     inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
