@@ -16,7 +16,6 @@ Importing this package imports nothing heavy; :mod:`.app` imports aiohttp.
 
 from __future__ import annotations
 
-from ._batcher import MAX_CALLS
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import tokenizer_end_tokens
 from ._guard import check_token
@@ -25,5 +24,10 @@ from ._guard import is_loopback
 __all__ = ["DEFAULT_END_TOKENS", "MAX_CALLS", "TOKEN_ENV", "check_token", "is_loopback",
            "tokenizer_end_tokens"]
 
+#: Runner calls at once, by default. Concurrent calls share the same process-pool workers, so more
+#: calls add no CPU; what they buy is that a call waiting on a hung reward (until its timeout_s) does
+#: not stop the rest: with 4, three such calls may hang while the fourth still serves everyone else.
+#: Few calls keep pooling: what waits while all are busy is scored as one call, in large chunks.
+MAX_CALLS = 4
 #: the environment variable that holds the bearer token (never a command-line flag: a flag shows in `ps`)
 TOKEN_ENV = "REWARDHUB_SERVE_TOKEN"

@@ -32,15 +32,10 @@ from ..scoring import Scored
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import score_rows
+from . import MAX_CALLS
 from ._metrics import ServerMetrics
 
-__all__ = ["MAX_CALLS", "Batcher", "max_calls_for"]
-
-#: Runner calls at once, by default. Concurrent calls share the same process-pool workers, so more
-#: calls add no CPU; what they buy is that a call waiting on a hung reward (until its timeout_s) does
-#: not stop the rest: with 4, three such calls may hang while the fourth still serves everyone else.
-#: Few calls keep pooling: what waits while all are busy is scored as one call, in large chunks.
-MAX_CALLS = 4
+__all__ = ["Batcher", "max_calls_for"]
 
 
 def max_calls_for(runner: Any, wanted: int) -> int:

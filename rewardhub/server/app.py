@@ -1,5 +1,9 @@
 """The aiohttp application: routes, bearer token, limits, and a start and drain that lose no request.
 
+:func:`create_app` is the factory: module-level handlers, their state under typed ``web.AppKey`` keys,
+the :class:`~._batcher.Batcher` started by the app's start-up and drained by its cleanup;
+:func:`serve_forever` serves it until a signal, and drains it first.
+
 Routes: ``POST /score`` (own API), ``POST /get_reward`` (OpenRLHF), ``GET /health``, ``GET /metrics``
 (Prometheus text), ``GET /info`` (the terms and their provenance, as ``rewardhub score --summary-json``
 writes it). A bad request gets a 4xx with ``{"error": REASON}``; an unexpected failure while scoring
@@ -24,7 +28,7 @@ from aiohttp import web
 
 from ..errors import RewardhubError
 from ..errors import UsageError
-from ._batcher import MAX_CALLS
+from . import MAX_CALLS
 from ._batcher import Batcher
 from ._conns import BACKLOG
 from ._conns import ConnectionGate
