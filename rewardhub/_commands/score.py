@@ -9,7 +9,6 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Interrupted
@@ -166,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         out.namespace = args.namespace
         try:
             with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
-                rest, size = _chain(first, pairs), FIRST_CHUNK
+                rest, size = itertools.chain(first, pairs), FIRST_CHUNK
                 while chunk := list(itertools.islice(rest, size)):
                     inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
@@ -219,8 +218,6 @@ def run(args: argparse.Namespace) -> int:
 def provenance(runner: Any) -> list[dict[str, Any]]:
     """Every reward term the run used: where it came from (source, distribution and version, target,
     sha256 of a file reward), the executor it ran on, and the processes that ran it."""
-    import os
-
     from ..distributed import reward_facts
 
     ray_workers = runner.ray_workers()
@@ -250,8 +247,3 @@ def _say(line: str) -> None:
 
 def _say_warning(line: str) -> None:
     _say(f"WARNING: {line}")
-
-
-def _chain(first: list[Any], rest: Iterator[Any]) -> Iterator[Any]:
-    yield from first
-    yield from rest
