@@ -187,12 +187,15 @@ def test_execution_never_imports_distributed():
     assert bad == []
 
 
-def test_the_verl_wing_never_imports_the_cli():
-    """The verl wing (launch scripts, legacy reward keys, the reward managers) is core: it scores and
-    migrates through the core's modules, never through ``rewardhub._commands``."""
+@pytest.mark.parametrize(("package", "scorer"), [("rewardhub.verl", "rewardhub.verl.scorer"),
+                                                 ("rewardhub.server", "rewardhub.server._batcher")])
+def test_the_server_and_the_verl_wing_never_import_the_cli(package, scorer):
+    """The verl wing (launch scripts, legacy reward keys, the reward managers) and the server are core:
+    they score rows (:mod:`rewardhub.scoring`) and migrate through the core's modules, never through
+    ``rewardhub._commands`` (a lazy import inside a function counts too)."""
     graph = import_graph()
-    wing = [m for m in graph if m == "rewardhub.verl" or m.startswith("rewardhub.verl.")]
-    assert {"rewardhub.verl.shim", "rewardhub.verl.scripts", "rewardhub.verl.managers"} <= set(wing)
+    wing = [m for m in graph if m == package or m.startswith(package + ".")]
+    assert scorer in wing and "rewardhub.scoring" in graph[scorer]
     bad = sorted(f"{m} -> {t}" for m in wing for t in graph[m] if t.startswith("rewardhub._commands"))
     assert bad == []
 

@@ -27,27 +27,19 @@ from typing import Any
 from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
+from ..scoring import nulls_for_non_finite
 
 __all__ = [
-    "RESULT_KEYS",
     "ScoredRows",
     "check_outputs",
-    "check_result_fields",
-    "nulls_for_non_finite",
-    "output_row",
     "prints_to_stderr",
     "read_input",
-    "rewards_print_to_stderr",
     "stop_on_signals",
     "write_summary",
 ]
 
 if TYPE_CHECKING:
     from ._parquet_out import ParquetRows
-
-#: the fields ``score`` adds to each row
-RESULT_KEYS = ("score", "rewards", "extra", "errors", "error_kinds")
-
 
 # ---- before the run ----------------------------------------------------------------------------
 
@@ -118,42 +110,6 @@ def read_input(path: str, reader: Callable[[str], list[Any]]) -> list[Any]:
         ) from None
 
 
-def check_result_fields(
-    chunk: Sequence[Mapping[str, Any]], offset: int, data: str, namespace: str | None = None
-) -> None:
-    """Refuse input rows that have a field ``score`` would overwrite: one of :data:`RESULT_KEYS`, or the
-    ``--namespace`` key."""
-    for i, row in enumerate(chunk):
-        if namespace:
-            if namespace in row:
-                raise UsageError(
-                    f"{data}: row {offset + i + 1} has a field {namespace!r}, the --namespace score "
-                    "writes its results to\npass another --namespace NAME"
-                )
-            continue
-        if "score" in row or "rewards" in row or "extra" in row or "errors" in row or "error_kinds" in row:
-            key = next(k for k in RESULT_KEYS if k in row)
-            raise UsageError(
-                f"{data}: row {offset + i + 1} has a field {key!r}, which score writes its results to\n"
-                "pass --namespace NAME to write the results under one key of each row "
-                "(e.g. --namespace rewardhub), or rename the field"
-            )
-
-
-def output_row(sample: Mapping[str, Any], res: Any, i: int, namespace: str | None) -> dict[str, Any]:
-    """One output row: the input row plus ``score``, ``rewards``, ``extra`` (and ``errors`` and their
-    ``error_kinds`` when any), at the top level or under ``namespace``."""
-    result = {"score": res.scores[i], "rewards": res.rewards[i], "extra": res.extra[i]}
-    if res.errors[i]:
-        result["errors"], result["error_kinds"] = res.errors[i], res.error_kinds[i]
-    row = dict(sample)
-    if namespace:
-        row[namespace] = result
-    else:
-        row.update(result)
-    return row
-
-
 # ---- during the run ----------------------------------------------------------------------------
 
 class ScoredRows:
@@ -173,7 +129,7 @@ class ScoredRows:
 
     def __enter__(self) -> ScoredRows:
         if self.path is None:
-            self._f = None  # opened by rewards_print_to_stderr (it knows where stdout went)
+            self._f = None  # opened by prints_to_stderr (it knows where stdout went)
         elif _is_special(self.path):
             self._f = open(
                 self.path, "wb" if self.parquet else "w", encoding=None if self.parquet else "utf-8"
@@ -212,10 +168,7 @@ class ScoredRows:
             try:
                 self._parquet.write(rows)
             except OSError as exc:
-                raise RewardhubError(
-                    f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
-                    f"{self.path} is unchanged; make room (or write elsewhere) and run again"
-                ) from None
+                raise self._cannot_write(exc) from None
             self.rows += len(rows)
             return
         lines = []
@@ -231,10 +184,7 @@ class ScoredRows:
         except OSError as exc:
             if self.path is None:
                 raise
-            raise RewardhubError(
-                f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
-                f"{self.path} is unchanged; make room (or write elsewhere) and run again"
-            ) from None
+            raise self._cannot_write(exc) from None
         self.rows += len(lines)
 
     def where_kept(self) -> str:
@@ -259,10 +209,7 @@ class ScoredRows:
         except OSError as err:
             if typ is None:
                 self._discard()
-                raise RewardhubError(
-                    f"cannot write the scored rows to {self.path!r}: {err.strerror}\n"
-                    f"{self.path} is unchanged; make room (or write elsewhere) and run again"
-                ) from None
+                raise self._cannot_write(err) from None
         if self.tmp is None:
             return
         if typ is None:
@@ -277,6 +224,10 @@ class ScoredRows:
             self._discard()
         self.tmp = None
 
+    def _cannot_write(self, exc: OSError) -> RewardhubError:
+        return RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
+                              f"{self.path} is unchanged; make room (or write elsewhere) and run again")
+
     def _discard(self) -> None:
         if self.tmp and os.path.exists(self.tmp):
             os.unlink(self.tmp)
@@ -284,44 +235,10 @@ class ScoredRows:
 
 
 @contextlib.contextmanager
-def rewards_print_to_stderr(out: ScoredRows) -> Iterator[None]:
-    """While rewards run, what they print (Python's ``print``, or any write to file descriptor 1 by
-    the process or its workers) goes to stderr; rows to stdout go to where stdout was."""
-    sys.stdout.flush()
-    try:
-        fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
-    except (AttributeError, ValueError, io.UnsupportedOperation):  # not file descriptors (a test's capture)
-        fd = err_fd = None
-    real_stdout = sys.stdout
-    saved = None
-    if fd is not None and err_fd is not None:
-        saved = os.dup(fd)
-        os.dup2(err_fd, fd)
-    if out.path is None:
-        out.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stdout = real_stdout
-        if out.path is None and saved is not None and out._f is not None:
-            try:
-                out._f.close()
-            except OSError:
-                pass
-        if saved is not None and fd is not None:
-            try:
-                real_stdout.flush()
-            except OSError:
-                pass
-            os.dup2(saved, fd)
-            os.close(saved)
-
-
-@contextlib.contextmanager
-def prints_to_stderr() -> Iterator[None]:
+def prints_to_stderr(out: ScoredRows | None = None) -> Iterator[None]:
     """While rewards run, what they print (``print``, or a write to file descriptor 1 by the process
-    or the worker processes it starts) goes to stderr; stdout is itself again afterwards."""
+    or the worker processes it starts) goes to stderr; stdout is itself again afterwards. The rows of
+    an ``out`` written to stdout go to where stdout was."""
     sys.stdout.flush()
     try:
         fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
@@ -331,12 +248,20 @@ def prints_to_stderr() -> Iterator[None]:
     if fd is not None and err_fd is not None:
         saved = os.dup(fd)
         os.dup2(err_fd, fd)
+    rows = out if out is not None and out.path is None else None
+    if rows is not None:
+        rows.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
     sys.stdout = sys.stderr
     try:
         yield
     finally:
         sys.stdout = real_stdout
+        if rows is not None and saved is not None and rows._f is not None:
+            with contextlib.suppress(OSError):
+                rows._f.close()
         if saved is not None and fd is not None:
+            with contextlib.suppress(OSError):
+                real_stdout.flush()
             os.dup2(saved, fd)
             os.close(saved)
 
@@ -367,18 +292,6 @@ def stop_on_signals() -> Iterator[None]:
 
 
 # ---- after the run -----------------------------------------------------------------------------
-
-def nulls_for_non_finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float made null (JSON has no NaN; a run where every row
-    failed has no mean)."""
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else None
-    if isinstance(value, Mapping):
-        return {k: nulls_for_non_finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [nulls_for_non_finite(v) for v in value]
-    return value
-
 
 def write_summary(path: str, summary: Mapping[str, Any], rows_at: str | None) -> None:
     """Write the summary JSON (through a temporary file); a failure says where the rows are."""

@@ -9,18 +9,22 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Interrupted
 from ..errors import UsageError
+from ..scoring import Scored
+from ..scoring import check_result_fields
+from ..scoring import missing_ground_truth
+from ..scoring import output_row
+from ..scoring import read_pairs
+from ..scoring import result_of
+from ..scoring import score_rows
 from ._common import table
 from ._output import ScoredRows
 from ._output import check_outputs
-from ._output import check_result_fields
-from ._output import output_row
+from ._output import prints_to_stderr
 from ._output import read_input
-from ._output import rewards_print_to_stderr
 from ._output import stop_on_signals
 from ._output import write_summary
 
@@ -72,137 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", metavar="KEY",
                         help="write score/rewards/extra/errors under this one key of each row (needed when "
                              "the input rows have fields of those names)")
-
-
-def read_samples(
-    path: str, *, prompt_key: str | None = None, answer_key: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """The samples of a JSONL or parquet file or a ``save_to_disk`` folder, streamed, in either row
-    format (verl's ``reward_model.ground_truth`` becomes ``ground_truth``)."""
-    for _, sample in read_pairs(path, prompt_key=prompt_key, answer_key=answer_key):
-        yield sample
-
-
-def read_pairs(path: str, *, prompt_key: str | None = None,
-               answer_key: str | None = None) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """``(input row, sample)`` for every row of ``path``: the row as read (what the output keeps, unchanged)
-    and the sample the rewards get.
-
-    :raises UsageError: a row without ``response``, or a ``prompt_key`` / ``answer_key`` that names no
-        column of the first row (naming the columns it has).
-    """
-    from ..datasets import has_column
-    from ..datasets import iter_rows
-    from ..datasets import to_sample
-
-    first = True
-    for row in iter_rows(path, key="data"):
-        if "response" not in row.data:
-            raise UsageError(
-                f"{row.where}: no 'response' column\n"
-                "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
-                "data_source, extra_info"
-            )
-        if first:
-            first = False
-            for flag, key in (("--prompt-key", prompt_key), ("--answer-key", answer_key)):
-                if key and not has_column(row.data, key):
-                    raise UsageError(f"{flag} {key!r}: {row.where} has no such column\n"
-                                     f"its columns are: {_columns(row.data)}")
-        yield row.data, to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
-
-
-def _columns(data: dict[str, Any], shown: int = 40) -> str:
-    """The row's columns, nested ones dotted (``reward_model.ground_truth``); the first ``shown`` of them."""
-    names: list[str] = []
-
-    def walk(node: dict[str, Any], prefix: str) -> None:
-        for k, v in node.items():
-            names.append(f"{prefix}{k}")
-            if isinstance(v, dict) and len(names) <= shown:
-                walk(v, f"{prefix}{k}.")
-
-    walk(data, "")
-    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
-    return (", ".join(names[:shown]) or "(none)") + more
-
-
-def chunks(samples: Iterator[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
-    for s in samples:
-        chunk.append(s)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def score_chunk(runner: Any, chunk: list[dict[str, Any]], needing: list[str], namespace: str | None = None,
-                progress: Any = None, inputs: list[dict[str, Any]] | None = None,
-                indices: list[int] | None = None, defer_raise: bool = False,
-                ) -> tuple[list[dict[str, Any]], dict[str, Any], list[Any]]:
-    """Score one chunk: ``(output rows in input order, term -> Column, scores)``; an output row is the
-    input row (``inputs[i]``, else the sample) with the results added.
-
-    A row with no ground truth is not given to the rewards when some term needs one (``needing``):
-    its row gets ``score: null`` and an error for each of those terms, counted as errors; the
-    columns hold the scored rows first, then those (``rewardhub serve`` maps them back).
-
-    :param indices: each sample's number in error messages (its position in its own request).
-    :param defer_raise: see :meth:`rewardhub.execution.Runner.score`.
-    """
-    from ..execution import ERROR
-    from ..execution import Column
-
-    names = [t.name for t in runner.terms]
-    rows_in = chunk if inputs is None else inputs
-    missing = [i for i, s in enumerate(chunk) if needing and s.get("ground_truth") is None]
-    if not missing:
-        res = runner.score(chunk, progress=progress, indices=indices, defer_raise=defer_raise)
-        return (
-            [output_row(r, res, i, namespace) for i, r in enumerate(rows_in)],
-            dict(res.columns),
-            list(res.scores),
-        )
-    gone = set(missing)
-    ok = [s for i, s in enumerate(chunk) if i not in gone]
-    ok_indices = None if indices is None else [k for i, k in enumerate(indices) if i not in gone]
-    res = runner.score(ok, progress=progress, indices=ok_indices, defer_raise=defer_raise) if ok else None
-    kept = [r for i, r in enumerate(rows_in) if i not in gone]
-    scored = iter([output_row(r, res, i, namespace) for i, r in enumerate(kept)] if res is not None else [])
-    msg = (
-        "no ground truth in this row (ground_truth, or verl's reward_model.ground_truth), which this reward "
-        "needs"
-    )
-    rows = []
-    for i, s in enumerate(rows_in):
-        if i in gone:
-            result = {
-                "score": None,
-                "rewards": {n: None for n in names},
-                "extra": {},
-                "errors": {n: msg for n in needing},
-                "error_kinds": {n: ERROR for n in needing},
-            }
-            rows.append({**s, namespace: result} if namespace else {**s, **result})
-        else:
-            rows.append(next(scored))
-    columns: dict[str, Any] = {}
-    for n in names:
-        col = Column(0)
-        if res is not None:
-            col.extend(res.columns[n])
-        extra = Column(len(missing))
-        for j in range(len(missing)):
-            if n in needing:
-                extra.fail(j, ERROR, msg, 0.0)
-        extra.not_applicable(j for j in range(len(missing)) if n not in needing)
-        col.extend(extra)
-        col.labels = [i for i in range(len(chunk)) if i not in gone] + missing  # rows of the chunk
-        columns[n] = col
-    scores = (list(res.scores) if res is not None else []) + [None] * len(missing)
-    return rows, columns, scores
 
 
 class Progress:
@@ -301,31 +174,29 @@ def run(args: argparse.Namespace) -> int:
         out = ScoredRows(args.output)
         out.namespace = args.namespace
         try:
-            with stop_on_signals(), out, rewards_print_to_stderr(out), interrupts_told_apart():
-                rest, size = _chain(first, pairs), FIRST_CHUNK
+            with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
+                rest, size = itertools.chain(first, pairs), FIRST_CHUNK
                 while chunk := list(itertools.islice(rest, size)):
-                    inputs = [row for row, _ in chunk]
+                    inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
-                    samples = [sample for _, sample in chunk]
                     if remote is not None:
                         res = remote.score(samples)
-                        rows = [output_row(r, res, i, args.namespace) for i, r in enumerate(inputs)]
-                        cols, chunk_scores = res.columns, res.scores
+                        scored = Scored([result_of(res, i) for i in range(len(samples))], dict(res.columns),
+                                        list(range(len(samples))))
                     else:
-                        rows, cols, chunk_scores = score_chunk(
-                            runner, samples, needing, args.namespace,
-                            progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)),
-                            inputs=inputs)
+                        scored = score_rows(
+                            runner, samples, missing_ground_truth(samples, needing),
+                            progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
                     )
-                    out.write(rows)
+                    out.write([output_row(r, x, args.namespace) for r, x in zip(inputs, scored.results)])
                     for n in names:
-                        columns[n].extend(cols[n])
-                    slowest.add(cols, samples, n_rows)
-                    scores.extend(chunk_scores)
+                        columns[n].extend(scored.columns[n])
+                    slowest.add(scored.columns, samples, n_rows)
+                    scores.extend(scored.scores)
                     n_rows += len(chunk)
                     progress(n_rows)
         except Interrupted as exc:
@@ -362,8 +233,6 @@ def run(args: argparse.Namespace) -> int:
 def provenance(runner: Any) -> list[dict[str, Any]]:
     """Every reward term the run used: where it came from (source, distribution and version, target,
     sha256 of a file reward), the executor it ran on, and the processes that ran it."""
-    import os
-
     from ..distributed import reward_facts
 
     ray_workers = runner.ray_workers()
@@ -393,8 +262,3 @@ def _say(line: str) -> None:
 
 def _say_warning(line: str) -> None:
     _say(f"WARNING: {line}")
-
-
-def _chain(first: list[Any], rest: Iterator[Any]) -> Iterator[Any]:
-    yield from first
-    yield from rest

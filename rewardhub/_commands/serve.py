@@ -18,8 +18,8 @@ HELP = "serve the config's rewards over HTTP (POST /score, OpenRLHF's POST /get_
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..server import MAX_CALLS
     from ..server import TOKEN_ENV
-    from ..server.app import MAX_CALLS
 
     parser.add_argument("config", help="YAML config with a reward: section (legacy keys are migrated)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")

@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from .._contract import EXECUTORS
     from .._contract import FAIL
     from .._contract import run_contract
+    from ..scoring import read_pairs
     from ._common import dump_json
     from ._output import prints_to_stderr
-    from .score import read_samples
 
     executors = [e.strip() for e in (args.executors or "").split(",") if e.strip()] or None
     if args.executors is not None and (not executors or any(e not in EXECUTORS for e in executors)):
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.rows <= 0:
         raise UsageError("--timeout and --rows must be above 0")
     section = section_to_test(args.reward, args.kwargs)
-    rows = list(itertools.islice(read_samples(args.data), args.rows)) if args.data else None
+    rows = [s for _, s in itertools.islice(read_pairs(args.data), args.rows)] if args.data else None
     if args.data and not rows:
         raise UsageError(f"{args.data}: no rows")
     with prints_to_stderr():  # what the reward prints never lands among the checks (--json)

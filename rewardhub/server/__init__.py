@@ -6,12 +6,12 @@
 - :mod:`._endtext`: the end-of-turn texts OpenRLHF leaves on a reply, stripped by ``/get_reward``;
 - :mod:`._guard`: the bearer token, and the Host/Origin/Content-Type checks that keep web pages out;
 - :mod:`._conns`: connections bounded in number and in the time they may take to send headers;
-- :mod:`.app`: the aiohttp application (routes, bearer token, limits) and its start and drain;
+- :mod:`.app`: the aiohttp application factory (routes, bearer token, limits) and its start and drain;
 - :mod:`._idempotency`: recent requests by ``Idempotency-Key`` (a retried request is scored once);
 - :mod:`.client`: a small HTTP client (standard library only) for the server's own API (``reward.remote``),
   with :mod:`._http` (one bounded request; retries with backoff) and :mod:`._answers` (answers checked).
 
-Importing this package imports nothing heavy; aiohttp is imported when a server is built.
+Importing this package imports nothing heavy; :mod:`.app` imports aiohttp.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from ._endtext import tokenizer_end_tokens
 from ._guard import check_token
 from ._guard import is_loopback
 
-__all__ = ["DEFAULT_END_TOKENS", "TOKEN_ENV", "check_token", "is_loopback", "tokenizer_end_tokens"]
+__all__ = ["DEFAULT_END_TOKENS", "MAX_CALLS", "TOKEN_ENV", "check_token", "is_loopback",
+           "tokenizer_end_tokens"]
 
+#: Runner calls at once, by default. Concurrent calls share the same process-pool workers, so more
+#: calls add no CPU; what they buy is that a call waiting on a hung reward (until its timeout_s) does
+#: not stop the rest: with 4, three such calls may hang while the fourth still serves everyone else.
+#: Few calls keep pooling: what waits while all are busy is scored as one call, in large chunks.
+MAX_CALLS = 4
 #: the environment variable that holds the bearer token (never a command-line flag: a flag shows in `ps`)
 TOKEN_ENV = "REWARDHUB_SERVE_TOKEN"

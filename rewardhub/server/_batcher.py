@@ -4,7 +4,7 @@ A request's rows wait in a queue; the batcher takes every request waiting (up to
 rows, never splitting a request) into one :meth:`Runner.score` call, made on a worker thread so that
 the event loop keeps answering, and hands each request its own rows back. While a batch is scored,
 the next one gathers. Rows are scored exactly as ``rewardhub score`` scores them (the same
-:func:`rewardhub._commands.score.score_chunk`), so the answers are equal row for row.
+:func:`rewardhub.scoring.score_rows`), so the answers are equal row for row.
 
 Up to ``max_calls`` Runner calls run at once (:data:`MAX_CALLS`, ``rewardhub serve --max-calls``):
 the Runner is safe for concurrent callers, whose batches share the process pool's workers. A request
@@ -28,15 +28,14 @@ from dataclasses import field
 from typing import Any
 
 from ..errors import RewardhubError
+from ..scoring import Scored
+from ..scoring import missing_ground_truth
+from ..scoring import output_row
+from ..scoring import score_rows
+from . import MAX_CALLS
 from ._metrics import ServerMetrics
 
-__all__ = ["MAX_CALLS", "Batcher", "max_calls_for"]
-
-#: Runner calls at once, by default. Concurrent calls share the same process-pool workers, so more
-#: calls add no CPU; what they buy is that a call waiting on a hung reward (until its timeout_s) does
-#: not stop the rest: with 4, three such calls may hang while the fourth still serves everyone else.
-#: Few calls keep pooling: what waits while all are busy is scored as one call, in large chunks.
-MAX_CALLS = 4
+__all__ = ["Batcher", "max_calls_for"]
 
 
 def max_calls_for(runner: Any, wanted: int) -> int:
@@ -86,7 +85,11 @@ class Batcher:
         fut: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(rows, fut))
         self._wake.set()
-        return await fut
+        self.metrics.inflight += 1
+        try:
+            return await fut
+        finally:
+            self.metrics.inflight -= 1
 
     # ---- the batching loop --------------------------------------------------------------
     def start(self) -> None:
@@ -134,33 +137,33 @@ class Batcher:
             rows = [r for p in batch for r in p.rows]
             indices = [i for p in batch for i in range(len(p.rows))]  # each row's number in its request
             try:
-                results, columns = await self._call(
-                    functools.partial(_score, self.runner, rows, self.needing, indices))
+                scored = await self._call(functools.partial(
+                    score_rows, self.runner, rows, missing_ground_truth(rows, self.needing), indices=indices,
+                    defer_raise=True))
             except Exception as exc:  # not a reward's failure (those are in the columns): every request
                 self.metrics.batch_failures += 1
                 for p in batch:
                     _set(p.future, exc=exc)
                 return
-            positions = _column_positions(rows, self.needing)
             k = 0
             for p in batch:
-                failed = _raised(self.raising, columns, positions[k:k + len(p.rows)])
+                mine = range(k, k + len(p.rows))
+                failed = _raised(self.raising, scored, mine)
                 if failed is not None:
                     self.metrics.batch_failures += 1
                     _set(p.future, exc=failed)
                 else:
-                    _set(p.future, results[k:k + len(p.rows)])
+                    _set(p.future, [output_row(rows[i], scored.results[i]) for i in mine])
                 k += len(p.rows)
         finally:
             self.metrics.calls -= 1
             self._slots.release()
             self._wake.set()
 
-    async def _call(self, fn: Callable[[], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        out, columns = await loop.run_in_executor(self._threads, fn)
-        self.metrics.batch(len(out), columns)  # on the loop's thread (see ServerMetrics)
-        return out, columns
+    async def _call(self, fn: Callable[[], Scored]) -> Scored:
+        scored = await asyncio.get_running_loop().run_in_executor(self._threads, fn)
+        self.metrics.batch(len(scored.results), scored.columns)  # on the loop's thread (see ServerMetrics)
+        return scored
 
     # ---- health ---------------------------------------------------------------------------
     def busy_calls(self) -> list[dict[str, Any]]:
@@ -207,40 +210,18 @@ class Batcher:
         return stuck
 
 
-def _score(
-    runner: Any, rows: list[dict[str, Any]], needing: list[str], indices: list[int]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from .._commands.score import score_chunk
-
-    out, columns, _ = score_chunk(runner, rows, needing, indices=indices, defer_raise=True)
-    return out, columns
-
-
-def _column_positions(rows: list[dict[str, Any]], needing: list[str]) -> list[int | None]:
-    """Each row's position in :func:`score_chunk`'s columns (the rows given to the rewards come first),
-    or None for a row with no ground truth that some term needs (not given to the rewards)."""
-    out: list[int | None] = []
-    k = 0
-    for s in rows:
-        if needing and s.get("ground_truth") is None:
-            out.append(None)
-        else:
-            out.append(k)
-            k += 1
-    return out
-
-
-def _raised(raising: list[str], columns: dict[str, Any], positions: list[int | None]) -> Exception | None:
-    """The error ``on_failure: raise`` gives for the first failed row among ``positions``, if any."""
+def _raised(raising: list[str], scored: Scored, rows: range) -> Exception | None:
+    """The error ``on_failure: raise`` gives for the first failed row among ``rows``, if any (a row not
+    given to the rewards raises nothing)."""
     from ..execution import ERROR
     from ..execution import TIMEOUT
     from ..execution import failure_error
 
     for name in raising:
-        col = columns[name]
-        for i in positions:
-            if i is not None and col.status.get(i) in (ERROR, TIMEOUT):
-                return failure_error(name, col, i)
+        col = scored.columns[name]
+        for k in (scored.position[i] for i in rows if i not in scored.skipped):
+            if col.status.get(k) in (ERROR, TIMEOUT):
+                return failure_error(name, col, k)
     return None
 
 

@@ -40,9 +40,9 @@ def own_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
 
     :raises UsageError: the reason, naming the row (the handler answers 400 or 413).
     """
-    from .._commands._output import check_result_fields
     from ..datasets import Row
     from ..datasets import to_sample
+    from ..scoring import check_result_fields
 
     if isinstance(body, list):
         rows = body

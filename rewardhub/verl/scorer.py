@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import logging
 import math
-from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -99,37 +98,27 @@ class VerlBatchScorer:
     ) -> list[tuple[float, dict[str, Any]] | RewardExecutionError]:
         """Per row: (reward, ``reward_extra_info``), or the error to raise for that row alone
         (``on_failure: raise``). ``rows`` holds samples and the exceptions of rows not read."""
+        from ..scoring import score_rows
         from ._batch import NO_GROUND_TRUTH
 
         rows = list(rows)
         labels = list(labels) if labels is not None else [f"row {i}" for i in range(len(rows))]
-        unread: dict[int, dict[str, str]] = {}  # row -> {term: error}, for rows no reward is called on
-        for i, r in enumerate(rows):
-            if isinstance(r, BaseException):
-                unread[i] = dict.fromkeys(self.names, str(r))
-            elif self.needing_native and r.get("ground_truth") is None:
-                unread[i] = dict.fromkeys(self.needing_native, NO_GROUND_TRUTH)
-        ok = [i for i in range(len(rows)) if i not in unread]
-        res = self.runner.score([rows[i] for i in ok]) if ok else None
-        if res is not None:
-            self.watch.see(res.columns)
-        where = {i: k for k, i in enumerate(ok)}
+        # rows no reward is called on: those not read, and those with no ground truth a reward needs
+        skip = {i: dict.fromkeys(self.names, str(r)) if isinstance(r, BaseException)
+                else dict.fromkeys(self.needing_native, NO_GROUND_TRUTH) for i, r in enumerate(rows)
+                if isinstance(r, BaseException) or (self.needing_native and r.get("ground_truth") is None)}
+        scored = score_rows(self.runner, rows, skip)
+        self.watch.see(scored.columns)
         one = len(self.names) == 1
         out: list[tuple[float, dict[str, Any]] | RewardExecutionError] = []
         failures: list[str] = []
-        for i in range(len(rows)):
+        for i, res in enumerate(scored.results):
+            errors = res.get("errors", {})
+            total = _failure_score([self.policies[n] for n in errors]) if i in skip else res["score"]
             info: dict[str, Any] = {}
-            values: Mapping[str, Any] = {}
-            if i in unread:
-                errors = unread[i]
-                total: float | None = _failure_score([self.policies[n] for n in errors])
-            else:
-                assert res is not None
-                k = where[i]
-                total, errors, values = res.scores[k], res.errors[k], res.rewards[k]
-                for name in self.names:
-                    for key, v in (res.extra[k].get(name) or {}).items():
-                        info[key if one and key not in ("score", name) else f"{name}/{key}"] = v
+            for name, extra in res["extra"].items():
+                for key, v in extra.items():
+                    info[key if one and key not in ("score", name) else f"{name}/{key}"] = v
             raising = [n for n in errors if self.policies[n] == "raise"]
             if raising:
                 out.append(RewardExecutionError(
@@ -142,7 +131,7 @@ class VerlBatchScorer:
                 failures.append(f"({labels[i]}) -> {reward}: {'; '.join(errors.values())}")
             row: dict[str, Any] = {"score": reward, "acc": None if errors else reward}
             for name in self.names:
-                value = values.get(name)
+                value = res["rewards"][name]
                 row[name] = math.nan if value is None else value
             row.update(info)
             row["rewardhub_failed"] = 1.0 if errors else 0.0
@@ -150,7 +139,7 @@ class VerlBatchScorer:
             self._extra_keys.update(dict.fromkeys(info))
             out.append((reward, row))
         self.scored += len(rows)
-        self.failed += len(rows) - len(ok) + sum(1 for k in ok if res is not None and res.errors[where[k]])
+        self.failed += sum(1 for res in scored.results if "errors" in res)
         if failures:
             more = f"; and {len(failures) - 3} more" if len(failures) > 3 else ""
             _log.warning("rewardhub: %d of %d verl rows not scored (their reward is on_failure's, flagged in "
