@@ -332,7 +332,6 @@ RULES: dict[str, dict[str, Rule]] = {
         "tensor_parallel_size": at_least(1),
     },
     "data": {
-        "source": one_of(*DATA_SOURCES),
         "truncation": one_of("error", "left", "right", "middle"),
         "max_prompt_length": at_least(0, "0 is no limit"),
         "template": one_of("auto", "chat", "plain"),
@@ -383,6 +382,14 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     if trainer.device == "cuda":
         check_cuda(resources, evaluator=data.val_files is not None)
     check_data_files(data)
+    if data.source not in DATA_SOURCES and data.train_files is None:  # a task, installed here
+        from rewardhub.tasks import get_task
+
+        try:
+            get_task(data.source)
+        except UsageError as exc:
+            raise UsageError(f"data.source={data.source!r} is not {', '.join(DATA_SOURCES)} or an installed "
+                             "task\n" + str(exc).partition("\n")[2]) from None
     from .loggers import logger_names
 
     logger_names(trainer.logger)
