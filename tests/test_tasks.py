@@ -90,14 +90,17 @@ def test_math_and_code_tasks_rows_score_with_their_rewards(installed, tmp_path):
     assert res.rewards[2]["code_tests"] == 1.0
 
 
-def test_one_task_gives_the_same_rows_and_scores_in_score_train_trl_and_verl(installed, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def written(installed, tmp_path_factory):
+    """``rewardhub data TASK`` to JSONL and to parquet (the same rows, in verl's format), the responses,
+    reasoning-gym's own scores of them, and a config holding the task's reward terms."""
     pq = pytest.importorskip("pyarrow.parquet")
     from rewardhub.tasks import get_task
     from rewardhub.tasks import task_rows
 
+    tmp_path = tmp_path_factory.mktemp("task")
     answers, expected = _oracle()
     assert 1.0 in expected and len(set(expected)) == 2  # right and wrong answers
-    # ---- rewardhub data: JSONL and parquet hold the same rows, in verl's format
     jsonl, parquet = tmp_path / "rows.jsonl", tmp_path / "rows.parquet"
     for out in (jsonl, parquet):
         assert main(["data", TASK, "--size", str(SIZE), "--seed", str(SEED), "-o", str(out)]) == 0
@@ -106,20 +109,26 @@ def test_one_task_gives_the_same_rows_and_scores_in_score_train_trl_and_verl(ins
     assert {r["data_source"] for r in rows} == {"reasoning_gym/countdown"}
     assert [r["extra_info"]["index"] for r in rows] == list(range(SIZE))
     assert all(r["prompt"][0]["role"] == "user" and r["reward_model"]["ground_truth"] for r in rows)
-    reward = get_task(TASK).reward_section
+    config = tmp_path / "reward.yaml"
+    config.write_text(yaml.safe_dump({"reward": get_task(TASK).reward_section}))
+    return tmp_path, rows, answers, expected
 
-    # ---- rewardhub score: the rows as written, plus a response column
-    (tmp_path / "reward.yaml").write_text(yaml.safe_dump({"reward": reward}))
+
+def test_score_reads_the_task_rows_as_written(written, tmp_path, capsys):
+    folder, rows, answers, expected = written
     with (tmp_path / "answered.jsonl").open("w") as f:
         f.writelines(json.dumps({**r, "response": f"<answer>{a}</answer>"}) + "\n"
                      for r, a in zip(rows, answers))
     scored = tmp_path / "scored.jsonl"
-    config, answered = str(tmp_path / "reward.yaml"), str(tmp_path / "answered.jsonl")
-    assert main(["score", config, answered, "-o", str(scored)]) == 0
+    answered = str(tmp_path / "answered.jsonl")
+    assert main(["score", str(folder / "reward.yaml"), answered, "-o", str(scored)]) == 0
     capsys.readouterr()
     assert [json.loads(line)["score"] for line in scored.read_text().splitlines()] == expected
 
-    # ---- the trainer: data.source names the task; its reward client scores the prompts it loaded
+
+def test_the_trainer_loads_the_task_by_name_and_scores_it_the_same(written):
+    """``data.source: TASK``: the trainer's prompts are the rows; its reward client (on a ``rewardhub serve``
+    of the task's terms) gives the same scores."""
     from serve_process import Server
 
     from rewardhub_trainer.config import parse_config
@@ -129,7 +138,8 @@ def test_one_task_gives_the_same_rows_and_scores_in_score_train_trl_and_verl(ins
     from rewardhub_trainer.rollouts import PromptBatch
     from rewardhub_trainer.rollouts import Rollout
 
-    with Server(tmp_path / "reward.yaml") as server:
+    folder, rows, answers, expected = written
+    with Server(folder / "reward.yaml") as server:
         cfg = parse_config({"model": {"tiny": {"arch": "qwen2"}},
                             "data": {"source": TASK, "size": SIZE, "seed": SEED},
                             "reward": {"remote": server.url, "rewards": []}})
@@ -141,28 +151,39 @@ def test_one_task_gives_the_same_rows_and_scores_in_score_train_trl_and_verl(ins
         rollout = Rollout(PromptBatch(0, prompts, list(range(SIZE))), 0, groups, 0.0, os.getpid())
         client = RewardClient(cfg.reward)
         assert [g[0] for g in client.score(rollout).rewards or []] == expected
+    # with no reward section, the task's own terms score it
+    alone = parse_config({"model": {"tiny": {"arch": "qwen2"}}, "data": {"source": TASK}})
+    assert [t.name for t in alone.reward.rewards] == [TASK]
 
-    # ---- TRL: the parquet file as a datasets Dataset, through GRPOTrainer's own reward call
+
+def test_trl_scores_the_task_parquet_the_same(written):
+    """The parquet as a ``datasets`` Dataset, through GRPOTrainer's own reward call."""
     import datasets
     from test_adapters import _trl_calculate_rewards
 
     from rewardhub.adapters import to_trl
+    from rewardhub.tasks import get_task
 
-    inputs = list(datasets.load_dataset("parquet", data_files=str(parquet), split="train"))
-    funcs = [to_trl(t) for t in reward["rewards"]]
+    folder, rows, answers, expected = written
+    inputs = list(datasets.load_dataset("parquet", data_files=str(folder / "rows.parquet"), split="train"))
+    funcs = [to_trl(t) for t in get_task(TASK).rewards]
     completions = [f"<answer>{a}</answer>" for a in answers]
     got = _trl_calculate_rewards(funcs, inputs, [r["prompt"] for r in inputs], completions)
     # TRL stacks the rewards in a float32 tensor: each within float32's rounding (2**-24 relative)
     assert [row[0] for row in got] == pytest.approx(expected, rel=2**-24, abs=0)
 
-    # ---- verl: its naive reward manager calls `compute_score = to_verl(...)` on the parquet's rows
+
+def test_verl_scores_the_task_parquet_the_same(written, tmp_path):
+    """verl's naive reward manager calls ``compute_score = to_verl(TASK)`` on the parquet's rows."""
     from test_adapters import _verl_env
 
+    folder, rows, answers, expected = written
     env = _verl_env()
     module = tmp_path / "my_reward.py"
     module.write_text(f"from rewardhub.adapters import to_verl\ncompute_score = to_verl({TASK!r})\n")
     (tmp_path / "check.py").write_text(VERL_CHECK)
-    check = [sys.executable, str(tmp_path / "check.py"), str(module), str(parquet), json.dumps(answers)]
+    check = [sys.executable, str(tmp_path / "check.py"), str(module), str(folder / "rows.parquet"),
+             json.dumps(answers)]
     res = subprocess.run(check, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(res.stdout.strip().splitlines()[-1]) == expected
