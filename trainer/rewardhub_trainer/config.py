@@ -350,19 +350,6 @@ def _section(cls: type, raw: Any, key: str) -> Any:
     return cls(**check_section(resolve_or_explain(raw, key), cls, key, RULES[key]))
 
 
-def _task(data: DataConfig) -> Any:
-    """The installed task that ``data.source`` names (``None``: builtin, reasoning_gym, or data files)."""
-    if data.source in DATA_SOURCES or data.train_files is not None:
-        return None
-    from rewardhub.tasks import get_task
-
-    try:
-        return get_task(data.source)
-    except UsageError as exc:
-        raise UsageError(f"data.source={data.source!r} is not {', '.join(DATA_SOURCES)} or an installed "
-                         "task\n" + str(exc).partition("\n")[2]) from None
-
-
 def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     """Validate the trainer's sections of a loaded plan (its ``reward`` taken as it is), or of a raw
     config mapping (its ``reward:`` validated here too).
@@ -378,7 +365,9 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     from rewardhub.config.loader import resolve_or_explain
 
     resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
-    task = _task(data)
+    from .data import named_task
+
+    task = named_task(data)
     reward = config.reward if isinstance(config, ConfigPlan) else validate_reward(cfg.get("reward"))
     if task is not None and not (reward.rewards or reward.remote):  # data.source alone: the task's terms
         raw = resolve_or_explain(cfg.get("reward"), "reward") or {}
