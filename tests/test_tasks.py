@@ -67,6 +67,40 @@ def test_tasks_lists_each_plugins_tasks_with_dist_reward_and_size(installed, cap
     assert "unknown task 'reasoning_gym.countdwn'" in err and f"did you mean: {TASK!r}" in err
 
 
+MY_TASKS = """
+import os
+
+# plain mappings: the package needs nothing of rewardhub
+SUMS = {"reward": "exact_match", "hf": "json",
+        "hf_kwargs": {"data_files": os.path.join(os.path.dirname(__file__), "sums.jsonl"), "split": "train"}}
+NO_DATA = {"reward": "exact_match"}
+"""
+
+
+def test_a_package_without_rewardhub_declares_an_hf_task_and_a_broken_one_is_named(tmp_path, monkeypatch,
+                                                                                    capsys):
+    pytest.importorskip("datasets")
+    write_distribution(tmp_path, "my-tasks", "2.0", {"rewardhub.tasks": {
+        "my.sums": "my_tasks:SUMS", "my.no_data": "my_tasks:NO_DATA"}}, {"my_tasks": MY_TASKS})
+    (tmp_path / "sums.jsonl").write_text('{"question": "1+2?", "answer": "3"}\n'
+                                         '{"question": "2+2?", "answer": "4"}\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["tasks", "--json"]) == 0
+    tasks = {t["name"]: t for t in json.loads(capsys.readouterr().out)}
+    sums = tasks["my.sums"]
+    assert (sums["dist"], sums["version"], sums["kind"], sums["reward"]) == (
+        "my-tasks", "2.0", "hf", [{"name": "exact_match"}])
+    assert tasks["my.no_data"]["kind"] == "broken"
+    assert "a task has exactly one of 'rows' (a generator), 'file' or 'hf'" in tasks["my.no_data"]["summary"]
+    out = tmp_path / "rows.jsonl"
+    assert main(["data", "my.sums", "--size", "1", "-o", str(out)]) == 0
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [
+        {"data_source": "my.sums", "prompt": [{"role": "user", "content": "1+2?"}], "ability": "",
+         "reward_model": {"style": "rule", "ground_truth": "3"}, "extra_info": {"index": 0}}]
+    assert main(["data", "my.no_data", "-o", str(out)]) == 2
+    assert "task 'my.no_data' (my-tasks 2.0) cannot be loaded: UsageError: " in capsys.readouterr().err
+
+
 def test_math_and_code_tasks_rows_score_with_their_rewards(installed, tmp_path):
     from rewardhub.execution import Runner
     from rewardhub.tasks import get_task
