@@ -16,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
     import sys
 
     from ..tasks import get_task
@@ -24,8 +25,9 @@ def run(args: argparse.Namespace) -> int:
     from ._output import check_outputs
     from .tasks import terms
 
-    check_outputs(args.output, None, [])
     task = get_task(args.task)
+    shipped = [os.path.join(task.where, task.decl["file"])] if task.kind == "file" else []
+    check_outputs(args.output, None, shipped)  # never over the task's own file
     rows = task_rows(task, args.size, args.seed)
     write_rows(rows, args.output)
     print(f"{len(rows)} rows of task {task.name!r} (data_source {task.data_source!r}, reward {terms(task)}) "

@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         dump_json(rows)
         return 0
-    body = [[t.name, f"{t.dist} {t.version}", terms(t) or "-", "broken" if t.kind == "broken" else _size(t),
-             ("ERROR: " if t.kind == "broken" else "") + t.summary] for t in tasks]
+    broken = {t.name for t in tasks if t.kind == "broken"}
+    body = [[t.name, f"{t.dist} {t.version}" if t.dist else "-", terms(t) or "-",
+             "broken" if t.name in broken else _size(t), ("ERROR: " if t.name in broken else "") + t.summary]
+            for t in tasks]
     print(table(body, ["task", "from", "reward", "size", "summary"]))
-    broken = sum(t.kind == "broken" for t in tasks)
-    print(f"\n{len(tasks)} tasks, {broken} broken; `rewardhub data TASK -o rows.parquet` writes one's rows")
+    print(f"\n{len(tasks)} tasks, {len(broken)} broken; `rewardhub data TASK -o rows.jsonl` writes its rows")
     return 0
