@@ -37,6 +37,7 @@ from .config_checks import check_cuda
 from .config_checks import check_data_files
 from .config_checks import check_model
 from .config_checks import check_rollout
+from .config_checks import named_task
 from .config_checks import rollouter_gpus
 from .devices import AUTOCASTS
 from .devices import DEVICES
@@ -365,9 +366,7 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     from rewardhub.config.loader import resolve_or_explain
 
     resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
-    from .data import named_task
-
-    task = named_task(data)
+    task = named_task(data, DATA_SOURCES)
     reward = config.reward if isinstance(config, ConfigPlan) else validate_reward(cfg.get("reward"))
     if task is not None and not (reward.rewards or reward.remote):  # data.source alone: the task's terms
         raw = resolve_or_explain(cfg.get("reward"), "reward") or {}

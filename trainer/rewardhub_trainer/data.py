@@ -19,13 +19,12 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
-from .config import DATA_SOURCES as _SOURCES
 from .config import DataConfig
 
 if TYPE_CHECKING:
     from rewardhub.datasets import Row
 
-__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "named_task", "render"]
+__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "render"]
 
 
 @dataclass(frozen=True)
@@ -77,19 +76,6 @@ class PromptDataset:
             i = self._perm(epoch)[pos]
             out.append((i, self.items[i]))
         return out
-
-
-def named_task(data: DataConfig) -> Any:
-    """The installed task that ``data.source`` names (``None``: builtin, reasoning_gym, or data files)."""
-    if data.source in _SOURCES or data.train_files is not None:
-        return None
-    from rewardhub.tasks import get_task
-
-    try:
-        return get_task(data.source)
-    except UsageError as exc:
-        raise UsageError(f"data.source={data.source!r} is not {', '.join(_SOURCES)} or an installed "
-                         "task\n" + str(exc).partition("\n")[2]) from None
 
 
 def load_dataset(cfg: DataConfig, needs_answer: Sequence[str] = ()) -> PromptDataset:
