@@ -27,7 +27,9 @@ PLUGIN_GROUP = "rewardhub"
 REWARD_GROUP = "rewardhub.rewards"
 #: entry-point group of extra CLI subcommands
 COMMAND_GROUP = "rewardhub.commands"
-ALL_GROUPS = (PLUGIN_GROUP, REWARD_GROUP, COMMAND_GROUP)
+#: entry-point group of tasks (a dataset and its reward terms: :mod:`rewardhub.tasks`)
+TASK_GROUP = "rewardhub.tasks"
+ALL_GROUPS = (PLUGIN_GROUP, REWARD_GROUP, COMMAND_GROUP, TASK_GROUP)
 
 
 def _distributions_patched() -> bool:
@@ -110,7 +112,8 @@ def _cache_file() -> str | None:
     if os.environ.get("REWARDHUB_NO_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    key = sha256("\0".join([sys.executable, *sys.path]).encode()).hexdigest()[:20]
+    # the groups are part of the key: a cache written before a group existed does not hold its entries
+    key = sha256("\0".join([sys.executable, *sys.path, *ALL_GROUPS]).encode()).hexdigest()[:20]
     return os.path.join(base, "rewardhub", f"entry-points-{key}.json")
 
 

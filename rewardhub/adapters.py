@@ -171,12 +171,15 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
             gt = columns[key][i] if key in columns else None
             if isinstance(gt, Mapping) and "ground_truth" in gt:  # verl-style reward_model column
                 gt = gt["ground_truth"]
+            extra = {k: v[i] for k, v in columns.items() if k not in (key, "data_source", "extra_info")}
+            if isinstance(columns.get("extra_info", [None] * n)[i], Mapping):  # verl's row format: its own
+                extra.update(columns["extra_info"][i])
             samples.append({
                 "prompt": _text(prompts[i]) if i < len(prompts) else None,
                 "response": _text(completions[i]),
                 "ground_truth": gt,
                 "data_source": columns["data_source"][i] if "data_source" in columns else None,
-                "extra_info": {k: v[i] for k, v in columns.items() if k not in (key, "data_source")},
+                "extra_info": extra,
             })
         missing = {i for i, s in enumerate(samples) if lazy.needs_ground_truth and s["ground_truth"] is None}
         ok = [i for i in range(n) if i not in missing]

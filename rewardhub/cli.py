@@ -25,6 +25,8 @@ BUILTIN_COMMANDS: tuple[str, ...] = (
     "rewardhub._commands.serve",
     "rewardhub._commands.new",
     "rewardhub._commands.test",
+    "rewardhub._commands.tasks",
+    "rewardhub._commands.data",
 )
 
 

@@ -20,7 +20,7 @@ from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 
 #: subcommands that read no config at all (they only look at the installed registry, or write a new package)
-CONFIG_FREE = {"list", "show", "new"}
+CONFIG_FREE = {"list", "show", "new", "tasks", "data"}
 
 VERL_REWARD = '''\
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):

@@ -53,7 +53,11 @@ def cfg(**sections):
             "rollout.n=1 is not valid: GRPO needs at least 2 responses per prompt (e.g. rollout.n=4)",
             "allowed: a value >= 2",
         ),
-        ({"data": {"source": "hub"}}, "data.source='hub' is not valid", "allowed: builtin, reasoning_gym"),
+        (
+            {"data": {"source": "hub"}},
+            "data.source='hub' is not builtin, reasoning_gym or an installed task",
+            "(see `rewardhub tasks`)",
+        ),
         (
             {"resources": {"learners": {}}},
             "unknown key resources.learners",

@@ -37,6 +37,7 @@ from .config_checks import check_cuda
 from .config_checks import check_data_files
 from .config_checks import check_model
 from .config_checks import check_rollout
+from .config_checks import named_task
 from .config_checks import rollouter_gpus
 from .devices import AUTOCASTS
 from .devices import DEVICES
@@ -332,7 +333,6 @@ RULES: dict[str, dict[str, Rule]] = {
         "tensor_parallel_size": at_least(1),
     },
     "data": {
-        "source": one_of(*DATA_SOURCES),
         "truncation": one_of("error", "left", "right", "middle"),
         "max_prompt_length": at_least(0, "0 is no limit"),
         "template": one_of("auto", "chat", "plain"),
@@ -366,7 +366,11 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     from rewardhub.config.loader import resolve_or_explain
 
     resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
+    task = named_task(data, DATA_SOURCES)
     reward = config.reward if isinstance(config, ConfigPlan) else validate_reward(cfg.get("reward"))
+    if task is not None and not (reward.rewards or reward.remote):  # data.source alone: the task's terms
+        raw = resolve_or_explain(cfg.get("reward"), "reward") or {}
+        reward = validate_reward({**raw, **task.reward_section})
     if not (reward.rewards or reward.remote):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")

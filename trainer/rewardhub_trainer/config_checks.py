@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .placement import Resources
 
 __all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_RULES", "check_cuda", "check_data_files", "check_model",
-           "check_rollout", "rollouter_gpus"]
+           "check_rollout", "named_task", "rollouter_gpus"]
 
 BUILTIN_MODELS = ("smollm2-135m",)
 TINY_ARCHS = ("qwen2", "llama")
@@ -175,3 +175,16 @@ def check_data_files(data: DataConfig) -> None:
             raise invalid(f"data.{key}", value, f"give a file or folder, or leave data.{key} out"
                           + (" (the prompts then come from data.source)" if key == "train_files" else ""),
                           "an empty path names no file")
+
+
+def named_task(data: DataConfig, sources: tuple[str, ...]) -> Any:
+    """The installed task that ``data.source`` names (``None``: one of ``sources``, or data files)."""
+    if data.source in sources or data.train_files is not None:
+        return None
+    from rewardhub.tasks import get_task
+
+    try:
+        return get_task(data.source)
+    except UsageError as exc:
+        raise UsageError(f"data.source={data.source!r} is not {', '.join(sources)} or an installed "
+                         "task\n" + str(exc).partition("\n")[2]) from None

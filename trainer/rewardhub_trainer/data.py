@@ -9,15 +9,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 
 from rewardhub.errors import UsageError
 
 from .config import DataConfig
+
+if TYPE_CHECKING:
+    from rewardhub.datasets import Row
 
 __all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "render"]
 
@@ -74,7 +79,8 @@ class PromptDataset:
 
 
 def load_dataset(cfg: DataConfig, needs_answer: Sequence[str] = ()) -> PromptDataset:
-    """The dataset that ``data:`` describes (``data.train_files`` when set, else ``data.source``)."""
+    """The dataset that ``data:`` describes (``data.train_files`` when set, else ``data.source``: builtin,
+    reasoning_gym, or the name of an installed task, see ``rewardhub tasks``)."""
     if cfg.train_files:
         return PromptDataset(
             load_files(cfg.train_files, cfg, "data.train_files", needs_answer), seed=cfg.seed
@@ -101,7 +107,15 @@ def load_dataset(cfg: DataConfig, needs_answer: Sequence[str] = ()) -> PromptDat
             items.append(Prompt(str(entry["question"]), str(entry["answer"]),
                                 f"reasoning_gym/{cfg.dataset}", {"index": i, **meta}))
         return PromptDataset(items, seed=cfg.seed)
-    raise UsageError(f"data.source: unknown source {cfg.source!r}")
+    # any other source is a task (rewardhub.tasks): its rows, exactly as `rewardhub data` writes them
+    from rewardhub.datasets import Row
+    from rewardhub.tasks import task_rows
+
+    rows = task_rows(cfg.source, cfg.size, cfg.seed)
+    where = f"data.source {cfg.source!r}"
+    return PromptDataset(
+        _prompts((Row(where, i + 1, r) for i, r in enumerate(rows)), cfg, needs_answer), seed=cfg.seed
+    )
 
 
 def load_files(paths: Any, cfg: DataConfig, key: str, needs_answer: Sequence[str] = ()) -> list[Prompt]:
@@ -110,14 +124,19 @@ def load_files(paths: Any, cfg: DataConfig, key: str, needs_answer: Sequence[str
     :param needs_answer: the reward terms that take a ground truth: a row without one is an error.
     :raises UsageError: naming the file, the row and the column.
     """
+    from rewardhub.datasets import iter_rows
+
+    return _prompts(iter_rows(paths, key=key), cfg, needs_answer)
+
+
+def _prompts(rows: Iterable[Row], cfg: DataConfig, needs_answer: Sequence[str]) -> list[Prompt]:
     from rewardhub.datasets import MISSING
     from rewardhub.datasets import answer_column
     from rewardhub.datasets import answer_of
-    from rewardhub.datasets import iter_rows
     from rewardhub.datasets import prompt_of
 
     items = []
-    for row in iter_rows(paths, key=key):
+    for row in rows:
         prompt = prompt_of(row, cfg.prompt_key or None)
         answer = answer_of(row, cfg.answer_key or None)
         if needs_answer and answer in (MISSING, None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from typing import Any
 
@@ -33,9 +34,15 @@ def extract(response: str) -> str:
     return (response or "").strip()
 
 
+def _metadata(extra_info: Any) -> Any:
+    """``extra_info.metadata``: a mapping, or JSON text of one (as the tasks write it)."""
+    meta = extra_info.get("metadata") if isinstance(extra_info, dict) else None
+    return json.loads(meta) if isinstance(meta, str) else meta
+
+
 def _dataset_of(data_source: Any, extra_info: Any) -> str:
     if isinstance(extra_info, dict):
-        meta = extra_info.get("metadata") or {}
+        meta = _metadata(extra_info) or {}
         if isinstance(meta, dict) and meta.get("source_dataset"):
             return str(meta["source_dataset"])
     if not data_source:
@@ -51,8 +58,8 @@ def score(*, response: str, ground_truth: Any, prompt: Any = None, data_source: 
     if isinstance(extra_info, dict):
         if isinstance(extra_info.get("entry"), dict):
             entry = dict(extra_info["entry"])
-        elif isinstance(extra_info.get("metadata"), dict):
-            entry["metadata"] = extra_info["metadata"]
+        elif isinstance(meta := _metadata(extra_info), dict):
+            entry["metadata"] = meta
     scorer = _scorer(name)
     answer = extract(response)
     try:
