@@ -138,9 +138,11 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
     ok = [i for i in range(len(samples)) if i not in skip]
     res = None
     if ok or not skip:
-        res = runner.score(samples if not skip else [samples[i] for i in ok], progress=progress,
-                           indices=indices if not skip or indices is None else [indices[i] for i in ok],
-                           defer_raise=defer_raise)
+        # only what was asked: a Scorer (a remote one) takes the samples alone
+        asked = {"progress": progress, "defer_raise": defer_raise or None,
+                 "indices": indices if not skip or indices is None else [indices[i] for i in ok]}
+        res = runner.score(samples if not skip else [samples[i] for i in ok],
+                           **{k: v for k, v in asked.items() if v is not None})
         if not skip:
             return Scored([result_of(res, i) for i in range(len(samples))], dict(res.columns),
                           list(range(len(samples))))
