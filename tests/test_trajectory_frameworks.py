@@ -1,0 +1,163 @@
+"""Every framework passes the whole trajectory (issue 36 §2): one registry reward that reads tool calls
+(``tool_call_format``) gives the same scores on the same agent episodes through ``rewardhub score``,
+TRL's own reward path (conversational completions, ``environments``), verl 0.9.1 (rewardhub's reward
+manager and ``to_verl`` under verl's naive manager, on batches shaped as ``ToolAgentLoop`` leaves them)
+and the server (``/score`` and OpenRLHF's ``/get_reward``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from serve_process import Server
+from test_adapters import _trl_calculate_rewards
+from test_verl_manager import _run
+
+from rewardhub.adapters import to_trl
+from rewardhub.cli import main
+
+SYSTEM = {"role": "system", "content": "You may call add(a, b)."}
+#: each episode: its question, then its model turns (text, tool calls as (name, arguments: a dict, or
+#: text that is not JSON), the tool results that came back)
+EPISODES = [
+    ("2+2, then 3+3?", [("Adding.", [("add", {"a": 2, "b": 2}), ("add", '{"a": 3, "b": ')], ["4", "bad JSON"]),
+                        ("", [("add", {"a": 3, "b": 3})], ["6"]), ("4 and 6", [], [])]),
+    ("1+1?", [("", [("add", {"a": 1, "b": 1})], ["2"]), ("2", [], [])]),
+    ("Say hi", [("hi", [], [])]),
+]
+EXPECTED = [2 / 3, 1.0, 0.0]  # well-formed calls / calls; no calls at all scores 0
+
+
+def _openai(question: str, turns: list, *, trl: bool = False) -> tuple[list, list]:
+    """(prompt, completion) in the OpenAI chat format; TRL's has its arguments parsed and names its tools."""
+    completion: list[dict] = []
+    for k, (text, calls, results) in enumerate(turns):
+        msg: dict = {"role": "assistant", "content": text}
+        if calls:
+            msg["tool_calls"] = [{"id": f"c{k}{j}", "type": "function", "function": {
+                "name": name, "arguments": args if trl or isinstance(args, str) else json.dumps(args)}}
+                for j, (name, args) in enumerate(calls)]
+        completion.append(msg)
+        for j, result in enumerate(results):
+            completion.append({"role": "tool", "name": calls[j][0], "content": result} if trl else
+                              {"role": "tool", "tool_call_id": f"c{k}{j}", "content": result})
+    return [SYSTEM, {"role": "user", "content": question}], completion
+
+
+def _hermes(turns: list) -> str:
+    """The response text of verl's ToolAgentLoop with a ChatML model and hermes tool calls: each model
+    turn, then the tool results it appended as one user turn."""
+    out = ""
+    for text, calls, results in turns:
+        out += text + "".join("\n<tool_call>\n" + (json.dumps({"name": n, "arguments": a}) if isinstance(
+            a, dict) else f'{{"name": "{n}", "arguments": {a}') + "\n</tool_call>" for n, a in calls)
+        out += "<|im_end|>"
+        if results:
+            out += "\n<|im_start|>user" + "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
+            out += "<|im_end|>\n<|im_start|>assistant\n"
+    return out
+
+
+ROWS = [{"messages": [*p, *c], "ground_truth": None}
+        for p, c in (_openai(q, t) for q, t in EPISODES)]
+
+VERL = r'''
+import asyncio, json, sys
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from verl import DataProto
+from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+from verl.trainer.ppo.reward import load_reward_manager
+from rewardhub.adapters import to_verl
+
+SPECIAL = ["<|im_start|>", "<|im_end|>"]
+
+
+class ChatTokenizer:
+    """One token per character; ChatML's markers are special tokens (1, 2) that skip_special_tokens drops."""
+
+    def encode(self, text):
+        ids = []
+        while text:
+            hit = next((k for k, s in enumerate(SPECIAL) if text.startswith(s)), None)
+            ids.append(hit + 1 if hit is not None else ord(text[0]) + 3)
+            text = text[len(SPECIAL[hit]) if hit is not None else 1:]
+        return ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(("" if skip_special_tokens else SPECIAL[i - 1]) if i in (1, 2) else chr(i - 3)
+                       for i in map(int, ids) if i)
+
+    def batch_decode(self, seqs, skip_special_tokens=True):
+        return [self.decode(s, skip_special_tokens) for s in seqs]
+
+
+def trajectory(tok, raw_prompt, response, num_turns, tool_rewards):
+    """One finished ToolAgentLoop trajectory as AgentLoopWorker._compute_score sends it to the reward loop."""
+    prompt = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in raw_prompt)
+    p, r = tok.encode(prompt + "<|im_start|>assistant\n"), tok.encode(response)
+    ids = torch.tensor([p + r])
+    batch = TensorDict({"prompts": torch.tensor([p]), "responses": torch.tensor([r]), "input_ids": ids,
+                        "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(ids.shape[1])[None]},
+                       batch_size=1)
+    kwargs = {"data_source": "tools", "reward_model": {"ground_truth": None}, "extra_info": {"index": 0},
+              "raw_prompt": raw_prompt, "agent_name": "tool_agent"}
+    extra_fields = {"turn_scores": [], "tool_rewards": tool_rewards, "raw_prompt": raw_prompt}
+    non_tensor = {k: np.array([v], dtype=object) if isinstance(v, (dict, list)) else np.array([v])
+                  for k, v in kwargs.items()}
+    non_tensor.update({"__num_turns__": np.array([num_turns]),
+                       "tool_extra_fields": np.array([extra_fields], dtype=object),
+                       "prompt_len": np.array([len(p)]), "response_len": np.array([len(r)])})
+    return DataProto(batch=batch, non_tensor_batch=non_tensor)
+
+
+cfg = OmegaConf.create({"reward": {
+    "custom_reward_function": {"path": None, "name": "compute_score", "reward_kwargs": {}},
+    "reward_manager": {"source": "register", "name": "rewardhub", "module": {"path": sys.argv[1], "name": "x"}},
+    "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
+tok = ChatTokenizer()
+ours = load_reward_manager(cfg, tok, reward_router_address=None, reward_model_tokenizer=None)
+naive = NaiveRewardManager(cfg, tok, to_verl("tool_call_format"))
+parts = [trajectory(tok, *e) for e in json.loads(open(sys.argv[2]).read())]
+
+
+async def go(manager):
+    return [r["reward_score"] for r in await asyncio.gather(*(manager.run_single(d) for d in parts))]
+
+print(json.dumps({"ours": ours.loop.run_until_complete(go(ours)), "naive": naive.loop.run_until_complete(go(naive))}))
+'''
+
+
+@pytest.mark.timeout(300)
+def test_one_tool_reward_scores_the_same_through_every_framework(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  plugins: {autoload: false}\n  rewards:\n    - name: tool_call_format\n")
+    data, out = tmp_path / "d.jsonl", tmp_path / "o.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    assert main(["score", str(cfg), str(data), "-o", str(out)]) == 0, capsys.readouterr().err
+    scored = [json.loads(line)["score"] for line in out.read_text().splitlines()]
+    assert scored == pytest.approx(EXPECTED)
+
+    # TRL: conversational prompts and completions, and the environments of its environment_factory
+    prompts, completions = zip(*(_openai(q, t, trl=True) for q, t in EPISODES))
+    inputs = [{"prompt": p} for p in prompts]
+    rows = _trl_calculate_rewards([to_trl("tool_call_format")], inputs, list(prompts), list(completions))
+    assert [r[0] for r in rows] == pytest.approx(scored)
+
+    # verl 0.9.1: rewardhub's reward manager and to_verl under verl's own naive manager
+    episodes = [(_openai(q, t)[0], _hermes(t), 2 * len(t), [1.0] * sum(len(r) for _, _, r in t))
+                for q, t in EPISODES]
+    (tmp_path / "episodes.json").write_text(json.dumps(episodes))
+    got = _run(tmp_path, VERL, str(cfg), str(tmp_path / "episodes.json"))
+    assert got["ours"] == pytest.approx(scored) and got["naive"] == pytest.approx(scored)
+
+    # the server: its own /score rows and OpenRLHF's /get_reward queries
+    with Server(cfg) as server:
+        status, body = server.post("/score", {"rows": ROWS})
+        assert status == 200, body
+        assert [r["score"] for r in body["rows"]] == pytest.approx(scored)
+        status, body = server.post("/get_reward", {"query": [r["messages"] for r in ROWS]})
+        assert status == 200, body
+        assert body["rewards"] == pytest.approx(scored)
