@@ -20,7 +20,8 @@ SYSTEM = {"role": "system", "content": "You may call add(a, b)."}
 #: each episode: its question, then its model turns (text, tool calls as (name, arguments: a dict, or
 #: text that is not JSON), the tool results that came back)
 EPISODES = [
-    ("2+2, then 3+3?", [("Adding.", [("add", {"a": 2, "b": 2}), ("add", '{"a": 3, "b": ')], ["4", "bad JSON"]),
+    ("2+2, then 3+3?", [("Adding.", [("add", {"a": 2, "b": 2}), ("add", '{"a": 3, "b": ')],
+                         ["4", "bad JSON"]),
                         ("", [("add", {"a": 3, "b": 3})], ["6"]), ("4 and 6", [], [])]),
     ("1+1?", [("", [("add", {"a": 1, "b": 1})], ["2"]), ("2", [], [])]),
     ("Say hi", [("hi", [], [])]),
@@ -53,9 +54,17 @@ def _hermes(turns: list) -> str:
             a, dict) else f'{{"name": "{n}", "arguments": {a}') + "\n</tool_call>" for n, a in calls)
         out += "<|im_end|>"
         if results:
-            out += "\n<|im_start|>user" + "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
+            out += "\n<|im_start|>user" + "".join(f"\n<tool_response>\n{r}\n</tool_response>"
+                                                   for r in results)
             out += "<|im_end|>\n<|im_start|>assistant\n"
     return out
+
+
+class _Env:
+    """An environment as TRL's environment_factory makes them, after its episode."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
 
 
 ROWS = [{"messages": [*p, *c], "ground_truth": None}
@@ -100,8 +109,8 @@ def trajectory(tok, raw_prompt, response, num_turns, tool_rewards):
     p, r = tok.encode(prompt + "<|im_start|>assistant\n"), tok.encode(response)
     ids = torch.tensor([p + r])
     batch = TensorDict({"prompts": torch.tensor([p]), "responses": torch.tensor([r]), "input_ids": ids,
-                        "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(ids.shape[1])[None]},
-                       batch_size=1)
+                        "attention_mask": torch.ones_like(ids),
+                        "position_ids": torch.arange(ids.shape[1])[None]}, batch_size=1)
     kwargs = {"data_source": "tools", "reward_model": {"ground_truth": None}, "extra_info": {"index": 0},
               "raw_prompt": raw_prompt, "agent_name": "tool_agent"}
     extra_fields = {"turn_scores": [], "tool_rewards": tool_rewards, "raw_prompt": raw_prompt}
@@ -115,7 +124,8 @@ def trajectory(tok, raw_prompt, response, num_turns, tool_rewards):
 
 cfg = OmegaConf.create({"reward": {
     "custom_reward_function": {"path": None, "name": "compute_score", "reward_kwargs": {}},
-    "reward_manager": {"source": "register", "name": "rewardhub", "module": {"path": sys.argv[1], "name": "x"}},
+    "reward_manager": {"source": "register", "name": "rewardhub",
+                       "module": {"path": sys.argv[1], "name": "x"}},
     "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
 tok = ChatTokenizer()
 ours = load_reward_manager(cfg, tok, reward_router_address=None, reward_model_tokenizer=None)
@@ -126,7 +136,8 @@ parts = [trajectory(tok, *e) for e in json.loads(open(sys.argv[2]).read())]
 async def go(manager):
     return [r["reward_score"] for r in await asyncio.gather(*(manager.run_single(d) for d in parts))]
 
-print(json.dumps({"ours": ours.loop.run_until_complete(go(ours)), "naive": naive.loop.run_until_complete(go(naive))}))
+print(json.dumps({"ours": ours.loop.run_until_complete(go(ours)),
+                  "naive": naive.loop.run_until_complete(go(naive))}))
 '''
 
 
@@ -143,8 +154,15 @@ def test_one_tool_reward_scores_the_same_through_every_framework(tmp_path, capsy
     # TRL: conversational prompts and completions, and the environments of its environment_factory
     prompts, completions = zip(*(_openai(q, t, trl=True) for q, t in EPISODES))
     inputs = [{"prompt": p} for p in prompts]
-    rows = _trl_calculate_rewards([to_trl("tool_call_format")], inputs, list(prompts), list(completions))
+    state = tmp_path / "env_state.py"
+    state.write_text("def env_state(*, messages, extra_info, **kw):\n"
+                     "    return float(extra_info['environment'].calls) + len(messages) / 100\n")
+    funcs = [to_trl("tool_call_format"), to_trl({"path": str(state), "function": "env_state"})]
+    envs = [_Env(n) for n in (3, 1, 0)]
+    rows = _trl_calculate_rewards(funcs, inputs, list(prompts), list(completions), envs)
     assert [r[0] for r in rows] == pytest.approx(scored)
+    # the environment's final state and the whole conversation reach a trajectory reward
+    assert [r[1] for r in rows] == pytest.approx([3.08, 1.05, 0.03])
 
     # verl 0.9.1: rewardhub's reward manager and to_verl under verl's own naive manager
     episodes = [(_openai(q, t)[0], _hermes(t), 2 * len(t), [1.0] * sum(len(r) for _, _, r in t))
