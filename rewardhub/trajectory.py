@@ -16,13 +16,20 @@ any other a *text* reward. Both kinds score both sample shapes:
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["chat_of", "message_text", "reads_messages", "replies_of", "text_view", "tool_calls_of"]
+__all__ = ["chat_of", "hermes_message", "message_text", "reads_messages", "replies_of", "text_view",
+           "tool_calls_of", "without_markers"]
+
+#: ChatML's turn markers and end text, as a decode that keeps special tokens leaves them
+_MARKERS = re.compile(r"<\|im_start\|>|<\|im_end\|>|<\|endoftext\|>")
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 def reads_messages(names: Any) -> bool:
@@ -104,3 +111,31 @@ def tool_calls_of(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
     """Every assistant tool call of a conversation, in order (each ``{id?, type, function: {name,
     arguments}}``)."""
     return [c for m in messages if m.get("role") == "assistant" for c in (m.get("tool_calls") or ())]
+
+
+def without_markers(text: str) -> str:
+    """``text`` without ChatML's turn markers (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``)."""
+    return _MARKERS.sub("", text)
+
+
+def _hermes_call(body: str) -> dict[str, Any]:
+    """One hermes tool call as an OpenAI one; a body that is not ``{"name", "arguments"}`` JSON keeps
+    its text as the arguments and has no name (verl's parser drops it; a reward may want to see it)."""
+    try:
+        parsed = json.loads(body)
+        name, arguments = parsed["name"], json.dumps(parsed["arguments"], ensure_ascii=False)
+    except (ValueError, TypeError, KeyError):
+        name, arguments = "", body.strip()
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def hermes_message(text: str) -> dict[str, Any]:
+    """A model's turn as generated text, with hermes tool calls (``<tool_call>{"name": ...,
+    "arguments": {...}}</tool_call>``, the format of Qwen's templates and verl's default), as an OpenAI
+    assistant message: its other text as ``content``, its calls as ``tool_calls``."""
+    text = without_markers(text)
+    message: dict[str, Any] = {"role": "assistant", "content": _CALL.sub("", text).strip()}
+    calls = [_hermes_call(b) for b in _CALL.findall(text)]
+    if calls:
+        message["tool_calls"] = calls
+    return message

@@ -179,3 +179,61 @@ def test_one_tool_reward_scores_the_same_through_every_framework(tmp_path, capsy
         status, body = server.post("/get_reward", {"query": [r["messages"] for r in ROWS]})
         assert status == 200, body
         assert body["rewards"] == pytest.approx(scored)
+
+
+class _ScriptedModel:
+    """Stands in for OpenRLHF's vLLM engine: its k-th generate answers the k-th turn's text."""
+
+    def __init__(self, tok, turns: list[str]) -> None:
+        self.tok, self.turns = tok, list(turns)
+
+    async def generate(self, prompt_token_ids, params, multi_modal_data=None):
+        import types
+
+        text = self.turns.pop(0)
+        out = types.SimpleNamespace(token_ids=self.tok.encode(text, add_special_tokens=False), text=text,
+                                    finish_reason="stop", logprobs=None)
+        return types.SimpleNamespace(outputs=[out])
+
+
+@pytest.mark.timeout(120)
+def test_openrlhf_agent_steps_and_episode_are_scored_through_the_registry(tmp_path):
+    """OpenRLHF's own MultiTurnAgentExecutor runs an AgentInstanceBase whose step scores through an
+    Episode: each step by the step reward, the finished episode by the reward, as score does."""
+    import asyncio
+    import types
+
+    from test_serve import _openrlhf_agent
+    from test_serve_openrlhf import _tokenizer
+
+    from rewardhub.agents import Episode
+
+    agent = _openrlhf_agent()
+    question, turns = EPISODES[0]
+    texts = [_hermes([t]).split("<|im_end|>")[0] + "<|im_end|>" for t in turns]
+    episodes: list[Episode] = []
+
+    class Instance(agent.AgentInstanceBase):
+        def __init__(self, *args, **kwargs):
+            self.turn = 0
+
+        async def reset(self, states, **kwargs):
+            episodes.append(Episode("tool_call_format", [SYSTEM, {"role": "user", "content": question}],
+                                    states["label"], step_reward="tool_call_format"))
+            return {"observation": states["observation"]}
+
+        async def step(self, states, **kwargs):
+            results = turns[self.turn][2]
+            self.turn += 1
+            feedback = "".join(f"<tool_response>{r}</tool_response>" for r in results)
+            return await episodes[-1].step(states["action_text"], results, self.turn == len(turns),
+                                           feedback=feedback)
+
+    tok = _tokenizer(tmp_path / "tok")
+    params = types.SimpleNamespace(max_tokens=8, logprobs=None)
+    out = asyncio.run(agent.MultiTurnAgentExecutor(Instance).execute(
+        question, None, params, 4096, tok, _ScriptedModel(tok, texts)))
+    # step rewards: 1 of 2 calls well formed, then 2 of 3; the episode's: 2 of 3, as score gives it
+    assert out["reward"] == pytest.approx(1 / 2 + 2 / 3 + EXPECTED[0])
+    assert float(out["scores"]) == pytest.approx(EXPECTED[0])
+    assert [m["role"] for m in episodes[0].messages] == [m["role"] for m in ROWS[0]["messages"]]

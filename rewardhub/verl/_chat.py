@@ -11,50 +11,31 @@ decoded with or without the template's special tokens (ChatML's ``<|im_start|>``
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..trajectory import hermes_message
+from ..trajectory import without_markers
+
 __all__ = ["verl_chat"]
 
-_SPECIAL = re.compile(r"<\|im_start\|>|<\|im_end\|>|<\|endoftext\|>")
 #: the tool results of one turn, between two model turns (or at the end, where the loop stopped)
 _TOOL_TURN = re.compile(r"\s*\buser\n((?:\s*<tool_response>.*?</tool_response>)+)\s*(?:\bassistant\n|$)",
                         re.DOTALL)
 _RESULT = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
-def _call(body: str) -> dict[str, Any]:
-    """One hermes tool call as an OpenAI one; a body that is not ``{"name", "arguments"}`` JSON keeps
-    its text as the arguments and has no name (verl's parser drops it; a reward may want to see it)."""
-    try:
-        parsed = json.loads(body)
-        name, arguments = parsed["name"], json.dumps(parsed["arguments"], ensure_ascii=False)
-    except (ValueError, TypeError, KeyError):
-        name, arguments = "", body.strip()
-    return {"type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def _assistant(text: str) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": _CALL.sub("", text).strip()}
-    calls = [_call(b) for b in _CALL.findall(text)]
-    if calls:
-        message["tool_calls"] = calls
-    return message
 
 
 def verl_chat(raw_prompt: Sequence[Mapping[str, Any]], response: str) -> list[dict[str, Any]]:
     """The conversation of one verl trajectory: ``raw_prompt``'s messages, then the turns read back
     from the decoded ``response`` (assistant turns with their ``tool_calls``, one ``tool`` message per
     tool result)."""
-    parts = _TOOL_TURN.split(_SPECIAL.sub("", response))
+    parts = _TOOL_TURN.split(without_markers(response))
     messages = [dict(m) for m in raw_prompt]
     for k, part in enumerate(parts):
         if k % 2:
             messages += [{"role": "tool", "content": r} for r in _RESULT.findall(part)]
         elif part.strip() or k == 0:
-            messages.append(_assistant(part))
+            messages.append(hermes_message(part))
     return messages
