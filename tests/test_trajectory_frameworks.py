@@ -122,22 +122,30 @@ def trajectory(tok, raw_prompt, response, num_turns, tool_rewards):
     return DataProto(batch=batch, non_tensor_batch=non_tensor)
 
 
-cfg = OmegaConf.create({"reward": {
-    "custom_reward_function": {"path": None, "name": "compute_score", "reward_kwargs": {}},
-    "reward_manager": {"source": "register", "name": "rewardhub",
-                       "module": {"path": sys.argv[1], "name": "x"}},
-    "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
+def config(path):
+    return OmegaConf.create({"reward": {
+        "custom_reward_function": {"path": None, "name": "compute_score", "reward_kwargs": {}},
+        "reward_manager": {"source": "register", "name": "rewardhub", "module": {"path": path, "name": "x"}},
+        "reward_model": {"enable": False}, "sandbox_fusion": {"url": None}}})
+
+
 tok = ChatTokenizer()
-ours = load_reward_manager(cfg, tok, reward_router_address=None, reward_model_tokenizer=None)
-naive = NaiveRewardManager(cfg, tok, to_verl("tool_call_format"))
-parts = [trajectory(tok, *e) for e in json.loads(open(sys.argv[2]).read())]
+parts = [trajectory(tok, *e) for e in json.loads(open(sys.argv[3]).read())]
 
 
-async def go(manager):
-    return [r["reward_score"] for r in await asyncio.gather(*(manager.run_single(d) for d in parts))]
+def scores(manager):
+    async def go():
+        return await asyncio.gather(*(manager.run_single(d) for d in parts))
+    return [r["reward_score"] for r in manager.loop.run_until_complete(go())]
 
-print(json.dumps({"ours": ours.loop.run_until_complete(go(ours)),
-                  "naive": naive.loop.run_until_complete(go(naive))}))
+
+out = {}
+for key, yaml, term in (("tools", sys.argv[1], "tool_call_format"),
+                        ("seen", sys.argv[2], {"path": sys.argv[4], "function": "seen"})):
+    cfg = config(yaml)
+    ours = load_reward_manager(cfg, tok, reward_router_address=None, reward_model_tokenizer=None)
+    out[key] = [scores(ours), scores(NaiveRewardManager(cfg, tok, to_verl(term)))]
+print(json.dumps(out))
 '''
 
 
@@ -165,11 +173,20 @@ def test_one_tool_reward_scores_the_same_through_every_framework(tmp_path, capsy
     assert [r[1] for r in rows] == pytest.approx([3.08, 1.05, 0.03])
 
     # verl 0.9.1: rewardhub's reward manager and to_verl under verl's own naive manager
-    episodes = [(_openai(q, t)[0], _hermes(t), 2 * len(t), [1.0] * sum(len(r) for _, _, r in t))
+    episodes = [(_openai(q, t)[0], _hermes(t), 2 * len(t), [0.5] * sum(len(r) for _, _, r in t))
                 for q, t in EPISODES]
     (tmp_path / "episodes.json").write_text(json.dumps(episodes))
-    got = _run(tmp_path, VERL, str(cfg), str(tmp_path / "episodes.json"))
-    assert got["ours"] == pytest.approx(scored) and got["naive"] == pytest.approx(scored)
+    seen = tmp_path / "seen.py"
+    seen.write_text("def seen(*, messages, extra_info, **kw):\n"  # what a trajectory reward gets from verl
+                    "    return 100 * len(messages) + extra_info['num_turns']"
+                    " + sum(extra_info['tool_rewards'])\n")
+    seen_cfg = tmp_path / "seen.yaml"
+    seen_cfg.write_text(f"reward:\n  rewards:\n    - {{path: {seen}, function: seen}}\n")
+    got = _run(tmp_path, VERL, str(cfg), str(seen_cfg), str(tmp_path / "episodes.json"), str(seen))
+    assert got["tools"] == [pytest.approx(scored)] * 2  # rewardhub's manager, to_verl under naive
+    # the whole chat (tool results one message each), __num_turns__ and the per-turn tool rewards
+    want = [100 * len(r["messages"]) + n + sum(t) for r, (_, _, n, t) in zip(ROWS, episodes)]
+    assert got["seen"] == [want] * 2
 
     # the server: its own /score rows and OpenRLHF's /get_reward queries
     with Server(cfg) as server:
