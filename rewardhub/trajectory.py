@@ -94,9 +94,9 @@ def chat_of(sample: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     elif isinstance(prompt, (list, tuple)) and prompt:
         head = _messages(prompt, "?")
     else:
-        raise UsageError(f"a trajectory reward reads messages, and this sample has none and a prompt of "
-                         f"{type(prompt).__name__} {prompt!r}\ngive the sample 'messages', or a prompt "
-                         "(text or chat messages) to stand for the user turn")
+        raise UsageError(f"a trajectory reward reads messages; this sample has none, and its prompt "
+                         f"({type(prompt).__name__} {prompt!r}) cannot stand for the user turn\n"
+                         "give the sample 'messages', or a prompt (text or chat messages)")
     return [*head, {"role": "assistant", "content": sample.get("response")}]
 
 

@@ -82,6 +82,18 @@ def test_a_trajectory_without_a_reply_is_one_clear_error(runner):
         runner.score([{"messages": "hi"}])
 
 
+def test_a_trl_style_reward_gets_conversational_completions_and_a_missing_user_turn_is_named(tmp_path):
+    reward = tmp_path / "trl_style.py"
+    reward.write_text("def trl_style(prompts, completions, **kwargs):\n"
+                      "    return [float(len(c)) if isinstance(c, list) else -1.0 for c in completions]\n")
+    terms = [{"path": str(reward), "function": "trl_style"}, {"name": "tool_call_format"}]
+    res = Runner.from_config({"rewards": terms}, make_registry()).score(
+        [TRAJECTORIES[0], {"prompt": None, "response": "x"}])
+    # the completion: the messages from the first reply on (6 of the 8), as TRL gives them; text stays text
+    assert [r["trl_style"] for r in res.rewards] == [6.0, -1.0]
+    assert "its prompt (NoneType None) cannot stand for the user turn" in res.errors[1]["tool_call_format"]
+
+
 def test_list_and_show_say_what_a_reward_reads(capsys):
     assert main(["list", "--json", "--no-autoload"]) == 0
     reads = {r["name"]: r["reads"] for r in json.loads(capsys.readouterr().out)}
