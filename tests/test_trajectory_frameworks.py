@@ -79,6 +79,7 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.trainer.ppo.reward import load_reward_manager
+from verl.workers.reward_manager import get_reward_manager_cls
 from rewardhub.adapters import to_verl
 
 SPECIAL = ["<|im_start|>", "<|im_end|>"]
@@ -145,6 +146,28 @@ for key, yaml, term in (("tools", sys.argv[1], "tool_call_format"),
     cfg = config(yaml)
     ours = load_reward_manager(cfg, tok, reward_router_address=None, reward_model_tokenizer=None)
     out[key] = [scores(ours), scores(NaiveRewardManager(cfg, tok, to_verl(term)))]
+
+
+def whole(parts):
+    """The trajectories as one batch, as AgentLoopWorker._postprocess leaves it for the trainer: prompts
+    left-padded, responses right-padded, the agent loop's extra fields as columns."""
+    P = max(d.batch["prompts"].shape[1] for d in parts)
+    R = max(d.batch["responses"].shape[1] for d in parts)
+    rows = [(d.batch["prompts"][0].tolist(), d.batch["responses"][0].tolist()) for d in parts]
+    prompts = torch.tensor([[0] * (P - len(p)) + p for p, _ in rows])
+    responses = torch.tensor([r + [0] * (R - len(r)) for _, r in rows])
+    mask = torch.tensor([[0] * (P - len(p)) + [1] * (len(p) + len(r)) + [0] * (R - len(r)) for p, r in rows])
+    nt = {k: np.concatenate([d.non_tensor_batch[k] for d in parts])
+          for k in ("data_source", "reward_model", "extra_info", "raw_prompt", "__num_turns__")}
+    for key in ("turn_scores", "tool_rewards"):
+        nt[key] = np.empty(len(parts), dtype=object)
+        nt[key][:] = [d.non_tensor_batch["tool_extra_fields"][0][key] for d in parts]
+    return DataProto.from_dict(tensors={"prompts": prompts, "responses": responses, "attention_mask": mask,
+                                        "input_ids": torch.cat([prompts, responses], 1)}, non_tensors=nt)
+
+
+batch_manager = get_reward_manager_cls("rewardhub")(tokenizer=tok, num_examine=0, config=config(sys.argv[2]))
+out["seen"].append(batch_manager(whole(parts), return_dict=True)["reward_tensor"].sum(-1).tolist())
 print(json.dumps(out))
 '''
 
@@ -186,7 +209,7 @@ def test_one_tool_reward_scores_the_same_through_every_framework(tmp_path, capsy
     assert got["tools"] == [pytest.approx(scored)] * 2  # rewardhub's manager, to_verl under naive
     # the whole chat (tool results one message each), __num_turns__ and the per-turn tool rewards
     want = [100 * len(r["messages"]) + n + sum(t) for r, (_, _, n, t) in zip(ROWS, episodes)]
-    assert got["seen"] == [want] * 2
+    assert got["seen"] == [want] * 3  # ... and rewardhub's batch manager on the whole batch
 
     # the server: its own /score rows and OpenRLHF's /get_reward queries
     with Server(cfg) as server:

@@ -136,6 +136,9 @@ def _fields(nt: Mapping[str, Any], i: int, reward_fn_key: str, needs_ground_trut
         tools = _mapping(nt["tool_extra_fields"][i], "tool_extra_fields", i)
         if tools:
             info.update(tools)
+    for key in ("tool_rewards", "turn_scores"):  # a whole batch: the agent loop's extra fields are columns
+        if key in nt and key not in info:
+            info[key] = _python_value(nt[key][i])
     info["num_turns"] = _python_value(nt["__num_turns__"][i]) if "__num_turns__" in nt else None
     info["rollout_reward_scores"] = _python_value(nt["reward_scores"][i]) if "reward_scores" in nt else {}
     return {
