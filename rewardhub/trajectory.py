@@ -54,7 +54,8 @@ def _messages(value: Any, label: Any) -> list[Mapping[str, Any]]:
         return list(value)
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    raise UsageError(f"sample {label}: 'messages' is not a list of chat messages ({shown})\n"
+    where = "" if label is None else f"sample {label}: "  # a reward's call names its sample itself
+    raise UsageError(f"{where}'messages' is not a list of chat messages ({shown})\n"
                      "messages is a list of {role, content} dicts (OpenAI chat format: assistant "
                      "turns may hold tool_calls, tool results have role 'tool')")
 
@@ -86,13 +87,13 @@ def chat_of(sample: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """
     messages = sample.get("messages")
     if messages is not None:
-        return _messages(messages, "?")
+        return _messages(messages, None)
     prompt = sample.get("prompt")
     head: list[Mapping[str, Any]]
     if isinstance(prompt, str):
         head = [{"role": "user", "content": prompt}]
     elif isinstance(prompt, (list, tuple)) and prompt:
-        head = _messages(prompt, "?")
+        head = _messages(prompt, None)
     else:
         raise UsageError(f"a trajectory reward reads messages; this sample has none, and its prompt "
                          f"({type(prompt).__name__} {prompt!r}) cannot stand for the user turn\n"
