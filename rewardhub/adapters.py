@@ -193,7 +193,7 @@ def to_verl(reward: str | Mapping[str, Any], *, registry: Any = None, **term: An
         raw_prompt = extra_info.get("raw_prompt") if isinstance(extra_info, Mapping) else None
         if raw_prompt is not None and not isinstance(raw_prompt, (str, Mapping)):
             # verl's agent loop: the trajectory, for a reward that reads it
-            from .verl._chat import verl_chat
+            from .verl.chat import verl_chat
 
             sample["messages"] = verl_chat(list(raw_prompt), solution_str)
         runner = lazy.get()

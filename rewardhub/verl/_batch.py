@@ -6,7 +6,7 @@ needed). ``reward_model.ground_truth`` is the ground truth (None passed on as No
 passes it), ``extra_info`` (a dict, or a JSON object in a string) gets ``tool_extra_fields`` merged
 in, then ``num_turns`` and ``rollout_reward_scores``, as ``naive`` does. A row whose ``raw_prompt`` is
 chat messages is a trajectory too: its ``messages`` are the agent loop's conversation
-(:func:`~rewardhub.verl._chat.verl_chat`), for the rewards that read it.
+(:func:`~rewardhub.verl.chat.verl_chat`), for the rewards that read it.
 
 A row that cannot be read so fails alone: :func:`read_rows` gives a :class:`VerlBatchError` for it
 (naming the field, the row and what was there) in its place, and reads the other rows. verl's agent
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ._chat import verl_chat
+from .chat import verl_chat
 
 __all__ = ["NO_GROUND_TRUTH", "VerlBatchError", "read_rows", "row_label", "row_lengths"]
 
