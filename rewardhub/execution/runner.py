@@ -136,7 +136,9 @@ class Runner:
         n = len(batch)
         labels = list(indices) if indices is not None else None
         fast = {t.name: self._is_fast(t) for t in self.terms}
-        if not all(fast.values()):  # the fast loop checks samples as it goes; others need it first
+        # the fast loop checks samples as it goes; others need it first, and so does a batch of trajectories
+        # (told by its first sample), which the fast loop would read one at a time
+        if not all(fast.values()) or (n and type(batch[0]) is dict and "response" not in batch[0]):
             batch = [check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
         columns: dict[str, Column] = {}
         total = n * len(self.terms)
