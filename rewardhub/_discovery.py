@@ -333,6 +333,17 @@ def static_docstring(module_file: str, attr: str) -> str:
     return ""
 
 
+def static_params(module_file: str, attr: str) -> set[str] | None:
+    """The parameter names of top-level function ``attr`` of a source file, read with ``ast``
+    (``None`` when it is not such a function)."""
+    tree = _parsed(module_file)
+    for node in tree.body if tree else ():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
+            a = node.args
+            return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+    return None
+
+
 #: no reward metadata can be read from the source without running it
 UNREADABLE = "unreadable"
 

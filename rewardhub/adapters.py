@@ -38,6 +38,10 @@ def _text(x: Any) -> Any:
     return x
 
 
+def _is_chat(x: Any) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(m, Mapping) and "role" in m for m in x)
+
+
 class _LazyRunner:
     """The scorer of an exported reward, built at its first call: a Runner of the one term, or with
     ``remote`` a ``rewardhub serve`` server's (``pick``: the term whose value is given; None: the
@@ -124,11 +128,14 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
            ground_truth_key: str | None = None, remote: RemoteConfig | str | None = None, **term: Any) -> Any:
     """A TRL ``reward_funcs`` callable for a registered reward (or a config term mapping).
 
-    TRL calls it as ``f(prompts=..., completions=..., completion_ids=..., **dataset_columns)``;
-    it returns one float per completion, or ``None`` (TRL's "not scored") where the reward does not
-    apply, where its call failed (raised, timed out) and where the row has no ground truth that the
-    reward needs. A term that names ``on_failure`` itself gets that instead (``zero``: 0.0, ``nan``,
-    ``raise``: the error stops TRL's step). The failures of each call are logged through TRL's
+    TRL calls it as ``f(prompts=..., completions=..., completion_ids=..., **dataset_columns)``; a
+    conversational completion (assistant turns with ``tool_calls``, tool results) makes the sample a
+    trajectory (its prompt's messages, then the completion's), and ``environments`` (from TRL's
+    ``environment_factory``) reach the reward as ``extra_info["environment"]``. It returns one float
+    per completion, or ``None`` (TRL's "not scored") where the reward does not apply, where its call
+    failed (raised, timed out) and where the row has no ground truth that the reward needs. A term that
+    names ``on_failure`` itself gets that instead (``zero``: 0.0, ``nan``, ``raise``: the error stops
+    TRL's step). The failures of each call are logged through TRL's
     ``log_metric`` as ``<name>/failed`` (a count).
 
     Example::
@@ -166,6 +173,7 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
                 f"\ncolumns there: {', '.join(sorted(columns)) or 'none'}; name the right one with "
                 "to_trl(..., ground_truth_key=...)"
             )
+        envs = kwargs.get("environments")
         samples = []
         for i in range(n):
             gt = columns[key][i] if key in columns else None
@@ -174,13 +182,21 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
             extra = {k: v[i] for k, v in columns.items() if k not in (key, "data_source", "extra_info")}
             if isinstance(columns.get("extra_info", [None] * n)[i], Mapping):  # verl's row format: its own
                 extra.update(columns["extra_info"][i])
-            samples.append({
+            sample: dict[str, Any] = {
                 "prompt": _text(prompts[i]) if i < len(prompts) else None,
-                "response": _text(completions[i]),
                 "ground_truth": gt,
                 "data_source": columns["data_source"][i] if "data_source" in columns else None,
                 "extra_info": extra,
-            })
+            }
+            if envs is not None and i < len(envs):  # environment_factory's: the episode's final state
+                sample["extra_info"]["environment"] = envs[i]
+            if _is_chat(completions[i]):  # a conversational completion (tool calls, results): a trajectory
+                head = prompts[i] if i < len(prompts) and _is_chat(prompts[i]) else [
+                    {"role": "user", "content": sample["prompt"]}]
+                sample["messages"] = [*head, *completions[i]]
+            else:
+                sample["response"] = _text(completions[i])
+            samples.append(sample)
         missing = {i for i, s in enumerate(samples) if lazy.needs_ground_truth and s["ground_truth"] is None}
         ok = [i for i in range(n) if i not in missing]
         out: list[float | None] = [None] * n
@@ -226,6 +242,12 @@ def to_verl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = No
         sample = {"prompt": (extra_info or {}).get("prompt") if isinstance(extra_info, Mapping) else None,
                   "response": solution_str, "ground_truth": ground_truth, "data_source": data_source,
                   "extra_info": extra_info}
+        raw_prompt = extra_info.get("raw_prompt") if isinstance(extra_info, Mapping) else None
+        if raw_prompt is not None and not isinstance(raw_prompt, (str, Mapping)):
+            # verl's agent loop: the trajectory, for a reward that reads it
+            from .verl.chat import verl_chat
+
+            sample["messages"] = verl_chat(list(raw_prompt), solution_str)
         runner = lazy.get()
         if ground_truth is None and lazy.withheld_without_ground_truth:
             name, policy = lazy.name_policy

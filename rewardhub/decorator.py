@@ -204,6 +204,11 @@ def _capabilities(obj: Any, declared: tuple[str, ...]) -> tuple[str, ...]:
     call = obj if inspect.isfunction(obj) or inspect.ismethod(obj) else getattr(obj, "__call__", None)
     if inspect.iscoroutinefunction(obj) or (call is not None and inspect.iscoroutinefunction(call)):
         caps.add("async")
+    try:
+        if "messages" in inspect.signature(obj).parameters:
+            caps.add("trajectory")  # it reads the whole conversation (rewardhub.trajectory)
+    except (TypeError, ValueError):
+        pass
     return tuple(sorted(caps))
 
 

@@ -34,8 +34,8 @@ def read_pairs(path: str, *, prompt_key: str | None = None,
     """``(input row, sample)`` for every row of ``path``: the row as read (what the output keeps, unchanged)
     and the sample the rewards get.
 
-    :raises UsageError: a row without ``response``, or a ``prompt_key`` / ``answer_key`` that names no
-        column of the first row (naming the columns it has).
+    :raises UsageError: a row without ``response`` or ``messages``, or a ``prompt_key`` /
+        ``answer_key`` that names no column of the first row (naming the columns it has).
     """
     from .datasets import has_column
     from .datasets import iter_rows
@@ -43,11 +43,12 @@ def read_pairs(path: str, *, prompt_key: str | None = None,
 
     first = True
     for row in iter_rows(path, key="data"):
-        if "response" not in row.data:
+        if "response" not in row.data and "messages" not in row.data:
             raise UsageError(
-                f"{row.where}: no 'response' column\n"
+                f"{row.where}: no 'response' column (nor 'messages')\n"
                 "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
-                "data_source, extra_info"
+                "data_source, extra_info; or a trajectory: messages (OpenAI chat format) in place of "
+                "prompt and response"
             )
         if first:
             first = False

@@ -16,8 +16,9 @@ from rewardhub.adapters import to_trl
 from rewardhub.adapters import to_verl
 
 
-def _trl_calculate_rewards(reward_funcs, inputs, prompts, completions):
-    """Call TRL's own GRPOTrainer._calculate_rewards with a minimal trainer object."""
+def _trl_calculate_rewards(reward_funcs, inputs, prompts, completions, environments=None):
+    """Call TRL's own GRPOTrainer._calculate_rewards with a minimal trainer object (``environments``:
+    what its ``environment_factory`` made, one per completion)."""
     torch = pytest.importorskip("torch")
     from trl import GRPOTrainer
 
@@ -29,7 +30,7 @@ def _trl_calculate_rewards(reward_funcs, inputs, prompts, completions):
         state=SimpleNamespace(global_step=0),
         _log_completion_extra=lambda *a, **k: None,
         _log_metric=lambda *a, **k: None,
-        environments=None,
+        environments=environments,
         args=SimpleNamespace(report_to=[]),
         _metrics={"train": {}},
         control=SimpleNamespace(should_evaluate=False),

@@ -14,6 +14,7 @@ from .._discovery import UNREADABLE
 from .._discovery import find_module_file
 from .._discovery import static_docstring
 from .._discovery import static_meta
+from .._discovery import static_params
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
 
@@ -102,6 +103,19 @@ def with_declared_policy(spec: RewardSpec) -> tuple[RewardSpec, str]:
                       kind=meta["kind"] if spec.kind == "function" else spec.kind), ""
 
 
+def reads(spec: RewardSpec, loaded: bool) -> str:
+    """What a reward reads: ``trajectory`` (it takes ``messages``), ``text``, or ``?`` (a lazy entry
+    point whose source does not show its parameters)."""
+    if "trajectory" in spec.capabilities:
+        return "trajectory"
+    if loaded or spec.source != "entry-point" or spec.status != "ok":
+        return "text"
+    module, _, attr = spec.target.rpartition(":") if spec.is_file_target else spec.target.partition(":")
+    source = module if spec.is_file_target else find_module_file(module) or ""
+    names = static_params(source, attr.split(".")[-1])
+    return "?" if names is None else "trajectory" if "messages" in names else "text"
+
+
 def policy_text(spec: RewardSpec) -> str:
     """The settings of ``spec``'s policy that differ from the defaults, e.g. ``timeout 5s, pure``."""
     pol, default = spec.policy, ExecutionPolicy()
@@ -133,6 +147,7 @@ def spec_row(spec: RewardSpec, *, loaded: bool = False) -> dict[str, Any]:
         "kind": spec.kind,
         "name": spec.name,
         "plugin": spec.plugin,
+        "reads": reads(spec, loaded),
         "sha256": spec.sha256,
         "source": spec.source,
         "status": spec.status,

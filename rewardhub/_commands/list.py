@@ -63,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
         dump_json(rows)
         return 0
     if args.verbose:
-        body = [[r["name"], r["source"], _origin(r), r["status"], r["policy_text"], r["target"],
+        body = [[r["name"], r["source"], _origin(r), r["status"], r["policy_text"], r["reads"], r["target"],
                  r["error"] or r["summary"]] for r in rows]
-        print(table(body, ["name", "source", "from", "status", "policy", "target", "summary / error"]))
+        print(table(body, ["name", "source", "from", "status", "policy", "reads", "target",
+                           "summary / error"]))
     else:
-        body = [[r["name"], _origin(r), r["status"], r["policy_text"],
+        body = [[r["name"], _origin(r), r["status"], r["policy_text"], r["reads"],
                  (f"ERROR: {r['error']}" if r["error"] else r["summary"])] for r in rows]
-        print(table(body, ["name", "from", "status", "policy", "summary"]))
+        print(table(body, ["name", "from", "status", "policy", "reads", "summary"]))
     broken = sum(r["status"] == "broken" for r in rows)
     conflicts = sum(r["status"] == "conflict" for r in rows)
     also = (

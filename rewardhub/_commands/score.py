@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "data",
         help="JSONL or parquet file (told by content; gzip/bz2/xz too; '-' for stdin, or a "
         "pipe), a glob, or a datasets save_to_disk folder: response, prompt, ground_truth (or "
-        "verl's reward_model.ground_truth), data_source, extra_info",
+        "verl's reward_model.ground_truth), data_source, extra_info; or messages (a trajectory, "
+        "OpenAI chat format) in place of prompt and response",
     )
     parser.add_argument(
         "overrides",

@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(signature)
     print()
-    for key in ("source", "dist", "version", "target", "file", "kind", "capabilities", "data_sources",
-                "policy", "runs_on", "params"):
+    for key in ("source", "dist", "version", "target", "file", "kind", "reads", "capabilities",
+                "data_sources", "policy", "runs_on", "params"):
         value = row[key]
         if value in (None, [], {}, ""):
             continue

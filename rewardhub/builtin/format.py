@@ -1,15 +1,19 @@
-"""Format rewards: a regular expression match, and the ``<think>…</think>`` answer layout."""
+"""Format rewards: a regular expression match, the ``<think>…</think>`` answer layout, and (a trajectory
+reward) well-formed tool calls."""
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..decorator import reward
 from ..hookspecs import hookimpl
+from ..trajectory import tool_calls_of
 
-__all__ = ["regex_match", "think_format"]
+__all__ = ["regex_match", "think_format", "tool_call_format"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -76,6 +80,40 @@ def think_format(*, response: str, require_answer_tag: bool = False, **kwargs: A
     return 1.0
 
 
+def _well_formed(call: Any, tools: Any) -> bool:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        return False
+    if tools is not None and fn["name"] not in tools:
+        return False
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return False
+    return isinstance(args, Mapping)
+
+
+@reward(name="tool_call_format")
+def tool_call_format(*, messages: list[dict[str, Any]], tools: list[str] | None = None,
+                     no_calls: float = 0.0, **kwargs: Any) -> float:
+    """The share of the assistant's tool calls that are well formed: a function name (one of
+    ``tools`` when given) and arguments that are a JSON object; ``no_calls`` when it made none.
+
+    Example:
+
+        >>> call = {"type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+        >>> tool_call_format(messages=[{"role": "user", "content": "1+1?"},
+        ...                            {"role": "assistant", "content": "", "tool_calls": [call]}])
+        1.0
+    """
+    calls = tool_calls_of(messages)
+    if not calls:
+        return no_calls
+    return sum(_well_formed(c, tools) for c in calls) / len(calls)
+
+
 @hookimpl
 def rewardhub_register_rewards() -> list[Any]:
-    return [regex_match, think_format]
+    return [regex_match, think_format, tool_call_format]

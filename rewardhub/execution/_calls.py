@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..trajectory import chat_of
+from ..trajectory import reads_messages
+from ..trajectory import replies_of
+from ..trajectory import text_view
 from ..types import ADAPTERS
 
 __all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "make_invoker", "own",
@@ -95,7 +99,8 @@ class Invoker:
     """Calls one reward with samples, whatever its signature.
 
     ``kind`` is how rewardhub drives it: ``function`` (one sample per call) or ``batched`` /
-    ``group`` (lists per call).
+    ``group`` (lists per call). ``messages``: it is a trajectory reward (it takes ``messages``: a
+    conversation per call, a list of them per batched call; see :mod:`rewardhub.trajectory`).
     """
 
     fn: Any
@@ -104,6 +109,7 @@ class Invoker:
     is_async: bool
     names: set[str]
     var_kw: bool
+    messages: bool = False
 
     def _filter(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.var_kw:
@@ -119,6 +125,8 @@ class Invoker:
                     "extra_info": own(sample.get("extra_info"))}
         else:
             call = sample_kwargs(sample)
+        if self.messages:
+            call["messages"] = own(chat_of(sample))
         call.update(kwargs)
         return self.fn(**self._filter(call))
 
@@ -126,7 +134,10 @@ class Invoker:
     def call_many(self, samples: Sequence[Mapping[str, Any]], kwargs: Mapping[str, Any]) -> Any:
         cols = {k: [own(s.get(k)) for s in samples] for k in FIELDS}
         if self.adapter == "trl":
-            call: dict[str, Any] = {"prompts": cols["prompt"], "completions": cols["response"],
+            # a trajectory's completion is conversational, as TRL's: its messages from the first reply on
+            completions = [r if s.get("messages") is None else own(replies_of(s["messages"]))
+                           for s, r in zip(samples, cols["response"])]
+            call: dict[str, Any] = {"prompts": cols["prompt"], "completions": completions,
                                     "ground_truth": cols["ground_truth"], "data_source": cols["data_source"],
                                     "extra_info": cols["extra_info"]}
             # TRL passes every dataset column as a list keyword; extra_info keys play that role
@@ -140,6 +151,8 @@ class Invoker:
             call = {"prompts": cols["prompt"], "responses": cols["response"],
                     "ground_truths": cols["ground_truth"], "data_sources": cols["data_source"],
                     "extra_infos": cols["extra_info"]}
+            if self.messages:
+                call["messages"] = [own(chat_of(s)) for s in samples]
         call.update(kwargs)
         return self.fn(**self._filter(call))
 
@@ -161,22 +174,25 @@ def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> 
             kind = "batched"
     if kind == "model":
         kind = "batched"
-    return Invoker(
-        fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names, var_kw=var_kw
-    )
+    return Invoker(fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names,
+                   var_kw=var_kw, messages=adapter == "rewardhub" and reads_messages(names))
 
 
 def check_sample(s: Any, label: Any) -> dict[str, Any]:
-    """The sample as a dict; a :class:`UsageError` naming it by ``label`` when it is not a mapping
-    with a ``response``."""
+    """The sample as a dict (a trajectory's with its text view: :func:`~rewardhub.trajectory.text_view`);
+    a :class:`UsageError` naming it by ``label`` when it is not a mapping with a ``response`` or
+    ``messages``."""
     if type(s) is dict and "response" in s:
         return s
     if not isinstance(s, Mapping):
         raise UsageError(f"sample {label} is a {type(s).__name__}, not a mapping with 'response'")
+    if "response" not in s and s.get("messages") is not None:
+        return text_view(s, label)
     if "response" not in s:
         raise UsageError(
             f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
-            "each sample needs prompt, response, ground_truth, data_source, extra_info"
+            "each sample needs prompt, response, ground_truth, data_source, extra_info (or messages in "
+            "place of prompt and response: a trajectory)"
         )
     return dict(s)
 

@@ -52,7 +52,8 @@ _cache: dict[tuple[Any, ...], Any] = {}
 
 
 def fast_eligible(inv: Invoker) -> bool:
-    return inv.kind == "function" and not inv.is_async and inv.adapter in ("rewardhub", "verl")
+    return (inv.kind == "function" and not inv.is_async and inv.adapter in ("rewardhub", "verl")
+            and not inv.messages)
 
 
 def _plan(inv: Invoker, kwargs: Mapping[str, Any]) -> tuple[list[tuple[str, str]], dict[str, Any]]:
@@ -119,7 +120,7 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
         i = len(out)
         s = batch[i]
         if not isinstance(s, Mapping) or any(field not in s for _, field in pairs):
-            check_sample(s, col.label(i))  # a bad sample stops the batch with its name
+            s = check_sample(s, col.label(i))  # a bad sample stops the batch with its name
             loop = _compile(pairs, bool(constants), lenient=True)  # optional fields may be missing
             attempts, error = 0, None
         else:  # the reward itself raised

@@ -50,9 +50,7 @@ class RemoteExecutor(Protocol):
         """Raw outcomes of one term for ``samples`` (``indices``: their places in the runner's batch)."""
         ...
 
-    def workers_info(self) -> list[dict[str, Any]]:
-        """One dict of facts per worker started so far."""
-        ...
+    def workers_info(self) -> list[dict[str, Any]]: ...  # one dict of facts per worker started so far
 
     def close(self) -> None: ...
 
@@ -139,7 +137,8 @@ class Runner:
         n = len(batch)
         labels = list(indices) if indices is not None else None
         fast = {t.name: self._is_fast(t) and not t.policy.cache for t in self.terms}
-        if not all(fast.values()):  # the fast loop checks samples as it goes; others need it first
+        # the fast loop checks samples as it goes; others, and trajectories (told by the first), first
+        if not all(fast.values()) or (n and type(batch[0]) is dict and "response" not in batch[0]):
             batch = [check_sample(s, i if labels is None else labels[i]) for i, s in enumerate(batch)]
         columns: dict[str, Column] = {}
         total = n * len(self.terms)

@@ -1,17 +1,19 @@
 """Request and answer formats: the server's own (``POST /score``) and OpenRLHF's (``POST /get_reward``).
 
 Own API: ``{"rows": [ROW, ...]}`` where a row is what a line of ``rewardhub score``'s input holds
-(``response``; ``prompt``, ``ground_truth`` or verl's ``reward_model.ground_truth``, ``data_source``,
-``extra_info``); the answer is ``{"rows": [...]}``, each the line ``rewardhub score`` writes for that
-row (the input row plus ``score``, ``rewards``, ``extra`` and, when a term failed, ``errors``).
+(``response``, or ``messages`` for a trajectory; ``prompt``, ``ground_truth`` or verl's
+``reward_model.ground_truth``, ``data_source``, ``extra_info``); the answer is ``{"rows": [...]}``,
+each the line ``rewardhub score`` writes for that row (the input row plus ``score``, ``rewards``,
+``extra`` and, when a term failed, ``errors``).
 
 OpenRLHF (0.11's ``SingleTurnAgentExecutor._fetch_rewards_via_http``, with ``--reward.remote_url
 http://HOST:PORT/get_reward``): ``{"query": [...], "prompts": [...], "labels": [...]}`` where a query
 is the decoded prompt + response; the response is the query after its prompt, with the end texts
 OpenRLHF's decode leaves on it (``<|im_end|>``, pads: :mod:`._endtext`) stripped from its end; a
-query that does not start with its prompt is scored whole (and counted: ``prompt_not_prefix``). The
-label is the ground truth. The answer is ``{"rewards": [...],
-"scores": [...], "extra_logs": {TERM: [...], "rewardhub_failed": [...]}}``, one value per query.
+query that does not start with its prompt is scored whole (and counted: ``prompt_not_prefix``); a
+query that is a list of chat messages is a trajectory (an agent's episode). The label is the ground
+truth. The answer is ``{"rewards": [...], "scores": [...], "extra_logs": {TERM: [...],
+"rewardhub_failed": [...]}}``, one value per query.
 
 A failed row's reward follows its terms' ``on_failure`` as far as JSON goes: ``zero`` gives 0.0;
 ``nan`` (the default) and ``drop`` give ``null`` (JSON has no NaN, and a failure is never a score);
@@ -58,8 +60,11 @@ def own_rows(body: Any, max_rows: int) -> list[dict[str, Any]]:
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise UsageError(f"rows[{i}] is a {type(row).__name__}, not an object with 'response'")
-        if not isinstance(row.get("response"), str):
-            raise UsageError(f"rows[{i}] has no 'response' string" if "response" not in row
+        if "response" not in row and isinstance(row.get("messages"), list):
+            pass  # a trajectory: its messages stand for prompt and response (rewardhub.trajectory)
+        elif not isinstance(row.get("response"), str):
+            raise UsageError(f"rows[{i}] has no 'response' string (nor 'messages', a trajectory)"
+                             if "response" not in row
                              else f"rows[{i}].response is a {type(row['response']).__name__}, not a string")
         if row.get("extra_info") is not None and not isinstance(row["extra_info"], Mapping):
             raise UsageError(f"rows[{i}].extra_info is a {type(row['extra_info']).__name__}, not an object")
@@ -92,8 +97,13 @@ def openrlhf_rows(
     out: list[dict[str, Any]] = []
     not_prefix = 0
     for i, query in enumerate(queries):
+        if isinstance(query, list):  # a trajectory: the episode's chat messages (rewardhub.trajectory)
+            out.append({"messages": query, "ground_truth": labels[i] if labels is not None else None,
+                        "data_source": None, "extra_info": {}})
+            continue
         if not isinstance(query, str):
-            raise UsageError(f"query[{i}] is a {type(query).__name__}, not a string")
+            raise UsageError(f"query[{i}] is a {type(query).__name__}, not a string (or a list of chat "
+                             "messages)")
         prompt = prompts[i] if prompts is not None else None
         if prompt is not None and not isinstance(prompt, str):
             raise UsageError(f"prompts[{i}] is a {type(prompt).__name__}, not a string")

@@ -4,7 +4,9 @@ Each row's response is its ``responses`` ids up to the row's length: the sum of 
 ``responses.shape[-1]`` columns of ``attention_mask`` (what ``naive`` sums; ``prompts`` is not
 needed). ``reward_model.ground_truth`` is the ground truth (None passed on as None, as ``naive``
 passes it), ``extra_info`` (a dict, or a JSON object in a string) gets ``tool_extra_fields`` merged
-in, then ``num_turns`` and ``rollout_reward_scores``, as ``naive`` does.
+in, then ``num_turns`` and ``rollout_reward_scores``, as ``naive`` does. A row whose ``raw_prompt`` is
+chat messages is a trajectory too: its ``messages`` are the agent loop's conversation
+(:func:`~rewardhub.verl.chat.verl_chat`), for the rewards that read it.
 
 A row that cannot be read so fails alone: :func:`read_rows` gives a :class:`VerlBatchError` for it
 (naming the field, the row and what was there) in its place, and reads the other rows. verl's agent
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError
+from .chat import verl_chat
 
 __all__ = ["NO_GROUND_TRUTH", "VerlBatchError", "read_rows", "row_label", "row_lengths"]
 
@@ -133,6 +136,9 @@ def _fields(nt: Mapping[str, Any], i: int, reward_fn_key: str, needs_ground_trut
         tools = _mapping(nt["tool_extra_fields"][i], "tool_extra_fields", i)
         if tools:
             info.update(tools)
+    for key in ("tool_rewards", "turn_scores"):  # a whole batch: the agent loop's extra fields are columns
+        if key in nt and key not in info:
+            info[key] = _python_value(nt[key][i])
     info["num_turns"] = _python_value(nt["__num_turns__"][i]) if "__num_turns__" in nt else None
     info["rollout_reward_scores"] = _python_value(nt["reward_scores"][i]) if "reward_scores" in nt else {}
     return {
@@ -203,6 +209,8 @@ def read_rows(
             out[k] = text
         elif not isinstance(read, VerlBatchError):
             read["response"] = text
+            if isinstance(read["prompt"], list):
+                read["messages"] = verl_chat(read["prompt"], text)
     return out, labels
 
 

@@ -24,7 +24,7 @@ from .config import DataConfig
 if TYPE_CHECKING:
     from rewardhub.datasets import Row
 
-__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "render"]
+__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "chat_of", "load_dataset", "load_files", "render"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Prompt:
     extra_info: dict[str, Any] = field(default_factory=dict)
     messages: tuple[dict[str, str], ...] | None = None  #: verl's chat-message prompt, when it is one
     text: str = ""  #: what the model sees (template applied, truncated); set by :func:`render`
+    #: the chat the model is given (instruction and system prompt in), for trajectory rewards; set by
+    #: :func:`render`
+    chat: tuple[dict[str, str], ...] = ()
     where: str = ""  #: file and row it came from
 
 
@@ -160,23 +163,31 @@ def _prompts(rows: Iterable[Row], cfg: DataConfig, needs_answer: Sequence[str]) 
     return items
 
 
+def chat_of(p: Prompt, cfg: DataConfig) -> tuple[dict[str, str], ...]:
+    """The chat messages the model is given for ``p``: its own (or its question as one user turn), with
+    ``data.instruction`` after the last user turn's text and ``data.system`` first where it has none."""
+    messages = [dict(m) for m in p.messages] if p.messages is not None else [
+        {"role": "user", "content": p.question}]
+    if cfg.instruction:
+        last = max(i for i, m in enumerate(messages) if m["role"] == "user") if any(
+            m["role"] == "user" for m in messages) else len(messages) - 1
+        messages[last]["content"] += cfg.instruction
+    if cfg.system and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": cfg.system})
+    return tuple(messages)
+
+
 def _format(tokenizer: Any, p: Prompt, cfg: DataConfig) -> str:
     from .engine import format_prompt
 
     if p.messages is None:
         return format_prompt(tokenizer, p.question + cfg.instruction, cfg.template, cfg.system)
-    messages = [dict(m) for m in p.messages]
-    if cfg.instruction:
-        last = max(i for i, m in enumerate(messages) if m["role"] == "user") if any(
-            m["role"] == "user" for m in messages) else len(messages) - 1
-        messages[last]["content"] += cfg.instruction
+    messages = list(chat_of(p, cfg))
     has_chat = bool(getattr(tokenizer, "chat_template", None))
     if cfg.template == "chat" or (cfg.template == "auto" and has_chat):
         if not has_chat:
             raise UsageError("data.template: chat, but the model's tokenizer has no chat template\n"
                              "use data.template=plain (or auto)")
-        if cfg.system and not any(m["role"] == "system" for m in messages):
-            messages.insert(0, {"role": "system", "content": cfg.system})
         return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     # no chat template: the messages' text, then the plain format's answer cue
     return format_prompt(tokenizer, "\n".join(m["content"] for m in messages if m["role"] != "system"),
@@ -192,14 +203,14 @@ def render(dataset: PromptDataset, tokenizer: Any, cfg: DataConfig, key: str) ->
     texts = [_format(tokenizer, p, cfg) for p in dataset.items]
     limit = cfg.max_prompt_length
     if not limit:
-        return PromptDataset([dataclasses.replace(p, text=t) for p, t in zip(dataset.items, texts)],
-                             seed=dataset.seed), 0
+        return PromptDataset([dataclasses.replace(p, text=t, chat=chat_of(p, cfg))
+                              for p, t in zip(dataset.items, texts)], seed=dataset.seed), 0
     kept, filtered = [], 0
     for start in range(0, len(texts), 1024):
         ids = tokenizer(texts[start:start + 1024], add_special_tokens=False)["input_ids"]
         for p, text, tok in zip(dataset.items[start:start + 1024], texts[start:start + 1024], ids):
             if len(tok) <= limit:
-                kept.append(dataclasses.replace(p, text=text))
+                kept.append(dataclasses.replace(p, text=text, chat=chat_of(p, cfg)))
                 continue
             if cfg.filter_overlong_prompts:
                 filtered += 1
@@ -216,7 +227,8 @@ def render(dataset: PromptDataset, tokenizer: Any, cfg: DataConfig, key: str) ->
                 tok = tok[:limit]
             else:
                 tok = tok[:limit // 2] + tok[len(tok) - (limit - limit // 2):]
-            kept.append(dataclasses.replace(p, text=tokenizer.decode(tok, skip_special_tokens=False)))
+            kept.append(dataclasses.replace(p, text=tokenizer.decode(tok, skip_special_tokens=False),
+                                            chat=chat_of(p, cfg)))
     if not kept:
         raise UsageError(f"{key}: every prompt is longer than data.max_prompt_length={limit} tokens "
                          f"({filtered} filtered)\nraise data.max_prompt_length")

@@ -25,7 +25,7 @@ from .reward_failures import error_rates
 from .reward_failures import failures
 from .rollouts import Rollout
 
-__all__ = ["RewardClient", "RewardPool", "reward_value"]
+__all__ = ["RewardClient", "RewardPool", "reward_value", "samples_of"]
 
 
 class RewardPool(Scorer, Protocol):
@@ -105,13 +105,7 @@ class RewardClient:
 
     def score(self, rollout: Rollout) -> Rollout:
         t0 = time.perf_counter()
-        samples = []
-        for prompt, group in zip(rollout.batch.prompts, rollout.groups):
-            for c in group:
-                samples.append({"prompt": prompt.text or prompt.question, "response": c.text,
-                                "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
-                                "extra_info": dict(prompt.extra_info)})
-        res = self.pool.score(samples)
+        res = self.pool.score(samples_of(rollout))
         scores = [reward_value(v) for v in res.scores]
         terms = [{k: reward_value(v) for k, v in dict(r).items()} for r in res.rewards]
         rewards, per_term, k = [], [], 0
@@ -132,6 +126,21 @@ class RewardClient:
     def close(self) -> None:
         if self.error is None:
             self.pool.close()
+
+
+def samples_of(rollout: Rollout) -> list[dict[str, Any]]:
+    """The scoring samples of a rollout's completions; each a trajectory too (``messages``: the chat the
+    model was given and its reply), for the rewards that read one."""
+    samples = []
+    for prompt, group in zip(rollout.batch.prompts, rollout.groups):
+        for c in group:
+            sample = {"prompt": prompt.text or prompt.question, "response": c.text,
+                      "ground_truth": prompt.ground_truth, "data_source": prompt.data_source,
+                      "extra_info": dict(prompt.extra_info)}
+            if prompt.chat:
+                sample["messages"] = [*prompt.chat, {"role": "assistant", "content": c.text}]
+            samples.append(sample)
+    return samples
 
 
 def reward_value(value: Any) -> float:
