@@ -54,6 +54,7 @@ def reward(
     capabilities: tuple[str, ...] = ...,
     pure: bool | None = ...,
     memory_limit_mb: int | None = ...,
+    max_rpm: float | None = ...,
 ) -> Callable[[F], F]: ...
 def reward(
     fn: Any = None,
@@ -70,6 +71,7 @@ def reward(
     capabilities: tuple[str, ...] = (),
     pure: bool | None = None,
     memory_limit_mb: int | None = None,
+    max_rpm: float | None = None,
 ) -> Any:
     """Declare a function as a reward, with its name and default execution policy.
 
@@ -103,6 +105,7 @@ def reward(
                 on_failure=on_failure,
                 pure=pure,
                 memory_limit_mb=memory_limit_mb,
+                max_rpm=max_rpm,
             ),
             "data_sources": tuple(data_sources),
             "capabilities": tuple(capabilities),
@@ -121,7 +124,8 @@ def decorated_in_process() -> Mapping[str, str]:
 
 
 #: the execution-policy fields a reward may declare
-POLICY_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "on_failure", "pure", "memory_limit_mb")
+POLICY_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "on_failure", "pure", "memory_limit_mb",
+               "max_rpm")
 #: the keys of a plain ``__rewardhub__`` dict: what a package that does not import rewardhub declares
 PLAIN_KEYS = ("name", "kind", "data_sources", "capabilities", *POLICY_KEYS)
 
@@ -139,9 +143,9 @@ def _plain_value_error(key: str, value: Any) -> str | None:
         return None if value in choices[key] else f"one of {', '.join(choices[key])}"
     if key == "name":
         return None if isinstance(value, str) and value else "a non-empty string"
-    if key == "timeout_s":
+    if key in ("timeout_s", "max_rpm"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        return None if ok else "a number of seconds above 0"
+        return None if ok else "a number of seconds above 0" if key == "timeout_s" else "a number above 0"
     if key in ("max_concurrency", "memory_limit_mb"):
         return None if _is_int(value) and value >= 1 else "a whole number of at least 1"
     if key == "retries":

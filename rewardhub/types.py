@@ -41,6 +41,8 @@ class ExecutionPolicy:
     on_failure: str = "nan"  #: a failure is never a score unless a reward or term says so
     pure: bool = False
     memory_limit_mb: int | None = None
+    #: calls started per minute in this process (spaced evenly; a retry is a call); ``None``: no limit
+    max_rpm: float | None = None
 
     def merged(self, **overrides: Any) -> ExecutionPolicy:
         """Return a copy with every override that is not ``None`` applied."""

@@ -75,12 +75,19 @@ class StubJudge:
         out = text[4:] if text.startswith("raw:") else completion(text)
         return web.Response(text=out, content_type="application/json")
 
+    async def _arrivals(self, request: Any) -> Any:
+        from aiohttp import web
+
+        with self._lock:
+            return web.json_response([r["t"] for r in self.requests])
+
     def _serve(self) -> None:
         from aiohttp import web
 
         async def main() -> None:
             app = web.Application()
             app.router.add_post("/v1/chat/completions", self._handle)
+            app.router.add_get("/arrivals", self._arrivals)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -102,3 +109,12 @@ class StubJudge:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+
+
+if __name__ == "__main__":  # a stub in a process of its own (bench/bench_judge.py): prints its port
+    import sys
+
+    stub = StubJudge(service_s=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
+    print(stub.port, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    stub.close()

@@ -161,3 +161,34 @@ def test_contract(stub):
     checks = run_contract(section, executors=("inline", "process"))
     assert [f"{c.term} / {c.contract}: {c.detail}" for c in checks if c.status == FAIL] == []
     assert {c.term for c in checks} == {"llm_judge", "llm_judge_group"}
+
+
+def test_verl_rate_limited_keys_pace_the_custom_reward(tmp_path, monkeypatch):
+    """verl's rate_limited manager with max_rpm / max_tpm: the migrated term's max_rpm paces the calls
+    of the user's own compute_score (here 600/min, i.e. 0.1 s apart, from max_tpm 60000 at 100 tokens)."""
+    from rewardhub.config.loader import load_plan
+    from rewardhub.errors import RewardhubDeprecationWarning
+    from rewardhub.errors import UsageError
+
+    log = tmp_path / "calls.txt"
+    (tmp_path / "r.py").write_text(
+        "import time\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        "        f.write(f'{time.monotonic()}\\n')\n"
+        "    return 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    overrides = ["custom_reward_function.path=r.py", "reward_model.reward_manager=rate_limited",
+                 "+reward_model.reward_kwargs.max_concurrent=4", "+reward_model.reward_kwargs.max_tpm=60000",
+                 "+reward_model.reward_kwargs.estimated_tokens_per_request=100"]
+    with pytest.warns(RewardhubDeprecationWarning):
+        plan = load_plan(None, overrides)
+    assert plan.reward.rewards[0].max_rpm == 600.0 and plan.reward.rewards[0].executor == "thread"
+    samples = [{"prompt": "p", "response": "r", "ground_truth": "g", "data_source": "d"}] * 6
+    with Runner.from_config(plan.reward) as runner:
+        assert runner.score(samples).scores == [1.0] * 6
+    times = sorted(float(t) for t in log.read_text().split())
+    assert len(times) == 6 and times[-1] - times[0] >= 5 * 0.1 - 0.01  # the turns are 0.1 s apart
+    with pytest.raises(UsageError, match="max_rpm paces the calls of one process, and this term runs in"):
+        Runner.from_config({"rewards": [{"path": "r.py", "function": "compute_score", "max_rpm": 60,
+                                         "executor": "process"}]})

@@ -74,7 +74,7 @@ def policy_text(spec: RewardSpec) -> str:
         parts.append(f"timeout {pol.timeout_s:g}s")
     if pol.pure:
         parts.append("pure")
-    for key in ("max_concurrency", "retries", "on_failure", "memory_limit_mb"):
+    for key in ("max_concurrency", "max_rpm", "retries", "on_failure", "memory_limit_mb"):
         if getattr(pol, key) != getattr(default, key):
             parts.append(f"{key} {getattr(pol, key)}")
     if spec.data_sources:

@@ -8,8 +8,6 @@ aiohttp is imported when a judge first calls out (``pip install rewardhub[serve]
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.parse
 import weakref
 from collections.abc import AsyncIterator
@@ -17,6 +15,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
+from .._ratelimit import Limiter
+from .._ratelimit import limiter
 from ..errors import RewardhubError
 from ..errors import UsageError
 
@@ -30,41 +30,6 @@ class JudgeError(RewardhubError):
     """The judge's endpoint failed, or its reply holds no usable score."""
 
     __module__ = "rewardhub"
-
-
-class Limiter:
-    """A token bucket of ``per_minute`` units, ``burst`` deep, shared by every thread and event loop of
-    this process. :meth:`reserve` takes the units at once (going into debt when the bucket is short) and
-    says how long the caller waits before its turn, so the callers queue in the order they reserved."""
-
-    def __init__(self, per_minute: float, burst: float) -> None:
-        self.rate = per_minute / 60.0
-        self.burst = burst
-        self.level = burst
-        self.stamp = time.monotonic()
-        self.lock = threading.Lock()
-
-    def reserve(self, units: float) -> float:
-        """Take ``units``; :returns: the seconds to wait before using them."""
-        with self.lock:
-            now = time.monotonic()
-            self.level = min(self.burst, self.level + (now - self.stamp) * self.rate) - units
-            self.stamp = now
-            return 0.0 if self.level >= 0 else -self.level / self.rate
-
-
-_LIMITERS: dict[tuple[str, str, float], Limiter] = {}
-_LIMITERS_LOCK = threading.Lock()
-
-
-def limiter(url: str, unit: str, per_minute: float) -> Limiter:
-    """The process's bucket for ``unit`` (``requests`` or ``tokens``) at ``url``: requests are spaced
-    evenly (no burst), tokens may come a second's worth at once."""
-    with _LIMITERS_LOCK:
-        key = (url, unit, float(per_minute))
-        if key not in _LIMITERS:
-            _LIMITERS[key] = Limiter(per_minute, 1.0 if unit == "requests" else per_minute / 60.0)
-        return _LIMITERS[key]
 
 
 def chat_url(base_url: str) -> str:

@@ -130,8 +130,13 @@ def resolve_term(
         on_failure=term_cfg.on_failure,
         pure=term_cfg.pure,
         memory_limit_mb=term_cfg.memory_limit_mb,
+        max_rpm=term_cfg.max_rpm,
     )
     invoker = make_invoker(fn, kind, term_cfg.adapter, name)
+    if policy.max_rpm and (policy.executor in ("process", "ray") or (
+            policy.executor == "inline" and policy.timeout_s and not invoker.is_async)):
+        raise UsageError(f"reward {name!r}: max_rpm paces the calls of one process, and this term runs in "
+                         "worker processes\ngive it executor: thread (or inline, for an async reward)")
     # the config's own list wins, an empty one included (routing off); unset: the reward's own routes
     data_sources = spec.data_sources if term_cfg.data_sources is None else tuple(term_cfg.data_sources)
     kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
