@@ -39,22 +39,22 @@ def start_stub(service_s: float) -> tuple[subprocess.Popen[str], str]:
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
 
 
-def judge(url: str, model: str, n: int, concurrency: int, **kwargs: Any) -> float:
-    """rewards/s of an llm_judge term over the first n samples (every one must get a score)."""
+def judge(url: str, model: str, n: int, concurrency: int, **kwargs: Any) -> tuple[float, float]:
+    """rewards/s of an llm_judge term over the first n samples, and this process's CPU ms a reward."""
     term = {"name": "llm_judge", "max_concurrency": concurrency, "timeout_s": 600,
             "kwargs": {"base_url": url + "/v1", "model": model, "max_tokens": 8, **kwargs}}
     with Runner.from_config({"rewards": [term]}) as runner:
         runner.score(SAMPLES[:2])  # warm: the registry, aiohttp's import
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         res = runner.score(SAMPLES[:n])
-        took = time.perf_counter() - start
+        took, cpu = time.perf_counter() - start, time.process_time() - cpu
     failed = [e for e in res.errors if e]
     if failed:
         print(f"  {len(failed)} of {n} failed; first: {failed[0]}")
-    return n / took
+    return n / took, 1000 * cpu / n
 
 
-async def _raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> float:
+async def _raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[float, float]:
     import aiohttp
 
     sem = asyncio.Semaphore(concurrency)
@@ -66,12 +66,13 @@ async def _raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> floa
                 assert reply["choices"][0]["message"]["content"] is not None
 
         await asyncio.gather(*(one(b) for b in bodies[:2]))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(b) for b in bodies))
-        return len(bodies) / (time.perf_counter() - start)
+        took, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return len(bodies) / took, 1000 * cpu / len(bodies)
 
 
-def raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> float:
+def raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[float, float]:
     return asyncio.run(_raw(url, bodies, concurrency))
 
 
@@ -116,12 +117,14 @@ def main() -> None:
         for _ in range(args.repeat):  # interleaved, so that load on the host hits both alike
             pairs.append((raw(url, bodies, args.concurrency),
                           judge(url, args.model, args.n, args.concurrency)))
-        raw_best, judge_best = max(p[0] for p in pairs), max(p[1] for p in pairs)
-        print(f"  raw chat-completions: {raw_best:.1f} requests/s (best of {args.repeat}: "
-              f"{', '.join(f'{p[0]:.1f}' for p in pairs)})")
-        print(f"  llm_judge:            {judge_best:.1f} rewards/s (best of {args.repeat}: "
-              f"{', '.join(f'{p[1]:.1f}' for p in pairs)})")
-        print(f"  reward layer cost: {100 * (1 - judge_best / raw_best):.1f} % (goal <= 10 %)")
+        raw_best, judge_best = max(p[0][0] for p in pairs), max(p[1][0] for p in pairs)
+        raw_cpu, judge_cpu = min(p[0][1] for p in pairs), min(p[1][1] for p in pairs)
+        print(f"  raw chat-completions: {raw_best:.1f} requests/s, {raw_cpu:.2f} client CPU ms each "
+              f"(best of {args.repeat}: {', '.join(f'{p[0][0]:.1f}' for p in pairs)})")
+        print(f"  llm_judge:            {judge_best:.1f} rewards/s, {judge_cpu:.2f} client CPU ms each "
+              f"(best of {args.repeat}: {', '.join(f'{p[1][0]:.1f}' for p in pairs)})")
+        print(f"  reward layer cost: {100 * (1 - judge_best / raw_best):.1f} % of the rate (goal <= 10 %); "
+              f"{judge_cpu - raw_cpu:.2f} CPU ms a reward on top of the request")
         if args.url is None:
             n_rate = max(20, int(args.rpm / 60 * 10))  # about 10 s of requests
             judge(url, args.model, n_rate, args.concurrency, max_rpm=args.rpm)

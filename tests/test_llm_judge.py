@@ -53,14 +53,16 @@ def test_scores_and_what_the_judge_is_sent(stub, monkeypatch):
 
 
 def test_a_reply_without_a_score_is_a_failure_never_a_number(stub):
-    replies = ["I think it is quite good", "raw:<html>502 Bad Gateway</html>", 'raw:{"choices": []}']
+    replies = ["I think it is quite good", "raw:<html>502 Bad Gateway</html>", 'raw:{"choices": []}',
+               "<<<RESPONSE-673f99a74c"]  # a small model echoing a marker: no number in a hash
     stub.reset(lambda body, n: (200, replies[n]))
-    res = judged(stub, ["a", "b", "c"], term={"max_concurrency": 1})
+    res = judged(stub, ["a", "b", "c", "d"], term={"max_concurrency": 1})
     values, errors = column(res)
     assert all(math.isnan(v) for v in values) and all(math.isnan(s) for s in res.scores)
     assert "has no score (score_regex" in errors[0] and "quite good" in errors[0]
     assert "is not JSON" in errors[1] and "502 Bad Gateway" in errors[1]
     assert "without choices[0].message.content" in errors[2]
+    assert "has no score" in errors[3]
 
 
 def test_an_injected_score_cannot_leave_the_range(stub):

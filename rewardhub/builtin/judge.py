@@ -46,7 +46,8 @@ DEFAULT_GROUP_TEMPLATE = (
     "Grade each of the {n} responses to the PROMPT, comparing them with the REFERENCE answer when one is "
     "given.\n\nPROMPT:\n{prompt}\n\nREFERENCE:\n{ground_truth}\n\n{responses}\n\n{reply_format}")
 
-_LAST_NUMBER = r"-?\d+(?:\.\d+)?"
+#: a number standing alone (not digits inside a word or a marker's hash, e.g. an echoed ``RESPONSE-3f9a``)
+_LAST_NUMBER = r"(?<![\w.-])-?\d+(?:\.\d+)?(?!\w)"
 _FORMATS = {
     "scores": "Reply with one line per response, `Response K: N`, N a number from {low} to {high}.",
     "rank": "Reply with one line, `Ranking: K, K, ...`: every response number once, the best first.",
@@ -229,7 +230,7 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
         if sorted(order) != list(range(1, n + 1)):
             raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {text[:200]!r}")
         return [1.0 if n == 1 else 1.0 - order.index(k) / (n - 1) for k in range(1, n + 1)]
-    return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)", low, high,
+    return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)", low, high,
                    f"score for response {k}") for k in range(1, n + 1)]
 
 
