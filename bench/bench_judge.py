@@ -76,14 +76,14 @@ def raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[float
     return asyncio.run(_raw(url, bodies, concurrency))
 
 
-def recorded_bodies(n: int, model: str) -> list[dict[str, Any]]:
+def recorded_bodies(n: int, model: str, extra: dict[str, Any]) -> list[dict[str, Any]]:
     """The bodies the judge sends for the first n samples (a judge run against an in-process stub)."""
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from judge_stub import StubJudge
 
     stub = StubJudge()
     try:
-        judge(stub.url[:-3], "m", n, 16)
+        judge(stub.url[:-3], "m", n, 16, **extra)
         bodies = [r["body"] for r in stub.requests[2:]]
     finally:
         stub.close()
@@ -104,8 +104,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--url", help="a running server's base (without /v1); default: the stub")
     ap.add_argument("--model", default="stub")
+    ap.add_argument("--template", help="llm_judge's template (a small model follows a short one better)")
     args = ap.parse_args()
-    bodies = recorded_bodies(args.n, args.model)
+    extra = {"template": args.template} if args.template else {}
+    bodies = recorded_bodies(args.n, args.model, extra)
     proc = None
     url = args.url
     if url is None:
@@ -116,7 +118,7 @@ def main() -> None:
         pairs = []
         for _ in range(args.repeat):  # interleaved, so that load on the host hits both alike
             pairs.append((raw(url, bodies, args.concurrency),
-                          judge(url, args.model, args.n, args.concurrency)))
+                          judge(url, args.model, args.n, args.concurrency, **extra)))
         raw_best, judge_best = max(p[0][0] for p in pairs), max(p[1][0] for p in pairs)
         raw_cpu, judge_cpu = min(p[0][1] for p in pairs), min(p[1][1] for p in pairs)
         print(f"  raw chat-completions: {raw_best:.1f} requests/s, {raw_cpu:.2f} client CPU ms each "
