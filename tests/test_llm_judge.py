@@ -194,3 +194,27 @@ def test_verl_rate_limited_keys_pace_the_custom_reward(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="max_rpm paces the calls of one process, and this term runs in"):
         Runner.from_config({"rewards": [{"path": "r.py", "function": "compute_score", "max_rpm": 60,
                                          "executor": "process"}]})
+
+
+def test_a_trajectory_is_graded_as_one_marked_chat(stub):
+    """``{messages}``: the whole chat (tool calls included) in one block; a text sample is its prompt
+    and response as two turns."""
+    import asyncio
+
+    from rewardhub.builtin.judge import llm_judge
+
+    stub.reset(lambda body, n: (200, "Score: 6"))
+    chat = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "18C, sunny"},
+            {"role": "assistant", "content": "It is 18C and sunny."}]
+    template = "Grade the assistant in this chat:\n{messages}\nScore from {low} to {high}."
+    assert asyncio.run(llm_judge(messages=chat, base_url=stub.url, model="m", template=template)) == 6.0
+    user = stub.requests[0]["body"]["messages"][1]["content"]
+    assert re.search(r"<<<(CHAT-[0-9a-f]{16})\n\[user\] Weather in Paris\?\n\[assistant\] \n"
+                     r"\[tool call\] weather\(\{\"city\": \"Paris\"\}\)\n\[tool\] 18C, sunny\n"
+                     r"\[assistant\] It is 18C and sunny\.\n\1>>>", user), user
+    res = judged(stub, ["4"], template=template)
+    assert column(res)[0] == [6.0]
+    assert "\n[user] What is 2+2?\n[assistant] 4\n" in stub.requests[1]["body"]["messages"][1]["content"]
