@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable
-from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["Limiter", "limiter", "paced"]
@@ -46,24 +47,22 @@ def limiter(where: str, unit: str, per_minute: float) -> Limiter:
         return _LIMITERS[key]
 
 
-def paced(calls: Sequence[Callable[[], Any]], where: str, max_rpm: float, is_async: bool,
-          ) -> list[Callable[[], Any]]:
-    """The calls, each try of each waiting for its turn under ``where``'s ``max_rpm`` first (a term's).
-    The wait counts toward the call's timeout_s: at most max_concurrency turns are taken ahead of it."""
+def paced(fn: Callable[..., Any], where: str, max_rpm: float) -> Callable[..., Any]:
+    """``fn`` (a reward; sync or async), each call of it first waiting for its turn under ``where``'s
+    ``max_rpm`` (a term's). The wait counts toward the call's timeout_s: at most max_concurrency turns
+    are taken ahead of it. The signature is ``fn``'s, so it is called as ``fn`` would be."""
     bucket = limiter(where, "requests", max_rpm)
-
-    def sync(call: Callable[[], Any]) -> Callable[[], Any]:
-        def run() -> Any:
-            time.sleep(bucket.reserve(1))
-            return call()
-        return run
-
-    def async_(call: Callable[[], Any]) -> Callable[[], Any]:
-        async def run() -> Any:
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
             import asyncio
 
             await asyncio.sleep(bucket.reserve(1))
-            return await call()
-        return run
+            return await fn(*args, **kwargs)
+        return run_async
 
-    return [(async_ if is_async else sync)(c) for c in calls]
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(bucket.reserve(1))
+        return fn(*args, **kwargs)
+    return run

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from .._ratelimit import paced
 from ..config.frozen import thaw
 from ..config.schema import RewardConfig
 from ..config.schema import TermConfig
@@ -132,7 +133,8 @@ def resolve_term(
         memory_limit_mb=term_cfg.memory_limit_mb,
         max_rpm=term_cfg.max_rpm,
     )
-    invoker = make_invoker(fn, kind, term_cfg.adapter, name)
+    invoker = make_invoker(paced(fn, f"term {name}", policy.max_rpm) if policy.max_rpm else fn, kind,
+                           term_cfg.adapter, name)
     if policy.max_rpm and (policy.executor in ("process", "ray") or (
             policy.executor == "inline" and policy.timeout_s and not invoker.is_async)):
         raise UsageError(f"reward {name!r}: max_rpm paces the calls of one process, and this term runs in "

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 from typing import Protocol
 
-from .._ratelimit import paced
 from ..errors import UsageError
 from ._async import run_async
 from ._callers import Cancel
@@ -206,8 +205,7 @@ class Runner:
             raise
 
     def _is_fast(self, term: Term) -> bool:
-        return (not term.routed and not term.policy.max_rpm and self._executor_of(term) == "inline"
-                and fast_eligible(term.invoker))
+        return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
 
     def _executor_of(self, term: Term) -> str:
         ex = term.policy.executor
@@ -247,8 +245,6 @@ class Runner:
         else:
             units = self._chunks(term, batch, idx, 1)
             calls = [_call_many(inv, batch, u, kw) for u in units]
-        if pol.max_rpm:
-            calls = paced(calls, f"term {term.name}", pol.max_rpm, inv.is_async)
         abandoned = 0
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
