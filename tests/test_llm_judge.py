@@ -192,8 +192,9 @@ def test_verl_rate_limited_keys_pace_the_custom_reward(tmp_path, monkeypatch):
     times = sorted(float(t) for t in log.read_text().split())
     assert len(times) == 6 and times[-1] - times[0] >= 5 * 0.1 - 0.01  # the turns are 0.1 s apart
     log.unlink()  # inline (the runner's fast path for a sync reward) is paced alike
-    with Runner.from_config({"rewards": [{"path": "r.py", "function": "compute_score", "max_rpm": 600}]}) as r:
-        assert r.score(samples[:4]).scores == [1.0] * 4
+    inline = {"path": "r.py", "function": "compute_score", "max_rpm": 600}
+    with Runner.from_config({"rewards": [inline]}) as runner:
+        assert runner.score(samples[:4]).scores == [1.0] * 4
     times = sorted(float(t) for t in log.read_text().split())
     assert len(times) == 4 and times[-1] - times[0] >= 3 * 0.1 - 0.01
     with pytest.raises(UsageError, match="max_rpm paces the calls of one process, and this term runs in"):
