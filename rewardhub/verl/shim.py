@@ -12,8 +12,7 @@ The spellings covered are the ones verl shipped over its versions:
 * ``reward_model.reward_manager`` / ``reward_manager.{source,name,module}`` /
   ``reward.reward_manager.*`` / ``reward_model.reward_loop_{source,module_path,class_name}``: the
   manager's behaviour becomes the custom term's execution policy (``prime``: process pool,
-  ``batch``: a batched reward, ``remote``: Ray workers, ``rate_limited``: bounded, paced threads
-  (``max_rpm``, and ``max_tpm`` as calls a minute); ``dapo``:
+  ``batch``: a batched reward, ``remote``: Ray workers, ``rate_limited``: bounded threads; ``dapo``:
   plus the overlong penalty), and its name is kept in ``reward.manager``;
 * ``reward_model.reward_kwargs.*`` / ``reward.reward_kwargs.*``: DAPO's ``overlong_buffer_cfg`` with
   ``max_resp_len`` becomes the built-in ``overlong_penalty`` term, other kwargs go to the custom term;
