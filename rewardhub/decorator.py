@@ -55,6 +55,7 @@ def reward(
     pure: bool | None = ...,
     memory_limit_mb: int | None = ...,
     cache: bool | None = ...,
+    max_rpm: float | None = ...,
 ) -> Callable[[F], F]: ...
 def reward(
     fn: Any = None,
@@ -72,6 +73,7 @@ def reward(
     pure: bool | None = None,
     memory_limit_mb: int | None = None,
     cache: bool | None = None,
+    max_rpm: float | None = None,
 ) -> Any:
     """Declare a function as a reward, with its name and default execution policy.
 
@@ -106,6 +108,7 @@ def reward(
                 pure=pure,
                 memory_limit_mb=memory_limit_mb,
                 cache=cache,
+                max_rpm=max_rpm,
             ),
             "data_sources": tuple(data_sources),
             "capabilities": tuple(capabilities),
@@ -125,7 +128,7 @@ def decorated_in_process() -> Mapping[str, str]:
 
 #: the execution-policy fields a reward may declare
 POLICY_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "on_failure", "pure", "memory_limit_mb",
-               "cache")
+               "cache", "max_rpm")
 #: the keys of a plain ``__rewardhub__`` dict: what a package that does not import rewardhub declares
 PLAIN_KEYS = ("name", "kind", "data_sources", "capabilities", *POLICY_KEYS)
 
@@ -143,9 +146,9 @@ def _plain_value_error(key: str, value: Any) -> str | None:
         return None if value in choices[key] else f"one of {', '.join(choices[key])}"
     if key == "name":
         return None if isinstance(value, str) and value else "a non-empty string"
-    if key == "timeout_s":
+    if key in ("timeout_s", "max_rpm"):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        return None if ok else "a number of seconds above 0"
+        return None if ok else "a number of seconds above 0" if key == "timeout_s" else "a number above 0"
     if key in ("max_concurrency", "memory_limit_mb"):
         return None if _is_int(value) and value >= 1 else "a whole number of at least 1"
     if key == "retries":

@@ -44,6 +44,8 @@ class ExecutionPolicy:
     pure: bool = False
     memory_limit_mb: int | None = None
     cache: bool = False
+    #: calls started per minute in this process (spaced evenly; a retry is a call); ``None``: no limit
+    max_rpm: float | None = None
 
     def merged(self, **overrides: Any) -> ExecutionPolicy:
         """Return a copy with every override that is not ``None`` applied."""

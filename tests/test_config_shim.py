@@ -162,8 +162,29 @@ MAPPINGS = [
             "+reward_model.reward_kwargs.max_concurrent=4",
             "+reward_model.reward_kwargs.max_rpm=60",
         ],
-        {"reward.rewards[0].executor": "thread", "reward.rewards[0].max_concurrency": 4},
-        ["reward_model.reward_kwargs.max_rpm"],
+        {"reward.rewards[0].executor": "thread", "reward.rewards[0].max_concurrency": 4,
+         "reward.rewards[0].max_rpm": 60},
+        [],
+    ),
+    (  # verl charges each call estimated_tokens_per_request tokens: 90000 / 3000 = 30 calls a minute
+        [
+            "custom_reward_function.path=r.py",
+            "reward_model.reward_manager=rate_limited",
+            "+reward_model.reward_kwargs.max_rpm=60",
+            "+reward_model.reward_kwargs.max_tpm=90000",
+            "+reward_model.reward_kwargs.estimated_tokens_per_request=3000",
+        ],
+        {"reward.rewards[0].max_rpm": 30.0},
+        [],
+    ),
+    (
+        [
+            "custom_reward_function.path=r.py",
+            "reward_model.reward_manager=rate_limited",
+            "+reward_model.reward_kwargs.max_tpm=100000",
+        ],
+        {"reward.rewards[0].max_rpm": 50.0},
+        [],
     ),
     (
         ["custom_reward_function.path=r.py", "reward_model.reward_manager=naive"],

@@ -23,7 +23,7 @@ from rewardhub.registry import build_registry
 from rewardhub.testing import make_registry
 from rewardhub.testing import write_distribution
 
-BUILTINS = {"exact_match", "overlong_penalty", "regex_match", "think_format"}
+BUILTINS = {"exact_match", "llm_judge", "llm_judge_group", "overlong_penalty", "regex_match", "think_format"}
 
 
 def test_builtins_always_present_even_without_autoload():
@@ -312,9 +312,9 @@ def test_rewardhub_trace_prints_the_hook_calls():
     env = {**os.environ, "REWARDHUB_TRACE": "1", "REWARDHUB_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run([sys.executable, "-m", "rewardhub", "list", "--json"], env=env, capture_output=True,
                           text=True, check=True)
-    # one traced call per built-in plugin (rewardhub.builtin.format, .length, .match)
-    assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 3
-    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 3
+    # one traced call per built-in plugin (rewardhub.builtin.format, .judge, .length, .match)
+    assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 4
+    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 4
     assert json.loads(proc.stdout)  # the listing itself is unchanged on stdout
 
 

@@ -125,7 +125,7 @@ def policy_text(spec: RewardSpec) -> str:
     if pol.timeout_s is not None:
         parts.append(f"timeout {pol.timeout_s:g}s")
     parts.extend(flag for flag in ("pure", "cache") if getattr(pol, flag))
-    for key in ("max_concurrency", "retries", "on_failure", "memory_limit_mb"):
+    for key in ("max_concurrency", "max_rpm", "retries", "on_failure", "memory_limit_mb"):
         if getattr(pol, key) != getattr(default, key):
             parts.append(f"{key} {getattr(pol, key)}")
     if spec.data_sources:

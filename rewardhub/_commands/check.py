@@ -88,6 +88,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                 "pure": pol.pure,
                 "cache": pol.cache,
                 "max_concurrency": pol.max_concurrency,
+                "max_rpm": pol.max_rpm,
                 "memory_limit_mb": pol.memory_limit_mb,
                 "capabilities": sorted(spec.capabilities),
             }

@@ -84,6 +84,8 @@ class TermConfig:
     memory_limit_mb: int | None = None
     #: one call per distinct input (see ExecutionPolicy.cache); unset: the reward's own default
     cache: bool | None = None
+    #: calls started per minute, in each process that runs the term (executor inline or thread)
+    max_rpm: float | None = None
     #: routing by the sample's data_source: unset (``None``) keeps the reward's own routes (its
     #: spec's ``data_sources``); a list replaces them; ``[]`` turns routing by data source off
     data_sources: tuple[str, ...] | None = None
@@ -213,6 +215,7 @@ RULES: dict[str, Rule] = {
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),
+    "rewards.*.max_rpm": above(0),
     "workers.num_workers": at_least(0),
     "workers.num_cpus": at_least(0),
     "workers.num_gpus": at_least(0),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from .._ratelimit import paced
 from ..config.frozen import thaw
 from ..config.schema import RewardConfig
 from ..config.schema import TermConfig
@@ -131,8 +132,14 @@ def resolve_term(
         pure=term_cfg.pure,
         memory_limit_mb=term_cfg.memory_limit_mb,
         cache=term_cfg.cache,
+        max_rpm=term_cfg.max_rpm,
     )
-    invoker = make_invoker(fn, kind, term_cfg.adapter, name)
+    invoker = make_invoker(paced(fn, f"term {name}", policy.max_rpm) if policy.max_rpm else fn, kind,
+                           term_cfg.adapter, name)
+    if policy.max_rpm and (policy.executor in ("process", "ray") or (
+            policy.executor == "inline" and policy.timeout_s and not invoker.is_async)):
+        raise UsageError(f"reward {name!r}: max_rpm paces the calls of one process, and this term runs in "
+                         "worker processes\ngive it executor: thread (or inline, for an async reward)")
     # the config's own list wins, an empty one included (routing off); unset: the reward's own routes
     data_sources = spec.data_sources if term_cfg.data_sources is None else tuple(term_cfg.data_sources)
     kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave

@@ -233,16 +233,33 @@ class _Migration:
             self.report.notes.append(f"the {manager!r} reward manager sets "
                                      f"reward.rewards[{index}].{field_name}={value}")
         if manager in ("rate_limited", "limit"):
-            for rel, field_name in (("max_concurrent", "max_concurrency"), ("timeout", "timeout_s")):
+            for rel, field_name in (("max_concurrent", "max_concurrency"), ("timeout", "timeout_s"),
+                                    ("max_rpm", "max_rpm")):
                 if rel in self.kwargs:
                     value, key = self.kwargs.pop(rel)
                     self._term_put(index, field_name, value, key)
-            for rel in ("max_rpm", "max_tpm"):
-                if rel in self.kwargs:
-                    value, key = self.kwargs.pop(rel)
-                    self.dropped(key, "per-minute rate limits are not implemented; max_concurrent bounds the "
-                                      "calls in flight", value)
+            self._tokens_per_minute(index)
         return index
+
+    def _tokens_per_minute(self, index: int) -> None:
+        """verl's rate-limited manager charges every call ``estimated_tokens_per_request`` tokens (2000
+        unless set), so its ``max_tpm`` is a limit of ``max_tpm / estimated`` calls a minute."""
+        est, est_key = self.kwargs.pop("estimated_tokens_per_request", (2000, ""))
+        if "max_tpm" not in self.kwargs:
+            if est_key:
+                self.dropped(est_key, "it only sizes max_tpm, which is not set", est)
+            return
+        value, key = self.kwargs.pop("max_tpm")
+        try:
+            rpm = float(value) / float(est)
+        except (TypeError, ValueError, ZeroDivisionError):
+            raise UsageError(f"{key}={value!r} with estimated_tokens_per_request={est!r} is not valid\n"
+                             "give both as positive numbers") from None
+        term = self.terms[index] = dict(self.terms[index])
+        term["max_rpm"] = min(rpm, float(term["max_rpm"])) if term.get("max_rpm") else rpm
+        for k in (key, est_key):
+            if k:
+                self.moved(k, f"reward.rewards[{index}].max_rpm")
 
     def _reward_model_term(self, custom_index: int | None) -> None:
         """verl scores with the reward model alone when it is enabled and no custom function is given."""
