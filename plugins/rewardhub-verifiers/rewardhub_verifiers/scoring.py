@@ -70,12 +70,14 @@ def _trace(task_cls: Any, prompt: Any, response: Any, ground_truth: Any, extra_i
                  nodes=nodes)
 
 
-async def reward(response: Any = None, prompt: Any = None, extra_info: Any = None, *, env: str, reward: str,
+async def reward(messages: Any = None, extra_info: Any = None, *, env: str, reward: str,
                  **fields: Any) -> float:
-    """One ``@vf.reward`` of environment ``env``, unweighted, as the environment computes it (a
-    ground truth is optional: ``fields`` takes it, and ``messages``, when the sample has them)."""
+    """One ``@vf.reward`` of environment ``env``, unweighted, as the environment computes it (a trajectory
+    reward: a text sample comes as one user and one assistant turn; ``fields`` takes the ground truth,
+    which is optional)."""
     task_cls = _task_type(env)
-    trace = _trace(task_cls, prompt, response, fields.get("ground_truth"), extra_info, fields.get("messages"))
+    trace = _trace(task_cls, fields.get("prompt"), fields.get("response"), fields.get("ground_truth"),
+                   extra_info, messages)
     task = task_cls(trace.task.data)
     hooks = {fn.__name__: fn for fn in task.hooks("reward")}
     if reward not in hooks:
@@ -93,12 +95,12 @@ async def reward(response: Any = None, prompt: Any = None, extra_info: Any = Non
     return float(value)
 
 
-async def rubric(response: Any = None, prompt: Any = None, extra_info: Any = None, *, env: str,
-                 **fields: Any) -> float:
+async def rubric(messages: Any = None, extra_info: Any = None, *, env: str, **fields: Any) -> float:
     """The environment's rubric: every reward it can score offline, weighted and summed, as
     ``Task.score`` computes it (``trace.reward``)."""
     task_cls = _task_type(env)
-    trace = _trace(task_cls, prompt, response, fields.get("ground_truth"), extra_info, fields.get("messages"))
+    trace = _trace(task_cls, fields.get("prompt"), fields.get("response"), fields.get("ground_truth"),
+                   extra_info, messages)
     await task_cls(trace.task.data).score(trace)
     missing = sorted(name for name, r in trace.rewards.items() if r is None)
     if missing:

@@ -103,16 +103,19 @@ def test_an_installed_environment_is_listed_with_its_dist_version_and_weights(en
     assert not [r for r in json.loads(bare.stdout) if r["name"].startswith("verifiers.")]
 
 
-def test_score_equals_the_environments_own_rubric_on_the_same_rollouts(env_path: str,
-                                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize("given", ["trace", "messages"])
+def test_score_equals_the_environments_own_rubric_on_the_same_rollouts(env_path: str, tmp_path: Path,
+                                                                        given: str) -> None:
+    """Rows holding verifiers' own traces, or only the conversation (OpenAI format) and the task's data."""
     native = _run(["-c", NATIVE], env_path, input=json.dumps(ROLLOUTS))
     assert native.returncode == 0, native.stderr
     expected = json.loads(native.stdout)
     assert [e["total"] for e in expected] == [1.25, 1.0, 0.25, 0.0]  # the toy rubric, worked by hand
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"prompt": m[0]["content"], "response": e["reply"],
-                                        "extra_info": {"trace": e["trace"]}}) + "\n"
-                            for (_, m), e in zip(ROLLOUTS, expected)))
+    rows.write_text("".join(json.dumps(
+        {"prompt": m[0]["content"], "response": e["reply"], "extra_info": {"trace": e["trace"]}}
+        if given == "trace" else {"messages": m, "extra_info": {"task": {"answer": answer}}}) + "\n"
+        for (answer, m), e in zip(ROLLOUTS, expected)))
     config = tmp_path / "reward.yaml"
     config.write_text("reward:\n  rewards:\n"
                       "    - {name: verifiers.vf_toy_env}\n"
