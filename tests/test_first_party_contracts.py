@@ -30,7 +30,7 @@ def _failed(checks) -> list[str]:
 def test_every_first_party_reward_is_covered_here():
     names = set(_first_party())
     covered = {"exact_match", "regex_match", "think_format", "overlong_penalty", "math_verify", "code_io",
-               "code_tests", "reasoning_gym"} | MODEL_REWARDS | SERVED
+               "code_tests", "reasoning_gym", "tool_call_format"} | MODEL_REWARDS | SERVED
     rest = names - covered
     assert rest and all(n.startswith("reasoning_gym.") for n in rest), rest  # the per-dataset rewards
     assert len(names) > 100
@@ -55,6 +55,13 @@ def test_builtins_and_math():
         "overlong_penalty",
         "math_verify",
     }
+
+
+def test_tool_call_format():
+    """The built-in trajectory reward holds the contract on the contract's own (text) samples, which it
+    reads as one user and one assistant turn."""
+    checks = run_contract({"rewards": [{"name": "tool_call_format"}]}, executors=("inline", "process"))
+    assert _failed(checks) == [] and {c.term for c in checks} == {"tool_call_format"}
 
 
 def test_code_rewards():

@@ -105,13 +105,20 @@ def test_a_hung_judge_times_out_and_its_connection_is_closed(stub):
 
 def test_max_concurrency_and_max_rpm_hold(stub):
     stub.reset(lambda body, n: (200, "Score: 5"), service_s=0.1)
-    res = judged(stub, ["x"] * 9, term={"max_concurrency": 3})
+    res = judged(stub, ["x"] * 9, term={"max_concurrency": 3, "cache": False})  # 9 calls, not one
     assert column(res)[0] == [5.0] * 9 and stub.peak == 3
     stub.reset(lambda body, n: (200, "Score: 5"))
-    res = judged(stub, ["x"] * 11, max_rpm=600)  # one request every 0.1 s, none in a burst
+    res = judged(stub, ["x"] * 11, term={"cache": False}, max_rpm=600)  # a request every 0.1 s, no burst
     assert column(res)[0] == [5.0] * 11
     times = sorted(r["t"] for r in stub.requests)
     assert times[-1] - times[0] >= 10 * 0.1 - 0.05  # 0.05 s: the jitter of one request's send
+
+
+def test_the_judge_caches_by_default(stub):
+    """llm_judge has cache on by default: one request per distinct input (3 of 8 in a GRPO group)."""
+    stub.reset(lambda body, n: (200, "Score: 5"))
+    res = judged(stub, ["a", "b", "a", "c", "a", "b", "c", "c"])
+    assert column(res)[0] == [5.0] * 8 and len(stub.requests) == 3
 
 
 def test_group_mode_one_call_per_group(stub):
