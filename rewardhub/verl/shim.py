@@ -12,14 +12,12 @@ overlong penalty, the reward-model term) are decided here.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from ..config.migration_report import KeyMoves
 from ..config.migration_report import MigrationReport
-from ..deprecated import LEGACY_KEY_DROPPED
-from ..deprecated import LEGACY_KEY_MOVED
-from ..errors import RewardhubDeprecationWarning
+from ..config.migration_report import put_key
 from ..errors import UsageError
 from ._legacy_leaves import Leaf
 from ._legacy_leaves import is_legacy_key
@@ -40,46 +38,20 @@ __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport
            "legacy_keys", "migrate", "truthy", "unknown_line"]
 
 
-class _Migration:
+class _Migration(KeyMoves):
     def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(MigrationReport())
         self.cfg = cfg
-        self.report = MigrationReport()
         reward = cfg.get("reward")
         if reward is None:
             reward = {}
         elif not isinstance(reward, Mapping):
             raise UsageError(f"reward={reward!r} is not valid\nexpected a mapping (the reward: section)")
         self.reward: dict[str, Any] = dict(reward)
-        #: a legacy key -> the other legacy keys that agree with it (each gets the same report line)
-        self.also: dict[str, list[str]] = {}
-        #: new dotted key -> (value, legacy key that set it)
-        self.sets: dict[str, tuple[Any, str]] = {}
         self.crf: dict[str, tuple[Any, str]] = {}  # path / name -> (value, key)
         self.crf_kwargs: dict[str, tuple[Any, str]] = {}
         self.kwargs: dict[str, tuple[Any, str]] = {}  # reward_kwargs.* (rel without prefix)
         self.managers: list[tuple[str, str]] = []  # (name, key)
-        self.pending: list[tuple[Leaf, str]] = []  # leaves whose destination is decided at the end
-
-    # ---- recording ------------------------------------------------------------------------------
-    def moved(self, key: str, to: str) -> None:
-        for k in (key, *self.also.pop(key, ())):
-            self.report.moved.append({"from": k, "to": to})
-            warnings.warn(LEGACY_KEY_MOVED.format(old=k, new=to), RewardhubDeprecationWarning, stacklevel=4)
-
-    def dropped(self, key: str, reason: str, value: Any) -> None:
-        for k in (key, *self.also.pop(key, ())):
-            self.report.dropped.append({"key": k, "reason": reason, "value": value})
-            warnings.warn(LEGACY_KEY_DROPPED.format(old=k, value=value, reason=reason),
-                          RewardhubDeprecationWarning, stacklevel=4)
-
-    def put(self, new: str, value: Any, key: str) -> None:
-        """Set a new dotted key (under ``reward.``) from a legacy key, checking for conflicts."""
-        if new in self.sets and self.sets[new][0] != value:
-            other_value, other = self.sets[new]
-            raise UsageError(f"{other}={other_value!r} and {key}={value!r} both set {new} to different "
-                             "values\nkeep one of them")
-        self.sets[new] = (value, key)
-        self.moved(key, new)
 
     # ---- the walk -------------------------------------------------------------------------------
     def run(self, leaves: list[Leaf]) -> None:
@@ -174,8 +146,10 @@ class _Migration:
                 self._term_put(custom_index, f"kwargs.{rel}", value, key)
         if self.terms or "rewards" in self.reward:
             self.reward["rewards"] = self.terms
+        out = {"reward": self.reward}
         for new, (value, key) in self.sets.items():
-            self._apply(new, value, key)
+            put_key(out, new, value, key)
+        self.reward = out["reward"]
         if self.reward or "reward" in self.cfg:
             self.cfg["reward"] = self.reward
 
@@ -329,23 +303,6 @@ class _Migration:
         node[last] = value
         if report:
             self.moved(key, f"reward.rewards[{index}].{dotted}")
-
-    def _apply(self, new: str, value: Any, key: str) -> None:
-        parts = new.split(".")[1:]  # under reward.
-        node: dict[str, Any] = self.reward
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if nxt is None:
-                nxt = {}
-            if not isinstance(nxt, Mapping):
-                raise UsageError(f"{key} moves to {new}, but reward.{p}={nxt!r} is not a mapping")
-            node[p] = nxt = dict(nxt)
-            node = nxt
-        last = parts[-1]
-        if last in node and node[last] != value:
-            raise UsageError(f"{key}={value!r} and {new}={node[last]!r} are both set, to different values\n"
-                             f"keep one of them ({new} is the new key)")
-        node[last] = value
 
 
 def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:

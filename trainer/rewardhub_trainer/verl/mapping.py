@@ -5,13 +5,13 @@ defaults that differ from the trainer's."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
+from rewardhub.config.migration_report import KeyMoves
+from rewardhub.config.migration_report import put_key
 from rewardhub.config.overrides import leaves as dotted_leaves
-from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 from rewardhub.verl.keys import is_verl_key
 from rewardhub.verl.owner import ENTRY_KEY
@@ -59,33 +59,19 @@ VERL_DEFAULTS: tuple[tuple[str, Any, str, Any, bool], ...] = (
 )
 
 
-class Mapping_:
+class Mapping_(KeyMoves):
     """One pass of the table over a config (``rule(key)`` gives a key's action, ``None`` for the
     trainer's)."""
+
+    moved_text = "verl key {old} is now {new}"
+    dropped_text = "verl key {old}={value!r} is ignored: {reason}"
 
     def __init__(
         self, cfg: dict[str, Any], report: Any, rule: Callable[[str], tuple[str, ...] | None]
     ) -> None:
-        self.cfg, self.report, self.rule = cfg, report, rule
-        self.sets: dict[str, tuple[Any, str]] = {}
+        super().__init__(report)
+        self.cfg, self.rule = cfg, rule
         self.taken: dict[str, tuple[Any, tuple[str, ...]]] = {}
-
-    def moved(self, key: str, new: str, value: Any) -> None:
-        if new in self.sets and self.sets[new][0] != value:
-            other_value, other = self.sets[new]
-            raise UsageError(
-                f"{other}={other_value!r} and {key}={value!r} both set {new} to different values\n"
-                "keep one of them"
-            )
-        self.sets[new] = (value, key)
-        self.report.moved.append({"from": key, "to": new})
-        warnings.warn(f"verl key {key} is now {new}", RewardhubDeprecationWarning, stacklevel=5)
-
-    def dropped(self, key: str, reason: str, value: Any) -> None:
-        self.report.dropped.append({"key": key, "reason": reason, "value": value})
-        warnings.warn(
-            f"verl key {key}={value!r} is ignored: {reason}", RewardhubDeprecationWarning, stacklevel=5
-        )
 
     def given(self, key: str) -> Any:
         return self.taken[key][0] if key in self.taken else None
@@ -132,7 +118,7 @@ class Mapping_:
                     value,
                 )
             elif action[0] == "move":
-                self.moved(key, action[1], value)
+                self.put(action[1], value, key)
             elif action[0] == "drop":
                 self.dropped(key, action[1], value)
             else:
@@ -143,8 +129,8 @@ class Mapping_:
             self.defaults(
                 skip=("actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size") if why else ()
             )
-        for new, (value, _) in self.sets.items():
-            self.put(new, value)
+        for new, (value, key) in self.sets.items():
+            put_key(self.cfg, new, value, key, "the trainer's key")
 
     def hydra_defaults(self, value: Any) -> dict[str, Any] | None:
         """A YAML config's Hydra ``defaults:`` list: verl's own base configs are what the report's defaults
@@ -230,20 +216,6 @@ class Mapping_:
                     + (f"{key}={here!r}" if key else here)
                     + " (the config does not set it)"
                 )
-
-    def put(self, new: str, value: Any) -> None:
-        section, name = new.split(".", 1)
-        node = self.cfg.get(section)
-        if node is None:
-            node = self.cfg[section] = {}
-        if not isinstance(node, dict):
-            raise UsageError(f"{section}={node!r} is not a mapping; verl keys move into it")
-        if name in node and node[name] != value:
-            raise UsageError(
-                f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
-                f"values\nkeep one of them ({new} is the trainer's key)"
-            )
-        node[name] = value
 
 
 def map_verl_keys(cfg: dict[str, Any], report: Any) -> None:
