@@ -1,5 +1,5 @@
 """Which command of a launch script runs verl, and which of its words are the run's overrides
-(see :mod:`rewardhub.verl._shell`, which splits and expands the script); every word of a script."""
+(see :mod:`rewardhub.verl._shell`, which splits and expands the script)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ._shell import ShellWord
 from ._shell import Unsafe
 from ._shell import literal_head
 
-__all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "public_words", "read_script"]
+__all__ = ["VERL_CONFIGS", "entry_point", "pick_verl_run", "public_words", "read_script"]
 
 _VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
 #: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
@@ -99,24 +99,6 @@ def pick_verl_run(runs: list[Any]) -> Script:
 def _check_unsafe(run: Any) -> None:
     if run[3]:
         raise UsageError(f"{run[3][0]}\nwrite the value out in the script (or set the variable in it)")
-
-
-def all_words(text: str) -> list[ShellWord]:
-    """Every word of every command of ``text`` (assignments too), expanded where it can be."""
-    r = Reader(text)
-    out: list[ShellWord] = []
-    for index, cmd in enumerate(r.commands()):
-        for position, raw in enumerate(cmd):
-            line = r.line(raw.start)
-            try:
-                expanded = r.expand(raw, f"line {line}")
-            except Unsafe:
-                expanded = [(text[raw.start:raw.end], True)]
-            for t, whole in expanded:
-                out.append(
-                    ShellWord(text[raw.start : raw.end], t, raw.start, raw.end, index, position, line, whole)
-                )
-    return out
 
 
 def public_words(r: Reader, raw: Any, where: str) -> list[tuple[str, bool]]:
