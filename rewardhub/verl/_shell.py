@@ -336,14 +336,3 @@ class Reader:
         self.refs.pop(name.group(1), None)
         if ref is not None and ref != value:
             self.refs[name.group(1)] = ref
-
-    def expand_kept(self, raw: Raw, where: str) -> list[tuple[str, bool]] | None:
-        """:meth:`expand` with what comes from the environment kept as ``${oc.env:NAME}`` (None: the
-        same words cannot be told so)."""
-        self.keep_env = True
-        try:
-            return self.expand(raw, where)
-        except Unsafe:
-            return None
-        finally:
-            self.keep_env = False

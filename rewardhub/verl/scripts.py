@@ -109,8 +109,14 @@ def public_words(r: Reader, raw: Any, where: str) -> list[tuple[str, bool]]:
     holds the secret, as with a YAML config's ``${oc.env:NAME}``. Where the text read would be another
     kind of value (a number, a boolean: ``trainer.nnodes=$NNODES``), it is the value itself."""
     words = r.expand(raw, where)
-    kept = r.expand_kept(raw, where)
-    if kept is None or len(kept) != len(words):
+    r.keep_env = True
+    try:
+        kept = r.expand(raw, where)
+    except Unsafe:
+        return words
+    finally:
+        r.keep_env = False
+    if len(kept) != len(words):
         return words
     return [(k if k != w and _same_value(w, k) else w, whole) for (w, whole), (k, _) in zip(words, kept)]
 

@@ -39,8 +39,8 @@ __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport
 
 
 class _Migration(KeyMoves):
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        super().__init__(MigrationReport())
+    def __init__(self, cfg: dict[str, Any], report: MigrationReport) -> None:
+        super().__init__(report)
         self.cfg = cfg
         reward = cfg.get("reward")
         if reward is None:
@@ -305,10 +305,11 @@ class _Migration(KeyMoves):
             self.moved(key, f"reward.rewards[{index}].{dotted}")
 
 
-def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
+def migrate(config: Any, report: MigrationReport | None = None) -> tuple[dict[str, Any], MigrationReport]:
     """Move every legacy reward key of ``config`` to the ``reward:`` schema.
 
     :param config: a whole trainer config (mapping or ``DictConfig``); it is not modified.
+    :param report: where to record what moved (a new one by default).
     :returns: ``(new_config, report)``; ``new_config`` is a plain dict with no legacy node left and
         every other section untouched (verl's trainer keys are mapped after this, by the loader:
         :mod:`rewardhub_trainer.verl.rules`).
@@ -316,8 +317,9 @@ def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
     """
     cfg = plain_dict(config)
     leaves = legacy_leaves(cfg)
+    report = MigrationReport() if report is None else report
     if not leaves:
-        return cfg, MigrationReport()
-    m = _Migration(cfg)
+        return cfg, report
+    m = _Migration(cfg, report)
     m.run(leaves)
     return m.cfg, m.report

@@ -1,6 +1,6 @@
 """Applying :mod:`rewardhub_trainer.verl.rules`'s table to a config: moves, drops with their reasons,
 the keys decided with the whole config (KL, warm-up, checkpoints kept, mini-batches, LoRA: in
-:mod:`._verl_special`; the fully-async keys: :mod:`.verl_async`), the unknown (misspelt) keys, and verl's
+:mod:`._special`; the fully-async keys: :mod:`._async`), the unknown (misspelt) keys, and verl's
 defaults that differ from the trainer's."""
 
 from __future__ import annotations
@@ -77,7 +77,6 @@ class Mapping_(KeyMoves):
         return self.taken[key][0] if key in self.taken else None
 
     def run(self) -> None:
-
         entry = self.cfg.pop(ENTRY_KEY, None)
         if "defaults" in self.cfg:  # a Hydra config of verl's: built on verl's own base config
             entry = self.hydra_defaults(self.cfg.pop("defaults")) or entry
@@ -85,7 +84,8 @@ class Mapping_(KeyMoves):
         leaves = [(k, v) for root in roots if isinstance(self.cfg.get(root), Mapping)
                   for k, v in dotted_leaves(self.cfg[root], root)]
         unknown = [(k, v) for k, v in leaves if k.split(".")[0] in VERL_ROOTS and k.split(".")[0] != "hydra"
-                   and not is_verl_key(k) and not self._explicit(k)]
+                   and not is_verl_key(k)
+                   and not any(p == k for p, _ in KEY_RULES)]  # an earlier verl's key the table names
         unknown += self._misspelt_roots(roots) + self._misspelt_verl_names(leaves)
         self.taken = {k: (v, rule) for k, v in leaves if (rule := self.rule(k)) is not None}
         if "trainer.total_training_steps" not in self.taken:  # then it is the trainer's own key, as it is
@@ -122,7 +122,7 @@ class Mapping_(KeyMoves):
             elif action[0] == "drop":
                 self.dropped(key, action[1], value)
             else:
-                self.special(action[0], key, value)
+                decide(self, action[0], key, value)
         map_async(self, why, async_keys)
         if verl_config:
             # verl's fully-async trainer sizes a step by its mini-batches (said by map_async)
@@ -185,15 +185,6 @@ class Mapping_(KeyMoves):
             if meant and meant not in sections and isinstance(self.cfg[key], Mapping):
                 out.extend(dotted_leaves(self.cfg[key], key))
         return out
-
-    def _explicit(self, key: str) -> bool:
-        """Whether the table names ``key`` itself (a key of an earlier verl version), not by a wildcard."""
-
-        return any(pattern == key for pattern, _ in KEY_RULES)
-
-    def special(self, kind: str, key: str, value: Any) -> None:
-        """A key of a ``(kind,)`` rule, decided with the whole config (see :mod:`._verl_special`)."""
-        decide(self, kind, key, value)
 
     def defaults(self, skip: tuple[str, ...] = ()) -> None:
         """verl's defaults that differ from the trainer's, for a config written for verl."""
