@@ -80,21 +80,12 @@ def legacy_leaves(cfg: dict[str, Any]) -> list[Leaf]:
     return leaves
 
 
-_LEGACY_ROOTS = frozenset({"custom_reward_function", "reward_manager", "reward_model", "sandbox_fusion"})
-_LEGACY_IN_REWARD = frozenset({"custom_reward_function", "reward_manager", "reward_kwargs", "num_workers",
-                               "sandbox_fusion"})
-
-
 def is_legacy_key(key: str) -> bool:
-    """Whether a dotted key (as in an override) is one the shim migrates."""
-    parts = key.split(".")
-    if parts[0] in _LEGACY_ROOTS:
-        return True
-    if parts[0] != "reward" or len(parts) < 2:
-        return False
-    if parts[1] in _LEGACY_IN_REWARD:
-        return True
-    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in RM_FIELDS
+    """Whether a dotted key (as in an override) is one the shim migrates: one :func:`legacy_leaves` finds."""
+    node: Any = None
+    for part in reversed(key.split(".")):
+        node = {part: node}
+    return bool(legacy_leaves(node))
 
 
 def legacy_keys(config: Any) -> list[str]:
