@@ -182,13 +182,7 @@ def read_script(text: str) -> Script:
                 expanded = public_words(r, raw, f"line {line}")
             except Unsafe as exc:
                 unsafe.append(str(exc))
-                words.append(
-                    ShellWord(
-                        text[raw.start : raw.end], "\x00", raw.start, raw.end, index, position, line, False
-                    )
-                )
-                position += 1
-                continue
+                expanded = [("\x00", False)]  # a word that is not known here
             for t, whole in expanded:
                 words.append(
                     ShellWord(text[raw.start : raw.end], t, raw.start, raw.end, index, position, line, whole)
