@@ -91,23 +91,22 @@ def decide(m: Any, kind: str, key: str, value: Any) -> None:
         raise AssertionError(kind)
 
 def _kl(m: Any, key: str, value: Any) -> None:
-    use_loss = m.given("actor_rollout_ref.actor.use_kl_loss")
-    in_reward = m.given("algorithm.use_kl_in_reward")
+    use_loss = truthy(m.given("actor_rollout_ref.actor.use_kl_loss"))  # unset (None): false
+    in_reward = truthy(m.given("algorithm.use_kl_in_reward"))
     if key.endswith("use_kl_loss") or key.endswith("use_kl_in_reward"):
         m.dropped(key, "the KL term is on when trainer.kl_coef > 0 (a loss term, never in the reward)", value)
     elif key.endswith("kl_loss_coef"):
-        if use_loss is not None and truthy(use_loss):
+        if use_loss:
             m.put("trainer.kl_coef", value, key)
         else:
             m.dropped(key, "use_kl_loss is not true", value)
     else:  # algorithm.kl_ctrl.kl_coef: verl uses it only as a KL penalty in the reward
-        if in_reward is not None and truthy(in_reward) and not (use_loss is not None and truthy(use_loss)):
+        if in_reward and not use_loss:
             m.put("trainer.kl_coef", value, key)
             m.report.notes.append(f"{key}: the trainer applies the KL term in the loss, not in the reward")
         else:
             m.dropped(key, "verl applies it only with algorithm.use_kl_in_reward=true, which is not set"
-                      + ("; the KL loss coefficient is used" if use_loss is not None and truthy(use_loss)
-                         else ""), value)
+                      + ("; the KL loss coefficient is used" if use_loss else ""), value)
 
 def _warmup(m: Any, key: str, value: Any) -> None:
     """verl: lr_warmup_steps < 0 (its default) means lr_warmup_steps_ratio x the run's steps."""
