@@ -268,10 +268,8 @@ class _Migration(KeyMoves):
         else:
             self.terms[index] = dict(self.terms[index])
         self.moved(enable[1], f"reward.rewards[{index}]")
-        if max_len[1] != "data.max_response_length":
-            self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1])
-        else:
-            self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1], report=False)
+        self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1],
+                       report=max_len[1] != "data.max_response_length")
         for k, (value, key) in cfg_keys.items():
             rel = k[len("overlong_buffer_cfg."):]
             if rel == "enable":
