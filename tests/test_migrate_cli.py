@@ -8,6 +8,7 @@ import shlex
 import shutil
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -15,7 +16,8 @@ import yaml
 from rewardhub.config.loader import read_and_migrate
 from rewardhub.config.loader import read_config_file
 from rewardhub.config.overrides import is_override_word
-from rewardhub.verl.scripts import all_words as shell_words
+from rewardhub.verl._shell import Reader
+from rewardhub.verl._shell import Unsafe
 from rewardhub.verl.shim import is_legacy_key
 from rewardhub.verl.shim import migrate
 
@@ -149,6 +151,20 @@ python3 -m verl.trainer.main_ppo \
     trainer.total_epochs=1 "$@"
 echo done   # trailing comment
 """
+
+
+def shell_words(text):
+    """Every word of every command of ``text`` (assignments too), expanded where it can be, with its span."""
+    r = Reader(text)
+    out = []
+    for cmd in r.commands():
+        for raw in cmd:
+            try:
+                expanded = r.expand(raw, "a test")
+            except Unsafe:
+                expanded = [(text[raw.start:raw.end], True)]
+            out += [SimpleNamespace(text=t, start=raw.start, end=raw.end) for t, _ in expanded]
+    return out
 
 
 def non_override_text(script: str) -> list[str]:

@@ -219,7 +219,7 @@ def test_a_legacy_config_is_read_once_and_migrated_once(command, tmp_path, monke
         return real_open(file, *a, **k)
 
     monkeypatch.setattr(builtins, "open", counting_open)
-    monkeypatch.setattr(shim, "migrate", lambda c: migrations.append(1) or real_migrate(c))
+    monkeypatch.setattr(shim, "migrate", lambda c, *a: migrations.append(1) or real_migrate(c, *a))
 
     def counting_validate(r):
         if not isinstance(r, schema.RewardConfig):  # a typed section is taken as it is, never checked again

@@ -275,16 +275,14 @@ def test_a_misspelt_verl_only_name_under_data_or_trainer_is_unknown():
 
 
 def test_a_hydra_config_built_on_verls_own_config():
-    from rewardhub.config.loader import _override_and_migrate
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg, report = _override_and_migrate({"defaults": ["fully_async_ppo_trainer", "_self_"],
-                                             "async_training": {"trigger_parameter_sync_step": 3}}, [])
+        cfg, report = read_and_migrate(source={"defaults": ["fully_async_ppo_trainer", "_self_"],
+                                               "async_training": {"trigger_parameter_sync_step": 3}})
     assert cfg["trainer"]["mode"] == "fully_async" and cfg["trainer"]["sync_interval"] == 3
     assert "verl's own base config" in report.dropped[0]["reason"] and "defaults" not in cfg
     with pytest.raises(UsageError, match="built on my_base, which is not read here"):
-        _override_and_migrate({"defaults": ["ppo_trainer", "my_base"]}, [])
+        read_and_migrate(source={"defaults": ["ppo_trainer", "my_base"]})
 
 
 def test_fully_async_without_mini_batches_says_how_verl_would_size_a_step():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,13 +24,6 @@ __all__ = ["ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check
            "config_file_kind", "load_config", "load_config_with_report", "load_plan", "owned_sections",
            "parse_text", "read_and_migrate", "read_config_file", "read_migrated", "read_text",
            "resolve_or_explain", "script_overrides"]
-
-
-def _script_reader() -> Callable[[str], dict[str, Any]]:
-    reader = next((o.read_script for o in installed_owners() if o.read_script is not None), None)
-    if reader is None:
-        raise UsageError("no installed owner reads launch scripts\npass a YAML config")
-    return reader
 
 
 SHELL_SUFFIXES = (".sh", ".bash", ".overrides", ".txt")
@@ -124,7 +116,9 @@ def parse_text(path: str, text: str) -> tuple[str, dict[str, Any]]:
     """The kind (``yaml`` / ``shell``) and content of a config file's text."""
     kind = config_file_kind(path, text)
     if kind == "shell":
-        reader = _script_reader()
+        reader = next((o.read_script for o in installed_owners() if o.read_script is not None), None)
+        if reader is None:
+            raise UsageError("no installed owner reads launch scripts\npass a YAML config")
         try:
             return kind, reader(text)
         except UsageError as exc:
@@ -159,17 +153,12 @@ def read_and_migrate(path: str | None = None, overrides: Iterable[str] = (), *,
 
     :param source: the file's content when the caller has read it already (the file is not read again).
     """
+    from .overrides import apply_overrides
+
     raw: dict[str, Any] = (
         dict(source) if source is not None else parse_text(path, read_text(path))[1] if path else {}
     )
-    return _override_and_migrate(raw, list(overrides))
-
-
-def _override_and_migrate(
-    raw: dict[str, Any], overrides: list[str]
-) -> tuple[dict[str, Any], MigrationReport]:
-    from .overrides import apply_overrides
-
+    overrides = list(overrides)
     if overrides:
         raw = apply_overrides(_remote_long_form(raw, overrides), overrides)
     import copy

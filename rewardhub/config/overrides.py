@@ -182,10 +182,6 @@ def leaves(node: Any, prefix: str = "", *, lists: bool = False) -> list[tuple[st
     return out
 
 
-def _segments(key: str) -> list[str]:
-    return key.split(".")
-
-
 def apply_overrides(config: Mapping[str, Any], overrides: Iterable[Override | str]) -> dict[str, Any]:
     """Return a copy of ``config`` with the overrides applied (intermediate mappings are created;
     a numeric segment indexes a list, and the index one past the end appends)."""
@@ -195,7 +191,7 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[Override | st
     for ov in overrides:
         if isinstance(ov, str):
             ov = parse_override(ov)
-        parts = _segments(ov.key)
+        parts = ov.key.split(".")
         node: Any = out
         for i, part in enumerate(parts[:-1]):
             nxt = parts[i + 1]

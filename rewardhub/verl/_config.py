@@ -92,27 +92,21 @@ def reward_section(verl_config: Any) -> RewardConfig:
     return _zero_on_failure(validate_reward(kept))
 
 
+def _on_failure(section: RewardConfig, old: str | None, new: str) -> RewardConfig:
+    """The section with ``on_failure: new`` for each term whose ``on_failure`` is ``old``."""
+    return dataclasses.replace(section, rewards=tuple(
+        dataclasses.replace(t, on_failure=new) if t.on_failure == old else t for t in section.rewards))
+
+
 def _zero_on_failure(section: RewardConfig) -> RewardConfig:
     """verl cannot leave a sample out of its batch, and a NaN reward would poison its group's advantages:
     a term that names no ``on_failure`` of its own scores a failed call 0.0 here (flagged in
     ``rewardhub_failed``), where rewardhub's own default is NaN."""
-    return dataclasses.replace(
-        section,
-        rewards=tuple(
-            t if t.on_failure is not None else dataclasses.replace(t, on_failure="zero")
-            for t in section.rewards
-        ),
-    )
+    return _on_failure(section, None, "zero")
 
 
 def raise_per_row(section: RewardConfig) -> RewardConfig:
     """The section with ``on_failure: raise`` scored as ``drop`` by the Runner: the verl scorer
     raises for the failed row alone (verl's own managers fail only the trajectory that raised), where
     the Runner would raise for every row of the call."""
-    return dataclasses.replace(
-        section,
-        rewards=tuple(
-            dataclasses.replace(t, on_failure="drop") if t.on_failure == "raise" else t
-            for t in section.rewards
-        ),
-    )
+    return _on_failure(section, "raise", "drop")

@@ -40,10 +40,10 @@ def legacy_leaves(cfg: dict[str, Any]) -> list[Leaf]:
     """Every legacy key of ``cfg``, in a stable order; the nodes holding them are removed from ``cfg``."""
     leaves: list[Leaf] = []
 
-    def take(holder: dict[str, Any], key: str, ns: str, prefix: str) -> None:
-        if key not in holder:
+    def take(holder: dict[str, Any], ns: str, prefix: str) -> None:  # the node ``ns`` at ``prefix``
+        if ns not in holder:
             return
-        node = holder.pop(key)
+        node = holder.pop(ns)
         if ns in ("reward_kwargs", "sandbox_fusion") and not isinstance(node, Mapping):
             leaves.append(Leaf(prefix, "drop", "", node))
             return
@@ -57,17 +57,13 @@ def legacy_leaves(cfg: dict[str, Any]) -> list[Leaf]:
         for rel, value in dotted_leaves(node, ""):
             leaves.append(Leaf(f"{prefix}.{rel}" if rel else prefix, ns, rel, value))
 
-    take(cfg, "custom_reward_function", "custom_reward_function", "custom_reward_function")
-    take(cfg, "reward_manager", "reward_manager", "reward_manager")
-    take(cfg, "reward_model", "reward_model", "reward_model")
-    take(cfg, "sandbox_fusion", "sandbox_fusion", "sandbox_fusion")
+    for ns in ("custom_reward_function", "reward_manager", "reward_model", "sandbox_fusion"):
+        take(cfg, ns, ns)
     reward = cfg.get("reward")
     if isinstance(reward, Mapping):
         reward = cfg["reward"] = dict(reward)
-        take(reward, "custom_reward_function", "custom_reward_function", "reward.custom_reward_function")
-        take(reward, "reward_manager", "reward_manager", "reward.reward_manager")
-        take(reward, "reward_kwargs", "reward_kwargs", "reward.reward_kwargs")
-        take(reward, "sandbox_fusion", "sandbox_fusion", "reward.sandbox_fusion")
+        for ns in ("custom_reward_function", "reward_manager", "reward_kwargs", "sandbox_fusion"):
+            take(reward, ns, f"reward.{ns}")
         if "num_workers" in reward:
             leaves.append(Leaf("reward.num_workers", "num_workers", "", reward.pop("num_workers")))
         rm = reward.get("reward_model")
@@ -80,21 +76,12 @@ def legacy_leaves(cfg: dict[str, Any]) -> list[Leaf]:
     return leaves
 
 
-_LEGACY_ROOTS = frozenset({"custom_reward_function", "reward_manager", "reward_model", "sandbox_fusion"})
-_LEGACY_IN_REWARD = frozenset({"custom_reward_function", "reward_manager", "reward_kwargs", "num_workers",
-                               "sandbox_fusion"})
-
-
 def is_legacy_key(key: str) -> bool:
-    """Whether a dotted key (as in an override) is one the shim migrates."""
-    parts = key.split(".")
-    if parts[0] in _LEGACY_ROOTS:
-        return True
-    if parts[0] != "reward" or len(parts) < 2:
-        return False
-    if parts[1] in _LEGACY_IN_REWARD:
-        return True
-    return parts[1] == "reward_model" and len(parts) > 2 and parts[2] not in RM_FIELDS
+    """Whether a dotted key (as in an override) is one the shim migrates: one :func:`legacy_leaves` finds."""
+    node: Any = None
+    for part in reversed(key.split(".")):
+        node = {part: node}
+    return bool(legacy_leaves(node))
 
 
 def legacy_keys(config: Any) -> list[str]:

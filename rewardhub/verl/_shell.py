@@ -25,7 +25,6 @@ from ._shell_words import Raw
 from ._shell_words import Script
 from ._shell_words import ShellWord
 from ._shell_words import Unsafe
-from ._shell_words import brace
 from ._shell_words import closing
 from ._shell_words import literal_head
 
@@ -172,11 +171,11 @@ class Reader:
             add(kind, body if not arith else f"$(({body[1:-1]}))", quoted)
             return end
         if s.startswith("${", i):
-            end = brace(self.s, i + 2)
-            inner = s[i + 2:end]
+            end = closing(s, i)
+            inner = s[i + 2:end - 1]
             if INDEX_RE.fullmatch(inner):
                 add("array", INDEX_RE.fullmatch(inner).groups(), quoted)  # type: ignore[union-attr]
-                return end + 1
+                return end
             m = re.fullmatch(r"([A-Za-z_]\w*|\d+|[@*#?$])(?:(:?[-=])(.*))?", inner, re.S)
             if not m:
                 add("unsafe", "${" + inner + "}", quoted)
@@ -184,7 +183,7 @@ class Reader:
                 add("default", (m.group(1), m.group(3)), quoted)
             else:
                 add("var", m.group(1), quoted)
-            return end + 1
+            return end
         m = re.match(r"\$([A-Za-z_]\w*|\d|[@*#?$!-])", s[i:])
         if not m:
             add("text", "$", quoted)
@@ -337,14 +336,3 @@ class Reader:
         self.refs.pop(name.group(1), None)
         if ref is not None and ref != value:
             self.refs[name.group(1)] = ref
-
-    def expand_kept(self, raw: Raw, where: str) -> list[tuple[str, bool]] | None:
-        """:meth:`expand` with what comes from the environment kept as ``${oc.env:NAME}`` (None: the
-        same words cannot be told so)."""
-        self.keep_env = True
-        try:
-            return self.expand(raw, where)
-        except Unsafe:
-            return None
-        finally:
-            self.keep_env = False

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Raw", "Script", "ShellWord", "Unsafe", "brace", "closing", "literal_head"]
+__all__ = ["Raw", "Script", "ShellWord", "Unsafe", "closing", "literal_head"]
 
 
 @dataclass
@@ -47,68 +47,36 @@ class Raw:
     items: list[Raw] | None = None
 
 
-def brace(s: str, i: int) -> int:
-    """The index of the ``}`` closing the ``${`` before ``i`` (``${X:-"${HOME}/a"}``: nested ones and
-    quotes respected); the last index if none."""
-    n, depth = len(s), 0
-    while i < n:
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            i = (s.find("'", i + 1) + 1) or n
-            continue
-        if c == '"':
-            i += 1
-            while i < n and s[i] != '"':
-                if s.startswith("${", i):
-                    i = brace(s, i + 2)
-                i += 2 if s[i] == "\\" else 1
-            i += 1
-            continue
-        if s.startswith("${", i):
-            depth += 1
-            i += 2
-            continue
-        if c == "}":
-            if depth == 0:
-                return i
-            depth -= 1
-        i += 1
-    return n - 1
-
 def closing(s: str, i: int) -> int:
-    """The index after the ``)`` / backquote closing the substitution at ``i`` (quotes and nesting
-    respected)."""
+    """The index after the ``}`` / ``)`` / backquote closing the ``${`` / ``$(`` / backquote at ``i``
+    (``${X:-"${HOME}/a"}``: quotes and nesting respected); ``len(s)`` if none."""
     n = len(s)
     if s[i] == "`":
         j = i + 1
         while j < n and s[j] != "`":
             j += 2 if s[j] == "\\" else 1
         return min(j + 1, n)
-    depth, j = 0, i + 1
+    opener, close = ("${", "}") if s.startswith("${", i) else ("(", ")")
+    depth, j = 0, i if opener == "${" else i + 1
     while j < n:
         c = s[j]
         if c == "\\":
             j += 2
-            continue
-        if c == "'":
+        elif c == "'":
             j = s.find("'", j + 1) + 1 or n
-            continue
-        if c == '"':
+        elif c == '"':
             j += 1
             while j < n and s[j] != '"':
-                j += 2 if s[j] == "\\" else 1
+                j = closing(s, j) if s.startswith(("${", "$("), j) else j + (2 if s[j] == "\\" else 1)
             j += 1
-            continue
-        if c == "(":
+        elif s.startswith(opener, j):
             depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
+            j += len(opener)
+        elif c == close and depth == 1:
+            return j + 1
+        else:
+            depth -= c == close
+            j += 1
     return n
 
 

@@ -20,12 +20,7 @@ ENTRY_KEY = "__verl_entry_point__"
 def _migrate(cfg: dict[str, Any], report: MigrationReport) -> dict[str, Any]:
     from .shim import migrate
 
-    out, mine = migrate(cfg)
-    report.moved += mine.moved
-    report.dropped += mine.dropped
-    report.notes += mine.notes
-    report.unknown += mine.unknown
-    return out
+    return migrate(cfg, report)[0]
 
 
 def read_launch_script(text: str) -> dict[str, Any]:

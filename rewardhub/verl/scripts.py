@@ -1,5 +1,5 @@
 """Which command of a launch script runs verl, and which of its words are the run's overrides
-(see :mod:`rewardhub.verl._shell`, which splits and expands the script); every word of a script."""
+(see :mod:`rewardhub.verl._shell`, which splits and expands the script)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ._shell import ShellWord
 from ._shell import Unsafe
 from ._shell import literal_head
 
-__all__ = ["VERL_CONFIGS", "all_words", "entry_point", "pick_verl_run", "public_words", "read_script"]
+__all__ = ["VERL_CONFIGS", "entry_point", "pick_verl_run", "public_words", "read_script"]
 
 _VERL_RE = re.compile(r"(^|[/.])(verl|recipe)([/.][\w/.]*)?[/.](main_\w+|fully_async_main)(\.py)?$")
 #: verl's own base configs (``--config-name``); the fully-async ones run fully-async training
@@ -101,24 +101,6 @@ def _check_unsafe(run: Any) -> None:
         raise UsageError(f"{run[3][0]}\nwrite the value out in the script (or set the variable in it)")
 
 
-def all_words(text: str) -> list[ShellWord]:
-    """Every word of every command of ``text`` (assignments too), expanded where it can be."""
-    r = Reader(text)
-    out: list[ShellWord] = []
-    for index, cmd in enumerate(r.commands()):
-        for position, raw in enumerate(cmd):
-            line = r.line(raw.start)
-            try:
-                expanded = r.expand(raw, f"line {line}")
-            except Unsafe:
-                expanded = [(text[raw.start:raw.end], True)]
-            for t, whole in expanded:
-                out.append(
-                    ShellWord(text[raw.start : raw.end], t, raw.start, raw.end, index, position, line, whole)
-                )
-    return out
-
-
 def public_words(r: Reader, raw: Any, where: str) -> list[tuple[str, bool]]:
     """The words ``raw`` expands to, each override in its reference form where that reads as the same
     config value: a value that came from the environment (``api_key=$MY_SECRET``, ``"Bearer $TOKEN"``,
@@ -127,8 +109,14 @@ def public_words(r: Reader, raw: Any, where: str) -> list[tuple[str, bool]]:
     holds the secret, as with a YAML config's ``${oc.env:NAME}``. Where the text read would be another
     kind of value (a number, a boolean: ``trainer.nnodes=$NNODES``), it is the value itself."""
     words = r.expand(raw, where)
-    kept = r.expand_kept(raw, where)
-    if kept is None or len(kept) != len(words):
+    r.keep_env = True
+    try:
+        kept = r.expand(raw, where)
+    except Unsafe:
+        return words
+    finally:
+        r.keep_env = False
+    if len(kept) != len(words):
         return words
     return [(k if k != w and _same_value(w, k) else w, whole) for (w, whole), (k, _) in zip(words, kept)]
 
@@ -194,13 +182,7 @@ def read_script(text: str) -> Script:
                 expanded = public_words(r, raw, f"line {line}")
             except Unsafe as exc:
                 unsafe.append(str(exc))
-                words.append(
-                    ShellWord(
-                        text[raw.start : raw.end], "\x00", raw.start, raw.end, index, position, line, False
-                    )
-                )
-                position += 1
-                continue
+                expanded = [("\x00", False)]  # a word that is not known here
             for t, whole in expanded:
                 words.append(
                     ShellWord(text[raw.start : raw.end], t, raw.start, raw.end, index, position, line, whole)

@@ -12,14 +12,12 @@ overlong penalty, the reward-model term) are decided here.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from ..config.migration_report import KeyMoves
 from ..config.migration_report import MigrationReport
-from ..deprecated import LEGACY_KEY_DROPPED
-from ..deprecated import LEGACY_KEY_MOVED
-from ..errors import RewardhubDeprecationWarning
+from ..config.migration_report import put_key
 from ..errors import UsageError
 from ._legacy_leaves import Leaf
 from ._legacy_leaves import is_legacy_key
@@ -40,46 +38,20 @@ __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport
            "legacy_keys", "migrate", "truthy", "unknown_line"]
 
 
-class _Migration:
-    def __init__(self, cfg: dict[str, Any]) -> None:
+class _Migration(KeyMoves):
+    def __init__(self, cfg: dict[str, Any], report: MigrationReport) -> None:
+        super().__init__(report)
         self.cfg = cfg
-        self.report = MigrationReport()
         reward = cfg.get("reward")
         if reward is None:
             reward = {}
         elif not isinstance(reward, Mapping):
             raise UsageError(f"reward={reward!r} is not valid\nexpected a mapping (the reward: section)")
         self.reward: dict[str, Any] = dict(reward)
-        #: a legacy key -> the other legacy keys that agree with it (each gets the same report line)
-        self.also: dict[str, list[str]] = {}
-        #: new dotted key -> (value, legacy key that set it)
-        self.sets: dict[str, tuple[Any, str]] = {}
         self.crf: dict[str, tuple[Any, str]] = {}  # path / name -> (value, key)
         self.crf_kwargs: dict[str, tuple[Any, str]] = {}
         self.kwargs: dict[str, tuple[Any, str]] = {}  # reward_kwargs.* (rel without prefix)
         self.managers: list[tuple[str, str]] = []  # (name, key)
-        self.pending: list[tuple[Leaf, str]] = []  # leaves whose destination is decided at the end
-
-    # ---- recording ------------------------------------------------------------------------------
-    def moved(self, key: str, to: str) -> None:
-        for k in (key, *self.also.pop(key, ())):
-            self.report.moved.append({"from": k, "to": to})
-            warnings.warn(LEGACY_KEY_MOVED.format(old=k, new=to), RewardhubDeprecationWarning, stacklevel=4)
-
-    def dropped(self, key: str, reason: str, value: Any) -> None:
-        for k in (key, *self.also.pop(key, ())):
-            self.report.dropped.append({"key": k, "reason": reason, "value": value})
-            warnings.warn(LEGACY_KEY_DROPPED.format(old=k, value=value, reason=reason),
-                          RewardhubDeprecationWarning, stacklevel=4)
-
-    def put(self, new: str, value: Any, key: str) -> None:
-        """Set a new dotted key (under ``reward.``) from a legacy key, checking for conflicts."""
-        if new in self.sets and self.sets[new][0] != value:
-            other_value, other = self.sets[new]
-            raise UsageError(f"{other}={other_value!r} and {key}={value!r} both set {new} to different "
-                             "values\nkeep one of them")
-        self.sets[new] = (value, key)
-        self.moved(key, new)
 
     # ---- the walk -------------------------------------------------------------------------------
     def run(self, leaves: list[Leaf]) -> None:
@@ -174,8 +146,10 @@ class _Migration:
                 self._term_put(custom_index, f"kwargs.{rel}", value, key)
         if self.terms or "rewards" in self.reward:
             self.reward["rewards"] = self.terms
+        out = {"reward": self.reward}
         for new, (value, key) in self.sets.items():
-            self._apply(new, value, key)
+            put_key(out, new, value, key)
+        self.reward = out["reward"]
         if self.reward or "reward" in self.cfg:
             self.cfg["reward"] = self.reward
 
@@ -311,10 +285,8 @@ class _Migration:
         else:
             self.terms[index] = dict(self.terms[index])
         self.moved(enable[1], f"reward.rewards[{index}]")
-        if max_len[1] != "data.max_response_length":
-            self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1])
-        else:
-            self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1], report=False)
+        self._term_put(index, "kwargs.max_resp_len", max_len[0], max_len[1],
+                       report=max_len[1] != "data.max_response_length")
         for k, (value, key) in cfg_keys.items():
             rel = k[len("overlong_buffer_cfg."):]
             if rel == "enable":
@@ -347,28 +319,12 @@ class _Migration:
         if report:
             self.moved(key, f"reward.rewards[{index}].{dotted}")
 
-    def _apply(self, new: str, value: Any, key: str) -> None:
-        parts = new.split(".")[1:]  # under reward.
-        node: dict[str, Any] = self.reward
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if nxt is None:
-                nxt = {}
-            if not isinstance(nxt, Mapping):
-                raise UsageError(f"{key} moves to {new}, but reward.{p}={nxt!r} is not a mapping")
-            node[p] = nxt = dict(nxt)
-            node = nxt
-        last = parts[-1]
-        if last in node and node[last] != value:
-            raise UsageError(f"{key}={value!r} and {new}={node[last]!r} are both set, to different values\n"
-                             f"keep one of them ({new} is the new key)")
-        node[last] = value
 
-
-def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
+def migrate(config: Any, report: MigrationReport | None = None) -> tuple[dict[str, Any], MigrationReport]:
     """Move every legacy reward key of ``config`` to the ``reward:`` schema.
 
     :param config: a whole trainer config (mapping or ``DictConfig``); it is not modified.
+    :param report: where to record what moved (a new one by default).
     :returns: ``(new_config, report)``; ``new_config`` is a plain dict with no legacy node left and
         every other section untouched (verl's trainer keys are mapped after this, by the loader:
         :mod:`rewardhub_trainer.verl.rules`).
@@ -376,8 +332,9 @@ def migrate(config: Any) -> tuple[dict[str, Any], MigrationReport]:
     """
     cfg = plain_dict(config)
     leaves = legacy_leaves(cfg)
+    report = MigrationReport() if report is None else report
     if not leaves:
-        return cfg, MigrationReport()
-    m = _Migration(cfg)
+        return cfg, report
+    m = _Migration(cfg, report)
     m.run(leaves)
     return m.cfg, m.report

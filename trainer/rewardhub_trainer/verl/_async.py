@@ -66,21 +66,21 @@ def map_async(m: Any, why: str | None, keys: dict[str, Any]) -> None:
     m.sets["trainer.mode"] = ("fully_async", "the entry point")
     m.report.notes.append(f"{why}: trainer.mode=fully_async")
     if mode is not None:
-        m.moved("trainer.v1.trainer_mode", "trainer.mode", "fully_async")
+        m.put("trainer.mode", "fully_async", "trainer.v1.trainer_mode")
     sync_key = next((k for k in _SYNC_KEYS if k in keys), None)
     interval = _int(keys.pop(sync_key)) if sync_key else None
     for other in _SYNC_KEYS:
         if other in keys:
-            m.moved(other, "trainer.sync_interval", keys.pop(other))
+            m.put("trainer.sync_interval", keys.pop(other), other)
     if sync_key and interval is not None and interval >= 1:
-        m.moved(sync_key, "trainer.sync_interval", interval)
+        m.put("trainer.sync_interval", interval, sync_key)
     elif sync_key is None:
         interval = 4
         m.sets["trainer.sync_interval"] = (4, "verl's default")
         m.report.notes.append("verl's default async_training.trigger_parameter_sync_step=4 is carried over: "
                               "trainer.sync_interval=4")
     else:
-        m.moved(sync_key, "trainer.sync_interval", interval)  # the schema says what is wrong with it
+        m.put("trainer.sync_interval", interval, sync_key)  # the schema says what is wrong with it
         interval = 1
     threshold = keys.pop("async_training.staleness_threshold", None)
     given = threshold is not None
@@ -91,7 +91,7 @@ def map_async(m: Any, why: str | None, keys: dict[str, Any]) -> None:
     if fraction >= 0:
         limit = interval - 1 + math.ceil(fraction * interval)
         if given:
-            m.moved("async_training.staleness_threshold", "trainer.staleness_limit", limit)
+            m.put("trainer.staleness_limit", limit, "async_training.staleness_threshold")
         else:
             m.sets["trainer.staleness_limit"] = (limit, "verl's default")
         m.report.notes.append(
@@ -136,9 +136,9 @@ def _step_size(m: Any, keys: dict[str, Any]) -> None:
     count = _int(batches) if batches is not None else 1
     if mini is not None and _int(mini) and count:
         size = _int(mini) * count  # type: ignore[operator]
-        m.moved(mini_key, "rollout.prompts_per_step", size)
+        m.put("rollout.prompts_per_step", size, mini_key)
         if batches is not None:
-            m.moved("async_training.require_batches", "rollout.prompts_per_step", size)
+            m.put("rollout.prompts_per_step", size, "async_training.require_batches")
         m.report.notes.append(
             f"verl's fully-async trainer trains ppo_mini_batch_size {mini} x require_batches "
             f"{count} prompts a step: rollout.prompts_per_step={size}"
@@ -152,7 +152,7 @@ def _step_size(m: Any, keys: dict[str, Any]) -> None:
             )
         return
     if batch is not None:
-        m.moved(batch_key, "rollout.prompts_per_step", batch)
+        m.put("rollout.prompts_per_step", batch, batch_key)
         m.report.notes.append(
             f"{batch_key}={batch}: verl's fully-async trainer would train ppo_mini_batch_size "
             "(verl's default 256) x require_batches prompts a step; here rollout.prompts_per_step="
@@ -184,6 +184,6 @@ def _rollout_gpus(m: Any, keys: dict[str, Any]) -> None:
         m.report.notes[:] = [n for n in m.report.notes if "(trainer.num_rollouters)" not in n]
     for key, value in (("rollout.nnodes", nodes), ("rollout.n_gpus_per_node", gpus)):
         if value is not None:
-            m.moved(key, "trainer.num_rollouters", count)
+            m.put("trainer.num_rollouters", count, key)
     m.report.notes.append(f"verl's fully-async rollouters have {gpus} GPU(s) x {nodes or 1} node(s): "
                           f"trainer.num_rollouters={count} of {tp} GPU(s) each")

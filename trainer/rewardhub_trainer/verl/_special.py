@@ -27,7 +27,7 @@ def decide(m: Any, kind: str, key: str, value: Any) -> None:
     if kind == "engine":
         engine = ENGINES.get(str(value).lower())
         if engine:
-            m.moved(key, "rollout.engine", engine)
+            m.put("rollout.engine", engine, key)
         else:
             m.dropped(key, f"the trainer generates with transformers or vllm (rollout.engine), not {value}",
                       value)
@@ -35,13 +35,13 @@ def decide(m: Any, kind: str, key: str, value: Any) -> None:
         sample = m.given("actor_rollout_ref.rollout.val_kwargs.do_sample")
         if key.endswith("do_sample"):
             if sample is not None and not truthy(sample):
-                m.moved(key, "rollout.val_temperature", 0.0)  # greedy
+                m.put("rollout.val_temperature", 0.0, key)  # greedy
             else:
                 m.dropped(key, "sampling is on whenever rollout.val_temperature > 0", value)
         elif sample is not None and not truthy(sample):
             m.dropped(key, "do_sample=false: evaluation is greedy", value)
         else:
-            m.moved(key, "rollout.val_temperature", value)
+            m.put("rollout.val_temperature", value, key)
     elif kind == "kl":
         _kl(m, key, value)
     elif kind == "adv":
@@ -57,14 +57,14 @@ def decide(m: Any, kind: str, key: str, value: Any) -> None:
     elif kind == "save":
         every = int(value) if str(value).lstrip("-").isdigit() else value
         if isinstance(every, int) and every <= 0:
-            m.moved(key, "trainer.checkpoint_every", 0)
+            m.put("trainer.checkpoint_every", 0, key)
             m.report.notes.append(f"{key}={value}: the trainer still saves one checkpoint at the end")
         else:
-            m.moved(key, "trainer.checkpoint_every", every)
+            m.put("trainer.checkpoint_every", every, key)
     elif kind == "keep":
         n = _int(value)
         if n is not None and n > 0:
-            m.moved(key, "trainer.checkpoint_keep", n)
+            m.put("trainer.checkpoint_keep", n, key)
         else:
             m.dropped(key, "verl keeps every checkpoint when it is unset or not positive; the trainer keeps "
                            "the newest trainer.checkpoint_keep (3 unless set) and deletes older ones", value)
@@ -91,30 +91,29 @@ def decide(m: Any, kind: str, key: str, value: Any) -> None:
         raise AssertionError(kind)
 
 def _kl(m: Any, key: str, value: Any) -> None:
-    use_loss = m.given("actor_rollout_ref.actor.use_kl_loss")
-    in_reward = m.given("algorithm.use_kl_in_reward")
+    use_loss = truthy(m.given("actor_rollout_ref.actor.use_kl_loss"))  # unset (None): false
+    in_reward = truthy(m.given("algorithm.use_kl_in_reward"))
     if key.endswith("use_kl_loss") or key.endswith("use_kl_in_reward"):
         m.dropped(key, "the KL term is on when trainer.kl_coef > 0 (a loss term, never in the reward)", value)
     elif key.endswith("kl_loss_coef"):
-        if use_loss is not None and truthy(use_loss):
-            m.moved(key, "trainer.kl_coef", value)
+        if use_loss:
+            m.put("trainer.kl_coef", value, key)
         else:
             m.dropped(key, "use_kl_loss is not true", value)
     else:  # algorithm.kl_ctrl.kl_coef: verl uses it only as a KL penalty in the reward
-        if in_reward is not None and truthy(in_reward) and not (use_loss is not None and truthy(use_loss)):
-            m.moved(key, "trainer.kl_coef", value)
+        if in_reward and not use_loss:
+            m.put("trainer.kl_coef", value, key)
             m.report.notes.append(f"{key}: the trainer applies the KL term in the loss, not in the reward")
         else:
             m.dropped(key, "verl applies it only with algorithm.use_kl_in_reward=true, which is not set"
-                      + ("; the KL loss coefficient is used" if use_loss is not None and truthy(use_loss)
-                         else ""), value)
+                      + ("; the KL loss coefficient is used" if use_loss else ""), value)
 
 def _warmup(m: Any, key: str, value: Any) -> None:
     """verl: lr_warmup_steps < 0 (its default) means lr_warmup_steps_ratio x the run's steps."""
     steps = _int(m.given("actor_rollout_ref.actor.optim.lr_warmup_steps"))
     if key.endswith("lr_warmup_steps"):
         if steps is not None and steps >= 0:
-            m.moved(key, "trainer.lr_warmup_steps", steps)
+            m.put("trainer.lr_warmup_steps", steps, key)
         else:
             m.dropped(key, "negative: verl then takes lr_warmup_steps_ratio of the run's steps", value)
         return
@@ -127,7 +126,7 @@ def _warmup(m: Any, key: str, value: Any) -> None:
     except (TypeError, ValueError):
         ratio = -1.0
     if total is not None and total > 0 and 0 <= ratio <= 1:
-        m.moved(key, "trainer.lr_warmup_steps", int(ratio * total))
+        m.put("trainer.lr_warmup_steps", int(ratio * total), key)
         m.report.notes.append(f"{key}={value}: {int(ratio * total)} warm-up steps of "
                               f"trainer.total_training_steps={total}, as verl computes them")
     elif ratio == 0:

@@ -1,17 +1,17 @@
 """Applying :mod:`rewardhub_trainer.verl.rules`'s table to a config: moves, drops with their reasons,
 the keys decided with the whole config (KL, warm-up, checkpoints kept, mini-batches, LoRA: in
-:mod:`._verl_special`; the fully-async keys: :mod:`.verl_async`), the unknown (misspelt) keys, and verl's
+:mod:`._special`; the fully-async keys: :mod:`._async`), the unknown (misspelt) keys, and verl's
 defaults that differ from the trainer's."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
+from rewardhub.config.migration_report import KeyMoves
+from rewardhub.config.migration_report import put_key
 from rewardhub.config.overrides import leaves as dotted_leaves
-from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 from rewardhub.verl.keys import is_verl_key
 from rewardhub.verl.owner import ENTRY_KEY
@@ -59,39 +59,24 @@ VERL_DEFAULTS: tuple[tuple[str, Any, str, Any, bool], ...] = (
 )
 
 
-class Mapping_:
+class Mapping_(KeyMoves):
     """One pass of the table over a config (``rule(key)`` gives a key's action, ``None`` for the
     trainer's)."""
+
+    moved_text = "verl key {old} is now {new}"
+    dropped_text = "verl key {old}={value!r} is ignored: {reason}"
 
     def __init__(
         self, cfg: dict[str, Any], report: Any, rule: Callable[[str], tuple[str, ...] | None]
     ) -> None:
-        self.cfg, self.report, self.rule = cfg, report, rule
-        self.sets: dict[str, tuple[Any, str]] = {}
+        super().__init__(report)
+        self.cfg, self.rule = cfg, rule
         self.taken: dict[str, tuple[Any, tuple[str, ...]]] = {}
-
-    def moved(self, key: str, new: str, value: Any) -> None:
-        if new in self.sets and self.sets[new][0] != value:
-            other_value, other = self.sets[new]
-            raise UsageError(
-                f"{other}={other_value!r} and {key}={value!r} both set {new} to different values\n"
-                "keep one of them"
-            )
-        self.sets[new] = (value, key)
-        self.report.moved.append({"from": key, "to": new})
-        warnings.warn(f"verl key {key} is now {new}", RewardhubDeprecationWarning, stacklevel=5)
-
-    def dropped(self, key: str, reason: str, value: Any) -> None:
-        self.report.dropped.append({"key": key, "reason": reason, "value": value})
-        warnings.warn(
-            f"verl key {key}={value!r} is ignored: {reason}", RewardhubDeprecationWarning, stacklevel=5
-        )
 
     def given(self, key: str) -> Any:
         return self.taken[key][0] if key in self.taken else None
 
     def run(self) -> None:
-
         entry = self.cfg.pop(ENTRY_KEY, None)
         if "defaults" in self.cfg:  # a Hydra config of verl's: built on verl's own base config
             entry = self.hydra_defaults(self.cfg.pop("defaults")) or entry
@@ -99,7 +84,8 @@ class Mapping_:
         leaves = [(k, v) for root in roots if isinstance(self.cfg.get(root), Mapping)
                   for k, v in dotted_leaves(self.cfg[root], root)]
         unknown = [(k, v) for k, v in leaves if k.split(".")[0] in VERL_ROOTS and k.split(".")[0] != "hydra"
-                   and not is_verl_key(k) and not self._explicit(k)]
+                   and not is_verl_key(k)
+                   and not any(p == k for p, _ in KEY_RULES)]  # an earlier verl's key the table names
         unknown += self._misspelt_roots(roots) + self._misspelt_verl_names(leaves)
         self.taken = {k: (v, rule) for k, v in leaves if (rule := self.rule(k)) is not None}
         if "trainer.total_training_steps" not in self.taken:  # then it is the trainer's own key, as it is
@@ -132,19 +118,19 @@ class Mapping_:
                     value,
                 )
             elif action[0] == "move":
-                self.moved(key, action[1], value)
+                self.put(action[1], value, key)
             elif action[0] == "drop":
                 self.dropped(key, action[1], value)
             else:
-                self.special(action[0], key, value)
+                decide(self, action[0], key, value)
         map_async(self, why, async_keys)
         if verl_config:
             # verl's fully-async trainer sizes a step by its mini-batches (said by map_async)
             self.defaults(
                 skip=("actor_rollout_ref.actor.ppo_mini_batch_size", "data.train_batch_size") if why else ()
             )
-        for new, (value, _) in self.sets.items():
-            self.put(new, value)
+        for new, (value, key) in self.sets.items():
+            put_key(self.cfg, new, value, key, "the trainer's key")
 
     def hydra_defaults(self, value: Any) -> dict[str, Any] | None:
         """A YAML config's Hydra ``defaults:`` list: verl's own base configs are what the report's defaults
@@ -200,15 +186,6 @@ class Mapping_:
                 out.extend(dotted_leaves(self.cfg[key], key))
         return out
 
-    def _explicit(self, key: str) -> bool:
-        """Whether the table names ``key`` itself (a key of an earlier verl version), not by a wildcard."""
-
-        return any(pattern == key for pattern, _ in KEY_RULES)
-
-    def special(self, kind: str, key: str, value: Any) -> None:
-        """A key of a ``(kind,)`` rule, decided with the whole config (see :mod:`._verl_special`)."""
-        decide(self, kind, key, value)
-
     def defaults(self, skip: tuple[str, ...] = ()) -> None:
         """verl's defaults that differ from the trainer's, for a config written for verl."""
         for verl_key, verl_value, key, here, carried in VERL_DEFAULTS:
@@ -230,20 +207,6 @@ class Mapping_:
                     + (f"{key}={here!r}" if key else here)
                     + " (the config does not set it)"
                 )
-
-    def put(self, new: str, value: Any) -> None:
-        section, name = new.split(".", 1)
-        node = self.cfg.get(section)
-        if node is None:
-            node = self.cfg[section] = {}
-        if not isinstance(node, dict):
-            raise UsageError(f"{section}={node!r} is not a mapping; verl keys move into it")
-        if name in node and node[name] != value:
-            raise UsageError(
-                f"{self.sets[new][1]}={value!r} and {new}={node[name]!r} are both set, to different "
-                f"values\nkeep one of them ({new} is the trainer's key)"
-            )
-        node[name] = value
 
 
 def map_verl_keys(cfg: dict[str, Any], report: Any) -> None:
