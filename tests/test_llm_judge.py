@@ -231,3 +231,15 @@ def test_a_trajectory_is_graded_as_one_marked_chat(stub):
     res = judged(stub, ["4"], template=template)
     assert column(res)[0] == [6.0]
     assert "\n[user] What is 2+2?\n[assistant] 4\n" in stub.requests[1]["body"]["messages"][1]["content"]
+
+
+def test_the_judge_from_verls_compute_score_with_no_prompt(stub):
+    """verl's compute_score gives no prompt: the judge (it reads response and messages) grades the
+    response alone instead of failing for want of a user turn."""
+    from rewardhub.adapters import to_verl
+
+    stub.reset(lambda body, n: (200, "Score: 7"))
+    compute_score = to_verl("llm_judge", kwargs={"base_url": stub.url, "model": "stub-judge"})
+    out = compute_score("d", "The answer is 4.", "4", {})
+    assert out["score"] == 7.0 and out["rewardhub_failed"] == 0.0, out
+    assert "The answer is 4." in json.dumps(stub.requests[-1]["body"])

@@ -100,7 +100,8 @@ class Invoker:
 
     ``kind`` is how rewardhub drives it: ``function`` (one sample per call) or ``batched`` /
     ``group`` (lists per call). ``messages``: it is a trajectory reward (it takes ``messages``: a
-    conversation per call, a list of them per batched call; see :mod:`rewardhub.trajectory`).
+    conversation per call, a list of them per batched call; see :mod:`rewardhub.trajectory`). One that
+    takes the response too reads both as the sample has them: a text sample's ``messages`` are None.
     """
 
     fn: Any
@@ -116,6 +117,11 @@ class Invoker:
             return kwargs
         return {k: v for k, v in kwargs.items() if k in self.names}
 
+    def _chat(self, sample: Mapping[str, Any]) -> Any:
+        if sample.get("messages") is None and ("response" in self.names or "responses" in self.names):
+            return None
+        return own(chat_of(sample))
+
     # per sample ---------------------------------------------------------------
     def call_one(self, sample: Mapping[str, Any], kwargs: Mapping[str, Any]) -> Any:
         if self.adapter == "verl":
@@ -126,7 +132,7 @@ class Invoker:
         else:
             call = sample_kwargs(sample)
         if self.messages:
-            call["messages"] = own(chat_of(sample))
+            call["messages"] = self._chat(sample)
         call.update(kwargs)
         return self.fn(**self._filter(call))
 
@@ -152,7 +158,7 @@ class Invoker:
                     "ground_truths": cols["ground_truth"], "data_sources": cols["data_source"],
                     "extra_infos": cols["extra_info"]}
             if self.messages:
-                call["messages"] = [own(chat_of(s)) for s in samples]
+                call["messages"] = [self._chat(s) for s in samples]
         call.update(kwargs)
         return self.fn(**self._filter(call))
 
