@@ -33,13 +33,13 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["Task", "get_task", "list_tasks", "task_rows", "write_rows"]
+__all__ = ["RewardTask", "get_task", "list_tasks", "task_rows", "write_rows"]
 
 _KINDS = ("rows", "file", "hf")
 
 
 @dataclass(frozen=True)
-class Task:
+class RewardTask:
     """One task: where its rows come from (``kind``: rows | file | hf | broken) and its reward terms."""
 
     name: str
@@ -70,7 +70,7 @@ def _terms(reward: Any, origin: str) -> tuple[dict[str, Any], ...]:
     return terms
 
 
-def _task(decl: Any, default_name: str, ep: Any, where: str) -> Task:
+def _task(decl: Any, default_name: str, ep: Any, where: str) -> RewardTask:
     origin = f"task entry point {ep.name} = {ep.value} ({ep.dist} {ep.version})"
     if not isinstance(decl, Mapping):
         raise UsageError(f"{origin}: a task is a mapping, not {type(decl).__name__}")
@@ -84,20 +84,20 @@ def _task(decl: Any, default_name: str, ep: Any, where: str) -> Task:
         from .datasets import count_rows
 
         size = count_rows(os.path.join(where, str(decl["file"])), key=f"task {name!r}")
-    return Task(name=name, rewards=_terms(decl.get("reward"), origin),
+    return RewardTask(name=name, rewards=_terms(decl.get("reward"), origin),
                 data_source=str(decl.get("data_source") or name), kind=kinds[0], dist=ep.dist,
                 version=ep.version, summary=str(decl.get("summary") or ""),
                 size=size if isinstance(size, int) else None, ability=str(decl.get("ability") or ""),
                 decl=decl, where=where)
 
 
-def list_tasks() -> list[Task]:
+def list_tasks() -> list[RewardTask]:
     """Every installed task, sorted by name; an entry point that fails to load is a ``broken`` task
     (its ``summary`` the error)."""
     from ._discovery import TASK_GROUP
     from ._discovery import scan_entry_points
 
-    tasks: list[Task] = []
+    tasks: list[RewardTask] = []
     for ep in scan_entry_points((TASK_GROUP,)):
         try:
             obj = ep.load()
@@ -106,11 +106,12 @@ def list_tasks() -> list[Task]:
             for decl in decls if isinstance(decls, (list, tuple)) else [decls]:
                 tasks.append(_task(decl, ep.name, ep, where))
         except Exception as exc:  # noqa: BLE001 - one broken package must not hide the others
-            tasks.append(Task(ep.name, (), "", "broken", ep.dist, ep.version, f"{type(exc).__name__}: {exc}"))
+            why = f"{type(exc).__name__}: {exc}"
+            tasks.append(RewardTask(ep.name, (), "", "broken", ep.dist, ep.version, why))
     return sorted(tasks, key=lambda t: t.name)
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str) -> RewardTask:
     """The installed task ``name``.
 
     :raises UsageError: an unknown task (naming close names), or one whose entry point is broken.
@@ -129,7 +130,7 @@ def get_task(name: str) -> Task:
     return task
 
 
-def _source_rows(task: Task, size: int | None, seed: int) -> Iterable[Any]:
+def _source_rows(task: RewardTask, size: int | None, seed: int) -> Iterable[Any]:
     d = task.decl
     if task.kind == "rows":
         n = size if size is not None else task.size
@@ -153,7 +154,7 @@ def _source_rows(task: Task, size: int | None, seed: int) -> Iterable[Any]:
     return itertools.islice(rows, size) if size is not None else rows
 
 
-def task_rows(task: Task | str, size: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
+def task_rows(task: RewardTask | str, size: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
     """The task's rows in verl's format: generated with ``size`` and ``seed``, or read from its file or
     HF dataset (the first ``size`` rows).
 

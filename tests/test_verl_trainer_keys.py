@@ -107,7 +107,7 @@ from rewardhub.config.loader import load_plan  # noqa: E402
 from rewardhub.verl.keys import VERL_YAMLS  # noqa: E402
 from rewardhub.verl.keys import derive_table  # noqa: E402
 from rewardhub.verl.keys import is_verl_key  # noqa: E402
-from rewardhub.verl.keys import table  # noqa: E402
+from rewardhub.verl.keys import key_table  # noqa: E402
 from rewardhub_trainer.verl.rules import KEY_RULES  # noqa: E402
 
 VERL = os.path.join(
@@ -121,7 +121,7 @@ def test_the_key_table_is_the_installed_verls():
     from pathlib import Path
 
     texts = [Path(VERL, p).read_text(encoding="utf-8") for p in VERL_YAMLS]
-    assert derive_table(texts) == table()
+    assert derive_table(texts) == key_table()
 
 
 @pytest.mark.parametrize("key,value,meant", [

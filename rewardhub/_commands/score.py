@@ -18,7 +18,7 @@ from ..scoring import check_result_fields
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
-from ..scoring import result_of
+from ..scoring import row_result
 from ..scoring import score_rows
 from ._common import table
 from ._output import ScoredRows
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
                     began, done = time.monotonic(), n_rows
                     if remote is not None:
                         res = remote.score(samples)
-                        scored = Scored([result_of(res, i) for i in range(len(samples))], dict(res.columns),
+                        scored = Scored([row_result(res, i) for i in range(len(samples))], dict(res.columns),
                                         list(range(len(samples))))
                     else:
                         scored = score_rows(

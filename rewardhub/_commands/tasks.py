@@ -9,7 +9,7 @@ from ._common import dump_json
 from ._common import table
 
 if TYPE_CHECKING:
-    from ..tasks import Task
+    from ..tasks import RewardTask
 
 NAME = "tasks"
 HELP = "list installed tasks (entry-point group rewardhub.tasks): a dataset and the reward that scores it"
@@ -19,13 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output, sorted by name")
 
 
-def _size(task: Task) -> str:
+def _size(task: RewardTask) -> str:
     if task.kind == "rows":
         return f"generated ({task.size} by default)" if task.size else "generated (--size N)"
     return task.kind + (f" ({task.size} rows)" if task.size else "")
 
 
-def terms(task: Task) -> str:
+def terms(task: RewardTask) -> str:
     """The task's reward terms, by name."""
     return ", ".join(str(r.get("name") or r.get("path") or r.get("module")) for r in task.rewards)
 

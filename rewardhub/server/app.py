@@ -112,7 +112,7 @@ def create_app(runner: Any, opts: ServeOptions, info: Callable[[], Any]) -> web.
     app[STATE] = ServerState(info, metrics, RecentRequests(max_rows=4 * opts.max_batch_rows),
                              EndTrimmer(opts.end_tokens), is_loopback(opts.host))
     app[BATCHER] = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
-    app.router.add_post("/score", score)
+    app.router.add_post("/score", score_handler)
     app.router.add_post("/get_reward", get_reward)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_text)
@@ -203,7 +203,7 @@ async def body_of(request: web.Request) -> Any:
         raise UsageError(f"the request body is not JSON: {exc}") from None
 
 
-async def score(request: web.Request) -> web.Response:
+async def score_handler(request: web.Request) -> web.Response:
     app = request.app
     rows = own_rows(await body_of(request), app[OPTIONS].max_rows)
     key, raw = request.headers.get(IDEMPOTENCY_HEADER), await request.read()

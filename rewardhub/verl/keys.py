@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ENGINES", "VERL_YAMLS", "Rule", "derive_table", "is_verl_key", "matches", "parse_rules", "roots",
-           "suggest", "table", "unknown_line"]
+           "suggest", "key_table", "unknown_line"]
 
 #: verl's rollout/reward-model engine names -> rewardhub's
 ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
@@ -110,7 +110,7 @@ def matches(pattern: str, key: str) -> bool:
     return key == pattern
 
 
-def table() -> str:
+def key_table() -> str:
     """The key table of the verl this release follows (``verl_keys.txt``, written by this module's
     ``__main__``)."""
     return Path(__file__).with_name("verl_keys.txt").read_text(encoding="utf-8")
@@ -120,7 +120,7 @@ def table() -> str:
 def _known() -> tuple[frozenset[str], frozenset[str], dict[str, list[str]]]:
     """(every leaf key, the free-form nodes, parent -> its children's names, inner nodes too)."""
     entries: set[str] = set()  # every key, a free-form one ending in "/"
-    for line in (table() + OLDER).splitlines():
+    for line in (key_table() + OLDER).splitlines():
         node, alias, same = line.partition(" = ")
         if alias:
             entries |= {node + e[len(same):] for e in entries if e.startswith(same + ".")}

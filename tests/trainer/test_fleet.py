@@ -41,7 +41,7 @@ def _fleet(ray, client_info: dict) -> tuple[Fleet, list]:
     learner = actor.remote({"role": "learner", "version": 3})
     rollouters = [actor.remote({"role": "rollouter"}) for _ in range(2)]
     clients = [actor.remote(client_info) for _ in range(2)]
-    fleet = Fleet(types.SimpleNamespace(cfg=types.SimpleNamespace(trainer=None)))
+    fleet = Fleet(types.SimpleNamespace(cfg=types.SimpleNamespace(trainer=None), model_path="tiny-model"))
     fleet.learners = types.SimpleNamespace(handles=[learner])
     fleet.rollouters = types.SimpleNamespace(pool=types.SimpleNamespace(handles=rollouters))
     fleet.reward_client = types.SimpleNamespace(handles=clients)

@@ -24,7 +24,7 @@ from .config import DataConfig
 if TYPE_CHECKING:
     from rewardhub.datasets import Row
 
-__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "chat_of", "load_dataset", "load_files", "render"]
+__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "prompt_chat", "render"]
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def _prompts(rows: Iterable[Row], cfg: DataConfig, needs_answer: Sequence[str]) 
     return items
 
 
-def chat_of(p: Prompt, cfg: DataConfig) -> tuple[dict[str, str], ...]:
+def prompt_chat(p: Prompt, cfg: DataConfig) -> tuple[dict[str, str], ...]:
     """The chat messages the model is given for ``p``: its own (or its question as one user turn), with
     ``data.instruction`` after the last user turn's text and ``data.system`` first where it has none."""
     messages = [dict(m) for m in p.messages] if p.messages is not None else [
@@ -182,7 +182,7 @@ def _format(tokenizer: Any, p: Prompt, cfg: DataConfig) -> str:
 
     if p.messages is None:
         return format_prompt(tokenizer, p.question + cfg.instruction, cfg.template, cfg.system)
-    messages = list(chat_of(p, cfg))
+    messages = list(prompt_chat(p, cfg))
     has_chat = bool(getattr(tokenizer, "chat_template", None))
     if cfg.template == "chat" or (cfg.template == "auto" and has_chat):
         if not has_chat:
@@ -203,14 +203,14 @@ def render(dataset: PromptDataset, tokenizer: Any, cfg: DataConfig, key: str) ->
     texts = [_format(tokenizer, p, cfg) for p in dataset.items]
     limit = cfg.max_prompt_length
     if not limit:
-        return PromptDataset([dataclasses.replace(p, text=t, chat=chat_of(p, cfg))
+        return PromptDataset([dataclasses.replace(p, text=t, chat=prompt_chat(p, cfg))
                               for p, t in zip(dataset.items, texts)], seed=dataset.seed), 0
     kept, filtered = [], 0
     for start in range(0, len(texts), 1024):
         ids = tokenizer(texts[start:start + 1024], add_special_tokens=False)["input_ids"]
         for p, text, tok in zip(dataset.items[start:start + 1024], texts[start:start + 1024], ids):
             if len(tok) <= limit:
-                kept.append(dataclasses.replace(p, text=text, chat=chat_of(p, cfg)))
+                kept.append(dataclasses.replace(p, text=text, chat=prompt_chat(p, cfg)))
                 continue
             if cfg.filter_overlong_prompts:
                 filtered += 1
@@ -228,7 +228,7 @@ def render(dataset: PromptDataset, tokenizer: Any, cfg: DataConfig, key: str) ->
             else:
                 tok = tok[:limit // 2] + tok[len(tok) - (limit - limit // 2):]
             kept.append(dataclasses.replace(p, text=tokenizer.decode(tok, skip_special_tokens=False),
-                                            chat=chat_of(p, cfg)))
+                                            chat=prompt_chat(p, cfg)))
     if not kept:
         raise UsageError(f"{key}: every prompt is longer than data.max_prompt_length={limit} tokens "
                          f"({filtered} filtered)\nraise data.max_prompt_length")

@@ -112,14 +112,14 @@ def rewardhub_register_rewards() -> list[RewardSpec]:
                       policy=_POLICY, capabilities=("async",))
         weights = ", ".join(f"{name} x{w:g}" for name, w in sorted(env.rewards.items()))
         specs.append(RewardSpec(
-            name=f"verifiers.{env.module}", target="rewardhub_verifiers.scoring:rubric",
+            name=f"verifiers.{env.module}", target="rewardhub_verifiers.scoring:score_rubric",
             params=(("env", env.module),),
             summary=f"verifiers environment {env.module!r}: its rubric's weighted sum ({weights})",
             **common,  # type: ignore[arg-type]
         ))
         for reward, weight in sorted(env.rewards.items()):
             specs.append(RewardSpec(
-                name=f"verifiers.{env.module}.{reward}", target="rewardhub_verifiers.scoring:reward",
+                name=f"verifiers.{env.module}.{reward}", target="rewardhub_verifiers.scoring:score_reward",
                 params=(("env", env.module), ("reward", reward)),
                 summary=f"verifiers environment {env.module!r}: its {reward!r} reward (rubric weight "
                         f"{weight:g})",

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["reward", "rubric"]
+__all__ = ["score_reward", "score_rubric"]
 
 
 @functools.cache
@@ -70,8 +70,8 @@ def _trace(task_cls: Any, prompt: Any, response: Any, ground_truth: Any, extra_i
                  nodes=nodes)
 
 
-async def reward(messages: Any = None, extra_info: Any = None, *, env: str, reward: str,
-                 **fields: Any) -> float:
+async def score_reward(messages: Any = None, extra_info: Any = None, *, env: str, reward: str,
+                       **fields: Any) -> float:
     """One ``@vf.reward`` of environment ``env``, unweighted, as the environment computes it (a trajectory
     reward: a text sample comes as one user and one assistant turn; ``fields`` takes the ground truth,
     which is optional)."""
@@ -95,7 +95,8 @@ async def reward(messages: Any = None, extra_info: Any = None, *, env: str, rewa
     return float(value)
 
 
-async def rubric(messages: Any = None, extra_info: Any = None, *, env: str, **fields: Any) -> float:
+async def score_rubric(messages: Any = None, extra_info: Any = None, *, env: str,
+                       **fields: Any) -> float:
     """The environment's rubric: every reward it can score offline, weighted and summed, as
     ``Task.score`` computes it (``trace.reward``)."""
     task_cls = _task_type(env)
