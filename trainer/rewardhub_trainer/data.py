@@ -24,7 +24,8 @@ from .config import DataConfig
 if TYPE_CHECKING:
     from rewardhub.datasets import Row
 
-__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "prompt_chat", "render"]
+__all__ = ["BUILTIN_PROMPTS", "Prompt", "PromptDataset", "load_dataset", "load_files", "prompt_chat",
+           "render"]
 
 
 @dataclass(frozen=True)
