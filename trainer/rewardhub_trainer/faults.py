@@ -162,7 +162,6 @@ class Rollouters:
         self.check_weights = check_weights
         self.lost_calls = 0  #: calls lost with a dead rollouter (resubmitted)
         self.sync_failures = 0  #: acknowledgements that came back failed
-        self.behind = 0  #: generate calls answered with other weights than expected (sent them, resubmitted)
 
     # -- weights -----------------------------------------------------------------------------
     def sync(self, ref: Any, tag: int) -> None:
@@ -288,7 +287,6 @@ class Rollouters:
             raise RunAborted(f"rollouter {i}: generate failed: {cause(exc)}") from None
         if isinstance(out, int):  # it holds other weights (restarted by Ray while idle)
             if epoch == self.pool.epochs[i]:
-                self.behind += 1
                 self.pool.restarts += 1
                 self.pool.epochs[i] += 1
                 self.in_row[i] += 1
