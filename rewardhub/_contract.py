@@ -25,6 +25,7 @@ score) whatever the term declares.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from collections.abc import Collection
 from collections.abc import Mapping
@@ -209,7 +210,7 @@ class _Scores:
                 if col.status.get(i) == TIMEOUT}
         keep = [i for i in range(len(probe.batch)) if i not in hung]
         others = {ex: _try(lambda ex=ex: probe.run(ex, keep if ex == "inline" else None))
-                  for ex in executors if ex != "ray" or _ray_installed()}
+                  for ex in executors if ex != "ray" or importlib.util.find_spec("ray") is not None}
         return cls(first, second, others, hung, [ex for ex in executors if ex not in others],
                    [ex for ex in EXECUTORS if auto and ex not in executors])
 
@@ -223,7 +224,8 @@ def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:
     if errs:
         return Check(name, "returns a score", FAIL, f"{len(errs)} of {n} rows failed; first: {errs[0][1]}",
                      col.where.get(errs[0][0], ""))
-    return Check(name, "returns a score", PASS, f"{n} rows: " + _summary(col.values[:n]))
+    return Check(name, "returns a score", PASS,
+                 f"{n} rows: " + ", ".join(map(_fmt, col.values[:min(n, 6)])) + (" ..." if n > 6 else ""))
 
 
 def _applies(probe: _Probe, scores: _Scores, name: str) -> Check:
@@ -269,7 +271,8 @@ def _under_timeout(probe: _Probe, scores: _Scores, name: str) -> Check:
     limit = f"timeout_s {probe.timeouts[name]:g}" + (
         "" if probe.declared[name][0] else " (none declared: the contract's default)")
     if slow:
-        where = _row_label(slow[0], probe.n_data, probe.labels)
+        i, n = slow[0], probe.n_data
+        where = f"row {i}" if i < n else f"{probe.labels[i - n]} response"
         return Check(name, "under timeout", FAIL, f"{len(slow)} calls ran past {limit}, e.g. on the {where}")
     worst = max(col.latency or [0.0])
     return Check(name, "under timeout", PASS, f"slowest call {worst * 1000:.1f} ms, {limit}")
@@ -359,12 +362,6 @@ def _try(fn: Any) -> Any:
         return exc
 
 
-def _ray_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ray") is not None
-
-
 def _equal(a: Sequence[Any], b: Sequence[Any], skip: set[int] | None = None) -> bool:
     return all(_same(x, y) for i, (x, y) in enumerate(zip(a, b)) if not skip or i not in skip) and len(
         a
@@ -382,13 +379,6 @@ def _diff(a: Sequence[Any], b: Sequence[Any], skip: set[int] | None = None) -> s
     return f"row {i}: {_fmt(a[i])} vs {_fmt(b[i])}"
 
 
-def _row_label(i: int, n_data: int, labels: Sequence[str]) -> str:
-    return f"row {i}" if i < n_data else f"{labels[i - n_data]} response"
-
-
 def _fmt(v: Any) -> str:
     return "None" if v is None else f"{v:.4g}"
 
-
-def _summary(values: Sequence[Any]) -> str:
-    return ", ".join(_fmt(v) for v in values[:6]) + (" ..." if len(values) > 6 else "")

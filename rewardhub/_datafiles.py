@@ -12,6 +12,7 @@ Nothing here knows about columns: :mod:`rewardhub.datasets` turns the rows into 
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -78,17 +79,8 @@ def _open(path: str) -> BinaryIO:
 
 
 def _decompress(f: BinaryIO, kind: str) -> BinaryIO:
-    if kind == "gzip":
-        import gzip
-
-        return io.BufferedReader(gzip.GzipFile(fileobj=f, mode="rb"))
-    if kind == "bz2":
-        import bz2
-
-        return io.BufferedReader(bz2.BZ2File(f, mode="rb"))
-    import lzma
-
-    return io.BufferedReader(lzma.LZMAFile(f, mode="rb"))
+    module = importlib.import_module({"gzip": "gzip", "bz2": "bz2", "xz": "lzma"}[kind])
+    return io.BufferedReader(module.open(f, "rb"))
 
 
 def kind_of(path: str) -> str:
@@ -155,35 +147,38 @@ def open_rows(path: str, batch_rows: int) -> Iterator[tuple[int, dict[str, Any]]
 
 
 def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for n, raw in enumerate(_lines(path, f, what), 1):
-        if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]  # a UTF-8 byte-order mark
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            hint = ("it looks like UTF-16 text: convert it, e.g. iconv -f utf-16 -t utf-8"
-                    if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:8]
-                    else "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8")
-            raise UsageError(f"{path}, row {n}: not UTF-8 (byte {exc.start} of the line)\n"
-                             f"nor is it a parquet, arrow or compressed file; {hint}") from None
-        if not line.strip():
-            continue
-        try:
-            row = _DECODER.decode(line)
-        except _DuplicateKey as exc:
-            raise UsageError(
-                f"{path}, row {n}: the key {exc.args[0]!r} appears twice in one object; a row can hold "
-                "only one of its values\nrename one of them"
-            ) from None
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}, row {n}: not valid JSON ({exc.msg})\n"
-                             "each line must be one JSON object") from None
-        except RecursionError:
-            raise UsageError(f"{path}, row {n}: JSON nested too deeply") from None
-        if not isinstance(row, dict):
-            raise UsageError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object\n"
-                             "each line must be one JSON object")
-        yield n, row
+    try:
+        for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                hint = ("it looks like UTF-16 text: convert it, e.g. iconv -f utf-16 -t utf-8"
+                        if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:8]
+                        else "convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8")
+                raise UsageError(f"{path}, row {n}: not UTF-8 (byte {exc.start} of the line)\n"
+                                 f"nor is it a parquet, arrow or compressed file; {hint}") from None
+            if not line.strip():
+                continue
+            try:
+                row = _DECODER.decode(line)
+            except _DuplicateKey as exc:
+                raise UsageError(
+                    f"{path}, row {n}: the key {exc.args[0]!r} appears twice in one object; a row can hold "
+                    "only one of its values\nrename one of them"
+                ) from None
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}, row {n}: not valid JSON ({exc.msg})\n"
+                                 "each line must be one JSON object") from None
+            except RecursionError:
+                raise UsageError(f"{path}, row {n}: JSON nested too deeply") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}, row {n}: a JSON {type(row).__name__}, not an object\n"
+                                 "each line must be one JSON object")
+            yield n, row
+    except (OSError, EOFError) as exc:  # reading f: a truncated or corrupt gzip stream, say
+        raise unreadable(path, what, exc) from None
 
 
 class _DuplicateKey(ValueError):
@@ -201,13 +196,6 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 #: one decoder for every line (``json.loads`` with a hook would build a decoder per call)
 _DECODER = json.JSONDecoder(object_pairs_hook=_object)
-
-
-def _lines(path: str, f: BinaryIO, what: str) -> Iterator[bytes]:
-    try:
-        yield from f
-    except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream, say
-        raise unreadable(path, what, exc) from None
 
 
 def _pyarrow(path: str, kind: str) -> Any:
@@ -284,19 +272,12 @@ def _arrow_batches(path: str, source: Any) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    def opened() -> Any:
-        return pa.OSFile(source) if isinstance(source, str) else source
-
-    f = opened()
+    f = pa.OSFile(source) if isinstance(source, str) else source
     try:
         try:
             reader: Any = ipc.open_stream(f)
         except pa.ArrowInvalid:  # not a stream: the file format
-            if isinstance(source, str):
-                f.close()
-                f = opened()
-            else:
-                source.seek(0)
+            f.seek(0)
             reader = ipc.open_file(f)
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)

@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -33,7 +32,6 @@ __all__ = [
     "ScoredRows",
     "check_outputs",
     "prints_to_stderr",
-    "read_input",
     "stop_on_signals",
     "write_summary",
 ]
@@ -99,17 +97,6 @@ def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence
             raise UsageError(f"{flag} {path!r} is read-only\nmake it writable, or write the output elsewhere")
 
 
-def read_input(path: str, reader: Callable[[str], list[Any]]) -> list[Any]:
-    """``reader(path)``, with text that is not UTF-8 a one-line error."""
-    try:
-        return reader(path)
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"data file {path!r} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} "
-            f"cannot be decoded)\nconvert it, e.g. iconv -f latin1 -t utf-8"
-        ) from None
-
-
 # ---- during the run ----------------------------------------------------------------------------
 
 class ScoredRows:
@@ -123,7 +110,6 @@ class ScoredRows:
         self.tmp: str | None = None
         self.kept: str | None = None
         self._f: Any = None
-        self._stdout_fd: int | None = None
         self._parquet: ParquetRows | None = None
         self.namespace: str | None = None
 
@@ -154,9 +140,6 @@ class ScoredRows:
     def parquet(self) -> bool:
         """Whether the rows are written as parquet (an output path ending in ``.parquet``)."""
         return bool(self.path) and str(self.path).lower().endswith((".parquet", ".pq"))
-
-    def use_stdout(self, f: Any) -> None:
-        self._f = f
 
     def write(self, rows: Iterable[Mapping[str, Any]]) -> None:
         if self.parquet:
@@ -250,7 +233,7 @@ def prints_to_stderr(out: ScoredRows | None = None) -> Iterator[None]:
         os.dup2(err_fd, fd)
     rows = out if out is not None and out.path is None else None
     if rows is not None:
-        rows.use_stdout(os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout)
+        rows._f = os.fdopen(os.dup(saved), "w", encoding="utf-8") if saved is not None else real_stdout
     sys.stdout = sys.stderr
     try:
         yield

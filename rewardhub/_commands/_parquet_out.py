@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,7 +53,6 @@ class ParquetRows:
         self.rows = 0  # rows handed in
         self._writer: Any = None
         self._schema: Any = None
-        self._written = 0  # rows in the file
         self._pending: list[Any] = []  # tables not written yet (the schema cannot be written yet, or no tmp)
 
     # ---- rows -> a table ----------------------------------------------------------------------
@@ -93,16 +93,11 @@ class ParquetRows:
     def _checked(self, name: str, values: list[Any], arr: Any, offset: int) -> Any:
         """``arr``, after checking that it holds ``values`` (pyarrow's inference makes naive and aware
         times one kind, for one)."""
-        got = arr.to_pylist()
-        if got == values:  # equal as Python values (inference changes no kind of value but int -> float)
-            return arr
-        for i, (v, g) in enumerate(zip(values, got)):
-            if not _holds(v, g):
-                raise UsageError(
-                    f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet would store "
-                    f"{str(v)[:60]!r} as {str(g)[:60]!r} (the column's other rows make it "
-                    f"{arr.type})\n{_HINT}"
-                )
+        for i, v, g in _changed(values, arr):
+            raise UsageError(
+                f"-o {self.path}: column {name!r}, row {offset + i + 1}: parquet would store "
+                f"{str(v)[:60]!r} as {str(g)[:60]!r} (the column's other rows make it {arr.type})\n{_HINT}"
+            )
         return arr
 
     def _table(self, rows: list[Mapping[str, Any]]) -> Any:
@@ -164,24 +159,16 @@ class ParquetRows:
                             f"-o {self.path}: column {field.name!r}: its values cannot all be written "
                             f"as {field.type} without changing them ({exc})\n{_HINT}"
                         ) from None
-                    self._same_values(field, have[field.name], col)
+                    for _, v, g in _changed(have[field.name].to_pylist(), col):  # text -> bytes, say
+                        raise UsageError(
+                            f"-o {self.path}: column {field.name!r} holds {have[field.name].type} values "
+                            f"in some rows and {field.type} in others; as one column {str(v)[:40]!r} "
+                            f"would become {str(g)[:40]!r}\n{_HINT}"
+                        )
                 cols.append(col)
             else:
                 cols.append(pa.nulls(table.num_rows, field.type))
         return pa.Table.from_arrays(cols, schema=schema)
-
-    def _same_values(self, field: Any, before: Any, after: Any) -> None:
-        """Refuse a widening that changes a value's kind (pyarrow promotes text to bytes, for one)."""
-        was, now = before.to_pylist(), after.to_pylist()
-        if was == now:
-            return
-        for i, (v, g) in enumerate(zip(was, now)):
-            if not _holds(v, g):
-                raise UsageError(
-                    f"-o {self.path}: column {field.name!r} holds {before.type} values in some rows and "
-                    f"{field.type} in others; as one column {str(v)[:40]!r} would become "
-                    f"{str(g)[:40]!r}\n{_HINT}"
-                )
 
     # ---- writing ----------------------------------------------------------------------------------
 
@@ -198,17 +185,13 @@ class ParquetRows:
         if self.tmp is not None and not any(_empty_struct(f.type) for f in schema):
             self._flush()
 
-    def _open(self, schema: Any) -> Any:
+    def _flush(self) -> None:
         import pyarrow.parquet as pq
 
-        return pq.ParquetWriter(self.tmp if self.tmp is not None else self.out, schema)
-
-    def _flush(self) -> None:
         if self._writer is None:
-            self._writer = self._open(self._schema)
+            self._writer = pq.ParquetWriter(self.tmp if self.tmp is not None else self.out, self._schema)
         for table in self._pending:
             self._writer.write_table(self._conform(table, self._schema))
-            self._written += table.num_rows
         self._pending = []
 
     def _rewrite(self, schema: Any) -> None:
@@ -235,27 +218,25 @@ class ParquetRows:
 
     def close(self, complete: bool = True) -> None:
         """Write what is pending; ``complete`` False (an interrupted run): keep what can be kept."""
-        if self._pending and self._schema is not None:
-            bad = [f.name for f in self._schema if _empty_struct(f.type)]
-            if bad:
-                if complete:
-                    if self._writer is not None:
-                        self._writer.close()
-                        self._writer = None
-                    raise UsageError(f"-o {self.path}: column {bad[0]!r} holds only empty objects ({{}}), "
-                                     f"which parquet cannot store\n{_HINT}")
-            else:
-                self._flush()
+        bad = [f.name for f in self._schema if _empty_struct(f.type)] if self._pending else []
+        if self._pending and not bad:
+            self._flush()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-    @property
-    def written(self) -> int:
-        return self._written
+        if bad and complete:
+            raise UsageError(f"-o {self.path}: column {bad[0]!r} holds only empty objects ({{}}), "
+                             f"which parquet cannot store\n{_HINT}")
 
 
 _RESULTS = ("score", "rewards", "extra", "errors", "error_kinds")
+
+
+def _changed(values: list[Any], arr: Any) -> Iterator[tuple[int, Any, Any]]:
+    """``(index, value, as read back)`` of the ``values`` that the arrow array ``arr`` does not hold."""
+    got = arr.to_pylist()
+    if got != values:  # equal as Python values: nothing changed (but maybe int -> float, which is fine)
+        yield from ((i, v, g) for i, (v, g) in enumerate(zip(values, got)) if not _holds(v, g))
 
 
 def _holds(given: Any, got: Any) -> bool:

@@ -56,6 +56,7 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
 def run(args: argparse.Namespace) -> int:
     from ..config.loader import read_migrated
     from ..config.schema import validate_reward
+    from ..verl.shim import unknown_line
 
     path, overrides = split_items(args.items)
     if args.write and not path:
@@ -88,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(yaml_roundtrip(text, cfg) if not overrides else _dump(cfg))
         else:
             sys.stdout.write(_dump(cfg))
+    for u in report.unknown:  # verl has no such key: left out of the printed config, left as it is in FILE
+        print(f"WARNING: {unknown_line(u)}", file=sys.stderr)
     if args.report != "json":
         _print_summary(report)
-    else:
-        _print_unknown(report)
     return 0
 
 
@@ -108,18 +109,8 @@ def _reward_only(source: Mapping[str, Any]) -> dict[str, Any]:
     return apply_overrides(new, [f"{u['key']}={format_value(u['value'])}" for u in report.unknown])
 
 
-def _print_unknown(report: Any) -> None:
-    """One ``WARNING:`` line per key verl does not have (left out of the printed config, and left as it is in
-    a rewritten file, for the user to fix)."""
-    from ..verl.shim import unknown_line
-
-    for u in report.unknown:
-        print(f"WARNING: {unknown_line(u)}", file=sys.stderr)
-
-
 def _print_summary(report: Any) -> None:
     err = sys.stderr
-    _print_unknown(report)
     if not (report.moved or report.dropped):
         print("no legacy reward keys: nothing to migrate", file=err)
         return
@@ -152,8 +143,11 @@ def write_in_place(path: str, new_text: str) -> str:
                          f"make it writable (chmod u+w {shlex.quote(path)}), or drop --write to print the "
                          "migrated config")
     folder = os.path.dirname(os.path.abspath(path))
+    backup, n = path + ".bak", 1
+    while os.path.exists(backup):
+        backup, n = f"{path}.bak.{n}", n + 1
     try:
-        backup = _backup(path)
+        shutil.copy2(path, backup)
     except OSError as exc:
         raise UsageError(f"cannot save a backup of {path!r} in {folder!r}: {exc.strerror}\n"
                          "make the folder writable, or drop --write to print the migrated config") from None
@@ -169,14 +163,6 @@ def write_in_place(path: str, new_text: str) -> str:
             if leftover and os.path.exists(leftover):
                 os.unlink(leftover)
         raise UsageError(f"cannot rewrite {path!r}: {exc.strerror}\n{path} is unchanged") from None
-    return backup
-
-
-def _backup(path: str) -> str:
-    backup, n = path + ".bak", 1
-    while os.path.exists(backup):
-        backup, n = f"{path}.bak.{n}", n + 1
-    shutil.copy2(path, backup)
     return backup
 
 
@@ -287,24 +273,13 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
             token = f"{key}={format_value(value)}"
             tokens.append(token if re.fullmatch(r"[\w.+=:/,\-@%]*", token) else shlex.quote(token))
 
-    first = words[legacy[0]]
-    index_of = {id(w): n for n, w in enumerate(words)}
-    sep = _separator(text, words, index_of[id(first)])
-    out, pos = [], 0
-    for n, i in enumerate(legacy):
-        w = words[i]
-        if n == 0:
-            out.append(text[pos:w.start])
-            out.append(sep.join(tokens))
-            pos = w.end
-            continue
-        prev_end = words[i - 1].end if i > 0 else 0
-        gap = text[prev_end:w.start]
-        if i > 0 and _SEP_RE.match(gap) and prev_end >= pos:
-            out.append(text[pos:prev_end])
-        else:
-            out.append(text[pos:w.start])
-        pos = w.end
+    first = legacy[0]  # the new words go in its place
+    out, pos = [text[:words[first].start], _separator(text, words, first).join(tokens)], words[first].end
+    for i in legacy[1:]:  # i > first: word i - 1 exists
+        prev_end = words[i - 1].end
+        removed_from = prev_end if _SEP_RE.match(text[prev_end:words[i].start]) and prev_end >= pos else None
+        out.append(text[pos:words[i].start if removed_from is None else removed_from])
+        pos = words[i].end
     out.append(text[pos:])
     return "".join(out)
 
@@ -314,13 +289,9 @@ _MISSING = object()
 
 def _separator(text: str, words: list[Any], i: int) -> str:
     """The whitespace between word ``i`` and its neighbour (the one before, else after)."""
-    if i > 0:
-        gap = text[words[i - 1].end:words[i].start]
-        if _SEP_RE.match(gap) and gap:
-            return gap
-    if i + 1 < len(words):
-        gap = text[words[i].end:words[i + 1].start]
-        if _SEP_RE.match(gap) and gap:
+    for a, b in ((i - 1, i), (i, i + 1)):
+        gap = text[words[a].end:words[b].start] if a >= 0 and b < len(words) else ""
+        if gap and _SEP_RE.match(gap):
             return gap
     return " "
 

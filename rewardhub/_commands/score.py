@@ -24,7 +24,6 @@ from ._common import table
 from ._output import ScoredRows
 from ._output import check_outputs
 from ._output import prints_to_stderr
-from ._output import read_input
 from ._output import stop_on_signals
 from ._output import write_summary
 
@@ -148,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan_told(args.config, args.overrides)
     pairs = read_pairs(args.data, prompt_key=args.prompt_key, answer_key=args.answer_key)
     # a bad file fails before any output
-    first = read_input(args.data, lambda _: list(itertools.islice(pairs, 1)))
+    first = list(itertools.islice(pairs, 1))
     show = sys.stderr.isatty() and not args.no_progress
     total = count_rows(args.data) if show else 0
     start = time.monotonic()

@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
-from typing import TypeVar
 
 from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
@@ -150,12 +149,8 @@ class Column:
         self.values.extend(other.values)
         self.latency.extend(other.latency)
         self.timed.extend(other.timed)
-        self.status.update(_shifted(other.status, off))
-        self.errors.update(_shifted(other.errors, off))
-        self.where.update(_shifted(other.where, off))
-        self.extra.update(_shifted(other.extra, off))
-        self.attempts.update(_shifted(other.attempts, off))
-        self.cache.update(_shifted(other.cache, off))
+        for sparse in ("status", "errors", "where", "extra", "attempts", "cache"):
+            getattr(self, sparse).update({i + off: v for i, v in getattr(other, sparse).items()})
 
     # ---- policy -------------------------------------------------------------------------
     def failures(self) -> list[int]:
@@ -165,14 +160,6 @@ class Column:
         """Whether some value is ``None`` (not applicable or dropped)."""
         values = self.values
         return any(values[i] is None for i in self.status)
-
-
-_V = TypeVar("_V")
-
-
-def _shifted(d: dict[int, _V], off: int) -> dict[int, _V]:
-    """``d`` with its sample indices moved ``off`` places on."""
-    return {i + off: v for i, v in d.items()}
 
 
 def _percentiles(values: list[float], qs: Sequence[float]) -> list[float]:

@@ -70,7 +70,6 @@ class ProcessPool:
         self.spares_started = 0
         self.taken_back = 0  #: calls taken back from stuck workers and run elsewhere
         self.strays = 0  #: answers dropped: their call had been answered already
-        self.retired = 0  #: workers replaced because a call ran out of memory
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
         #: timeouts free some); the cap is also what bounds the spares' memory
@@ -334,7 +333,6 @@ class ProcessPool:
             self.watch.record(task.key, latency)
             self._finish(task, result_of(status, body, latency), queue)
             if retire:  # out of memory: it has stopped; its calls not started go to the others
-                self.retired += 1
                 queue.extendleft(reversed(w.unstarted(running=False)))
                 self._replace(w)
                 return

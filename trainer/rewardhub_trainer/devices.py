@@ -256,16 +256,6 @@ def choose(device: str = "auto", autocast: str = "auto", model_dtype: str = "aut
     return Choice(device=dev, reason=reason, bf16_slowdown=slowdown, warning=warning, visible=visible, **out)
 
 
-def _line(info: dict[str, Any]) -> str:
-    c: Choice = info["choice"]
-    if info["role"] == "learner":
-        what = f"weights {c.model_dtype}, autocast {c.autocast}"
-    else:
-        what = f"weights {c.rollout_dtype}"
-    gpus = f" GPU {','.join(info['gpu_ids'])}" if info.get("gpu_ids") else ""
-    return f"{info['role']} {c.device}{gpus} ({what})"
-
-
 def print_choices(infos: list[dict[str, Any]]) -> None:
     """Print, once at the start of a run, the device and dtypes each kind of actor chose, and why."""
     import sys
@@ -273,10 +263,13 @@ def print_choices(infos: list[dict[str, Any]]) -> None:
     lines: dict[str, str] = {}
     warnings: dict[str, None] = {}
     for info in infos:
-        if isinstance(info.get("choice"), Choice):
-            lines.setdefault(_line(info), info["choice"].reason)
-            if info["choice"].warning:
-                warnings[info["choice"].warning] = None
+        c = info.get("choice")
+        if isinstance(c, Choice):
+            what = f"{c.model_dtype}, autocast {c.autocast}" if info["role"] == "learner" else c.rollout_dtype
+            gpus = f" GPU {','.join(info['gpu_ids'])}" if info.get("gpu_ids") else ""
+            lines.setdefault(f"{info['role']} {c.device}{gpus} (weights {what})", c.reason)
+            if c.warning:
+                warnings[c.warning] = None
     if lines:
         print("devices: " + "; ".join(f"{k}: {v}" for k, v in lines.items()), file=sys.stderr)
     for w in warnings:

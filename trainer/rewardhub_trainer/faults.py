@@ -11,6 +11,7 @@ replaced by a fresh process. A fault that keeps coming back on one rollouter sto
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,6 @@ def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
     import time
 
     import ray
-    from ray.exceptions import GetTimeoutError
 
     deadline = time.monotonic() + timeout
     while True:
@@ -62,10 +62,8 @@ def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
             return
         except ActorUnavailableError:
             pass
-        except (RayActorError, GetTimeoutError):
-            return
-        except Exception:  # noqa: BLE001 - e.g. its constructor raised: the next call fails, and is handled
-            return
+        except Exception:  # noqa: BLE001 - dead for good, no answer in time, its constructor raised, ...:
+            return  # the next call fails, and is handled
         if time.monotonic() > deadline:
             raise RunAborted(f"{what}: not back {timeout:.0f}s after a restart; see the Ray logs of its node")
         time.sleep(0.2)
@@ -83,10 +81,8 @@ def hang(handle: Any, what: str, why: str) -> None:
         file=sys.stderr,
         flush=True,
     )
-    try:
+    with contextlib.suppress(Exception):  # gone already: its calls fail, and are handled
         ray.kill(handle, no_restart=False)
-    except Exception:  # noqa: BLE001 - gone already: its calls fail, and are handled
-        pass
 
 
 class ActorGroup:
@@ -106,13 +102,11 @@ class ActorGroup:
     def failed(self, i: int) -> Any:
         """Record that handle ``i``'s process died; return the handle to resubmit to."""
         self.failures[i] += 1
+        if self.failures[i] > self.max_restarts:  # no Ray restart left: a new actor
+            self.failures[i] = 0
+            return self.replace(i)
         self.restarts += 1
         self.epochs[i] += 1
-        if self.failures[i] > self.max_restarts:
-            self._kill(i)
-            self.handles[i] = self.factory(i)
-            self.failures[i] = 0
-            self.recreated += 1
         return self.handles[i]
 
     def replace(self, i: int) -> Any:
@@ -127,10 +121,8 @@ class ActorGroup:
     def _kill(self, i: int) -> None:
         import ray
 
-        try:
+        with contextlib.suppress(Exception):  # already gone
             ray.kill(self.handles[i], no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
 
 
 class Rollouters:
@@ -162,7 +154,6 @@ class Rollouters:
         self.check_weights = check_weights
         self.lost_calls = 0  #: calls lost with a dead rollouter (resubmitted)
         self.sync_failures = 0  #: acknowledgements that came back failed
-        self.behind = 0  #: generate calls answered with other weights than expected (sent them, resubmitted)
 
     # -- weights -----------------------------------------------------------------------------
     def sync(self, ref: Any, tag: int) -> None:
@@ -288,7 +279,6 @@ class Rollouters:
             raise RunAborted(f"rollouter {i}: generate failed: {cause(exc)}") from None
         if isinstance(out, int):  # it holds other weights (restarted by Ray while idle)
             if epoch == self.pool.epochs[i]:
-                self.behind += 1
                 self.pool.restarts += 1
                 self.pool.epochs[i] += 1
                 self.in_row[i] += 1

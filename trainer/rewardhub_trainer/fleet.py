@@ -89,7 +89,6 @@ class Fleet(FleetCalls):
         #: deaths since the learner last wrote a checkpoint after its restore (at most trainer.max_restarts)
         self.learner_in_row = 0
         self._restored_to: RestorePoint | None = None  #: the checkpoint of the last restore
-        self.cores_token: str | None = None  #: the run's core boards (:mod:`.cores`; None: not lent)
         self._stoppers: list[Callable[[], None]] = []  #: what :meth:`stop` undoes
         self.hurry = False  #: stopping on an error or a signal (:meth:`stop`)
         self.evaluator: Any = None  #: the evaluation actor's handle (:meth:`start_evaluator`)
@@ -132,7 +131,7 @@ class Fleet(FleetCalls):
         self.placement = Placement(cfg.resources, t.num_rollouters, t.num_learners,
                                    evaluators=1 if self.prep.val_dataset is not None else 0)
         self._stoppers.append(self.placement.remove)
-        self.cores_token = token = self._lend_cores()
+        token = self._lend_cores()  # the run's core boards (:mod:`.cores`; None: not lent)
         if token:
             from .cores import remove_board
 

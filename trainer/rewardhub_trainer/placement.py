@@ -11,7 +11,9 @@ Nothing here imports Ray at import time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections import Counter
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,10 +167,7 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
     alive = [n for n in nodes if n.get("Alive", True)]
     free = {str(n["NodeID"]): _node_resources(n) for n in alive}
     order = list(free)
-    total_asked: dict[str, float] = {}
-    for b in items:
-        for k, v in b.needs.items():
-            total_asked[k] = total_asked.get(k, 0.0) + v
+    total_asked: Counter[str] = sum((Counter(b.needs) for b in items), Counter())  # needs are all > 0
     total_have = {k: sum(f.get(k, 0.0) for f in free.values()) for k in total_asked}
 
     def fits(node: str, b: Bundle) -> bool:
@@ -191,16 +190,8 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
     where: list[str] = []
     used: dict[str, int] = {n: 0 for n in order}
     if placement == "strict_pack":
-        node = next(
-            (
-                n
-                for n in order
-                if all(
-                    sum(b.needs.get(k, 0.0) for b in items) <= free[n].get(k, 0.0) + 1e-9 for k in total_asked
-                )
-            ),
-            None,
-        )
+        on_one = (n for n in order if all(v <= free[n].get(k, 0.0) + 1e-9 for k, v in total_asked.items()))
+        node = next(on_one, None)
         if node is None:
             raise fail("strict_pack needs every bundle on one node, and no node has all of it")
         return [node] * len(items)
@@ -300,10 +291,8 @@ class Placement:
         from ray.util.placement_group import remove_placement_group
 
         for group in self.groups:
-            try:
+            with contextlib.suppress(Exception):  # gone with the cluster
                 remove_placement_group(group)
-            except Exception:  # noqa: BLE001 - gone with the cluster
-                pass
         self.groups, self.slots = [], []
 
 

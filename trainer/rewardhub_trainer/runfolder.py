@@ -10,9 +10,12 @@ written as that interpolation, never resolved).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import hashlib
 import json
+import operator
 import os
 import shutil
 import time
@@ -100,10 +103,8 @@ class RunLock:
     def release(self) -> None:
         """Let the folder go (idempotent): the file is removed while still locked, then closed."""
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.path.unlink()
-            except OSError:
-                pass
             os.close(self._fd)  # closing the file drops its flock
             self._fd = None
 
@@ -273,11 +274,7 @@ def env_paths(raw: Any) -> dict[tuple[Any, ...], str]:
         elif isinstance(node, list):
             for i, v in enumerate(node):
                 walk(v, (*path, i))
-        elif (
-            isinstance(node, str)
-            and "${" in node
-            and ("oc.env:" in node or "env:" in node or "oc.decode:" in node)
-        ):
+        elif isinstance(node, str) and "${" in node and ("env:" in node or "oc.decode:" in node):
             out[path] = node
 
     walk(OmegaConf.to_container(raw, resolve=False), ())
@@ -288,18 +285,9 @@ def public_config(config: Mapping[str, Any], paths: Mapping[tuple[Any, ...], str
     """A copy of ``config`` with each value taken from the environment written as its interpolation."""
     out = copy.deepcopy(dict(config))
     for path, text in paths.items():
-        node: Any = out
-        for key in path[:-1]:
-            if isinstance(node, Mapping) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and isinstance(key, int) and key < len(node):
-                node = node[key]
-            else:
-                node = None
-                break
-        last = path[-1]
-        if isinstance(node, dict) and last in node:
-            node[last] = text
-        elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        *parents, last = path
+        with contextlib.suppress(KeyError, IndexError, TypeError):  # a path the config does not have
+            node = functools.reduce(operator.getitem, parents, out)
+            node[last]  # noqa: B018 - only a value that is there is replaced
             node[last] = text
     return out
