@@ -83,11 +83,30 @@ def _rewards_in(files: list[Path]) -> dict[str, float]:
     return rewards
 
 
+def _headers(path: Path) -> str:
+    """A METADATA file's headers (what comes before its first empty line: not the long description)."""
+    lines = []
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                lines.append(line)
+    except OSError:
+        pass
+    return "".join(lines)
+
+
 def environments() -> list[Environment]:
-    """The installed distributions that require verifiers and define ``@vf.reward`` methods."""
+    """The installed distributions that require verifiers and define ``@vf.reward`` methods (none
+    where verifiers itself is not importable: then no environment could be scored)."""
+    import importlib.util
+
+    if importlib.util.find_spec("verifiers") is None:
+        return []
     envs = []
     for info in _dist_infos():
-        meta = _read(info / "METADATA")
+        meta = _headers(info / "METADATA")
         if not _REQUIRES.search(meta):
             continue
         dist = re.search(r"^Name:\s*(\S+)", meta, re.MULTILINE)
