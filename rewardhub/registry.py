@@ -23,9 +23,6 @@ from ._specs import specs_from_hook_result
 from ._targets import file_sha256
 from ._targets import load_target
 from ._targets import sha256
-from .config.schema import TermConfig
-from .config.schema import checked_term
-from .config.schema import validate_reward
 from .decorator import spec_from_object
 from .errors import BrokenRewardError
 from .errors import ConflictingRewardError
@@ -187,6 +184,9 @@ class RewardRegistry:
         File and module terms are registered (source ``config``) under the term's alias, else the
         function name.
         """
+        from .config.schema import TermConfig
+        from .config.schema import checked_term
+
         if not isinstance(term, TermConfig):
             term = checked_term(term)
         name, path, module, function = term.name, term.path, term.module, term.function
@@ -303,10 +303,26 @@ def plugin_manager(reward_cfg: Any = None) -> RewardhubPluginManager:
     return _loaded_plugins(reward_cfg, None, None, True)[0]
 
 
+class _NoSection:  # the schema's default reward section: `rewardhub list` need not import the schema
+    rewards = ()
+
+    class plugins:  # noqa: N801 - read as the section's attribute
+        autoload, load, block = True, (), ()
+        prefer: dict[str, str] = {}
+
+
+def _reward_section(reward_cfg: Any) -> Any:
+    if reward_cfg is None or reward_cfg is _NoSection:
+        return _NoSection
+    from .config.schema import validate_reward
+
+    return validate_reward(reward_cfg)
+
+
 def _loaded_plugins(reward_cfg: Any, autoload: bool | None, plugins: Iterable[Any] | None,
                     builtins: bool) -> tuple[RewardhubPluginManager, list[Any], tuple[str, ...], bool]:
     """``(manager, entry points, forced plugin names, autoload)``: steps 1-4 of :func:`build_registry`."""
-    plugins_cfg = validate_reward(reward_cfg).plugins
+    plugins_cfg = _reward_section(reward_cfg).plugins
     block = frozenset(plugins_cfg.block)
     pm = RewardhubPluginManager()
     if plugins is not None:
@@ -337,7 +353,7 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
     """
     global _builds
     _builds += 1
-    reward = validate_reward(reward_cfg)
+    reward = _reward_section(reward_cfg)
     block = frozenset(reward.plugins.block)
     pm, eps, load, autoload = _loaded_plugins(reward, autoload, plugins, builtins)
     registry = RewardRegistry()

@@ -426,3 +426,16 @@ def test_one_plugin_registering_a_name_twice_is_still_an_error():
 
     with pytest.raises(DuplicateRewardError, match="reward.plugins.block"):
         make_registry(Twice())
+
+
+def test_the_registrys_stand_in_for_no_reward_section_is_the_schemas_default():
+    """build_registry(None) reads its own copy of the defaults (so `rewardhub list` need not import the
+    schema): it must say what the schema's default section says."""
+    from rewardhub.config.schema import validate_reward
+    from rewardhub.registry import _reward_section
+
+    default, stand_in = validate_reward(None), _reward_section(None)
+    for key in ("autoload", "load", "block"):
+        assert getattr(stand_in.plugins, key) == getattr(default.plugins, key)
+    assert dict(stand_in.plugins.prefer) == dict(default.plugins.prefer)
+    assert tuple(stand_in.rewards) == default.rewards
