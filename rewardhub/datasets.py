@@ -34,6 +34,7 @@ __all__ = [
     "Row",
     "answer_of",
     "count_rows",
+    "dig",
     "expand_paths",
     "has_column",
     "input_files",
@@ -194,18 +195,20 @@ def input_files(paths: str | Sequence[str], key: str = "data") -> list[str]:
 # ---- columns -----------------------------------------------------------------------------------
 
 
-def _get(data: Mapping[str, Any], dotted: str) -> Any:
+def dig(data: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    """The value at dotted key ``dotted`` of nested mappings ``data`` (``a.b``: key ``b`` of the object
+    in ``a``), else ``default``."""
     node: Any = data
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
-            return MISSING
+            return default
         node = node[part]
     return node
 
 
 def has_column(data: Mapping[str, Any], dotted: str) -> bool:
     """Whether a row has the column ``dotted`` (``a.b`` for the key ``b`` of the object in ``a``)."""
-    return _get(data, dotted) is not MISSING
+    return dig(data, dotted, MISSING) is not MISSING
 
 
 def _columns(data: Mapping[str, Any]) -> str:
@@ -219,7 +222,7 @@ def prompt_of(row: Row, key: str | None = None) -> str | list[dict[str, str]]:
     """
     keys = [key] if key else list(PROMPT_KEYS)
     for k in keys:
-        value = _get(row.data, k)
+        value = dig(row.data, k, MISSING)
         if value is not MISSING:
             break
     else:
@@ -242,7 +245,7 @@ def prompt_of(row: Row, key: str | None = None) -> str | list[dict[str, str]]:
 def answer_of(row: Row, key: str | None = None) -> Any:
     """The row's ground truth (``MISSING`` when it has no such column; ``None`` when it is null)."""
     for k in [key] if key else ANSWER_KEYS:
-        value = _get(row.data, k)
+        value = dig(row.data, k, MISSING)
         if value is not MISSING:
             return value
     return MISSING
@@ -264,7 +267,7 @@ def to_sample(row: Row, *, prompt_key: str | None = None, answer_key: str | None
         answer = answer_of(row, answer_key)
         sample["ground_truth"] = None if answer is MISSING else answer
     if prompt_key and prompt_key != "prompt":
-        value = _get(row.data, prompt_key)
+        value = dig(row.data, prompt_key, MISSING)
         if value is not MISSING:
             sample["prompt"] = value
     elif "prompt" not in sample and "question" in sample:

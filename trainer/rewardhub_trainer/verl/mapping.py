@@ -12,12 +12,12 @@ from typing import Any
 from rewardhub.config.migration_report import KeyMoves
 from rewardhub.config.migration_report import put_key
 from rewardhub.config.overrides import leaves as dotted_leaves
+from rewardhub.datasets import dig
 from rewardhub.errors import UsageError
 from rewardhub.verl.keys import is_verl_key
 from rewardhub.verl.owner import ENTRY_KEY
 
 from ._special import decide
-from .resources import dig
 from .resources import pop_key
 from .rules import KEY_RULES
 from .rules import VERL_ROOTS

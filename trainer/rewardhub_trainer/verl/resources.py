@@ -12,13 +12,13 @@ them separate GPUs. A key already set in ``resources:`` wins only when it agrees
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
 
 from rewardhub.config.fields import invalid
+from rewardhub.datasets import dig
 from rewardhub.errors import UsageError
 
-__all__ = ["VERL_RESOURCE_KEYS", "dig", "migrate_resources", "pop_key"]
+__all__ = ["VERL_RESOURCE_KEYS", "migrate_resources", "pop_key"]
 
 #: verl key -> the ``resources:`` key it sets
 VERL_RESOURCE_KEYS = {
@@ -26,16 +26,6 @@ VERL_RESOURCE_KEYS = {
     "trainer.n_gpus_per_node": "resources.gpus_per_node",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "resources.rollouter.num_gpus",
 }
-
-
-def dig(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """The value at dotted ``key`` of nested mappings ``cfg``, else ``default``."""
-    node: Any = cfg
-    for p in key.split("."):
-        if not isinstance(node, Mapping) or p not in node:
-            return default
-        node = node[p]
-    return node
 
 
 def pop_key(cfg: dict[str, Any], key: str) -> None:
@@ -62,7 +52,8 @@ def _int(value: Any, key: str) -> int:
 
 def migrate_resources(config: dict[str, Any], report: Any) -> tuple[dict[str, Any], Any]:
     """Move verl's cluster-size keys of ``config`` into ``resources:``; record each in ``report``."""
-    found = {key: _int(dig(config, key), key) for key in VERL_RESOURCE_KEYS if dig(config, key) is not None}
+    given = {key: dig(config, key) for key in VERL_RESOURCE_KEYS}
+    found = {key: _int(value, key) for key, value in given.items() if value is not None}
     if not found:
         return config, report
     cfg = copy.deepcopy(config)
