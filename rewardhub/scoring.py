@@ -18,7 +18,7 @@ from typing import Any
 from .errors import UsageError
 
 __all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "Scored", "check_result_fields", "missing_ground_truth",
-           "nulls_for_non_finite", "output_row", "read_pairs", "row_result", "score_rows"]
+           "nulls_for_non_finite", "output_row", "read_pairs", "score_rows"]
 
 #: the fields a result adds to each row
 RESULT_KEYS = ("score", "rewards", "extra", "errors", "error_kinds")
@@ -145,7 +145,7 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
         res = runner.score(samples if not skip else [samples[i] for i in ok],
                            **{k: v for k, v in asked.items() if v is not None})
         if not skip:
-            return Scored([row_result(res, i) for i in range(len(samples))], dict(res.columns),
+            return Scored([_row_result(res, i) for i in range(len(samples))], dict(res.columns),
                           list(range(len(samples))))
     gone = sorted(skip)
     position = [0] * len(samples)
@@ -166,14 +166,14 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
         col.extend(extra)
         col.labels = ok + gone  # rows of ``samples``
         columns[n] = col
-    results = [row_result(res, position[i]) if i not in skip else
+    results = [_row_result(res, position[i]) if i not in skip else
                {"score": None, "rewards": dict.fromkeys(names), "extra": {}, "errors": dict(skip[i]),
                 "error_kinds": dict.fromkeys(skip[i], ERROR)}
                for i in range(len(samples))]
     return Scored(results, columns, position, frozenset(skip))
 
 
-def row_result(res: Any, k: int) -> dict[str, Any]:
+def _row_result(res: Any, k: int) -> dict[str, Any]:
     """Row ``k``'s result in a ``ScoreResult``: score, rewards, extra (and errors with their kinds)."""
     out = {"score": res.scores[k], "rewards": res.rewards[k], "extra": res.extra[k]}
     if res.errors[k]:

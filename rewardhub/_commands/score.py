@@ -13,12 +13,10 @@ from typing import Any
 
 from ..errors import Interrupted
 from ..errors import UsageError
-from ..scoring import Scored
 from ..scoring import check_result_fields
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
-from ..scoring import row_result
 from ..scoring import score_rows
 from ._common import table
 from ._output import ScoredRows
@@ -180,14 +178,11 @@ def run(args: argparse.Namespace) -> int:
                     inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
-                    if remote is not None:
-                        res = remote.score(samples)
-                        scored = Scored([row_result(res, i) for i in range(len(samples))], dict(res.columns),
-                                        list(range(len(samples))))
-                    else:
-                        scored = score_rows(
-                            runner, samples, missing_ground_truth(samples, needing),
-                            progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
+                    # a remote scorer takes the samples alone (no progress), and needs no ground truth here
+                    scored = score_rows(
+                        runner if remote is None else remote, samples, missing_ground_truth(samples, needing),
+                        progress=None if remote is not None else
+                        (lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1))))
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
