@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench docs clean
 
 install: $(STAMP)
 
@@ -56,9 +56,15 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy rewardhub
 	$(PY) -m mypy trainer/rewardhub_trainer $(dir $(wildcard plugins/*/rewardhub_*/__init__.py))
-	$(PY) -m pytest -q --ignore=tests/vllm_engine
+	# --durations: every run says where its time goes
+	$(PY) -m pytest -q --durations=25 --ignore=tests/vllm_engine
 	# the vLLM engine's tests, same venv, own process (vLLM's start-up sets process-wide state)
-	$(PY) -m pytest -q tests/vllm_engine
+	$(PY) -m pytest -q --durations=10 tests/vllm_engine
+
+# the docs site: the generated pages (CLI, config keys, hooks) written anew, then built, warnings as errors
+docs: $(STAMP)
+	$(PY) scripts/gen_docs.py
+	$(PY) -m mkdocs build --strict
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
