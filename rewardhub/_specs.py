@@ -8,7 +8,7 @@ from ._discovery import find_module_file
 from .decorator import spec_from_object
 from .types import RewardSpec
 
-__all__ = ["matches_source", "source_key", "spec_for_reward_ep", "specs_from_hook_result"]
+__all__ = ["matches_source", "reward_facts", "source_key", "spec_for_reward_ep", "specs_from_hook_result"]
 
 
 def source_key(spec: RewardSpec) -> str:
@@ -65,3 +65,32 @@ def specs_from_hook_result(result: Any, plugin: str, dist: str | None, version: 
         else:
             raise TypeError(f"plugin {plugin!r} returned {item!r}: expected a RewardSpec or a function")
     return specs
+
+
+def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
+    """What identifies a reward (its :class:`RewardSpec`, or ``None`` when the registry lacks it):
+    source, distribution and version, target, sha256 of a file reward, and ``identity`` (its
+    fingerprint item, the value compared between processes). A built-in's distribution is rewardhub.
+    """
+    if spec is None:
+        return {
+            "source": None,
+            "dist": None,
+            "version": None,
+            "target": None,
+            "sha256": None,
+            "identity": identity,
+        }
+    dist, version = spec.dist, spec.version
+    if spec.source == "builtin" and not dist:
+        from .registry import core_version
+
+        dist, version = "rewardhub", core_version()
+    out = {
+        "source": spec.source,
+        "dist": dist,
+        "version": version,
+        "target": spec.target,
+        "sha256": spec.sha256,
+    }
+    return {**out, "identity": identity} if identity is not None else out

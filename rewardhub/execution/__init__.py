@@ -8,6 +8,7 @@ from ._calls import group_key
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
+from ._facts import TermFacts
 from ._local import interrupts_told_apart
 from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
@@ -52,6 +53,7 @@ __all__ = [
     "Scorer",
     "SlowestSamples",
     "Term",
+    "TermFacts",
     "aggregate",
     "apply_on_failure",
     "apply_on_failure_to_outcomes",

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RewardhubError
+from ...errors import RewardhubError
 
 __all__ = ["IDEMPOTENCY_HEADER", "Answer", "Retrying", "ServerUnavailable", "Transient", "exchange"]
 
