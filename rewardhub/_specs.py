@@ -8,7 +8,18 @@ from ._discovery import find_module_file
 from .decorator import spec_from_object
 from .types import RewardSpec
 
-__all__ = ["matches_source", "reward_facts", "source_key", "spec_for_reward_ep", "specs_from_hook_result"]
+__all__ = ["core_version", "matches_source", "reward_facts", "source_key", "spec_for_reward_ep",
+           "specs_from_hook_result"]
+
+
+def core_version() -> str:
+    """The installed rewardhub version (``0+unknown`` from a bare checkout)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("rewardhub")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def source_key(spec: RewardSpec) -> str:
@@ -83,8 +94,6 @@ def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
         }
     dist, version = spec.dist, spec.version
     if spec.source == "builtin" and not dist:
-        from .registry import core_version
-
         dist, version = "rewardhub", core_version()
     out = {
         "source": spec.source,

@@ -22,7 +22,7 @@ from typing import Any
 from .errors import UsageError
 from .execution import Scorer
 from .execution import Term
-from .execution._facts import effective_executor
+from .execution import effective_executor
 
 __all__ = ["executor_problems", "kwargs_problems", "open_scorer", "scores_remotely", "term_problems"]
 

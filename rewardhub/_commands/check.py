@@ -17,7 +17,7 @@ from typing import Any
 from ..config.schema import TermConfig
 from ..errors import RewardhubError
 from ..errors import UsageError
-from ..execution._facts import effective_executor
+from ..execution import effective_executor
 from ..scorers import executor_problems
 from ..scorers import kwargs_problems
 from ..scorers import scores_remotely

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import UsageError
 from ..execution import ERROR
 from ..execution import Outcome
-from ..execution._facts import TermFacts
+from ..execution import TermFacts
 from ._chunks import WorkerTerm
 from ._chunks import make_chunks
 from ._dispatch import call_bound

@@ -10,11 +10,11 @@ from typing import Any
 
 from ..execution import Outcome
 from ..execution import ScoreResult
+from ..execution import TermFacts
 from ..execution import aggregate
 from ..execution import apply_on_failure_to_outcomes
 from ..execution import check_aggregation
 from ..execution import check_sample
-from ..execution._facts import TermFacts
 from ._group import WorkerGroup
 from ._placement import reward_model_terms
 from ._placement import split_reward_models

@@ -16,7 +16,7 @@ from typing import Any
 
 from .._specs import reward_facts
 from ..config.schema import RewardConfig
-from ..execution._facts import term_facts
+from ..execution import term_facts
 from ._files import place_files
 from ._fingerprint import diff_items
 from ._ray import process_location

@@ -166,7 +166,7 @@ class Runner:
                 if not idx:
                     done_units += n
                     continue
-                executor = self._executor_of(term)
+                executor = effective_executor(term)
                 if executor == "process":
                     process_jobs.append((term, self._tasks(term, batch, idx)))
                     continue
@@ -215,10 +215,7 @@ class Runner:
             raise
 
     def _is_fast(self, term: Term) -> bool:
-        return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
-
-    def _executor_of(self, term: Term) -> str:
-        return effective_executor(term)
+        return not term.routed and effective_executor(term) == "inline" and fast_eligible(term.invoker)
 
     def _tasks(self, term: Term, batch: list[Any], idx: list[int]) -> list[Task]:
         pool = self._get_pool()
@@ -333,7 +330,7 @@ class Runner:
     def _new_pool(self) -> ProcessPool:
         if self._pool is None:
             sizes = [t.policy.max_concurrency for t in self.terms
-                     if self._executor_of(t) == "process" and t.policy.max_concurrency]
+                     if effective_executor(t) == "process" and t.policy.max_concurrency]
             size = self._process_workers or (max(sizes) if sizes else (os.cpu_count() or 2))
             self._pool = ProcessPool(size)
         return self._pool

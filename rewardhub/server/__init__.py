@@ -15,7 +15,7 @@ Importing this package imports nothing heavy; :mod:`.app` imports aiohttp.
 
 from __future__ import annotations
 
-from ..execution.remote.client import TOKEN_ENV
+from ..execution.remote import TOKEN_ENV
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import tokenizer_end_tokens
 from ._guard import check_token

@@ -30,7 +30,7 @@ from ..errors import TOO_LARGE
 from ..errors import RewardhubError
 from ..errors import UsageError
 from ..execution import Scorer
-from ..execution.remote._http import IDEMPOTENCY_HEADER
+from ..execution.remote import IDEMPOTENCY_HEADER
 from . import MAX_CALLS
 from ._batcher import Batcher
 from ._conns import BACKLOG

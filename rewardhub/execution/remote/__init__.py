@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
+from ._http import IDEMPOTENCY_HEADER
 from .client import START_RETRY_S
 from .client import TOKEN_ENV
 from .client import RemoteScorer
 from .client import ServerUnavailable
 from .client import reached
 
-__all__ = ["START_RETRY_S", "TOKEN_ENV", "RemoteScorer", "ServerUnavailable", "reached"]
+__all__ = ["IDEMPOTENCY_HEADER", "START_RETRY_S", "TOKEN_ENV", "RemoteScorer", "ServerUnavailable", "reached"]
