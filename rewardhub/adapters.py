@@ -50,7 +50,8 @@ class _LazyRunner:
                  pick: str | None = None) -> None:
         self.term = term
         self.registry = registry
-        self.remote, self.pick = remote, pick
+        #: ``to_trl``/``to_verl``'s ``remote=``: the server that scores (None: a Runner of ``term``)
+        self.server, self.pick = remote, pick
         self._runner: Scorer | None = None
         self._lock = threading.Lock()
         #: whether the reward takes a ground truth (known once the runner is built)
@@ -78,8 +79,8 @@ class _LazyRunner:
         from .execution import RoutingWatch
         from .scorers import open_scorer
 
-        remote = self.remote if isinstance(self.remote, str) or self.remote is None else \
-            dataclasses.asdict(self.remote)
+        remote = self.server if isinstance(self.server, str) or self.server is None else \
+            dataclasses.asdict(self.server)
         scorer = open_scorer({"remote": remote} if remote is not None else {"rewards": [self.term]},
                              registry=self.registry, check=False)
         facts = scorer.facts
