@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ._discovery import find_module_file
@@ -12,6 +13,7 @@ __all__ = ["core_version", "matches_source", "reward_facts", "source_key", "spec
            "specs_from_hook_result"]
 
 
+@functools.cache
 def core_version() -> str:
     """The installed rewardhub version (``0+unknown`` from a bare checkout)."""
     import importlib.metadata

@@ -38,7 +38,6 @@ __all__ = ["RewardRegistry", "build_registry", "builds_in_process", "get_registr
 _builds = 0
 
 
-@functools.cache
 @final
 class RewardRegistry:
     """Reward specs by name, plus the plugins that provided them.

@@ -59,7 +59,7 @@ def _rows(res):
             for s, r, e in zip(res.scores, res.rewards, res.errors)]
 
 
-def test_a_runner_a_ray_pool_and_a_server_give_the_same_terms_and_rows(tmp_path, session_ray):
+def test_a_runner_a_ray_pool_and_a_server_give_the_same_terms_and_rows(tmp_path, local_ray):
     cfg = tmp_path / "reward.yaml"
     cfg.write_text(CFG)
     from rewardhub.config import load_plan
