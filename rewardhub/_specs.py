@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ._discovery import find_module_file
 from .decorator import spec_from_object
 from .types import RewardSpec
 
-__all__ = ["matches_source", "source_key", "spec_for_reward_ep", "specs_from_hook_result"]
+__all__ = ["core_version", "matches_source", "reward_facts", "source_key", "spec_for_reward_ep",
+           "specs_from_hook_result"]
+
+
+@functools.cache
+def core_version() -> str:
+    """The installed rewardhub version (``0+unknown`` from a bare checkout)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("rewardhub")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def source_key(spec: RewardSpec) -> str:
@@ -65,3 +78,30 @@ def specs_from_hook_result(result: Any, plugin: str, dist: str | None, version: 
         else:
             raise TypeError(f"plugin {plugin!r} returned {item!r}: expected a RewardSpec or a function")
     return specs
+
+
+def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
+    """What identifies a reward (its :class:`RewardSpec`, or ``None`` when the registry lacks it):
+    source, distribution and version, target, sha256 of a file reward, and ``identity`` (its
+    fingerprint item, the value compared between processes). A built-in's distribution is rewardhub.
+    """
+    if spec is None:
+        return {
+            "source": None,
+            "dist": None,
+            "version": None,
+            "target": None,
+            "sha256": None,
+            "identity": identity,
+        }
+    dist, version = spec.dist, spec.version
+    if spec.source == "builtin" and not dist:
+        dist, version = "rewardhub", core_version()
+    out = {
+        "source": spec.source,
+        "dist": dist,
+        "version": version,
+        "target": spec.target,
+        "sha256": spec.sha256,
+    }
+    return {**out, "identity": identity} if identity is not None else out

@@ -17,7 +17,6 @@ from typing import Any
 
 if TYPE_CHECKING:
     from .config.schema import RemoteConfig
-    from .execution import Runner
     from .execution import Scorer
     from .execution import ScoreResult
 
@@ -51,7 +50,8 @@ class _LazyRunner:
                  pick: str | None = None) -> None:
         self.term = term
         self.registry = registry
-        self.remote, self.pick = remote, pick
+        #: ``to_trl``/``to_verl``'s ``remote=``: the server that scores (None: a Runner of ``term``)
+        self.server, self.pick = remote, pick
         self._runner: Scorer | None = None
         self._lock = threading.Lock()
         #: whether the reward takes a ground truth (known once the runner is built)
@@ -68,37 +68,35 @@ class _LazyRunner:
     def get(self) -> Scorer:
         with self._lock:
             if self._runner is None:
-                from .execution import RoutingWatch
-
-                if self.remote is not None:
-                    self._runner, self.watch = self._remote(), RoutingWatch({})
-                else:
-                    runner = self._runner = self._local()
-                    self.watch = RoutingWatch({t.name: t.routes for t in runner.terms})
+                self._runner = self._open()
                 atexit.register(self._runner.close)
             return self._runner
 
-    def _remote(self) -> Scorer:
+    def _open(self) -> Scorer:
+        import dataclasses
+
         from .errors import UsageError
-        from .server.client import reached
+        from .execution import RoutingWatch
+        from .scorers import open_scorer
 
-        assert self.remote is not None
-        scorer = reached(self.remote)
-        if self.pick is not None and self.pick not in scorer.terms:
-            raise UsageError(f"reward server {scorer.url} scores with {', '.join(scorer.terms)}, not "
-                             f"{self.pick!r}\nname one of those, or none for the server's aggregate score")
+        remote = self.server if isinstance(self.server, str) or self.server is None else \
+            dataclasses.asdict(self.server)
+        scorer = open_scorer({"remote": remote} if remote is not None else {"rewards": [self.term]},
+                             registry=self.registry, check=False)
+        facts = scorer.facts
+        names = [f.name for f in facts]
+        if self.pick is not None and self.pick not in names:
+            scorer.close()
+            url = remote["url"] if isinstance(remote, dict) else remote
+            raise UsageError(f"reward server {url} scores with {', '.join(names)}, not {self.pick!r}\n"
+                             "name one of those, or none for the server's aggregate score")
+        if remote is None:
+            first = facts[0]
+            self.needs_ground_truth = first.needs_ground_truth
+            self.withheld_without_ground_truth = first.needs_ground_truth and first.adapter != "verl"
+            self.name_policy = (first.name, first.on_failure)
+        self.watch = RoutingWatch({f.name: f.routes for f in facts} if remote is None else {})
         return scorer
-
-    def _local(self) -> Runner:
-        from .datasets import terms_needing
-        from .distributed import runner_from_config
-
-        runner = runner_from_config({"rewards": [self.term]}, registry=self.registry)
-        self.needs_ground_truth = bool(terms_needing(runner))
-        self.withheld_without_ground_truth = \
-            self.needs_ground_truth and runner.terms[0].invoker.adapter != "verl"
-        self.name_policy = (runner.terms[0].name, runner.terms[0].policy.on_failure)
-        return runner
 
     def value(self, res: ScoreResult, k: int) -> float | None:
         """Sample ``k``'s reward: the score, or the picked term's value."""

@@ -26,24 +26,28 @@ import json
 import threading
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from .trajectory import hermes_message
 
+if TYPE_CHECKING:
+    from .execution import Scorer
+
 __all__ = ["Episode"]
 
-_runners: dict[str, Any] = {}
+_runners: dict[str, Scorer] = {}
 _lock = threading.Lock()
 
 
-def _runner(term: Mapping[str, Any]) -> Any:
-    """One runner per term for the process (every episode of an agent shares it)."""
+def _runner(term: Mapping[str, Any]) -> Scorer:
+    """One scorer per term for the process (every episode of an agent shares it)."""
     key = json.dumps(term, sort_keys=True, default=str)
     with _lock:
         if key not in _runners:
-            from .distributed import runner_from_config
+            from .scorers import open_scorer
 
-            _runners[key] = runner_from_config({"rewards": [dict(term)]})
+            _runners[key] = open_scorer({"rewards": [dict(term)]}, check=False)
         return _runners[key]
 
 
@@ -67,8 +71,11 @@ class Episode:
     async def score(self, final: bool = True) -> tuple[float, dict[str, float]]:
         """The conversation so far, scored by the episode's reward (``final``) or its step reward;
         and OpenRLHF ``extra_logs`` (each term's value, ``rewardhub_failed``)."""
-        res = await _runner(self._terms[0 if final else 1]).score_async(
-            [{"messages": self.messages, "ground_truth": self.label, "data_source": None, "extra_info": {}}])
+        import asyncio
+
+        sample = {"messages": self.messages, "ground_truth": self.label, "data_source": None,
+                  "extra_info": {}}
+        res = await asyncio.to_thread(_runner(self._terms[0 if final else 1]).score, [sample])
         logs = {k: float(v) for k, v in res.rewards[0].items() if v is not None}
         logs["rewardhub_failed"] = float(bool(res.errors[0]))
         return float(res.scores[0] or 0.0), logs

@@ -20,14 +20,17 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Collection
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .execution import Scorer
 
 __all__ = [
     "MISSING",
@@ -278,11 +281,6 @@ def to_sample(row: Row, *, prompt_key: str | None = None, answer_key: str | None
     return sample
 
 
-def terms_needing(runner: Any, field: str = "ground_truth") -> list[str]:
-    """The names of a runner's terms whose reward takes ``field`` (``ground_truth``) as a parameter."""
-    names = []
-    for term in getattr(runner, "terms", []):
-        params: Collection[str] = getattr(term.invoker, "names", set())
-        if field in params or field + "s" in params:
-            names.append(term.name)
-    return names
+def terms_needing(scorer: Scorer) -> list[str]:
+    """The names of a scorer's terms whose reward takes a ground truth as a parameter."""
+    return [f.name for f in scorer.facts if f.needs_ground_truth]

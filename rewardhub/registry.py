@@ -16,6 +16,7 @@ from ._discovery import scan_entry_points
 from ._manager import RewardhubPluginManager
 from ._manager import env_autoload
 from ._manager import env_plugins
+from ._specs import core_version
 from ._specs import matches_source
 from ._specs import source_key
 from ._specs import spec_for_reward_ep
@@ -35,17 +36,6 @@ __all__ = ["RewardRegistry", "build_registry", "builds_in_process", "get_registr
 
 #: how many registries :func:`build_registry` built in this process (see :func:`builds_in_process`)
 _builds = 0
-
-
-@functools.cache
-def core_version() -> str:
-    """The installed rewardhub version (``0+unknown`` from a bare checkout)."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("rewardhub")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 @final

@@ -13,9 +13,13 @@ from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .execution import Scorer
 
 __all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "Scored", "check_result_fields", "missing_ground_truth",
            "nulls_for_non_finite", "output_row", "read_pairs", "score_rows"]
@@ -123,10 +127,10 @@ class Scored:
         return [r["score"] for r in self.results]
 
 
-def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[str, str]] | None = None, *,
+def score_rows(scorer: Scorer, samples: Sequence[Any], skip: Mapping[int, Mapping[str, str]] | None = None, *,
                progress: Any = None, indices: Sequence[int] | None = None,
                defer_raise: bool = False) -> Scored:
-    """Score ``samples`` with ``runner``, but not the rows in ``skip`` (row -> {term: error}), which are
+    """Score ``samples`` with ``scorer``, but not the rows in ``skip`` (row -> {term: error}), which are
     never given to the rewards (see the module's text).
 
     :param indices: each sample's number in error messages (its position in its own request).
@@ -139,11 +143,9 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
     ok = [i for i in range(len(samples)) if i not in skip]
     res = None
     if ok or not skip:
-        # only what was asked: a Scorer (a remote one) takes the samples alone
-        asked = {"progress": progress, "defer_raise": defer_raise or None,
-                 "indices": indices if not skip or indices is None else [indices[i] for i in ok]}
-        res = runner.score(samples if not skip else [samples[i] for i in ok],
-                           **{k: v for k, v in asked.items() if v is not None})
+        given = samples if not skip else [samples[i] for i in ok]
+        res = scorer.score(given, progress, defer_raise=defer_raise,
+                           indices=indices if not skip or indices is None else [indices[i] for i in ok])
         if not skip:
             return Scored([_row_result(res, i) for i in range(len(samples))], dict(res.columns),
                           list(range(len(samples))))
@@ -151,7 +153,7 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
     position = [0] * len(samples)
     for k, i in enumerate(ok + gone):
         position[i] = k
-    names = [t.name for t in runner.terms]
+    names = [f.name for f in scorer.facts]
     columns: dict[str, Any] = {}
     for n in names:
         col = Column(0)

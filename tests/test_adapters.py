@@ -128,7 +128,7 @@ def test_real_verl_compute_score_runs_unchanged(tmp_path):
             rows = [{"response": "so #### 72", "ground_truth": "72"},
                     {"response": "#### 7", "ground_truth": "72"}]
             res = r.score(rows)
-            print(json.dumps([res.rewards, [d["adapter"] for d in r.describe()]]))
+            print(json.dumps([res.rewards, [f.adapter for f in r.facts]]))
     """)
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

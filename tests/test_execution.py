@@ -199,7 +199,7 @@ def test_thread_timeout_reports_and_frees_the_slot():
 
 def test_inline_with_timeout_runs_in_a_killable_process():
     res, runner = run([term("slow_or_hang", timeout_s=1)], samples_of("hang", "a"))
-    assert runner.describe()[0]["executor"] == "process"
+    assert runner.facts[0].executor == "process"
     assert res.scores == [0.0, 1.0]
 
 
@@ -253,7 +253,7 @@ def test_verl_and_trl_signatures_called_unchanged():
     res, runner = run([term("verl_style"), term("trl_style")], batch)
     assert [r["verl_style"] for r in res.rewards] == [1.0, 0.0]
     assert [r["trl_style"] for r in res.rewards] == [1.0, 0.0]
-    assert [d["adapter"] for d in runner.describe()] == ["verl", "trl"]
+    assert [f.adapter for f in runner.facts] == ["verl", "trl"]
 
 
 def test_weights_routing_and_aggregations():

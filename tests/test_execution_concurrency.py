@@ -29,7 +29,7 @@ def math_rows(offset, n=12):
 def math_runner():
     # math_verify's default executor is the process pool (timeout_s: 10)
     with Runner.from_config({"rewards": [{"name": "math_verify"}]}, process_workers=2) as r:
-        assert r.describe()[0]["executor"] == "process"
+        assert r.facts[0].executor == "process"
         yield r
 
 

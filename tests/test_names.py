@@ -28,10 +28,7 @@ ALLOWED: dict[str, str] = {
 
 #: twins that exist today, each with why it is not merged yet; this list may only shrink (the test
 #: fails when a listed name is no longer twinned, so its line here goes too)
-KNOWN: dict[str, str] = {
-    "provenance": "the rewards a run used, from a local Runner (rewardhub score/serve) and from the reward "
-                  "workers (rewardhub train): one function once the trainer takes issue 30 §1's typed plan",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _roots(repo: Path) -> list[Path]:

@@ -21,7 +21,7 @@ from rewardhub.config.schema import RemoteConfig
 from rewardhub.config.schema import validate_reward
 from rewardhub.errors import RewardhubError
 from rewardhub.errors import UsageError
-from rewardhub.server.client import RemoteScorer
+from rewardhub.execution.remote import RemoteScorer
 
 web = pytest.importorskip("aiohttp.web")
 

@@ -53,7 +53,6 @@ def test_score_on_the_server_equals_scoring_here(cli, remote_cfg, tmp_path):
 
 def test_check_reaches_the_server_and_compares_provenance(cli, remote_cfg, server):
     from rewardhub._commands.check import remote_terms
-    from rewardhub.config.schema import RemoteConfig
     from rewardhub.registry import build_registry
     from rewardhub.types import RewardSpec
 
@@ -66,7 +65,7 @@ def test_check_reaches_the_server_and_compares_provenance(cli, remote_cfg, serve
     registry = build_registry({})
     registry._name2spec["math_verify"] = RewardSpec(name="math_verify", target="m:f", dist="rewardhub-math",
                                                     version="0.0.1")
-    terms, problems = remote_terms(RemoteConfig(url=server.url), registry, notes := [])
+    terms, problems = remote_terms({"remote": server.url}, registry, notes := [])
     assert [t["name"] for t in terms] == ["math_verify", "boxed_format"] and notes == []
     assert problems == [
         f"reward.remote: the server {server.url} scores 'math_verify' with math_verify from rewardhub-math "
@@ -74,7 +73,7 @@ def test_check_reaches_the_server_and_compares_provenance(cli, remote_cfg, serve
         "install the same version in both places"
     ]
     del registry._name2spec["math_verify"]  # installed on the server only: what reward.remote is for
-    assert remote_terms(RemoteConfig(url=server.url), registry, notes)[1] == []
+    assert remote_terms({"remote": server.url}, registry, notes)[1] == []
     assert notes == ["reward.remote: math_verify installed on the server only (scored there)"]
 
 

@@ -13,7 +13,7 @@ from serve_process import Server
 from rewardhub.errors import TOO_LARGE
 from rewardhub.errors import UsageError
 from rewardhub.execution import Runner
-from rewardhub.server.client import RemoteScorer
+from rewardhub.execution.remote import RemoteScorer
 
 pytest.importorskip("aiohttp")
 

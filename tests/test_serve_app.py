@@ -27,7 +27,7 @@ def test_the_app_factory_runs_on_aiohttps_own_server_and_cleans_up():
 
     async def main() -> None:
         with Runner.from_config(validate_reward({"rewards": [{"name": "exact_match"}]})) as runner:
-            app = create_app(runner, ServeOptions(), lambda: {"terms": runner.describe()})
+            app = create_app(runner, ServeOptions(), lambda: {"terms": [f.as_dict() for f in runner.facts]})
             async with TestServer(app, host="127.0.0.1") as server, ClientSession() as session:
                 async with session.post(server.make_url("/score"), json={"rows": rows}) as r:
                     assert r.status == 200, await r.text()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import os
 import sys
 from typing import Any
@@ -18,6 +17,10 @@ from typing import Any
 from ..config.schema import TermConfig
 from ..errors import RewardhubError
 from ..errors import UsageError
+from ..execution import effective_executor
+from ..scorers import executor_problems
+from ..scorers import kwargs_problems
+from ..scorers import scores_remotely
 from ._common import dump_json
 from ._common import load_plan_quiet
 from ._common import migration_line
@@ -46,7 +49,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     notes = [str(w.message) for w in others]
     reward = plan.reward
     terms_cfg = list(reward.rewards)
-    if not terms_cfg and reward.remote is None:
+    if not terms_cfg and not scores_remotely(reward):
         problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
     # file and module terms are registered one by one below, each problem kept
     registry = build_registry(dataclasses.replace(reward, rewards=()))
@@ -65,10 +68,10 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
             problems.append(f"{where}: {type(exc).__name__}: {exc}")
             continue
         spec = term.spec
-        bad, maybe = _kwargs_problems(term)
+        bad, maybe = kwargs_problems(term)
         problems.extend(f"{where}.kwargs: {p}" for p in bad)
         notes.extend(f"{where}.kwargs: {p}" for p in maybe)
-        problems.extend(f"{where}: {p}" for p in _executor_problems(term))
+        problems.extend(f"{where}: {p}" for p in executor_problems(term))
         pol = term.policy
         terms.append(
             {
@@ -93,8 +96,8 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                 "capabilities": sorted(spec.capabilities),
             }
         )
-    if reward.remote is not None:
-        terms, problems = remote_terms(reward.remote, registry, notes)
+    if scores_remotely(reward):
+        terms, problems = remote_terms(reward, registry, notes)
     rm = reward.reward_model
     if rm.enable and not rm.model_path:
         problems.append("reward.reward_model.enable is true but reward.reward_model.model_path is not set\n"
@@ -116,30 +119,31 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
 
 
-def remote_terms(remote: Any, registry: Any, notes: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def remote_terms(reward: Any, registry: Any, notes: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """``reward.remote``'s terms as its server describes them (``GET /info``), and the problems: a
     server that does not answer, or one whose reward differs in provenance (distribution, version, file
     hash) from the same reward installed here, where scores would differ (a reward installed on the
     server only is what ``reward.remote`` is for: a note)."""
     from ..distributed import reward_facts
-    from ..server.client import reached
+    from ..scorers import open_scorer
 
     try:
-        scorer = reached(remote)
+        scorer = open_scorer(reward)
     except UsageError as exc:
         return [], [str(exc)]
     terms, problems, only_there = [], [], []
-    for i, (t, r) in enumerate(zip(scorer.info()["terms"], scorer.provenance())):
+    for i, (f, r) in enumerate(zip(scorer.facts, scorer.provenance())):
+        url = r.get("remote")
         terms.append({**{k: r.get(k) for k in ("name", "reward", "source", "dist", "version", "target")},
-                      "index": i, "where": f"reward.remote {scorer.url}", "executor": t.get("executor"),
-                      "executor_why": "on the server", "timeout_s": t.get("timeout_s"),
-                      "on_failure": t.get("on_failure"), "weight": t.get("weight", 1.0)})
+                      "index": i, "where": f"reward.remote {url}", "executor": f.executor,
+                      "executor_why": "on the server", "timeout_s": f.timeout_s,
+                      "on_failure": f.on_failure, "weight": f.weight})
         if not registry.has_reward(r.get("reward")):
             only_there.append(str(r.get("reward")))
             continue
         here = reward_facts(registry.get_reward(r["reward"]))
         if any(here[k] != r.get(k) for k in _IDENTITY):
-            problems.append(f"reward.remote: the server {scorer.url} scores {r['name']!r} with {r['reward']} "
+            problems.append(f"reward.remote: the server {url} scores {r['name']!r} with {r['reward']} "
                             f"from {_said(r)}, and this machine has {_said(here)}\nscores here and on the "
                             "server would differ: install the same version in both places")
     if only_there:
@@ -190,15 +194,6 @@ def _unknown(function: str, target: str) -> Any:
     return stand_in
 
 
-def effective_executor(term: Any) -> str:
-    """The executor a term really runs on: an ``inline`` sync reward with a ``timeout_s`` runs on
-    the process executor (only killing its process can stop a sync call)."""
-    ex = term.policy.executor
-    if ex == "inline" and term.policy.timeout_s and not term.invoker.is_async:
-        return "process"
-    return str(ex)
-
-
 def executor_reason(term: Any) -> str:
     if effective_executor(term) != term.policy.executor:
         return (
@@ -206,56 +201,6 @@ def executor_reason(term: Any) -> str:
             "killing its process"
         )
     return ""
-
-
-def _executor_problems(term: Any) -> list[str]:
-    import importlib.util
-
-    try:
-        have_ray = importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):  # ray in sys.modules as None, or without a spec
-        have_ray = False
-    if effective_executor(term) == "ray" and not have_ray:
-        return [f"{term.name} has executor: ray, but Ray is not installed here\n"
-                "pip install 'ray[default]' (or the rewardhub-trainer package), or use executor: process"]
-    return []
-
-
-def term_problems(term: Any, runner: Any = None) -> list[str]:
-    """What ``score`` refuses to run with, as ``check`` reports it: kwargs the reward does not take
-    (unless it takes ``**kwargs``), and an executor that cannot run here."""
-    bad, _ = _kwargs_problems(term)
-    return [f"reward term {term.name!r}: kwargs: {p}" for p in bad] + \
-        [f"reward term {term.name!r}: {p}" for p in _executor_problems(term)]
-
-
-_SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}
-
-
-def _kwargs_problems(term: Any) -> tuple[list[str], list[str]]:
-    """(problems, notes) about term kwargs the reward function does not name."""
-    import difflib
-
-    fn = getattr(term.invoker, "fn", None)
-    if not term.kwargs or fn is None:
-        return [], []
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return [], []
-    named = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    unknown = sorted(set(term.kwargs) - named)
-    if not unknown:
-        return [], []
-    out = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, sorted(named - _SAMPLE_KEYS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        out.append(f"{term.name} has no parameter {key!r}{hint}; it takes: "
-                   f"{', '.join(sorted(named - _SAMPLE_KEYS)) or 'no keyword arguments'}")
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return [], [o + " (it accepts **kwargs, so the value is passed but may be unused)" for o in out]
-    return out, []
 
 
 def run(args: argparse.Namespace) -> int:

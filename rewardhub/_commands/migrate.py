@@ -218,15 +218,15 @@ def rewrite_script(text: str, path: str = "<script>") -> str:
     words there (`` \\<newline>    `` in a multi-line command); the other legacy words are removed
     with the whitespace before them.
     """
-    from ..config.loader import script_overrides
     from ..config.overrides import apply_overrides
     from ..config.overrides import format_value
     from ..config.overrides import leaves
     from ..config.overrides import parse_override
+    from ..verl.scripts import read_script
     from ..verl.shim import is_legacy_key
     from ..verl.shim import migrate
 
-    words = script_overrides(text)
+    words = read_script(text).words
     parsed = [parse_override(w.text) for w in words]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

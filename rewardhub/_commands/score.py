@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     from ..datasets import count_rows
     from ..datasets import input_files
     from ..datasets import terms_needing
-    from ..distributed import runner_from_config
     from ..execution import Column
     from ..execution import RoutingWatch
     from ..execution import SlowestSamples
@@ -129,12 +128,11 @@ def run(args: argparse.Namespace) -> int:
     from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
     from ..execution import stats
-    from ..server.client import reached
+    from ..scorers import open_scorer
     from ._common import load_plan_told
     from ._failures import debug_lines
     from ._failures import failure_report
     from ._failures import over_the_limit
-    from .check import term_problems
 
     if args.max_error_rate is not None and not 0.0 <= args.max_error_rate <= 1.0:
         raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a share from 0 to 1 (0.05: 5%)")
@@ -152,20 +150,15 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(total, show)
     n_rows = 0
     with contextlib.ExitStack() as stack:
-        remote = reached(plan.reward.remote) if plan.reward.remote else None  # reward.remote: scored there
         with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-            runner = (stack.enter_context(runner_from_config(plan.reward, cache_dir=args.cache))
-                      if remote is None else None)
-        terms = runner.terms if runner is not None else []
-        if args.cache and not any(t.policy.cache for t in terms):
+            scorer = open_scorer(plan.reward, cache_dir=args.cache)
+        stack.callback(scorer.close)
+        facts = scorer.facts
+        if args.cache and not any(f.cache for f in facts):
             _say_warning(f"--cache {args.cache}: no reward term has cache on (set cache: true on a term)")
-        problems = [p for t in terms for p in term_problems(t, runner)]
-        if problems:
-            raise UsageError("\n".join(problems))
-        check_outputs(args.output, args.summary_json,
-                      [t.spec.target.rpartition(":")[0] for t in terms if t.spec.is_file_target])
-        names = [t.name for t in terms] if remote is None else remote.terms
-        needing = terms_needing(runner) if runner is not None else []
+        check_outputs(args.output, args.summary_json, [f.file for f in facts if f.file])
+        names = [f.name for f in facts]
+        needing = terms_needing(scorer)
         columns: dict[str, Column] = {n: Column(0) for n in names}
         slowest = SlowestSamples()
         scores: list[Any] = []
@@ -178,11 +171,9 @@ def run(args: argparse.Namespace) -> int:
                     inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
-                    # a remote scorer takes the samples alone (no progress), and needs no ground truth here
                     scored = score_rows(
-                        runner if remote is None else remote, samples, missing_ground_truth(samples, needing),
-                        progress=None if remote is not None else
-                        (lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1))))
+                        scorer, samples, missing_ground_truth(samples, needing),
+                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
@@ -200,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
             return 128 + exc.signum
         finally:
             progress.finish()
-        used = provenance(runner) if remote is None else remote.provenance()
-    RoutingWatch({t.name: t.routes for t in terms}, _say_warning, so_far=False).see(columns)
+        used = scorer.provenance()
+    RoutingWatch({f.name: f.routes for f in facts}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
     for n in names:
@@ -223,28 +214,6 @@ def run(args: argparse.Namespace) -> int:
     for line in too_many:
         _say(line)
     return 1 if too_many else 0
-
-
-def provenance(runner: Any) -> list[dict[str, Any]]:
-    """Every reward term the run used: where it came from (source, distribution and version, target,
-    sha256 of a file reward), the executor it ran on, and the processes that ran it."""
-    from ..distributed import reward_facts
-
-    ray_workers = runner.ray_workers()
-    pool = [{"pid": pid} for pid in runner.worker_pids()]
-    out = []
-    for term, facts in zip(runner.terms, runner.describe()):
-        spec = term.spec
-        on_ray = facts["executor"] == "ray"
-        # a Ray worker rebuilt the registry: its own values of the reward (equal to the driver's, or
-        # it would not have started)
-        out.append({"name": term.name, "reward": spec.name, **reward_facts(spec),
-                    "executor": facts["executor"],
-                    "workers": [{**{k: w.get(k) for k in ("pool", "node", "pid", "registry_fingerprint")},
-                                 **(w.get("rewards") or {}).get(spec.name, {})}
-                                for w in ray_workers if w.get("pool") == (term.pool or "reward")]
-                    if on_ray else pool if facts["executor"] == "process" else [{"pid": os.getpid()}]})
-    return out
 
 
 def _say(line: str) -> None:

@@ -7,6 +7,7 @@ provenance); see :mod:`rewardhub.server`. Needs the ``rewardhub[serve]`` extra (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
@@ -87,12 +88,10 @@ def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_plan
-    from ..distributed import runner_from_config
+    from ..scorers import open_scorer
     from ..server import TOKEN_ENV
     from ..server import check_token
     from ..server import is_loopback
-    from .check import term_problems
-    from .score import provenance
 
     try:
         import aiohttp  # noqa: F401
@@ -134,23 +133,21 @@ def run(args: argparse.Namespace) -> int:
         end_tokens=end_tokens,
     )
     plan = load_plan(args.config, args.overrides)
-    with runner_from_config(plan.reward) as runner:
-        if not runner.terms:
+    runner = open_scorer(plan.reward)
+    with contextlib.closing(runner):
+        if not runner.facts:
             raise UsageError(f"{args.config}: the reward: section has no reward terms to serve\n"
                              "add reward.rewards: [{name: ...}] (see `rewardhub list`)")
-        problems = [p for t in runner.terms for p in term_problems(t, runner)]
-        if problems:
-            raise UsageError("\n".join(problems))
 
         def info() -> dict[str, Any]:
             return {
-                "terms": runner.describe(),
-                "rewards": provenance(runner),
+                "terms": [f.as_dict() for f in runner.facts],
+                "rewards": runner.provenance(),
                 "aggregation": runner.aggregation,
             }
 
         def ready(host: str, port: int) -> None:
-            names = ", ".join(t.name for t in runner.terms)
+            names = ", ".join(f.name for f in runner.facts)
             print(
                 f"rewardhub serve: {names} on http://{host}:{port} "
                 "(POST /score, POST /get_reward, GET /health, GET /metrics; token "
@@ -164,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if stuck:
         # a reward hung in one of our threads, which nothing can stop; the pool's processes are closed
         # (the with block above): end the process rather than wait for the thread at exit for ever
-        names = ", ".join(repr(t.name) for t in runner.terms)
+        names = ", ".join(repr(f.name) for f in runner.facts)
         longest = stuck[0]["seconds"]
         print(f"ERROR: rewardhub serve stopped with {len(stuck)} Runner call(s) still running (the longest "
               f"for {longest:g}s; rewards {names}); their requests were answered 503\na reward with no "

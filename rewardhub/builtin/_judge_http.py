@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
+from .._backoff import backoff_wait
+from .._backoff import retry_after_s
 from .._ratelimit import Limiter
 from .._ratelimit import limiter
 from ..errors import RewardhubError
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     import asyncio
 
 __all__ = ["JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+
+#: the longest wait between two tries of one judge request (the schedule: :mod:`rewardhub._backoff`)
+MAX_BACKOFF_S = 30.0
 
 
 class JudgeError(RewardhubError):
@@ -86,7 +91,7 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     last = ""
     for attempt in range(retries + 1):
-        wait = min(30.0, backoff_s * 2 ** attempt)
+        wait = backoff_wait(attempt, backoff_s, MAX_BACKOFF_S)
         try:
             async with session.post(url, json=body, headers=dict(headers), timeout=timeout) as resp:
                 status, text = resp.status, await resp.text(errors="replace")
@@ -96,7 +101,7 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
         else:
             if status == 429 or status >= 500:
                 last = f"HTTP {status}"
-                wait = max(wait, min(30.0, float(after))) if after.replace(".", "", 1).isdigit() else wait
+                wait = backoff_wait(attempt, backoff_s, MAX_BACKOFF_S, retry_after_s(after))
             elif status != 200:
                 raise JudgeError(f"the judge at {url} answered HTTP {status}: {text[:300]!r}\n"
                                  "check base_url, model and api_key_env")

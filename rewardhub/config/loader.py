@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
            "config_file_kind", "load_config", "load_config_with_report", "load_plan", "owned_sections",
            "parse_text", "read_and_migrate", "read_config_file", "read_migrated", "read_text",
-           "resolve_or_explain", "script_overrides"]
+           "resolve_or_explain"]
 
 
 SHELL_SUFFIXES = (".sh", ".bash", ".overrides", ".txt")
@@ -91,14 +91,6 @@ def config_file_kind(path: str, text: str) -> str:
     except yaml.YAMLError:
         return "shell"
     return "yaml" if isinstance(data, dict) or data is None else "shell"
-
-
-def script_overrides(text: str) -> list[Any]:
-    """The override words a shell script (or overrides file) hands to verl, as shell words with their spans
-    (see :mod:`rewardhub.verl.scripts`: only the verl command's words, expanded as the shell would)."""
-    from ..verl.scripts import read_script
-
-    return read_script(text).words
 
 
 def read_config_file(path: str) -> dict[str, Any]:

@@ -17,10 +17,14 @@ from ..deprecated import LEGACY_KEY_DROPPED
 from ..deprecated import LEGACY_KEY_MOVED
 from ..errors import RewardhubDeprecationWarning
 from ..errors import UsageError
-from ..verl.keys import suggest
-from ..verl.keys import unknown_line
 
-__all__ = ["KeyMoves", "MigrationReport", "put_key"]
+__all__ = ["KeyMoves", "MigrationReport", "put_key", "unknown_line"]
+
+
+def unknown_line(entry: Mapping[str, Any]) -> str:
+    """``unknown key K (not a key of verl's config); did you mean S?`` for one ``{"key", "suggestion"}``."""
+    hint = f"; did you mean {entry['suggestion']}?" if entry.get("suggestion") else ""
+    return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
 @dataclass
@@ -42,9 +46,10 @@ class MigrationReport:
         return {"moved": list(self.moved), "dropped": list(self.dropped), "notes": list(self.notes),
                 "unknown": list(self.unknown)}
 
-    def add_unknown(self, key: str, value: Any) -> None:
-        """Record ``key`` as not a key of verl's config, with the closest one that is."""
-        self.unknown.append({"key": key, "value": value, "suggestion": suggest(key) or suggest(key, 0.85)})
+    def add_unknown(self, key: str, value: Any, suggestion: str | None) -> None:
+        """Record ``key`` as not a key of verl's config, with the closest one that is (the owner that
+        found it knows the keys: it suggests)."""
+        self.unknown.append({"key": key, "value": value, "suggestion": suggestion})
 
     def unknown_error(self) -> UsageError:
         """The ``unknown key`` error for :attr:`unknown` (``train`` and ``check`` refuse to run with one)."""

@@ -163,7 +163,7 @@ class SandboxConfig:
 @dataclass(frozen=True)
 class RemoteConfig:
     """``reward.remote``: the ``rewardhub serve`` server a trainer scores on (``reward.remote: URL`` is
-    ``{url: URL}``), and how long its client waits and retries (see :mod:`rewardhub.server.client`)."""
+    ``{url: URL}``), and how long its client waits and retries (see :mod:`rewardhub.execution.remote`)."""
 
     url: str = ""
     #: seconds one request waits for its answer

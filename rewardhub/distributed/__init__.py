@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .._netprobe import connect_bounded
 from .._netprobe import probe_ray_address
+from .._specs import reward_facts
 from ._doctor import check_cluster
 from ._errors import DriverOnlyRewardError
 from ._errors import RegistryMismatchError
@@ -16,7 +17,6 @@ from ._executor import RayExecutor
 from ._executor import RayExecutors
 from ._executor import runner_from_config
 from ._fingerprint import diff_items
-from ._fingerprint import reward_facts
 from ._pool import RewardWorkerPool
 from ._ray import ensure_ray
 from ._ray import process_location

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["diff_items", "reward_facts"]
+__all__ = ["diff_items"]
 
 
 def _kind(driver: str, worker: str) -> str:
@@ -50,30 +50,3 @@ def diff_items(driver: Mapping[str, str], worker: Mapping[str, str],
     return out
 
 
-def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
-    """What identifies a reward (its :class:`RewardSpec`, or ``None`` when the registry lacks it):
-    source, distribution and version, target, sha256 of a file reward, and ``identity`` (its
-    fingerprint item, the value compared between processes). A built-in's distribution is rewardhub.
-    """
-    if spec is None:
-        return {
-            "source": None,
-            "dist": None,
-            "version": None,
-            "target": None,
-            "sha256": None,
-            "identity": identity,
-        }
-    dist, version = spec.dist, spec.version
-    if spec.source == "builtin" and not dist:
-        from ..registry import core_version
-
-        dist, version = "rewardhub", core_version()
-    out = {
-        "source": spec.source,
-        "dist": dist,
-        "version": version,
-        "target": spec.target,
-        "sha256": spec.sha256,
-    }
-    return {**out, "identity": identity} if identity is not None else out

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import UsageError
 from ..execution import ERROR
 from ..execution import Outcome
+from ..execution import TermFacts
 from ._chunks import WorkerTerm
 from ._chunks import make_chunks
 from ._dispatch import call_bound
@@ -84,6 +85,8 @@ class WorkerGroup:
         self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
                       for t in info.get("terms", [])]
         self._own = [t.name for t in self.terms]
+        #: each term as callers see it (the worker's own facts, run on Ray)
+        self.facts = [TermFacts.from_dict({**t, "executor": "ray"}) for t in info.get("terms", [])]
         #: terms whose chunks keep a prompt's group whole: group rewards, and those with cache on (the
         #: identical completions of a group meet on one worker, and make one call)
         self._whole = {t["name"] for t in info.get("terms", []) if t["kind"] == "group" or t.get("cache")}

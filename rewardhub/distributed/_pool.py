@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
 from ..execution import Outcome
 from ..execution import ScoreResult
+from ..execution import TermFacts
 from ..execution import aggregate
 from ..execution import apply_on_failure_to_outcomes
 from ..execution import check_aggregation
@@ -78,16 +80,40 @@ class RewardWorkerPool:
         """The groups: the reward workers, and the reward-model workers when they have their own."""
         return list(self.groups)
 
-    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
-        """Score a batch on the workers: one row per sample, in input order, each scored once."""
-        batch = [check_sample(s, i) for i, s in enumerate(samples)]
-        outcomes = self.score_outcomes(batch)
+    @property
+    def facts(self) -> tuple[TermFacts, ...]:
+        """Each term as callers see it, in the config's order (the workers' facts)."""
+        by_name = {f.name: f for g in self.groups for f in g.facts}
+        return tuple(by_name[t.name] for t in self.terms if t.name in by_name)
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """Each term's reward as the workers that run it have it, and those workers."""
+        workers = self.workers_info()
+        out = []
+        for f in self.facts:
+            mine = [w for w in workers if f.name in {t.name for t in self._group_of[f.name].terms}]
+            own = next(((w.get("rewards") or {}).get(f.reward) for w in mine if w.get("rewards")), None) or {}
+            out.append({"name": f.name, "reward": f.reward, **own, "executor": "ray",
+                        "workers": [{**{k: w.get(k) for k in ("pool", "node", "pid", "registry_fingerprint")},
+                                     **(w.get("rewards") or {}).get(f.reward, {})} for w in mine]})
+        return out
+
+    def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,
+              *, indices: Sequence[int] | None = None, defer_raise: bool = False) -> ScoreResult:
+        """Score a batch on the workers: one row per sample, in input order, each scored once (see
+        :meth:`rewardhub.execution.Scorer.score`)."""
+        idx = list(indices) if indices is not None else list(range(len(samples)))
+        batch = [check_sample(s, i) for i, s in zip(idx, samples)]
+        outcomes = self.score_outcomes(batch, indices=idx)
         for term in self.terms:
-            apply_on_failure_to_outcomes(term.name, term.on_failure, outcomes[term.name])
+            policy = "nan" if defer_raise and term.on_failure == "raise" else term.on_failure
+            apply_on_failure_to_outcomes(term.name, policy, outcomes[term.name])
         res = aggregate([(t.name, t.weight) for t in self.terms], self.aggregation, outcomes, len(batch))
         for group in self.groups:
             res.metrics[f"reward_workers/{group.pool}/restarts"] = float(group.restarts)
             res.metrics[f"reward_workers/{group.pool}/rescored_samples"] = float(group.rescored_samples)
+        if progress is not None:
+            progress(len(batch), len(batch))
         return res
 
     def score_outcomes(self, samples: Sequence[Mapping[str, Any]], terms: Sequence[str] | None = None,

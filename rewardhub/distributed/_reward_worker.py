@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from .._specs import reward_facts
 from ..config.schema import RewardConfig
+from ..execution import term_facts
 from ._files import place_files
 from ._fingerprint import diff_items
-from ._fingerprint import reward_facts
 from ._ray import process_location
 from ._setup import WorkerSetup
 from ._setup import check_items
@@ -106,8 +107,7 @@ class RewardWorker:
                                       "detail": f"{type(exc).__name__}: {exc}"})
                 continue
             pol = term.policy
-            self.terms_info.append({"name": term.name, "reward": term.spec.name, "weight": term.weight,
-                                    "on_failure": pol.on_failure, "executor": pol.executor,
+            self.terms_info.append({**term_facts(term).as_dict(), "executor": pol.executor,
                                     "kind": term.invoker.kind, "timeout_s": pol.timeout_s,
                                     "retries": pol.retries, "cache": pol.cache})
             # here the reward runs in this process (or its own process pool); the driver applies

@@ -8,6 +8,9 @@ from ._calls import group_key
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
+from ._facts import TermFacts
+from ._facts import effective_executor
+from ._facts import term_facts
 from ._local import interrupts_told_apart
 from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
@@ -52,6 +55,7 @@ __all__ = [
     "Scorer",
     "SlowestSamples",
     "Term",
+    "TermFacts",
     "aggregate",
     "apply_on_failure",
     "apply_on_failure_to_outcomes",
@@ -62,10 +66,12 @@ __all__ = [
     "combine",
     "config_routes",
     "debug_enabled",
+    "effective_executor",
     "group_key",
     "interrupts_told_apart",
     "resolve_term",
     "resolve_terms",
     "sandbox_settings",
     "stats",
+    "term_facts",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from itertools import repeat
@@ -22,6 +23,7 @@ from ..types import AGGREGATIONS
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
+from ._facts import TermFacts
 from ._outcome import ERROR
 from ._outcome import Outcome
 
@@ -108,10 +110,31 @@ class ScoreResult:
 class Scorer(Protocol):
     """What scores a batch, wherever the rewards run: :class:`~rewardhub.execution.Runner` (in this
     process), :class:`~rewardhub.distributed.RewardWorkerPool` (on Ray reward workers),
-    :class:`~rewardhub.server.client.RemoteScorer` (on a ``rewardhub serve`` server)."""
+    :class:`~rewardhub.execution.remote.RemoteScorer` (on a ``rewardhub serve`` server). Open one with
+    :func:`~rewardhub.execution.open_scorer`, the one place that chooses."""
 
-    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
-        """One row per sample, in input order; a failed call is an error (with its kind), never a score."""
+    @property
+    def aggregation(self) -> str:
+        """How the terms' rewards become a sample's score (``reward.aggregation``)."""
+        ...
+
+    @property
+    def facts(self) -> Sequence[TermFacts]:
+        """Its terms: name, executor, ``on_failure``, weight, the sample fields each reads."""
+        ...
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """Where each term's reward came from and what ran it (what ``--summary-json`` writes)."""
+        ...
+
+    def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,
+              *, indices: Sequence[int] | None = None, defer_raise: bool = False) -> ScoreResult:
+        """One row per sample, in input order; a failed call is an error (with its kind), never a score.
+
+        :param progress: called with (done, total) as the batch goes.
+        :param indices: each sample's number in error messages (its row in a larger input).
+        :param defer_raise: ``on_failure: raise`` gives the failed samples NaN and keeps their failure,
+            for a caller that pooled several callers' samples and fails only those at fault."""
         ...
 
     def close(self) -> None:

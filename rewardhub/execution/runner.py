@@ -21,6 +21,10 @@ from ._calls import Invoker
 from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
+from ._facts import TermFacts
+from ._facts import effective_executor
+from ._facts import term_facts
+from ._facts import terms_provenance
 from ._fast import fast_eligible
 from ._fast import run_fast
 from ._local import run_inline
@@ -162,7 +166,7 @@ class Runner:
                 if not idx:
                     done_units += n
                     continue
-                executor = self._executor_of(term)
+                executor = effective_executor(term)
                 if executor == "process":
                     process_jobs.append((term, self._tasks(term, batch, idx)))
                     continue
@@ -211,13 +215,7 @@ class Runner:
             raise
 
     def _is_fast(self, term: Term) -> bool:
-        return not term.routed and self._executor_of(term) == "inline" and fast_eligible(term.invoker)
-
-    def _executor_of(self, term: Term) -> str:
-        ex = term.policy.executor
-        if ex == "inline" and term.policy.timeout_s and not term.invoker.is_async:
-            return "process"  # a sync call can only be timed out by killing its process
-        return ex
+        return not term.routed and effective_executor(term) == "inline" and fast_eligible(term.invoker)
 
     def _tasks(self, term: Term, batch: list[Any], idx: list[int]) -> list[Task]:
         pool = self._get_pool()
@@ -332,7 +330,7 @@ class Runner:
     def _new_pool(self) -> ProcessPool:
         if self._pool is None:
             sizes = [t.policy.max_concurrency for t in self.terms
-                     if self._executor_of(t) == "process" and t.policy.max_concurrency]
+                     if effective_executor(t) == "process" and t.policy.max_concurrency]
             size = self._process_workers or (max(sizes) if sizes else (os.cpu_count() or 2))
             self._pool = ProcessPool(size)
         return self._pool
@@ -345,12 +343,14 @@ class Runner:
         """How many of the process pool's workers died by themselves (a reward's ``os._exit``, a crash)."""
         return self._pool.crashes if self._pool else 0
 
-    def describe(self) -> list[dict[str, Any]]:
-        """One line of facts per term (name, target, executor actually used, policy, weight)."""
-        return [{"name": t.name, "reward": t.spec.name, "target": t.spec.target, "origin": t.spec.origin,
-                 "executor": self._executor_of(t), "timeout_s": t.policy.timeout_s,
-                 "on_failure": t.policy.on_failure, "retries": t.policy.retries, "weight": t.weight,
-                 "kind": t.invoker.kind, "adapter": t.invoker.adapter} for t in self.terms]
+    @property
+    def facts(self) -> tuple[TermFacts, ...]:
+        """Each term as callers see it (the :class:`~rewardhub.execution.Scorer` protocol)."""
+        return tuple(map(term_facts, self.terms))
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """Where each term's reward came from and which processes ran it (``--summary-json``)."""
+        return terms_provenance(self.terms, self.ray_workers(), self.worker_pids())
 
     def ray_workers(self) -> list[dict[str, Any]]:
         """The Ray reward workers started so far, pool by pool (role, pool, node, pid, fingerprint)."""

@@ -8,14 +8,14 @@
 - :mod:`._conns`: connections bounded in number and in the time they may take to send headers;
 - :mod:`.app`: the aiohttp application factory (routes, bearer token, limits) and its start and drain;
 - :mod:`._idempotency`: recent requests by ``Idempotency-Key`` (a retried request is scored once);
-- :mod:`.client`: a small HTTP client (standard library only) for the server's own API (``reward.remote``),
-  with :mod:`._http` (one bounded request; retries with backoff) and :mod:`._answers` (answers checked).
+The client of this API (``reward.remote``) is :mod:`rewardhub.execution.remote`, beside the other scorers.
 
 Importing this package imports nothing heavy; :mod:`.app` imports aiohttp.
 """
 
 from __future__ import annotations
 
+from ..execution.remote import TOKEN_ENV
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import tokenizer_end_tokens
 from ._guard import check_token
@@ -29,5 +29,3 @@ __all__ = ["DEFAULT_END_TOKENS", "MAX_CALLS", "TOKEN_ENV", "check_token", "is_lo
 #: not stop the rest: with 4, three such calls may hang while the fourth still serves everyone else.
 #: Few calls keep pooling: what waits while all are busy is scored as one call, in large chunks.
 MAX_CALLS = 4
-#: the environment variable that holds the bearer token (never a command-line flag: a flag shows in `ps`)
-TOKEN_ENV = "REWARDHUB_SERVE_TOKEN"

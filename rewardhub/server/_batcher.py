@@ -28,6 +28,7 @@ from dataclasses import field
 from typing import Any
 
 from ..errors import RewardhubError
+from ..execution import Scorer
 from ..scoring import Scored
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
@@ -38,10 +39,10 @@ from ._metrics import ServerMetrics
 __all__ = ["Batcher", "max_calls_for"]
 
 
-def max_calls_for(runner: Any, wanted: int) -> int:
+def max_calls_for(runner: Scorer, wanted: int) -> int:
     """``wanted``, or 1 when a term runs on Ray (its reward-worker pool is not safe for concurrent
     callers)."""
-    return 1 if any(getattr(t.policy, "executor", None) == "ray" for t in runner.terms) else max(1, wanted)
+    return 1 if any(f.executor == "ray" for f in runner.facts) else max(1, wanted)
 
 
 @dataclass
@@ -54,7 +55,7 @@ class _Pending:
 class Batcher:
     """Pools the rows of concurrent requests into Runner calls; :meth:`score` is what a handler awaits."""
 
-    def __init__(self, runner: Any, metrics: ServerMetrics, *, max_batch_rows: int = 4096,
+    def __init__(self, runner: Scorer, metrics: ServerMetrics, *, max_batch_rows: int = 4096,
                  max_calls: int = MAX_CALLS) -> None:
         from ..datasets import terms_needing
 
@@ -63,7 +64,7 @@ class Batcher:
         self.max_batch_rows = max_batch_rows
         self.needing = terms_needing(runner)
         #: the terms whose failure fails the request (on_failure: raise)
-        self.raising = [t.name for t in runner.terms if t.policy.on_failure == "raise"]
+        self.raising = [f.name for f in runner.facts if f.on_failure == "raise"]
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
         self.max_calls = max_calls_for(runner, max_calls)

@@ -29,6 +29,8 @@ from aiohttp import web
 from ..errors import TOO_LARGE
 from ..errors import RewardhubError
 from ..errors import UsageError
+from ..execution import Scorer
+from ..execution.remote import IDEMPOTENCY_HEADER
 from . import MAX_CALLS
 from ._batcher import Batcher
 from ._conns import BACKLOG
@@ -40,7 +42,6 @@ from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import EndTrimmer
 from ._guard import is_loopback
 from ._guard import refusal
-from ._http import IDEMPOTENCY_HEADER
 from ._idempotency import RecentRequests
 from ._metrics import ServerMetrics
 from ._protocols import openrlhf_answer
@@ -103,11 +104,12 @@ ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
 OPEN_PATHS = frozenset({"/health"})
 
 
-def create_app(runner: Any, opts: ServeOptions, info: Callable[[], Any]) -> web.Application:
-    """The application serving ``runner``'s terms through a :class:`Batcher` (``runner`` stays the
-    caller's to close)."""
+def create_app(runner: Scorer, opts: ServeOptions, info: Callable[[], Any]) -> web.Application:
+    """The application serving the terms of ``runner`` (any :class:`~rewardhub.execution.Scorer`: a Runner,
+    a pool of Ray reward workers, another server) through a :class:`Batcher`; it stays the caller's to
+    close."""
     app = web.Application(middlewares=[guard], client_max_size=opts.max_body)
-    metrics = ServerMetrics([t.name for t in runner.terms])
+    metrics = ServerMetrics([f.name for f in runner.facts])
     app[OPTIONS] = opts
     app[STATE] = ServerState(info, metrics, RecentRequests(max_rows=4 * opts.max_batch_rows),
                              EndTrimmer(opts.end_tokens), is_loopback(opts.host))
@@ -270,7 +272,7 @@ def json_text(data: Any) -> str:
         return json.dumps(nulls_for_non_finite(data), default=str, allow_nan=False)
 
 
-async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any],
+async def serve_forever(runner: Scorer, opts: ServeOptions, info: Callable[[], Any],
                         ready: Callable[[str, int], None]) -> list[dict[str, Any]]:
     """Serve until SIGTERM/SIGINT, then drain: stop listening, drop the requests whose body is still
     coming, answer what was received within ``drain_timeout`` (a second signal: at once), answer the

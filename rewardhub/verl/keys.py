@@ -15,12 +15,10 @@ import functools
 import re
 import string
 from collections.abc import Iterable
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 __all__ = ["ENGINES", "VERL_YAMLS", "Rule", "derive_table", "is_verl_key", "matches", "parse_rules", "roots",
-           "suggest", "key_table", "unknown_line"]
+           "closest_key", "suggest", "key_table"]
 
 #: verl's rollout/reward-model engine names -> rewardhub's
 ENGINES = {"vllm": "vllm", "hf": "transformers", "transformers": "transformers"}
@@ -150,6 +148,11 @@ def is_verl_key(key: str) -> bool:
     return any(".".join(parts[:i]) in opened for i in range(1, len(parts)))
 
 
+def closest_key(key: str) -> str | None:
+    """:func:`suggest`'s closest verl key, looser (0.85) where the default finds none."""
+    return suggest(key) or suggest(key, 0.85)
+
+
 def suggest(key: str, cutoff: float = 0.6) -> str | None:
     """The verl key closest to a misspelt ``key``: a sibling of its last part, else of the first part that
     is not verl's (``actor_rollout_ref.actr.optim.lr`` -> ``actor_rollout_ref.actor.optim.lr``)."""
@@ -168,12 +171,6 @@ def suggest(key: str, cutoff: float = 0.6) -> str | None:
         fixed = ".".join([*parts[:i], close[0], *parts[i + 1:]])
         return fixed if is_verl_key(fixed) else ".".join([*parts[:i], close[0]])
     return None
-
-
-def unknown_line(entry: Mapping[str, Any]) -> str:
-    """``unknown key K (not a key of verl's config); did you mean S?`` for one ``{"key", "suggestion"}``."""
-    hint = f"; did you mean {entry['suggestion']}?" if entry.get("suggestion") else ""
-    return f"unknown key {entry['key']} (not a key of verl's config){hint}"
 
 
 if __name__ == "__main__":  # pragma: no cover - regenerates verl_keys.txt

@@ -40,31 +40,25 @@ class VerlBatchScorer:
     def __init__(self, verl_config: Any, reward_fn_key: str = "data_source") -> None:
         from ..datasets import terms_needing
         from ..execution import RoutingWatch
-        from ..execution import Runner
-        from ..server.client import reached
+        from ..scorers import open_scorer
 
         self.reward_fn_key = reward_fn_key
         section = reward_section(verl_config)
-        self.runner: Scorer
-        if section.remote is not None:  # scored on a `rewardhub serve` server, by its config's policies
-            remote = self.runner = reached(section.remote)
-            self.names = remote.terms
-            self.policies = {t["name"]: str(t.get("on_failure")) for t in remote.info()["terms"]}
-            self.needing, self.needing_native, terms = [], [], []
-        else:
-            runner = self.runner = Runner.from_config(raise_per_row(section))
-            terms = runner.terms
-            self.names = [t.name for t in terms]
-            self.policies = {t.name: str(c.on_failure) for t, c in zip(terms, section.rewards)}
-            self.needing = terms_needing(runner)
-            #: the rewards needing a ground truth that are not verl functions: a row whose ground truth is
-            #: None is not given to them (verl's functions get None, as verl's naive manager passes it)
-            self.needing_native = [t.name for t in terms
-                                   if t.name in self.needing and t.invoker.adapter != "verl"]
+        # on_failure: raise scored as drop: this scorer raises for the failed row alone
+        self.runner: Scorer = open_scorer(raise_per_row(section), check=False)
+        facts = self.runner.facts
+        self.names = [f.name for f in facts]
+        # the config's own on_failure (before raise_per_row); a server's terms: its config's policies
+        self.policies = {f.name: f.on_failure for f in facts}
+        self.policies.update({f.name: str(c.on_failure) for f, c in zip(facts, section.rewards)})
+        self.needing = terms_needing(self.runner)
+        #: the rewards needing a ground truth that are not verl functions: a row whose ground truth is
+        #: None is not given to them (verl's functions get None, as verl's naive manager passes it)
+        self.needing_native = [f.name for f in facts if f.needs_ground_truth and f.adapter != "verl"]
         self.scored = 0
         self.failed = 0
         self._extra_keys: dict[str, None] = {}  # every extra key seen so far, in order (filled on every row)
-        self.watch = RoutingWatch({t.name: t.routes for t in terms})  # a term applied to none
+        self.watch = RoutingWatch({f.name: f.routes for f in facts})  # a term applied to none
         atexit.register(self.runner.close)
 
     # ---- DataProto -> samples ---------------------------------------------------------------

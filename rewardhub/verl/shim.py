@@ -18,6 +18,7 @@ from typing import Any
 from ..config.migration_report import KeyMoves
 from ..config.migration_report import MigrationReport
 from ..config.migration_report import put_key
+from ..config.migration_report import unknown_line
 from ..errors import UsageError
 from ._legacy_leaves import Leaf
 from ._legacy_leaves import is_legacy_key
@@ -32,7 +33,7 @@ from ._legacy_rules import LEGACY_KEYS
 from ._legacy_rules import SANDBOX_KEYS
 from ._legacy_rules import truthy
 from .keys import ENGINES
-from .keys import unknown_line
+from .keys import closest_key
 
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key",
            "legacy_keys", "migrate", "truthy", "unknown_line"]
@@ -63,7 +64,7 @@ class _Migration(KeyMoves):
             action = rule_of(leaf)
             kind = action[0]
             if kind == "unknown":
-                self.report.add_unknown(leaf.key, leaf.value)
+                self.report.add_unknown(leaf.key, leaf.value, closest_key(leaf.key))
             elif kind == "drop":
                 self.dropped(leaf.key, action[1], leaf.value)
             elif kind == "move":
@@ -104,7 +105,7 @@ class _Migration(KeyMoves):
                 if rel in SANDBOX_KEYS:
                     self.put(f"reward.sandbox.{SANDBOX_KEYS[rel]}", leaf.value, leaf.key)
                 else:  # verl's sandbox_fusion has these three keys only
-                    self.report.add_unknown(leaf.key, leaf.value)
+                    self.report.add_unknown(leaf.key, leaf.value, closest_key(leaf.key))
         self._finish()
 
     def _once(self, table: dict[str, tuple[Any, str]], rel: str, leaf: Leaf) -> None:

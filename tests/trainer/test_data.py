@@ -284,7 +284,7 @@ VERL_CHECK = ("def compute_score(data_source, solution_str, ground_truth, extra_
 @pytest.mark.timeout(300)
 def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
         ray_session, model_cache, tmp_path, monkeypatch):
-    from rewardhub.config.loader import script_overrides
+    from rewardhub.verl.scripts import read_script
     from rewardhub.config.overrides import parse_override
     from rewardhub_trainer.cli import train
     from rewardhub_trainer.config import ModelConfig
@@ -302,7 +302,7 @@ def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    keys = [parse_override(w.text).key for w in script_overrides(LAUNCH)]
+    keys = [parse_override(w.text).key for w in read_script(LAUNCH).words]
     moved = {m["from"]: m["to"] for m in out["moved"]}
     dropped = {d["key"]: d["reason"] for d in out["dropped"]}
     native = [k for k in keys if k not in moved and k not in dropped]

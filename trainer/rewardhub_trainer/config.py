@@ -364,14 +364,15 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     rollout = _section(RolloutConfig, cfg.get("rollout"), "rollout")
     data = _section(DataConfig, cfg.get("data"), "data")
     from rewardhub.config.loader import resolve_or_explain
+    from rewardhub.scorers import scores_remotely
 
     resources = parse_resources(resolve_or_explain(cfg.get("resources"), "resources"))
     task = named_task(data, DATA_SOURCES)
     reward = config.reward if isinstance(config, ConfigPlan) else validate_reward(cfg.get("reward"))
-    if task is not None and not (reward.rewards or reward.remote):  # data.source alone: the task's terms
+    if task is not None and not (reward.rewards or scores_remotely(reward)):  # data.source alone: its terms
         raw = resolve_or_explain(cfg.get("reward"), "reward") or {}
         reward = validate_reward({**raw, **task.reward_section})
-    if not (reward.rewards or reward.remote):
+    if not (reward.rewards or scores_remotely(reward)):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
     check_model(model)

@@ -9,6 +9,7 @@ and cheaply.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from dataclasses import field
@@ -61,12 +62,13 @@ def _needs_answer(reward: RewardConfig, registry: Any) -> list[str]:
     """The reward terms that take a ground truth (``registry``: the driver's, from
     :func:`validate_rewards`)."""
     from rewardhub.datasets import terms_needing
-    from rewardhub.execution import Runner
+    from rewardhub.scorers import open_scorer
+    from rewardhub.scorers import scores_remotely
 
-    if reward.remote:  # the server's terms: rows without an answer get its error, per term
+    if scores_remotely(reward):  # the server's terms: rows without an answer get its error, per term
         return []
-    with Runner.from_config(reward, registry) as runner:
-        return terms_needing(runner)
+    with contextlib.closing(open_scorer(reward, registry=registry, check=False)) as scorer:
+        return terms_needing(scorer)
 
 
 def prepare(raw: Any) -> Prepared:
@@ -76,6 +78,7 @@ def prepare(raw: Any) -> Prepared:
         or a config mapping (``reward:`` validated here, by :func:`parse_config`).
     """
     from rewardhub.config import ConfigPlan
+    from rewardhub.scorers import scores_remotely
 
     from .data import load_files
     from .data import render
@@ -94,7 +97,7 @@ def prepare(raw: Any) -> Prepared:
     )
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
-    used = None if reward.remote else used_rewards(reward, registry=registry)
+    used = None if scores_remotely(reward) else used_rewards(reward, registry=registry)
     dataset = load_dataset(cfg.data, needs)
     val = None
     if cfg.data.val_files:

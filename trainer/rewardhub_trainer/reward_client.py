@@ -16,6 +16,7 @@ from collections.abc import Collection
 from collections.abc import Mapping
 from typing import Any
 from typing import Protocol
+from typing import cast
 
 from rewardhub.config import RewardConfig
 from rewardhub.distributed import process_location
@@ -31,7 +32,7 @@ __all__ = ["RewardClient", "RewardPool", "reward_value", "samples_of"]
 class RewardPool(Scorer, Protocol):
     """A :class:`~rewardhub.execution.Scorer` whose workers the run reports on: a
     :class:`rewardhub.distributed.RewardWorkerPool`, or a ``reward.remote``
-    :class:`rewardhub.server.client.RemoteScorer` (none of its own: the server's URL as fingerprint)."""
+    :class:`rewardhub.execution.remote.RemoteScorer` (none of its own: the server's URL as fingerprint)."""
 
     def fingerprint(self) -> str: ...
     def workers_info(self) -> list[dict[str, Any]]: ...
@@ -62,8 +63,8 @@ class RewardClient:
                  resources: Mapping[str, float] | None = None, batch_size: int | None = None,
                  reference: Any = None) -> None:
         from rewardhub.distributed import PoolSettings
-        from rewardhub.distributed import RewardWorkerPool
         from rewardhub.errors import RewardhubError
+        from rewardhub.scorers import open_scorer
 
         from .devices import NO_GPU_ENV
 
@@ -71,17 +72,11 @@ class RewardClient:
         chunk = math.ceil(batch_size / num_workers) if batch_size else None
         self.error: str | None = None
         self.pool: RewardPool
-        if reward_cfg.remote:  # reward.remote: scored by a `rewardhub serve` server, no workers here
-            from rewardhub.server.client import RemoteScorer
-
-            self.pool = RemoteScorer(reward_cfg.remote)
-            self.fingerprint = self.pool.fingerprint()
-            return
-        try:
+        try:  # reward.remote: a `rewardhub serve` server scores (no workers here); else reward workers
             settings = PoolSettings(num_workers=num_workers, num_cpus=num_cpus, num_gpus=num_gpus,
                                     resources=resources, max_restarts=max_restarts, chunk_size=chunk,
                                     runtime_env=NO_GPU_ENV)
-            self.pool = RewardWorkerPool(reward_cfg, settings, reference=reference)
+            self.pool = cast(RewardPool, open_scorer(reward_cfg, workers=settings, reference=reference))
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return

@@ -42,8 +42,9 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
     from rewardhub.distributed import prepare_setup
     from rewardhub.execution import Runner
     from rewardhub.registry import build_registry
+    from rewardhub.scorers import scores_remotely
 
-    if reward.remote:
+    if scores_remotely(reward):
         return _validate_remote(reward)
     try:
         registry = build_registry(reward)
@@ -86,11 +87,11 @@ def used_rewards(reward: RewardConfig, *, registry: Any = None) -> list[dict[str
     """
     from rewardhub.distributed import prepare_setup
     from rewardhub.distributed import reward_facts
+    from rewardhub.scorers import open_scorer
+    from rewardhub.scorers import scores_remotely
 
-    if reward.remote:  # the server's own provenance of each term it scores with
-        from rewardhub.server.client import RemoteScorer
-
-        return RemoteScorer(reward.remote).provenance()
+    if scores_remotely(reward):  # the server's own provenance of each term it scores with
+        return open_scorer(reward).provenance()
     setup, registry = prepare_setup(reward, ship_files=False, registry=registry)
     return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
             for name in dict.fromkeys(setup.used)]
@@ -105,8 +106,10 @@ def provenance(reward: RewardConfig, workers: list[dict[str, Any]], *,
     A reward worker starts only when its identity of each used reward (dist==version, or the
     file's sha256) equals the driver's.
     """
+    from rewardhub.scorers import scores_remotely
+
     used = [dict(r) for r in used] if used is not None else used_rewards(reward)
-    if reward.remote:
+    if scores_remotely(reward):
         return used
     scorers = [w for w in workers if w["role"] == "reward_worker"]
     for r in used:
@@ -121,9 +124,8 @@ def _validate_remote(reward: RewardConfig) -> tuple[RewardConfig, Any, None]:
     """``reward.remote``: the server answers (``GET /info``) before Ray starts; its terms are its own
     (``reward.rewards`` is empty: the config check refuses both)."""
     from rewardhub.distributed import prepare_setup
-    from rewardhub.server.client import reached
+    from rewardhub.scorers import open_scorer
 
-    assert reward.remote is not None
-    reached(reward.remote)
+    open_scorer(reward).close()
     setup, _ = prepare_setup(reward)
     return reward, setup, None

@@ -14,6 +14,7 @@ from rewardhub.config.migration_report import put_key
 from rewardhub.config.overrides import leaves as dotted_leaves
 from rewardhub.datasets import dig
 from rewardhub.errors import UsageError
+from rewardhub.verl.keys import closest_key
 from rewardhub.verl.keys import is_verl_key
 from rewardhub.verl.owner import ENTRY_KEY
 
@@ -93,7 +94,7 @@ class Mapping_(KeyMoves):
         for key, value in unknown:
             self.taken.pop(key, None)
             pop_key(self.cfg, key)
-            self.report.add_unknown(key, value)
+            self.report.add_unknown(key, value, closest_key(key))
         verl_config = entry is not None or any(k.split(".")[0] in VERL_ROOTS for k in self.taken)
         for key in self.taken:
             pop_key(self.cfg, key)

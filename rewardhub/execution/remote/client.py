@@ -18,16 +18,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from ..config.schema import RemoteConfig
-from ..config.schema import check_url
-from ..errors import RewardhubError
-from ..errors import UsageError
-from ..execution import ScoreResult
-from . import TOKEN_ENV
+from ...config.schema import RemoteConfig
+from ...config.schema import check_url
+from ...errors import RewardhubError
+from ...errors import UsageError
+from .._facts import TermFacts
+from .._results import ScoreResult
 from ._answers import checked_info
 from ._answers import checked_rows
 from ._answers import json_of
@@ -35,7 +36,10 @@ from ._http import Answer
 from ._http import Retrying
 from ._http import ServerUnavailable
 
-__all__ = ["START_RETRY_S", "RemoteScorer", "ServerUnavailable", "check_url", "reached"]
+__all__ = ["START_RETRY_S", "TOKEN_ENV", "RemoteScorer", "ServerUnavailable", "check_url", "reached"]
+
+#: the environment variable that holds the bearer token (never a command-line flag: a flag shows in `ps`)
+TOKEN_ENV = "REWARDHUB_SERVE_TOKEN"
 
 #: seconds the first question to a ``reward.remote`` server is retried: at the start, a server that does
 #: not answer is more likely a wrong address than a restart
@@ -52,7 +56,7 @@ def reached(remote: RemoteConfig | str) -> RemoteScorer:
     retry_for_s = scorer.http.retry_for_s
     scorer.http.retry_for_s = min(retry_for_s, START_RETRY_S)
     try:
-        terms = scorer.terms
+        terms = scorer.facts
     except ServerUnavailable as exc:
         raise UsageError(f"reward.remote: reward server {exc.url} cannot be reached: {exc.last} ({exc.tries} "
                          f"tries in {exc.seconds:.0f} s)\nis `rewardhub serve` running there, and is the "
@@ -110,18 +114,25 @@ class RemoteScorer:
         return self._info
 
     @property
-    def terms(self) -> list[str]:
-        return [t["name"] for t in self.info().get("terms", [])]
+    def facts(self) -> tuple[TermFacts, ...]:
+        """The server's terms, as its ``GET /info`` describes them."""
+        return tuple(TermFacts.from_dict(t) for t in self.info().get("terms", []) if isinstance(t, dict))
+
+    @property
+    def aggregation(self) -> str:
+        return str(self.info().get("aggregation") or "weighted_sum")
 
     def provenance(self) -> list[dict[str, Any]]:
         """The server's provenance of each term it scores with (``rewardhub score --summary-json``'s
         ``rewards``), each with ``remote``: its URL."""
         return [{**r, "remote": self.url} for r in self.info().get("rewards", []) if isinstance(r, Mapping)]
 
-    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
+    def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,
+              *, indices: Sequence[int] | None = None, defer_raise: bool = False) -> ScoreResult:
         """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text), in as
-        many requests as the server's limits ask for."""
-        terms = self.terms
+        many requests as the server's limits ask for (``progress`` called after each). The server applies
+        its terms' ``on_failure`` itself; ``indices`` and ``defer_raise`` change nothing there."""
+        terms = [f.name for f in self.facts]
         if not samples:
             return ScoreResult.from_rows([], terms)
         encoded = [_encoded(s) for s in samples]
@@ -131,6 +142,8 @@ class RemoteScorer:
         for part in _chunks(encoded, self._max_rows, limits.get("max_body")):
             rows += self._score_part(first, part)
             first += len(part)
+            if progress is not None:
+                progress(first, len(samples))
         self.last_pids = sorted(
             {
                 w["pid"]

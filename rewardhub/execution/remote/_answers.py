@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import RewardhubError
+from ...errors import RewardhubError
 
 __all__ = ["BadAnswer", "checked_info", "checked_rows", "json_of"]
 

@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RewardhubError
+from ..._backoff import backoff_wait
+from ..._backoff import retry_after_s
+from ...errors import RewardhubError
 
 __all__ = ["IDEMPOTENCY_HEADER", "Answer", "Retrying", "ServerUnavailable", "Transient", "exchange"]
 
@@ -117,7 +119,7 @@ def exchange(url: str, method: str, path: str, body: bytes | None, headers: Mapp
     data = b"".join(chunks)
     if resp.status in RETRY_STATUSES:
         raise Transient(f"answered {resp.status} {resp.reason}{_reason(data)}",
-                        _seconds(resp.getheader("Retry-After")))
+                        retry_after_s(resp.getheader("Retry-After")))
     return Answer(resp.status, resp.getheader("Content-Type") or "", data)
 
 
@@ -137,13 +139,6 @@ def _reason(body: bytes) -> str:
     except (ValueError, AttributeError):
         return ""
     return f": {reason}" if isinstance(reason, str) else ""
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 class Retrying:
@@ -189,9 +184,7 @@ class Retrying:
                 now = time.monotonic()
                 first_failure = now if first_failure is None else first_failure
                 left = first_failure + self.retry_for_s - now
-                wait = min(BACKOFF_FIRST_S * 2 ** (tries - 1), BACKOFF_MAX_S)
-                if exc.retry_after is not None:
-                    wait = max(wait, min(exc.retry_after, BACKOFF_MAX_S))
+                wait = backoff_wait(tries - 1, BACKOFF_FIRST_S, BACKOFF_MAX_S, exc.retry_after)
                 if left <= 0:
                     spent = now - started
                     raise ServerUnavailable(
