@@ -73,6 +73,31 @@ def rubric_judge(body: dict[str, Any], n: int) -> tuple[int, str]:
     return 200, "\n".join(lines)
 
 
+def score_judge(guess: bool = False, seed: int = 0) -> Answer:
+    """A pointwise judge: ``Score: 10`` when the response's quality is 5 or more, else ``Score: 0``; with
+    ``guess``, a coin flip instead. A request for logprobs gets the score's token with its top_logprobs."""
+    import random
+
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def answer(body: dict[str, Any], n: int) -> tuple[int, str]:
+        (_, response), = _blocks(body, "RESPONSE")
+        with lock:
+            good = rng.random() < 0.5 if guess else quality(response) >= 5
+        score = "10" if good else "0"
+        if not body.get("logprobs"):
+            return 200, f"Score: {score}"
+        top = [{"token": score, "logprob": -0.1}, {"token": "5", "logprob": -2.5},
+               {"token": "x", "logprob": -4.0}]
+        reply = json.loads(completion(score))
+        first = {"token": score, "logprob": -0.1, "top_logprobs": top}
+        reply["choices"][0]["logprobs"] = {"content": [first]}
+        return 200, "raw:" + json.dumps(reply)
+
+    return answer
+
+
 class StubJudge:
     """Runs in a thread of its own; ``url`` is its ``/v1`` base URL."""
 

@@ -69,6 +69,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         problems.extend(f"{where}.kwargs: {p}" for p in bad)
         notes.extend(f"{where}.kwargs: {p}" for p in maybe)
         problems.extend(f"{where}: {p}" for p in _executor_problems(term))
+        problems.extend(_calibration(term, registry))
         pol = term.policy
         terms.append(
             {
@@ -226,7 +227,17 @@ def term_problems(term: Any, runner: Any = None) -> list[str]:
     (unless it takes ``**kwargs``), and an executor that cannot run here."""
     bad, _ = _kwargs_problems(term)
     return [f"reward term {term.name!r}: kwargs: {p}" for p in bad] + \
-        [f"reward term {term.name!r}: {p}" for p in _executor_problems(term)]
+        [f"reward term {term.name!r}: {p}" for p in _executor_problems(term)] + \
+        (_calibration(term, getattr(runner, "registry", None)) if not bad else [])
+
+
+def _calibration(term: Any, registry: Any) -> list[str]:
+    """A judge term's calibration gate (rewardhub.judging.calibrate): nothing without ``calibration``."""
+    if getattr(term.config, "calibration", None) is None:
+        return []
+    from ..judging.calibrate import calibration_problems
+
+    return calibration_problems(term, registry)
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}

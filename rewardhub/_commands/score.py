@@ -215,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
     if args.summary_json:
         write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
                                           "rewards": used, "failures": failures,
-                                          "slowest": slowest.as_json()}, args.output)
+                                          "slowest": slowest.as_json(), **_calibration_figures(terms)},
+                      args.output)
     if debug_enabled():
         for line in debug_lines(failures):
             _say(line)
@@ -223,6 +224,15 @@ def run(args: argparse.Namespace) -> int:
     for line in too_many:
         _say(line)
     return 1 if too_many else 0
+
+
+def _calibration_figures(terms: Any) -> dict[str, Any]:
+    """The calibration figures of the judge terms that have a ``calibration`` gate (summary.json)."""
+    if not any(getattr(t.config, "calibration", None) for t in terms):
+        return {}
+    from ..judging.calibrate import FIGURES
+
+    return {"calibration": [f for f in FIGURES.values() if f["term"] in {t.name for t in terms}]}
 
 
 def provenance(runner: Any) -> list[dict[str, Any]]:

@@ -157,10 +157,14 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
         lo, hi = sorted((first, second))
         won = 0.5 if v == "tie" else float((v == "A") == (first == lo))  # lo's points in this game
         by_pair.setdefault((lo, hi), []).append(won)
+    swaps = [[0, 0] for _ in range(n)]  # pairs asked both ways, and those whose verdict flipped
     for (lo, hi), wins in by_pair.items():
         if any(x in failed for x in (lo, hi) if x != REF):
             continue
         lo_points = wins[0] if len(set(wins)) == 1 else 0.5
+        if len(wins) == 2:  # both orders asked: did the order change the verdict?
+            swaps[lo if lo != REF else hi][0] += 1
+            swaps[lo if lo != REF else hi][1] += wins[0] != wins[1]
         for x, p in ((lo, lo_points), (hi, 1.0 - lo_points)):
             if x != REF:
                 points[x][0] += p
@@ -172,7 +176,8 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
             out.append({"score": None, "failed": failed[i], **extra})
         else:
             got, played = points[i]
-            out.append({"score": got / played if played else 0.5, "judge_games": played, **extra})
+            out.append({"score": got / played if played else 0.5, "judge_games": played,
+                        "judge_swap_pairs": swaps[i][0], "judge_swap_flips": swaps[i][1], **extra})
     return out
 
 
