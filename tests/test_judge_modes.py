@@ -197,8 +197,10 @@ def test_calibration_report_and_gate(stub, tmp_path):
         "base_url": stub.url, "model": "m"}, "calibration": {"gold": str(gold), "min_kappa": 0.6}}]}}))
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "p", "response": "q=7 scored"}) + "\n")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "rewardhub", *map(str, a)], capture_output=True,
-                                    text=True, timeout=200, env={**os.environ})
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "rewardhub", *map(str, a)], capture_output=True,
+                              text=True, timeout=200, env={**os.environ})
+
     stub.reset(score_judge(guess=True))
     proc = run("judge", "calibrate", cfg, gold, "--json")
     fig = json.loads(proc.stdout)[0]
@@ -238,8 +240,8 @@ def test_a_failed_dict_keeps_its_extras_and_counts_are_summed():
 
     col = Column(3)
     col.put(0, {"score": 1.0, "judge_calls": 2}, "t", 0.0)
-    col.put(1, {"score": None, "failed": "judge call failed (timeout): x", "judge_calls": 3, "judge_failed": 3},
-            "t", 0.0)
+    failed = {"score": None, "failed": "judge call failed (timeout): x", "judge_calls": 3, "judge_failed": 3}
+    col.put(1, failed, "t", 0.0)
     col.put(2, {"score": 0.0, "judge_calls": 1}, "t", 0.0)
     assert col.status[1] == "error" and col.errors[1] == "judge call failed (timeout): x"
     m = column_metrics("t", col)
