@@ -42,7 +42,8 @@ def quality(text: str) -> float:
 
 def pair_judge(p_first: float = 0.7, near: float = 1.0, seed: int = 0) -> Answer:
     """A pairwise judge that is right when the qualities of A and B differ by more than ``near``, and on
-    near-ties picks the first position with probability ``p_first`` (else the second)."""
+    near-ties picks the first position with probability ``p_first`` (else it is right: equal qualities
+    are a tie)."""
     import random
 
     rng = random.Random(seed)
@@ -56,7 +57,7 @@ def pair_judge(p_first: float = 0.7, near: float = 1.0, seed: int = 0) -> Answer
             return 200, f"Winner: {'A' if qa > qb else 'B'}"
         with lock:
             first = rng.random() < p_first
-        return 200, f"Winner: {'A' if first else 'B'}"
+        return 200, f"Winner: {'A' if first or qa > qb else 'B' if qb > qa else 'tie'}"
 
     return answer
 
@@ -187,7 +188,8 @@ class StubJudge:
 if __name__ == "__main__":  # a stub in a process of its own (bench/bench_judge.py): prints its port
     import sys
 
-    stub = StubJudge(service_s=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
+    stub = StubJudge(pair_judge() if sys.argv[2:3] == ["pair"] else None,  # argv: [service_s] [pair]
+                     service_s=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
     print(stub.port, flush=True)
     sys.stdin.read()  # until the parent closes our stdin
     stub.close()

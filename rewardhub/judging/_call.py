@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-from ..builtin._judge_http import JudgeError
-from ..builtin._judge_http import chat_url
-from ..builtin._judge_http import limiter
-from ..builtin._judge_http import post_json
 from ..builtin.judge import SYSTEM
-from ..builtin.judge import _headers
+from ..builtin.judge import JudgeError
+from ..builtin.judge import auth_headers
+from ..builtin.judge import chat_url
+from ..builtin.judge import limiter
+from ..builtin.judge import post_json
 
 __all__ = ["Endpoint", "JudgeFailure", "Reply", "Tally", "ask", "failure_kind"]
 
@@ -159,7 +159,7 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
                 _CACHE.move_to_end(key)
                 return Reply(hit.text, 0, hit.top, cached=True)
     url = chat_url(ep.base_url)
-    headers = _headers(ep.api_key_env)
+    headers = auth_headers(ep.api_key_env)
     secret = headers.get("Authorization", "")[7:]
     body: dict[str, Any] = {"model": ep.model, "max_tokens": ep.max_tokens, "temperature": ep.temperature,
                             "messages": [{"role": "system", "content": SYSTEM},

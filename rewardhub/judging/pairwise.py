@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..builtin.judge import EXPENSIVE
-from ..builtin.judge import _block
-from ..builtin.judge import _fill
-from ..builtin.judge import _prompt_text
-from ..builtin.judge import _text
+from ..builtin.judge import block
+from ..builtin.judge import fill
+from ..builtin.judge import prompt_text
 from ..builtin.judge import render_messages
+from ..builtin.judge import text_of
 from ..decorator import reward
 from ..errors import UsageError
 from ._call import Endpoint
@@ -114,7 +114,7 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
     plan_pattern = _settings(mode, against, pattern, swap)
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model}, max_tokens=32)
     n = len(responses)
-    texts = [_text(r) if _text(r) or not messages else render_messages(messages[i])
+    texts = [text_of(r) if text_of(r) or not messages else render_messages(messages[i])
              for i, r in enumerate(responses)]
     gt = (kwargs.get("ground_truths") or [None])[0]
     pairs = plan_pairs(n, plan_pattern, swap)
@@ -127,15 +127,15 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
     if REF in {x for p in pairs for x in p} and gt in (None, ""):
         return [{"score": None, "failed": "judge call failed (no_reference): pairwise against the reference "
                  "needs the sample's ground_truth", **Tally().extra()} for _ in range(n)]
-    prompt = _block("PROMPT", _prompt_text(prompts[0]))
-    ref = _text(gt)
+    prompt = block("PROMPT", prompt_text(prompts[0]))
+    ref = text_of(gt)
 
     asked: dict[tuple[str, str], asyncio.Task[str]] = {}  # one call for two pairs of the same texts
 
     async def play(first: int, second: int) -> tuple[int, int, str | JudgeFailure]:
         a, b = (ref if first == REF else texts[first]), (ref if second == REF else texts[second])
         if (a, b) not in asked:
-            user = _fill(template, "llm_judge_pairwise", prompt=prompt, a=_block("A", a), b=_block("B", b))
+            user = fill(template, "llm_judge_pairwise", prompt=prompt, a=block("A", a), b=block("B", b))
             tally = tallies[first if first != REF else second]
             asked[a, b] = asyncio.ensure_future(_game(user, ["pair", a, b], ep, tally, samples, aggregate))
         try:

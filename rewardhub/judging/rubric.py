@@ -17,16 +17,16 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from ..builtin.judge import _LAST_NUMBER
 from ..builtin.judge import DEFAULT_TEMPLATE
 from ..builtin.judge import EXPENSIVE
-from ..builtin.judge import _block
-from ..builtin.judge import _fill
-from ..builtin.judge import _num
-from ..builtin.judge import _prompt_text
-from ..builtin.judge import _range
-from ..builtin.judge import _text
+from ..builtin.judge import LAST_NUMBER
+from ..builtin.judge import block
+from ..builtin.judge import fill
+from ..builtin.judge import num
+from ..builtin.judge import prompt_text
 from ..builtin.judge import render_messages
+from ..builtin.judge import text_of
+from ..builtin.judge import valid_range
 from ..decorator import reward
 from ..errors import UsageError
 from ._call import Endpoint
@@ -73,9 +73,9 @@ def _criteria(raw: Any) -> list[tuple[str, str, float]]:
 
 
 def _sample_text(prompt: Any, response: Any, messages: Sequence[Any] | None) -> tuple[str, str]:
-    if messages and not _text(response):
-        return _block("PROMPT", _prompt_text(prompt)), _block("RESPONSE", render_messages(messages))
-    return _block("PROMPT", _prompt_text(prompt)), _block("RESPONSE", _text(response))
+    if messages and not text_of(response):
+        return block("PROMPT", prompt_text(prompt)), block("RESPONSE", render_messages(messages))
+    return block("PROMPT", prompt_text(prompt)), block("RESPONSE", text_of(response))
 
 
 @reward(name="llm_judge_rubric", timeout_s=180, max_concurrency=16, cache=True, capabilities=(EXPENSIVE,))
@@ -103,11 +103,11 @@ async def llm_judge_rubric(*, prompt: Any = None, response: str = "", messages: 
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model}, max_tokens=64 + 48 * int(max_criteria))
     ptext, rtext = _sample_text(prompt, response, messages)
     gt = kwargs.get("ground_truth")
-    gtext = _block("REFERENCE", "(none)" if gt in (None, "") else _text(gt))
+    gtext = block("REFERENCE", "(none)" if gt in (None, "") else text_of(gt))
 
     async def one(chunk: list[int], k: int) -> dict[int, tuple[float, str]]:
         listing = "\n".join(f"Criterion {j + 1}: {crit[i][1]}" for j, i in enumerate(chunk))
-        user = _fill(template, "llm_judge_rubric", prompt=ptext, response=rtext, ground_truth=gtext,
+        user = fill(template, "llm_judge_rubric", prompt=ptext, response=rtext, ground_truth=gtext,
                      criteria=listing)
         reply = await ask(user, ep, tally, cache_key=["rubric", k])
         got = {}
@@ -153,7 +153,7 @@ def _from_logprobs(top: Mapping[str, float], low: float, high: float) -> float |
 @reward(name="llm_judge_sampled", timeout_s=120, max_concurrency=32, cache=True, capabilities=(EXPENSIVE,))
 async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages: Sequence[Any] | None = None,
                             base_url: str, model: str, template: str | None = None,
-                            score_regex: str = _LAST_NUMBER, score_range: Sequence[float] = (0, 10),
+                            score_regex: str = LAST_NUMBER, score_range: Sequence[float] = (0, 10),
                             samples: int = 1, aggregate: str = "mean", score_from: str = "text",
                             top_logprobs: int = 20, **kwargs: Any) -> dict[str, Any]:
     """``llm_judge``'s score, asked ``samples`` times and aggregated (``mean | median | majority``);
@@ -162,18 +162,18 @@ async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages:
     """
     if score_from not in ("text", "logprobs"):
         raise UsageError(f"llm_judge_sampled score_from={score_from!r} is not valid\nallowed: text, logprobs")
-    low, high = _range(score_range)
+    low, high = valid_range(score_range)
     logp = score_from == "logprobs"
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model,
                       "logprobs": top_logprobs if logp else 0}, max_tokens=8 if logp else 64)
     ptext, rtext = _sample_text(prompt, response, messages)
     gt = kwargs.get("ground_truth")
-    chat = list(messages) if messages else [{"role": "user", "content": _prompt_text(prompt)},
-                                            {"role": "assistant", "content": _text(response)}]
-    user = _fill(template or (_LOGPROB_TEMPLATE if logp else DEFAULT_TEMPLATE), "llm_judge_sampled",
-                 prompt=ptext, response=rtext, ground_truth=_block("REFERENCE", "(none)" if gt in (None, "")
-                                                                     else _text(gt)),
-                 messages=_block("CHAT", render_messages(chat)), low=_num(low), high=_num(high))
+    chat = list(messages) if messages else [{"role": "user", "content": prompt_text(prompt)},
+                                            {"role": "assistant", "content": text_of(response)}]
+    user = fill(template or (_LOGPROB_TEMPLATE if logp else DEFAULT_TEMPLATE), "llm_judge_sampled",
+                 prompt=ptext, response=rtext, ground_truth=block("REFERENCE", "(none)" if gt in (None, "")
+                                                                     else text_of(gt)),
+                 messages=block("CHAT", render_messages(chat)), low=num(low), high=num(high))
     tally = Tally()
 
     async def one(k: int) -> float:
