@@ -39,9 +39,9 @@ from judge_stub import pair_judge  # noqa: E402
 from judge_stub import rubric_judge  # noqa: E402
 from judge_stub import score_judge  # noqa: E402
 
+from rewardhub.builtin.judging import _call  # noqa: E402
+from rewardhub.builtin.judging.stats import kendall_tau  # noqa: E402
 from rewardhub.execution import Runner  # noqa: E402
-from rewardhub.judging import _call  # noqa: E402
-from rewardhub.judging.stats import kendall_tau  # noqa: E402
 
 
 def score(stub_url: str, name: str, rows: list[dict[str, Any]], term: dict[str, Any] | None = None,
@@ -101,7 +101,7 @@ def rubric(stub: StubJudge, n: int = 50, limit: int = 4) -> None:
 
 
 def calibration(stub: StubJudge, tmp: str) -> None:
-    from rewardhub.judging import calibrate
+    from rewardhub.builtin.judging import calibrate
 
     rng = random.Random(3)
     gold = os.path.join(tmp, "gold.jsonl")

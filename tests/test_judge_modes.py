@@ -220,10 +220,10 @@ def test_calibration_report_and_gate(stub, tmp_path):
 
 
 def test_statistics():
-    from rewardhub.judging.stats import cohen_kappa
-    from rewardhub.judging.stats import kendall_tau
-    from rewardhub.judging.stats import spearman_rho
-    from rewardhub.judging.vote import vote
+    from rewardhub.builtin.judging.stats import cohen_kappa
+    from rewardhub.builtin.judging.stats import kendall_tau
+    from rewardhub.builtin.judging.stats import spearman_rho
+    from rewardhub.builtin.judging.vote import vote
 
     assert cohen_kappa([1, 1, 0, 0], [1, 1, 0, 0]) == 1.0
     assert cohen_kappa([1, 0, 1, 0], [1, 1, 0, 0]) == 0.0
@@ -247,3 +247,25 @@ def test_a_failed_dict_keeps_its_extras_and_counts_are_summed():
     m = column_metrics("t", col)
     assert m["rewards/t/judge_calls"] == 6.0 and m["rewards/t/judge_failed"] == 3.0
     assert m["rewards/t/errors"] == 1.0
+
+
+@pytest.mark.timeout(300)
+def test_contract(stub):
+    """`rewardhub test`'s contract (both executors) holds for the three judging rewards against the stub."""
+    from rewardhub._contract import FAIL
+    from rewardhub._contract import run_contract
+
+    def each(body, n):
+        user = body["messages"][1]["content"]
+        if "CRITERIA:" in user:
+            return rubric_judge(body, n)
+        return 200, "Winner: A" if "ANSWER B:" in user else "Score: 4"
+
+    stub.reset(each)
+    kw = {"base_url": stub.url, "model": "m"}
+    section = {"rewards": [{"name": "llm_judge_pairwise", "kwargs": {**kw, "against": "peers"}},
+                           {"name": "llm_judge_rubric", "kwargs": {**kw, "criteria": CRITERIA[:5]}},
+                           {"name": "llm_judge_sampled", "kwargs": {**kw, "samples": 2}}]}
+    checks = run_contract(section, executors=("inline", "process"))
+    assert [f"{c.term} / {c.contract}: {c.detail}" for c in checks if c.status == FAIL] == []
+    assert {c.term for c in checks} == {"llm_judge_pairwise", "llm_judge_rubric", "llm_judge_sampled"}

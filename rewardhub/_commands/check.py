@@ -232,10 +232,10 @@ def term_problems(term: Any, runner: Any = None) -> list[str]:
 
 
 def _calibration(term: Any, registry: Any) -> list[str]:
-    """A judge term's calibration gate (rewardhub.judging.calibrate): nothing without ``calibration``."""
+    """A judge term's calibration gate (builtin/judging/calibrate.py); nothing without ``calibration``."""
     if getattr(term.config, "calibration", None) is None:
         return []
-    from ..judging.calibrate import calibration_problems
+    from ..builtin.judging.calibrate import calibration_problems
 
     return calibration_problems(term, registry)
 

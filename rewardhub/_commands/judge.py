@@ -33,9 +33,9 @@ def _fmt(v: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..builtin.judge import EXPENSIVE
+    from ..builtin.judging.calibrate import calibrate_term
+    from ..builtin.judging.calibrate import gold_rows
     from ..execution import Runner
-    from ..judging.calibrate import calibrate_term
-    from ..judging.calibrate import gold_rows
     from ._common import load_plan_told
 
     if getattr(args, "action", None) != "calibrate":

@@ -230,7 +230,7 @@ def _calibration_figures(terms: Any) -> dict[str, Any]:
     """The calibration figures of the judge terms that have a ``calibration`` gate (summary.json)."""
     if not any(getattr(t.config, "calibration", None) for t in terms):
         return {}
-    from ..judging.calibrate import FIGURES
+    from ..builtin.judging.calibrate import FIGURES
 
     return {"calibration": [f for f in FIGURES.values() if f["term"] in {t.name for t in terms}]}
 

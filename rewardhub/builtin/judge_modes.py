@@ -11,8 +11,8 @@ __all__: list[str] = []
 
 @hookimpl
 def rewardhub_register_rewards() -> list[Any]:
-    from ..judging.pairwise import llm_judge_pairwise
-    from ..judging.rubric import llm_judge_rubric
-    from ..judging.rubric import llm_judge_sampled
+    from .judging.pairwise import llm_judge_pairwise
+    from .judging.rubric import llm_judge_rubric
+    from .judging.rubric import llm_judge_sampled
 
     return [llm_judge_pairwise, llm_judge_rubric, llm_judge_sampled]

@@ -243,7 +243,9 @@ class Run:
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self, leftovers: list[Rollout]) -> dict[str, Any]:
         summary = self._summary(leftovers, self._infos())
-        from rewardhub.judging.calibrate import FIGURES  # the judges' calibration gates, where a term has one
+        from rewardhub.builtin.judging.calibrate import (
+            FIGURES,  # the judges' calibration gates, where a term has one
+        )
 
         if FIGURES:
             summary["calibration"] = list(FIGURES.values())

@@ -62,7 +62,7 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
         runner = Runner.from_config(reward, registry)  # resolves (imports) file and module terms too
         runner.close()
         if any(t.config.calibration for t in runner.terms):  # a judge's gate: refuse to train under it
-            from rewardhub.judging.calibrate import calibration_problems
+            from rewardhub.builtin.judging.calibrate import calibration_problems
 
             gate = [p for t in runner.terms for p in calibration_problems(t, registry)]
             if gate:

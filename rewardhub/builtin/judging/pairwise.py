@@ -16,14 +16,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..builtin.judge import EXPENSIVE
-from ..builtin.judge import block
-from ..builtin.judge import fill
-from ..builtin.judge import prompt_text
-from ..builtin.judge import render_messages
-from ..builtin.judge import text_of
-from ..decorator import reward
-from ..errors import UsageError
+from ...decorator import reward
+from ...errors import UsageError
+from ..judge import EXPENSIVE
+from ..judge import block
+from ..judge import fill
+from ..judge import prompt_text
+from ..judge import render_messages
+from ..judge import text_of
 from ._call import Endpoint
 from ._call import JudgeFailure
 from ._call import Tally
@@ -114,7 +114,7 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
     plan_pattern = _settings(mode, against, pattern, swap)
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model}, max_tokens=32)
     n = len(responses)
-    texts = [text_of(r) if text_of(r) or not messages else render_messages(messages[i])
+    texts = [text_of(r) if text_of(r) or not messages or not messages[i] else render_messages(messages[i])
              for i, r in enumerate(responses)]
     gt = (kwargs.get("ground_truths") or [None])[0]
     pairs = plan_pairs(n, plan_pattern, swap)

@@ -6,7 +6,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 __all__ = ["AGGREGATES", "vote"]
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .stats import cohen_kappa
 from .stats import spearman_rho
 
@@ -89,8 +89,8 @@ def _judge_range(term: Any) -> tuple[float, float]:
 def calibrate_term(term: Any, samples: Sequence[Mapping[str, Any]], gold: Sequence[float], kind: str,
                    registry: Any = None) -> dict[str, Any]:
     """Score ``samples`` with ``term`` (a resolved :class:`~rewardhub.execution.Term`) alone; its figures."""
-    from ..config.schema import RewardConfig
-    from ..execution import Runner
+    from ...config.schema import RewardConfig
+    from ...execution import Runner
 
     cfg = dataclasses.replace(term.config, calibration=None, on_failure="nan")
     began = time.monotonic()
@@ -111,7 +111,7 @@ def calibrate_term(term: Any, samples: Sequence[Mapping[str, Any]], gold: Sequen
         labels = sorted(set(gold))
         lo, hi = labels[0], labels[-1]
         mapped = [lo + (s - low) / (high - low) * (hi - lo) for s in scores]
-        pred = [min(labels, key=lambda v, m=m: (abs(v - m), -v)) for m in mapped]
+        pred = [_nearest(labels, m) for m in mapped]
         fig["agreement"] = sum(p == g for p, g in zip(pred, gold_ok)) / len(ok) if ok else math.nan
         fig["kappa"] = cohen_kappa(gold_ok, pred)
     else:
@@ -121,6 +121,11 @@ def calibrate_term(term: Any, samples: Sequence[Mapping[str, Any]], gold: Sequen
         fig["position_bias"] = sum(float(extras[i].get("judge_swap_flips", 0)) for i in ok) / pairs
     fig["length_bias"] = _length_bias([samples[i] for i in ok], scores, gold_ok)
     return fig
+
+
+def _nearest(labels: Sequence[float], x: float) -> float:
+    """The label nearest ``x`` (the higher of two as near)."""
+    return min(labels, key=lambda v: (abs(v - x), -v))
 
 
 def _length_bias(samples: Sequence[Mapping[str, Any]], scores: Sequence[float],

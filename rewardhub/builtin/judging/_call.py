@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-from ..builtin.judge import SYSTEM
-from ..builtin.judge import JudgeError
-from ..builtin.judge import auth_headers
-from ..builtin.judge import chat_url
-from ..builtin.judge import limiter
-from ..builtin.judge import post_json
+from .._judge_http import JudgeError
+from .._judge_http import chat_url
+from .._judge_http import limiter
+from .._judge_http import post_json
+from ..judge import SYSTEM
+from ..judge import auth_headers
 
 __all__ = ["Endpoint", "JudgeFailure", "Reply", "Tally", "ask", "failure_kind"]
 
