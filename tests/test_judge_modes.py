@@ -269,3 +269,38 @@ def test_contract(stub):
     checks = run_contract(section, executors=("inline", "process"))
     assert [f"{c.term} / {c.contract}: {c.detail}" for c in checks if c.status == FAIL] == []
     assert {c.term for c in checks} == {"llm_judge_pairwise", "llm_judge_rubric", "llm_judge_sampled"}
+
+
+@pytest.mark.timeout(120)
+def test_adapters_trajectories_and_the_trainers_group_statistics(stub):
+    """to_trl runs a tournament on a group, to_verl a rubric; a trajectory is judged by its chat; a failed
+    response is NaN, which the trainer's group advantages leave out (advantage 0, not a loss)."""
+    from rewardhub.adapters import to_trl
+    from rewardhub.adapters import to_verl
+
+    stub.reset(pair_judge(near=0.5))
+    trl = to_trl("llm_judge_pairwise", kwargs={"base_url": stub.url, "model": "m", "mode": "tournament"})
+    got = trl(prompts=["trl"] * 4, completions=["q=1", "q=5", "q=3", "q=9"])
+    assert got == pytest.approx([0, 2 / 3, 1 / 3, 1])
+    stub.reset(lambda body, n: (200, "Criterion 1: YES - it does"))
+    verl = to_verl("llm_judge_rubric", kwargs={"base_url": stub.url, "model": "m", "criteria": ["says x"]})
+    out = verl("d", "x y", "gt", {})
+    assert out["score"] == 1.0 and out["criteria"][0]["reason"] == "it does" and out["judge_calls"] == 1
+    stub.reset(pair_judge(near=0.5))
+    chats = [[{"role": "user", "content": "traj"}, {"role": "assistant", "content": f"q={q}"}]
+             for q in (2, 8)]
+    res = judged(stub, "llm_judge_pairwise", [{"messages": c, "extra_info": {"uid": "t"}} for c in chats],
+                 against="peers")
+    user = stub.requests[0]["body"]["messages"][1]["content"]  # the trajectory's final reply, marked
+    assert res.scores == [0.0, 1.0] and "\nq=8\n" in user and "\n[user] traj\n" in user
+    torch = pytest.importorskip("torch")
+    from rewardhub_trainer.losses import group_advantages
+
+    stub.reset(lambda body, n: (503, "down") if "q=3g" in body["messages"][1]["content"] else
+               pair_judge(near=0.5)(body, n))
+    res = judged(stub, "llm_judge_pairwise", group([1, 3, 9], tag="g"), mode="tournament", retries=0,
+                 pattern="vs_reference")
+    assert math.isnan(res.scores[1]) and res.scores[0] == 0.0 and res.scores[2] == 1.0
+    adv = group_advantages(torch.tensor([res.scores], dtype=torch.float64))[0].tolist()
+    assert adv[1] == 0.0 and adv[0] == pytest.approx(-1.0, abs=1e-4)
+    assert adv[2] == pytest.approx(1.0, abs=1e-4)
