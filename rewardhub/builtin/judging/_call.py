@@ -9,6 +9,7 @@ per-minute limits) and its prompt pieces (the system prompt, the marked blocks).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import threading
@@ -68,6 +69,8 @@ class Reply:
     #: the first generated token's ``top_logprobs`` (token -> logprob), where the endpoint gave them
     top: dict[str, float] = field(default_factory=dict)
     cached: bool = False
+    #: its key in the verdict cache (``None``: not to be kept)
+    key: str | None = None
 
 
 @dataclass
@@ -109,6 +112,11 @@ class Endpoint:
     def of(cls, kwargs: Mapping[str, Any], **defaults: Any) -> Endpoint:
         names = cls.__dataclass_fields__
         return cls(**{**defaults, **{k: v for k, v in kwargs.items() if k in names and v is not None}})
+
+
+@functools.lru_cache(maxsize=64)
+def _url(base_url: str) -> str:
+    return chat_url(base_url)
 
 
 def _gate(url: str, limit: int) -> asyncio.Semaphore:
@@ -158,7 +166,7 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return Reply(hit.text, 0, hit.top, cached=True)
-    url = chat_url(ep.base_url)
+    url = _url(ep.base_url)
     headers = auth_headers(ep.api_key_env)
     secret = headers.get("Authorization", "")[7:]
     body: dict[str, Any] = {"model": ep.model, "max_tokens": ep.max_tokens, "temperature": ep.temperature,
@@ -197,16 +205,15 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
     usage = reply.get("usage") if isinstance(reply, Mapping) else None
     tokens = int(usage.get("total_tokens") or 0) if isinstance(usage, Mapping) else 0
     tally.tokens += tokens
-    out = Reply(text, tokens, _top_logprobs(reply))
-    return out
+    return Reply(text, tokens, _top_logprobs(reply) if ep.logprobs else {}, key=key)
 
 
-def remember(user: str, ep: Endpoint, cache_key: Any, reply: Reply) -> None:
+def remember(reply: Reply) -> None:
     """Keep ``reply`` (one that gave a verdict) for the next ask of the same request."""
-    if cache_key is None or reply.cached:
+    if reply.key is None or reply.cached:
         return
     with _CACHE_LOCK:
-        _CACHE[_key(user, ep, cache_key)] = reply
+        _CACHE[reply.key] = reply
         if len(_CACHE) > CACHE_ENTRIES:
             _CACHE.popitem(last=False)
 

@@ -74,9 +74,11 @@ async def _game(user: str, key: Any, ep: Endpoint, tally: Tally, samples: int, a
             v = verdict(reply.text)
         except JudgeFailure as exc:
             raise fail(tally, exc) from None
-        remember(user, ep, [key, k], reply)
+        remember(reply)
         return v
 
+    if samples == 1:
+        return await one(0)
     got = await asyncio.gather(*(one(k) for k in range(samples)))
     points = vote([{"A": 1.0, "tie": 0.5, "B": 0.0}[v] for v in got], aggregate)
     return "A" if points > 0.5 else "B" if points < 0.5 else "tie"
@@ -139,7 +141,7 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
             tally = tallies[first if first != REF else second]
             asked[a, b] = asyncio.ensure_future(_game(user, ["pair", a, b], ep, tally, samples, aggregate))
         try:
-            return first, second, await asyncio.shield(asked[a, b])
+            return first, second, await asked[a, b]
         except JudgeFailure as exc:
             return first, second, exc
 

@@ -118,7 +118,7 @@ async def llm_judge_rubric(*, prompt: Any = None, response: str = "", messages: 
                 raise fail(tally, no_verdict(reply.text, f"verdict for criterion {j + 1} ({crit[i][0]})"))
             yes, reason = found[-1]
             got[i] = (1.0 if yes.lower() == "yes" else 0.0, reason.strip()[:300])
-        remember(user, ep, ["rubric", k], reply)
+        remember(reply)
         return got
 
     asks = await asyncio.gather(*(one(c, k) for c in chunks for k in range(samples)), return_exceptions=True)
@@ -192,7 +192,7 @@ async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages:
             if not low <= value <= high:
                 raise fail(tally, JudgeFailure("out_of_range", f"the judge's score {value:g} is outside "
                                                f"score_range [{low:g}, {high:g}]: {reply.text[:120]!r}"))
-        remember(user, ep, ["score", k, score_from], reply)
+        remember(reply)
         return value
 
     got = await asyncio.gather(*(one(k) for k in range(samples)), return_exceptions=True)
