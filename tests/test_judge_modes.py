@@ -304,3 +304,18 @@ def test_adapters_trajectories_and_the_trainers_group_statistics(stub):
     adv = group_advantages(torch.tensor([res.scores], dtype=torch.float64))[0].tolist()
     assert adv[1] == 0.0 and adv[0] == pytest.approx(-1.0, abs=1e-4)
     assert adv[2] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_bad_kwargs_are_told_before_any_call(stub):
+    stub.reset(pair_judge())
+    rows = group([1, 2], uid="k", tag="k")
+    for kwargs, said in (({"samples": 0}, "samples=0 is not valid"),
+                         ({"aggregate": "mode"}, "aggregate='mode'"),
+                         ({"template": "Which is better? {prompt}"}, "the template has no {a}, {b}"),
+                         ({"mode": "league"}, "mode='league' is not valid"),
+                         ({"mode": "tournament", "pattern": "swiss"}, "pattern='swiss' is not valid")):
+        res = judged(stub, "llm_judge_pairwise", rows, **kwargs)
+        assert all(said in e["llm_judge_pairwise"] for e in res.errors), (kwargs, res.errors)
+    res = judged(stub, "llm_judge_rubric", [{"prompt": "p", "response": "r"}], criteria=[{"weight": 2}])
+    assert "criteria[0] = {'weight': 2} has no text" in res.errors[0]["llm_judge_rubric"]
+    assert len(stub.requests) == 0

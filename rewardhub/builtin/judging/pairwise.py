@@ -31,6 +31,7 @@ from ._call import ask
 from ._call import fail
 from ._call import no_verdict
 from ._call import remember
+from .vote import check_voting
 from .vote import vote
 
 __all__ = ["DEFAULT_PAIR_TEMPLATE", "PATTERNS", "llm_judge_pairwise", "plan_pairs"]
@@ -114,6 +115,7 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
     max_tpm, retries, backoff_s, request_timeout_s, temperature, max_tokens).
     """
     plan_pattern = _settings(mode, against, pattern, swap)
+    check_voting("llm_judge_pairwise", samples, aggregate, template, ("a", "b"))
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model}, max_tokens=32)
     n = len(responses)
     texts = [text_of(r) if text_of(r) or not messages or not messages[i] else render_messages(messages[i])

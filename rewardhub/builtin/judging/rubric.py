@@ -36,6 +36,7 @@ from ._call import ask
 from ._call import fail
 from ._call import no_verdict
 from ._call import remember
+from .vote import check_voting
 from .vote import vote
 
 __all__ = ["DEFAULT_RUBRIC_TEMPLATE", "llm_judge_rubric", "llm_judge_sampled"]
@@ -91,6 +92,7 @@ async def llm_judge_rubric(*, prompt: Any = None, response: str = "", messages: 
     needs more calls fails before any), ``max_in_flight``, and ``llm_judge``'s endpoint kwargs.
     """
     crit = _criteria(criteria)
+    check_voting("llm_judge_rubric", samples, aggregate, template, ("criteria",))
     if int(max_criteria) < 1:
         raise UsageError(f"llm_judge_rubric max_criteria={max_criteria!r}: give 1 or more")
     chunks = [list(range(k, min(k + int(max_criteria), len(crit)))) for k in range(0, len(crit),
@@ -162,6 +164,7 @@ async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages:
     """
     if score_from not in ("text", "logprobs"):
         raise UsageError(f"llm_judge_sampled score_from={score_from!r} is not valid\nallowed: text, logprobs")
+    check_voting("llm_judge_sampled", samples, aggregate, template or "{}", ())
     low, high = valid_range(score_range)
     logp = score_from == "logprobs"
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model,
