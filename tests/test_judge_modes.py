@@ -319,3 +319,25 @@ def test_bad_kwargs_are_told_before_any_call(stub):
     res = judged(stub, "llm_judge_rubric", [{"prompt": "p", "response": "r"}], criteria=[{"weight": 2}])
     assert "criteria[0] = {'weight': 2} has no text" in res.errors[0]["llm_judge_rubric"]
     assert len(stub.requests) == 0
+
+
+@pytest.mark.timeout(120)
+def test_calibration_of_a_pairwise_judge_reports_its_position_bias(stub, tmp_path):
+    """Gold rows: is the response better than the reference? A judge that always picks the first answer
+    on near-ties flips with the order on each near-tie: the position-bias rate is their share."""
+    from rewardhub.builtin.judging.calibrate import calibrate_term
+    from rewardhub.builtin.judging.calibrate import gold_rows
+
+    gold = tmp_path / "pairs.jsonl"
+    rows = [(q, r) for q in range(2, 8) for r in (q - 3, q - 0.5, q + 0.5, q + 3)]  # half near-ties
+    lines = [{"prompt": f"cal {q} {r}", "response": f"q={r}", "ground_truth": f"q={q}", "label": int(r > q)}
+             for q, r in rows]
+    gold.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    stub.reset(pair_judge(p_first=1.0, near=1.0))
+    with Runner.from_config({"rewards": [{"name": "llm_judge_pairwise", "kwargs": {
+            "base_url": stub.url, "model": "m"}}]}) as runner:
+        fig = calibrate_term(runner.terms[0], *gold_rows(str(gold)))
+    assert fig["rows"] == 24 and fig["judge_calls"] == 48 and fig["position_bias"] == 0.5
+    # a near-tie is a tie (0.5), halfway between the labels: the higher label is taken, so the 6 near-ties
+    # labelled 0 disagree
+    assert fig["agreement"] == 0.75 and fig["kappa"] == pytest.approx(0.5)
