@@ -341,3 +341,26 @@ def test_calibration_of_a_pairwise_judge_reports_its_position_bias(stub, tmp_pat
     # a near-tie is a tie (0.5), halfway between the labels: the higher label is taken, so the 6 near-ties
     # labelled 0 disagree
     assert fig["agreement"] == 0.75 and fig["kappa"] == pytest.approx(0.5)
+
+
+@pytest.mark.timeout(120)
+def test_train_refuses_a_judge_under_its_calibration(stub, tmp_path):
+    """The trainer's reward validation (what `rewardhub-train` runs before any actor starts) applies the
+    gate: a guessing judge is refused in one line naming the term and its kappa."""
+    from rewardhub.builtin.judging import calibrate
+    from rewardhub.config.schema import validate_reward
+    from rewardhub.errors import UsageError
+    from rewardhub_trainer.rewards import validate_rewards
+
+    gold = tmp_path / "gold.jsonl"
+    write_gold(gold, 60)
+    calibrate.FIGURES.clear()
+    stub.reset(score_judge(guess=True, seed=5))
+    reward = validate_reward({"rewards": [{"name": "llm_judge_sampled", "kwargs": {
+        "base_url": stub.url, "model": "m", "template": "train gate {response}"},
+        "calibration": {"gold": str(gold), "min_kappa": 0.5}}]})
+    with pytest.raises(UsageError) as err:
+        validate_rewards(reward)
+    said = str(err.value)
+    assert said.count("\n") == 0 and "'llm_judge_sampled' fails its calibration: kappa" in said
+    assert list(calibrate.FIGURES.values())[0]["rows"] == 60  # summary.json's calibration
