@@ -25,6 +25,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "rewardhub.builtin.judge",
     "rewardhub.builtin.length",
     "rewardhub.builtin.match",
+    "rewardhub.builtin.judge_modes",
 )
 
 

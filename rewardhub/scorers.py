@@ -24,7 +24,8 @@ from .execution import Scorer
 from .execution import Term
 from .execution import effective_executor
 
-__all__ = ["executor_problems", "kwargs_problems", "open_scorer", "scores_remotely", "term_problems"]
+__all__ = ["executor_problems", "kwargs_problems", "open_scorer", "scores_remotely",
+           "term_problems"]
 
 
 def scores_remotely(reward: Any) -> bool:
@@ -57,7 +58,7 @@ def open_scorer(reward: Any, *, registry: Any = None, cache_dir: str | None = No
     from .distributed import runner_from_config
 
     runner = runner_from_config(section, registry=registry, cache_dir=cache_dir)
-    problems = [p for t in runner.terms for p in term_problems(t)] if check else []
+    problems = [p for t in runner.terms for p in term_problems(t, registry)] if check else []
     if problems:
         runner.close()
         raise UsageError("\n".join(problems))
@@ -78,12 +79,24 @@ def executor_problems(term: Term) -> list[str]:
     return []
 
 
-def term_problems(term: Term) -> list[str]:
+def term_problems(term: Term, registry: Any = None) -> list[str]:
     """What ``score`` refuses to run with, as ``check`` reports it: kwargs the reward does not take
-    (unless it takes ``**kwargs``), and an executor that cannot run here."""
+    (unless it takes ``**kwargs``), an executor that cannot run here, and a judge under its calibration
+    gate."""
     bad, _ = kwargs_problems(term)
     return [f"reward term {term.name!r}: kwargs: {p}" for p in bad] + \
-        [f"reward term {term.name!r}: {p}" for p in executor_problems(term)]
+        [f"reward term {term.name!r}: {p}" for p in executor_problems(term)] + \
+        (_calibration_gate(term, registry) if not bad else [])
+
+
+def _calibration_gate(term: Term, registry: Any) -> list[str]:
+    """A judge term's calibration gate (``rewardhub.builtin.judging.calibrate``): one line naming the term
+    and its figure when it falls under it; nothing (and no import) without ``calibration``."""
+    if getattr(term.config, "calibration", None) is None:
+        return []
+    from .builtin.judging.calibrate import calibration_problems
+
+    return calibration_problems(term, registry)
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}

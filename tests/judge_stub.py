@@ -25,6 +25,80 @@ def completion(text: str) -> str:
                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
 
+def _blocks(body: dict[str, Any], label: str) -> list[str]:
+    import re
+
+    user = body["messages"][-1]["content"]
+    return re.findall(rf"<<<({label}-[0-9a-f]{{16}})\n(.*?)\n\1>>>", user, re.S)
+
+
+def quality(text: str) -> float:
+    """A graded text's true quality: the number after ``q=`` in it (0 when none)."""
+    import re
+
+    m = re.search(r"q=(-?\d+(?:\.\d+)?)", text)
+    return float(m.group(1)) if m else 0.0
+
+
+def pair_judge(p_first: float = 0.7, near: float = 1.0, seed: int = 0) -> Answer:
+    """A pairwise judge that is right when the qualities of A and B differ by more than ``near``, and on
+    near-ties picks the first position with probability ``p_first`` (else it is right: equal qualities
+    are a tie)."""
+    import random
+
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def answer(body: dict[str, Any], n: int) -> tuple[int, str]:
+        (_, a), = [b for b in _blocks(body, "A")]
+        (_, b), = [b for b in _blocks(body, "B")]
+        qa, qb = quality(a), quality(b)
+        if abs(qa - qb) > near:
+            return 200, f"Winner: {'A' if qa > qb else 'B'}"
+        with lock:
+            first = rng.random() < p_first
+        return 200, f"Winner: {'A' if first or qa > qb else 'B' if qb > qa else 'tie'}"
+
+    return answer
+
+
+def rubric_judge(body: dict[str, Any], n: int) -> tuple[int, str]:
+    """A rubric judge: criterion ``K`` is met when the response holds the word in the criterion's quotes."""
+    import re
+
+    user = body["messages"][-1]["content"]
+    (_, response), = _blocks(body, "RESPONSE")
+    lines = []
+    for k, word in re.findall(r"Criterion (\d+): .*?'(\w+)'", user):
+        lines.append(f"Criterion {k}: {'YES' if word in response else 'NO'} - looked for {word}")
+    return 200, "\n".join(lines)
+
+
+def score_judge(guess: bool = False, seed: int = 0) -> Answer:
+    """A pointwise judge: ``Score: 10`` when the response's quality is 5 or more, else ``Score: 0``; with
+    ``guess``, a coin flip instead. A request for logprobs gets the score's token with its top_logprobs."""
+    import random
+
+    rng = random.Random(seed)
+    lock = threading.Lock()
+
+    def answer(body: dict[str, Any], n: int) -> tuple[int, str]:
+        (_, response), = _blocks(body, "RESPONSE")
+        with lock:
+            good = rng.random() < 0.5 if guess else quality(response) >= 5
+        score = "10" if good else "0"
+        if not body.get("logprobs"):
+            return 200, f"Score: {score}"
+        top = [{"token": score, "logprob": -0.1}, {"token": "5", "logprob": -2.5},
+               {"token": "x", "logprob": -4.0}]
+        reply = json.loads(completion(score))
+        first = {"token": score, "logprob": -0.1, "top_logprobs": top}
+        reply["choices"][0]["logprobs"] = {"content": [first]}
+        return 200, "raw:" + json.dumps(reply)
+
+    return answer
+
+
 class StubJudge:
     """Runs in a thread of its own; ``url`` is its ``/v1`` base URL."""
 
@@ -114,7 +188,8 @@ class StubJudge:
 if __name__ == "__main__":  # a stub in a process of its own (bench/bench_judge.py): prints its port
     import sys
 
-    stub = StubJudge(service_s=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
+    stub = StubJudge(pair_judge() if sys.argv[2:3] == ["pair"] else None,  # argv: [service_s] [pair]
+                     service_s=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0)
     print(stub.port, flush=True)
     sys.stdin.read()  # until the parent closes our stdin
     stub.close()

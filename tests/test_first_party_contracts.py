@@ -14,7 +14,8 @@ from rewardhub._contract import run_contract
 from rewardhub.registry import get_registry
 
 MODEL_REWARDS = {"reward_model", "judge"}
-SERVED = {"llm_judge", "llm_judge_group"}  # checked in test_llm_judge.py, against a served judge
+SERVED = {"llm_judge", "llm_judge_group",  # checked in test_llm_judge.py, against a served judge
+          "llm_judge_pairwise", "llm_judge_rubric", "llm_judge_sampled"}  # and in test_judge_modes.py
 
 
 def _first_party() -> list[str]:

@@ -72,6 +72,10 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         problems.extend(f"{where}.kwargs: {p}" for p in bad)
         notes.extend(f"{where}.kwargs: {p}" for p in maybe)
         problems.extend(f"{where}: {p}" for p in executor_problems(term))
+        if getattr(term.config, "calibration", None) is not None:  # a judge's gate
+            from ..builtin.judging.calibrate import calibration_problems
+
+            problems.extend(calibration_problems(term, registry))
         pol = term.policy
         terms.append(
             {

@@ -205,8 +205,9 @@ def run(args: argparse.Namespace) -> int:
     failures = failure_report(columns)
     if args.summary_json:
         write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
-                                          "rewards": used, "failures": failures,
-                                          "slowest": slowest.as_json()}, args.output)
+                                          "rewards": used, "failures": failures, "slowest": slowest.as_json(),
+                                          **_calibration_figures(plan.reward, names)},
+                      args.output)
     if debug_enabled():
         for line in debug_lines(failures):
             _say(line)
@@ -214,6 +215,15 @@ def run(args: argparse.Namespace) -> int:
     for line in too_many:
         _say(line)
     return 1 if too_many else 0
+
+
+def _calibration_figures(reward: Any, names: list[str]) -> dict[str, Any]:
+    """The calibration figures of the judge terms that have a ``calibration`` gate (summary.json)."""
+    if not any(getattr(t, "calibration", None) for t in reward.rewards):
+        return {}
+    from ..builtin.judging.calibrate import FIGURES
+
+    return {"calibration": [f for f in FIGURES.values() if f["term"] in set(names)]}
 
 
 def _say(line: str) -> None:

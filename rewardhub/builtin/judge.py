@@ -238,3 +238,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
 @hookimpl
 def rewardhub_register_rewards() -> list[Any]:
     return [llm_judge, llm_judge_group]
+
+
+# the pieces the judging modes (rewardhub.builtin.judging: pairwise, tournament, rubric) build on
+block, fill, prompt_text, text_of, num = _block, _fill, _prompt_text, _text, _num
+valid_range, auth_headers, LAST_NUMBER = _range, _headers, _LAST_NUMBER

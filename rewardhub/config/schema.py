@@ -93,9 +93,11 @@ class TermConfig:
     tags: tuple[str, ...] = ()
     kind: str | None = None
     adapter: str = "auto"
+    #: a judge's gate: ``{gold: FILE, min_kappa: K}`` or ``{gold: FILE, min_rho: R}`` (builtin/judging)
+    calibration: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        _freeze(self, "kwargs", "data_sources", "tags")
+        _freeze(self, "kwargs", "data_sources", "tags", "calibration")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from ._outcome import Outcome
 from ._outcome import check_value
 from ._where import split_error
 
-__all__ = ["Column", "column_metrics", "stats"]
+__all__ = ["COUNTED", "Column", "column_metrics", "stats"]
 
 #: above this many values, std is taken in one pass (last-bit rounding may differ from two passes)
 _ONE_PASS_FROM = 10_000
@@ -221,6 +221,10 @@ def _std(vals: list[Any], mean: float) -> float:
     return scale * math.sqrt(math.fsum((d / scale) ** 2 for d in devs) / len(devs))
 
 
+#: extra keys that are counts (a judge's calls, tokens and failed calls): summed, not averaged
+COUNTED = frozenset({"judge_calls", "judge_tokens", "judge_failed"})
+
+
 def column_metrics(
     name: str, col: Column, precomputed: tuple[float, float, int] | None = None
 ) -> dict[str, float]:
@@ -228,7 +232,8 @@ def column_metrics(
     for a term with ``cache`` on ``cache_hits`` (samples that made no call of their own) and ``cache_misses``.
 
     ``mean``/``std``/``count`` cover the values the samples got (failure values included, NaN
-    skipped); latencies are seconds per call; numeric extra keys are averaged over ok samples.
+    skipped); latencies are seconds per call; numeric extra keys are averaged over ok samples, but the
+    :data:`COUNTED` ones are summed over all samples but cache hits.
     """
     mean, std, count = precomputed or stats(col.values, col.has_none())
     statuses = list(col.status.values())
@@ -247,10 +252,14 @@ def column_metrics(
         m["cache_hits"], m["cache_misses"] = float(hits), float(len(col.cache) - hits)
     extras: dict[str, list[float]] = {}
     for i, ex in col.extra.items():
-        if i in col.status:
-            continue
+        if i in col.status or ex.keys() & COUNTED:
+            for k in ex.keys() & COUNTED:  # counts: summed over every sample that made calls, failed or not
+                if not col.cache.get(i) and isinstance(ex[k], (int, float)):
+                    m[k] = m.get(k, 0.0) + float(ex[k])
+            if i in col.status:
+                continue
         for k, v in ex.items():
-            if isinstance(v, (int, float)):
+            if isinstance(v, (int, float)) and k not in COUNTED:
                 extras.setdefault(str(k), []).append(float(v))
     for k, vs in extras.items():
         if k not in m:

@@ -82,7 +82,7 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
     """Turn a reward's return value into an :class:`Outcome`; anything but a finite score is an error.
 
     ``None`` means not applicable; a dict must carry a finite ``score`` and its other keys become
-    extra metrics.
+    extra metrics; ``{"score": None, "failed": MESSAGE, ...}`` is a failure that keeps its extras.
     """
     if type(raw) is float and raw - raw == 0.0:  # the common case: a finite float (NaN and inf fail this)
         return Outcome(raw, OK)
@@ -94,7 +94,10 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
             return Outcome(None, ERROR, error=f"{who} returned a dict without 'score': {_short(raw)}")
         score = raw["score"]
         if score is None:
-            return Outcome(None, NOT_APPLICABLE, extra={k: v for k, v in raw.items() if k != "score"})
+            rest = {k: v for k, v in raw.items() if k not in ("score", "failed")}
+            if isinstance(raw.get("failed"), str):  # a failure that keeps its extras (a judge's counts)
+                return Outcome(None, ERROR, extra=rest, error=raw["failed"])
+            return Outcome(None, NOT_APPLICABLE, extra=rest)
         value = _finite(score)
         if value is None:
             who = _reward_label(reward, index)

@@ -284,8 +284,8 @@ VERL_CHECK = ("def compute_score(data_source, solution_str, ground_truth, extra_
 @pytest.mark.timeout(300)
 def test_a_verl_launch_script_migrates_with_every_key_accounted_for_then_trains(
         ray_session, model_cache, tmp_path, monkeypatch):
-    from rewardhub.verl.scripts import read_script
     from rewardhub.config.overrides import parse_override
+    from rewardhub.verl.scripts import read_script
     from rewardhub_trainer.cli import train
     from rewardhub_trainer.config import ModelConfig
     from rewardhub_trainer.config import parse_config

@@ -243,6 +243,12 @@ class Run:
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self, leftovers: list[Rollout]) -> dict[str, Any]:
         summary = self._summary(leftovers, self._infos())
+        from rewardhub.builtin.judging.calibrate import (
+            FIGURES,  # the judges' calibration gates, where a term has one
+        )
+
+        if FIGURES:
+            summary["calibration"] = list(FIGURES.values())
         self._stop()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary

@@ -62,6 +62,12 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
     try:
         runner = Runner.from_config(reward, registry)  # resolves (imports) file and module terms too
         runner.close()
+        if any(t.config.calibration for t in runner.terms):  # a judge's gate: refuse to train under it
+            from rewardhub.builtin.judging.calibrate import calibration_problems
+
+            gate = [p for t in runner.terms for p in calibration_problems(t, registry)]
+            if gate:
+                raise UsageError("\n".join(gate))
         if default_timeout_s:
             reward = _with_timeouts(reward, [t.policy.timeout_s for t in runner.terms], default_timeout_s)
         setup, _ = prepare_setup(reward, registry=registry)
