@@ -2,7 +2,8 @@
 
 A term with ``cache`` on keys each sample by the reward's identity as provenance gives it (distribution
 and version, target, the sha256 of a file reward; a module of no distribution by its file's sha256), the
-term's kwargs, and the sample fields the reward's signature reads. Samples of one batch with one key make
+term's kwargs, and the sample fields the reward's signature reads (a trajectory's whole ``messages``
+included: :func:`fields_read`). Samples of one batch with one key make
 one call (a GRPO group's identical completions); a key scored before makes none: in memory for the
 runner's life (the :data:`MEMORY_ENTRIES` latest), and across runs on disk in ``DIR/scores.sqlite`` when
 the runner has a folder (``rewardhub score --cache DIR``). Another version or file hash is another key,
@@ -61,11 +62,18 @@ def reward_identity(spec: RewardSpec) -> list[Any]:
 
 
 def fields_read(term: Term) -> tuple[str, ...]:
-    """The sample fields ``term``'s reward reads, by its signature (all of them with ``**kwargs``)."""
+    """The sample fields ``term``'s reward reads, by its signature (all of them with ``**kwargs``).
+
+    A trajectory's ``messages`` (tool calls and all) are read by a reward that takes them, by one with
+    ``**kwargs`` and by a TRL reward (its completions are the messages' replies); a reward that takes
+    ``messages`` reads a text sample's prompt and response as its chat, so those are read too."""
     inv = term.invoker
     if inv.var_kw or inv.adapter == "trl":
-        return FIELDS
-    return tuple(f for f in FIELDS if inv.names & {f, f + "s", *_READ_AS.get(f, ())})
+        return (*FIELDS, "messages")
+    read = tuple(f for f in FIELDS if inv.names & {f, f + "s", *_READ_AS.get(f, ())})
+    if inv.messages or "messages" in inv.names:
+        read = (*dict.fromkeys((*read, "prompt", "response")), "messages")
+    return read
 
 
 def _plain(value: Any) -> Any:
