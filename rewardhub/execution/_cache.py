@@ -48,17 +48,30 @@ _Stored = tuple[float | None, dict[str, Any]]
 
 def reward_identity(spec: RewardSpec) -> list[Any]:
     """What tells this reward's code from any other's: distribution and version (rewardhub's for a
-    built-in), target, bound params, and a sha256: a file reward's, or for a module of no distribution
-    its file's."""
+    built-in), target, bound params, a sha256 (a file reward's, or for a module of no distribution its
+    file's), and the sha256 of the source files that can change without a new version: the reward's
+    own when it lies outside the installed trees (a file, an editable install) and its local imports
+    (:mod:`._codehash`). Computed once per term per runner, not per sample."""
     from .._discovery import find_module_file
+    from .._targets import file_module_name
     from ..registry import core_version
+    from ._codehash import code_digest
 
     version = core_version() if spec.source == "builtin" and not spec.dist else spec.version
     digest = spec.sha256
-    if digest is None and not spec.dist and spec.source != "builtin":
-        path = find_module_file(spec.target.rpartition(":")[0])
-        digest = file_sha256(path) if path else None
-    return [spec.dist, version, spec.target, digest, [list(p) for p in spec.params]]
+    code = None
+    if spec.source != "builtin" or spec.dist:
+        module = spec.target.rpartition(":")[0]
+        if spec.is_file_target:
+            path: str | None = module
+            module = file_module_name(module, spec.sha256)
+        else:
+            path = find_module_file(module)
+        if path:
+            code = code_digest(path, module)
+            if digest is None and not spec.dist:
+                digest = file_sha256(path)
+    return [spec.dist, version, spec.target, digest, [list(p) for p in spec.params], code]
 
 
 def fields_read(term: Term) -> tuple[str, ...]:
@@ -176,8 +189,8 @@ class RewardCache:
     def _prefix_of(self, term: Term) -> str | None:
         if term.name not in self._prefix:
             inv = term.invoker
+            ident = reward_identity(term.spec)
             try:
-                ident = reward_identity(term.spec)
                 self._prefix[term.name] = _dump([ident, inv.kind, inv.adapter, term.kwargs])
             except (TypeError, ValueError):  # kwargs JSON cannot write: the term is called every time
                 self._prefix[term.name] = None
