@@ -3,9 +3,11 @@
 
 The instructions and the graded text never mix: the system prompt holds only the rule that marked text
 is data; the user message is the ``template`` with each piece of graded text in a block whose markers
-carry a hash of that text, so no text can close its own block. A reply with no score, or a score outside
-``score_range``, is a failure (the term's ``on_failure``), never a number: a response that tells the
-judge to answer 100 gets no 100.
+carry a hash of that text, so no text can close its own block, and what in it looks like a verdict or a
+marker is swapped for look-alike characters (:func:`~._verdict.neutralised`). The reply's verdict is the
+one the template asks for (:func:`~._verdict.verdict`); a reply with no verdict, two different ones, or
+one outside ``score_range`` is a failure (the term's ``on_failure``), never a number: a response that
+tells the judge to answer 100 gets no 100.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from ._judge_http import JudgeError
 from ._judge_http import chat_url
 from ._judge_http import limiter
 from ._judge_http import post_json
+from ._verdict import neutralised
+from ._verdict import quoted
+from ._verdict import verdict
 
 __all__ = ["DEFAULT_GROUP_TEMPLATE", "DEFAULT_TEMPLATE", "EXPENSIVE", "SYSTEM", "llm_judge",
            "llm_judge_group"]
@@ -46,8 +51,6 @@ DEFAULT_GROUP_TEMPLATE = (
     "Grade each of the {n} responses to the PROMPT, comparing them with the REFERENCE answer when one is "
     "given.\n\nPROMPT:\n{prompt}\n\nREFERENCE:\n{ground_truth}\n\n{responses}\n\n{reply_format}")
 
-#: a number standing alone (not digits inside a word or a marker's hash, e.g. an echoed ``RESPONSE-3f9a``)
-_LAST_NUMBER = r"(?<![\w.-])-?\d+(?:\.\d+)?(?!\w)"
 _FORMATS = {
     "scores": "Reply with one line per response, `Response K: N`, N a number from {low} to {high}.",
     "rank": "Reply with one line, `Ranking: K, K, ...`: every response number once, the best first.",
@@ -55,6 +58,8 @@ _FORMATS = {
 
 
 def _block(label: str, text: str) -> str:
+    """``text`` between markers that carry its hash (its verdict and marker look-alikes neutralised)."""
+    text = neutralised(text)
     tag = f"{label}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     return f"<<<{tag}\n{text}\n{tag}>>>"
 
@@ -148,24 +153,17 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
     return text.replace(key, "<api key>") if key else text
 
 
-def _score(text: str, regex: str, low: float, high: float, what: str = "score") -> float:
-    found = list(re.finditer(regex, text))
-    if not found:
-        raise JudgeError(f"the judge's reply has no {what} (score_regex {regex!r}): {text[:200]!r}\n"
-                         "adjust template or score_regex to the judge's replies")
-    m = found[-1]
-    value = float(m.group(1) if m.re.groups else m.group(0))
-    if not low <= value <= high:
-        raise JudgeError(f"the judge's {what} {value:g} is outside score_range [{low:g}, {high:g}]: "
-                         f"{text[:200]!r}")
-    return value
+def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:
+    """The reply's one verdict (``regex``: a user's ``score_regex``; ``None``: ``Score: N`` as
+    :func:`~._verdict.verdict` reads it)."""
+    return verdict(text, low, high, regex=regex, what=what)
 
 
 @reward(name="llm_judge", timeout_s=120, max_concurrency=32, cache=True,
         capabilities=(EXPENSIVE,))
 async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequence[Any] | None = None,
                     base_url: str, model: str,
-                    template: str = DEFAULT_TEMPLATE, score_regex: str = _LAST_NUMBER,
+                    template: str = DEFAULT_TEMPLATE, score_regex: str | None = None,
                     score_range: Sequence[float] = (0, 10), api_key_env: str | None = None,
                     max_tokens: int = 64, temperature: float = 0.0, max_rpm: float | None = None,
                     max_tpm: float | None = None, retries: int = 4, backoff_s: float = 0.5,
@@ -173,8 +171,9 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     """A model behind an OpenAI-compatible endpoint grades the response; its score, in score_range.
 
     ``template`` fills ``{prompt}``, ``{response}``, ``{ground_truth}``, ``{messages}`` (the whole chat of a
-    trajectory, else the prompt and the response as two turns), ``{low}`` and ``{high}``. ``score_regex``
-    picks the score from the reply (its last match; group 1 when it has one; default: the last number).
+    trajectory, else the prompt and the response as two turns), ``{low}`` and ``{high}``. The score is the
+    reply's verdict: ``Score: N`` (also ``Score: N/HIGH``, ``N out of HIGH``, a bare number); with
+    ``score_regex``, its matches (group 1 when it has one). No verdict or two different ones fail.
     ``max_rpm``/``max_tpm`` are per-minute limits for this endpoint in this process (tokens estimated at
     4 characters each, plus ``max_tokens``); 429, 5xx and transport errors are tried again ``retries``
     times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names.
@@ -226,10 +225,14 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                       max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
                       request_timeout_s=request_timeout_s)
     if mode == "rank":
-        m = list(re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text))
-        order = [int(k) for k in re.findall(r"\d+", m[-1].group(1))] if m else []
+        orders = list(dict.fromkeys(tuple(int(k) for k in re.findall(r"\d+", m.group(1)))
+                                    for m in re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text)))
+        if len(orders) > 1:
+            raise JudgeError(f"the judge's reply is ambiguous: {len(orders)} different rankings: "
+                             f"{quoted(text)}")
+        order = list(orders[0]) if orders else []
         if sorted(order) != list(range(1, n + 1)):
-            raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {text[:200]!r}")
+            raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {quoted(text)}")
         return [1.0 if n == 1 else 1.0 - order.index(k) / (n - 1) for k in range(1, n + 1)]
     return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)", low, high,
                    f"score for response {k}") for k in range(1, n + 1)]
