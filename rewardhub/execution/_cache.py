@@ -7,13 +7,13 @@ included: :func:`fields_read`). Samples of one batch with one key make
 one call (a GRPO group's identical completions); a key scored before makes none: in memory for the
 runner's life (the :data:`MEMORY_ENTRIES` latest), and across runs on disk in ``DIR/scores.sqlite`` when
 the runner has a folder (``rewardhub score --cache DIR``). Another version or file hash is another key,
-so an old entry is never hit. Failures are not stored: the next batch calls again.
+so an old entry is never hit (what the code hash cannot see: :mod:`._codehash`). Failures are not
+stored: the next batch calls again. A cache file that fails warns and is left aside (:mod:`._cachedisk`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -26,6 +26,8 @@ from .._targets import file_sha256
 from .._targets import sha256
 from ..errors import UsageError
 from ..types import RewardSpec
+from ._cachedisk import Disk
+from ._cachedisk import Stored
 from ._calls import FIELDS
 from ._calls import own
 from ._columns import Column
@@ -43,7 +45,6 @@ MEMORY_ENTRIES = 65536
 #: a sample field -> the parameters a reward reads it by, beyond its own name and plural
 _READ_AS = {"response": ("solution_str", "solution_strs", "completions")}
 
-_Stored = tuple[float | None, dict[str, Any]]
 
 
 def reward_identity(spec: RewardSpec) -> list[Any]:
@@ -104,54 +105,12 @@ def _dump(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
 
 
-class _Disk:
-    """The scores of earlier runs: one sqlite file in the cache folder (a connection per use: nothing to
-    close, nothing a forked process shares)."""
-
-    def __init__(self, folder: str) -> None:
-        if os.path.exists(folder) and not os.path.isdir(folder):
-            raise UsageError(f"--cache {folder!r} is a file, not a folder\n"
-                             "name a folder (it is made when missing)")
-        self.path = os.path.join(folder, "scores.sqlite")
-        try:
-            os.makedirs(folder, exist_ok=True)
-            self._run("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, entry TEXT NOT NULL)")
-        except Exception as exc:  # OSError, sqlite3.Error
-            raise UsageError(f"--cache {folder!r}: cannot use {self.path}: {exc}\n"
-                             "name another folder, or delete that file") from None
-
-    def _run(self, sql: str, rows: Sequence[Sequence[str]] = ((),)) -> list[Any]:
-        import sqlite3
-
-        db = sqlite3.connect(self.path, timeout=60)
-        try:
-            with db:
-                if len(rows) == 1:
-                    return db.execute(sql, rows[0]).fetchall()
-                db.executemany(sql, rows)
-                return []
-        finally:
-            db.close()
-
-    def get(self, keys: Sequence[str]) -> dict[str, _Stored]:
-        found: dict[str, _Stored] = {}
-        for k in range(0, len(keys), 500):  # sqlite's limit on the number of parameters
-            part = keys[k:k + 500]
-            sql = f"SELECT key, entry FROM scores WHERE key IN ({','.join('?' * len(part))})"
-            found.update((key, tuple(json.loads(entry))) for key, entry in self._run(sql, [part]))
-        return found
-
-    def put(self, items: Sequence[tuple[str, str]]) -> None:
-        if items:
-            self._run("INSERT OR REPLACE INTO scores (key, entry) VALUES (?, ?)", items)
-
-
 class RewardCache:
     """Scores by key (see the module's docstring); safe for concurrent callers (one lock)."""
 
     def __init__(self, folder: str | None = None) -> None:
-        self._memory: OrderedDict[str, _Stored] = OrderedDict()
-        self._disk = _Disk(folder) if folder else None
+        self._memory: OrderedDict[str, Stored] = OrderedDict()
+        self._disk = Disk(folder) if folder else None
         self._prefix: dict[str, str | None] = {}  # term name -> the part of its keys all samples share
         self._lock = threading.Lock()
 
@@ -196,7 +155,7 @@ class RewardCache:
                 self._prefix[term.name] = None
         return self._prefix[term.name]
 
-    def _lookup(self, keys: list[str]) -> dict[str, _Stored]:
+    def _lookup(self, keys: list[str]) -> dict[str, Stored]:
         mem = self._memory
         found = {k: mem[k] for k in keys if k in mem}
         for k in found:
@@ -209,12 +168,12 @@ class RewardCache:
             found.update(from_disk)
         return found
 
-    def _remember(self, key: str, stored: _Stored) -> None:
+    def _remember(self, key: str, stored: Stored) -> None:
         self._memory[key] = stored
         if len(self._memory) > MEMORY_ENTRIES:
             self._memory.popitem(last=False)
 
-    def store(self, items: Sequence[tuple[str, _Stored]]) -> None:
+    def store(self, items: Sequence[tuple[str, Stored]]) -> None:
         with self._lock:
             for key, stored in items:
                 self._remember(key, stored)
