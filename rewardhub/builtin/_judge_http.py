@@ -17,13 +17,18 @@ from typing import Any
 
 from .._ratelimit import Limiter
 from .._ratelimit import limiter
+from .._secrets import bearer_secrets
+from .._secrets import redact
 from ..errors import RewardhubError
 from ..errors import UsageError
 
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+__all__ = ["KEY_LABEL", "JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+
+#: what stands for the judge's API key in any text rewardhub keeps
+KEY_LABEL = "<api key>"
 
 
 class JudgeError(RewardhubError):
@@ -76,11 +81,17 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
     """POST ``body``; the decoded JSON reply of the first answer that is not a 429 or 5xx.
 
     :raises JudgeError: after ``retries + 1`` failed tries, on another HTTP error, or a reply that is
-        not JSON. The message names the URL and status, never the request's headers (the API key).
+        not JSON. The message names the URL and status, never the request's headers: the API key is
+        taken out of any text from the answer before it is cut (:func:`~rewardhub._secrets.redact`).
     """
     import asyncio
 
     import aiohttp
+
+    secrets = bearer_secrets(headers)
+
+    def clean(text: str) -> str:
+        return redact(text, secrets, KEY_LABEL)
 
     session = await _session()
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
@@ -92,20 +103,20 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
                 status, text = resp.status, await resp.text(errors="replace")
                 after = resp.headers.get("Retry-After", "")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            last = clean(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         else:
             if status == 429 or status >= 500:
                 last = f"HTTP {status}"
                 wait = max(wait, min(30.0, float(after))) if after.replace(".", "", 1).isdigit() else wait
             elif status != 200:
-                raise JudgeError(f"the judge at {url} answered HTTP {status}: {text[:300]!r}\n"
+                raise JudgeError(f"the judge at {url} answered HTTP {status}: {clean(text)[:300]!r}\n"
                                  "check base_url, model and api_key_env")
             else:
                 try:
                     return json.loads(text)
                 except json.JSONDecodeError:
                     raise JudgeError(f"the judge at {url} answered with text that is not JSON: "
-                                     f"{text[:200]!r}") from None
+                                     f"{clean(text)[:200]!r}") from None
         if attempt < retries:
             await asyncio.sleep(wait)
     raise JudgeError(f"the judge at {url} failed {retries + 1} times; the last: {last}\n"

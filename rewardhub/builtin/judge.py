@@ -21,9 +21,12 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from .._secrets import looks_like_key
+from .._secrets import redact
 from ..decorator import reward
 from ..errors import UsageError
 from ..hookspecs import hookimpl
+from ._judge_http import KEY_LABEL
 from ._judge_http import JudgeError
 from ._judge_http import chat_url
 from ._judge_http import limiter
@@ -108,9 +111,17 @@ def _num(x: float) -> str:
     return str(int(x)) if x.is_integer() else str(x)
 
 
+#: the error of an ``api_key_env`` that holds a key (it never shows the value)
+KEY_IN_NAME = ("llm_judge api_key_env holds what looks like an API key itself ({n} characters), not the "
+               "name of an environment variable\nput the key in a variable (export JUDGE_API_KEY=...) and "
+               "set api_key_env: JUDGE_API_KEY; the key itself never goes in a config")
+
+
 def _headers(api_key_env: str | None) -> dict[str, str]:
     if not api_key_env:
         return {}
+    if looks_like_key(str(api_key_env)):
+        raise UsageError(KEY_IN_NAME.format(n=len(str(api_key_env))))
     key = os.environ.get(api_key_env)
     if not key:
         raise UsageError(f"llm_judge api_key_env={api_key_env!r}: that environment variable is not set\n"
@@ -136,6 +147,7 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
 
         await asyncio.sleep(wait)
     key = headers.get("Authorization", "")[7:]
+    secrets = [key] if key else []
     try:
         reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s,
                                 request_timeout_s=request_timeout_s)
@@ -145,12 +157,12 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
             text = None
         if not isinstance(text, str):
             raise JudgeError(f"the judge at {url} replied without choices[0].message.content: "
-                             f"{json.dumps(reply)[:200]}")
+                             f"{redact(json.dumps(reply), secrets, KEY_LABEL)[:200]}")
     except JudgeError as exc:  # a server may echo the request back: the key is taken out of its words
         if key and key in str(exc):
-            raise JudgeError(str(exc).replace(key, "<api key>")) from None
+            raise JudgeError(redact(str(exc), secrets, KEY_LABEL)) from None
         raise
-    return text.replace(key, "<api key>") if key else text
+    return redact(text, secrets, KEY_LABEL) if key else text
 
 
 def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:
