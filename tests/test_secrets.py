@@ -65,7 +65,7 @@ def test_a_key_pasted_into_api_key_env_is_refused_and_never_shown(cli, stub, tmp
     stub.reset(lambda body, n: (200, "Score: 5"))
     term = {"name": "llm_judge", "kwargs": {"base_url": stub.url, "model": "m", "api_key_env": KEY}}
     res, written = _score(cli, tmp_path, term, {})
-    assert "looks like an API key itself (34 characters)" in res.stderr + written
+    assert res.returncode == 2 and "looks like an API key itself (34 characters)" in res.stderr
     assert leaked(KEY, written, res.stdout, res.stderr) == []
     assert not stub.requests
 

@@ -25,7 +25,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["KEY_LABEL", "JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+__all__ = ["KEY_LABEL", "REPLY_TOO_LARGE", "JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
 
 #: what stands for the judge's API key in any text rewardhub keeps
 KEY_LABEL = "<api key>"
@@ -45,6 +45,38 @@ def chat_url(base_url: str) -> str:
                          "set it to an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     url = str(base_url).rstrip("/")
     return url if url.endswith("/chat/completions") else url + "/chat/completions"
+
+
+#: the ``kind`` of the error of a reply over its bound
+REPLY_TOO_LARGE = "reply_too_large"
+
+
+async def _bounded(resp: Any, url: str, max_bytes: int | None) -> str:
+    """An answer's body as text, read no further than ``max_bytes``.
+
+    :raises JudgeError: (kind :data:`REPLY_TOO_LARGE`) the answer announces or sends more.
+    """
+    if max_bytes is None:
+        return str(await resp.text(errors="replace"))
+
+    def too_large(size: str) -> JudgeError:
+        return JudgeError(f"the judge at {url} sent a reply of {size} bytes, over "
+                          f"max_reply_bytes={max_bytes}; it was not read on\n"
+                          "lower the judge's max_tokens, or raise kwargs.max_reply_bytes",
+                          kind=REPLY_TOO_LARGE)
+
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise too_large(str(resp.content_length))
+    chunks, size = [], 0
+    while size <= max_bytes:
+        chunk = await resp.content.read(max_bytes + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > max_bytes:
+        raise too_large("more than " + str(max_bytes))
+    return b"".join(chunks).decode(resp.charset or "utf-8", errors="replace")
 
 
 #: one client session per event loop (the runner runs each batch of async calls on a fresh loop)
@@ -77,8 +109,9 @@ async def _session() -> Any:
 
 
 async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str], *, retries: int,
-                    backoff_s: float, request_timeout_s: float) -> Any:
-    """POST ``body``; the decoded JSON reply of the first answer that is not a 429 or 5xx.
+                    backoff_s: float, request_timeout_s: float, max_bytes: int | None = None) -> Any:
+    """POST ``body``; the decoded JSON reply of the first answer that is not a 429 or 5xx. Past
+    ``max_bytes`` an answer is not read on (:func:`_bounded`).
 
     :raises JudgeError: after ``retries + 1`` failed tries, on another HTTP error, or a reply that is
         not JSON. The message names the URL and status, never the request's headers: the API key is
@@ -100,7 +133,7 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
         wait = min(30.0, backoff_s * 2 ** attempt)
         try:
             async with session.post(url, json=body, headers=dict(headers), timeout=timeout) as resp:
-                status, text = resp.status, await resp.text(errors="replace")
+                status, text = resp.status, await _bounded(resp, url, max_bytes)
                 after = resp.headers.get("Retry-After", "")
         except (aiohttp.ClientError, TimeoutError) as exc:
             last = clean(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)

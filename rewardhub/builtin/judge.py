@@ -25,18 +25,25 @@ from .._secrets import looks_like_key
 from .._secrets import redact
 from ..decorator import reward
 from ..errors import UsageError
+from ..execution._terms import CHECK_ATTR
 from ..hookspecs import hookimpl
 from ._judge_http import KEY_LABEL
 from ._judge_http import JudgeError
 from ._judge_http import chat_url
 from ._judge_http import limiter
 from ._judge_http import post_json
+from ._judge_settings import KEY_IN_NAME
+from ._judge_settings import SAMPLE_KEYS
+from ._judge_settings import check_settings
 from ._verdict import neutralised
 from ._verdict import quoted
 from ._verdict import verdict
 
 __all__ = ["DEFAULT_GROUP_TEMPLATE", "DEFAULT_TEMPLATE", "EXPENSIVE", "SYSTEM", "llm_judge",
            "llm_judge_group"]
+
+#: the most bytes of a judge's reply read (a larger one fails: kwargs.max_reply_bytes)
+MAX_REPLY_BYTES = 4 << 20
 
 #: the capability that marks a reward as costly per call (the reward cache is on by default for it)
 EXPENSIVE = "expensive"
@@ -111,17 +118,11 @@ def _num(x: float) -> str:
     return str(int(x)) if x.is_integer() else str(x)
 
 
-#: the error of an ``api_key_env`` that holds a key (it never shows the value)
-KEY_IN_NAME = ("llm_judge api_key_env holds what looks like an API key itself ({n} characters), not the "
-               "name of an environment variable\nput the key in a variable (export JUDGE_API_KEY=...) and "
-               "set api_key_env: JUDGE_API_KEY; the key itself never goes in a config")
-
-
 def _headers(api_key_env: str | None) -> dict[str, str]:
     if not api_key_env:
         return {}
     if looks_like_key(str(api_key_env)):
-        raise UsageError(KEY_IN_NAME.format(n=len(str(api_key_env))))
+        raise UsageError(KEY_IN_NAME.format(who="llm_judge", n=len(str(api_key_env))))
     key = os.environ.get(api_key_env)
     if not key:
         raise UsageError(f"llm_judge api_key_env={api_key_env!r}: that environment variable is not set\n"
@@ -131,7 +132,7 @@ def _headers(api_key_env: str | None) -> dict[str, str]:
 
 async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None, max_tokens: int,
                temperature: float, max_rpm: float | None, max_tpm: float | None, retries: int,
-               backoff_s: float, request_timeout_s: float) -> str:
+               backoff_s: float, request_timeout_s: float, max_reply_bytes: int = MAX_REPLY_BYTES) -> str:
     """Send one judging request (after its turn under the per-minute limits); the reply's text."""
     url = chat_url(base_url)
     headers = _headers(api_key_env)
@@ -150,7 +151,7 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
     secrets = [key] if key else []
     try:
         reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s,
-                                request_timeout_s=request_timeout_s)
+                                request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
         try:
             text = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -179,7 +180,8 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
                     score_range: Sequence[float] = (0, 10), api_key_env: str | None = None,
                     max_tokens: int = 64, temperature: float = 0.0, max_rpm: float | None = None,
                     max_tpm: float | None = None, retries: int = 4, backoff_s: float = 0.5,
-                    request_timeout_s: float = 60.0, **kwargs: Any) -> float:
+                    request_timeout_s: float = 60.0, max_reply_bytes: int = MAX_REPLY_BYTES,
+                    **kwargs: Any) -> float:
     """A model behind an OpenAI-compatible endpoint grades the response; its score, in score_range.
 
     ``template`` fills ``{prompt}``, ``{response}``, ``{ground_truth}``, ``{messages}`` (the whole chat of a
@@ -188,12 +190,15 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     ``score_regex``, its matches (group 1 when it has one). No verdict or two different ones fail.
     ``max_rpm``/``max_tpm`` are per-minute limits for this endpoint in this process (tokens estimated at
     4 characters each, plus ``max_tokens``); 429, 5xx and transport errors are tried again ``retries``
-    times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names.
+    times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names. A reply
+    over ``max_reply_bytes`` is not read on: a failure. Settings are checked before any call
+    (:mod:`._judge_settings`).
 
     Example (a term)::
 
         {name: llm_judge, kwargs: {base_url: "http://127.0.0.1:8000/v1", model: judge}, timeout_s: 60}
     """
+    _check_judge({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}, **kwargs})
     low, high = _range(score_range)
     chat = list(messages) if messages else [{"role": "user", "content": _prompt_text(prompt)},
                                             {"role": "assistant", "content": response}]
@@ -204,7 +209,8 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
                  messages=_block("CHAT", render_messages(chat)), low=_num(low), high=_num(high))
     text = await _ask(user, base_url=base_url, model=model, api_key_env=api_key_env, max_tokens=max_tokens,
                       temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm, retries=retries,
-                      backoff_s=backoff_s, request_timeout_s=request_timeout_s)
+                      backoff_s=backoff_s, request_timeout_s=request_timeout_s,
+                      max_reply_bytes=max_reply_bytes)
     return _score(text, score_regex, low, high)
 
 
@@ -215,14 +221,14 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                           max_tokens: int | None = None, temperature: float = 0.0,
                           max_rpm: float | None = None, max_tpm: float | None = None, retries: int = 4,
                           backoff_s: float = 0.5, request_timeout_s: float = 120.0,
-                          **kwargs: Any) -> list[float]:
+                          max_reply_bytes: int = MAX_REPLY_BYTES, **kwargs: Any) -> list[float]:
     """A judge scores (``mode: scores``) or ranks (``mode: rank``) one prompt's group in one call.
 
     ``scores``: each response's score, in score_range. ``rank``: ``1 - place / (n - 1)``, the best 1.0 and the
     worst 0.0. A reply that misses a response fails the whole group. Other kwargs as ``llm_judge``.
     """
-    if mode not in _FORMATS:
-        raise UsageError(f"llm_judge_group mode={mode!r} is not valid\nallowed: {', '.join(_FORMATS)}")
+    _check_group({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"},
+                  **kwargs})
     low, high = _range(score_range)
     n = len(responses)
     gt = (kwargs.get("ground_truths") or [None])[0]
@@ -235,7 +241,7 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
     text = await _ask(user, base_url=base_url, model=model, api_key_env=api_key_env,
                       max_tokens=max_tokens or 16 * n + 32, temperature=temperature, max_rpm=max_rpm,
                       max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
-                      request_timeout_s=request_timeout_s)
+                      request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes)
     if mode == "rank":
         orders = list(dict.fromkeys(tuple(int(k) for k in re.findall(r"\d+", m.group(1)))
                                     for m in re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text)))
@@ -248,6 +254,22 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
         return [1.0 if n == 1 else 1.0 - order.index(k) / (n - 1) for k in range(1, n + 1)]
     return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)", low, high,
                    f"score for response {k}") for k in range(1, n + 1)]
+
+
+def _check_judge(settings: Mapping[str, Any]) -> None:
+    check_settings("llm_judge", llm_judge, settings)
+
+
+def _check_group(settings: Mapping[str, Any]) -> None:
+    check_settings("llm_judge_group", llm_judge_group, settings)
+    mode = settings.get("mode", "scores")
+    if mode not in _FORMATS:
+        raise UsageError(f"llm_judge_group mode={mode!r} is not valid\nallowed: {', '.join(_FORMATS)}")
+
+
+# resolving a term runs these on its kwargs: a bad judge is refused before the first call
+setattr(llm_judge, CHECK_ATTR, _check_judge)
+setattr(llm_judge_group, CHECK_ATTR, _check_group)
 
 
 @hookimpl

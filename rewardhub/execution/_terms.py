@@ -20,7 +20,11 @@ from ._calls import Invoker
 from ._calls import make_invoker
 from ._task import WorkerPayload
 
-__all__ = ["Term", "resolve_term", "resolve_terms", "routes_text", "sandbox_settings"]
+__all__ = ["CHECK_ATTR", "Term", "resolve_term", "resolve_terms", "routes_text", "sandbox_settings"]
+
+#: the attribute of a reward function that holds a check of its term kwargs (it raises ``UsageError``),
+#: run when a term is resolved, so that a bad setting is refused before the first call
+CHECK_ATTR = "_rewardhub_check_kwargs"
 
 
 @dataclass
@@ -147,6 +151,12 @@ def resolve_term(
         kwargs["sandbox"] = dict(sandbox)
     if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:
         kwargs["reward_model"] = dict(reward_model)
+    check = getattr(fn, CHECK_ATTR, None)
+    if check is not None:  # a reward that checks its own kwargs (the judges): before any call
+        try:
+            check(kwargs)
+        except UsageError as exc:
+            raise UsageError(f"reward term {name!r}: {exc}") from None
     return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=term_cfg.weight,
                 kwargs=kwargs, data_sources=data_sources, tags=tuple(term_cfg.tags), adapter=term_cfg.adapter,
                 config=term_cfg)
