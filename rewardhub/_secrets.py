@@ -2,8 +2,8 @@
 
 A server or proxy may echo a request's ``Authorization`` header in its error text. Every text taken from
 an answer goes through :func:`redact` before it is cut to an error's length (a key cut in two would
-escape), so: each known secret is replaced whole, a piece of one that a cut left at the text's end or
-start is replaced too, and any ``Bearer TOKEN`` is replaced, whoever's token it is.
+escape), so: each known secret is replaced, and so is any piece of one of :data:`MIN_PIECE` characters
+or more (a proxy may have cut it), and any ``Bearer TOKEN``, whoever's token it is.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import Mapping
 
 __all__ = ["bearer_secrets", "looks_like_key", "redact", "redact_bytes"]
 
-#: the shortest piece of a secret taken for one at a text's edge (shorter ones match too much)
-MIN_PIECE = 6
+#: the shortest piece of a secret taken for one (a proxy or a cut may leave only a piece; shorter pieces
+#: would match ordinary text)
+MIN_PIECE = 8
 _BEARER = re.compile(r"(?i)(bearer\s+)(?!<)[^\s'\",;}\])\\]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -32,27 +33,51 @@ def bearer_secrets(headers: Mapping[str, str]) -> list[str]:
     return out
 
 
+def _known(secrets: Iterable[str]) -> set[str]:
+    return {s for s in secrets if s and len(s) >= 4}
+
+
+def _replaced(text: str, spans: list[tuple[int, int]], label: str) -> str:
+    """``text`` with each of ``spans`` (overlapping ones as one) replaced by ``label``."""
+    out, end = [], 0
+    for left, right in sorted(spans):
+        if left >= end:
+            out += [text[end:left], label]
+            end = right
+        else:
+            end = max(end, right)
+    return "".join(out) + text[end:] if spans else text
+
+
+def _spans(text: str, secret: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds ``secret`` or a piece of it of :data:`MIN_PIECE` characters or more."""
+    size = min(MIN_PIECE, len(secret))
+    spans = []
+    for j in range(len(secret) - size + 1):
+        piece = secret[j:j + size]
+        at = text.find(piece)
+        while at >= 0:
+            left, right, a, b = at, at + size, j, j + size
+            while left > 0 and a > 0 and text[left - 1] == secret[a - 1]:
+                left, a = left - 1, a - 1
+            while right < len(text) and b < len(secret) and text[right] == secret[b]:
+                right, b = right + 1, b + 1
+            spans.append((left, right))
+            at = text.find(piece, at + 1)
+    return spans
+
+
 def redact(text: str, secrets: Iterable[str], label: str = "<redacted>") -> str:
     """``text`` without any of ``secrets`` (see the module's docstring), each replaced by ``label``."""
-    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, label)
-        if len(secret) > MIN_PIECE:
-            for k in range(len(secret) - 1, MIN_PIECE - 1, -1):  # a head cut off at the end
-                if text.endswith(secret[:k]):
-                    text = text[:-k] + label
-                    break
-            for k in range(len(secret) - 1, MIN_PIECE - 1, -1):  # a tail left at the start
-                if text.startswith(secret[-k:]):
-                    text = label + text[k:]
-                    break
+    text = _replaced(text, [sp for s in _known(secrets) for sp in _spans(text, s)], label)
     return _BEARER.sub(lambda m: m.group(1) + label, text)
 
 
 def redact_bytes(data: bytes, secrets: Iterable[str], label: str = "<redacted>") -> bytes:
-    """:func:`redact` of bytes (an answer's body), every secret replaced wherever it is."""
-    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        data = data.replace(secret.encode("utf-8"), label.encode("utf-8"))
-    return data
+    """:func:`redact`'s pieces of ``secrets`` out of bytes (an answer's body), wherever they are."""
+    text = data.decode("latin-1")  # one character a byte: every byte sequence, and back unchanged
+    spans = [sp for s in _known(secrets) for sp in _spans(text, s.encode("utf-8").decode("latin-1"))]
+    return _replaced(text, spans, label).encode("latin-1", errors="replace") if spans else data
 
 
 def looks_like_key(value: str) -> bool:
