@@ -23,9 +23,9 @@ from typing import Any
 
 from .._secrets import looks_like_key
 from .._secrets import redact
+from ..decorator import CHECK_KWARGS_ATTR
 from ..decorator import reward
 from ..errors import UsageError
-from ..execution._terms import CHECK_ATTR
 from ..hookspecs import hookimpl
 from ._judge_http import KEY_LABEL
 from ._judge_http import JudgeError
@@ -268,8 +268,8 @@ def _check_group(settings: Mapping[str, Any]) -> None:
 
 
 # resolving a term runs these on its kwargs: a bad judge is refused before the first call
-setattr(llm_judge, CHECK_ATTR, _check_judge)
-setattr(llm_judge_group, CHECK_ATTR, _check_group)
+setattr(llm_judge, CHECK_KWARGS_ATTR, _check_judge)
+setattr(llm_judge_group, CHECK_KWARGS_ATTR, _check_group)
 
 
 @hookimpl

@@ -13,6 +13,7 @@ from .._ratelimit import paced
 from ..config.frozen import thaw
 from ..config.schema import RewardConfig
 from ..config.schema import TermConfig
+from ..decorator import CHECK_KWARGS_ATTR
 from ..errors import UsageError
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
@@ -20,11 +21,7 @@ from ._calls import Invoker
 from ._calls import make_invoker
 from ._task import WorkerPayload
 
-__all__ = ["CHECK_ATTR", "Term", "resolve_term", "resolve_terms", "routes_text", "sandbox_settings"]
-
-#: the attribute of a reward function that holds a check of its term kwargs (it raises ``UsageError``),
-#: run when a term is resolved, so that a bad setting is refused before the first call
-CHECK_ATTR = "_rewardhub_check_kwargs"
+__all__ = ["Term", "resolve_term", "resolve_terms", "routes_text", "sandbox_settings"]
 
 
 @dataclass
@@ -151,7 +148,7 @@ def resolve_term(
         kwargs["sandbox"] = dict(sandbox)
     if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:
         kwargs["reward_model"] = dict(reward_model)
-    check = getattr(fn, CHECK_ATTR, None)
+    check = getattr(fn, CHECK_KWARGS_ATTR, None)
     if check is not None:  # a reward that checks its own kwargs (the judges): before any call
         try:
             check(kwargs)
