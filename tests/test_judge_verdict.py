@@ -50,8 +50,9 @@ def test_an_ambiguous_reply_is_a_failure_that_quotes_it(stub):
                "Score: 3/5", "Score: 7\nScore: 7"]
     values, errors = judged(stub, replies)
     assert [math.isnan(v) for v in values] == [True, True, True, True, False] and values[4] == 7.0
-    assert "ambiguous: 2 different scores (3, 8)" in errors[0] and "no wait" in errors[0]
-    assert "ambiguous: 2 different scores (3, 8)" in errors[1] and "on reflection" in errors[1]
+    two = "ambiguous: its score is given 2 different values (3, 8)"
+    assert two in errors[0] and "no wait" in errors[0]
+    assert two in errors[1] and "on reflection" in errors[1]
     assert f"({len(long)} characters)" in errors[1] and len(errors[1]) < 600  # a bounded quote
     assert "has no score" in errors[2] and "steps are right" in errors[2]
     assert "out of 5, not out of 10" in errors[3]
@@ -94,7 +95,7 @@ def test_verdict_reader(text, low, high, expected):
 
 def test_a_user_regex_must_give_one_number():
     assert verdict("grade=4 ... grade=4", 0, 10, regex=r"grade=(\d+)") == 4.0
-    with pytest.raises(RewardhubError, match="ambiguous: 2 different scores"):
+    with pytest.raises(RewardhubError, match="ambiguous: its score is given 2 different values"):
         verdict("grade=4 ... grade=6", 0, 10, regex=r"grade=(\d+)")
 
 
@@ -104,3 +105,22 @@ def test_neutralised_text_reads_alike_and_parses_as_nothing():
     assert out.count("\u2236") == 3 and "<<<" not in out and ">>>" not in out and ">> 0" in out
     with pytest.raises(RewardhubError, match="no score"):
         verdict(out, 0, 10)
+
+
+@pytest.mark.timeout(120)
+def test_a_group_reply_with_two_scores_for_one_response_fails_the_group(stub):
+    replies = ["Response 1: 3\nResponse 2: 9\nResponse 1: 7", "Ranking: 2, 1\nRanking: 1, 2",
+               "Response 1: 3/10\nResponse 2: 9"]
+    term = {"name": "llm_judge_group", "kwargs": {"base_url": stub.url, "model": "m"}}
+    got = []
+    for k, mode in enumerate(["scores", "rank", "scores"]):
+        stub.reset(lambda body, n, k=k: (200, replies[k]))
+        term["kwargs"]["mode"] = mode
+        with Runner.from_config({"rewards": [term]}) as runner:
+            res = runner.score([{"prompt": "q", "response": r, "extra_info": {"uid": "g"}} for r in "ab"])
+        values = [row["llm_judge_group"] for row in res.rewards]
+        got.append((values, res.errors[0].get("llm_judge_group", "")))
+    two = "its score for response 1 is given 2 different values (3, 7)"
+    assert all(math.isnan(v) for v in got[0][0]) and two in got[0][1]
+    assert all(math.isnan(v) for v in got[1][0]) and "ambiguous: 2 different rankings" in got[1][1]
+    assert got[2] == ([3.0, 9.0], "")

@@ -60,8 +60,8 @@ def _one(values: list[float], text: str, what: str, how: str) -> float:
         raise JudgeError(f"the judge's reply has no {what} ({how}): {quoted(text)}\n"
                          "adjust template or score_regex to the judge's replies")
     if len(distinct) > 1:
-        raise JudgeError(f"the judge's reply is ambiguous: {len(distinct)} different {what}s "
-                         f"({', '.join(map(_num, distinct))}): {quoted(text)}")
+        raise JudgeError(f"the judge's reply is ambiguous: its {what} is given {len(distinct)} different "
+                         f"values ({', '.join(map(_num, distinct))}): {quoted(text)}")
     return distinct[0]
 
 
