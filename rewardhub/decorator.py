@@ -17,10 +17,14 @@ from .types import ON_FAILURE
 from .types import ExecutionPolicy
 from .types import RewardSpec
 
-__all__ = ["PLAIN_KEYS", "reward", "reward_meta", "plain_meta", "spec_from_object", "summary_of",
-           "decorated_in_process"]
+__all__ = ["CHECK_KWARGS_ATTR", "PLAIN_KEYS", "reward", "reward_meta", "plain_meta", "spec_from_object",
+           "summary_of", "decorated_in_process"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: the attribute of a reward function that holds a check of a term's kwargs (it raises ``UsageError``);
+#: resolving a term runs it, so that a bad setting is refused before the first call (the judges have one)
+CHECK_KWARGS_ATTR = "_rewardhub_check_kwargs"
 
 #: module:qualname of every function decorated in this process, so that a reward only
 #: a driver script declares can be found and explained (see rewardhub.distributed).

@@ -19,13 +19,18 @@ from .._backoff import backoff_wait
 from .._backoff import retry_after_s
 from .._ratelimit import Limiter
 from .._ratelimit import limiter
+from .._secrets import bearer_secrets
+from .._secrets import redact
 from ..errors import RewardhubError
 from ..errors import UsageError
 
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+__all__ = ["KEY_LABEL", "REPLY_TOO_LARGE", "JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+
+#: what stands for the judge's API key in any text rewardhub keeps
+KEY_LABEL = "<api key>"
 
 #: the longest wait between two tries of one judge request (the schedule: :mod:`rewardhub._backoff`)
 MAX_BACKOFF_S = 30.0
@@ -45,6 +50,38 @@ def chat_url(base_url: str) -> str:
                          "set it to an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     url = str(base_url).rstrip("/")
     return url if url.endswith("/chat/completions") else url + "/chat/completions"
+
+
+#: the ``kind`` of the error of a reply over its bound
+REPLY_TOO_LARGE = "reply_too_large"
+
+
+async def _bounded(resp: Any, url: str, max_bytes: int | None) -> str:
+    """An answer's body as text, read no further than ``max_bytes``.
+
+    :raises JudgeError: (kind :data:`REPLY_TOO_LARGE`) the answer announces or sends more.
+    """
+    if max_bytes is None:
+        return str(await resp.text(errors="replace"))
+
+    def too_large(size: str) -> JudgeError:
+        return JudgeError(f"the judge at {url} sent a reply of {size} bytes, over "
+                          f"max_reply_bytes={max_bytes}; it was not read on\n"
+                          "lower the judge's max_tokens, or raise kwargs.max_reply_bytes",
+                          kind=REPLY_TOO_LARGE)
+
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise too_large(str(resp.content_length))
+    chunks, size = [], 0
+    while size <= max_bytes:
+        chunk = await resp.content.read(max_bytes + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > max_bytes:
+        raise too_large("more than " + str(max_bytes))
+    return b"".join(chunks).decode(resp.charset or "utf-8", errors="replace")
 
 
 #: one client session per event loop (the runner runs each batch of async calls on a fresh loop)
@@ -77,15 +114,22 @@ async def _session() -> Any:
 
 
 async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str], *, retries: int,
-                    backoff_s: float, request_timeout_s: float) -> Any:
-    """POST ``body``; the decoded JSON reply of the first answer that is not a 429 or 5xx.
+                    backoff_s: float, request_timeout_s: float, max_bytes: int | None = None) -> Any:
+    """POST ``body``; the decoded JSON reply of the first answer that is not a 429 or 5xx. Past
+    ``max_bytes`` an answer is not read on (:func:`_bounded`).
 
     :raises JudgeError: after ``retries + 1`` failed tries, on another HTTP error, or a reply that is
-        not JSON. The message names the URL and status, never the request's headers (the API key).
+        not JSON. The message names the URL and status, never the request's headers: the API key is
+        taken out of any text from the answer before it is cut (:func:`~rewardhub._secrets.redact`).
     """
     import asyncio
 
     import aiohttp
+
+    secrets = bearer_secrets(headers)
+
+    def clean(text: str) -> str:
+        return redact(text, secrets, KEY_LABEL)
 
     session = await _session()
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
@@ -94,23 +138,23 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
         wait = backoff_wait(attempt, backoff_s, MAX_BACKOFF_S)
         try:
             async with session.post(url, json=body, headers=dict(headers), timeout=timeout) as resp:
-                status, text = resp.status, await resp.text(errors="replace")
+                status, text = resp.status, await _bounded(resp, url, max_bytes)
                 after = resp.headers.get("Retry-After", "")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            last = clean(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
         else:
             if status == 429 or status >= 500:
                 last = f"HTTP {status}"
                 wait = backoff_wait(attempt, backoff_s, MAX_BACKOFF_S, retry_after_s(after))
             elif status != 200:
-                raise JudgeError(f"the judge at {url} answered HTTP {status}: {text[:300]!r}\n"
+                raise JudgeError(f"the judge at {url} answered HTTP {status}: {clean(text)[:300]!r}\n"
                                  "check base_url, model and api_key_env")
             else:
                 try:
                     return json.loads(text)
                 except json.JSONDecodeError:
                     raise JudgeError(f"the judge at {url} answered with text that is not JSON: "
-                                     f"{text[:200]!r}") from None
+                                     f"{clean(text)[:200]!r}") from None
         if attempt < retries:
             await asyncio.sleep(wait)
     raise JudgeError(f"the judge at {url} failed {retries + 1} times; the last: {last}\n"

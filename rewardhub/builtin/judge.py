@@ -3,9 +3,11 @@
 
 The instructions and the graded text never mix: the system prompt holds only the rule that marked text
 is data; the user message is the ``template`` with each piece of graded text in a block whose markers
-carry a hash of that text, so no text can close its own block. A reply with no score, or a score outside
-``score_range``, is a failure (the term's ``on_failure``), never a number: a response that tells the
-judge to answer 100 gets no 100.
+carry a hash of that text, so no text can close its own block, and what in it looks like a verdict or a
+marker is swapped for look-alike characters (:func:`~._verdict.neutralised`). The reply's verdict is the
+one the template asks for (:func:`~._verdict.verdict`); a reply with no verdict, two different ones, or
+one outside ``score_range`` is a failure (the term's ``on_failure``), never a number: a response that
+tells the judge to answer 100 gets no 100.
 """
 
 from __future__ import annotations
@@ -19,16 +21,29 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from .._secrets import looks_like_key
+from .._secrets import redact
+from ..decorator import CHECK_KWARGS_ATTR
 from ..decorator import reward
 from ..errors import UsageError
 from ..hookspecs import hookimpl
+from ._judge_http import KEY_LABEL
 from ._judge_http import JudgeError
 from ._judge_http import chat_url
 from ._judge_http import limiter
 from ._judge_http import post_json
+from ._judge_settings import KEY_IN_NAME
+from ._judge_settings import SAMPLE_KEYS
+from ._judge_settings import check_settings
+from ._verdict import neutralised
+from ._verdict import quoted
+from ._verdict import verdict
 
 __all__ = ["DEFAULT_GROUP_TEMPLATE", "DEFAULT_TEMPLATE", "EXPENSIVE", "SYSTEM", "llm_judge",
            "llm_judge_group"]
+
+#: the most bytes of a judge's reply read (a larger one fails: kwargs.max_reply_bytes)
+MAX_REPLY_BYTES = 4 << 20
 
 #: the capability that marks a reward as costly per call (the reward cache is on by default for it)
 EXPENSIVE = "expensive"
@@ -46,8 +61,6 @@ DEFAULT_GROUP_TEMPLATE = (
     "Grade each of the {n} responses to the PROMPT, comparing them with the REFERENCE answer when one is "
     "given.\n\nPROMPT:\n{prompt}\n\nREFERENCE:\n{ground_truth}\n\n{responses}\n\n{reply_format}")
 
-#: a number standing alone (not digits inside a word or a marker's hash, e.g. an echoed ``RESPONSE-3f9a``)
-_LAST_NUMBER = r"(?<![\w.-])-?\d+(?:\.\d+)?(?!\w)"
 _FORMATS = {
     "scores": "Reply with one line per response, `Response K: N`, N a number from {low} to {high}.",
     "rank": "Reply with one line, `Ranking: K, K, ...`: every response number once, the best first.",
@@ -55,6 +68,8 @@ _FORMATS = {
 
 
 def _block(label: str, text: str) -> str:
+    """``text`` between markers that carry its hash (its verdict and marker look-alikes neutralised)."""
+    text = neutralised(text)
     tag = f"{label}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     return f"<<<{tag}\n{text}\n{tag}>>>"
 
@@ -106,6 +121,8 @@ def _num(x: float) -> str:
 def _headers(api_key_env: str | None) -> dict[str, str]:
     if not api_key_env:
         return {}
+    if looks_like_key(str(api_key_env)):
+        raise UsageError(KEY_IN_NAME.format(who="llm_judge", n=len(str(api_key_env))))
     key = os.environ.get(api_key_env)
     if not key:
         raise UsageError(f"llm_judge api_key_env={api_key_env!r}: that environment variable is not set\n"
@@ -115,7 +132,7 @@ def _headers(api_key_env: str | None) -> dict[str, str]:
 
 async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None, max_tokens: int,
                temperature: float, max_rpm: float | None, max_tpm: float | None, retries: int,
-               backoff_s: float, request_timeout_s: float) -> str:
+               backoff_s: float, request_timeout_s: float, max_reply_bytes: int = MAX_REPLY_BYTES) -> str:
     """Send one judging request (after its turn under the per-minute limits); the reply's text."""
     url = chat_url(base_url)
     headers = _headers(api_key_env)
@@ -131,58 +148,57 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
 
         await asyncio.sleep(wait)
     key = headers.get("Authorization", "")[7:]
+    secrets = [key] if key else []
     try:
         reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s,
-                                request_timeout_s=request_timeout_s)
+                                request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
         try:
             text = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             text = None
         if not isinstance(text, str):
             raise JudgeError(f"the judge at {url} replied without choices[0].message.content: "
-                             f"{json.dumps(reply)[:200]}")
+                             f"{redact(json.dumps(reply), secrets, KEY_LABEL)[:200]}")
     except JudgeError as exc:  # a server may echo the request back: the key is taken out of its words
         if key and key in str(exc):
-            raise JudgeError(str(exc).replace(key, "<api key>")) from None
+            raise JudgeError(redact(str(exc), secrets, KEY_LABEL)) from None
         raise
-    return text.replace(key, "<api key>") if key else text
+    return redact(text, secrets, KEY_LABEL) if key else text
 
 
-def _score(text: str, regex: str, low: float, high: float, what: str = "score") -> float:
-    found = list(re.finditer(regex, text))
-    if not found:
-        raise JudgeError(f"the judge's reply has no {what} (score_regex {regex!r}): {text[:200]!r}\n"
-                         "adjust template or score_regex to the judge's replies")
-    m = found[-1]
-    value = float(m.group(1) if m.re.groups else m.group(0))
-    if not low <= value <= high:
-        raise JudgeError(f"the judge's {what} {value:g} is outside score_range [{low:g}, {high:g}]: "
-                         f"{text[:200]!r}")
-    return value
+def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:
+    """The reply's one verdict (``regex``: a user's ``score_regex``; ``None``: ``Score: N`` as
+    :func:`~._verdict.verdict` reads it)."""
+    return verdict(text, low, high, regex=regex, what=what)
 
 
 @reward(name="llm_judge", timeout_s=120, max_concurrency=32, cache=True,
         capabilities=(EXPENSIVE,))
 async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequence[Any] | None = None,
                     base_url: str, model: str,
-                    template: str = DEFAULT_TEMPLATE, score_regex: str = _LAST_NUMBER,
+                    template: str = DEFAULT_TEMPLATE, score_regex: str | None = None,
                     score_range: Sequence[float] = (0, 10), api_key_env: str | None = None,
                     max_tokens: int = 64, temperature: float = 0.0, max_rpm: float | None = None,
                     max_tpm: float | None = None, retries: int = 4, backoff_s: float = 0.5,
-                    request_timeout_s: float = 60.0, **kwargs: Any) -> float:
+                    request_timeout_s: float = 60.0, max_reply_bytes: int = MAX_REPLY_BYTES,
+                    **kwargs: Any) -> float:
     """A model behind an OpenAI-compatible endpoint grades the response; its score, in score_range.
 
     ``template`` fills ``{prompt}``, ``{response}``, ``{ground_truth}``, ``{messages}`` (the whole chat of a
-    trajectory, else the prompt and the response as two turns), ``{low}`` and ``{high}``. ``score_regex``
-    picks the score from the reply (its last match; group 1 when it has one; default: the last number).
+    trajectory, else the prompt and the response as two turns), ``{low}`` and ``{high}``. The score is the
+    reply's verdict: ``Score: N`` (also ``Score: N/HIGH``, ``N out of HIGH``, a bare number); with
+    ``score_regex``, its matches (group 1 when it has one). No verdict or two different ones fail.
     ``max_rpm``/``max_tpm`` are per-minute limits for this endpoint in this process (tokens estimated at
     4 characters each, plus ``max_tokens``); 429, 5xx and transport errors are tried again ``retries``
-    times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names.
+    times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names. A reply
+    over ``max_reply_bytes`` is not read on: a failure. Settings are checked before any call
+    (:mod:`._judge_settings`).
 
     Example (a term)::
 
         {name: llm_judge, kwargs: {base_url: "http://127.0.0.1:8000/v1", model: judge}, timeout_s: 60}
     """
+    _check_judge({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}, **kwargs})
     low, high = _range(score_range)
     chat = list(messages) if messages else [{"role": "user", "content": _prompt_text(prompt)},
                                             {"role": "assistant", "content": response}]
@@ -193,7 +209,8 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
                  messages=_block("CHAT", render_messages(chat)), low=_num(low), high=_num(high))
     text = await _ask(user, base_url=base_url, model=model, api_key_env=api_key_env, max_tokens=max_tokens,
                       temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm, retries=retries,
-                      backoff_s=backoff_s, request_timeout_s=request_timeout_s)
+                      backoff_s=backoff_s, request_timeout_s=request_timeout_s,
+                      max_reply_bytes=max_reply_bytes)
     return _score(text, score_regex, low, high)
 
 
@@ -204,14 +221,14 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                           max_tokens: int | None = None, temperature: float = 0.0,
                           max_rpm: float | None = None, max_tpm: float | None = None, retries: int = 4,
                           backoff_s: float = 0.5, request_timeout_s: float = 120.0,
-                          **kwargs: Any) -> list[float]:
+                          max_reply_bytes: int = MAX_REPLY_BYTES, **kwargs: Any) -> list[float]:
     """A judge scores (``mode: scores``) or ranks (``mode: rank``) one prompt's group in one call.
 
     ``scores``: each response's score, in score_range. ``rank``: ``1 - place / (n - 1)``, the best 1.0 and the
     worst 0.0. A reply that misses a response fails the whole group. Other kwargs as ``llm_judge``.
     """
-    if mode not in _FORMATS:
-        raise UsageError(f"llm_judge_group mode={mode!r} is not valid\nallowed: {', '.join(_FORMATS)}")
+    _check_group({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"},
+                  **kwargs})
     low, high = _range(score_range)
     n = len(responses)
     gt = (kwargs.get("ground_truths") or [None])[0]
@@ -224,15 +241,35 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
     text = await _ask(user, base_url=base_url, model=model, api_key_env=api_key_env,
                       max_tokens=max_tokens or 16 * n + 32, temperature=temperature, max_rpm=max_rpm,
                       max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
-                      request_timeout_s=request_timeout_s)
+                      request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes)
     if mode == "rank":
-        m = list(re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text))
-        order = [int(k) for k in re.findall(r"\d+", m[-1].group(1))] if m else []
+        orders = list(dict.fromkeys(tuple(int(k) for k in re.findall(r"\d+", m.group(1)))
+                                    for m in re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text)))
+        if len(orders) > 1:
+            raise JudgeError(f"the judge's reply is ambiguous: {len(orders)} different rankings: "
+                             f"{quoted(text)}")
+        order = list(orders[0]) if orders else []
         if sorted(order) != list(range(1, n + 1)):
-            raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {text[:200]!r}")
+            raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {quoted(text)}")
         return [1.0 if n == 1 else 1.0 - order.index(k) / (n - 1) for k in range(1, n + 1)]
     return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)", low, high,
                    f"score for response {k}") for k in range(1, n + 1)]
+
+
+def _check_judge(settings: Mapping[str, Any]) -> None:
+    check_settings("llm_judge", llm_judge, settings)
+
+
+def _check_group(settings: Mapping[str, Any]) -> None:
+    check_settings("llm_judge_group", llm_judge_group, settings)
+    mode = settings.get("mode", "scores")
+    if mode not in _FORMATS:
+        raise UsageError(f"llm_judge_group mode={mode!r} is not valid\nallowed: {', '.join(_FORMATS)}")
+
+
+# resolving a term runs these on its kwargs: a bad judge is refused before the first call
+setattr(llm_judge, CHECK_KWARGS_ATTR, _check_judge)
+setattr(llm_judge_group, CHECK_KWARGS_ATTR, _check_group)
 
 
 @hookimpl
@@ -242,4 +279,4 @@ def rewardhub_register_rewards() -> list[Any]:
 
 # the pieces the judging modes (rewardhub.builtin.judging: pairwise, tournament, rubric) build on
 block, fill, prompt_text, text_of, num = _block, _fill, _prompt_text, _text, _num
-valid_range, auth_headers, LAST_NUMBER = _range, _headers, _LAST_NUMBER
+valid_range, auth_headers = _range, _headers

@@ -2,17 +2,18 @@
 
 A term with ``cache`` on keys each sample by the reward's identity as provenance gives it (distribution
 and version, target, the sha256 of a file reward; a module of no distribution by its file's sha256), the
-term's kwargs, and the sample fields the reward's signature reads. Samples of one batch with one key make
+term's kwargs, and the sample fields the reward's signature reads (a trajectory's whole ``messages``
+included: :func:`fields_read`). Samples of one batch with one key make
 one call (a GRPO group's identical completions); a key scored before makes none: in memory for the
 runner's life (the :data:`MEMORY_ENTRIES` latest), and across runs on disk in ``DIR/scores.sqlite`` when
 the runner has a folder (``rewardhub score --cache DIR``). Another version or file hash is another key,
-so an old entry is never hit. Failures are not stored: the next batch calls again.
+so an old entry is never hit (what the code hash cannot see: :mod:`._codehash`). Failures are not
+stored: the next batch calls again. A cache file that fails warns and is left aside (:mod:`._cachedisk`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from .._targets import file_sha256
 from .._targets import sha256
 from ..errors import UsageError
 from ..types import RewardSpec
+from ._cachedisk import Disk
+from ._cachedisk import Stored
 from ._calls import FIELDS
 from ._calls import own
 from ._columns import Column
@@ -42,30 +45,49 @@ MEMORY_ENTRIES = 65536
 #: a sample field -> the parameters a reward reads it by, beyond its own name and plural
 _READ_AS = {"response": ("solution_str", "solution_strs", "completions")}
 
-_Stored = tuple[float | None, dict[str, Any]]
 
 
 def reward_identity(spec: RewardSpec) -> list[Any]:
     """What tells this reward's code from any other's: distribution and version (rewardhub's for a
-    built-in), target, bound params, and a sha256: a file reward's, or for a module of no distribution
-    its file's."""
+    built-in), target, bound params, a sha256 (a file reward's, or for a module of no distribution its
+    file's), and the sha256 of the source files that can change without a new version: the reward's
+    own when it lies outside the installed trees (a file, an editable install) and its local imports
+    (:mod:`._codehash`). Computed once per term per runner, not per sample."""
     from .._discovery import find_module_file
+    from .._targets import file_module_name
     from ..registry import core_version
+    from ._codehash import code_digest
 
     version = core_version() if spec.source == "builtin" and not spec.dist else spec.version
     digest = spec.sha256
-    if digest is None and not spec.dist and spec.source != "builtin":
-        path = find_module_file(spec.target.rpartition(":")[0])
-        digest = file_sha256(path) if path else None
-    return [spec.dist, version, spec.target, digest, [list(p) for p in spec.params]]
+    code = None
+    if spec.source != "builtin" or spec.dist:
+        module = spec.target.rpartition(":")[0]
+        if spec.is_file_target:
+            path: str | None = module
+            module = file_module_name(module, spec.sha256)
+        else:
+            path = find_module_file(module)
+        if path:
+            code = code_digest(path, module)
+            if digest is None and not spec.dist:
+                digest = file_sha256(path)
+    return [spec.dist, version, spec.target, digest, [list(p) for p in spec.params], code]
 
 
 def fields_read(term: Term) -> tuple[str, ...]:
-    """The sample fields ``term``'s reward reads, by its signature (all of them with ``**kwargs``)."""
+    """The sample fields ``term``'s reward reads, by its signature (all of them with ``**kwargs``).
+
+    A trajectory's ``messages`` (tool calls and all) are read by a reward that takes them, by one with
+    ``**kwargs`` and by a TRL reward (its completions are the messages' replies); a reward that takes
+    ``messages`` reads a text sample's prompt and response as its chat, so those are read too."""
     inv = term.invoker
     if inv.var_kw or inv.adapter == "trl":
-        return FIELDS
-    return tuple(f for f in FIELDS if inv.names & {f, f + "s", *_READ_AS.get(f, ())})
+        return (*FIELDS, "messages")
+    read = tuple(f for f in FIELDS if inv.names & {f, f + "s", *_READ_AS.get(f, ())})
+    if inv.messages or "messages" in inv.names:
+        read = (*dict.fromkeys((*read, "prompt", "response")), "messages")
+    return read
 
 
 def _plain(value: Any) -> Any:
@@ -83,54 +105,12 @@ def _dump(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
 
 
-class _Disk:
-    """The scores of earlier runs: one sqlite file in the cache folder (a connection per use: nothing to
-    close, nothing a forked process shares)."""
-
-    def __init__(self, folder: str) -> None:
-        if os.path.exists(folder) and not os.path.isdir(folder):
-            raise UsageError(f"--cache {folder!r} is a file, not a folder\n"
-                             "name a folder (it is made when missing)")
-        self.path = os.path.join(folder, "scores.sqlite")
-        try:
-            os.makedirs(folder, exist_ok=True)
-            self._run("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, entry TEXT NOT NULL)")
-        except Exception as exc:  # OSError, sqlite3.Error
-            raise UsageError(f"--cache {folder!r}: cannot use {self.path}: {exc}\n"
-                             "name another folder, or delete that file") from None
-
-    def _run(self, sql: str, rows: Sequence[Sequence[str]] = ((),)) -> list[Any]:
-        import sqlite3
-
-        db = sqlite3.connect(self.path, timeout=60)
-        try:
-            with db:
-                if len(rows) == 1:
-                    return db.execute(sql, rows[0]).fetchall()
-                db.executemany(sql, rows)
-                return []
-        finally:
-            db.close()
-
-    def get(self, keys: Sequence[str]) -> dict[str, _Stored]:
-        found: dict[str, _Stored] = {}
-        for k in range(0, len(keys), 500):  # sqlite's limit on the number of parameters
-            part = keys[k:k + 500]
-            sql = f"SELECT key, entry FROM scores WHERE key IN ({','.join('?' * len(part))})"
-            found.update((key, tuple(json.loads(entry))) for key, entry in self._run(sql, [part]))
-        return found
-
-    def put(self, items: Sequence[tuple[str, str]]) -> None:
-        if items:
-            self._run("INSERT OR REPLACE INTO scores (key, entry) VALUES (?, ?)", items)
-
-
 class RewardCache:
     """Scores by key (see the module's docstring); safe for concurrent callers (one lock)."""
 
     def __init__(self, folder: str | None = None) -> None:
-        self._memory: OrderedDict[str, _Stored] = OrderedDict()
-        self._disk = _Disk(folder) if folder else None
+        self._memory: OrderedDict[str, Stored] = OrderedDict()
+        self._disk = Disk(folder) if folder else None
         self._prefix: dict[str, str | None] = {}  # term name -> the part of its keys all samples share
         self._lock = threading.Lock()
 
@@ -168,14 +148,14 @@ class RewardCache:
     def _prefix_of(self, term: Term) -> str | None:
         if term.name not in self._prefix:
             inv = term.invoker
+            ident = reward_identity(term.spec)
             try:
-                ident = reward_identity(term.spec)
                 self._prefix[term.name] = _dump([ident, inv.kind, inv.adapter, term.kwargs])
             except (TypeError, ValueError):  # kwargs JSON cannot write: the term is called every time
                 self._prefix[term.name] = None
         return self._prefix[term.name]
 
-    def _lookup(self, keys: list[str]) -> dict[str, _Stored]:
+    def _lookup(self, keys: list[str]) -> dict[str, Stored]:
         mem = self._memory
         found = {k: mem[k] for k in keys if k in mem}
         for k in found:
@@ -188,12 +168,12 @@ class RewardCache:
             found.update(from_disk)
         return found
 
-    def _remember(self, key: str, stored: _Stored) -> None:
+    def _remember(self, key: str, stored: Stored) -> None:
         self._memory[key] = stored
         if len(self._memory) > MEMORY_ENTRIES:
             self._memory.popitem(last=False)
 
-    def store(self, items: Sequence[tuple[str, _Stored]]) -> None:
+    def store(self, items: Sequence[tuple[str, Stored]]) -> None:
         with self._lock:
             for key, stored in items:
                 self._remember(key, stored)

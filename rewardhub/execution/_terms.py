@@ -13,6 +13,7 @@ from .._ratelimit import paced
 from ..config.frozen import thaw
 from ..config.schema import RewardConfig
 from ..config.schema import TermConfig
+from ..decorator import CHECK_KWARGS_ATTR
 from ..errors import UsageError
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
@@ -147,6 +148,12 @@ def resolve_term(
         kwargs["sandbox"] = dict(sandbox)
     if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:
         kwargs["reward_model"] = dict(reward_model)
+    check = getattr(fn, CHECK_KWARGS_ATTR, None)
+    if check is not None:  # a reward that checks its own kwargs (the judges): before any call
+        try:
+            check(kwargs)
+        except UsageError as exc:
+            raise UsageError(f"reward term {name!r}: {exc}") from None
     return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=term_cfg.weight,
                 kwargs=kwargs, data_sources=data_sources, tags=tuple(term_cfg.tags), adapter=term_cfg.adapter,
                 config=term_cfg)

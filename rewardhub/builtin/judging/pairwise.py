@@ -58,7 +58,7 @@ def plan_pairs(n: int, pattern: str, swap: bool = True) -> list[tuple[int, int]]
     raise UsageError(f"llm_judge_pairwise pattern={pattern!r} is not valid\nallowed: {', '.join(PATTERNS)}")
 
 
-def verdict(text: str) -> str:
+def winner(text: str) -> str:
     """``A``, ``B`` or ``tie`` from a reply (its last ``Winner:`` line)."""
     found = _VERDICT.findall(text)
     if not found:
@@ -72,7 +72,7 @@ async def _game(user: str, key: Any, ep: Endpoint, tally: Tally, samples: int, a
     async def one(k: int) -> str:
         reply = await ask(user, ep, tally, cache_key=[key, k])
         try:
-            v = verdict(reply.text)
+            v = winner(reply.text)
         except JudgeFailure as exc:
             raise fail(tally, exc) from None
         remember(reply)

@@ -19,9 +19,10 @@ from typing import Any
 
 from ...decorator import reward
 from ...errors import UsageError
+from .._judge_http import JudgeError
+from .._verdict import verdict
 from ..judge import DEFAULT_TEMPLATE
 from ..judge import EXPENSIVE
-from ..judge import LAST_NUMBER
 from ..judge import block
 from ..judge import fill
 from ..judge import num
@@ -155,7 +156,7 @@ def _from_logprobs(top: Mapping[str, float], low: float, high: float) -> float |
 @reward(name="llm_judge_sampled", timeout_s=120, max_concurrency=32, cache=True, capabilities=(EXPENSIVE,))
 async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages: Sequence[Any] | None = None,
                             base_url: str, model: str, template: str | None = None,
-                            score_regex: str = LAST_NUMBER, score_range: Sequence[float] = (0, 10),
+                            score_regex: str | None = None, score_range: Sequence[float] = (0, 10),
                             samples: int = 1, aggregate: str = "mean", score_from: str = "text",
                             top_logprobs: int = 20, **kwargs: Any) -> dict[str, Any]:
     """``llm_judge``'s score, asked ``samples`` times and aggregated (``mean | median | majority``);
@@ -188,13 +189,10 @@ async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages:
                 raise fail(tally, JudgeFailure("no_logprobs", "the judge's reply has no top_logprobs with a "
                                                f"number in [{low:g}, {high:g}]: {reply.text[:120]!r}"))
         else:
-            found = re.findall(score_regex, reply.text)
-            value = float(found[-1]) if found else None
-            if value is None:
-                raise fail(tally, no_verdict(reply.text, f"score (score_regex {score_regex!r})"))
-            if not low <= value <= high:
-                raise fail(tally, JudgeFailure("out_of_range", f"the judge's score {value:g} is outside "
-                                               f"score_range [{low:g}, {high:g}]: {reply.text[:120]!r}"))
+            try:  # the verdict the template asks for (llm_judge's reading): none or two is a failure
+                value = verdict(reply.text, low, high, regex=score_regex)
+            except JudgeError as exc:
+                raise fail(tally, JudgeFailure("no_verdict", str(exc))) from None
         remember(reply)
         return value
 

@@ -29,10 +29,13 @@ from ..._backoff import backoff_wait
 from ..._backoff import retry_after_s
 from ...errors import RewardhubError
 
-__all__ = ["IDEMPOTENCY_HEADER", "Answer", "Retrying", "ServerUnavailable", "Transient", "exchange"]
+__all__ = ["IDEMPOTENCY_HEADER", "TOKEN_LABEL", "Answer", "Retrying", "ServerUnavailable", "Transient",
+           "exchange"]
 
 #: the header that names a request, repeated by its retries (the IETF draft's name for it)
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: what stands for the bearer token (``$REWARDHUB_SERVE_TOKEN``) in any text taken from an answer
+TOKEN_LABEL = "<serve token>"
 
 #: statuses a retry may cure: timeout, too many requests, a proxy's bad gateway, unavailable (the server
 #: drains or starts), a proxy's gateway timeout
@@ -162,6 +165,11 @@ class Retrying:
 
         :raises ServerUnavailable: still failing ``retry_for_s`` seconds after the first failure.
         """
+        from ..._secrets import bearer_secrets
+        from ..._secrets import redact
+        from ..._secrets import redact_bytes
+
+        secrets = bearer_secrets(self.headers)  # a server or proxy may echo them: never kept
         headers = {**self.headers, IDEMPOTENCY_HEADER: uuid.uuid4().hex}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -175,9 +183,14 @@ class Retrying:
                 1.0, min(self.timeout_s, first_failure + self.retry_for_s - now))
             tries += 1
             try:
-                return self._send(self.url, method, path, body, headers,
-                                  connect_timeout_s=self.connect_timeout_s, timeout_s=timeout)
+                answer = self._send(self.url, method, path, body, headers,
+                                    connect_timeout_s=self.connect_timeout_s, timeout_s=timeout)
+                if secrets:
+                    answer = Answer(answer.status, answer.content_type,
+                                    redact_bytes(answer.body, secrets, TOKEN_LABEL))
+                return answer
             except Transient as exc:
+                exc.why = redact(exc.why, secrets, TOKEN_LABEL)
                 if exc.late:  # which setting bounded this try
                     exc.why += (" (reward.remote.timeout_s)" if timeout >= self.timeout_s
                                 else " (what reward.remote.retry_for_s had left)")

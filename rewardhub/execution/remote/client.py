@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..._secrets import bearer_secrets
+from ..._secrets import redact
 from ...config.schema import RemoteConfig
 from ...config.schema import check_url
 from ...errors import RewardhubError
@@ -32,6 +34,7 @@ from .._results import ScoreResult
 from ._answers import checked_info
 from ._answers import checked_rows
 from ._answers import json_of
+from ._http import TOKEN_LABEL
 from ._http import Answer
 from ._http import Retrying
 from ._http import ServerUnavailable
@@ -99,8 +102,12 @@ class RemoteScorer:
                 reason = json.loads(answer.body.decode("utf-8")).get("error")
             except (ValueError, AttributeError):
                 reason = None
-            if not isinstance(reason, str):
-                reason = answer.body[:200].decode("utf-8", "replace") or "(no reason given)"
+            secrets = bearer_secrets(self.http.headers)  # redacted before it is cut
+            if isinstance(reason, str):
+                reason = redact(reason, secrets, TOKEN_LABEL)
+            else:
+                reason = redact(answer.body[:1000].decode("utf-8", "replace"), secrets, TOKEN_LABEL)[:200]
+                reason = reason or "(no reason given)"
             hint = f" (set ${TOKEN_ENV})" if answer.status == 401 else ""
             raise RewardhubError(f"reward server {self.url}: {what} answered {answer.status}: {reason}{hint}")
         return json_of(answer.body, answer.content_type, self.url, what)
