@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REWARD = "import verifiers.v1 as vf\n\n\nclass T(vf.Task):\n    @vf.reward(weight={w})\n    async def {name}(self, trace):\n        return 1.0\n"
+REWARD = ("import verifiers.v1 as vf\n\n\nclass T(vf.Task):\n    @vf.reward(weight={w})\n"
+          "    async def {name}(self, trace):\n        return 1.0\n")
 
 
 def install(site: Path, dist: str, files: dict[str, str | bytes], *, requires_verifiers: bool = True,
