@@ -294,7 +294,7 @@ def _trace_messages(trace: Any) -> list[dict[str, Any]] | None:
     while isinstance(k, int) and 0 <= k < len(nodes) and k not in seen:
         seen.add(k)
         path.append(nodes[k])
-        k = nodes[k].get("parent")  # type: ignore[assignment]
+        k = nodes[k].get("parent")
     messages = []
     for node in reversed(path):
         m = node.get("message")
