@@ -45,8 +45,12 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     report = plan.report
     notes = [str(w.message) for w in others]
     reward = plan.reward
+    if not reward.rewards and reward.remote is None:  # data.source: TASK alone, as `rewardhub train` runs it
+        reward, task_note, task_problem = task_reward(plan)
+        notes.extend([task_note] if task_note else [])
+        problems.extend([task_problem] if task_problem else [])
     terms_cfg = list(reward.rewards)
-    if not terms_cfg and reward.remote is None:
+    if not terms_cfg and reward.remote is None and not problems:
         problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
     # file and module terms are registered one by one below, each problem kept
     registry = build_registry(dataclasses.replace(reward, rewards=()))
@@ -114,6 +118,35 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         )
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
+
+
+#: ``data.source`` values that are the trainer's own datasets, not task names (rewardhub_trainer.config)
+_TRAINER_SOURCES = ("builtin", "reasoning_gym")
+
+
+def task_reward(plan: Any) -> tuple[Any, str, str]:
+    """The reward a config with no reward terms runs under ``rewardhub train``: that of the task its
+    ``data.source`` names (as the trainer reads it), with a note saying so; or the plan's own reward and
+    the problem with ``data.source`` (one that names no installed task)."""
+    from ..config.loader import resolve_or_explain
+    from ..config.schema import validate_reward
+    from ..tasks import get_task
+
+    data: Any = plan.config.get("data") if hasattr(plan.config, "get") else None
+    source = data.get("source") if hasattr(data, "get") else None
+    if not isinstance(source, str) or source in _TRAINER_SOURCES or data.get("train_files") is not None:
+        return plan.reward, "", ""
+    try:
+        task = get_task(source)
+    except UsageError as exc:
+        known = ", ".join(_TRAINER_SOURCES)
+        return plan.reward, "", (f"data.source={source!r} is not {known} or an installed task, and "
+                                 "reward.rewards is empty\n" + str(exc).partition("\n")[2])
+    raw = resolve_or_explain(plan.config.get("reward"), "reward") or {}
+    reward = validate_reward({**raw, **task.reward_section})
+    names = ", ".join(str(t.get("name")) for t in task.rewards)
+    note = f"reward: the terms of task {task.name!r} (data.source), as rewardhub train runs it: {names}"
+    return reward, note, ""
 
 
 def remote_terms(remote: Any, registry: Any, notes: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
