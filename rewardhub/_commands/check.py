@@ -73,6 +73,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         problems.extend(f"{where}.kwargs: {p}" for p in bad)
         notes.extend(f"{where}.kwargs: {p}" for p in maybe)
         problems.extend(f"{where}: {p}" for p in _executor_problems(term))
+        problems.extend(f"{where}: {p}" for p in judge_preflight(term))
         pol = term.policy
         terms.append(
             {
@@ -263,6 +264,29 @@ def term_problems(term: Any, runner: Any = None) -> list[str]:
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}
+
+
+def judge_preflight(term: Any) -> list[str]:
+    """What would fail an ``llm_judge`` / ``llm_judge_group`` term's first call here: its key's
+    environment variable unset, or aiohttp (the ``serve`` extra) not installed."""
+    import importlib.util
+
+    if not str(term.spec.target).startswith("rewardhub.builtin.judge:"):
+        return []
+    out = []
+    env = (term.kwargs or {}).get("api_key_env")
+    if env and not os.environ.get(str(env)):
+        out.append(f"kwargs.api_key_env={env!r}: that environment variable is not set here\n"
+                   f"export {env}=... before the run, or leave api_key_env out for a server that needs "
+                   "no key")
+    try:
+        aiohttp = importlib.util.find_spec("aiohttp")
+    except (ImportError, ValueError):
+        aiohttp = None
+    if aiohttp is None:
+        out.append(f"{term.name} calls its server with aiohttp, which is not installed here\n"
+                   "pip install 'rewardhub[serve]'")
+    return out
 
 
 def _kwargs_problems(term: Any) -> tuple[list[str], list[str]]:
