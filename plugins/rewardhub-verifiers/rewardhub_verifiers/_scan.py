@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import io
 import os
 import re
 import sys
@@ -23,13 +22,14 @@ from pathlib import Path
 __all__ = ["MAX_SOURCE_BYTES", "Environment", "scan"]
 
 _REQUIRES = re.compile(r"^Requires-Dist:\s*verifiers\b(?!-)", re.IGNORECASE | re.MULTILINE)
-_IMPORTS = re.compile(rb"^\s*(?:import|from)\s+verifiers\b", re.MULTILINE)
+_IMPORTS = re.compile(rb"^[ \t]*(?:import|from)[ \t]+verifiers\b", re.MULTILINE)
 _MODULE = re.compile(r"^[A-Za-z_]\w*$")
 #: a module file larger than this is not read (an environment's data, not its reward code)
 MAX_SOURCE_BYTES = 1 << 20
-#: a distribution whose RECORD is larger, or that has more modules, is not sniffed for ``import verifiers``
+#: a distribution whose RECORD is larger, or whose package has more modules, is not read for ``import
+#: verifiers`` (verifiers' own environments have two or three)
 _SNIFF_RECORD_BYTES = 64 << 10
-_SNIFF_FILES = 64
+_SNIFF_FILES = 16
 _SNIFF_HEAD = 16 << 10  # imports are at the top of a module
 
 
@@ -83,8 +83,13 @@ def _read_small(path: Path, limit: int) -> str | None:
         return None
 
 
-def _record(info: Path, limit: int | None) -> list[tuple[str, int | None]] | None:
-    """(path, size) of the files the RECORD lists (``None``: no RECORD, or one over ``limit`` bytes)."""
+#: (path parts, size) of each file a RECORD lists inside the folder that holds the dist-info
+_Record = list[tuple[list[str], int | None]]
+
+
+def _record(info: Path, limit: int | None) -> _Record | None:
+    """What the RECORD lists (``None``: no RECORD, or one over ``limit`` bytes). A path that leaves the
+    folder (absolute, or with ``..``: scripts, headers) is left out."""
     path = info / "RECORD"
     try:
         if limit is not None and path.stat().st_size > limit:
@@ -92,20 +97,18 @@ def _record(info: Path, limit: int | None) -> list[tuple[str, int | None]] | Non
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    out = []
-    for row in csv.reader(io.StringIO(text)):
-        if row and row[0]:
-            size = row[2] if len(row) > 2 else ""
-            out.append((row[0], int(size) if size.isdigit() else None))
+    out: _Record = []
+    for line in text.splitlines():
+        row = next(csv.reader([line])) if line.startswith('"') else line.rsplit(",", 2)
+        if not row or not row[0]:
+            continue
+        rel = row[0].replace("\\", "/")
+        parts = rel.split("/")
+        if rel.startswith("/") or ".." in parts or ":" in parts[0]:
+            continue
+        size = row[2] if len(row) > 2 else ""
+        out.append((parts, int(size) if size.isdigit() else None))
     return out
-
-
-def _inside(rel: str) -> bool:
-    """Whether a RECORD path stays in the folder that holds the dist-info (no ``..``, not absolute)."""
-    return not (os.path.isabs(rel) or rel.startswith(("/", "\\")) or ".." in Path(rel).parts)
-
-
-_Record = list[tuple[str, int | None]]
 
 
 def _modules(info: Path, dist: str, record: _Record | None) -> tuple[list[str], list[str]]:
@@ -120,11 +123,11 @@ def _modules(info: Path, dist: str, record: _Record | None) -> tuple[list[str], 
             notes.append(f"top_level.txt names {name!r}, which is not a module name: not read")
     if names:
         return names, notes
-    for rel, _ in record or ():
-        first = Path(rel).parts[0] if _inside(rel) and Path(rel).parts else ""
+    for parts, _ in record or ():
+        first = parts[0]
         module = first[:-3] if first.endswith(".py") else first
-        if _MODULE.match(module) and first != "__pycache__" and module not in names and \
-                (first.endswith(".py") or len(Path(rel).parts) > 1):
+        if module not in names and (first.endswith(".py") or len(parts) > 1) and first != "__pycache__" \
+                and _MODULE.match(module):
             names.append(module)
     return names or [dist.replace("-", "_").replace(".", "_").lower()], notes
 
@@ -135,10 +138,9 @@ def _py_files(info: Path, module: str, record: _Record | None) -> list[tuple[Pat
     base = info.parent
     if record is not None:
         out = []
-        for rel, size in record:
-            parts = Path(rel).parts
-            if rel.endswith(".py") and _inside(rel) and parts and parts[0] in (module, f"{module}.py"):
-                path = base / rel
+        for parts, size in record:
+            if parts[-1].endswith(".py") and parts[0] in (module, f"{module}.py"):
+                path = base.joinpath(*parts)
                 if size is None:
                     try:
                         size = path.stat().st_size
@@ -197,16 +199,20 @@ def _rewards_in(source: str, filename: str) -> dict[str, float | None]:
     return rewards
 
 
-def _imports_verifiers(files: list[tuple[Path, int]]) -> bool:
+def _imports_verifiers(files: list[tuple[Path, int]], base: Path, module: str) -> bool:
+    """Whether one of the package's top modules (``m.py``, ``m/*.py``) imports verifiers (at the top: its
+    first 16 KB)."""
+    top = (base, base / module)
     for path, size in files[:_SNIFF_FILES]:
-        if size > MAX_SOURCE_BYTES:
+        if size > MAX_SOURCE_BYTES or path.parent not in top:
             continue
         try:
-            with path.open("rb") as f:
-                if _IMPORTS.search(f.read(_SNIFF_HEAD)):
-                    return True
+            with open(path, "rb") as f:
+                head = f.read(_SNIFF_HEAD)
         except OSError:
-            pass
+            continue
+        if b"verifiers" in head and _IMPORTS.search(head):
+            return True
     return False
 
 
@@ -227,7 +233,7 @@ def _environment(info: Path) -> Environment | None:
     for module in modules:
         files = _py_files(info, module, record)
         if not declared:
-            if len(files) > _SNIFF_FILES or not _imports_verifiers(files):
+            if len(files) > _SNIFF_FILES or not _imports_verifiers(files, info.parent, module):
                 continue
             is_env = True
         env.module = module
@@ -250,15 +256,75 @@ def _environment(info: Path) -> Environment | None:
     return None
 
 
+def _cache_file() -> str | None:
+    """Where the distributions found not to be environments are remembered (per interpreter and path)."""
+    if os.environ.get("REWARDHUB_NO_CACHE"):
+        return None
+    import hashlib
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256("\0".join([sys.executable, *sys.path]).encode()).hexdigest()[:20]
+    return os.path.join(base, "rewardhub", f"verifiers-scan-{key}.json")
+
+
+def _stamp(info: Path) -> list[int] | None:
+    """What changes when a distribution is installed again: its RECORD's (or METADATA's) mtime and size."""
+    for name in ("RECORD", "METADATA"):
+        try:
+            st = os.stat(info / name)
+        except OSError:
+            continue
+        return [st.st_mtime_ns, st.st_size]
+    return None
+
+
+def _load(path: str | None) -> dict[str, list[int]]:
+    import json
+
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(path: str | None, data: dict[str, list[int]]) -> None:
+    import json
+
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: scanned again next time
+        pass
+
+
 def scan() -> list[Environment]:
     """Every installed verifiers environment (none where verifiers itself is not importable: then no
-    environment could be scored); one that fails is returned with its error, never raised."""
+    environment could be scored); one that fails is returned with its error, never raised.
+
+    A distribution found not to be an environment is remembered (by its RECORD's mtime and size, which
+    installing it again changes) and not read again; environments are read every time."""
     import importlib.util
 
     if importlib.util.find_spec("verifiers") is None:
         return []
+    cache = _cache_file()
+    known = _load(cache)
+    seen: dict[str, list[int]] = {}
     envs = []
     for info in _dist_infos():
+        stamp = _stamp(info)
+        if stamp is not None and known.get(str(info)) == stamp:
+            seen[str(info)] = stamp
+            continue
         try:
             env = _environment(info)
         except Exception as exc:  # noqa: BLE001 - one distribution must not hide the others
@@ -266,4 +332,8 @@ def scan() -> list[Environment]:
                               error=f"{type(exc).__name__}: {exc}")
         if env is not None:
             envs.append(env)
+        elif stamp is not None:
+            seen[str(info)] = stamp
+    if seen != known:
+        _save(cache, seen)
     return envs
