@@ -49,9 +49,13 @@ def judge(url: str, model: str, n: int, concurrency: int, **kwargs: Any) -> tupl
         res = runner.score(SAMPLES[:n])
         took, cpu = time.perf_counter() - start, time.process_time() - cpu
     failed = [e for e in res.errors if e]
+    if len(failed) == n:  # no reward came back: a rate of failures is no judge's rate
+        raise SystemExit(f"every one of the {n} judge calls failed (first: {failed[0]}): no rate to report\n"
+                         "check --url, --model and that the reply holds a score (--template)")
     if failed:
-        print(f"  {len(failed)} of {n} failed; first: {failed[0]}")
-    return n / took, 1000 * cpu / n
+        print(f"  {len(failed)} of {n} failed; first: {failed[0]}\n"
+              f"  the rate counts the {n - len(failed)} scored only")
+    return (n - len(failed)) / took, 1000 * cpu / n
 
 
 async def _raw(url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[float, float]:

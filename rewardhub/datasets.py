@@ -278,7 +278,38 @@ def to_sample(row: Row, *, prompt_key: str | None = None, answer_key: str | None
     sample.setdefault("data_source", None)
     if sample.get("extra_info") is None:
         sample["extra_info"] = {}
+    if "response" not in sample and "messages" not in sample and isinstance(sample["extra_info"], dict):
+        messages = _trace_messages(sample["extra_info"].get("trace"))
+        if messages:  # a verifiers trace (or a whole traces.jsonl line) is the conversation
+            sample["messages"] = messages
     return sample
+
+
+def _trace_messages(trace: Any) -> list[dict[str, Any]] | None:
+    """The conversation of a verifiers trace as OpenAI chat messages: the path from its first message to
+    its last node; a ``traces.jsonl`` line (an episode) gives its one trace's. ``None`` if not a trace."""
+    if isinstance(trace, dict) and isinstance(trace.get("traces"), list) and len(trace["traces"]) == 1:
+        trace = trace["traces"][0]
+    nodes = trace.get("nodes") if isinstance(trace, dict) else None
+    if not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):
+        return None
+    path, k, seen = [], len(nodes) - 1, set()
+    while isinstance(k, int) and 0 <= k < len(nodes) and k not in seen:
+        seen.add(k)
+        path.append(nodes[k])
+        k = nodes[k].get("parent")
+    messages = []
+    for node in reversed(path):
+        m = node.get("message")
+        if not isinstance(m, dict) or "role" not in m:
+            return None
+        m = dict(m)
+        if isinstance(m.get("tool_calls"), list):  # verifiers keeps them flat: id, name, arguments
+            m["tool_calls"] = [{"id": c.get("id"), "type": "function",
+                                "function": {"name": c.get("name"), "arguments": c.get("arguments")}}
+                               if isinstance(c, dict) and "function" not in c else c for c in m["tool_calls"]]
+        messages.append(m)
+    return messages
 
 
 def terms_needing(scorer: Scorer) -> list[str]:

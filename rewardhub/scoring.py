@@ -47,9 +47,11 @@ def read_pairs(path: str, *, prompt_key: str | None = None,
 
     first = True
     for row in iter_rows(path, key="data"):
-        if "response" not in row.data and "messages" not in row.data:
+        sample = to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
+        if "response" not in sample and "messages" not in sample:
             raise UsageError(
-                f"{row.where}: no 'response' column (nor 'messages')\n"
+                f"{row.where}: no 'response' column (nor 'messages', nor a verifiers trace in "
+                "extra_info.trace)\n"
                 "rows need response, and prompt, ground_truth (or verl's reward_model.ground_truth), "
                 "data_source, extra_info; or a trajectory: messages (OpenAI chat format) in place of "
                 "prompt and response"
@@ -60,7 +62,7 @@ def read_pairs(path: str, *, prompt_key: str | None = None,
                 if key and not has_column(row.data, key):
                     raise UsageError(f"{flag} {key!r}: {row.where} has no such column\n"
                                      f"its columns are: {_columns(row.data)}")
-        yield row.data, to_sample(row, prompt_key=prompt_key, answer_key=answer_key)
+        yield row.data, sample
 
 
 def _columns(data: dict[str, Any], shown: int = 40) -> str:

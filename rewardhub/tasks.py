@@ -26,6 +26,7 @@ import itertools
 import os
 import sys
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -33,14 +34,15 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["RewardTask", "get_task", "list_tasks", "task_rows", "write_rows"]
+__all__ = ["RewardTask", "get_task", "iter_task_rows", "list_tasks", "task_rows", "write_rows"]
 
 _KINDS = ("rows", "file", "hf")
 
 
 @dataclass(frozen=True)
 class RewardTask:
-    """One task: where its rows come from (``kind``: rows | file | hf | broken) and its reward terms."""
+    """One task: where its rows come from (``kind``: rows | file | hf | broken | duplicate: two packages
+    register the name, ``summary`` names them) and its reward terms."""
 
     name: str
     rewards: tuple[dict[str, Any], ...]
@@ -108,7 +110,21 @@ def list_tasks() -> list[RewardTask]:
         except Exception as exc:  # noqa: BLE001 - one broken package must not hide the others
             why = f"{type(exc).__name__}: {exc}"
             tasks.append(RewardTask(ep.name, (), "", "broken", ep.dist, ep.version, why))
-    return sorted(tasks, key=lambda t: t.name)
+    return _one_a_name(sorted(tasks, key=lambda t: t.name))
+
+
+def _one_a_name(tasks: list[RewardTask]) -> list[RewardTask]:
+    """``tasks`` with a name two packages register as one ``duplicate`` task that names them."""
+    out: list[RewardTask] = []
+    for name, same in itertools.groupby(tasks, key=lambda t: t.name):
+        group = list(same)
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        who = "; ".join(f"{t.dist or '?'} {t.version or ''}".strip() for t in group)
+        out.append(RewardTask(name, (), "", "duplicate", None, None,
+                              f"registered by {len(group)} packages ({who}): uninstall all but one"))
+    return out
 
 
 def get_task(name: str) -> RewardTask:
@@ -127,6 +143,8 @@ def get_task(name: str) -> RewardTask:
                          "install the package that provides it there (see `rewardhub tasks`)")
     if task.kind == "broken":
         raise UsageError(f"task {name!r} ({task.dist} {task.version}) cannot be loaded: {task.summary}")
+    if task.kind == "duplicate":
+        raise UsageError(f"task {name!r} is {task.summary}\nsee `rewardhub tasks`")
     return task
 
 
@@ -136,7 +154,8 @@ def _source_rows(task: RewardTask, size: int | None, seed: int) -> Iterable[Any]
         n = size if size is not None else task.size
         if n is None:
             raise UsageError(f"task {task.name!r} is a generator with no default size\ngive --size N")
-        generated: Iterable[Any] = d["rows"](n, seed)
+        # the first n rows: a generator that ignores its size (or never ends) gives no more than asked
+        generated: Iterable[Any] = itertools.islice(d["rows"](n, seed), n)
         return generated
     if task.kind == "file":
         from .datasets import iter_rows
@@ -155,10 +174,17 @@ def _source_rows(task: RewardTask, size: int | None, seed: int) -> Iterable[Any]
 
 
 def task_rows(task: RewardTask | str, size: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """The task's rows in verl's format: generated with ``size`` and ``seed``, or read from its file or
-    HF dataset (the first ``size`` rows).
+    """The task's rows in verl's format, as a list (see :func:`iter_task_rows`)."""
+    return list(iter_task_rows(task, size, seed))
 
-    :raises UsageError: naming the task and the row when a row has no prompt.
+
+def iter_task_rows(task: RewardTask | str, size: int | None = None,
+                   seed: int = 0) -> Iterator[dict[str, Any]]:
+    """The task's rows in verl's format, one at a time: generated with ``size`` and ``seed`` (no more than
+    ``size``, whatever the generator yields), or read from its file or HF dataset (the first ``size`` rows).
+
+    :raises UsageError: naming the task and the row when a row has no prompt or is not a mapping, or
+        when the task's generator raises (naming the exception).
     """
     from .datasets import MISSING
     from .datasets import Row
@@ -168,40 +194,73 @@ def task_rows(task: RewardTask | str, size: int | None = None, seed: int = 0) ->
     task = get_task(task) if isinstance(task, str) else task
     if size is not None and size < 1:
         raise UsageError(f"--size {size}: give at least 1")
-    out = []
-    for i, data in enumerate(_source_rows(task, size, seed)):
+    origin = f"task {task.name!r} ({task.dist or '?'} {task.version or ''})".replace(" )", ")")
+    rows = iter(_source_rows(task, size, seed))
+    for i in itertools.count():
+        try:
+            data = next(rows)
+        except StopIteration:
+            return
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the task's own code: its error, named, not a traceback
+            raise UsageError(f"{origin}: its rows failed at row {i + 1}: {type(exc).__name__}: {exc}\n"
+                             "the task's package is at fault: report it to its authors") from None
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{origin}: row {i + 1} is a {type(data).__name__} ({str(data)[:60]!r}), not a "
+                             "mapping\na row has prompt (or question) and ground_truth (or answer)")
         row = Row(f"task {task.name!r}", i + 1, dict(data))
         prompt = prompt_of(row)
         answer = answer_of(row)
         extra = data.get("extra_info")
-        out.append({
+        yield {
             "data_source": data.get("data_source") or task.data_source,
             "prompt": [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt,
             "ability": data.get("ability") or task.ability,
             "reward_model": {"style": "rule", "ground_truth": None if answer is MISSING else answer},
             "extra_info": {"index": i, **(dict(extra) if isinstance(extra, Mapping) else {})},
-        })
-    return out
+        }
 
 
-def write_rows(rows: list[dict[str, Any]], path: str) -> None:
-    """``rows`` to ``path``: parquet when it ends in ``.parquet`` / ``.pq``, else JSONL (an object a line)."""
+def write_rows(rows: Iterable[dict[str, Any]], path: str, batch: int = 10_000) -> int:
+    """``rows`` to ``path`` as they come (parquet, in row groups of ``batch`` rows, when it ends in
+    ``.parquet`` / ``.pq``, else JSONL: an object a line); the number of rows written. Nothing is left at
+    ``path`` when a row fails."""
     import json
 
     tmp = f"{path}.{os.getpid()}.tmp"
-    if path.endswith((".parquet", ".pq")):
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise UsageError(f"-o {path}: writing parquet needs pyarrow (pip install 'rewardhub[data]')\n"
-                             "or write JSONL (-o rows.jsonl)") from exc
-        try:
-            pq.write_table(pa.Table.from_pylist(rows), tmp)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise UsageError(f"-o {path}: parquet cannot hold these rows ({exc})\n"
-                             "write JSONL instead (-o rows.jsonl)") from None
-    else:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    os.replace(tmp, path)
+    count = 0
+    try:
+        if path.endswith((".parquet", ".pq")):
+            try:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+            except ImportError as exc:
+                raise UsageError(f"-o {path}: writing parquet needs pyarrow (pip install 'rewardhub[data]')\n"
+                                 "or write JSONL (-o rows.jsonl)") from exc
+            writer = None
+            try:
+                it = iter(rows)
+                while chunk := list(itertools.islice(it, batch)):
+                    table = pa.Table.from_pylist(chunk, schema=writer.schema if writer else None)
+                    writer = writer or pq.ParquetWriter(tmp, table.schema)
+                    writer.write_table(table)
+                    count += len(chunk)
+                if writer is None:
+                    pq.write_table(pa.table({}), tmp)
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise UsageError(f"-o {path}: parquet cannot hold these rows ({exc})\n"
+                                 "write JSONL instead (-o rows.jsonl)") from None
+            finally:
+                if writer is not None:
+                    writer.close()
+        else:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for r in rows:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                    count += 1
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return count

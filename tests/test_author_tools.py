@@ -106,6 +106,10 @@ def test_new_refuses_bad_names(cli, tmp_path):
         ("a_", "not a package name"),
         ("a__b", "not a package name"),
         ("my_reward\n", "not a package name"),
+        # the package would be its own tests folder, or collide with folders and files of these names
+        ("tests", "is the folder the package's own tests are written to (tests/)"),
+        ("docs", "some distributions install as a top-level package by mistake"),
+        ("conftest", "pytest, setuptools or a task runner reads from the working folder"),
     ):
         res = cli("new", name, cwd=str(tmp_path))
         assert res.returncode == 2 and why in res.stderr, (name, res.stderr)

@@ -662,7 +662,8 @@ FROM_ENV = [
     ("a.k=${RH_SECRET}", {"k": "s+/k=="}),
     ("a.k=pre${RH_SECRET}post", {"k": "pres+/k==post"}),
     ("a.k=${RH_SECRET:-none}", {"k": "s+/k=="}),
-    ('+a.h={Authorization:"Bearer $RH_SECRET",n:2}', {"h": {"Authorization": "Bearer s+/k==", "n": 2}}),
+    # quoted: bash would brace-expand an unquoted {...,...} into two words
+    ('"+a.h={Authorization:\'Bearer $RH_SECRET\',n:2}"', {"h": {"Authorization": "Bearer s+/k==", "n": 2}}),
     ("a.l=[$RH_SECRET,b] a.n=$RH_NODES a.p=$RH_HOME/d", {"l": ["s+/k==", "b"], "n": 2, "p": "/h/u/d"}),
 ]
 

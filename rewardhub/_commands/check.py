@@ -48,8 +48,12 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     report = plan.report
     notes = [str(w.message) for w in others]
     reward = plan.reward
+    if not reward.rewards and not scores_remotely(reward):  # data.source: TASK alone, as `train` runs it
+        reward, task_note, task_problem = task_reward(plan)
+        notes.extend([task_note] if task_note else [])
+        problems.extend([task_problem] if task_problem else [])
     terms_cfg = list(reward.rewards)
-    if not terms_cfg and not scores_remotely(reward):
+    if not terms_cfg and not scores_remotely(reward) and not problems:
         problems.append("reward.rewards is empty: name at least one reward term (see `rewardhub list`)")
     # file and module terms are registered one by one below, each problem kept
     registry = build_registry(dataclasses.replace(reward, rewards=()))
@@ -76,6 +80,7 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
             from ..builtin.judging.calibrate import calibration_problems
 
             problems.extend(calibration_problems(term, registry))
+        problems.extend(f"{where}: {p}" for p in judge_preflight(term))
         pol = term.policy
         terms.append(
             {
@@ -121,6 +126,35 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         )
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
+
+
+#: ``data.source`` values that are the trainer's own datasets, not task names (rewardhub_trainer.config)
+_TRAINER_SOURCES = ("builtin", "reasoning_gym")
+
+
+def task_reward(plan: Any) -> tuple[Any, str, str]:
+    """The reward a config with no reward terms runs under ``rewardhub train``: that of the task its
+    ``data.source`` names (as the trainer reads it), with a note saying so; or the plan's own reward and
+    the problem with ``data.source`` (one that names no installed task)."""
+    from ..config.loader import resolve_or_explain
+    from ..config.schema import validate_reward
+    from ..tasks import get_task
+
+    data: Any = plan.config.get("data") if hasattr(plan.config, "get") else None
+    source = data.get("source") if hasattr(data, "get") else None
+    if not isinstance(source, str) or source in _TRAINER_SOURCES or data.get("train_files") is not None:
+        return plan.reward, "", ""
+    try:
+        task = get_task(source)
+    except UsageError as exc:
+        known = ", ".join(_TRAINER_SOURCES)
+        return plan.reward, "", (f"data.source={source!r} is not {known} or an installed task, and "
+                                 "reward.rewards is empty\n" + str(exc).partition("\n")[2])
+    raw = resolve_or_explain(plan.config.get("reward"), "reward") or {}
+    reward = validate_reward({**raw, **task.reward_section})
+    names = ", ".join(str(t.get("name")) for t in task.rewards)
+    note = f"reward: the terms of task {task.name!r} (data.source), as rewardhub train runs it: {names}"
+    return reward, note, ""
 
 
 def remote_terms(reward: Any, registry: Any, notes: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -205,6 +239,29 @@ def executor_reason(term: Any) -> str:
             "killing its process"
         )
     return ""
+
+
+def judge_preflight(term: Any) -> list[str]:
+    """What would fail an ``llm_judge`` / ``llm_judge_group`` term's first call here: its key's
+    environment variable unset, or aiohttp (the ``serve`` extra) not installed."""
+    import importlib.util
+
+    if not str(term.spec.target).startswith("rewardhub.builtin.judge:"):
+        return []
+    out = []
+    env = (term.kwargs or {}).get("api_key_env")
+    if env and not os.environ.get(str(env)):
+        out.append(f"kwargs.api_key_env={env!r}: that environment variable is not set here\n"
+                   f"export {env}=... before the run, or leave api_key_env out for a server that needs "
+                   "no key")
+    try:
+        aiohttp = importlib.util.find_spec("aiohttp")
+    except (ImportError, ValueError):
+        aiohttp = None
+    if aiohttp is None:
+        out.append(f"{term.name} calls its server with aiohttp, which is not installed here\n"
+                   "pip install 'rewardhub[serve]'")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

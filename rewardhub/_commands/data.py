@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..tasks import get_task
-    from ..tasks import task_rows
+    from ..tasks import iter_task_rows
     from ..tasks import write_rows
     from ._output import check_outputs
     from .tasks import terms
@@ -28,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     shipped = [os.path.join(task.where, task.decl["file"])] if task.kind == "file" else []
     check_outputs(args.output, None, shipped)  # never over the task's own file
-    rows = task_rows(task, args.size, args.seed)
-    write_rows(rows, args.output)
-    print(f"{len(rows)} rows of task {task.name!r} (data_source {task.data_source!r}, reward {terms(task)}) "
+    count = write_rows(iter_task_rows(task, args.size, args.seed), args.output)  # streamed, row by row
+    print(f"{count} rows of task {task.name!r} (data_source {task.data_source!r}, reward {terms(task)}) "
           f"written to {args.output}", file=sys.stderr)
     return 0

@@ -25,6 +25,22 @@ HELP = "write a new reward package (no rewardhub dependency: the entry point, th
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*")
 
 
+#: names refused for what they collide with once written or installed (the reason is the error's)
+_RESERVED = {
+    "tests": "is the folder the package's own tests are written to (tests/): the package and its tests "
+             "would be one folder, its test files installed as the package",
+    **dict.fromkeys(
+        ("test", "testing", "docs", "doc", "examples", "example", "scripts", "tools", "utils", "build",
+         "dist", "src", "lib", "bin", "benchmarks", "bench", "venv", "env", "site_packages"),
+        "is a folder name many projects use and some distributions install as a top-level package by "
+        "mistake: installed, the package would collide with those (and with a folder of that name where "
+        "Python or pytest runs)"),
+    **dict.fromkeys(("conftest", "setup", "noxfile", "tasks"),
+                    "is a file name that pytest, setuptools or a task runner reads from the working folder: "
+                    "the package would be taken for it (or hidden by it)"),
+}
+
+
 def name_taken(package: str) -> str | None:
     """Why a package (and reward, and distribution) named ``package`` would break something once
     installed, or ``None``: it is a standard-library module, an installed module or distribution,
@@ -34,6 +50,8 @@ def name_taken(package: str) -> str | None:
     import sys
 
     dist = package.replace("_", "-")
+    if package in _RESERVED:
+        return _RESERVED[package]
     if package in sys.stdlib_module_names:
         return f"is a module of Python's standard library: the package would shadow `import {package}`"
     for candidate in {dist, package}:

@@ -40,10 +40,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         dump_json(rows)
         return 0
-    broken = {t.name for t in tasks if t.kind == "broken"}
+    broken = {t.name: t.kind for t in tasks if t.kind in ("broken", "duplicate")}
     body = [[t.name, f"{t.dist} {t.version}" if t.dist else "-", terms(t) or "-",
-             "broken" if t.name in broken else _size(t), ("ERROR: " if t.name in broken else "") + t.summary]
+             broken.get(t.name) or _size(t), ("ERROR: " if t.name in broken else "") + t.summary]
             for t in tasks]
     print(table(body, ["task", "from", "reward", "size", "summary"]))
-    print(f"\n{len(tasks)} tasks, {len(broken)} broken; `rewardhub data TASK -o rows.jsonl` writes its rows")
+    dups = sum(kind == "duplicate" for kind in broken.values())
+    twice = f", {dups} registered twice" if dups else ""
+    print(f"\n{len(tasks)} tasks, {len(broken) - dups} broken{twice}; `rewardhub data TASK -o rows.jsonl` "
+          "writes its rows")
     return 0

@@ -133,7 +133,7 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
 
     session = await _session()
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
-    last = ""
+    last, refused = "", False
     for attempt in range(retries + 1):
         wait = backoff_wait(attempt, backoff_s, MAX_BACKOFF_S)
         try:
@@ -142,7 +142,11 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
                 after = resp.headers.get("Retry-After", "")
         except (aiohttp.ClientError, TimeoutError) as exc:
             last = clean(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            # nothing answers at that address (a certificate it refuses is another matter)
+            refused = isinstance(exc, aiohttp.ClientConnectorError) and \
+                not isinstance(exc, aiohttp.ClientSSLError)
         else:
+            refused = False
             if status == 429 or status >= 500:
                 last = f"HTTP {status}"
                 wait = backoff_wait(attempt, backoff_s, MAX_BACKOFF_S, retry_after_s(after))
@@ -157,5 +161,9 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
                                      f"{clean(text)[:200]!r}") from None
         if attempt < retries:
             await asyncio.sleep(wait)
+    if refused:
+        base = url.removesuffix("/chat/completions")
+        raise JudgeError(f"the judge at {url} cannot be reached ({retries + 1} tries; the last: {last})\n"
+                         f"is the server running at {base}? start it, or set kwargs.base_url to where it is")
     raise JudgeError(f"the judge at {url} failed {retries + 1} times; the last: {last}\n"
                      "raise kwargs.retries or lower the request rate (max_rpm, max_concurrency)")

@@ -80,7 +80,23 @@ def think_format(*, response: str, require_answer_tag: bool = False, **kwargs: A
     return 1.0
 
 
-def _well_formed(call: Any, tools: Any) -> bool:
+def _not_json(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")  # Python's json reads NaN and Infinity; JSON has neither
+
+
+def _tool_names(tools: Any) -> frozenset[str] | None:
+    """``tools`` as a set of whole names: a list of names, or one string (``"calculator_v2"``, or
+    ``"a, b"``: names separated by commas)."""
+    if tools is None:
+        return None
+    if isinstance(tools, str):
+        return frozenset(t.strip() for t in tools.split(",") if t.strip())
+    if isinstance(tools, list | tuple | set | frozenset) and all(isinstance(t, str) for t in tools):
+        return frozenset(tools)
+    raise ValueError(f"tools={tools!r}: give a tool name or a list of tool names")
+
+
+def _well_formed(call: Any, tools: frozenset[str] | None) -> bool:
     fn = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
         return False
@@ -89,7 +105,7 @@ def _well_formed(call: Any, tools: Any) -> bool:
     args = fn.get("arguments")
     if isinstance(args, str):
         try:
-            args = json.loads(args)
+            args = json.loads(args, parse_constant=_not_json)
         except ValueError:
             return False
     return isinstance(args, Mapping)
@@ -99,7 +115,9 @@ def _well_formed(call: Any, tools: Any) -> bool:
 def tool_call_format(*, messages: list[dict[str, Any]], tools: list[str] | None = None,
                      no_calls: float = 0.0, **kwargs: Any) -> float:
     """The share of the assistant's tool calls that are well formed: a function name (one of
-    ``tools`` when given) and arguments that are a JSON object; ``no_calls`` when it made none.
+    ``tools`` when given: a list of names, or a string of names separated by commas; whole names only)
+    and arguments that are a JSON object (``NaN`` and ``Infinity`` are not JSON); ``no_calls`` when it
+    made none.
 
     Example:
 
@@ -108,10 +126,11 @@ def tool_call_format(*, messages: list[dict[str, Any]], tools: list[str] | None 
         ...                            {"role": "assistant", "content": "", "tool_calls": [call]}])
         1.0
     """
+    names = _tool_names(tools)
     calls = tool_calls_of(messages)
     if not calls:
         return no_calls
-    return sum(_well_formed(c, tools) for c in calls) / len(calls)
+    return sum(_well_formed(c, names) for c in calls) / len(calls)
 
 
 @hookimpl

@@ -25,6 +25,8 @@ from ._shell_words import Raw
 from ._shell_words import Script
 from ._shell_words import ShellWord
 from ._shell_words import Unsafe
+from ._shell_words import ansi_c
+from ._shell_words import brace_expansion
 from ._shell_words import closing
 from ._shell_words import literal_head
 
@@ -35,6 +37,9 @@ NAME_RE = re.compile(r"[A-Za-z_]\w*")
 ASSIGN_RE = re.compile(r"^([A-Za-z_]\w*)\+?=")
 _FUNCTION_RE = re.compile(r"^\s*(function\s+[\w-]+|[\w-]+\s*\(\s*\))", re.M)
 _KEY_RE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
+
+
+_WHY_UNKNOWN = "a command substitution, read, a for loop, or inside an if/while/case block"
 
 
 class Reader:
@@ -51,7 +56,13 @@ class Reader:
         self.refs: dict[str, str] = {}
         self.arrays: dict[str, Array] = {}  # bash arrays (``ARGS=(...)``)
         self.depth = 0  # inside this many if/for/while/case blocks (set by the caller, command by command)
+        self.block = ""  # the outermost of them: "the if block on line 3"
         self.sourced = ""  # "line N: source FILE" once the script reads variables from a file not read here
+        #: why a variable set to None cannot be known (``STEPS=5`` after ``&&``: "set on line 3 only if ...")
+        self.why: dict[str, str] = {}
+        #: the operator before each command :meth:`commands` returns ("" a new line or ``;``, ``&&``,
+        #: ``||``, ``|``, ``&``, ``(``) and whether it runs in a subshell (inside ``( ... )``)
+        self.ops: list[tuple[str, bool]] = []
 
     def line(self, pos: int) -> int:
         return self.s.count("\n", 0, pos) + 1
@@ -60,10 +71,16 @@ class Reader:
     def commands(self) -> list[list[Raw]]:
         s, n = self.s, self.n
         out: list[list[Raw]] = [[]]
+        ops: list[tuple[str, bool]] = [("", False)]
         heredocs: list[tuple[str, bool]] = []
+        subshell = 0  # inside this many ( ... )
         i = 0
         while i < n:
             c = s[i]
+            if c in "<>" and s.startswith("(", i + 1):  # a process substitution: a word of its own
+                word, i = self.word(i)
+                out[-1].append(word)
+                continue
             if c == "\\" and s.startswith("\\\n", i):
                 i += 2
             elif c in " \t\r":
@@ -80,9 +97,13 @@ class Reader:
                             break
                 heredocs = []
                 out.append([])
+                ops.append(("", subshell > 0))
             elif c in ";&|()":
-                i += 1
+                op = s[i:i + 2] if s.startswith(("&&", "||", ";;"), i) else c
+                i += len(op)
+                subshell = max(0, subshell + (c == "(") - (c == ")"))
                 out.append([])
+                ops.append(("" if op in (";", ";;", ")") else op, subshell > 0))
             elif c == "#" and (i == 0 or s[i - 1] in _META):
                 while i < n and s[i] != "\n":
                     i += 1
@@ -95,6 +116,7 @@ class Reader:
                     word.items, i = read_items(self, i + 1)
                     word.end = i
                 out[-1].append(word)
+        self.ops = [op for cmd, op in zip(out, ops) if cmd]
         return [cmd for cmd in out if cmd]
 
     def redirect(self, i: int, heredocs: list[tuple[str, bool]]) -> int:
@@ -121,9 +143,18 @@ class Reader:
         def add(kind: str, payload: Any, quoted: bool) -> None:
             raw.parts.append((kind, payload, quoted, seen_eq))
 
-        while i < n and s[i] not in _META:
+        while i < n and (s[i] not in _META or (s[i] in "<>" and s.startswith("(", i + 1))):
             c = s[i]
-            if c == "\\":
+            if c in "<>":
+                end = closing(s, i)
+                add("unsafe", f"the process substitution {s[i:end]}", False)
+                i = end
+            elif s.startswith("$'", i):
+                text, i = ansi_c(s, i)
+                add("text", text, True)
+            elif s.startswith('$"', i):  # bash's translated string: as "..." where no translation is set
+                i = self.double(i + 2, add)
+            elif c == "\\":
                 if s.startswith("\\\n", i):
                     i += 2
                     continue
@@ -192,8 +223,13 @@ class Reader:
         return i + m.end()
 
     # ---- expanding ------------------------------------------------------------------------------
-    def expand(self, raw: Raw, where: str) -> list[tuple[str, bool]]:
-        """The words ``raw`` becomes (text, whole); :class:`Unsafe` names what cannot be known."""
+    def expand(self, raw: Raw, where: str, braces: bool = True) -> list[tuple[str, bool]]:
+        """The words ``raw`` becomes (text, whole); :class:`Unsafe` names what cannot be known (also a
+        brace expansion ``{a,b}``, which bash makes several words of, unless ``braces`` is false)."""
+        brace = brace_expansion(raw) if braces else ""
+        if brace:
+            raise Unsafe(f"the brace expansion {brace} in {where} is made several words by bash, which is "
+                         "not done here (quote the braces to keep them as they are)")
         fields: list[list[str]] = [[]]
         split = False
         vanished = False  # a quoted "${NAME[@]}" of no elements (no word, unless the rest makes one)
@@ -245,7 +281,8 @@ class Reader:
                     value = None
                 if name in self.vars and value is None:
                     raise Unsafe(
-                        f"${{{name}}} in {where} is set by the script in a way that cannot be read here"
+                        f"${{{name}}} in {where} is set by the script in a way that cannot be read here "
+                        f"({self.why.get(name, _WHY_UNKNOWN)})"
                     )
                 if name not in self.vars and self.sourced and not name.isdigit():
                     raise Unsafe(
@@ -271,7 +308,7 @@ class Reader:
         inner.refs, inner.keep_env = self.refs, self.keep_env
         raw, _ = inner.word(0)
         raw.parts = [(k, p, q, after_eq or e) for k, p, q, e in raw.parts]
-        return "".join(w for w, _ in inner.expand(raw, where))
+        return "".join(w for w, _ in inner.expand(raw, where, braces=False))
 
     def variable(self, name: str, after_eq: bool, quoted: bool, where: str) -> str:
         if name in ("@", "*", "#") or name.isdigit():
@@ -288,7 +325,7 @@ class Reader:
             value = self.vars[name]
             if value is None:
                 raise Unsafe(f"${name} in {where} is set by the script in a way that cannot be read here "
-                              "(a command substitution, read, a for loop, or inside an if/while/case block)")
+                             f"({self.why.get(name, _WHY_UNKNOWN)})")
             return self.refs.get(name, value) if self.keep_env else value
         if self.sourced:
             raise Unsafe(f"${name} in {where} may be set by {self.sourced}, which is not read here")
@@ -330,8 +367,10 @@ class Reader:
             self.assigning = self.keep_env = False
         if old and value is not None and ref is not None:
             value, ref = old + value, self.refs.get(name.group(1), old) + ref
+        self.why.pop(name.group(1), None)
         if self.depth:  # whether the block's body runs only running the script decides
             value = None
+            self.why[name.group(1)] = f"set inside {self.block}, which only running the script decides"
         self.vars[name.group(1)] = value
         self.refs.pop(name.group(1), None)
         if ref is not None and ref != value:

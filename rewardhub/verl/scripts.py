@@ -11,11 +11,13 @@ from ..config.overrides import parse_override
 from ..errors import UsageError
 from ._shell import ASSIGN_RE
 from ._shell import NAME_RE
+from ._shell import Raw
 from ._shell import Reader
 from ._shell import Script
 from ._shell import ShellWord
 from ._shell import Unsafe
 from ._shell import literal_head
+from ._shell_words import brace_expansion
 
 __all__ = ["VERL_CONFIGS", "entry_point", "pick_verl_run", "public_words", "read_script"]
 
@@ -153,15 +155,101 @@ def _declares(words: list[ShellWord]) -> bool:
         all(w.text.startswith("-") for w in words[1:])
 
 
+_SUBSHELL = "in a subshell"
+
+
+def _apart(r: Reader, index: int) -> str:
+    """Why what command ``index`` assigns may not be what the script goes on with (``""``: it is)."""
+    op, subshell = r.ops[index]
+    after = r.ops[index + 1][0] if index + 1 < len(r.ops) else ""
+    if subshell or op in ("|", "&", "(") or after in ("|", "&"):
+        return _SUBSHELL
+    if op in ("&&", "||"):
+        return f"set after {op}, only if the command before it {'succeeds' if op == '&&' else 'fails'}"
+    return ""
+
+
+def _plain(raw: Any) -> str | None:
+    """The word's text where it is plain text (no expansion in it), else None."""
+    return "".join(p[1] for p in raw.parts) if all(p[0] == "text" for p in raw.parts) else None
+
+
+def _empty_test(cmd: list[Any]) -> tuple[str, bool] | None:
+    """(NAME, whether the test is true for an empty NAME) where ``cmd`` is ``[ -z "$NAME" ]``,
+    ``[[ -n $NAME ]]``, ``test -z "${NAME}"`` ..., else None."""
+    plain = [_plain(raw) for raw in cmd]
+    if not cmd or plain[0] not in ("[", "[[", "test"):
+        return None
+    closer = {"[": "]", "[[": "]]", "test": None}[plain[0]]
+    body = cmd[1:-1] if closer else cmd[1:]
+    if (closer and plain[-1] != closer) or len(body) != 2 or _plain(body[0]) not in ("-z", "-n"):
+        return None
+    parts = body[1].parts
+    if len(parts) != 1 or parts[0][0] not in ("var", "default"):
+        return None
+    kind, payload, quoted, _ = parts[0]
+    name = payload if kind == "var" else payload[0]
+    if (kind == "default" and payload[1] != "") or not NAME_RE.fullmatch(name):
+        return None
+    if not quoted and plain[0] != "[[" and _plain(body[0]) == "-n":
+        return None  # [ -n $N ] with N empty is [ -n ], which is true
+    return name, _plain(body[0]) == "-z"
+
+
+def _default_idiom(r: Reader, commands: list[list[Any]], index: int) -> list[int]:
+    """``if [ -z "$N" ]; then N=v; fi``, ``[ -z "$N" ] && N=v`` and ``[ -n "$N" ] || N=v`` read as
+    ``N=${N:-v}``, as bash runs them: the indexes of the commands so read, or ``[]``."""
+    cmd = commands[index]
+    block = bool(cmd) and _plain(cmd[0]) == "if"
+    test = _empty_test(cmd[1:] if block else cmd)
+    if test is None or r.ops[index][0] not in ("",) or r.depth:
+        return []
+    name, empty = test
+    if block:  # then N=v (on one line or two), then fi
+        words = [raw for k in range(index + 1, min(index + 4, len(commands))) for raw in commands[k]]
+        ends = [k for k in range(index + 1, min(index + 4, len(commands))) if _plain(commands[k][0]) == "fi"]
+        if not ends or not empty or [_plain(x) for x in words[:1]] != ["then"]:
+            return []
+        used = list(range(index, ends[0] + 1))
+        body = [raw for k in used[1:-1] for raw in commands[k]][1:]
+        if len(commands[ends[0]]) != 1 or any(r.ops[k][0] for k in used[1:]):
+            return []
+    else:
+        if index + 1 >= len(commands) or r.ops[index + 1][0] != ("&&" if empty else "||"):
+            return []
+        if index + 2 < len(commands) and r.ops[index + 2][0] in ("&&", "||", "|", "&"):
+            return []
+        body, used = commands[index + 1], [index, index + 1]
+    if len(body) != 1 or body[0].items is not None or ASSIGN_RE.match(literal_head(body[0])) is None or \
+            ASSIGN_RE.match(literal_head(body[0])).group(0) != name + "=":  # type: ignore[union-attr]
+        return []
+    value = r.s[body[0].start + len(name) + 1:body[0].end]
+    if "}" in value:
+        return []  # not written as ${N:-...} here: left to the general rule (refused where used)
+    parts = [("text", name + "=", False, False), ("default", (name, value), False, False)]
+    raw = Raw(body[0].start, body[0].end, parts)
+    r.assign(raw, f"line {r.line(body[0].start)}", public_words)
+    return used
+
+
 def read_script(text: str) -> Script:
     """The override words of ``text`` (a launch script or a file of overrides) and the verl entry point."""
     r = Reader(text)
     runs: list[tuple[int, list[ShellWord], dict[str, Any] | None, list[str]]] = []
-    for index, cmd in enumerate(r.commands()):
+    commands = r.commands()
+    skip: set[int] = set()
+    for index, cmd in enumerate(commands):
+        if index in skip:
+            continue
+        default = _default_idiom(r, commands, index)
+        if default:
+            skip.update(default)
+            continue
         while cmd and literal_head(cmd[0]) in _BLOCK_BODY and len(cmd[0].parts) == len(literal_head(cmd[0])):
             cmd = cmd[1:]  # then NAME=value: a command of its own
         if not cmd:
             continue
+        apart = _apart(r, index)
         words: list[ShellWord] = []
         unsafe: list[str] = []
         position = 0
@@ -173,8 +261,16 @@ def read_script(text: str) -> Script:
             line = r.line(raw.start)
             lit = literal_head(raw)
             if assigning and ASSIGN_RE.match(lit) and (position == 0 or _declares(words)):
-                if len(cmd) == 1 or all(ASSIGN_RE.match(literal_head(x)) for x in cmd) or position:
+                # a subshell's assignment leaves the script's variables as they were
+                if (len(cmd) == 1 or all(ASSIGN_RE.match(literal_head(x)) for x in cmd) or position) and \
+                        apart != _SUBSHELL:
                     r.assign(raw, f"line {line}", public_words)
+                    name = ASSIGN_RE.match(lit).group(1)  # type: ignore[union-attr]
+                    brace = brace_expansion(raw) if position else ""  # export A={a,b}: bash expands it
+                    why = apart or (brace and f"line {line} brace-expands {brace} into several assignments")
+                    if why:
+                        r.vars[name], r.why[name] = None, why
+                        r.arrays.pop(name, None)
                 continue
             assigning = assigning and (lit in ("export", "local", "declare", "readonly", "typeset") or
                                        (position > 0 and lit.startswith("-")))
@@ -202,6 +298,7 @@ def read_script(text: str) -> Script:
             for raw in cmd[1:]:
                 r.vars.pop(literal_head(raw), None)
         if head in _BLOCK_START:
+            r.block = r.block if r.depth else f"the {head} block on line {r.line(cmd[0].start)}"
             r.depth += 1
         entry = entry_point(words)
         if entry is not None or any(w.text != "\x00" and is_override_word(w.text) for w in words) or unsafe:

@@ -1,7 +1,7 @@
 """Scoring with a verifiers environment's own reward methods (``verifiers.v1``, 0.4).
 
 A sample reaches the environment as a verifiers trace: the one its ``extra_info["trace"]`` holds (a
-trace as ``traces.jsonl`` stores it, the environment's own rollout), else one built from its
+whole ``traces.jsonl`` line, or one trace of it: the environment's own rollout), else one built from its
 ``messages`` (or ``prompt`` and ``response``) with the task's data from ``extra_info["task"]``
 (``ground_truth`` fills a task field named ``answer`` when that is not given).
 """
@@ -50,8 +50,14 @@ def _trace(task_cls: Any, prompt: Any, response: Any, ground_truth: Any, extra_i
 
     data_cls = task_cls.data_type()
     extra = extra_info if isinstance(extra_info, Mapping) else {}
-    if isinstance(extra.get("trace"), Mapping):
-        trace = Trace[data_cls].model_validate(extra["trace"])
+    given = extra.get("trace")
+    if isinstance(given, Mapping) and isinstance(given.get("traces"), list) and "nodes" not in given:
+        if len(given["traces"]) != 1:  # a whole traces.jsonl line (an episode): its one trace
+            raise ValueError(f"extra_info.trace is a traces.jsonl line with {len(given['traces'])} traces (a "
+                             "multi-agent rollout); put the one trace to score in extra_info.trace")
+        given = given["traces"][0]
+    if isinstance(given, Mapping):
+        trace = Trace[data_cls].model_validate(given)
         trace.rewards, trace.metrics = {}, {}
         return trace
     fields = dict(extra.get("task") or {})

@@ -53,6 +53,7 @@ NATIVE = textwrap.dedent('''
     import verifiers.v1 as vf
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.trace import AgentInfo, TraceTask
+    from verifiers.v1.episode import Episode, EnvInfo
     task_cls = vf.task_type("vf_toy_env")
     out = []
     for answer, messages in json.load(sys.stdin):
@@ -68,7 +69,10 @@ NATIVE = textwrap.dedent('''
         trace = vf.Trace(task=TraceTask(type=task_cls.__name__, data=data),
                          agent=AgentInfo(config=vf.AgentConfig()), nodes=nodes)
         asyncio.run(task_cls(data).score(trace))
+        episode = Episode(env=EnvInfo(id="vf_toy_env"), task=trace.task, traces=[trace], ok=trace.ok)
+        line = json.loads(TypeAdapter(type(episode)).dump_json(episode, exclude_none=True))  # traces.jsonl's
         out.append({"trace": trace.model_dump(mode="json"), "reply": trace.last_reply, "total": trace.reward,
+                    "line": line,
                     "rewards": {k: r.score for k, r in trace.rewards.items()}})
     json.dump(out, sys.stdout)
 ''')
@@ -132,3 +136,22 @@ def test_score_equals_the_environments_own_rubric_on_the_same_rollouts(env_path:
         assert terms["verifiers.vf_toy_env"] == want["total"]
         assert terms["verifiers.vf_toy_env.correct"] == want["rewards"]["correct"]
         assert terms["verifiers.vf_toy_env.used_tool"] == want["rewards"]["used_tool"]
+
+
+def test_a_whole_traces_jsonl_line_is_scored_with_no_prompt_or_response_beside_it(env_path: str,
+                                                                                  tmp_path: Path) -> None:
+    """A row that is only ``extra_info.trace`` (a line of verifiers' traces.jsonl, as verifiers wrote it)
+    gets the rubric's total; every row is scored (no dummy prompt or response needed)."""
+    native = _run(["-c", NATIVE], env_path, input=json.dumps(ROLLOUTS))
+    assert native.returncode == 0, native.stderr
+    expected = json.loads(native.stdout)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"extra_info": {"trace": e["line"]}}) + "\n" for e in expected))
+    config = tmp_path / "reward.yaml"
+    config.write_text("reward:\n  rewards:\n    - {name: verifiers.vf_toy_env}\n")
+    out = tmp_path / "scored.jsonl"
+    done = _run(["-m", "rewardhub", "score", str(config), str(rows), "-o", str(out), "--no-progress"],
+                env_path)
+    assert done.returncode == 0, done.stderr
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [s["rewards"]["verifiers.vf_toy_env"] for s in scored] == [e["total"] for e in expected]
