@@ -189,7 +189,7 @@ class _Scores:
     second: dict[str, Any]
     #: executor -> its columns, or the exception it raised
     others: dict[str, Any]
-    #: the rows on which some call timed out (inline, which cannot stop a call, skips them)
+    #: the rows on which some call timed out (not run again: ``second`` and ``others`` skip them)
     hung: set[int]
     #: the executors asked for that are not installed
     skipped: list[str]
@@ -200,8 +200,7 @@ class _Scores:
 
     @classmethod
     def collect(cls, probe: _Probe, executors: Sequence[str] | None) -> _Scores:
-        from .execution import TIMEOUT
-        from .execution._outcome import noting_bools
+        from .execution import noting_bools
 
         auto = executors is None
         if executors is None:
@@ -209,14 +208,22 @@ class _Scores:
             executors = [ex for ex in EXECUTORS if ex != "ray" or ex in declared]
 
         with noting_bools() as bools:
-            first, second = probe.run(None), probe.run(None)
-            hung = {i for cols in (first, second) for col in cols.values() for i in range(len(probe.batch))
-                    if col.status.get(i) == TIMEOUT}
+            # a row that timed out is not run again: it would cost a whole timeout each time
+            first = probe.run(None)
+            hung = _timed_out(probe, first)
+            second = probe.run(None, [i for i in range(len(probe.batch)) if i not in hung])
+            hung |= _timed_out(probe, second)
             keep = [i for i in range(len(probe.batch)) if i not in hung]
-            others = {ex: _try(lambda ex=ex: probe.run(ex, keep if ex == "inline" else None))
+            others = {ex: _try(lambda ex=ex: probe.run(ex, keep))
                       for ex in executors if ex != "ray" or importlib.util.find_spec("ray") is not None}
         return cls(first, second, others, hung, [ex for ex in executors if ex not in others],
                    [ex for ex in EXECUTORS if auto and ex not in executors], bools)
+
+
+def _timed_out(probe: _Probe, cols: dict[str, Any]) -> set[int]:
+    from .execution import TIMEOUT
+
+    return {i for col in cols.values() for i in range(len(probe.batch)) if col.status.get(i) == TIMEOUT}
 
 
 def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:
@@ -316,8 +323,7 @@ def _same_everywhere(probe: _Probe, scores: _Scores, name: str) -> Check:
             diffs.append(f"{ex}: {_diff(col.values, got[name].values, scores.hung)}")
     if diffs:
         return Check(name, "same on every executor", FAIL, "; ".join(diffs))
-    notes = f"; inline skipped the {len(scores.hung)} rows that timed out" \
-        if scores.hung and "inline" in scores.others else ""
+    notes = f"; the {len(scores.hung)} rows that timed out were not run again" if scores.hung else ""
     return Check(name, "same on every executor", PASS,
                  f"{', '.join(ran)} agree (as declared: {executor})"
                  + (f"; {', '.join(scores.skipped)} not installed" if scores.skipped else "")

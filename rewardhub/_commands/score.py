@@ -72,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warn-error-rate", type=float, metavar="RATE", default=WARN_ERROR_RATE,
                         help="print a WARNING: line naming a reward whose failed calls are above this share "
                              f"of the rows it applied to, 0 to 1 (default {WARN_ERROR_RATE:g})")
+    parser.add_argument("--still-waiting-s", type=float, metavar="SECONDS", default=60.0,
+                        help="name a reward call that has run this long (reward, row, seconds), and again "
+                             "each time its time doubles: a reward with no timeout_s can hang (default 60; "
+                             "0: never; calls on the process and ray executors are not seen)")
     parser.add_argument("--debug", action="store_true",
                         help="show where in a reward's code its calls failed (also: REWARDHUB_DEBUG=1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
@@ -129,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from ..execution import Column
     from ..execution import RoutingWatch
     from ..execution import SlowestSamples
+    from ..execution import StallWatch
     from ..execution import column_metrics
     from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
@@ -143,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_error_rate is not None and not 0.0 <= args.max_error_rate <= 1.0:
         raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a share from 0 to 1 (0.05: 5%)")
+    if not 0.0 <= args.still_waiting_s < math.inf:
+        raise UsageError(f"--still-waiting-s {args.still_waiting_s:g}: give seconds, 0 or more (0: never)")
     if not 0.0 <= args.warn_error_rate <= 1.0:
         raise UsageError(f"--warn-error-rate {args.warn_error_rate:g}: give a share from 0 to 1 (0.1: 10%)")
     if args.debug:
@@ -178,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         scores: list[Any] = []
         out = ScoredRows(args.output)
         out.namespace = args.namespace
+        if runner is not None and args.still_waiting_s:
+            stack.enter_context(StallWatch(args.still_waiting_s, _say_warning, lambda: n_rows))
         try:
             with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
                 rest, size = itertools.chain(first, pairs), FIRST_CHUNK

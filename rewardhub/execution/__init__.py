@@ -13,6 +13,7 @@ from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
+from ._outcome import noting_bools
 from ._process import ProcessPool
 from ._results import AGGREGATIONS
 from ._results import Scorer
@@ -26,6 +27,7 @@ from ._results import failure_error
 from ._routing import RoutingWatch
 from ._routing import config_routes
 from ._slowest import SlowestSamples
+from ._stall import StallWatch
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
@@ -51,6 +53,7 @@ __all__ = [
     "ScoreResult",
     "Scorer",
     "SlowestSamples",
+    "StallWatch",
     "Term",
     "aggregate",
     "apply_on_failure",
@@ -64,6 +67,7 @@ __all__ = [
     "debug_enabled",
     "group_key",
     "interrupts_told_apart",
+    "noting_bools",
     "resolve_term",
     "resolve_terms",
     "sandbox_settings",
