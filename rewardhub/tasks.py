@@ -190,12 +190,10 @@ def write_rows(rows: list[dict[str, Any]], path: str) -> None:
 
     tmp = f"{path}.{os.getpid()}.tmp"
     if path.endswith((".parquet", ".pq")):
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise UsageError(f"-o {path}: writing parquet needs pyarrow (pip install 'rewardhub[data]')\n"
-                             "or write JSONL (-o rows.jsonl)") from exc
+        from ._extras import require
+
+        pa = require("pyarrow", f"-o {path}: writing parquet", "or write JSONL (-o rows.jsonl)")
+        import pyarrow.parquet as pq
         try:
             pq.write_table(pa.Table.from_pylist(rows), tmp)
         except (pa.ArrowException, TypeError, ValueError) as exc:

@@ -101,9 +101,11 @@ def _warn(report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
     from ..config import load_plan
     from ..distributed import check_cluster
 
+    require("ray", "rewardhub doctor (it checks the reward workers of a Ray cluster)")
     config, overrides = _split(list(args.args))
     plan = load_plan(config, overrides)
     address = args.address or plan.reward.workers.address
