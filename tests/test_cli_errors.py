@@ -314,7 +314,8 @@ def _without(cli, tmp_path, modules, *args):
                cwd=str(tmp_path))
 
 
-@pytest.mark.parametrize("case", ["data -o parquet", "score -o parquet", "score parquet rows", "doctor"])
+@pytest.mark.parametrize("case", ["data -o parquet", "score -o parquet", "score parquet rows", "doctor",
+                                  "serve"])
 def test_a_missing_optional_dependency_is_one_error_naming_its_extra(cli, simple, tmp_path, case):
     cfg, data = simple
     if case == "score parquet rows":
@@ -329,6 +330,7 @@ def test_a_missing_optional_dependency_is_one_error_naming_its_extra(cli, simple
                              "-o x.parquet: writing parquet", "data"),
         "score parquet rows": (["score", cfg, "rows.parquet"], "pyarrow",
                                "rows.parquet: reading parquet files", "data"),
+        "serve": (["serve", cfg], "aiohttp", "rewardhub serve", "serve"),
         "doctor": (["doctor", cfg], "ray", "rewardhub doctor (it checks the reward workers of a Ray cluster)",
                    "ray"),
     }[case]

@@ -86,6 +86,7 @@ def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
     from ..config import load_plan
     from ..distributed import runner_from_config
     from ..server import TOKEN_ENV
@@ -94,12 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from .check import term_problems
     from .score import provenance
 
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "rewardhub serve needs aiohttp\ninstall it: pip install 'rewardhub[serve]'"
-        ) from None
+    require("aiohttp", "rewardhub serve")
     from ..server.app import ServeOptions
     from ..server.app import serve_forever
 
