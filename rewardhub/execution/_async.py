@@ -178,8 +178,8 @@ class _Loop:
 
     def held(self, now: float, grace_s: float) -> tuple[bool, float]:
         """Whether a call has held the loop past its timeout and ``grace_s`` (the loop's watchdog
-        could not act), or the loop's watchdog has not run for :func:`_hold_s` while a call began
-        as long ago; else how long until one of them could be."""
+        could not act), or the loop's watchdog has not run for :func:`_hold_s` while a call that
+        began as long ago runs; else how long until one of them could be."""
         timeout_s = self.batch.timeout_s
         assert timeout_s
         hold_s = _hold_s(timeout_s)
@@ -190,7 +190,9 @@ class _Loop:
             if began is None:
                 continue
             late = began + timeout_s + grace_s - now
-            if late <= 0 or (stale and now - began >= hold_s):
+            # held: its watchdog has not run, and this call's coroutine is running (a loop that is
+            # only slow to be scheduled on a loaded host waits in select(), with none running)
+            if late <= 0 or (stale and now - began >= hold_s and _running(slot)):
                 return True, 0.0
             wait = min(wait, late)
         return False, wait
@@ -246,7 +248,7 @@ def _running(slot: _Slot) -> bool:
 def _hold_s(timeout_s: float) -> float:
     """How long a loop's watchdog may go without running (while a call began as long ago) before the
     loop counts as held by a blocking call."""
-    return min(1.0, 0.25 * timeout_s)
+    return min(1.0, 0.5 * timeout_s)
 
 
 def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: int | None,
