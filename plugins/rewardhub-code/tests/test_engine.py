@@ -70,9 +70,7 @@ def test_a_batch_in_process_workers():
         warm = runner.score(samples[:2])
         assert warm.scores == [1.0, 0.0]
         pool = runner._get_pool()
-        t = time.monotonic()
         res = runner.score(samples)
-        elapsed = time.monotonic() - t
         # no worker died or had to be killed (the pool may swap a waiting worker for a spare: not a death)
         assert pool.crashes == 0 and pool.kills == 0
         assert all(_alive(p) for p in runner.worker_pids())
@@ -86,8 +84,6 @@ def test_a_batch_in_process_workers():
     assert kinds["loop"] == kinds["sleep"] == "timeout" and kinds["memory"] == "memory"
     assert kinds["output"] == "output_limit"
     assert res.metrics["rewards/code_tests/count"] == len(samples)
-    # two workers in parallel: the 1.5 s hostile runs overlap (serial would take > 2 x 1.5 x 2 s)
-    assert elapsed < 30
 
 
 def test_reward_sandbox_url_routes_every_worker_to_the_server():
