@@ -40,8 +40,7 @@ _CHUNK_MAX = 256
 #: a second chunk is queued behind the running one only when its message is this small (a large
 #: message could block the parent on a full pipe while that worker hangs)
 _PIPELINE_MAX_BYTES = 48 * 1024
-#: a stuck worker whose queued calls could not be taken back (not started yet) is looked at after this
-_RETAKE_S = 0.05
+_RETAKE_S = 0.05  #: a stuck worker whose queued calls could not be taken back: looked at again after
 
 
 class ProcessPool:
