@@ -11,6 +11,12 @@ regex as plain functions; ours: math_verify + regex_match in reward workers). Th
 warm-up and not timed. Prints, for both, completions/s, generated tokens/s and the mean completion length,
 then both ratios (goal: ours >= 2x TRL in each).
 
+Both sides run at the same CPU priority: Ray starts its workers (our rollouter, learner and reward
+workers) at nice 15 by default, TRL runs in this process at nice 0, so any other load on the host would
+take its CPU time from ours first; ``RAY_worker_niceness=0`` is set here before Ray starts. The runs are
+interleaved, ``--repeats`` pairs in turn (ours, TRL, TRL, ours, ...: neither side always runs first
+or on a warmer host), and the ratio printed is the median of the pairs' ratios, with their range.
+
     python bench/bench_trl.py --skip-trl --against trainer.lend_idle_cores=never
 
 runs ours a second time with those overrides (here: no threads lent between the learner and the
@@ -26,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS, N, NEW_TOKENS = 8, 4, 64
@@ -137,29 +144,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="timed steps (one more runs as warm-up)")
     parser.add_argument("--mode", default="fully_async", choices=["sync", "fully_async"])
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="pairs of runs, interleaved; the median ratio is printed (default 3)")
     parser.add_argument("--against", metavar="KEY=VALUE", action="append", default=[],
                         help="also run ours with these overrides (e.g. trainer.lend_idle_cores=never), "
                              "and print the ratio to it")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be 1 or more")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Ray would run our side's workers at nice 15 (TRL runs here, at this process's priority)
+    os.environ["RAY_worker_niceness"] = "0"
     from rewardhub_trainer.config import ModelConfig
     from rewardhub_trainer.models import materialize
 
     path = materialize(ModelConfig(builtin="smollm2-135m"))
-    ours, ours_len = ours_rate(args.steps, args.mode)
-    print(_line(f"rewardhub-trainer ({args.mode})", ours, ours_len), flush=True)
+    against = " ".join(args.against)
+    sides: dict[str, Any] = {f"rewardhub-trainer ({args.mode})": lambda: ours_rate(args.steps, args.mode)}
     if args.against:
-        base, base_len = ours_rate(args.steps, args.mode, args.against)
-        print(_line(f"  with {' '.join(args.against)}", base, base_len))
-        print(f"ratio ours/with {' '.join(args.against)}: {ours / base:.2f}x completions/s, "
-              f"{ours * ours_len / (base * base_len):.2f}x generated tokens/s", flush=True)
-    if args.skip_trl:
-        return 0
-    trl, trl_len = trl_rate(path, args.steps + 1)
-    print(_line("TRL GRPOTrainer", trl, trl_len))
-    print(f"ratio ours/TRL: {ours / trl:.2f}x completions/s, {ours * ours_len / (trl * trl_len):.2f}x "
-          "generated tokens/s (goal 2x each)")
+        sides[f"  with {against}"] = lambda: ours_rate(args.steps, args.mode, args.against)
+    if not args.skip_trl:
+        sides["TRL GRPOTrainer"] = lambda: trl_rate(path, args.steps + 1)
+    names = list(sides)
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for r in range(args.repeats):  # in turn, the order reversed every other repeat
+        for name in (names if r % 2 == 0 else names[::-1]):
+            runs[name].append(sides[name]())
+            print(_line(f"{name} [{r + 1}]", *runs[name][-1]), flush=True)
+    ours = runs[names[0]]
+    for name in names[1:]:
+        base = runs[name]
+        rates = [a[0] / b[0] for a, b in zip(ours, base)]
+        tokens = [a[0] * a[1] / (b[0] * b[1]) for a, b in zip(ours, base)]
+        what = f"ours/with {against}" if name != "TRL GRPOTrainer" else "ours/TRL"
+        print(f"ratio {what}: {_median(rates):.2f}x completions/s (range {min(rates):.2f}-{max(rates):.2f}), "
+              f"{_median(tokens):.2f}x generated tokens/s (range {min(tokens):.2f}-{max(tokens):.2f}) over "
+              f"{len(rates)} interleaved pair{'s' * (len(rates) != 1)}"
+              + (" (goal 2x each)" if name == "TRL GRPOTrainer" else ""), flush=True)
     return 0
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
 
 
 if __name__ == "__main__":

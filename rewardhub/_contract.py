@@ -189,30 +189,41 @@ class _Scores:
     second: dict[str, Any]
     #: executor -> its columns, or the exception it raised
     others: dict[str, Any]
-    #: the rows on which some call timed out (inline, which cannot stop a call, skips them)
+    #: the rows on which some call timed out (not run again: ``second`` and ``others`` skip them)
     hung: set[int]
     #: the executors asked for that are not installed
     skipped: list[str]
     #: ``["ray"]`` when the executors were left to the contract and no term declares ray
     unasked: list[str]
+    #: the terms seen returning a Python bool (in this process: inline, thread and async runs)
+    bools: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def collect(cls, probe: _Probe, executors: Sequence[str] | None) -> _Scores:
-        from .execution import TIMEOUT
+        from .execution import noting_bools
 
         auto = executors is None
         if executors is None:
             declared = {d[2] for d in probe.declared.values()}
             executors = [ex for ex in EXECUTORS if ex != "ray" or ex in declared]
 
-        first, second = probe.run(None), probe.run(None)
-        hung = {i for cols in (first, second) for col in cols.values() for i in range(len(probe.batch))
-                if col.status.get(i) == TIMEOUT}
-        keep = [i for i in range(len(probe.batch)) if i not in hung]
-        others = {ex: _try(lambda ex=ex: probe.run(ex, keep if ex == "inline" else None))
-                  for ex in executors if ex != "ray" or importlib.util.find_spec("ray") is not None}
+        with noting_bools() as bools:
+            # a row that timed out is not run again: it would cost a whole timeout each time
+            first = probe.run(None)
+            hung = _timed_out(probe, first)
+            second = probe.run(None, [i for i in range(len(probe.batch)) if i not in hung])
+            hung |= _timed_out(probe, second)
+            keep = [i for i in range(len(probe.batch)) if i not in hung]
+            others = {ex: _try(lambda ex=ex: probe.run(ex, keep))
+                      for ex in executors if ex != "ray" or importlib.util.find_spec("ray") is not None}
         return cls(first, second, others, hung, [ex for ex in executors if ex not in others],
-                   [ex for ex in EXECUTORS if auto and ex not in executors])
+                   [ex for ex in EXECUTORS if auto and ex not in executors], bools)
+
+
+def _timed_out(probe: _Probe, cols: dict[str, Any]) -> set[int]:
+    from .execution import TIMEOUT
+
+    return {i for col in cols.values() for i in range(len(probe.batch)) if col.status.get(i) == TIMEOUT}
 
 
 def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:
@@ -224,6 +235,9 @@ def _returns_score(probe: _Probe, scores: _Scores, name: str) -> Check:
     if errs:
         return Check(name, "returns a score", FAIL, f"{len(errs)} of {n} rows failed; first: {errs[0][1]}",
                      col.where.get(errs[0][0], ""))
+    if name in scores.bools:  # scored 1.0 / 0.0, where numpy's bool_ is an error: both are reported
+        return Check(name, "returns a score", FAIL, "returned a bool (True/False), not a number: return "
+                     "float(...) (score reads a Python bool as 1.0 / 0.0, and numpy's bool_ as an error)")
     return Check(name, "returns a score", PASS,
                  f"{n} rows: " + ", ".join(map(_fmt, col.values[:min(n, 6)])) + (" ..." if n > 6 else ""))
 
@@ -309,8 +323,7 @@ def _same_everywhere(probe: _Probe, scores: _Scores, name: str) -> Check:
             diffs.append(f"{ex}: {_diff(col.values, got[name].values, scores.hung)}")
     if diffs:
         return Check(name, "same on every executor", FAIL, "; ".join(diffs))
-    notes = f"; inline skipped the {len(scores.hung)} rows that timed out" \
-        if scores.hung and "inline" in scores.others else ""
+    notes = f"; the {len(scores.hung)} rows that timed out were not run again" if scores.hung else ""
     return Check(name, "same on every executor", PASS,
                  f"{', '.join(ran)} agree (as declared: {executor})"
                  + (f"; {', '.join(scores.skipped)} not installed" if scores.skipped else "")

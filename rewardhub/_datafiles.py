@@ -133,11 +133,12 @@ def open_rows(path: str, batch_rows: int) -> Iterator[tuple[int, dict[str, Any]]
             yield from _jsonl_rows(path, f, what)
             return
         source: Any
+        pa = _pyarrow(path, kind)  # not installed: the "install the extra" error, before any read
         if what == kind and is_regular(path):
             source = path  # read by pyarrow with seeks, not memory-mapped
         else:
             try:
-                source = _pyarrow(path, kind).BufferReader(f.read())  # a pipe or compressed: into memory
+                source = pa.BufferReader(f.read())  # a pipe or compressed: into memory
             except (OSError, EOFError, ValueError) as exc:
                 raise unreadable(path, what, exc) from None
         if kind == "parquet":
@@ -199,11 +200,9 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_object)
 
 
 def _pyarrow(path: str, kind: str) -> Any:
-    try:
-        import pyarrow as pa
-    except ImportError:
-        raise UsageError(f"{path}: reading {kind} files needs pyarrow\npip install pyarrow") from None
-    return pa
+    from ._extras import require
+
+    return require("pyarrow", f"{path}: reading {kind} files", "or give the rows as JSONL")
 
 
 def _duplicates(path: str, schema: Any) -> None:

@@ -147,7 +147,9 @@ def count_rows(paths: str | Sequence[str], key: str = "data") -> int:
             with open(path, "rb") as f:
                 total += sum(1 for line in f if line.strip())
         elif kind == "parquet":
-            import pyarrow.parquet as pq
+            from ._extras import require
+
+            pq = require("pyarrow.parquet", f"{path}: reading parquet files", "or give the rows as JSONL")
 
             try:
                 total += pq.ParquetFile(path).metadata.num_rows

@@ -232,12 +232,11 @@ def write_rows(rows: Iterable[dict[str, Any]], path: str, batch: int = 10_000) -
     count = 0
     try:
         if path.endswith((".parquet", ".pq")):
-            try:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-            except ImportError as exc:
-                raise UsageError(f"-o {path}: writing parquet needs pyarrow (pip install 'rewardhub[data]')\n"
-                                 "or write JSONL (-o rows.jsonl)") from exc
+            from ._extras import require
+
+            pa = require("pyarrow", f"-o {path}: writing parquet", "or write JSONL (-o rows.jsonl)")
+            import pyarrow.parquet as pq
+
             writer = None
             try:
                 it = iter(rows)

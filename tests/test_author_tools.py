@@ -179,6 +179,36 @@ def test_contract_fails_each_broken_promise(tmp_path, monkeypatch):
     assert checks["by_pid", "deterministic"].status == "skip"
 
 
+BOOL_REWARDS = textwrap.dedent('''
+    import numpy as np
+
+    def py_bool(*, response, **kw):
+        return "42" in response
+
+    def np_bool(*, response, **kw):
+        return np.bool_("42" in response)
+
+    def in_a_dict(*, response, **kw):
+        return {"score": "42" in response}
+''')
+
+
+@pytest.mark.parametrize("executor", ["inline", "thread", "process"])
+def test_test_reports_a_reward_returning_a_bool_as_it_reports_numpys_bool(cli, tmp_path, executor):
+    """A Python bool (scored 1.0 / 0.0) fails `returns a score` as numpy's bool_ does: never a pass."""
+    (tmp_path / "bools.py").write_text(BOOL_REWARDS)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n" + "".join(
+        f"    - {{path: bools.py, function: {f}, executor: {executor}}}\n"
+        for f in ("py_bool", "np_bool", "in_a_dict")))
+    res = cli("test", str(cfg), "--json", cwd=str(tmp_path))
+    assert res.returncode == 1, res.stderr
+    checks = {(c["term"], c["contract"]): c for c in json.loads(res.stdout)}
+    for term in ("py_bool", "np_bool", "in_a_dict"):
+        assert checks[term, "returns a score"]["status"] == "FAIL", (term, checks[term, "returns a score"])
+    assert "returned a bool" in checks["py_bool", "returns a score"]["detail"]
+
+
 ESCAPING_REWARDS = textwrap.dedent('''
     import os
 

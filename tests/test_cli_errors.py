@@ -301,3 +301,56 @@ def test_reward_and_trainer_sections_fail_in_the_same_words(cli, tmp_path):
         assert _error(res, 2) == f"ERROR: {line}"
         assert res.stderr.splitlines()[1].startswith(f"  {fix}")
     assert not os.path.exists(out)
+
+
+# ---- optional dependencies: one "install the extra" error for each -------------------------------
+
+def _without(cli, tmp_path, modules, *args):
+    """``rewardhub ARGS`` in a process where ``modules`` cannot be imported (as if not installed)."""
+    site = tmp_path / "hide"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(f"import sys\nfor m in {modules!r}:\n    sys.modules[m] = None\n")
+    return cli(*args, env={"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])},
+               cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize("case", ["data -o parquet", "score -o parquet", "score parquet rows", "doctor",
+                                  "serve"])
+def test_a_missing_optional_dependency_is_one_error_naming_its_extra(cli, simple, tmp_path, case):
+    cfg, data = simple
+    if case == "score parquet rows":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"response": ["a"]}), tmp_path / "rows.parquet")
+    args, module, what, extra = {
+        "data -o parquet": (["data", "code.functions", "-o", "x.parquet"], "pyarrow",
+                            "-o x.parquet: writing parquet", "data"),
+        "score -o parquet": (["score", cfg, data, "-o", "x.parquet"], "pyarrow",
+                             "-o x.parquet: writing parquet", "data"),
+        "score parquet rows": (["score", cfg, "rows.parquet"], "pyarrow",
+                               "rows.parquet: reading parquet files", "data"),
+        "serve": (["serve", cfg], "aiohttp", "rewardhub serve", "serve"),
+        "doctor": (["doctor", cfg], "ray", "rewardhub doctor (it checks the reward workers of a Ray cluster)",
+                   "ray"),
+    }[case]
+    res = _without(cli, tmp_path, [module], *args)
+    assert _error(res, 2) == f"ERROR: {what} needs {module}, which is not installed here", res.stderr
+    assert f"install it: {sys.executable} -m pip install 'rewardhub[{extra}]'" in res.stderr
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_test_refuses_a_timeout_of_inf_or_nan(cli):
+    for bad in ("inf", "nan", "0"):
+        line = _error(cli("test", "exact_match", "--timeout", bad), 2)
+        assert line.startswith(f"ERROR: --timeout {bad} ") and "give a number of seconds above 0" in line
+
+
+def test_new_refuses_a_name_too_long_and_a_folder_it_cannot_write(cli, tmp_path):
+    line = _error(cli("new", "a" * 300, cwd=str(tmp_path)), 2)
+    assert line.startswith("ERROR: the name is 300 characters long") and "at most 100" in line
+    (tmp_path / "a_file").write_text("")
+    line = _error(cli("new", "zzq_reward", "--dir", str(tmp_path / "a_file" / "pkg")), 2)
+    where = str(tmp_path / "a_file" / "pkg")
+    assert line == f"ERROR: cannot write the package to {where!r}: Not a directory ({where})"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]

@@ -26,7 +26,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_an_address_where_nothing_listens_is_one_error_at_once(cli):
     port = _free_port()
     began = time.monotonic()
@@ -38,7 +38,7 @@ def test_an_address_where_nothing_listens_is_one_error_at_once(cli):
         f"port {port} of 127.0.0.1 (connection refused)"
     )
     assert "Failed to connect" not in res.stderr and "Traceback" not in res.stderr
-    assert took < 15
+    assert took < 60  # not Ray's minutes of retries (with room for start-up on a loaded host)
 
 
 @pytest.mark.parametrize("address,says", [("no-such-host.invalid:6379", "is not known"),

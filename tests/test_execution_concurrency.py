@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 import pytest
 
@@ -285,3 +286,71 @@ def test_a_cancelled_score_async_drops_its_calls_not_yet_started(tmp_path):
     gone_calls = [c for c in calls if c.startswith("gone")]
     assert len(gone_calls) < 200 and calls.index("small1") < len(gone_calls) + 2
     assert calls[-1] == "last0"
+
+
+@pytest.mark.timeout(240)
+def test_a_call_goes_to_an_idle_worker_not_behind_a_busy_ones_call(tmp_path):
+    """A second caller's call, while the first caller's runs on the pool's one started worker, goes to
+    a new (idle) worker, not into the queue behind the running call: the two calls meet. (The pool
+    here waits 60 s before it calls a worker stuck; queued behind, the second call would start only
+    after the first timed out.)"""
+    term = {"module": "rewards_for_tests", "function": "meet", "executor": "process", "timeout_s": 30}
+    info = {"dir": str(tmp_path), "k": 2}
+    with Runner.from_config({"rewards": [term]}, process_workers=2) as r:
+        r._get_pool().stuck_after_s = 60.0
+        out: dict[int, object] = {}
+
+        def caller(k):
+            out[k] = r.score([{"prompt": "p", "response": str(k), "extra_info": info}])
+
+        first = threading.Thread(target=caller, args=(0,))
+        first.start()
+        while not os.listdir(tmp_path):  # the first call runs (it left its file)
+            assert first.is_alive()
+            time.sleep(0.01)
+        caller(1)
+        first.join()
+    assert [out[k].scores for k in range(2)] == [[1.0]] * 2, [out[k].errors for k in range(2)]
+
+
+
+
+_SLOW_FORK = {"on": False}  # read in a forked child: on, the worker starts 3 s late
+
+
+def _slow_child() -> None:
+    if _SLOW_FORK["on"]:
+        time.sleep(3)
+
+
+os.register_at_fork(after_in_child=_slow_child)
+
+
+@pytest.mark.timeout(240)
+def test_a_call_queued_behind_a_worker_slow_to_start_is_taken_back_once_it_starts(tmp_path):
+    """A second caller's call is queued behind the first's on the pool's one worker, which is slow to
+    start: stuck before it has started either call, nothing can be taken back yet; once it runs the
+    first, the second is taken back and runs on a spare worker, so the two meet (else the second
+    waits for the first's timeout)."""
+    term = {"module": "rewards_for_tests", "function": "meet", "executor": "process", "timeout_s": 30}
+    info = {"dir": str(tmp_path), "k": 2}
+    with Runner.from_config({"rewards": [term]}, process_workers=1) as r:
+        pool = r._get_pool()
+        pool.stuck_after_s = 1.0  # the second call comes within this of the first: it is queued behind
+        out: dict[int, object] = {}
+
+        def caller(k):
+            out[k] = r.score([{"prompt": "p", "response": str(k), "extra_info": info}])
+
+        _SLOW_FORK["on"] = True
+        try:
+            first = threading.Thread(target=caller, args=(0,))
+            first.start()
+            while not any(w.inflight for w in list(pool._workers)):  # the first call is sent
+                assert first.is_alive()
+                time.sleep(0.001)
+            caller(1)
+            first.join()
+        finally:
+            _SLOW_FORK["on"] = False
+    assert [out[k].scores for k in range(2)] == [[1.0]] * 2, [out[k].errors for k in range(2)]

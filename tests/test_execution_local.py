@@ -3,6 +3,8 @@ call."""
 
 from __future__ import annotations
 
+import pytest
+
 from rewardhub.execution import Runner
 
 THREAD_REWARDS = '''
@@ -50,6 +52,16 @@ async def blocks(*, response, **kw):
         return 100.0
     await asyncio.sleep(0)
     return float(len(response))
+
+started = []
+all_in = threading.Event()  # set once every call has begun (or by the test, at its end)
+async def waits_for_all(*, response, extra_info, **kw):
+    """A blocking call (it holds the event loop it runs on) until every sample's call has begun."""
+    started.append(response)
+    if len(started) >= extra_info["n"]:
+        all_in.set()
+    all_in.wait(120)
+    return 1.0 if all_in.is_set() else 0.0
 
 async def hang_once(*, response, extra_info, **kw):
     """Hangs on its first try of each sample, answers on the second."""
@@ -172,3 +184,21 @@ def test_async_timeout_holds_when_the_reward_blocks_its_event_loop(tmp_path):
     assert again.scores[0] == 1.0 and again.scores[2] == 3.0
     assert again.metrics["rewards/blocks/timeouts"] == 1.0
     assert r.abandoned_threads == 2
+
+
+@pytest.mark.timeout(300)
+def test_async_rewards_that_block_wait_side_by_side_not_one_after_another(tmp_path):
+    """A reward that blocks its event loop on every call (`time.sleep`, a sync client) must not cost a
+    timeout per call: each call here blocks until all six have begun, so run one after another each
+    would time out (the last alone answering); side by side, every call answers in time."""
+    with _runner(tmp_path, ASYNC_REWARDS, "waits_for_all", timeout_s=20, on_failure="nan") as r:
+        names = r.terms[0].invoker.fn.__globals__
+        names["started"].clear()
+        names["all_in"].clear()
+        try:
+            res = r.score(_rows(*"abcdef", n=6))
+        finally:
+            names["all_in"].set()
+    assert res.scores == [1.0] * 6, res.errors
+    assert res.metrics["rewards/waits_for_all/timeouts"] == 0.0
+    assert sorted(names["started"]) == list("abcdef")  # each called once

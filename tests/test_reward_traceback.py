@@ -70,6 +70,28 @@ def test_max_error_rate(cli, tmp_path):
     assert res.returncode == 2 and "give a share from 0 to 1" in res.stderr
 
 
+def test_a_failure_rate_above_the_warning_threshold_is_a_warning_line(cli, tmp_path):
+    """16 of 20 calls failed: exit 0 (under --max-error-rate's default) but one WARNING: line naming the
+    reward and the rate; the threshold is settable, and at or under it nothing is said."""
+    cfg, rows, _ = _setup(tmp_path, ["ok"] * 4 + ["bad"] * 16)
+    res = cli("score", cfg, rows)
+    assert res.returncode == 0, res.stderr
+    warned = [line for line in res.stderr.splitlines() if line.startswith("WARNING")]
+    assert warned == ["WARNING: reward 'compute_score' failed on 16 of 20 rows (80%; 16 errors, 0 timeouts), "
+                      "above --warn-error-rate 0.1: those rows have no score from it; first: reward "
+                      "'compute_score' on sample 4: ZeroDivisionError: float division by zero"]
+    res = cli("score", cfg, rows, "--warn-error-rate", "0.8")
+    assert res.returncode == 0 and "WARNING" not in res.stderr, res.stderr
+    res = cli("score", cfg, rows, "--max-error-rate", "0.5")  # an ERROR: line, and no WARNING beside it
+    assert res.returncode == 1 and "WARNING" not in res.stderr
+    assert "ERROR: reward 'compute_score'" in res.stderr
+    cfg, rows, _ = _setup(tmp_path, ["ok"] * 10 + ["bad"])  # 1 of 11: under 10 %
+    assert "WARNING" not in cli("score", cfg, rows).stderr
+    for bad in ("nan", "1.5"):
+        res = cli("score", cfg, rows, "--warn-error-rate", bad)
+        assert res.returncode == 2 and "--warn-error-rate" in res.stderr and "give a share" in res.stderr
+
+
 @pytest.mark.parametrize("executor", ["inline", "process"])
 def test_on_failure_raise_shows_frames_with_debug(cli, tmp_path, executor):
     cfg, rows, frames = _setup(tmp_path, ["a"], f"      executor: {executor}\n      on_failure: raise\n")

@@ -1,13 +1,16 @@
 """How ``rewardhub score`` reports the calls that failed: per reward, how many, the first error and
 where in the reward's code it was raised (``--summary-json``, ``--debug``), and whether the run
-failed (``--max-error-rate``)."""
+failed (``--max-error-rate``) or deserves a warning (``--warn-error-rate``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["debug_lines", "failure_report", "over_the_limit"]
+__all__ = ["WARN_ERROR_RATE", "debug_lines", "failure_report", "over_the_limit", "warnings_over"]
+
+#: the share of a reward's rows that may fail before ``score`` warns (``--warn-error-rate``)
+WARN_ERROR_RATE = 0.1
 
 
 def failure_report(columns: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -46,6 +49,23 @@ def over_the_limit(report: Mapping[str, Mapping[str, Any]], max_error_rate: floa
         lines.append(
             f"ERROR: reward {name!r} failed on {r['errors'] + r['timeouts']} of {r['rows']} rows "
             f"({r['errors']} errors, {r['timeouts']} timeouts; {limit}); first: {r['first']['error']}"
+        )
+    return lines
+
+
+def warnings_over(report: Mapping[str, Mapping[str, Any]], warn_rate: float,
+                  max_error_rate: float | None) -> list[str]:
+    """One ``WARNING:`` line per reward whose calls failed above ``warn_rate`` of its rows, unless
+    :func:`over_the_limit` already gives it an ``ERROR:`` line."""
+    lines = []
+    for name, r in report.items():
+        rate = r["error_rate"]
+        if rate <= warn_rate or over_the_limit({name: r}, max_error_rate):
+            continue
+        lines.append(
+            f"WARNING: reward {name!r} failed on {r['errors'] + r['timeouts']} of {r['rows']} rows "
+            f"({rate:.0%}; {r['errors']} errors, {r['timeouts']} timeouts), above --warn-error-rate "
+            f"{warn_rate:g}: those rows have no score from it; first: {r['first']['error']}"
         )
     return lines
 

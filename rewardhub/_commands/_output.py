@@ -81,6 +81,10 @@ def check_outputs(output: str | None, summary_json: str | None, inputs: Sequence
                     f"{flag} {path!r} is inside the folder {folder_in!r}, which is read as the data; "
                     "writing there could replace or add a shard of it\nwrite the output elsewhere"
                 )
+        if flag == "-o" and str(path).lower().endswith((".parquet", ".pq")):
+            from .._extras import require
+
+            require("pyarrow", f"-o {path}: writing parquet", "or write JSONL (-o rows.jsonl)")
         if _is_special(path):
             continue
         if os.path.isdir(path):

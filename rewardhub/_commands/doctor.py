@@ -101,17 +101,21 @@ def _warn(report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
     from ..config import load_plan
     from ..distributed import check_cluster
 
     config, overrides = _split(list(args.args))
     plan = load_plan(config, overrides)
     address = args.address or plan.reward.workers.address
-    if address:
-        from .._netprobe import connect_bounded
+    if address:  # where nothing listens: one error at once, before Ray is even imported
         from .._netprobe import probe_ray_address
 
         probe_ray_address(address, flag="--address" if args.address else "reward.workers.address")
+    require("ray", "rewardhub doctor (it checks the reward workers of a Ray cluster)")
+    if address:
+        from .._netprobe import connect_bounded
+
         connect_bounded(address, CONNECT_S)
     report = check_cluster(plan.reward, address=args.address, ship_files=not args.no_ship_files,
                            strict=args.strict, timeout_s=args.timeout)

@@ -23,6 +23,8 @@ HELP = "write a new reward package (no rewardhub dependency: the entry point, th
 #: a name that is a valid Python identifier (with - for _) and a valid distribution name: letters, digits,
 #: single '_' or '-' between them, starting with a letter and ending with a letter or digit
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*")
+#: the longest name: a folder, a module and a dist-info folder are named after it (255 bytes at most each)
+MAX_NAME = 100
 
 
 #: names refused for what they collide with once written or installed (the reason is the error's)
@@ -83,6 +85,25 @@ def free_name(package: str) -> str:
     return "my_reward_2"
 
 
+def _write(folder: str, written: dict[str, str]) -> None:
+    """The package's files under ``folder``; a folder that cannot be written is a
+    :class:`~rewardhub.errors.UsageError`, and a folder this made is removed again."""
+    import shutil
+
+    made = not os.path.exists(folder)
+    try:
+        for rel, text in written.items():
+            path = os.path.join(folder, rel)
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+    except OSError as exc:
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise UsageError(f"cannot write the package to {folder!r}: {exc.strerror or exc} "
+                         f"({exc.filename or folder})\n--dir a folder you can write to") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="the package and reward name (lower case, e.g. my_reward)")
     parser.add_argument("--dir", help="the folder to write (default: ./NAME with - for _)")
@@ -92,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
     from ..registry import core_version
 
     name = args.name
+    if len(name) > MAX_NAME:
+        raise UsageError(f"the name is {len(name)} characters long ({name[:20]}...): at most {MAX_NAME} "
+                         "(the package's folder and files are named after it)\npick a shorter name, e.g. "
+                         "my_reward")
     if not _NAME_RE.fullmatch(name):
         raise UsageError(f"{name!r} is not a package name: use lower-case letters and digits, with single "
                          "'_' or '-' between them, starting with a letter and ending with a letter or digit "
@@ -111,11 +136,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{name!r} {taken}\npick another name, e.g. {free_name(package)}")
     dist = name.replace("_", "-")
     written = files(dist, package, reward, core_version())
-    for rel, text in written.items():
-        path = os.path.join(folder, rel)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+    _write(folder, written)
     print(f"wrote {folder}/: pyproject.toml (no dependencies; entry point {reward} = "
           f"{package}.reward:compute_score), " + ", ".join(sorted(set(written) - {"pyproject.toml"})))
     print(f"next: pip install -e {folder} && rewardhub list && rewardhub test {reward} "

@@ -19,6 +19,7 @@ from ..scoring import output_row
 from ..scoring import read_pairs
 from ..scoring import score_rows
 from ._common import table
+from ._failures import WARN_ERROR_RATE
 from ._output import ScoredRows
 from ._output import check_outputs
 from ._output import prints_to_stderr
@@ -68,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit 1 when a reward's failed calls (errors and timeouts) are above this share "
                              "of the rows it applied to, 0 to 1 (default: only when every call of a "
                              "reward failed)")
+    parser.add_argument("--warn-error-rate", type=float, metavar="RATE", default=WARN_ERROR_RATE,
+                        help="print a WARNING: line naming a reward whose failed calls are above this share "
+                             f"of the rows it applied to, 0 to 1 (default {WARN_ERROR_RATE:g})")
+    parser.add_argument("--still-waiting-s", type=float, metavar="SECONDS", default=60.0,
+                        help="name a reward call that has run this long (reward, row, seconds), and again "
+                             "each time its time doubles: a reward with no timeout_s can hang (default 60; "
+                             "0: never; calls on the process and ray executors are not seen)")
     parser.add_argument("--debug", action="store_true",
                         help="show where in a reward's code its calls failed (also: REWARDHUB_DEBUG=1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
@@ -124,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from ..execution import Column
     from ..execution import RoutingWatch
     from ..execution import SlowestSamples
+    from ..execution import StallWatch
     from ..execution import column_metrics
     from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
@@ -133,9 +142,14 @@ def run(args: argparse.Namespace) -> int:
     from ._failures import debug_lines
     from ._failures import failure_report
     from ._failures import over_the_limit
+    from ._failures import warnings_over
 
     if args.max_error_rate is not None and not 0.0 <= args.max_error_rate <= 1.0:
         raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a share from 0 to 1 (0.05: 5%)")
+    if not 0.0 <= args.still_waiting_s < math.inf:
+        raise UsageError(f"--still-waiting-s {args.still_waiting_s:g}: give seconds, 0 or more (0: never)")
+    if not 0.0 <= args.warn_error_rate <= 1.0:
+        raise UsageError(f"--warn-error-rate {args.warn_error_rate:g}: give a share from 0 to 1 (0.1: 10%)")
     if args.debug:
         os.environ["REWARDHUB_DEBUG"] = "1"  # the error printed at the end (on_failure: raise) reads it
     # validate everything first; the output is written last, to a temporary file renamed at the end
@@ -164,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         scores: list[Any] = []
         out = ScoredRows(args.output)
         out.namespace = args.namespace
+        if args.still_waiting_s and any(f.executor in ("inline", "thread") for f in facts):  # calls here
+            stack.enter_context(StallWatch(args.still_waiting_s, _say_warning, lambda: n_rows))
         try:
             with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
                 rest, size = itertools.chain(first, pairs), FIRST_CHUNK
@@ -212,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         for line in debug_lines(failures):
             _say(line)
     too_many = over_the_limit(failures, args.max_error_rate)
-    for line in too_many:
+    for line in warnings_over(failures, args.warn_error_rate, args.max_error_rate) + too_many:
         _say(line)
     return 1 if too_many else 0
 

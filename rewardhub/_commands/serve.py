@@ -87,18 +87,14 @@ def _end_tokens(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._extras import require
     from ..config import load_plan
     from ..scorers import open_scorer
     from ..server import TOKEN_ENV
     from ..server import check_token
     from ..server import is_loopback
 
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "rewardhub serve needs aiohttp\ninstall it: pip install 'rewardhub[serve]'"
-        ) from None
+    require("aiohttp", "rewardhub serve")
     from ..server.app import ServeOptions
     from ..server.app import serve_forever
 

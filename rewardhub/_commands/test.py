@@ -4,6 +4,7 @@ on a failure."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -79,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--executors {args.executors!r}: choose from {', '.join(EXECUTORS)}")
     if args.ray:
         executors = list(dict.fromkeys([*(executors or ("inline", "process")), "ray"]))
-    if args.timeout <= 0 or args.rows <= 0:
-        raise UsageError("--timeout and --rows must be above 0")
+    if not 0 < args.timeout < math.inf or args.rows <= 0:
+        raise UsageError(f"--timeout {args.timeout:g} --rows {args.rows}: give a number of seconds above 0 "
+                         "(not inf or nan) and a number of rows above 0")
     section = section_to_test(args.reward, args.kwargs)
     rows = [s for _, s in itertools.islice(read_pairs(args.data), args.rows)] if args.data else None
     if args.data and not rows:

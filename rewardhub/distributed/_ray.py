@@ -19,7 +19,9 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> tu
 
     :param num_cpus: the CPUs a local Ray gets (Ray's default: this machine's); ignored when joining.
     """
-    import ray
+    from .._extras import require
+
+    ray = require("ray", "a Ray reward pool (executor: ray, reward.workers, doctor)")
 
     if ray.is_initialized():
         return ray, False

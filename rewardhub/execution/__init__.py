@@ -16,6 +16,7 @@ from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
+from ._outcome import noting_bools
 from ._process import ProcessPool
 from ._results import AGGREGATIONS
 from ._results import Scorer
@@ -29,6 +30,7 @@ from ._results import failure_error
 from ._routing import RoutingWatch
 from ._routing import config_routes
 from ._slowest import SlowestSamples
+from ._stall import StallWatch
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
@@ -54,6 +56,7 @@ __all__ = [
     "ScoreResult",
     "Scorer",
     "SlowestSamples",
+    "StallWatch",
     "Term",
     "TermFacts",
     "aggregate",
@@ -69,6 +72,7 @@ __all__ = [
     "effective_executor",
     "group_key",
     "interrupts_told_apart",
+    "noting_bools",
     "resolve_term",
     "resolve_terms",
     "sandbox_settings",

@@ -95,9 +95,11 @@ def _call_once(call: Call, own_thread: bool = False) -> Result:
 def run_inline(calls: Sequence[Call], retries: int) -> list[Result]:
     """Call one after another in this thread (no timeout can interrupt a sync call here)."""
     out: list[Result] = []
+    began = None  # when the running call began (read by ._stall, as is ``out``)
     with interrupts_told_apart():
         for call in calls:
             for attempt in range(retries + 1):
+                began = time.perf_counter()  # noqa: F841 - read by ._stall from this frame
                 res = _call_once(call)
                 if res[0] == "ok" or attempt == retries:
                     break

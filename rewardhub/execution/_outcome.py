@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Outcome", "check_value", "error_text"]
+__all__ = ["Outcome", "check_value", "error_text", "noting_bools"]
+
+#: while :func:`noting_bools` runs: the rewards seen returning a Python ``bool`` in this process
+_bools: set[str] | None = None
+
+
+@contextlib.contextmanager
+def noting_bools() -> Iterator[set[str]]:
+    """The names of the rewards that return a Python ``bool`` (scored 1.0 / 0.0) in this process while
+    this runs: ``rewardhub test`` reports them, as it reports numpy's ``bool_`` (not a score)."""
+    global _bools
+    seen: set[str] = set()
+    before, _bools = _bools, seen
+    try:
+        yield seen
+    finally:
+        _bools = before
 
 #: outcome statuses
 OK, NOT_APPLICABLE, ERROR, TIMEOUT = "ok", "na", "error", "timeout"
@@ -99,11 +117,15 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
                 return Outcome(None, ERROR, extra=rest, error=raw["failed"])
             return Outcome(None, NOT_APPLICABLE, extra=rest)
         value = _finite(score)
+        if _bools is not None and type(score) is bool:
+            _bools.add(reward)
         if value is None:
             who = _reward_label(reward, index)
             return Outcome(None, ERROR, error=f"{who} returned score {_short(score)}: not a finite number")
         return Outcome(value, OK, extra={k: v for k, v in raw.items() if k != "score"})
     value = _finite(raw)
+    if _bools is not None and type(raw) is bool:
+        _bools.add(reward)
     if value is None:
         who = _reward_label(reward, index)
         return Outcome(None, ERROR, error=f"{who} returned {_short(raw)}: not a finite number "

@@ -40,6 +40,7 @@ _CHUNK_MAX = 256
 #: a second chunk is queued behind the running one only when its message is this small (a large
 #: message could block the parent on a full pipe while that worker hangs)
 _PIPELINE_MAX_BYTES = 48 * 1024
+_RETAKE_S = 0.05  #: a stuck worker whose queued calls could not be taken back: looked at again after
 
 
 class ProcessPool:
@@ -228,6 +229,7 @@ class ProcessPool:
                 self.spares_started += 1
                 continue
             deadlines = [w.started + w.inflight[0].timeout_s for w in busy if w.inflight[0].timeout_s]
+            deadlines += [now + _RETAKE_S for w in busy if len(w.inflight) > 1 and self.watch.stuck(w, now)]
             watched = [w for w in busy if (queue or len(w.inflight) > 1) and not self.watch.stuck(w, now)]
             deadlines += [w.started + self.watch.stuck_after(w) for w in watched]
             deadlines += [w.next_look for w in watched if w.idle is None]
@@ -270,7 +272,7 @@ class ProcessPool:
 
     def _dispatch(self, queue: FairQueue, now: float) -> None:
         self._grow(queue)
-        for w in list(self._workers):
+        for w in sorted(self._workers, key=lambda w: bool(w.inflight)):  # idle (or starting) ones first
             if not queue or not self._room(queue[0].key):
                 return
             if w.inflight and (w.chunk_of[0] != w.chunk_of[-1] or self.watch.stuck(w, now)):

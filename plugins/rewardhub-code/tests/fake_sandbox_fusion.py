@@ -49,19 +49,24 @@ class FakeSandboxFusion:
                     outer.http_errors -= fail_http
                     fail_sb = not fail_http and outer.sandbox_errors > 0
                     outer.sandbox_errors -= fail_sb
+                # a request is in flight until its answer is ready, not until that is sent: once the
+                # client has the answer it may send its next request, which can arrive before this
+                # thread would run again after the send
                 try:
                     time.sleep(outer.delay_s)
                     if self.path != "/run_code":
-                        return self._send(404, {"detail": "Not Found"})
-                    if fail_http:
-                        return self._send(503, {"detail": "overloaded"})
-                    if fail_sb:
-                        return self._send(200, {"status": "SandboxError", "message": "pod evicted",
-                                                "compile_result": None, "run_result": None})
-                    return self._send(200, outer._run(body))
+                        code, answer = 404, {"detail": "Not Found"}
+                    elif fail_http:
+                        code, answer = 503, {"detail": "overloaded"}
+                    elif fail_sb:
+                        code, answer = 200, {"status": "SandboxError", "message": "pod evicted",
+                                             "compile_result": None, "run_result": None}
+                    else:
+                        code, answer = 200, outer._run(body)
                 finally:
                     with outer._lock:
                         outer.in_flight -= 1
+                self._send(code, answer)
 
             def _send(self, code, obj):
                 raw = json.dumps(obj).encode()

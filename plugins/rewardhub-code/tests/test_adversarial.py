@@ -33,30 +33,33 @@ def test_infinite_loop_is_killed_at_the_wall_time():
     t = time.monotonic()
     out = score("while True:\n    pass", timeout_s=1.0)
     assert out["score"] == 0.0 and out["timed_out"] == 1 and out["error"] == "timeout"
-    assert time.monotonic() - t < 5.0
+    assert time.monotonic() - t < 30.0  # killed (at 1 s, plus start-up on a loaded host), not left to run
 
 
 def test_cpu_time_limit_holds_even_without_the_wall_clock():
     # a CPU-time limit below the wall limit: the kernel's RLIMIT_CPU stops it
     res = sandbox.run_python({"m.py": "while True:\n    pass"}, "m.py",
-                             config=sandbox.SandboxLimits(timeout_s=10.0, cpu_s=1))
-    assert res.status == "timeout" and res.signal == signal.SIGXCPU and res.wall_s < 8.0
+                             config=sandbox.SandboxLimits(timeout_s=120.0, cpu_s=1))
+    # SIGXCPU: the CPU limit stopped it, not the wall clock (a second of CPU can take many seconds of
+    # wall time on a loaded host)
+    assert res.status == "timeout" and res.signal == signal.SIGXCPU
 
 
 def test_sleeping_past_the_timeout():
     t = time.monotonic()
     out = score("import time\ntime.sleep(60)\ndef add(a, b):\n    return a + b", timeout_s=1.0)
     assert out["score"] == 0.0 and out["error"] == "timeout"
-    assert time.monotonic() - t < 5.0
+    assert time.monotonic() - t < 30.0  # killed, not left to sleep its 60 s
 
 
 def test_sleeping_children_do_not_hold_the_run_open():
     # the main program exits at once; its double-forked child would sleep for a minute
     prog = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
             "        time.sleep(60)\n    os._exit(0)\ndef add(a, b):\n    return a + b")
-    t = time.monotonic()
-    out = score(prog, timeout_s=3.0)
-    assert out["score"] == 1.0 and time.monotonic() - t < 3.0  # and no_leftovers: the sleeper is gone
+    out = score(prog, timeout_s=30.0)
+    # 1.0: the run ended with the main program (waiting for the sleeper, it would time out at 30 s);
+    # and no_leftovers: the sleeper is gone
+    assert out["score"] == 1.0
 
 
 def test_fork_bomb_is_bounded_and_cleaned_up(fork_guard):
@@ -65,7 +68,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(fork_guard):
     t = time.monotonic()
     out = score(prog, timeout_s=2.0)
     assert out["score"] == 0.0 and out["error"] == "timeout"
-    assert time.monotonic() - t < 10.0
+    assert time.monotonic() - t < 60.0  # stopped at its timeout (2 s), not left to fork on
 
 
 def test_bounded_fork_loop_hits_the_process_limit(fork_guard):
@@ -193,9 +196,9 @@ def test_killing_the_parent_and_the_scorer_fails():
 def test_huge_stdout_is_capped_and_fails():
     t = time.monotonic()
     prog = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\ndef add(a, b):\n    return a + b"
-    out = score(prog, timeout_s=10.0)
+    out = score(prog, timeout_s=120.0)
     assert out["score"] == 0.0 and out["error"] == "output_limit"
-    assert time.monotonic() - t < 8.0  # killed at the cap, not at the timeout
+    assert time.monotonic() - t < 60.0  # killed at the cap, not at the timeout (120 s)
     res = sandbox.run_python({"m.py": prog}, "m.py", config=sandbox.SandboxLimits(max_output_bytes=1 << 16))
     assert res.status == "output_limit" and len(res.stdout) == 1 << 16
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -73,13 +72,12 @@ def test_remote_timeout_is_reported():
 def test_max_concurrent_bounds_requests_in_flight():
     with FakeSandboxFusion(delay_s=0.3) as srv:
         sb = {"url": srv.url, "max_concurrent": 2}
-        t = time.monotonic()
         with ThreadPoolExecutor(8) as ex:
             outs = list(ex.map(lambda _: code_tests(response=ADD, ground_truth=TESTS, sandbox=sb), range(8)))
-        elapsed = time.monotonic() - t
     assert [o["score"] for o in outs] == [1.0] * 8
-    assert srv.peak == 2  # never more than max_concurrent, and the bound was reached
-    assert elapsed >= 4 * 0.3  # 8 requests, 2 at a time, 0.3 s each at least
+    # never more than max_concurrent, and the bound was reached (the server counts a request from its
+    # arrival until its answer is ready, a span inside the client's hold of its slot)
+    assert srv.peak == 2
 
 
 def test_http_errors_and_sandbox_errors_are_retried():

@@ -15,6 +15,9 @@ from typing import Any
 
 __all__ = ["score_reward", "score_rubric"]
 
+#: the environments whose skipped rewards this process has named (said once, not once a row)
+_told: set[str] = set()
+
 
 @functools.cache
 def _task_type(env: str) -> Any:
@@ -89,7 +92,7 @@ async def score_reward(messages: Any = None, extra_info: Any = None, *, env: str
     if reward not in hooks:
         raise ValueError(f"verifiers.{env} has no reward {reward!r}; its rewards: {', '.join(sorted(hooks))}")
     fn = hooks[reward]
-    if "runtime" in inspect.signature(fn).parameters:
+    if _needs_runtime(fn):
         raise ValueError(f"verifiers.{env}.{reward} needs the environment's runtime (a sandbox); it can "
                          "only be scored inside a verifiers rollout")
     from verifiers.v1.utils.decorators import invoke
@@ -101,14 +104,45 @@ async def score_reward(messages: Any = None, extra_info: Any = None, *, env: str
     return float(value)
 
 
+def _needs_runtime(fn: Any) -> bool:
+    """Whether a reward (or judge) cannot be called without the environment's runtime (as ``Task.score``
+    decides: a ``runtime`` parameter with no default)."""
+    param = inspect.signature(fn).parameters.get("runtime")
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+def _offline_rewards(env: str, task: Any) -> None:
+    """Refuse a rubric with no reward it can score offline (its total would be an empty sum, 0.0, for
+    every row); name once the rewards it skips when it has others."""
+    names = [(fn.__name__, fn) for fn in task.hooks("reward")]
+    names += [(judge.reward_name, judge.score) for judge in task.plugged_judges()]
+    skipped = sorted(name for name, fn in names if _needs_runtime(fn))
+    if not skipped:
+        return
+    if len(skipped) == len(names):
+        raise ValueError(f"verifiers.{env}: none of its rewards can be scored offline ({', '.join(skipped)} "
+                         "need the environment's runtime, a sandbox): its rubric would score 0.0 on every "
+                         "row; score it inside a verifiers rollout, or name a reward that needs no runtime")
+    if env not in _told:
+        _told.add(env)
+        import sys
+
+        print(f"WARNING: verifiers.{env}: its rubric leaves out {', '.join(skipped)} (they need the "
+              "environment's runtime, a sandbox): the total is the weighted sum of the other rewards only",
+              file=sys.stderr, flush=True)
+
+
 async def score_rubric(messages: Any = None, extra_info: Any = None, *, env: str,
                        **fields: Any) -> float:
     """The environment's rubric: every reward it can score offline, weighted and summed, as
-    ``Task.score`` computes it (``trace.reward``)."""
+    ``Task.score`` computes it (``trace.reward``); an error when it has no such reward, and a
+    ``WARNING:`` line (once a process) naming those it leaves out when it has some."""
     task_cls = _task_type(env)
     trace = _trace(task_cls, fields.get("prompt"), fields.get("response"), fields.get("ground_truth"),
                    extra_info, messages)
-    await task_cls(trace.task.data).score(trace)
+    task = task_cls(trace.task.data)
+    _offline_rewards(env, task)
+    await task.score(trace)
     missing = sorted(name for name, r in trace.rewards.items() if r is None)
     if missing:
         raise ValueError(f"verifiers.{env}: rewards {missing} were not scored")

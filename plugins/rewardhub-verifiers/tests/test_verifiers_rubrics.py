@@ -155,3 +155,70 @@ def test_a_whole_traces_jsonl_line_is_scored_with_no_prompt_or_response_beside_i
     assert done.returncode == 0, done.stderr
     scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert [s["rewards"]["verifiers.vf_toy_env"] for s in scored] == [e["total"] for e in expected]
+
+
+# an environment whose rewards need the runtime (a sandbox) that an offline score has not got
+RUNTIME_ENV = textwrap.dedent('''
+    import verifiers.v1 as vf
+
+
+    class RtData(vf.TaskData):
+        answer: str
+
+
+    class RtTask(vf.Task[RtData]):
+        @vf.reward(weight=1.0)
+        async def passes_tests(self, trace: vf.Trace, runtime) -> float:
+            return 1.0
+        # more
+
+    class RtTaskset(vf.Taskset[RtTask]):
+        def load(self):
+            yield RtTask(RtData(prompt="what is 0+4?", answer="4"))
+
+
+    __all__ = ["RtTaskset"]
+''')
+PLAIN_REWARD = """
+    @vf.reward(weight=1.0)
+    async def correct(self, trace: vf.Trace) -> float:
+        return float(self.data.answer in trace.last_reply)
+"""
+
+
+def _runtime_env(root: Path, module: str, more: str) -> str:
+    """An installed-looking environment ``module`` (a dist-info that requires verifiers, no pip)."""
+    info = root / f"{module}-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1.0\n"
+                                   "Requires-Dist: verifiers>=0.4\n")
+    (info / "top_level.txt").write_text(module + "\n")
+    (root / module).mkdir()
+    (root / module / "__init__.py").write_text(RUNTIME_ENV.replace("    # more\n", more))
+    return os.pathsep.join([str(root), str(VERIFIERS), os.environ.get("PYTHONPATH", "")])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("more", ["", PLAIN_REWARD], ids=["none_offline", "some_offline"])
+def test_a_rubric_with_rewards_it_cannot_score_offline_says_so(tmp_path: Path, more: str) -> None:
+    """No reward scorable offline: every row fails (never a silent 0.0); some: one WARNING naming them."""
+    path = _runtime_env(tmp_path / "site", "vf_rt_env", more)
+    config = tmp_path / "reward.yaml"
+    config.write_text("reward:\n  rewards:\n    - {name: verifiers.vf_rt_env}\n")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": "what is 0+4?", "response": r, "ground_truth": "4"}) + "\n"
+                            for r in ("It is 4.", "5", "4")))
+    out = tmp_path / "scored.jsonl"
+    done = _run(["-m", "rewardhub", "score", str(config), str(rows), "-o", str(out),
+                 "--no-progress"], path)
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(scored) == 3
+    if not more:
+        assert done.returncode != 0, done.stderr
+        said = "none of its rewards can be scored offline (passes_tests"
+        assert all(said in r["errors"]["verifiers.vf_rt_env"] for r in scored), scored
+        assert "failed on 3 of 3 rows" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert [r["rewards"]["verifiers.vf_rt_env"] for r in scored] == [1.0, 0.0, 1.0]
+        assert done.stderr.count("leaves out passes_tests") == 1, done.stderr
