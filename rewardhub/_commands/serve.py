@@ -7,6 +7,7 @@ provenance); see :mod:`rewardhub.server`. Needs the ``rewardhub[serve]`` extra (
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any
@@ -107,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
                         ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),
                         ("--max-calls", args.max_calls), ("--read-timeout", args.read_timeout),
                         ("--stuck-after", args.stuck_after), ("--max-connections", args.max_connections)):
+        if not math.isfinite(value):  # a NaN passes every comparison, and int(inf) has no answer
+            raise UsageError(f"{flag} {value} is not a number of {'MiB' if 'mb' in flag else 'seconds'}"
+                             "\ngive a finite number above 0")
         if value <= 0:
             raise UsageError(f"{flag} {value} must be above 0")
     if not 0 <= args.port <= 65535:

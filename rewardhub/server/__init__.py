@@ -1,6 +1,7 @@
 """``rewardhub serve``: a ``reward:`` config behind HTTP (needs the ``rewardhub[serve]`` extra: aiohttp).
 
 - :mod:`._batcher`: requests from many clients pooled into Runner calls, split back per request;
+- :mod:`._body`: request bodies read as strict JSON (no ``NaN``, ``1e400`` or key given twice);
 - :mod:`._protocols`: the request and answer formats (the ``score`` row format, OpenRLHF's ``/get_reward``);
 - :mod:`._metrics`: per-reward counters and latencies, as Prometheus text;
 - :mod:`._endtext`: the end-of-turn texts OpenRLHF leaves on a reply, stripped by ``/get_reward``;

@@ -31,11 +31,13 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 from . import MAX_CALLS
 from ._batcher import Batcher
+from ._body import strict_json
 from ._conns import BACKLOG
 from ._conns import ConnectionGate
 from ._conns import EveryMinute
 from ._conns import accept_errors_quietly
 from ._conns import connection_limit
+from ._conns import quiet_bad_requests
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import EndTrimmer
 from ._guard import is_loopback
@@ -181,7 +183,7 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
 
 
 async def body_of(request: web.Request) -> Any:
-    """The request's JSON body, read within ``--read-timeout``."""
+    """The request's JSON body (strict JSON: :func:`._body.strict_json`), read within ``--read-timeout``."""
     opts, readers = request.app[OPTIONS], request.app[STATE].readers
     task = asyncio.current_task()
     assert task is not None
@@ -195,12 +197,7 @@ async def body_of(request: web.Request) -> Any:
         ) from None
     finally:
         readers.discard(task)
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError("the request body is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"the request body is not JSON: {exc}") from None
+    return strict_json(raw)
 
 
 async def score_handler(request: web.Request) -> web.Response:
@@ -281,8 +278,19 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
     # the drain below answers every handler before the runner's cleanup, which then only closes.
     # handler_cancellation: a client that goes away cancels its handler, so its rows still queued are
     # never scored (a request sent with an Idempotency-Key is shielded: its retry will want the answer)
+    bad_log = EveryMinute()
+
+    def on_bad(reason: str) -> None:  # a request aiohttp's parser refused (answered 400, no traceback)
+        closed = state.metrics.connections_closed
+        closed["bad_request"] = closed.get("bad_request", 0) + 1
+        if bad_log.due():
+            print(f"rewardhub serve: WARNING: answered 400 to a request whose head could not be read "
+                  f"({reason}): {closed['bad_request']} so far (rewardhub_connections_closed_total"
+                  '{reason="bad_request"} in /metrics; this line comes at most once a minute)',
+                  file=sys.stderr, flush=True)
+
     app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0,
-                               handler_cancellation=True)
+                               handler_cancellation=True, logger=quiet_bad_requests(on_bad))
     await app_runner.setup()
     loop = asyncio.get_running_loop()
     closed_log = EveryMinute()
