@@ -105,3 +105,64 @@ def test_flags_that_are_not_finite_are_refused_at_start(cli, tmp_path, flag, val
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith(f"ERROR: {flag} {value} is not a number of "), res.stderr
     assert "Traceback" not in res.stderr
+
+
+# ---- the bytes of the bodies held at once ---------------------------------------------------------
+WAITER = """\
+import os
+import time
+
+
+def waiter(*, response, **kwargs):
+    while response == "wait" and not os.path.exists({release!r}):
+        time.sleep(0.02)
+    return float(len(response))
+"""
+
+
+def _status_and_headers(server: Server, body: bytes) -> tuple[int, dict[str, str], dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(server.url + "/score", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+@pytest.mark.timeout(300)
+def test_bodies_past_the_waiting_limit_get_a_503_with_retry_after(tmp_path):
+    """A busy server (its one call held) holds the bodies of the requests waiting; past
+    --max-waiting-mb the next is answered 503 with Retry-After before its body is read, and is served
+    once the others are answered. Before: every body was read and held, without bound."""
+    import concurrent.futures
+    import json
+
+    release = tmp_path / "release"
+    (tmp_path / "waiter.py").write_text(WAITER.format(release=str(release)))
+    cfg = tmp_path / "waiter.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {tmp_path / 'waiter.py'}\n      function: waiter\n")
+    big = json.dumps({"rows": [{"response": "x" * 1000}] * 1500}).encode()  # ~1.5 MB
+    with Server(cfg, "--max-calls", "1", "--max-waiting-mb", "4") as server:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            a = pool.submit(server.post, "/score", {"rows": [{"response": "wait"}]})
+            wait_for(lambda: server.metric("rewardhub_inflight_batches") == 1, "A's call running")
+            b = pool.submit(_status_and_headers, server, big)
+            c = pool.submit(_status_and_headers, server, big)
+            wait_for(lambda: server.metric("rewardhub_inflight_requests") == 3, "B and C waiting")
+            status, headers, answer = _status_and_headers(server, big)
+            assert status == 503, answer
+            assert headers.get("Retry-After") == "2"
+            assert "--max-waiting-mb" in answer["error"], answer
+            health = server.get("/health")[1]
+            assert health["refused_busy"] == 1 and health["held_body_bytes"] > 2 * len(big), health
+            release.touch()
+            assert a.result()[0] == 200
+            assert [f.result()[0] for f in (b, c)] == [200, 200]
+        status, _, answer = _status_and_headers(server, big)
+        assert status == 200 and answer["rows"][0]["score"] == 1000.0
+        assert server.get("/health")[1]["held_body_bytes"] == 0

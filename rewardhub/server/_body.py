@@ -1,4 +1,4 @@
-"""Request bodies, read as strict JSON.
+"""Request bodies: read as strict JSON, and bounded in the bytes held at once.
 
 :func:`strict_json` reads a body as JSON and nothing else: Python's ``json`` takes ``NaN``,
 ``Infinity`` and ``-Infinity`` (not JSON) and reads ``1e400`` as an infinite float, keeps the last
@@ -6,18 +6,26 @@ value of a key given twice, and fails a body nested past the recursion limit or 
 of more than 4,300 digits with a ``RecursionError`` or a ``ValueError`` from deep inside. Each is
 refused here with a :class:`~rewardhub.errors.UsageError` naming it (the handler answers 400), as
 ``rewardhub score`` refuses a data file's duplicated key.
+
+:class:`WaitingBytes` bounds the bytes of the request bodies a server holds at once (read, parsed,
+waiting for a call slot or being scored), by their ``Content-Length`` and before a byte of them is
+read: past ``limit`` a request is answered 503 with ``Retry-After`` (the remote client retries it),
+so that many large requests to a busy server wait in their clients, not in the server's memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+from ..errors import RewardhubError
 from ..errors import UsageError
 
-__all__ = ["strict_json"]
+__all__ = ["Busy", "WaitingBytes", "strict_json"]
 
 #: digits an integer may have (CPython's own limit for turning text into an int)
 MAX_DIGITS = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
@@ -83,3 +91,38 @@ def strict_json(raw: bytes) -> Any:
             "arrays and objects); flatten it"
         ) from None
 
+
+class WaitingBytes:
+    """The bytes of the request bodies held now, and their limit (``rewardhub serve --max-waiting-mb``).
+
+    A request is let in while the bodies held leave room for it, and always when none is held (so a
+    body up to ``--max-body-mb`` is served even where that is above this limit).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        #: requests answered 503 because the limit was reached
+        self.refused = 0
+
+    @contextlib.contextmanager
+    def holding(self, length: int | None, max_body: int) -> Iterator[None]:
+        """Hold a body of ``length`` bytes (unknown: ``max_body``) while the block runs.
+
+        :raises Busy: it does not fit (nothing held).
+        """
+        size = min(length if length is not None else max_body, max_body)
+        if self.held and self.held + size > self.limit:
+            self.refused += 1
+            raise Busy(f"this server holds {self.held} bytes of request bodies, and this one's {size} would "
+                       f"pass its limit of {self.limit} (--max-waiting-mb): send it again shortly "
+                       "(Retry-After), or start the server with a larger --max-waiting-mb")
+        self.held += size
+        try:
+            yield
+        finally:
+            self.held -= size
+
+
+class Busy(RewardhubError):
+    """A body does not fit within ``--max-waiting-mb`` (answered 503 with ``Retry-After``)."""

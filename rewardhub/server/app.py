@@ -31,6 +31,8 @@ from ..errors import RewardhubError
 from ..errors import UsageError
 from . import MAX_CALLS
 from ._batcher import Batcher
+from ._body import Busy
+from ._body import WaitingBytes
 from ._body import strict_json
 from ._conns import BACKLOG
 from ._conns import ConnectionGate
@@ -61,6 +63,8 @@ class ServeOptions:
     max_rows: int = 4096
     #: bytes one request body may have
     max_body: int = 64 * 1024 * 1024
+    #: bytes of request bodies held at once (read, waiting or being scored); past it a 503 (``_body``)
+    max_waiting: int = 128 * 1024 * 1024
     #: rows one Runner call may pool from waiting requests
     max_batch_rows: int = 4096
     #: seconds SIGTERM waits for the requests in flight (a second SIGTERM: none)
@@ -93,6 +97,8 @@ class ServerState:
     #: the handlers reading a body now: a drain cancels them (a half-sent body never holds it up)
     readers: set[asyncio.Task[Any]] = field(default_factory=set)
     not_prefix_log: EveryMinute = field(default_factory=EveryMinute)
+    #: the bytes of the bodies held now (``--max-waiting-mb``)
+    waiting: WaitingBytes = field(default_factory=lambda: WaitingBytes(ServeOptions.max_waiting))
 
 
 OPTIONS = web.AppKey("rewardhub_options", ServeOptions)
@@ -101,6 +107,8 @@ STATE = web.AppKey("rewardhub_state", ServerState)
 BATCHER = web.AppKey("rewardhub_batcher", Batcher)
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
+#: the routes whose bodies are read (held within ``--max-waiting-mb`` until answered)
+BODY_ROUTES = frozenset({"/score", "/get_reward"})
 #: the routes that need no token (liveness)
 OPEN_PATHS = frozenset({"/health"})
 
@@ -112,7 +120,8 @@ def create_app(runner: Any, opts: ServeOptions, info: Callable[[], Any]) -> web.
     metrics = ServerMetrics([t.name for t in runner.terms])
     app[OPTIONS] = opts
     app[STATE] = ServerState(info, metrics, RecentRequests(max_rows=4 * opts.max_batch_rows),
-                             EndTrimmer(opts.end_tokens), is_loopback(opts.host))
+                             EndTrimmer(opts.end_tokens), is_loopback(opts.host),
+                             waiting=WaitingBytes(opts.max_waiting))
     app[BATCHER] = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     app.router.add_post("/score", score_handler)
     app.router.add_post("/get_reward", get_reward)
@@ -150,7 +159,11 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
         if refused is not None:
             status = refused.status
             return web.json_response({"error": refused.error}, status=status, headers=refused.headers)
-        response = await handler(request)
+        if request.method == "POST" and request.path in BODY_ROUTES:
+            with state.waiting.holding(request.content_length, opts.max_body):  # until answered
+                response = await handler(request)
+        else:
+            response = await handler(request)
         status = response.status
         return response
     except web.HTTPException as exc:
@@ -167,6 +180,9 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
     except _SlowBody as exc:
         status = 408
         return reply({"error": str(exc)}, status)
+    except Busy as exc:
+        status = 503
+        return web.json_response({"error": str(exc)}, status=status, headers={"Retry-After": "2"})
     except UsageError as exc:
         status = 413 if exc.kind == TOO_LARGE else 400
         return reply({"error": str(exc)}, status)
@@ -228,7 +244,8 @@ async def health(request: web.Request) -> web.Response:
               "stuck" if stuck_for >= request.app[OPTIONS].stuck_after else "ok")
     body = {"status": status, "inflight": state.metrics.inflight, "calls": state.metrics.calls,
             "max_calls": batcher.max_calls, "busy_calls": batcher.busy_calls(),
-            "rewards": list(state.metrics.terms)}
+            "rewards": list(state.metrics.terms), "held_body_bytes": state.waiting.held,
+            "refused_busy": state.waiting.refused}
     if status == "stuck":
         body["error"] = (f"every call slot ({batcher.max_calls}) has been busy for {stuck_for:.0f}s: "
                          "a reward may hang with no timeout_s (give it one); new requests wait")
