@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from ..distributed import runner_from_config
     from ..server import TOKEN_ENV
     from ..server import check_token
+    from ..server import exits_fail_the_sample
     from ..server import is_loopback
     from .check import term_problems
     from .score import provenance
@@ -172,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
 
         import asyncio
 
-        stuck = asyncio.run(serve_forever(runner, opts, info, ready))
+        with exits_fail_the_sample():  # a reward's os._exit on the inline executor: its sample fails
+            stuck = asyncio.run(serve_forever(runner, opts, info, ready))
     if stuck:
         # a reward hung in one of our threads, which nothing can stop; the pool's processes are closed
         # (the with block above): end the process rather than wait for the thread at exit for ever
