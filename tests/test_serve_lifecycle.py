@@ -34,3 +34,23 @@ def test_a_reward_calling_os_exit_fails_its_sample_and_the_server_goes_on(tmp_pa
         assert server.get("/health")[0] == 200
         assert server.post("/score", {"rows": [{"response": "ok:1"}]})[1]["rows"][0]["score"] == 1.0
         assert server.stop() == 0
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_server_with_ray_terms_drains_and_exits_0_on_sigterm(tmp_path):
+    """Before: Ray's failure-signal handler took SIGTERM (a stack dump in the log) and the server
+    aborted at ``ray.shutdown`` (exit -6). Now the drain has the signal, and the server exits 0."""
+    pytest.importorskip("ray")
+    cfg = tmp_path / "ray.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - module: rewards_for_tests\n      function: misbehave\n"
+                   "      executor: ray\n  workers:\n    num_workers: 1\n")
+    with Server(cfg, env={"RAY_ADDRESS": ""}) as server:
+        status, answer = server.post("/score", {"rows": [{"response": "ok:0.5"}]}, timeout=300)
+        assert status == 200 and answer["rows"][0]["score"] == 0.5, answer  # Ray started, in a call
+        code = server.stop(timeout=300)
+    log = "".join(server.stderr)
+    assert code == 0, log
+    assert "rewardhub serve: stopped" in log
+    assert "SIGTERM received" not in log, log

@@ -1,4 +1,5 @@
-"""A reward that calls ``os._exit`` in the server's process fails its sample, not the server.
+"""The server's process against its rewards: a reward's ``os._exit`` fails its sample, not the server,
+and Ray's signal handler does not take SIGTERM from the drain.
 
 On the inline and thread executors a reward runs in the server's own process, on one of its threads;
 ``os._exit`` there would end the server at once, every client's connection cut and nothing in the log
@@ -10,6 +11,9 @@ fails with that error, and one ``WARNING:`` line names the function that called 
 
 A crash in native code (a segfault, an abort) cannot be caught like that; :mod:`faulthandler` then
 writes every thread's Python stack to stderr, the reward's call among them, before the process ends.
+
+:func:`keep_stop_signals` takes SIGTERM and SIGINT back from Ray (:func:`reclaim_stop_signals`), so
+that a server with ``executor: ray`` terms drains and exits 0 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import signal
 import sys
 import threading
 import traceback
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["REWARD_THREADS", "RewardExited", "exits_fail_the_sample"]
+__all__ = ["RECLAIM_EVERY_S", "REWARD_THREADS", "RewardExited", "exits_fail_the_sample", "keep_stop_signals",
+           "reclaim_stop_signals"]
 
 #: the name prefixes of the threads rewards run on in the server's process: the batcher's Runner
 #: calls (inline executor), the thread executor's workers, a sync caller's own loop for async rewards
@@ -62,3 +68,32 @@ def exits_fail_the_sample() -> Iterator[None]:
         setattr(os, "_exit", real)  # noqa: B010
         if not was_enabled:
             faulthandler.disable()
+
+
+#: seconds between two takings back of the stop signals (:func:`keep_stop_signals`)
+RECLAIM_EVERY_S = 0.2
+
+
+def reclaim_stop_signals() -> None:
+    """Install this process's own SIGTERM and SIGINT handlers again at the C level (main thread only).
+
+    Ray's core worker, once started (in any thread), installs a failure-signal handler of its own for
+    SIGTERM that dumps the stack, hands the signal on, and later makes the driver abort (exit -6) at
+    ``ray.shutdown``; the server's drain needs the signal for itself. Setting the Python handler
+    again puts Python's own C handler back in front (Ray's for SIGSEGV and the rest stays)."""
+    if "ray" not in sys.modules or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
+async def keep_stop_signals() -> None:
+    """:func:`reclaim_stop_signals` every :data:`RECLAIM_EVERY_S` until cancelled (Ray may start in
+    any Runner call)."""
+    import asyncio
+
+    while True:
+        reclaim_stop_signals()
+        await asyncio.sleep(RECLAIM_EVERY_S)

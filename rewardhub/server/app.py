@@ -42,6 +42,8 @@ from ._conns import connection_limit
 from ._conns import quiet_bad_requests
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import EndTrimmer
+from ._exitguard import keep_stop_signals
+from ._exitguard import reclaim_stop_signals
 from ._guard import is_loopback
 from ._guard import refusal
 from ._http import IDEMPOTENCY_HEADER
@@ -221,6 +223,7 @@ async def score_handler(request: web.Request) -> web.Response:
     rows = own_rows(await body_of(request), app[OPTIONS].max_rows)
     key, raw = request.headers.get(IDEMPOTENCY_HEADER), await request.read()
     answer = await app[STATE].recent.answer(key, raw, len(rows), lambda: app[BATCHER].score(rows))
+    reclaim_stop_signals()  # a call that started Ray gave SIGTERM to Ray's handler
     return reply({"rows": answer})
 
 
@@ -234,7 +237,9 @@ async def get_reward(request: web.Request) -> web.Response:
                   "request do not start with their prompt; each is scored whole, prompt included "
                   f"({state.metrics.prompt_not_prefix} so far: rewardhub_prompt_not_prefix_total in "
                   "/metrics; this line comes at most once a minute)", file=sys.stderr, flush=True)
-    return reply(openrlhf_answer(await request.app[BATCHER].score(rows)))
+    answer = openrlhf_answer(await request.app[BATCHER].score(rows))
+    reclaim_stop_signals()
+    return reply(answer)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -343,10 +348,12 @@ async def serve_forever(runner: Any, opts: ServeOptions, info: Callable[[], Any]
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    keeper = loop.create_task(keep_stop_signals())  # from Ray's handler, once a Ray term starts it
     ready(opts.host, port)
     try:
         await stop.wait()
     finally:
+        keeper.cancel()
         deadline = time.monotonic() + opts.drain_timeout
         state.draining = True
         print(f"rewardhub serve: draining ({state.metrics.inflight} requests in flight, up to "
