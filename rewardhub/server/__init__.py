@@ -11,7 +11,8 @@
 - :mod:`.app`: the aiohttp application factory (routes, bearer token, limits) and its start and drain;
 - :mod:`._idempotency`: recent requests by ``Idempotency-Key`` (a retried request is scored once);
 - :mod:`.client`: a small HTTP client (standard library only) for the server's own API (``reward.remote``),
-  with :mod:`._http` (one bounded request; retries with backoff) and :mod:`._answers` (answers checked).
+  with :mod:`._http` (one bounded request; retries with backoff), :mod:`._liveness` (while a request
+  waits, the server's ``/health`` asked about it) and :mod:`._answers` (answers checked).
 
 Importing this package imports nothing heavy; :mod:`.app` imports aiohttp.
 """

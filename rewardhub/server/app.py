@@ -4,7 +4,8 @@
 the :class:`~._batcher.Batcher` started by the app's start-up and drained by its cleanup;
 :func:`serve_forever` serves it until a signal, and drains it first.
 
-Routes: ``POST /score`` (own API), ``POST /get_reward`` (OpenRLHF), ``GET /health``, ``GET /metrics``
+Routes: ``POST /score`` (own API), ``POST /get_reward`` (OpenRLHF), ``GET /health`` (``?request=KEY``:
+also what the server has of the request sent with that ``Idempotency-Key``), ``GET /metrics``
 (Prometheus text), ``GET /info`` (the terms and their provenance, as ``rewardhub score --summary-json``
 writes it). A bad request gets a 4xx with ``{"error": REASON}``; an unexpected failure while scoring
 a 500 with its reason; neither stops the server. SIGTERM (or SIGINT) stops listening, answers the
@@ -251,6 +252,9 @@ async def health(request: web.Request) -> web.Response:
             "max_calls": batcher.max_calls, "busy_calls": batcher.busy_calls(),
             "rewards": list(state.metrics.terms), "held_body_bytes": state.waiting.held,
             "refused_busy": state.waiting.refused}
+    key = request.query.get("request")
+    if key:  # a client waiting for the answer to the request it sent with this Idempotency-Key
+        body["request"] = state.recent.state(key)
     if status == "stuck":
         body["error"] = (f"every call slot ({batcher.max_calls}) has been busy for {stuck_for:.0f}s: "
                          "a reward may hang with no timeout_s (give it one); new requests wait")
