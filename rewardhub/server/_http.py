@@ -9,8 +9,8 @@ restarting, draining or overloaded server or its proxy answers) is a :class:`Tra
 :class:`Retrying` sends a request again after a :class:`Transient`, with backoff (0.5 s doubling to
 10 s), for ``retry_for_s`` seconds from the first failure, with one ``WARNING:`` line per retry naming
 the server and why; then it raises one :class:`ServerUnavailable`. While a ``POST`` waits for its
-answer, a :class:`~._liveness.Watch` asks the server's ``/health`` about it and says what it learns; a
-server that stops answering ends the try (a :class:`Transient`) long before ``timeout_s``.
+answer, a :class:`~._liveness.LivenessProbe` asks the server's ``/health`` about it and says what it
+learns; a server that stops answering ends the try (a :class:`Transient`) long before ``timeout_s``.
 Each request carries an ``Idempotency-Key`` that its retries repeat, so a server that already scored
 it (or is scoring it) answers from that, and a retry never scores the rows twice.
 """
@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import RewardhubError
 from ._liveness import PROBE_EVERY_S
 from ._liveness import PROBE_TIMEOUT_S
-from ._liveness import Watch
+from ._liveness import LivenessProbe
 
 __all__ = ["IDEMPOTENCY_HEADER", "Answer", "Retrying", "ServerUnavailable", "Transient", "exchange"]
 
@@ -78,7 +78,7 @@ class ServerUnavailable(RewardhubError):
 
 
 def exchange(url: str, method: str, path: str, body: bytes | None, headers: Mapping[str, str], *,
-             connect_timeout_s: float, timeout_s: float, watch: Watch | None = None) -> Answer:
+             connect_timeout_s: float, timeout_s: float, watch: LivenessProbe | None = None) -> Answer:
     """One request to ``url + path``; its answer (any status but those of :data:`RETRY_STATUSES`).
 
     :param watch: probes the server while the answer is awaited, and may end the try (:mod:`._liveness`).
@@ -195,7 +195,7 @@ class Retrying:
         self.probe_every_s: float | None = PROBE_EVERY_S
         self.probe_timeout_s = PROBE_TIMEOUT_S
         #: the last try's watch (for the tests)
-        self.watch: Watch | None = None
+        self.watch: LivenessProbe | None = None
 
     def request(self, method: str, path: str, body: bytes | None = None) -> Answer:
         """The answer to one request, sent again through transient failures with the same
@@ -215,7 +215,7 @@ class Retrying:
             timeout = self.timeout_s if first_failure is None else max(
                 1.0, min(self.timeout_s, first_failure + self.retry_for_s - now))
             tries += 1
-            watch = self.watch = None if method != "POST" or self.probe_every_s is None else Watch(
+            watch = self.watch = None if method != "POST" or self.probe_every_s is None else LivenessProbe(
                 self.url, f"{method} {path}", headers[IDEMPOTENCY_HEADER], self.headers,
                 every_s=self.probe_every_s, probe_timeout_s=self.probe_timeout_s)
             try:

@@ -1,10 +1,10 @@
 """A client waiting for a ``rewardhub serve`` answer learns whether the server is alive and at work on it.
 
 A scoring request may take minutes (``reward.remote.timeout_s``, 600 s by default), and a server that
-hangs or stopped looks, from the waiting side, like one that is still scoring. While a request waits,
-:class:`Watch` asks the server ``GET /health?request=KEY`` (``KEY``: the request's ``Idempotency-Key``)
-every :data:`PROBE_EVERY_S` seconds, the first time that long after the request was sent (an answer
-that comes sooner costs no probe), and says what it learns on stderr:
+hangs or stopped looks, from the waiting side, like one that is still scoring. While a request
+waits, :class:`LivenessProbe` asks the server ``GET /health?request=KEY`` (``KEY``: the request's
+``Idempotency-Key``) every :data:`PROBE_EVERY_S` seconds, the first time that long after the request
+was sent (an answer that comes sooner costs no probe), and says what it learns on stderr:
 
 - the server has the request (received, not yet answered): one line, then at most one a minute, with
   how long ago it was received and the call slots it has busy;
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEAD_AFTER", "PROBE_EVERY_S", "PROBE_TIMEOUT_S", "Watch"]
+__all__ = ["DEAD_AFTER", "PROBE_EVERY_S", "PROBE_TIMEOUT_S", "LivenessProbe"]
 
 #: seconds between two probes of a server while a request waits (the first: that long after sending)
 PROBE_EVERY_S = 20.0
@@ -39,7 +39,7 @@ DEAD_AFTER = 3
 SAY_EVERY_S = 60.0
 
 
-class Watch:
+class LivenessProbe:
     """Probes ``url`` while one request (``method path`` with ``key``) waits; see the module's doc."""
 
     def __init__(self, url: str, what: str, key: str, headers: Mapping[str, str], *,
