@@ -125,3 +125,25 @@ def test_a_sample_holding_nan_is_sent_as_null_not_refused(waiter_cfg):
         sample = {"response": "abc", "extra_info": {"x": math.nan, "y": [math.inf]}}
         result = RemoteScorer(server.url).score([sample])
         assert result.scores == [3.0]
+
+
+@pytest.mark.timeout(300)
+def test_a_client_waiting_on_a_stuck_server_warns_naming_it(waiter_cfg, capsys):
+    """A reward that holds every call slot past --stuck-after: the server is alive but stuck, and the
+    waiting client says so with the server's reason, once while that holds."""
+    cfg, release = waiter_cfg
+    with Server(cfg, "--max-calls", "1", "--stuck-after", "0.5") as server:
+        scorer = _quick(RemoteScorer(server.url))
+        scorer.info()
+        job = _Background(lambda: scorer.score([{"response": "wait"}]))
+        wait_for(lambda: "the server says it is stuck" in (getattr(scorer.http.watch, "last", None) or ""),
+                 "the client's probe finding the server stuck")
+        probes = scorer.http.watch.probes
+        wait_for(lambda: scorer.http.watch.probes >= probes + 2, "two more probes")
+        release.touch()
+        assert job.result().scores == [4.0]
+    err = capsys.readouterr().err
+    stuck = [line for line in err.splitlines() if "the server says it is stuck" in line]
+    assert len(stuck) == 1, err  # said once, not at every probe
+    assert stuck[0].startswith(f"WARNING: reward server {server.url}: POST /score has waited "), stuck
+    assert "a reward may hang with no timeout_s" in stuck[0]

@@ -6,13 +6,15 @@ waits, :class:`LivenessProbe` asks the server ``GET /health?request=KEY`` (``KEY
 ``Idempotency-Key``) every :data:`PROBE_EVERY_S` seconds, the first time that long after the request
 was sent (an answer that comes sooner costs no probe), and says what it learns on stderr:
 
-- the server has the request (received, not yet answered): one line, then at most one a minute, with
-  how long ago it was received and the call slots it has busy;
+- the server has the request (received, not yet answered): one line, with how long ago it was
+  received and the call slots it has busy;
 - the server is alive but ``stuck`` (every call slot busy past ``--stuck-after``), draining, or does
   not know the request: a ``WARNING:`` line naming the server and what it said;
 - the server does not answer ``/health`` within :data:`PROBE_TIMEOUT_S`: a ``WARNING:`` line naming it;
   after :data:`DEAD_AFTER` such probes in a row the request's try is ended (``aborted`` says why), so
   that the client's retries (:class:`~._http.Retrying`) take over rather than wait out ``timeout_s``.
+
+Of the answers, a line comes again when what the server says changes, else at most once a minute.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class LivenessProbe:
     def _run(self, abort: Callable[[], None]) -> None:
         failed = 0
         said_at: float | None = None
+        said_kind: tuple[Any, Any] | None = None
         while not self._stop.wait(self.every_s):
             waited = time.monotonic() - self._started
             self.probes += 1
@@ -98,8 +101,10 @@ class LivenessProbe:
             if self._stop.is_set():
                 return
             now = time.monotonic()
-            if worry or said_at is None or now - said_at >= SAY_EVERY_S:
-                said_at = now
+            kind = (health.get("status"), (health.get("request") or {}).get("state")
+                    if isinstance(health.get("request"), Mapping) else None)
+            if kind != said_kind or said_at is None or now - said_at >= SAY_EVERY_S:  # news, or a minute
+                said_at, said_kind = now, kind
                 self.say(f"{'WARNING: ' if worry else ''}reward server {self.url}: {line}")
 
     def _why(self, exc: BaseException) -> str:
@@ -146,7 +151,7 @@ def _reading(health: Mapping[str, Any], what: str, waited: float) -> tuple[str, 
     if state == "answered":
         return f"{what} is answered; its answer is on its way", False
     return (f"alive, but it does not know {what}, which has waited {waited:.0f} s ({slots}): its body may "
-            "still be on its way, or the server lost it"), True
+            "still be on its way, the server lost it, or it is older than this client"), True
 
 
 def _stderr(line: str) -> None:
