@@ -50,7 +50,7 @@ def _row(extra: bytes) -> bytes:
 def test_what_json_does_not_allow_is_a_400_naming_it(server, body, named):
     status, answer = server.post("/score", None, raw=body)
     assert status == 400, answer
-    assert answer["error"].startswith("the request body is"), answer
+    assert answer["error"].startswith("the request body is "), answer
     assert named in answer["error"], answer
     status, answer = server.post("/get_reward", None, raw=body)
     assert status == 400 and named in answer["error"], answer

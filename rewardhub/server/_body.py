@@ -32,7 +32,11 @@ MAX_DIGITS = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
 
 
 class _NotJson(ValueError):
-    """A token or an object that JSON does not allow (the message says which)."""
+    """A token that JSON does not allow (the message says which)."""
+
+
+class _DuplicateKey(ValueError):
+    """An object with a key given twice (JSON allows it; a row cannot hold both values)."""
 
 
 def _constant(token: str) -> Any:
@@ -60,8 +64,8 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(obj) != len(pairs):
         seen: set[str] = set()
         key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _NotJson(f"the key {key!r} appears twice in one object; a row can hold only one of its "
-                       "values: rename one of them")
+        raise _DuplicateKey(f"the key {key!r} appears twice in one object; a row can hold only one of "
+                            "its values: rename one of them")
     return obj
 
 
@@ -83,6 +87,8 @@ def strict_json(raw: bytes) -> Any:
         return _DECODER.decode(text)
     except _NotJson as exc:
         raise UsageError(f"the request body is not JSON: {exc}") from None
+    except _DuplicateKey as exc:
+        raise UsageError(f"the request body is refused: {exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"the request body is not JSON: {exc}") from None
     except RecursionError:
