@@ -43,7 +43,8 @@ def _row(extra: bytes) -> bytes:
     (_row(b"-1e400"), "-1e400 is beyond the range of a float"),
     (b'{"rows": [{"response": "ok:0.5", "response": "ok:1"}]}', "the key 'response' appears twice"),
     (_row(b'{"a": 1, "a": 2}'), "the key 'a' appears twice"),
-    (_row(b"1" * 5000), "an integer of 5000 digits"),
+    (_row(b"1" * 5000), "an integer longer than the 4300 digits"),
+    (_row(b"-" + b"1" * 5000), "an integer longer than the 4300 digits"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     (_row(b"[" * 5000 + b"]" * 5000), "nested too deeply"),
 ])

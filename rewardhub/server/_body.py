@@ -51,14 +51,6 @@ def _float(text: str) -> float:
     return value
 
 
-def _int(text: str) -> int:
-    digits = len(text.lstrip("-"))
-    if digits > MAX_DIGITS:
-        raise _NotJson(f"an integer of {digits} digits is longer than the {MAX_DIGITS} digits a number may "
-                       "have; send it as a string")
-    return int(text)
-
-
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
@@ -70,8 +62,7 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 #: one decoder for every body (``json.loads`` with hooks would build one per call)
-_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant, parse_float=_float,
-                            parse_int=_int)
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant, parse_float=_float)
 
 
 def strict_json(raw: bytes) -> Any:
@@ -91,6 +82,11 @@ def strict_json(raw: bytes) -> Any:
         raise UsageError(f"the request body is refused: {exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"the request body is not JSON: {exc}") from None
+    except ValueError as exc:  # int()'s own limit, met inside the decoder
+        if "digits" not in str(exc):
+            raise
+        raise UsageError(f"the request body is refused: it holds an integer longer than the {MAX_DIGITS} "
+                         "digits a number may have; send it as a string") from None
     except RecursionError:
         raise UsageError(
             f"the request body is nested too deeply (more than about {sys.getrecursionlimit()} levels of "
