@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from typing import Any
@@ -32,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rows", type=int, default=4096, help="rows one request may send (default 4096)")
     parser.add_argument(
         "--max-body-mb", type=float, default=64.0, help="MiB one request body may have (default 64)"
+    )
+    parser.add_argument(
+        "--max-waiting-mb", type=float, default=128.0,
+        help="MiB of request bodies the server holds at once, read and waiting or being scored (default 128; "
+        "one body is always let in): past it a request is answered 503 with Retry-After, which the "
+        "remote client retries, so a busy server's memory stays bounded",
     )
     parser.add_argument("--max-batch-rows", type=int, default=4096,
                         help="rows one Runner call pools from the requests waiting (default 4096)")
@@ -92,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from ..scorers import open_scorer
     from ..server import TOKEN_ENV
     from ..server import check_token
+    from ..server import exits_fail_the_sample
     from ..server import is_loopback
 
     require("aiohttp", "rewardhub serve")
@@ -99,9 +107,13 @@ def run(args: argparse.Namespace) -> int:
     from ..server.app import serve_forever
 
     for flag, value in (("--max-rows", args.max_rows), ("--max-batch-rows", args.max_batch_rows),
-                        ("--max-body-mb", args.max_body_mb), ("--drain-timeout", args.drain_timeout),
+                        ("--max-body-mb", args.max_body_mb), ("--max-waiting-mb", args.max_waiting_mb),
+                        ("--drain-timeout", args.drain_timeout),
                         ("--max-calls", args.max_calls), ("--read-timeout", args.read_timeout),
                         ("--stuck-after", args.stuck_after), ("--max-connections", args.max_connections)):
+        if not math.isfinite(value):  # a NaN passes every comparison, and int(inf) has no answer
+            raise UsageError(f"{flag} {value} is not a number of {'MiB' if 'mb' in flag else 'seconds'}"
+                             "\ngive a finite number above 0")
         if value <= 0:
             raise UsageError(f"{flag} {value} must be above 0")
     if not 0 <= args.port <= 65535:
@@ -120,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         token=token,
         max_rows=args.max_rows,
         max_body=int(args.max_body_mb * 1024 * 1024),
+        max_waiting=int(args.max_waiting_mb * 1024 * 1024),
         max_batch_rows=max(args.max_batch_rows, args.max_rows),
         drain_timeout=args.drain_timeout,
         read_timeout=args.read_timeout,
@@ -153,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
 
         import asyncio
 
-        stuck = asyncio.run(serve_forever(runner, opts, info, ready))
+        with exits_fail_the_sample():  # a reward's os._exit on the inline executor: its sample fails
+            stuck = asyncio.run(serve_forever(runner, opts, info, ready))
     if stuck:
         # a reward hung in one of our threads, which nothing can stop; the pool's processes are closed
         # (the with block above): end the process rather than wait for the thread at exit for ever

@@ -11,18 +11,20 @@ for each try, thousands a second). :class:`ConnectionGate` wraps aiohttp's proto
   limit): at the limit, a new connection takes the place of the one that has waited longest without
   sending its headers, so a client that sends its request at once is served;
 - counts what it closed (``rewardhub_connections_closed_total``) and says so in the log at most once
-  a minute, with no traceback.
+  a minute, with no traceback; so too a request whose headers aiohttp refuses (:func:`quiet_bad_requests`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BACKLOG", "ConnectionGate", "EveryMinute", "accept_errors_quietly", "connection_limit"]
+__all__ = ["BACKLOG", "ConnectionGate", "EveryMinute", "accept_errors_quietly", "connection_limit",
+           "quiet_bad_requests"]
 
 #: the listening socket's backlog; asyncio accepts up to this many connections at a time before the
 #: ones closed to make room give their descriptors back, so the limit leaves this many free
@@ -194,3 +196,23 @@ def accept_errors_quietly(log: EveryMinute) -> Callable[[asyncio.AbstractEventLo
         loop.default_exception_handler(context)
 
     return handler
+
+
+def quiet_bad_requests(on_bad: Callable[[str], None]) -> logging.Logger:
+    """A logger for aiohttp's server (``AppRunner(logger=...)``) that hands a request aiohttp's HTTP
+    parser refused (a header line over 8,190 bytes, over 128 headers, a broken request line: aiohttp
+    answers each 400 and closes the connection) to ``on_bad`` with its reason's first line, instead of
+    logging a traceback for it; anything else is logged as before."""
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    def keep(record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            lines = [s.strip() for s in str(exc.message).splitlines() if s.strip()]
+            on_bad((lines[0] if lines else type(exc).__name__)[:120])
+            return False
+        return True
+
+    logger = logging.Logger("rewardhub.serve.http")  # its own: aiohttp's logger stays as it is
+    logger.addFilter(keep)
+    return logger

@@ -18,6 +18,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
 from typing import Generic
 from typing import TypeVar
 
@@ -37,6 +39,7 @@ class _Entry(Generic[_T]):
     rows: int
     task: asyncio.Task[_T]
     done_at: float | None = None
+    since: float = field(default_factory=time.monotonic)
 
 
 class RecentRequests(Generic[_T]):
@@ -73,6 +76,15 @@ class RecentRequests(Generic[_T]):
             self.replayed += 1
         # shielded: a client that goes away does not cancel what its copy sent again waits for
         return await asyncio.shield(entry.task)
+
+    def state(self, key: str) -> dict[str, Any]:
+        """What this server has of the request sent with ``key`` (``GET /health?request=KEY``):
+        ``{"state": "scoring"|"answered"|"unknown", "rows": N, "seconds": since received}``."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return {"state": "unknown"}
+        return {"state": "answered" if entry.task.done() else "scoring", "rows": entry.rows,
+                "seconds": round(time.monotonic() - entry.since, 1)}
 
     def _finished(self, key: str, entry: _Entry[_T]) -> None:
         if entry.task.cancelled() or entry.task.exception() is not None:

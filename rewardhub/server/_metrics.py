@@ -117,7 +117,8 @@ class ServerMetrics:
         out.append(f"rewardhub_open_connections {self.open_connections}")
         family("rewardhub_connections_closed_total", "counter",
                "connections closed before they sent a request's headers (header_timeout: within "
-               "--read-timeout; limit: to make room at the connection limit)")
+               "--read-timeout; limit: to make room at the connection limit; bad_request: a request "
+               "head that could not be read, answered 400)")
         for reason, n in sorted(self.connections_closed.items()):
             out.append(f'rewardhub_connections_closed_total{{reason="{_esc(reason)}"}} {n}')
         family("rewardhub_prompt_not_prefix_total", "counter",

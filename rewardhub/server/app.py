@@ -4,7 +4,8 @@
 the :class:`~._batcher.Batcher` started by the app's start-up and drained by its cleanup;
 :func:`serve_forever` serves it until a signal, and drains it first.
 
-Routes: ``POST /score`` (own API), ``POST /get_reward`` (OpenRLHF), ``GET /health``, ``GET /metrics``
+Routes: ``POST /score`` (own API), ``POST /get_reward`` (OpenRLHF), ``GET /health`` (``?request=KEY``:
+also what the server has of the request sent with that ``Idempotency-Key``), ``GET /metrics``
 (Prometheus text), ``GET /info`` (the terms and their provenance, as ``rewardhub score --summary-json``
 writes it). A bad request gets a 4xx with ``{"error": REASON}``; an unexpected failure while scoring
 a 500 with its reason; neither stops the server. SIGTERM (or SIGINT) stops listening, answers the
@@ -33,13 +34,19 @@ from ..execution import Scorer
 from ..execution.remote import IDEMPOTENCY_HEADER
 from . import MAX_CALLS
 from ._batcher import Batcher
+from ._body import Busy
+from ._body import WaitingBytes
+from ._body import strict_json
 from ._conns import BACKLOG
 from ._conns import ConnectionGate
 from ._conns import EveryMinute
 from ._conns import accept_errors_quietly
 from ._conns import connection_limit
+from ._conns import quiet_bad_requests
 from ._endtext import DEFAULT_END_TOKENS
 from ._endtext import EndTrimmer
+from ._exitguard import keep_stop_signals
+from ._exitguard import reclaim_stop_signals
 from ._guard import is_loopback
 from ._guard import refusal
 from ._idempotency import RecentRequests
@@ -60,6 +67,8 @@ class ServeOptions:
     max_rows: int = 4096
     #: bytes one request body may have
     max_body: int = 64 * 1024 * 1024
+    #: bytes of request bodies held at once (read, waiting or being scored); past it a 503 (``_body``)
+    max_waiting: int = 128 * 1024 * 1024
     #: rows one Runner call may pool from waiting requests
     max_batch_rows: int = 4096
     #: seconds SIGTERM waits for the requests in flight (a second SIGTERM: none)
@@ -92,6 +101,8 @@ class ServerState:
     #: the handlers reading a body now: a drain cancels them (a half-sent body never holds it up)
     readers: set[asyncio.Task[Any]] = field(default_factory=set)
     not_prefix_log: EveryMinute = field(default_factory=EveryMinute)
+    #: the bytes of the bodies held now (``--max-waiting-mb``)
+    waiting: WaitingBytes = field(default_factory=lambda: WaitingBytes(ServeOptions.max_waiting))
 
 
 OPTIONS = web.AppKey("rewardhub_options", ServeOptions)
@@ -100,6 +111,8 @@ STATE = web.AppKey("rewardhub_state", ServerState)
 BATCHER = web.AppKey("rewardhub_batcher", Batcher)
 
 ROUTES = frozenset({"/score", "/get_reward", "/health", "/metrics", "/info"})
+#: the routes whose bodies are read (held within ``--max-waiting-mb`` until answered)
+BODY_ROUTES = frozenset({"/score", "/get_reward"})
 #: the routes that need no token (liveness)
 OPEN_PATHS = frozenset({"/health"})
 
@@ -112,7 +125,8 @@ def create_app(runner: Scorer, opts: ServeOptions, info: Callable[[], Any]) -> w
     metrics = ServerMetrics([f.name for f in runner.facts])
     app[OPTIONS] = opts
     app[STATE] = ServerState(info, metrics, RecentRequests(max_rows=4 * opts.max_batch_rows),
-                             EndTrimmer(opts.end_tokens), is_loopback(opts.host))
+                             EndTrimmer(opts.end_tokens), is_loopback(opts.host),
+                             waiting=WaitingBytes(opts.max_waiting))
     app[BATCHER] = Batcher(runner, metrics, max_batch_rows=opts.max_batch_rows, max_calls=opts.max_calls)
     app.router.add_post("/score", score_handler)
     app.router.add_post("/get_reward", get_reward)
@@ -150,7 +164,11 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
         if refused is not None:
             status = refused.status
             return web.json_response({"error": refused.error}, status=status, headers=refused.headers)
-        response = await handler(request)
+        if request.method == "POST" and request.path in BODY_ROUTES:
+            with state.waiting.holding(request.content_length, opts.max_body):  # until answered
+                response = await handler(request)
+        else:
+            response = await handler(request)
         status = response.status
         return response
     except web.HTTPException as exc:
@@ -167,6 +185,9 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
     except _SlowBody as exc:
         status = 408
         return reply({"error": str(exc)}, status)
+    except Busy as exc:
+        status = 503
+        return web.json_response({"error": str(exc)}, status=status, headers={"Retry-After": "2"})
     except UsageError as exc:
         status = 413 if exc.kind == TOO_LARGE else 400
         return reply({"error": str(exc)}, status)
@@ -183,7 +204,7 @@ async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable
 
 
 async def body_of(request: web.Request) -> Any:
-    """The request's JSON body, read within ``--read-timeout``."""
+    """The request's JSON body (strict JSON: :func:`._body.strict_json`), read within ``--read-timeout``."""
     opts, readers = request.app[OPTIONS], request.app[STATE].readers
     task = asyncio.current_task()
     assert task is not None
@@ -197,12 +218,7 @@ async def body_of(request: web.Request) -> Any:
         ) from None
     finally:
         readers.discard(task)
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError("the request body is not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"the request body is not JSON: {exc}") from None
+    return strict_json(raw)
 
 
 async def score_handler(request: web.Request) -> web.Response:
@@ -210,6 +226,7 @@ async def score_handler(request: web.Request) -> web.Response:
     rows = own_rows(await body_of(request), app[OPTIONS].max_rows)
     key, raw = request.headers.get(IDEMPOTENCY_HEADER), await request.read()
     answer = await app[STATE].recent.answer(key, raw, len(rows), lambda: app[BATCHER].score(rows))
+    reclaim_stop_signals()  # a call that started Ray gave SIGTERM to Ray's handler
     return reply({"rows": answer})
 
 
@@ -223,7 +240,9 @@ async def get_reward(request: web.Request) -> web.Response:
                   "request do not start with their prompt; each is scored whole, prompt included "
                   f"({state.metrics.prompt_not_prefix} so far: rewardhub_prompt_not_prefix_total in "
                   "/metrics; this line comes at most once a minute)", file=sys.stderr, flush=True)
-    return reply(openrlhf_answer(await request.app[BATCHER].score(rows)))
+    answer = openrlhf_answer(await request.app[BATCHER].score(rows))
+    reclaim_stop_signals()
+    return reply(answer)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -233,7 +252,11 @@ async def health(request: web.Request) -> web.Response:
               "stuck" if stuck_for >= request.app[OPTIONS].stuck_after else "ok")
     body = {"status": status, "inflight": state.metrics.inflight, "calls": state.metrics.calls,
             "max_calls": batcher.max_calls, "busy_calls": batcher.busy_calls(),
-            "rewards": list(state.metrics.terms)}
+            "rewards": list(state.metrics.terms), "held_body_bytes": state.waiting.held,
+            "refused_busy": state.waiting.refused}
+    key = request.query.get("request")
+    if key:  # a client waiting for the answer to the request it sent with this Idempotency-Key
+        body["request"] = state.recent.state(key)
     if status == "stuck":
         body["error"] = (f"every call slot ({batcher.max_calls}) has been busy for {stuck_for:.0f}s: "
                          "a reward may hang with no timeout_s (give it one); new requests wait")
@@ -283,8 +306,19 @@ async def serve_forever(runner: Scorer, opts: ServeOptions, info: Callable[[], A
     # the drain below answers every handler before the runner's cleanup, which then only closes.
     # handler_cancellation: a client that goes away cancels its handler, so its rows still queued are
     # never scored (a request sent with an Idempotency-Key is shielded: its retry will want the answer)
+    bad_log = EveryMinute()
+
+    def on_bad(reason: str) -> None:  # a request aiohttp's parser refused (answered 400, no traceback)
+        closed = state.metrics.connections_closed
+        closed["bad_request"] = closed.get("bad_request", 0) + 1
+        if bad_log.due():
+            print(f"rewardhub serve: WARNING: answered 400 to a request whose head could not be read "
+                  f"({reason}): {closed['bad_request']} so far (rewardhub_connections_closed_total"
+                  '{reason="bad_request"} in /metrics; this line comes at most once a minute)',
+                  file=sys.stderr, flush=True)
+
     app_runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0,
-                               handler_cancellation=True)
+                               handler_cancellation=True, logger=quiet_bad_requests(on_bad))
     await app_runner.setup()
     loop = asyncio.get_running_loop()
     closed_log = EveryMinute()
@@ -320,10 +354,12 @@ async def serve_forever(runner: Scorer, opts: ServeOptions, info: Callable[[], A
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    keeper = loop.create_task(keep_stop_signals())  # from Ray's handler, once a Ray term starts it
     ready(opts.host, port)
     try:
         await stop.wait()
     finally:
+        keeper.cancel()
         deadline = time.monotonic() + opts.drain_timeout
         state.draining = True
         print(f"rewardhub serve: draining ({state.metrics.inflight} requests in flight, up to "

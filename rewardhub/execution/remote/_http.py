@@ -8,9 +8,11 @@ restarting, draining or overloaded server or its proxy answers) is a :class:`Tra
 
 :class:`Retrying` sends a request again after a :class:`Transient`, with backoff (0.5 s doubling to
 10 s), for ``retry_for_s`` seconds from the first failure, with one ``WARNING:`` line per retry naming
-the server and why; then it raises one :class:`ServerUnavailable`. Each request carries an
-``Idempotency-Key`` that its retries repeat, so a server that already scored it (or is scoring it)
-answers from that, and a retry never scores the rows twice.
+the server and why; then it raises one :class:`ServerUnavailable`. While a ``POST`` waits for its
+answer, a :class:`~._liveness.LivenessProbe` asks the server's ``/health`` about it and says what it
+learns; a server that stops answering ends the try (a :class:`Transient`) long before ``timeout_s``.
+Each request carries an ``Idempotency-Key`` that its retries repeat, so a server that already scored
+it (or is scoring it) answers from that, and a retry never scores the rows twice.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from typing import Any
 from ..._backoff import backoff_wait
 from ..._backoff import retry_after_s
 from ...errors import RewardhubError
+from ._liveness import PROBE_EVERY_S
+from ._liveness import PROBE_TIMEOUT_S
+from ._liveness import LivenessProbe
 
 __all__ = ["IDEMPOTENCY_HEADER", "TOKEN_LABEL", "Answer", "Retrying", "ServerUnavailable", "Transient",
            "exchange"]
@@ -78,11 +83,13 @@ class ServerUnavailable(RewardhubError):
 
 
 def exchange(url: str, method: str, path: str, body: bytes | None, headers: Mapping[str, str], *,
-             connect_timeout_s: float, timeout_s: float) -> Answer:
+             connect_timeout_s: float, timeout_s: float, watch: LivenessProbe | None = None) -> Answer:
     """One request to ``url + path``; its answer (any status but those of :data:`RETRY_STATUSES`).
 
+    :param watch: probes the server while the answer is awaited, and may end the try (:mod:`._liveness`).
     :raises Transient: no connection within ``connect_timeout_s``, no whole answer within
-        ``timeout_s``, a connection cut, or a status of :data:`RETRY_STATUSES`.
+        ``timeout_s``, a connection cut, the server found hung or gone by ``watch``, or a status of
+        :data:`RETRY_STATUSES`.
     """
     parts = urllib.parse.urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -97,33 +104,56 @@ def exchange(url: str, method: str, path: str, body: bytes | None, headers: Mapp
         except OSError as exc:
             raise Transient(f"cannot connect: {exc.strerror or exc}") from None
         sock = conn.sock
+        if watch is not None:
+            watch.start(lambda: _cut(sock))
         try:
-            _until(sock, deadline)
-            conn.request(method, parts.path.rstrip("/") + path, body=body, headers=dict(headers))
-            resp = conn.getresponse()
-            chunks = []
-            while True:
-                _until(sock, deadline)
-                chunk = resp.read1(1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            if resp.length:  # the connection ended before the length the answer announced
-                raise http.client.IncompleteRead(b"".join(chunks), resp.length)
-        except TimeoutError:
-            raise Transient(f"no answer within {timeout_s:g} s", late=True) from None
-        except http.client.IncompleteRead as exc:
-            more = f", {exc.expected} more expected" if exc.expected is not None else ""
-            raise Transient(f"the answer was cut short ({len(exc.partial)} bytes{more})") from None
+            chunks, resp = _answer(conn, sock, method, parts.path.rstrip("/") + path, body, headers, deadline)
         except (http.client.HTTPException, OSError) as exc:
+            if watch is not None and watch.aborted is not None:  # the watch cut the connection
+                raise Transient(watch.aborted) from None
+            if isinstance(exc, TimeoutError):
+                raise Transient(f"no answer within {timeout_s:g} s", late=True) from None
+            if isinstance(exc, http.client.IncompleteRead):
+                more = f", {exc.expected} more expected" if exc.expected is not None else ""
+                raise Transient(f"the answer was cut short ({len(exc.partial)} bytes{more})") from None
             raise Transient(f"the connection broke: {type(exc).__name__}: {exc}") from None
     finally:
+        if watch is not None:
+            watch.stop()
         conn.close()
     data = b"".join(chunks)
     if resp.status in RETRY_STATUSES:
         raise Transient(f"answered {resp.status} {resp.reason}{_reason(data)}",
                         retry_after_s(resp.getheader("Retry-After")))
     return Answer(resp.status, resp.getheader("Content-Type") or "", data)
+
+
+def _answer(conn: http.client.HTTPConnection, sock: Any, method: str, path: str, body: bytes | None,
+            headers: Mapping[str, str], deadline: float) -> tuple[list[bytes], http.client.HTTPResponse]:
+    """Send the request and read its whole answer by ``deadline``: (the body's chunks, the response)."""
+    _until(sock, deadline)
+    conn.request(method, path, body=body, headers=dict(headers))
+    resp = conn.getresponse()
+    chunks = []
+    while True:
+        _until(sock, deadline)
+        chunk = resp.read1(1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    if resp.length:  # the connection ended before the length the answer announced
+        raise http.client.IncompleteRead(b"".join(chunks), resp.length)
+    return chunks, resp
+
+
+def _cut(sock: Any) -> None:
+    """End a request's connection from another thread (its reader wakes with an error)."""
+    import socket
+
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _until(sock: Any, deadline: float) -> None:
@@ -158,6 +188,12 @@ class Retrying:
         self._send = send
         #: retries made (every request together), for the tests and the logs
         self.retries = 0
+        #: seconds between probes of the server while a POST waits for its answer (:mod:`._liveness`);
+        #: None: no probes
+        self.probe_every_s: float | None = PROBE_EVERY_S
+        self.probe_timeout_s = PROBE_TIMEOUT_S
+        #: the last try's watch (for the tests)
+        self.watch: LivenessProbe | None = None
 
     def request(self, method: str, path: str, body: bytes | None = None) -> Answer:
         """The answer to one request, sent again through transient failures with the same
@@ -182,9 +218,12 @@ class Retrying:
             timeout = self.timeout_s if first_failure is None else max(
                 1.0, min(self.timeout_s, first_failure + self.retry_for_s - now))
             tries += 1
+            watch = self.watch = None if method != "POST" or self.probe_every_s is None else LivenessProbe(
+                self.url, f"{method} {path}", headers[IDEMPOTENCY_HEADER], self.headers,
+                every_s=self.probe_every_s, probe_timeout_s=self.probe_timeout_s)
             try:
                 answer = self._send(self.url, method, path, body, headers,
-                                    connect_timeout_s=self.connect_timeout_s, timeout_s=timeout)
+                                    connect_timeout_s=self.connect_timeout_s, timeout_s=timeout, watch=watch)
                 if secrets:
                     answer = Answer(answer.status, answer.content_type,
                                     redact_bytes(answer.body, secrets, TOKEN_LABEL))

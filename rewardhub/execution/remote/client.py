@@ -192,8 +192,15 @@ _INDEX_BYTES = len(b',"index":') + 20
 
 
 def _encoded(sample: Mapping[str, Any]) -> bytes:
-    """A sample as a JSON object (values that are not JSON as text), without an ``index`` of its own."""
-    return json.dumps({k: v for k, v in sample.items() if k != "index"}, default=str).encode("utf-8")
+    """A sample as a JSON object (values that are not JSON as text; a NaN or infinite float, which the
+    server refuses, as null), without an ``index`` of its own."""
+    row = {k: v for k, v in sample.items() if k != "index"}
+    try:
+        return json.dumps(row, default=str, allow_nan=False).encode("utf-8")
+    except ValueError:  # rare: walk the sample only when it holds one (a data file's missing value)
+        from ...scoring import nulls_for_non_finite
+
+        return json.dumps(nulls_for_non_finite(row), default=str, allow_nan=False).encode("utf-8")
 
 
 def _body(part: list[bytes]) -> bytes:
