@@ -23,7 +23,9 @@ from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
 from ._outcome import ERROR
+from ._outcome import TIMEOUT
 from ._outcome import Outcome
+from ._outcome import kind_of
 
 __all__ = ["AGGREGATIONS", "ScoreResult", "Scorer", "aggregate", "apply_on_failure",
            "apply_on_failure_to_outcomes", "check_aggregation", "combine", "failure_error"]
@@ -76,7 +78,7 @@ class ScoreResult:
 
     @functools.cached_property
     def error_kinds(self) -> list[dict[str, str]]:
-        return [{name: self.columns[name].status.get(i, ERROR) for name in errs}
+        return [{name: kind_of(self.columns[name].status.get(i, ERROR), err) for name, err in errs.items()}
                 for i, errs in enumerate(self.errors)]
 
     @classmethod
@@ -91,7 +93,8 @@ class ScoreResult:
                 if name in (row.get("extra") or {}):
                     col.extra[i] = row["extra"][name]
                 if name in (row.get("errors") or {}):
-                    col.status[i] = (row.get("error_kinds") or {}).get(name, ERROR)
+                    kind = (row.get("error_kinds") or {}).get(name, ERROR)
+                    col.status[i] = kind if kind == TIMEOUT else ERROR  # a flag's kind is in the text
                     col.errors[i] = row["errors"][name]
         scores = [row.get("score") for row in rows]
         mean, std, count = stats(scores)
