@@ -27,6 +27,7 @@ BUILTIN_COMMANDS: tuple[str, ...] = (
     "rewardhub._commands.test",
     "rewardhub._commands.tasks",
     "rewardhub._commands.data",
+    "rewardhub._commands.grader",
 )
 
 

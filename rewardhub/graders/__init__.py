@@ -13,6 +13,9 @@ from ._files import grader_of
 from ._files import read_grader_file
 from ._flags import FLAGS
 from ._flags import GraderError
+from ._python import LIMITS as PYTHON_LIMITS
+from ._python import PACKAGES_ENV
+from ._python import run_python_grader
 from ._run import CompiledGrader
 from ._run import Endpoint
 from ._run import compile_grader
@@ -23,6 +26,8 @@ from ._terms import grader_term
 
 __all__ = [
     "FLAGS",
+    "PACKAGES_ENV",
+    "PYTHON_LIMITS",
     "TYPES",
     "CompiledGrader",
     "Endpoint",
@@ -33,6 +38,7 @@ __all__ = [
     "grader_problems",
     "read_grader_file",
     "run_answer",
+    "run_python_grader",
     "sample_scope",
 ]
 
@@ -41,7 +47,8 @@ def run_answer(
     spec: Any, item: Mapping[str, Any], sample: Mapping[str, Any], endpoint: Endpoint | None = None
 ) -> dict[str, Any]:
     """What OpenAI's ``graders/run`` answers for one (item, sample): ``reward``, ``sub_rewards``,
-    ``metadata`` (``name``, ``type``, ``errors``: every flag, true where it was raised), and
+    ``metadata`` (``name``, ``type``, ``errors``: every flag, true where it was raised, and the
+    ``*_details`` texts), and
     ``model_grader_token_usage_per_model`` (empty: not counted here)."""
     import asyncio
     import time
@@ -51,13 +58,21 @@ def run_answer(
     if "output_json" not in sample and isinstance(sample.get("output_text"), str):
         sample["output_json"] = sample_scope(response=sample["output_text"])["sample"]["output_json"]
     scope = sample_scope(item=item, sample=sample)
-    errors = dict.fromkeys(FLAGS, False)
+    errors: dict[str, Any] = dict.fromkeys(FLAGS, False)
+    details = {
+        "python_grader_server_error": "python_grader_server_error_type",
+        "python_grader_runtime_error": "python_grader_runtime_error_details",
+        "model_grader_server_error": "model_grader_server_error_details",
+    }
+    errors.update(dict.fromkeys(details.values()))
     reward, subs, message = 0.0, {}, None
     start = time.perf_counter()
     try:
         reward, subs = asyncio.run(grader.agrade(scope, endpoint or Endpoint()))
     except GraderError as exc:
         errors[exc.flag], message = True, str(exc)
+        if exc.flag in details:
+            errors[details[exc.flag]] = message
     meta: dict[str, Any] = {
         "name": grader.name,
         "type": grader.kind,

@@ -3,10 +3,10 @@
 ``llm_judge``'s HTTP machinery (retries with back-off on 429/5xx, one session per event loop, the key kept
 out of every message).
 
-The reply is read as OpenAI documents it: a JSON object whose ``result`` is the score (in ``range``) or the
-label (one of ``labels``); the request asks for that shape with a ``response_format`` JSON schema. A reply
-that is not that is a ``model_grader_parse_error``, a refusal a ``model_grader_refusal_error``, an endpoint
-that fails a ``model_grader_server_error``: never a number.
+The reply is read as OpenAI documents it: a JSON object whose ``result`` is the score (cut to ``range``, as
+the graders guide says) or the label (one of ``labels``); the request asks for that shape with a
+``response_format`` JSON schema. A reply that is not that is a ``model_grader_parse_error``, a refusal a
+``model_grader_refusal_error``, an endpoint that fails a ``model_grader_server_error``: never a number.
 """
 
 from __future__ import annotations
@@ -169,11 +169,7 @@ async def ask_grader(spec: Mapping[str, Any], scope: Mapping[str, Any], endpoint
     low, high = (float(x) for x in spec.get("range", (0, 1)))
     if isinstance(result, bool) or not isinstance(result, (int, float)) or not math.isfinite(result):
         raise GraderError("model_grader_parse_error", f"the result {result!r} is not a number")
-    if not low <= result <= high:
-        raise GraderError(
-            "model_grader_parse_error", f"the result {result!r} is outside range [{low:g}, {high:g}]"
-        )
-    return float(result)
+    return min(high, max(low, float(result)))  # the guide: "truncated to the given range"
 
 
 async def _cosine(

@@ -4,22 +4,32 @@ an unprivileged uid, pids/memory cgroups where the host has them) with OpenAI's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
 from ._flags import GraderError
 
-__all__ = ["LIMITS", "run_python_grader"]
+__all__ = ["LIMITS", "PACKAGES_ENV", "run_python_grader"]
+
+#: a folder of the packages a python grader may import (``pip install --target``; see
+#: ``python_grader_packages.txt``, OpenAI's documented set); unset: the standard library only
+PACKAGES_ENV = "REWARDHUB_PYTHON_GRADER_PACKAGES"
 
 #: OpenAI's documented limits of a python grader
 LIMITS = {"timeout_s": 120.0, "memory_mb": 2048, "disk_mb": 1024, "cpus": 2}
 
 _HARNESS = r"""
-import json, sys
+import importlib.util, json, os, sys
 data = json.loads(sys.stdin.read())
-import grader
+if data.get("packages"):
+    sys.path.insert(0, data["packages"])
+spec = importlib.util.spec_from_file_location("grader", os.path.join(os.path.dirname(__file__), "grader.py"))
+grader = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(grader)
 value = grader.grade(data["sample"], data["item"])
 try:
     value = float(value)
@@ -65,7 +75,17 @@ def run_python_grader(
         file_size_mb=int(lim["disk_mb"]),
         pids_max=64,
     )
-    payload = json.dumps(_materialize({"sample": scope["sample"], "item": scope["item"]}), default=str)
+    packages = os.path.expanduser(os.environ.get(PACKAGES_ENV, ""))
+    if packages and not os.path.isdir(packages):
+        raise UsageError(
+            f"{PACKAGES_ENV}={packages!r} is not a folder\n"
+            "build it: pip install --target DIR -r rewardhub/graders/python_grader_packages.txt"
+        )
+    if packages:
+        config = dataclasses.replace(config, visible_paths=(os.path.realpath(packages),))
+    doc = _materialize({"sample": scope["sample"], "item": scope["item"]})
+    doc["packages"] = os.path.realpath(packages) if packages else None
+    payload = json.dumps(doc, default=str)
     res = run_python(
         {"grader.py": spec["source"], "main.py": _HARNESS}, "main.py", stdin=payload, config=config
     )

@@ -200,20 +200,24 @@ def _python(spec: Mapping[str, Any], at: str) -> list[str]:
 
 def _multi(spec: Mapping[str, Any], at: str, depth: int) -> list[str]:
     graders = spec.get("graders")
+    out = []
     if not isinstance(graders, Mapping) or not graders:
-        return [
+        out.append(
             f"{at}graders: {'missing' if graders is None else repr(graders)[:60]}; a mapping "
             "{name: grader} of the sub-graders calculate_output names"
-        ]
-    out = []
-    for name, sub in graders.items():
-        out += grader_problems(sub, f"{at}graders.{name}.", depth + 1)
+        )
+        graders = None
+    for name, sub in (graders or {}).items():
+        if isinstance(sub, Mapping) and sub.get("type") == "multi":
+            out.append(f"{at}graders.{name}.type: a multi grader cannot hold another multi grader")
+        else:
+            out += grader_problems(sub, f"{at}graders.{name}.", depth + 1)
     try:
         formula = Formula(spec.get("calculate_output", ""))
     except GraderError as exc:
         return [*out, f"{at}calculate_output: {exc}"]
-    missing = sorted(formula.names - set(graders))
-    if missing:
+    missing = sorted(formula.names - set(graders or ()))
+    if graders is not None and missing:
         out.append(
             f"{at}calculate_output: names {', '.join(missing)}, which is no sub-grader; the sub-graders "
             f"are {', '.join(map(str, graders))}"

@@ -11,9 +11,19 @@ from typing import Any
 
 from ._flags import GraderError
 
-__all__ = ["NAMESPACES", "render", "template_paths"]
+__all__ = [
+    "NAMESPACES",
+    "SAMPLE_FIELDS",
+    "check_template",
+    "lookup",
+    "parse_path",
+    "render",
+    "template_paths",
+]
 
 NAMESPACES = ("item", "sample")
+#: what the sample namespace holds (OpenAI's graders guide)
+SAMPLE_FIELDS = ("output_text", "output_json", "output_tools", "choices", "output_audio")
 _SLOT = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 _STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\[\s*(\d+)\s*\]|\[\s*['\"]([^'\"]*)['\"]\s*\]")
 _HEAD = re.compile(r"([A-Za-z_]\w*)")
@@ -55,6 +65,10 @@ def check_template(text: str, where: str) -> list[str]:
             problems.append(
                 f"{where}: '{{{{ {path} }}}}' is not a variable path; write e.g. "
                 "{{ item.answer }} or {{ sample.output_json.field[0] }}"
+            )
+        elif steps[0] == "sample" and len(steps) > 1 and steps[1] not in SAMPLE_FIELDS:
+            problems.append(
+                f"{where}: '{{{{ {path} }}}}': sample has no {steps[1]!r}; it has {', '.join(SAMPLE_FIELDS)}"
             )
         elif steps[0] not in NAMESPACES or len(steps) < 2:
             problems.append(
