@@ -8,13 +8,17 @@ the row's error kind (``model_grader_parse_error``, ...), never a number.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ..decorator import reward
+from ..errors import UsageError
 from ..graders import CompiledGrader
 from ..graders import Endpoint
 from ..graders import compile_grader
+from ..graders import read_grader_file
 from ..graders import sample_scope
 from ..hookspecs import hookimpl
 from .judge import EXPENSIVE
@@ -25,7 +29,14 @@ __all__ = ["grader", "model_grader"]
 _COMPILED: dict[int, tuple[Any, CompiledGrader]] = {}
 
 
-def _compiled(spec: Any) -> CompiledGrader:
+def _compiled(spec: Any, grader_file: str | None = None) -> CompiledGrader:
+    if spec is None:
+        if not grader_file:
+            raise UsageError(
+                "a grader reward needs kwargs.spec (the grader object) or grader_file\n"
+                "write the term as {grader: path/to/grader.json}"
+            )
+        return _from_file(grader_file)
     held = _COMPILED.get(id(spec))
     if held is not None and held[0] is spec:
         return held[1]
@@ -34,6 +45,19 @@ def _compiled(spec: Any) -> CompiledGrader:
         _COMPILED.clear()
     _COMPILED[id(spec)] = (spec, compiled)
     return compiled
+
+
+@functools.lru_cache(maxsize=64)
+def _file_grader(path: str, mtime: float) -> CompiledGrader:
+    return compile_grader(read_grader_file(path), f"grader file {path}")
+
+
+def _from_file(path: str) -> CompiledGrader:
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError as exc:
+        raise UsageError(f"grader file {path!r} cannot be read: {exc.strerror or exc}") from None
+    return _file_grader(path, mtime)
 
 
 def _value(score: float, subs: Mapping[str, float], g: CompiledGrader) -> Any:
@@ -49,7 +73,8 @@ def _value(score: float, subs: Mapping[str, float], g: CompiledGrader) -> Any:
 def grader(
     *,
     response: str = "",
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | None = None,
+    grader_file: str | None = None,
     prompt: Any = None,
     messages: Any = None,
     extra_info: Any = None,
@@ -58,13 +83,13 @@ def grader(
 ) -> Any:
     """An OpenAI RFT grader (``string_check``, ``text_similarity``, ``python``, ``multi``) as a reward.
 
-    ``spec`` is the grader object as OpenAI documents it; ``{{ item.x }}`` reads the row (``extra_info``'s
-    keys, a dict ground truth's keys, ``prompt``, ``ground_truth``), ``{{ sample.output_text }}`` the
-    response. Example (a term)::
+    ``spec`` is the grader object as OpenAI documents it (or ``grader_file`` its JSON file);
+    ``{{ item.x }}`` reads the row (``extra_info``'s keys, a dict ground truth's keys, ``prompt``,
+    ``ground_truth``), ``{{ sample.output_text }}`` the response. Example (a term)::
 
         {grader: graders/exact.json}
     """
-    g = _compiled(spec)
+    g = _compiled(spec, grader_file)
     scope = sample_scope(
         response=response,
         prompt=prompt,
@@ -81,7 +106,8 @@ def grader(
 async def model_grader(
     *,
     response: str = "",
-    spec: Mapping[str, Any],
+    spec: Mapping[str, Any] | None = None,
+    grader_file: str | None = None,
     prompt: Any = None,
     messages: Any = None,
     extra_info: Any = None,
@@ -94,7 +120,7 @@ async def model_grader(
 
     The endpoint: ``base_url`` / ``api_key_env``, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
     """
-    g = _compiled(spec)
+    g = _compiled(spec, grader_file)
     scope = sample_scope(
         response=response,
         prompt=prompt,

@@ -10,14 +10,14 @@ from typing import Any
 
 from ..errors import RewardhubError
 
-__all__ = ["Outcome", "check_value", "error_text", "kind_of"]
+__all__ = ["Outcome", "check_value", "error_text", "error_kind_of"]
 
 #: outcome statuses
 OK, NOT_APPLICABLE, ERROR, TIMEOUT = "ok", "na", "error", "timeout"
 _KIND = re.compile(r"(?:^|: )\w+\[(\w+)\]: ")
 
 
-def kind_of(status: str, error: str | None) -> str:
+def error_kind_of(status: str, error: str | None) -> str:
     """A failed sample's error kind: ``timeout``, the kind its exception carried (see :func:`error_text`),
     or ``error``."""
     if status == ERROR and error:
@@ -30,7 +30,7 @@ def kind_of(status: str, error: str | None) -> str:
 def error_text(exc: BaseException) -> str:
     """How a failed call's exception reads in its outcome: ``Type: message`` (``Type[kind]: message`` for a
     :class:`~rewardhub.errors.RewardhubError` with a ``kind`` of its own, e.g. a grader's error flag,
-    which becomes the row's error kind: :func:`kind_of`), then (after
+    which becomes the row's error kind: :func:`error_kind_of`), then (after
     :data:`~rewardhub.execution._where.MARK`) the last frames of the reward's own code."""
     from ._where import MARK
     from ._where import reward_frames

@@ -25,7 +25,7 @@ from ._columns import stats
 from ._outcome import ERROR
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
-from ._outcome import kind_of
+from ._outcome import error_kind_of
 
 __all__ = ["AGGREGATIONS", "ScoreResult", "Scorer", "aggregate", "apply_on_failure",
            "apply_on_failure_to_outcomes", "check_aggregation", "combine", "failure_error"]
@@ -78,7 +78,8 @@ class ScoreResult:
 
     @functools.cached_property
     def error_kinds(self) -> list[dict[str, str]]:
-        return [{name: kind_of(self.columns[name].status.get(i, ERROR), err) for name, err in errs.items()}
+        cols = self.columns
+        return [{name: error_kind_of(cols[name].status.get(i, ERROR), err) for name, err in errs.items()}
                 for i, errs in enumerate(self.errors)]
 
     @classmethod

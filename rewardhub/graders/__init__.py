@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ._entry import grader_file_of
+from ._entry import spec_for_grader_ep
 from ._files import grader_of
 from ._files import read_grader_file
 from ._flags import FLAGS
@@ -40,6 +42,8 @@ __all__ = [
     "run_answer",
     "run_python_grader",
     "sample_scope",
+    "grader_file_of",
+    "spec_for_grader_ep",
 ]
 
 

@@ -24,7 +24,7 @@ from ..builtin.judge import chat_url
 from ..builtin.judge import post_json
 from ..errors import UsageError
 from ._flags import GraderError
-from ._template import render
+from ._template import render_template
 
 if TYPE_CHECKING:
     from ._run import Endpoint
@@ -54,15 +54,14 @@ def endpoint_of(spec: Mapping[str, Any], endpoint: Endpoint) -> tuple[str, dict[
 
 def _content(content: Any, scope: Mapping[str, Any]) -> Any:
     if isinstance(content, str):
-        return render(content, scope)
+        return render_template(content, scope)
     parts = []
     for p in content if isinstance(content, list) else [content]:
         if isinstance(p, Mapping) and isinstance(p.get("text"), str):
-            parts.append({"type": "text", "text": render(p["text"], scope)})
+            parts.append({"type": "text", "text": render_template(p["text"], scope)})
         elif isinstance(p, Mapping) and p.get("type") == "input_image":
-            parts.append(
-                {"type": "image_url", "image_url": {"url": render(str(p.get("image_url", "")), scope)}}
-            )
+            url = render_template(str(p.get("image_url", "")), scope)
+            parts.append({"type": "image_url", "image_url": {"url": url}})
         else:
             parts.append(p)
     return parts
@@ -176,7 +175,7 @@ async def _cosine(
     spec: Mapping[str, Any], scope: Mapping[str, Any], base: str, headers: dict[str, str], key: str
 ) -> float:
     url = chat_url(base).removesuffix("/chat/completions") + "/embeddings"
-    texts = [render(spec["input"], scope), render(spec["reference"], scope)]
+    texts = [render_template(spec["input"], scope), render_template(spec["reference"], scope)]
     reply = await _post(
         url, {"model": spec.get("model") or "text-embedding-3-large", "input": texts}, headers, key
     )

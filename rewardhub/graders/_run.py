@@ -14,7 +14,7 @@ from ..errors import UsageError
 from ._flags import GraderError
 from ._formula import Formula
 from ._spec import grader_problems
-from ._template import render
+from ._template import render_template
 from ._text import similarity
 from ._text import string_check
 
@@ -57,10 +57,12 @@ class CompiledGrader:
         """The score and the sub-graders' scores, for the deterministic types (and ``python``)."""
         if self.kind == "string_check":
             s = self.spec
-            return string_check(s["operation"], render(s["input"], scope), render(s["reference"], scope)), {}
+            text, ref = render_template(s["input"], scope), render_template(s["reference"], scope)
+            return string_check(s["operation"], text, ref), {}
         if self.kind == "text_similarity" and self.metric is not None:
             s = self.spec
-            return _checked(self.metric(render(s["input"], scope), render(s["reference"], scope))), {}
+            text, ref = render_template(s["input"], scope), render_template(s["reference"], scope)
+            return _checked(self.metric(text, ref)), {}
         if self.kind == "python":
             from ._python import run_python_grader
 

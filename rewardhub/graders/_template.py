@@ -17,7 +17,7 @@ __all__ = [
     "check_template",
     "lookup",
     "parse_path",
-    "render",
+    "render_template",
     "template_paths",
 ]
 
@@ -110,7 +110,7 @@ def as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def render(text: str, scope: Mapping[str, Any]) -> str:
+def render_template(text: str, scope: Mapping[str, Any]) -> str:
     """``text`` with every ``{{ path }}`` replaced (strings as they are, other values as JSON)."""
     if "{{" not in text:
         return text
