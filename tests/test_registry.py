@@ -314,7 +314,7 @@ def test_rewardhub_trace_prints_the_hook_calls():
                           text=True, check=True)
     # one traced call per built-in plugin (rewardhub.builtin.format, .grader, .judge, .length, .match)
     assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 5
-    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 4
+    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 5
     assert json.loads(proc.stdout)  # the listing itself is unchanged on stdout
 
 
