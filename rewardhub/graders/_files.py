@@ -14,7 +14,12 @@ __all__ = ["grader_of", "read_grader_file"]
 
 
 def grader_of(doc: Any, where: str) -> Any:
-    """The grader object a document holds."""
+    """The grader object a document holds (a Vertex AI reward config read as one)."""
+    from ._vertex import is_vertex
+    from ._vertex import vertex_grader
+
+    if is_vertex(doc):
+        return vertex_grader(doc)
     if isinstance(doc, Mapping):
         if "type" in doc and doc.get("type") != "reinforcement":
             return doc

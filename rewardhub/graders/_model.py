@@ -29,7 +29,7 @@ from ._template import render_template
 if TYPE_CHECKING:
     from ._run import Endpoint
 
-__all__ = ["ask_grader", "endpoint_of"]
+__all__ = ["ask_grader", "endpoint_of", "post_grader"]
 
 _DEFAULT_BASE = "https://api.openai.com/v1"
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
@@ -114,7 +114,7 @@ def _scrub(text: str, key: str) -> str:
     return text.replace(key, "<api key>") if key else text
 
 
-async def _post(url: str, body: dict[str, Any], headers: dict[str, str], key: str) -> Any:
+async def post_grader(url: str, body: dict[str, Any], headers: dict[str, str], key: str) -> Any:
     try:
         return await post_json(url, body, headers, retries=4, backoff_s=0.5, request_timeout_s=120.0)
     except JudgeError as exc:
@@ -156,7 +156,7 @@ async def ask_grader(spec: Mapping[str, Any], scope: Mapping[str, Any], endpoint
     base, headers, key = endpoint_of(spec, endpoint)
     if spec["type"] == "text_similarity":
         return await _cosine(spec, scope, base, headers, key)
-    reply = await _post(chat_url(base), _body(spec, scope), headers, key)
+    reply = await post_grader(chat_url(base), _body(spec, scope), headers, key)
     result = _result(reply, spec, key)
     if spec["type"] == "label_model":
         if result not in spec["labels"]:
@@ -176,7 +176,7 @@ async def _cosine(
 ) -> float:
     url = chat_url(base).removesuffix("/chat/completions") + "/embeddings"
     texts = [render_template(spec["input"], scope), render_template(spec["reference"], scope)]
-    reply = await _post(
+    reply = await post_grader(
         url, {"model": spec.get("model") or "text-embedding-3-large", "input": texts}, headers, key
     )
     try:

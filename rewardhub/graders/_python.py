@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import UsageError
 from ._flags import GraderError
 
-__all__ = ["LIMITS", "PACKAGES_ENV", "run_python_grader"]
+__all__ = ["LIMITS", "PACKAGES_ENV", "run_in_sandbox", "run_python_grader"]
 
 #: a folder of the packages a python grader may import (``pip install --target``; see
 #: ``python_grader_packages.txt``, OpenAI's documented set); unset: the standard library only
@@ -30,7 +30,7 @@ if data.get("packages"):
 spec = importlib.util.spec_from_file_location("grader", os.path.join(os.path.dirname(__file__), "grader.py"))
 grader = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(grader)
-value = grader.grade(data["sample"], data["item"])
+value = getattr(grader, data["fn"])(*data["args"])
 try:
     value = float(value)
 except (TypeError, ValueError):
@@ -59,6 +59,12 @@ def run_python_grader(
     """``grade(sample, item)``'s value, as a float; a :class:`GraderError` with the spec's flag when the code
     fails (``python_grader_runtime_error``: it raised, ran past a limit, returned no number) or the sandbox
     does (``python_grader_server_error``)."""
+    args = _materialize([scope["sample"], scope["item"]])
+    return run_in_sandbox(spec["source"], "grade", args, limits)
+
+
+def run_in_sandbox(source: str, fn: str, args: list[Any], limits: Mapping[str, Any] | None = None) -> float:
+    """``fn(*args)`` of ``source``, run in the sandbox: its value as a float (as :func:`run_python_grader`)."""
     try:
         from rewardhub_code import SandboxLimits
         from rewardhub_code import run_python
@@ -83,26 +89,25 @@ def run_python_grader(
         )
     if packages:
         config = dataclasses.replace(config, visible_paths=(os.path.realpath(packages),))
-    doc = _materialize({"sample": scope["sample"], "item": scope["item"]})
-    doc["packages"] = os.path.realpath(packages) if packages else None
+    doc = {"fn": fn, "args": args, "packages": os.path.realpath(packages) if packages else None}
     payload = json.dumps(doc, default=str)
     res = run_python(
-        {"grader.py": spec["source"], "main.py": _HARNESS}, "main.py", stdin=payload, config=config
+        {"grader.py": source, "main.py": _HARNESS}, "main.py", stdin=payload, config=config
     )
     if res.status == "sandbox_error":
         raise GraderError("python_grader_server_error", f"the sandbox failed: {res.stderr[-300:]}")
     if res.status == "timeout":
         raise GraderError(
-            "python_grader_runtime_error", f"grade() ran past the {lim['timeout_s']:g} s limit and was killed"
+            "python_grader_runtime_error", f"{fn}() ran past the {lim['timeout_s']:g} s limit and was killed"
         )
     if res.status == "memory":
         raise GraderError(
             "python_grader_runtime_error",
-            f"grade() went over the {lim['memory_mb']} MB memory limit and was killed",
+            f"{fn}() went over the {lim['memory_mb']} MB memory limit and was killed",
         )
     if res.status != "ok":
         tail = (res.stderr or res.stdout).strip()[-400:]
-        raise GraderError("python_grader_runtime_error", f"grade() failed ({res.status}): {tail}")
+        raise GraderError("python_grader_runtime_error", f"{fn}() failed ({res.status}): {tail}")
     last = res.stdout.strip().splitlines()[-1:] or [""]
     try:
         out = json.loads(last[0])
@@ -110,6 +115,6 @@ def run_python_grader(
         out = {}
     if "score" not in out:
         raise GraderError(
-            "python_grader_runtime_error", f"grade() returned {out.get('bad', 'nothing')}, not a number"
+            "python_grader_runtime_error", f"{fn}() returned {out.get('bad', 'nothing')}, not a number"
         )
     return float(out["score"])

@@ -48,7 +48,8 @@ class CompiledGrader:
     def needs_network(self) -> bool:
         """Whether it calls a model endpoint (a model grader or ``cosine``, here or in a sub-grader)."""
         return (
-            self.kind in _NETWORK
+            (self.kind == "vertex" and self.spec["config"].get("autorater_scorer") is not None)
+            or self.kind in _NETWORK
             or self.spec.get("evaluation_metric") == "cosine"
             or any(s.needs_network for s in self.subs.values())
         )
@@ -63,6 +64,10 @@ class CompiledGrader:
             s = self.spec
             text, ref = render_template(s["input"], scope), render_template(s["reference"], scope)
             return _checked(self.metric(text, ref)), {}
+        if self.kind == "vertex" and not self.needs_network:
+            from ._vertex import vertex_score
+
+            return vertex_score(self.spec["config"], scope), {}
         if self.kind == "python":
             from ._python import run_python_grader
 
@@ -84,11 +89,15 @@ class CompiledGrader:
             values = {n: g[0] for n, g in zip(names, got)}
             return self.formula(values), values  # type: ignore[misc]
         if not self.needs_network:
-            if self.kind == "python":
+            if self.kind in ("python", "vertex"):
                 import asyncio
 
                 return await asyncio.to_thread(self.grade, scope)
             return self.grade(scope)
+        if self.kind == "vertex":
+            from ._vertex import ask_autorater
+
+            return await ask_autorater(self.spec["config"], scope, endpoint), {}
         from ._model import ask_grader
 
         return await ask_grader(self.spec, scope, endpoint), {}

@@ -63,6 +63,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     ),
     "python": ("source", "image_tag", "pass_threshold"),
     "multi": ("graders", "calculate_output"),
+    "vertex": ("config",),  # a Vertex AI reward config, read by _vertex (not an OpenAI type)
 }
 TYPES = tuple(_KEYS)
 _SAMPLING = (
@@ -256,6 +257,10 @@ def grader_problems(spec: Any, at: str = "", depth: int = 0) -> list[str]:
         out += _model_grader(spec, at) + _labels(spec, at)
     elif kind == "python":
         out += _python(spec, at)
+    elif kind == "vertex":
+        from ._vertex import vertex_problems
+
+        out += vertex_problems(spec.get("config"), at)
     else:
         out += _multi(spec, at, depth)
     return out

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
+from ._files import grader_of
 from ._files import read_grader_file
 from ._run import compile_grader
 
@@ -26,7 +27,7 @@ def grader_term(term: Mapping[str, Any], where: str) -> dict[str, Any]:
         spec = read_grader_file(raw)
         stem = os.path.splitext(os.path.basename(raw))[0]
     elif isinstance(raw, Mapping):
-        spec = {k: raw[k] for k in raw}
+        spec = grader_of({k: raw[k] for k in raw}, f"{where}.grader")
     else:
         raise UsageError(
             f"{where}.grader: {type(raw).__name__} {raw!r}; give a grader file's path or the "
