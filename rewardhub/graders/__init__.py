@@ -69,7 +69,8 @@ def run_answer(
         "model_grader_server_error": "model_grader_server_error_details",
     }
     errors.update(dict.fromkeys(details.values()))
-    reward, subs, message = 0.0, {}, None
+    reward, message = 0.0, None
+    subs: dict[str, float] = {}
     start = time.perf_counter()
     try:
         reward, subs = asyncio.run(grader.agrade(scope, endpoint or Endpoint()))

@@ -66,8 +66,8 @@ def run_python_grader(
 def run_in_sandbox(source: str, fn: str, args: list[Any], limits: Mapping[str, Any] | None = None) -> float:
     """``fn(*args)`` of ``source`` in the sandbox: its value as a float (as :func:`run_python_grader`)."""
     try:
-        from rewardhub_code import SandboxLimits
-        from rewardhub_code import run_python
+        from rewardhub_code.sandbox import SandboxLimits
+        from rewardhub_code.sandbox import run_python
     except ImportError:
         raise UsageError(
             "a python grader runs in rewardhub-code's sandbox, which is not installed\n"

@@ -46,9 +46,9 @@ def _fuzzy() -> Callable[[str, str], float]:
 
 
 @functools.cache
-def _rouge(kind: str) -> Any:
+def _rouge(kind: str) -> Callable[[str, str], float]:
     scorer = _need("rouge_score.rouge_scorer").RougeScorer([kind], use_stemmer=True)
-    return lambda a, b: scorer.score(b, a)[kind].fmeasure
+    return lambda a, b: float(scorer.score(b, a)[kind].fmeasure)
 
 
 def _bleu(a: str, b: str) -> float:
@@ -82,4 +82,5 @@ def similarity(metric: str) -> Callable[[str, str], float]:
         return _fuzzy()
     if metric.startswith("rouge_"):
         return _rouge("rougeL" if metric == "rouge_l" else "rouge" + metric[6:])
-    return {"bleu": _bleu, "gleu": _gleu, "meteor": _meteor}[metric]
+    local: dict[str, Callable[[str, str], float]] = {"bleu": _bleu, "gleu": _gleu, "meteor": _meteor}
+    return local[metric]

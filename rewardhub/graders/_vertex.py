@@ -91,10 +91,12 @@ def vertex_grader(doc: Mapping[str, Any]) -> dict[str, Any]:
     if "weighted_reward_configs" not in doc:
         return {"type": "vertex", "name": str(doc.get("reward_name") or "vertex_reward"), "config": doc}
     graders: dict[str, Any] = {}
-    terms, taken = [], set()
+    terms: list[str] = []
+    taken: set[str] = set()
     for i, item in enumerate(doc.get("weighted_reward_configs") or []):
         item = item if isinstance(item, Mapping) else {}
-        single = item.get("reward_config") if isinstance(item.get("reward_config"), Mapping) else {}
+        single: Mapping[str, Any] = item.get("reward_config") or {}
+        single = single if isinstance(single, Mapping) else {}
         name = _ident(str(single.get("reward_name") or f"reward_{i}"), taken)
         graders[name] = {"type": "vertex", "name": name, "config": single}
         terms.append(f"{float(item.get('weight', 1.0))!r} * {name}")
@@ -226,7 +228,7 @@ def vertex_score(config: Mapping[str, Any], scope: Mapping[str, Any]) -> float:
 async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], endpoint: Any) -> float:
     """An ``autoraterScorer``'s reward: the prompt, the question and the (parsed) response to the endpoint's
     ``autoraterModel``; its reply parsed and scored as the config says."""
-    from ..builtin.judge import chat_url
+    from ..builtin import model_http
     from ._model import endpoint_of
     from ._model import post_grader
 
@@ -244,7 +246,7 @@ async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], end
         "temperature": 0.0,
         "messages": [{"role": "user", "content": user}],
     }
-    reply = await post_grader(chat_url(base), body, headers, key)
+    reply = await post_grader(model_http.chat_url(base), body, headers, key)
     try:
         said = str(reply["choices"][0]["message"]["content"])
     except (KeyError, IndexError, TypeError):
