@@ -17,8 +17,8 @@ USER = "Question: {{ item.prompt }}\nReference: {{ item.reference_answer }}\nAns
 SCORE = {"type": "score_model", "name": "score", "model": "judge", "range": [0, 1],
          "sampling_params": {"temperature": 0, "max_completions_tokens": 256},
          "input": [{"role": "system",
-                    "content": "Grade the answer against the reference. Reply in JSON with steps and a result "
-                               "from 0 to 1."},
+                    "content": "Grade the answer against the reference. Reply in JSON with steps and a "
+                               "result from 0 to 1."},
                    {"role": "user", "content": USER}]}
 LABEL = {"type": "label_model", "name": "label", "model": "judge", "labels": ["correct", "incorrect"],
          "passing_labels": ["correct"], "sampling_params": {"temperature": 0, "max_completions_tokens": 256},
@@ -31,7 +31,8 @@ LABEL = {"type": "label_model", "name": "label", "model": "judge", "labels": ["c
                          ids=["score_model", "label_model"])
 def test_model_graders_on_a_served_model(served, spec, allowed):  # noqa: F811
     base_url, _ = served
-    with Runner.from_config({"rewards": [{"grader": spec, "base_url": base_url, "timeout_s": 600}]}) as runner:
+    term = {"grader": spec, "base_url": base_url, "timeout_s": 600}
+    with Runner.from_config({"rewards": [term]}) as runner:
         res = runner.score(ROWS)
     name = spec["name"]
     assert len(res.rewards) == len(ROWS)
