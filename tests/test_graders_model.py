@@ -117,6 +117,16 @@ def test_every_reply_is_a_reward_or_a_flag_never_a_silent_number(stub):
     ):
         value, flag = got[r]
         assert flag == kind and (value is None or math.isnan(value)), (r, got[r])
+    assert "token limit" not in res.errors[2]["s"]
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_cut_at_the_token_limit_says_so(stub):
+    cut = json.dumps({"choices": [{"index": 0, "finish_reason": "length",
+                                   "message": {"role": "assistant", "content": '{"steps": [{"descr'}}]})
+    stub.reset(lambda body, n: (200, "raw:" + cut))
+    res = graded(stub, SCORE, ["x"])
+    assert res.error_kinds == [{"s": "model_grader_parse_error"}] and "token limit" in res.errors[0]["s"]
 
 
 @pytest.mark.timeout(60)

@@ -143,9 +143,11 @@ def _result(reply: Any, spec: Mapping[str, Any], key: str) -> Any:
     except json.JSONDecodeError:
         obj = None
     if not isinstance(obj, Mapping) or "result" not in obj:
+        cut = reply["choices"][0].get("finish_reason") == "length"
+        why = " (it was cut at the token limit: raise sampling_params.max_completions_tokens)" if cut else ""
         raise GraderError(
             "model_grader_parse_error",
-            f"the reply is not a JSON object with 'result': {_scrub(text[:200], key)!r}",
+            f"the reply is not a JSON object with 'result'{why}: {_scrub(text[:200], key)!r}",
         )
     return obj["result"]
 
