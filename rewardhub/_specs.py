@@ -9,8 +9,8 @@ from ._discovery import find_module_file
 from .decorator import spec_from_object
 from .types import RewardSpec
 
-__all__ = ["core_version", "matches_source", "reward_facts", "source_key", "spec_for_reward_ep",
-           "specs_from_hook_result"]
+__all__ = ["core_version", "entry_point_specs", "matches_source", "reward_facts", "source_key",
+           "spec_for_reward_ep", "specs_from_hook_result"]
 
 
 @functools.cache
@@ -60,6 +60,26 @@ def spec_for_reward_ep(ep: Any) -> RewardSpec:
         status=status,
         error=error,
     )
+
+
+def entry_point_specs(eps: Any, block: Any, autoload: bool, forced: Any) -> list[RewardSpec]:
+    """The lazy specs of the ``rewardhub.rewards`` and ``rewardhub.graders`` entry points a registry takes:
+    not blocked (by name or distribution), and autoloaded or forced."""
+    from ._discovery import GRADER_GROUP
+    from ._discovery import REWARD_GROUP
+
+    out = []
+    for ep in eps:
+        if ep.group not in (REWARD_GROUP, GRADER_GROUP) or ep.name in block or (ep.dist or "") in block:
+            continue
+        if autoload or ep.name in forced or (ep.dist or "") in forced:
+            if ep.group == GRADER_GROUP:  # a grader file a package ships: a reward of the entry point's name
+                from .graders import spec_for_grader_ep
+
+                out.append(spec_for_grader_ep(ep))
+            else:
+                out.append(spec_for_reward_ep(ep))
+    return out
 
 
 def specs_from_hook_result(result: Any, plugin: str, dist: str | None, version: str | None,

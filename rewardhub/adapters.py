@@ -177,7 +177,8 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
             gt = columns[key][i] if key in columns else None
             if isinstance(gt, Mapping) and "ground_truth" in gt:  # verl-style reward_model column
                 gt = gt["ground_truth"]
-            extra = {k: v[i] for k, v in columns.items() if k not in (key, "data_source", "extra_info")}
+            # every column, the ground truth's too (a grader's {{ item.answer }} reads the row as it is)
+            extra = {k: v[i] for k, v in columns.items() if k not in ("data_source", "extra_info")}
             if isinstance(columns.get("extra_info", [None] * n)[i], Mapping):  # verl's row format: its own
                 extra.update(columns["extra_info"][i])
             sample: dict[str, Any] = {

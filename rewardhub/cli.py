@@ -28,6 +28,7 @@ BUILTIN_COMMANDS: tuple[str, ...] = (
     "rewardhub._commands.tasks",
     "rewardhub._commands.data",
     "rewardhub._commands.judge",
+    "rewardhub._commands.grader",
 )
 
 

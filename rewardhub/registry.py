@@ -10,16 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 from typing import final
 
-from ._discovery import REWARD_GROUP
 from ._discovery import find_module_file
 from ._discovery import scan_entry_points
 from ._manager import RewardhubPluginManager
 from ._manager import env_autoload
 from ._manager import env_plugins
 from ._specs import core_version
+from ._specs import entry_point_specs
 from ._specs import matches_source
 from ._specs import source_key
-from ._specs import spec_for_reward_ep
 from ._specs import specs_from_hook_result
 from ._targets import file_sha256
 from ._targets import load_target
@@ -364,11 +363,8 @@ def build_registry(reward_cfg: Any = None, *, autoload: bool | None = None,
         registry.add(RewardSpec(name=name, target=name, source="plugin", dist=dist, version=version,
                                 plugin=name, status="broken", error=error), installed=True)
     forced = set(load)
-    for ep in eps:
-        if ep.group != REWARD_GROUP or ep.name in block or (ep.dist or "") in block:
-            continue
-        if autoload or ep.name in forced or (ep.dist or "") in forced:
-            registry.add(spec_for_reward_ep(ep), installed=True)
+    for spec in entry_point_specs(eps, block, autoload, forced):  # rewardhub.rewards, rewardhub.graders
+        registry.add(spec, installed=True)
     registry.prefer(dict(reward.plugins.prefer))
 
     for term in reward.rewards:

@@ -150,6 +150,7 @@ GROUPS = {
     "rewardhub": "a pluggy plugin module (its `rewardhub_*` hooks below are called)",
     "rewardhub.rewards": "one reward function (`name = module:function`); read, not imported, by `list`",
     "rewardhub.tasks": "a task: rows and the reward terms that score them (`rewardhub tasks`)",
+    "rewardhub.graders": "a grader file as a reward by name (`stem = package.module:stem`: `stem.json`)",
     "rewardhub.commands": "a CLI command module (`NAME`, `HELP`, `add_arguments`, `run`): the trainer's "
     "`train`",
     "rewardhub.config_owners": "the owner of a config section (its keys, its legacy-key migration)",

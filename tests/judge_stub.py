@@ -161,6 +161,7 @@ class StubJudge:
         async def main() -> None:
             app = web.Application()
             app.router.add_post("/v1/chat/completions", self._handle)
+            app.router.add_post("/v1/embeddings", self._handle)  # answers given whole, as raw:
             app.router.add_get("/arrivals", self._arrivals)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()

@@ -16,6 +16,8 @@ from rewardhub.registry import get_registry
 MODEL_REWARDS = {"reward_model", "judge"}
 SERVED = {"llm_judge", "llm_judge_group",  # checked in test_llm_judge.py, against a served judge
           "llm_judge_pairwise", "llm_judge_rubric", "llm_judge_sampled"}  # and in test_judge_modes.py
+#: a grader file's rewards, checked against the graders guide's semantics in tests/test_graders*.py
+GRADERS = {"grader", "model_grader"}
 
 
 def _first_party() -> list[str]:
@@ -31,7 +33,7 @@ def _failed(checks) -> list[str]:
 def test_every_first_party_reward_is_covered_here():
     names = set(_first_party())
     covered = {"exact_match", "regex_match", "think_format", "overlong_penalty", "math_verify", "code_io",
-               "code_tests", "reasoning_gym", "tool_call_format"} | MODEL_REWARDS | SERVED
+               "code_tests", "reasoning_gym", "tool_call_format"} | MODEL_REWARDS | SERVED | GRADERS
     rest = names - covered
     assert rest and all(n.startswith("reasoning_gym.") for n in rest), rest  # the per-dataset rewards
     assert len(names) > 100

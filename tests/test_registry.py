@@ -312,9 +312,10 @@ def test_rewardhub_trace_prints_the_hook_calls():
     env = {**os.environ, "REWARDHUB_TRACE": "1", "REWARDHUB_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run([sys.executable, "-m", "rewardhub", "list", "--json"], env=env, capture_output=True,
                           text=True, check=True)
-    # one traced call per built-in plugin (rewardhub.builtin.format, .judge, .judge_modes, .length, .match)
-    assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 5
-    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 5
+    # one traced call per built-in plugin (rewardhub.builtin.format, .grader, .judge, .judge_modes, .length,
+    # .match)
+    assert proc.stderr.count("  rewardhub_register_rewards [hook]") == 6
+    assert proc.stderr.count("finish rewardhub_register_rewards -->") == 6
     assert json.loads(proc.stdout)  # the listing itself is unchanged on stdout
 
 

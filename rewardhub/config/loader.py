@@ -178,6 +178,10 @@ def _resolve_paths(
     """Make term paths absolute: a path written in the config file is relative to the file's folder,
     one typed as an override is relative to the working directory; say so when both exist."""
     for i, term in enumerate(reward.get("rewards") or []):
+        g = term.get("grader") if isinstance(term, dict) else None
+        if isinstance(g, str) and not g.startswith("${") and not os.path.isabs(os.path.expanduser(g)):
+            near = os.path.join(file_dir, g) if file_dir and g in from_file else None
+            term["grader"] = os.path.abspath(near if near and os.path.exists(near) else os.path.expanduser(g))
         p = term.get("path") if isinstance(term, dict) else None
         if not p or str(p).startswith("${"):
             continue  # an interpolation resolves later
@@ -315,7 +319,8 @@ def load_plan(
     reward = dict(section or {})
     notes: list[str] = report.notes
     written = {
-        str(t["path"]) for t in reward.get("rewards") or [] if isinstance(t, Mapping) and t.get("path")
+        str(t[k]) for t in reward.get("rewards") or [] if isinstance(t, Mapping)
+        for k in ("path", "grader") if isinstance(t.get(k), str)
     }
     if kind == "shell":
         # a launch script's overrides are typed as on the command line: cwd-relative

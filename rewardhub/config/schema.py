@@ -240,6 +240,10 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
     where = f"rewards[{index}]"
     if isinstance(term, str):
         term = {"name": term}
+    if isinstance(term, Mapping) and "grader" in term:  # an OpenAI RFT grader (rewardhub.graders)
+        from ..graders import grader_term
+
+        term = grader_term(term, f"reward.{where}")
     if not isinstance(term, Mapping):
         raise invalid(
             f"reward.{where}", term, "expected a mapping with 'name', or 'path'/'module' and 'function'"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-__all__ = ["Outcome", "check_value", "error_text", "noting_bools"]
+from ..errors import RewardhubError
+
+__all__ = ["Outcome", "check_value", "error_kind_of", "error_text", "noting_bools"]
 
 #: while :func:`noting_bools` runs: the rewards seen returning a Python ``bool`` in this process
 _bools: set[str] | None = None
@@ -29,16 +32,32 @@ def noting_bools() -> Iterator[set[str]]:
 
 #: outcome statuses
 OK, NOT_APPLICABLE, ERROR, TIMEOUT = "ok", "na", "error", "timeout"
+_KIND = re.compile(r"(?:^|: )\w+\[(\w+)\]: ")
+
+
+def error_kind_of(status: str, error: str | None) -> str:
+    """A failed sample's error kind: ``timeout``, the kind its exception carried (see :func:`error_text`),
+    or ``error``."""
+    if status == ERROR and error:
+        m = _KIND.search(error)
+        if m:
+            return m.group(1)
+    return status
 
 
 def error_text(exc: BaseException) -> str:
-    """How a failed call's exception reads in its outcome: ``Type: message``, then (after
+    """How a failed call's exception reads in its outcome: ``Type: message`` (``Type[kind]: message`` for a
+    :class:`~rewardhub.errors.RewardhubError` with a ``kind`` of its own, e.g. a grader's error flag,
+    which becomes the row's error kind: :func:`error_kind_of`), then (after
     :data:`~rewardhub.execution._where.MARK`) the last frames of the reward's own code."""
     from ._where import MARK
     from ._where import reward_frames
 
+    kind = getattr(exc, "kind", None)
     if isinstance(exc, SystemExit):
         text = f"SystemExit: the reward called sys.exit({exc.code!r})"
+    elif isinstance(kind, str) and kind not in ("error", ERROR, TIMEOUT) and isinstance(exc, RewardhubError):
+        text = f"{type(exc).__name__}[{kind}]: {exc}"  # the kind rides in the text across processes
     else:
         text = f"{type(exc).__name__}: {exc}"
     frames = reward_frames(exc)

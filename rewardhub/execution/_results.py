@@ -25,7 +25,9 @@ from ._columns import column_metrics
 from ._columns import stats
 from ._facts import TermFacts
 from ._outcome import ERROR
+from ._outcome import TIMEOUT
 from ._outcome import Outcome
+from ._outcome import error_kind_of
 
 __all__ = ["AGGREGATIONS", "ScoreResult", "Scorer", "aggregate", "apply_on_failure",
            "apply_on_failure_to_outcomes", "check_aggregation", "combine", "failure_error"]
@@ -78,7 +80,8 @@ class ScoreResult:
 
     @functools.cached_property
     def error_kinds(self) -> list[dict[str, str]]:
-        return [{name: self.columns[name].status.get(i, ERROR) for name in errs}
+        cols = self.columns
+        return [{name: error_kind_of(cols[name].status.get(i, ERROR), err) for name, err in errs.items()}
                 for i, errs in enumerate(self.errors)]
 
     @classmethod
@@ -93,7 +96,8 @@ class ScoreResult:
                 if name in (row.get("extra") or {}):
                     col.extra[i] = row["extra"][name]
                 if name in (row.get("errors") or {}):
-                    col.status[i] = (row.get("error_kinds") or {}).get(name, ERROR)
+                    kind = (row.get("error_kinds") or {}).get(name, ERROR)
+                    col.status[i] = kind if kind == TIMEOUT else ERROR  # a flag's kind is in the text
                     col.errors[i] = row["errors"][name]
         scores = [row.get("score") for row in rows]
         mean, std, count = stats(scores)
