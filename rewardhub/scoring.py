@@ -17,8 +17,9 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "Scored", "check_result_fields", "missing_ground_truth",
-           "nulls_for_non_finite", "output_row", "read_pairs", "score_rows"]
+__all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "GroupChunks", "Scored", "check_result_fields", "group_units",
+           "has_group_terms", "missing_ground_truth", "nulls_for_non_finite", "output_row", "read_pairs",
+           "score_rows"]
 
 #: the fields a result adds to each row
 RESULT_KEYS = ("score", "rewards", "extra", "errors", "error_kinds")
@@ -103,6 +104,88 @@ def missing_ground_truth(samples: Sequence[Mapping[str, Any]], needing: Sequence
     if not needing:
         return {}
     return {i: dict.fromkeys(needing, why) for i, s in enumerate(samples) if s.get("ground_truth") is None}
+
+
+# ---- whole groups ------------------------------------------------------------------------------
+
+def has_group_terms(runner: Any) -> bool:
+    """Whether a term of ``runner`` is a group reward (``kind: group``), which must see whole groups."""
+    terms = getattr(runner, "terms", [])
+    return any(getattr(getattr(t, "invoker", None), "kind", None) == "group" for t in terms)
+
+
+def group_units(samples: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The positions of ``samples`` by group (:func:`~rewardhub.execution.group_key`), each group in the
+    order of its first row: the units a batch may be cut into without cutting a group."""
+    from .execution import group_key
+
+    by: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        by.setdefault(_key_of(group_key, s), []).append(i)
+    return list(by.values())
+
+
+def _key_of(group_key: Any, sample: Any) -> str:
+    return group_key(sample) if isinstance(sample, Mapping) else f"<row {id(sample)}>"
+
+
+class GroupChunks:
+    """Rows taken from a stream in chunks; with ``whole_groups``, a chunk never ends inside a group: it
+    goes on while the next row is of its last row's group (the rows of a group must follow each other,
+    as GRPO rollouts and verl's batches have them).
+
+    ``items`` yields ``(row, sample)`` pairs (:func:`read_pairs`).
+
+    :raises UsageError: (from :meth:`take`) a row of a group whose rows came in an earlier chunk (a group
+        cut by rows of other groups, and too far apart to be scored together), naming the group and row.
+    """
+
+    def __init__(self, items: Any, whole_groups: bool, data: str = "the data") -> None:
+        self._rest = iter(items)
+        self._next: Any = None
+        self.whole_groups = whole_groups
+        self.data = data
+        self._seen: dict[bytes, int] = {}  # a digest of each group's key -> the row (1-based) it began at
+        self.rows = 0  # rows taken so far
+
+    def take(self, size: int) -> list[Any]:
+        import itertools
+
+        head = [] if self._next is None else [self._next]
+        self._next = None
+        chunk = head + list(itertools.islice(self._rest, size - len(head)))
+        if self.whole_groups and chunk:
+            from .execution import group_key
+
+            last = _key_of(group_key, chunk[-1][1])
+            for item in self._rest:
+                if _key_of(group_key, item[1]) != last:
+                    self._next = item
+                    break
+                chunk.append(item)
+            self._check(chunk, group_key)
+        self.rows += len(chunk)
+        return chunk
+
+    def _check(self, chunk: list[Any], group_key: Any) -> None:
+        import hashlib
+
+        from .execution import group_name
+
+        mine: dict[bytes, int] = {}
+        for k, (_, sample) in enumerate(chunk):
+            digest = hashlib.blake2b(_key_of(group_key, sample).encode("utf-8", "replace"),
+                                     digest_size=16).digest()
+            began = self._seen.get(digest)
+            if began is not None:
+                raise UsageError(
+                    f"{self.data}: row {self.rows + k + 1} is of {group_name(sample)}, whose rows began at "
+                    f"row {began} and were scored before rows of other groups came in between; a group "
+                    "reward needs a group's rows together\nsort the rows by group (uid) so that each "
+                    "group's rows follow each other"
+                )
+            mine.setdefault(digest, self.rows + k + 1)
+        self._seen.update(mine)
 
 
 # ---- scoring -----------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ from typing import Any
 
 from ..errors import Interrupted
 from ..errors import UsageError
+from ..scoring import GroupChunks
 from ..scoring import check_result_fields
+from ..scoring import has_group_terms
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
@@ -166,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
                       [t.spec.target.rpartition(":")[0] for t in terms if t.spec.is_file_target])
         names = [t.name for t in terms] if remote is None else remote.terms
         needing = terms_needing(runner) if runner is not None else []
+        # a group reward sees whole groups: a chunk never ends inside one
+        whole_groups = has_group_terms(runner) if remote is None else remote.has_group_terms()
         columns: dict[str, Column] = {n: Column(0) for n in names}
         slowest = SlowestSamples()
         scores: list[Any] = []
@@ -173,8 +177,8 @@ def run(args: argparse.Namespace) -> int:
         out.namespace = args.namespace
         try:
             with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
-                rest, size = itertools.chain(first, pairs), FIRST_CHUNK
-                while chunk := list(itertools.islice(rest, size)):
+                rest, size = GroupChunks(itertools.chain(first, pairs), whole_groups, args.data), FIRST_CHUNK
+                while chunk := rest.take(size):
                     inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._callers import Cancel
 from ._calls import check_sample
 from ._calls import group_key
+from ._calls import group_name
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
@@ -63,6 +64,7 @@ __all__ = [
     "config_routes",
     "debug_enabled",
     "group_key",
+    "group_name",
     "interrupts_told_apart",
     "resolve_term",
     "resolve_terms",

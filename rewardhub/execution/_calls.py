@@ -17,8 +17,8 @@ from ..trajectory import replies_of
 from ..trajectory import text_view
 from ..types import ADAPTERS
 
-__all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "make_invoker", "own",
-           "sample_kwargs"]
+__all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "group_name",
+           "make_invoker", "own", "sample_kwargs"]
 
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
 
@@ -205,8 +205,41 @@ def check_sample(s: Any, label: Any) -> dict[str, Any]:
 
 def group_key(sample: Mapping[str, Any]) -> str:
     """The key of the prompt group a sample belongs to (a group reward scores a group at once):
-    ``extra_info``'s ``group``, ``group_id`` or ``uid``, else the prompt itself."""
+    ``extra_info``'s ``group``, ``group_id`` or ``uid`` with the prompt, else the prompt itself.
+
+    The prompt is part of the key even where an id is given: rows of one id that hold different prompts
+    are graded as one group per prompt, each against its own prompt (never one row's prompt for all).
+    A trajectory with no ``prompt`` field is keyed by its messages before the first assistant turn."""
+    key = _group_id(sample)
+    prompt = _group_prompt(sample)
+    return repr(prompt) if key is None else repr((key, prompt))
+
+
+def group_name(sample: Mapping[str, Any]) -> str:
+    """How a message names a sample's group: ``extra_info.uid=3``, or its prompt (cut short)."""
+    info = sample.get("extra_info")
+    if isinstance(info, Mapping):
+        for k in ("group", "group_id", "uid"):
+            if info.get(k) is not None:
+                return f"extra_info.{k}={info[k]!r}"
+    text = repr(_group_prompt(sample))
+    return f"the group of prompt {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _group_id(sample: Mapping[str, Any]) -> Any:
     extra = sample.get("extra_info")
     info: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
-    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
-    return repr(key) if key is not None else repr(sample.get("prompt"))
+    return next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
+
+
+def _group_prompt(sample: Mapping[str, Any]) -> Any:
+    """The prompt a group shares: ``prompt``, or a trajectory's messages before its first assistant turn
+    (what :func:`~rewardhub.trajectory.text_view` makes its prompt)."""
+    if "prompt" in sample or not isinstance(sample.get("messages"), list):
+        return sample.get("prompt")
+    head = []
+    for m in sample["messages"]:
+        if isinstance(m, Mapping) and m.get("role") == "assistant":
+            break
+        head.append(m)
+    return head

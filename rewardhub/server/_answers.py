@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import RewardhubError
@@ -60,9 +61,9 @@ def checked_info(data: Any, url: str) -> dict[str, Any]:
     return dict(data)
 
 
-def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, Any]]:
-    """``POST /score``'s answer rows for samples ``first`` .. ``first + count - 1``, sent with ``index``
-    0 .. ``count - 1``: each row is an object with its ``index``, a ``score`` and ``rewards`` (numbers
+def checked_rows(data: Any, url: str, samples: Sequence[int]) -> list[dict[str, Any]]:
+    """``POST /score``'s answer rows for ``samples`` (their numbers in the batch), sent with ``index``
+    0 .. ``len(samples) - 1``: each row is an object with its ``index``, a ``score`` and ``rewards`` (numbers
     or null), and ``errors`` (term -> text), ``error_kinds`` (term -> kind) and ``extra`` objects where
     present.
 
@@ -71,11 +72,11 @@ def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, 
     what = "POST /score"
     if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list):
         raise BadAnswer(url, what, "no 'rows' list")
-    rows = data["rows"]
+    rows, count = data["rows"], len(samples)
     if len(rows) != count:
         raise BadAnswer(url, what, f"{len(rows)} rows for {count} samples")
     for i, row in enumerate(rows):
-        where = f"the row of sample {first + i}"
+        where = f"the row of sample {samples[i]}"
         if not isinstance(row, Mapping):
             raise BadAnswer(url, what, f"{where} a JSON {type(row).__name__}, not an object")
         if row.get("index") != i or isinstance(row.get("index"), bool):
