@@ -12,8 +12,8 @@ __all__ = ["debug_lines", "failure_report", "over_the_limit"]
 
 def failure_report(columns: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per reward with a failed call: ``rows`` it applied to, ``errors``, ``timeouts``, ``error_rate``
-    (failed / applied) and its ``first`` failure (``sample``, ``error``, ``traceback``: the last
-    frames of the reward's own code, or null)."""
+    (failed / applied) and its ``first`` failure (``sample``: its 0-based place in the input, ``error``,
+    ``traceback``: the last frames of the reward's own code, or null)."""
     from ..execution import ERROR
     from ..execution import NOT_APPLICABLE
     from ..execution import TIMEOUT
@@ -56,7 +56,7 @@ def debug_lines(report: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for name, r in report.items():
         first = r["first"]
         lines.append(f"DEBUG: reward {name!r}: {r['errors']} errors, {r['timeouts']} timeouts in "
-                     f"{r['rows']} rows; first, on sample {first['sample']}: {first['error']}")
+                     f"{r['rows']} rows; first, on row {first['sample'] + 1}: {first['error']}")
         if first["traceback"]:
             lines.append("where the reward failed (most recent call last):")
             lines.extend(first["traceback"].splitlines())

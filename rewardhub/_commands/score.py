@@ -20,6 +20,7 @@ from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
 from ..scoring import score_rows
+from ..types import InputRow
 from ._common import table
 from ._output import ScoredRows
 from ._output import check_outputs
@@ -183,10 +184,13 @@ def run(args: argparse.Namespace) -> int:
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
                     # a remote scorer takes the samples alone (no progress), and needs no ground truth here
+                    # errors name a row by its place in the input (row 4000), never in its chunk
+                    rows_here = [InputRow(n_rows + k) for k in range(len(chunk))]
                     scored = score_rows(
                         runner if remote is None else remote, samples, missing_ground_truth(samples, needing),
                         progress=None if remote is not None else
-                        (lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1))))
+                        (lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1))),
+                        indices=rows_here)
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),

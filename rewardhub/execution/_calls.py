@@ -16,6 +16,7 @@ from ..trajectory import reads_messages
 from ..trajectory import replies_of
 from ..trajectory import text_view
 from ..types import ADAPTERS
+from ..types import sample_name
 
 __all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "group_name",
            "make_invoker", "own", "sample_kwargs"]
@@ -191,12 +192,12 @@ def check_sample(s: Any, label: Any) -> dict[str, Any]:
     if type(s) is dict and "response" in s:
         return s
     if not isinstance(s, Mapping):
-        raise UsageError(f"sample {label} is a {type(s).__name__}, not a mapping with 'response'")
+        raise UsageError(f"{sample_name(label)} is a {type(s).__name__}, not a mapping with 'response'")
     if "response" not in s and s.get("messages") is not None:
         return text_view(s, label)
     if "response" not in s:
         raise UsageError(
-            f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
+            f"{sample_name(label)} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
             "each sample needs prompt, response, ground_truth, data_source, extra_info (or messages in "
             "place of prompt and response: a trajectory)"
         )

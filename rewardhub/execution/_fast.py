@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..types import sample_name
 from ._calls import FIELDS
 from ._calls import FIXED
 from ._calls import Invoker
@@ -142,7 +143,7 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
                 retried[i] = attempts
         else:
             out.append(_FAILED)
-            failed[i] = (f"reward {name!r} on sample {col.label(i)}: {error}", attempts)
+            failed[i] = (f"reward {name!r} on {sample_name(col.label(i))}: {error}", attempts)
     col.timed = list(map(operator.sub, itertools.islice(ends, 1, None), ends))  # each call's seconds
     col.latency_is_timed()  # one time per sample, in sample order
     col.attempts.update(retried)

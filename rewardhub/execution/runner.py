@@ -12,6 +12,7 @@ from typing import Any
 from typing import Protocol
 
 from ..errors import UsageError
+from ..types import sample_name
 from ._async import run_async
 from ._cache import CachePlan
 from ._cache import cache_for
@@ -271,7 +272,8 @@ class Runner:
     def _run_ray(self, term: Term, batch: list[Any], idx: list[int], col: Column) -> None:
         with self._start_lock:
             executor = self._start_remote(term)
-        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx], idx)):
+        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx],
+                                                        [col.label(i) for i in idx])):
             col.put_outcome(i, out)
 
     def _start_remote(self, term: Term) -> RemoteExecutor:
@@ -295,7 +297,7 @@ class Runner:
         if status != "ok":
             for i in unit:
                 col.fail(i, TIMEOUT if status == "timeout" else ERROR,
-                         f"reward {term.name!r} on sample {col.label(i)}: {value}",
+                         f"reward {term.name!r} on {sample_name(col.label(i))}: {value}",
                          latency / max(1, len(unit)), attempts)
             return
         if mode == "one":
@@ -306,7 +308,7 @@ class Runner:
                 else repr(value)[:60]
             for i in unit:
                 col.fail(i, ERROR, f"batched reward {term.name!r} returned {got} for {len(unit)} samples "
-                                   f"(sample {col.label(i)})", latency / len(unit), attempts)
+                                   f"({sample_name(col.label(i))})", latency / len(unit), attempts)
             return
         for i, raw in zip(unit, value):
             col.put(i, raw, term.name, latency / len(unit), attempts)

@@ -124,11 +124,14 @@ class RemoteScorer:
         then split only between groups."""
         return any(isinstance(t, Mapping) and t.get("kind") == "group" for t in self.info().get("terms", []))
 
-    def score(self, samples: Sequence[Mapping[str, Any]]) -> ScoreResult:
+    def score(self, samples: Sequence[Mapping[str, Any]], *, indices: Sequence[int] | None = None
+              ) -> ScoreResult:
         """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text), in as
         many requests as the server's limits ask for; a group (:func:`~rewardhub.execution.group_key`)
         is never split between requests where the server scores with a group reward.
 
+        :param indices: each sample's label in messages (as :meth:`rewardhub.execution.Runner.score`'s):
+            a server's error naming a sample by its place in the request names it by its label here.
         :raises RewardhubError: a sample, or a group, larger than one request may be.
         """
         terms = self.terms
@@ -139,8 +142,9 @@ class RemoteScorer:
         units = group_units(samples) if self.has_group_terms() else [[i] for i in range(len(samples))]
         rows: list[dict[str, Any]] = [{} for _ in samples]
         for part in _parts(units, samples, encoded, self._max_rows, limits.get("max_body")):
-            for i, row in zip([i for u in part for i in u], self._score_part(part, samples, encoded)):
-                rows[i] = row
+            positions = [i for u in part for i in u]
+            for k, (i, row) in enumerate(zip(positions, self._score_part(part, samples, encoded))):
+                rows[i] = _relabelled(row, k, i if indices is None else indices[i])
         self.last_pids = sorted(
             {
                 w["pid"]
@@ -204,6 +208,21 @@ def _body(part: list[bytes]) -> bytes:
     it is the one a JSON reader keeps)."""
     rows = [row[:-1] + (b"," if len(row) > 2 else b"") + b'"index":%d}' % i for i, row in enumerate(part)]
     return b'{"rows":[' + b",".join(rows) + b"]}"
+
+
+def _relabelled(row: dict[str, Any], sent: int, label: int) -> dict[str, Any]:
+    """``row`` with its errors naming its sample by ``label``, not by ``sent`` (its place in the request)."""
+    errors = row.get("errors")
+    if not isinstance(errors, Mapping) or not errors:
+        return row
+    import re
+
+    from ..types import sample_name
+
+    here = re.compile(rf"(?<![\w]){re.escape(f'sample {sent}')}(?!\d)")
+    row["errors"] = {k: here.sub(lambda _: sample_name(label), v, count=1) if isinstance(v, str) else v
+                     for k, v in errors.items()}
+    return row
 
 
 def _group_of(samples: Sequence[Mapping[str, Any]], unit: list[int]) -> str:
