@@ -70,3 +70,79 @@ def test_a_remote_error_names_the_row_by_its_place_in_the_input(cli, tmp_path, m
     assert res.returncode == 0, res.stderr
     error = read_jsonl(out)[279]["errors"]["misbehave"]
     assert error.startswith("reward 'misbehave' on row 280: "), error
+
+
+# ---- a remote server's numbers -----------------------------------------------------------------
+
+class ScoreStub:
+    """An aiohttp server on 127.0.0.1 (its own thread) answering ``POST /score`` with ``answer(rows)``, a
+    JSON text, for one term ``t``: what a real server does not send on demand."""
+
+    def __init__(self, answer: Any) -> None:
+        import asyncio
+        import threading
+
+        self.answer = answer
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.url = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+
+    async def _start(self) -> str:
+        from aiohttp import web
+
+        async def info(request: Any) -> Any:
+            return web.json_response({"terms": [{"name": "t"}], "rewards": []})
+
+        async def score(request: Any) -> Any:
+            rows = (await request.json())["rows"]
+            return web.Response(text=self.answer(rows), content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/info", info)
+        app.router.add_post("/score", score)
+        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    def close(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+        self.loop.close()
+
+
+#: what each row's score and reward are sent as (raw JSON)
+SENT = ["0.5", "1e400", "-1e400", "NaN", '"0.5"', "true", "0.25"]
+
+
+def _answer(rows: list[dict[str, Any]]) -> str:
+    parts = []
+    for r in rows:
+        sent = SENT[r["index"]]
+        parts.append(f'{{"index": {r["index"]}, "score": {sent}, "rewards": {{"t": {sent}}}, "extra": {{}}}}')
+    return '{"rows": [' + ",".join(parts) + "]}"
+
+
+@pytest.mark.timeout(120)
+def test_a_remote_score_that_is_not_a_finite_number_fails_its_row(cli, tmp_path):
+    stub = ScoreStub(_answer)
+    try:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"reward:\n  remote: {stub.url}\n")
+        out = tmp_path / "o.jsonl"
+        data = write_jsonl(tmp_path / "d.jsonl", [{"response": f"r{i}"} for i in range(len(SENT))])
+        res = cli("score", str(cfg), data, "-o", str(out), env=env())
+    finally:
+        stub.close()
+    assert res.returncode == 0, res.stderr
+    rows = read_jsonl(out)
+    assert [r["score"] for r in rows] == [0.5, None, None, None, None, None, 0.25]
+    assert [r["rewards"]["t"] for r in rows] == [0.5, None, None, None, None, None, 0.25]
+    assert rows[1]["errors"]["t"] == f"reward server {stub.url} sent inf as reward 't': not a finite number"
+    assert rows[4]["error_kinds"] == {"t": "error"}
+    assert all("errors" not in rows[i] for i in (0, 6))
+    assert "Infinity" not in out.read_text() and "NaN" not in out.read_text()

@@ -45,3 +45,4 @@ class ThreadServer:
         self.run(self.app_runner.cleanup(), 60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
+        self.loop.close()
