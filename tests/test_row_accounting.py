@@ -146,3 +146,48 @@ def test_a_remote_score_that_is_not_a_finite_number_fails_its_row(cli, tmp_path)
     assert rows[4]["error_kinds"] == {"t": "error"}
     assert all("errors" not in rows[i] for i in (0, 6))
     assert "Infinity" not in out.read_text() and "NaN" not in out.read_text()
+
+
+# ---- on_failure: drop beside other terms -------------------------------------------------------
+
+DROP_CFG = """\
+reward:
+  rewards:
+    - module: rewards_for_tests
+      function: misbehave
+      on_failure: drop
+    - module: rewards_groups
+      function: length
+      weight: 0.5
+"""
+
+
+def test_a_dropped_failure_is_told_apart_from_a_low_score():
+    from rewardhub.config.schema import validate_reward
+    from rewardhub.execution import Runner
+    from rewardhub.scoring import score_rows
+
+    cfg = validate_reward({"rewards": [
+        {"module": "rewards_for_tests", "function": "misbehave", "on_failure": "drop"},
+        {"module": "rewards_groups", "function": "length", "weight": 0.5}]})
+    with Runner.from_config(cfg) as runner:
+        res = runner.score([{"response": "ok:1"}, {"response": "raise"}])
+        rows = score_rows(runner, [{"response": "ok:1"}, {"response": "raise"}]).results
+    assert res.scores == [3.0, 2.5]  # the crash reads as a lower score ...
+    assert res.dropped == [[], ["misbehave"]]  # ... unless the result's dropped terms are read
+    assert rows[1]["rewards"]["misbehave"] is None and rows[1]["error_kinds"] == {"misbehave": "error"}
+
+
+@pytest.mark.timeout(300)
+def test_score_and_check_say_what_drop_does(cli, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(DROP_CFG)
+    data = write_jsonl(tmp_path / "d.jsonl", [{"response": "ok:1"}, {"response": "raise"}])
+    res = cli("score", str(cfg), data, "-o", str(tmp_path / "o.jsonl"), env=env())
+    assert res.returncode == 0, res.stderr
+    said = ("on_failure: drop on 'misbehave': where it fails, a sample's score is the other rewards' ('length') "
+            "alone, so its failure reads as a lower score, not as no reward")
+    assert f"note: reward 'misbehave' failed on 1 rows; {said}" in res.stderr
+    checked = cli("check", str(cfg), env=env())
+    assert checked.returncode == 0, checked.stderr
+    assert f"note: reward.rewards[0]: {said}" in checked.stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["debug_lines", "failure_report", "over_the_limit"]
+__all__ = ["debug_lines", "drop_note", "drop_notes", "failure_report", "over_the_limit"]
 
 
 def failure_report(columns: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -60,4 +60,23 @@ def debug_lines(report: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if first["traceback"]:
             lines.append("where the reward failed (most recent call last):")
             lines.extend(first["traceback"].splitlines())
+    return lines
+
+
+def drop_note(name: str, others: list[str]) -> str:
+    """What ``on_failure: drop`` on term ``name`` beside the terms ``others`` does, plainly."""
+    return (f"on_failure: drop on {name!r}: where it fails, a sample's score is the other rewards' "
+            f"({', '.join(repr(o) for o in others)}) alone, so its failure reads as a lower score, not as "
+            f"no reward; its row tells the two apart: errors.{name} says why and rewards.{name} is null "
+            "(on_failure: nan gives such a sample no score; zero scores the failure 0.0)")
+
+
+def drop_notes(columns: Mapping[str, Any], on_failure: Mapping[str, str]) -> list[str]:
+    """One ``note:`` line per term with ``on_failure: drop`` that failed in this run beside other terms."""
+    lines = []
+    for name, col in columns.items():
+        failed = col.failures()
+        others = [n for n in columns if n != name]
+        if failed and others and on_failure.get(name) == "drop":
+            lines.append(f"note: reward {name!r} failed on {len(failed)} rows; {drop_note(name, others)}")
     return lines

@@ -93,6 +93,12 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                 "capabilities": sorted(spec.capabilities),
             }
         )
+    if reward.remote is None and len(terms) > 1:
+        from ._failures import drop_note
+
+        for t in (t for t in terms if t["on_failure"] == "drop"):
+            others = [o["name"] for o in terms if o is not t]
+            notes.append(f"reward.rewards[{t['index']}]: {drop_note(t['name'], others)}")
     if reward.remote is not None:
         terms, problems = remote_terms(reward.remote, registry, notes)
     rm = reward.reward_model

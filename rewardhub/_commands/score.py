@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from ..server.client import reached
     from ._common import load_plan_told
     from ._failures import debug_lines
+    from ._failures import drop_notes
     from ._failures import failure_report
     from ._failures import over_the_limit
     from .check import term_problems
@@ -227,6 +228,10 @@ def run(args: argparse.Namespace) -> int:
     if debug_enabled():
         for line in debug_lines(failures):
             _say(line)
+    policies = ({t.name: t.policy.on_failure for t in terms} if remote is None else
+                {t.get("name"): t.get("on_failure") for t in remote.info().get("terms", [])})
+    for line in drop_notes(columns, policies):
+        _say(line)
     too_many = over_the_limit(failures, args.max_error_rate)
     for line in too_many:
         _say(line)

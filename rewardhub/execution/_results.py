@@ -42,7 +42,8 @@ class ScoreResult:
 
     ``scores`` and ``metrics`` are computed by :func:`combine`; ``rewards`` (term name ->
     score per sample), ``extra``, ``errors`` (term -> text), ``error_kinds`` (term -> ``error`` or
-    ``timeout``) and ``outcomes`` are built from the per-term columns the first time they are read.
+    ``timeout``), ``dropped`` (the failed terms left out of a sample's score) and ``outcomes`` are built
+    from the per-term columns the first time they are read.
     """
 
     def __init__(
@@ -78,6 +79,19 @@ class ScoreResult:
     def error_kinds(self) -> list[dict[str, str]]:
         return [{name: self.columns[name].status.get(i, ERROR) for name in errs}
                 for i, errs in enumerate(self.errors)]
+
+    @functools.cached_property
+    def dropped(self) -> list[list[str]]:
+        """Per sample, the terms that failed on it and were dropped (``on_failure: drop``): its score is
+        the other terms' alone, so a trainer should hold the sample invalid rather than read that score
+        as its reward. In a row (``rewardhub score``'s, a server's answer) the same term has its error in
+        ``errors`` and ``null`` in ``rewards``; under ``zero`` or ``nan`` the reward is 0.0 or NaN."""
+        out: list[list[str]] = [[] for _ in self.scores]
+        for name, col in self.columns.items():
+            for i in col.failures():
+                if col.values[i] is None:
+                    out[i].append(name)
+        return out
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]], terms: Sequence[str]) -> ScoreResult:
