@@ -185,8 +185,8 @@ def test_score_and_check_say_what_drop_does(cli, tmp_path):
     data = write_jsonl(tmp_path / "d.jsonl", [{"response": "ok:1"}, {"response": "raise"}])
     res = cli("score", str(cfg), data, "-o", str(tmp_path / "o.jsonl"), env=env())
     assert res.returncode == 0, res.stderr
-    said = ("on_failure: drop on 'misbehave': where it fails, a sample's score is the other rewards' ('length') "
-            "alone, so its failure reads as a lower score, not as no reward")
+    said = ("on_failure: drop on 'misbehave': where it fails, a sample's score is the other rewards' "
+            "('length') alone, so its failure reads as a lower score, not as no reward")
     assert f"note: reward 'misbehave' failed on 1 rows; {said}" in res.stderr
     checked = cli("check", str(cfg), env=env())
     assert checked.returncode == 0, checked.stderr
