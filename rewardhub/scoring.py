@@ -208,12 +208,13 @@ class Scored:
 
 def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[str, str]] | None = None, *,
                progress: Any = None, indices: Sequence[int] | None = None,
-               defer_raise: bool = False) -> Scored:
+               defer_raise: bool = False, cancel: Any = None) -> Scored:
     """Score ``samples`` with ``runner``, but not the rows in ``skip`` (row -> {term: error}), which are
     never given to the rewards (see the module's text).
 
     :param indices: each sample's number in error messages (its position in its own request).
     :param defer_raise: see :meth:`rewardhub.execution.Runner.score`.
+    :param cancel: see :meth:`rewardhub.execution.Runner.score`.
     """
     from .execution import ERROR
     from .execution import Column
@@ -223,7 +224,7 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
     res = None
     if ok or not skip:
         # only what was asked: a Scorer (a remote one) takes the samples alone
-        asked = {"progress": progress, "defer_raise": defer_raise or None,
+        asked = {"progress": progress, "defer_raise": defer_raise or None, "cancel": cancel,
                  "indices": indices if not skip or indices is None else [indices[i] for i in ok]}
         res = runner.score(samples if not skip else [samples[i] for i in ok],
                            **{k: v for k, v in asked.items() if v is not None})
