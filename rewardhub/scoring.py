@@ -19,7 +19,7 @@ from .errors import UsageError
 
 __all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "GroupChunks", "Scored", "check_result_fields", "group_units",
            "has_group_terms", "missing_ground_truth", "nulls_for_non_finite", "output_row", "read_pairs",
-           "score_rows"]
+           "score_rows", "scored_before_stop"]
 
 #: the fields a result adds to each row
 RESULT_KEYS = ("score", "rewards", "extra", "errors", "error_kinds")
@@ -255,6 +255,43 @@ def score_rows(runner: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[s
                 "error_kinds": dict.fromkeys(skip[i], ERROR)}
                for i in range(len(samples))]
     return Scored(results, columns, position, frozenset(skip))
+
+
+def scored_before_stop(runner: Any, n: int, skip: Mapping[int, Mapping[str, str]] | None,
+                       kept: Mapping[str, Any] | None) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of a :func:`score_rows` call that stopped (its ``cancel`` set) that every term had scored
+    when it stopped, each with its result (in row order): what was paid for, to keep.
+
+    :param n: the rows given to :func:`score_rows`; ``skip`` as given to it.
+    :param kept: the terms' columns where the scoring stopped (``Cancel.kept``).
+    """
+    from .execution import CANCELLED
+    from .execution import Column
+    from .execution import combine
+
+    skip = skip or {}
+    ok = [i for i in range(n) if i not in skip]
+    names = [t.name for t in runner.terms]
+    if kept is None or any(name not in kept for name in names):
+        return []
+    cols = [kept[name] for name in names]
+    done = [k for k in range(len(ok))
+            if all(k < len(c) and CANCELLED not in (c.errors.get(k) or "") for c in cols)]
+    subset: dict[str, Any] = {}
+    where = {k: j for j, k in enumerate(done)}
+    for name, col in zip(names, cols):
+        sub = subset[name] = Column(len(done))
+        sub.values = [col.values[k] for k in done]
+        for field in ("status", "errors", "where", "extra", "attempts", "cache"):
+            setattr(sub, field, {where[k]: v for k, v in getattr(col, field).items() if k in where})
+        latency = col.latency
+        sub.timed = [latency[k] for k in done]
+    res = combine([(t.name, t.weight) for t in runner.terms], runner.aggregation, len(done), subset)
+    out = [(ok[k], _row_result(res, j)) for j, k in enumerate(done)]
+    last = ok[done[-1]] if done else -1
+    out += [(i, {"score": None, "rewards": dict.fromkeys(names), "extra": {}, "errors": dict(skip[i]),
+                 "error_kinds": dict.fromkeys(skip[i], "error")}) for i in skip if i < last]
+    return sorted(out, key=lambda x: x[0])
 
 
 def _row_result(res: Any, k: int) -> dict[str, Any]:

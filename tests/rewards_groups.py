@@ -30,3 +30,14 @@ def logged(*, response, extra_info=None, **kwargs):
     if response.startswith("raise"):
         raise RuntimeError(f"failed on {response}")
     return float(len(response))
+
+
+def held(*, response, extra_info=None, **kwargs):
+    """The length of ``response``, each call logged to ``extra_info['log']``; a response that starts
+    with ``wait`` waits for the file ``extra_info['gate']`` after it is logged."""
+    info = extra_info or {}
+    with open(info["log"], "a") as f:
+        f.write(response + "\n")
+    while response.startswith("wait") and not os.path.exists(info["gate"]):
+        time.sleep(0.01)
+    return float(len(response))

@@ -97,8 +97,8 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
         from ._failures import drop_note
 
         for t in (t for t in terms if t["on_failure"] == "drop"):
-            others = [o["name"] for o in terms if o is not t]
-            notes.append(f"reward.rewards[{t['index']}]: {drop_note(t['name'], others)}")
+            notes.append(f"reward.rewards[{t['index']}]: "
+                         f"{drop_note(t['name'], [o['name'] for o in terms if o is not t])}")
     if reward.remote is not None:
         terms, problems = remote_terms(reward.remote, registry, notes)
     rm = reward.reward_model

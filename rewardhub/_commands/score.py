@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 from ..errors import Interrupted
+from ..errors import RewardhubError
 from ..errors import UsageError
 from ..scoring import GroupChunks
 from ..scoring import check_result_fields
@@ -19,8 +21,8 @@ from ..scoring import has_group_terms
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
-from ..scoring import score_rows
 from ..types import InputRow
+from ._chunk import score_chunk
 from ._common import table
 from ._output import ScoredRows
 from ._output import check_outputs
@@ -187,11 +189,12 @@ def run(args: argparse.Namespace) -> int:
                     # a remote scorer takes the samples alone (no progress), and needs no ground truth here
                     # errors name a row by its place in the input (row 4000), never in its chunk
                     rows_here = [InputRow(n_rows + k) for k in range(len(chunk))]
-                    scored = score_rows(
+                    # rows scored before a stop (a signal, a server's failure) are kept as scored
+                    scored = score_chunk(
                         runner if remote is None else remote, samples, missing_ground_truth(samples, needing),
                         progress=None if remote is not None else
                         (lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1))),
-                        indices=rows_here)
+                        indices=rows_here, keep=functools.partial(_keep, out, inputs, args.namespace))
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
@@ -207,6 +210,10 @@ def run(args: argparse.Namespace) -> int:
             of = f" of {count_rows(args.data)}" if all(map(is_regular, input_files(args.data))) else ""
             _say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; {out.where_kept()}")
             return 128 + exc.signum
+        except RewardhubError:
+            if out.kept:
+                _say(f"note: {out.where_kept()}")
+            raise
         finally:
             progress.finish()
         used = provenance(runner) if remote is None else remote.provenance()
@@ -236,6 +243,12 @@ def run(args: argparse.Namespace) -> int:
     for line in too_many:
         _say(line)
     return 1 if too_many else 0
+
+
+def _keep(out: ScoredRows, inputs: list[dict[str, Any]], namespace: str | None,
+          kept: list[tuple[int, dict[str, Any]]]) -> None:
+    """Write the rows of a chunk scored before the run stopped (each its place in the chunk, its result)."""
+    out.write([output_row(inputs[i], r, namespace) for i, r in kept])
 
 
 def provenance(runner: Any) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._callers import CANCELLED
 from ._callers import Cancel
 from ._calls import check_sample
 from ._calls import group_key
@@ -38,6 +39,7 @@ from .runner import Runner
 
 __all__ = [
     "AGGREGATIONS",
+    "CANCELLED",
     "Cancel",
     "ERROR",
     "NOT_APPLICABLE",

@@ -21,7 +21,7 @@ from ._task import Task
 if TYPE_CHECKING:
     from ._fair import FairQueue
 
-__all__ = ["Batch", "Callers", "Cancel", "until_cancelled"]
+__all__ = ["CANCELLED", "Batch", "Callers", "Cancel", "until_cancelled"]
 
 
 class Cancel:
@@ -32,6 +32,9 @@ class Cancel:
         self._lock = threading.Lock()
         self._set = False
         self._hooks: list[Callable[[], None]] = []
+        #: where the scoring stopped, the terms' columns as far as they were filled (a term's calls not
+        #: made have :data:`CANCELLED` in their error; a column shorter than the batch ends early)
+        self.kept: dict[str, Any] | None = None
 
     def set(self) -> None:
         with self._lock:
@@ -52,8 +55,12 @@ class Cancel:
         hook()
 
 
+#: the error of a call not made because its caller stopped waiting
+CANCELLED = "scoring cancelled: its caller stopped waiting for the scores"
+
+
 def cancelled_error() -> Exception:
-    return RewardhubError("scoring cancelled: its caller stopped waiting for the scores")
+    return RewardhubError(CANCELLED)
 
 
 class until_cancelled(Sequence[Callable[[], Any]]):  # noqa: N801 - reads as the function it stands for

@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 from typing import Protocol
 
+from ..errors import RewardhubError
 from ..errors import UsageError
 from ..types import sample_name
 from ._async import run_async
 from ._cache import CachePlan
 from ._cache import cache_for
+from ._callers import CANCELLED
 from ._callers import Cancel
 from ._callers import cancelled_error
 from ._callers import until_cancelled
@@ -149,10 +151,18 @@ class Runner:
         process_jobs: list[tuple[Term, list[Task]]] = []
         for term in self.terms:
             if cancel is not None and cancel.is_set():  # nobody waits for these scores any more
+                cancel.kept = columns
                 raise cancelled_error()
             if fast[term.name]:
-                col = (run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
-                       if cancel is None else _fast_until_cancelled(term, batch, labels, cancel))
+                if cancel is None:
+                    col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
+                else:
+                    col = columns[term.name] = Column(0, labels)
+                    _fast_until_cancelled(term, batch, labels, cancel, col)
+                    if cancel.is_set():  # stopped between slices: the samples scored are kept
+                        self._apply(term, col, True)
+                        cancel.kept = columns
+                        raise cancelled_error()
                 columns[term.name] = col
             else:
                 idx = [i for i, s in enumerate(batch) if term.applies(s)] if term.routed else list(range(n))
@@ -174,6 +184,8 @@ class Runner:
                 else:
                     self._run_local(term, executor, batch, idx, col, cancel)
                     if cancel is not None and cancel.is_set():  # its calls not made: no scores to give
+                        self._apply(term, col, True, plans.get(term.name))  # what was paid for is cached
+                        cancel.kept = columns
                         raise cancelled_error()
             self._apply(term, col, defer_raise, plans.get(term.name))
             done_units += n
@@ -189,7 +201,19 @@ class Runner:
                 if progress:
                     progress(done_units, total)
 
-            pool.run(all_tasks, tick, cancel)
+            try:
+                pool.run(all_tasks, tick, cancel)
+            except RewardhubError:
+                if cancel is None or not cancel.is_set():
+                    raise
+                for term, tasks in process_jobs:  # keep (and cache) what the calls that ended gave
+                    col = columns[term.name]
+                    for task in tasks:
+                        self._store(term, task.tag[1], task.mode, task.result or ("error", CANCELLED, 0.0),
+                                    col, task.attempts)
+                    self._apply(term, col, True, plans.get(term.name))
+                cancel.kept = columns
+                raise
             for term, tasks in process_jobs:
                 col = columns[term.name]
                 for task in tasks:
@@ -403,18 +427,17 @@ class _CallsOne(Sequence[Callable[[], Any]]):
         return lambda: inv.call_one(sample, kw)
 
 
-def _fast_until_cancelled(term: Term, batch: list[Any], labels: list[int] | None, cancel: Cancel) -> Column:
-    """:func:`run_fast` in slices (1, 2, 4 ... 256 samples), none started once ``cancel`` is set."""
-    col, k, size = Column(0, labels), 0, 1
+def _fast_until_cancelled(term: Term, batch: list[Any], labels: list[int] | None, cancel: Cancel,
+                          col: Column) -> None:
+    """:func:`run_fast` into ``col`` in slices (1, 2, 4 ... 256 samples), none started once ``cancel`` is
+    set (then ``col`` holds the samples scored, the first ones)."""
+    k, size = 0, 1
     named = labels if labels is not None else list(range(len(batch)))
-    while k < len(batch):
-        if cancel.is_set():
-            raise cancelled_error()
+    while k < len(batch) and not cancel.is_set():
         part = batch[k:k + size]
         col.extend(run_fast(term.invoker, part, term.kwargs, term.name, term.policy.retries,
                             named[k:k + size]))
         k, size = k + len(part), min(2 * size, 256)
-    return col
 
 
 def _call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:

@@ -141,10 +141,19 @@ class RemoteScorer:
         limits = self.info().get("limits", {})
         units = group_units(samples) if self.has_group_terms() else [[i] for i in range(len(samples))]
         rows: list[dict[str, Any]] = [{} for _ in samples]
-        for part in _parts(units, samples, encoded, self._max_rows, limits.get("max_body")):
-            positions = [i for u in part for i in u]
-            for k, (i, row) in enumerate(zip(positions, self._score_part(part, samples, encoded))):
-                rows[i] = _relabelled(row, k, i if indices is None else indices[i])
+        answered: list[int] = []
+        try:
+            for part in _parts(units, samples, encoded, self._max_rows, limits.get("max_body")):
+                positions = [i for u in part for i in u]
+                for k, (i, row) in enumerate(zip(positions, self._score_part(part, samples, encoded))):
+                    rows[i] = _relabelled(row, k, i if indices is None else indices[i])
+                answered += positions
+        except RewardhubError as exc:  # the rows answered before: the caller may keep them (``answered``)
+            from ..scoring import RESULT_KEYS
+
+            kept = {i: {k: rows[i][k] for k in RESULT_KEYS if k in rows[i]} for i in answered}
+            exc.answered = kept  # type: ignore[attr-defined]
+            raise
         self.last_pids = sorted(
             {
                 w["pid"]
