@@ -139,3 +139,21 @@ def test_a_server_that_dies_mid_run_leaves_the_rows_it_scored(tmp_path):
     kept = [json.loads(x) for x in Path(f"{out}.partial").read_text().splitlines()]
     assert [r["response"] for r in kept] == [f"r{i}" for i in range(100)]  # the two requests answered
     assert f"note: the 100 rows scored so far are in {out}.partial" in err
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_before_scoring_exits_130_with_one_line(tmp_path):
+    marker = tmp_path / "importing"
+    reward = tmp_path / "slow_import.py"
+    reward.write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(600)\n"
+                      "def compute_score(*, response, **kw):\n    return 1.0\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"reward:\n  rewards:\n    - path: {reward}\n")
+    data_path = tmp_path / "d.jsonl"
+    data_path.write_text('{"response": "a"}\n')
+    run = Run(cfg, data_path, tmp_path / "o.jsonl")
+    wait_for(marker.exists, "the reward's import")
+    run.proc.send_signal(signal.SIGINT)
+    code, err = run.end()
+    assert code == 130, err
+    assert err.strip().splitlines() == ["ERROR: interrupted (SIGINT)"], err

@@ -30,7 +30,7 @@ from ._outcome import OK
 from ._outcome import check_value
 from ._outcome import error_text
 
-__all__ = ["fast_eligible", "run_fast"]
+__all__ = ["fast_eligible", "run_fast", "run_fast_until"]
 
 _VERL = {"data_source": "data_source", "solution_str": "response", "ground_truth": "ground_truth",
          "extra_info": "extra_info"}
@@ -178,3 +178,15 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
             extra[i] = o.extra
     return col
 
+
+
+def run_fast_until(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int,
+                   labels: Sequence[int] | None, cancel: Any, col: Column) -> None:
+    """:func:`run_fast` into ``col`` in slices (1, 2, 4 ... 256 samples), none started once ``cancel`` (a
+    :class:`~rewardhub.execution.Cancel`) is set: then ``col`` holds the first samples, those scored."""
+    k, size = 0, 1
+    named = labels if labels is not None else list(range(len(batch)))
+    while k < len(batch) and not cancel.is_set():
+        part = batch[k:k + size]
+        col.extend(run_fast(inv, part, kwargs, name, retries, named[k:k + size]))
+        k, size = k + len(part), min(2 * size, 256)

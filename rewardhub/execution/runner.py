@@ -27,6 +27,7 @@ from ._calls import group_key
 from ._columns import Column
 from ._fast import fast_eligible
 from ._fast import run_fast
+from ._fast import run_fast_until
 from ._local import run_inline
 from ._local import run_threads
 from ._outcome import ERROR
@@ -158,7 +159,8 @@ class Runner:
                     col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
                 else:
                     col = columns[term.name] = Column(0, labels)
-                    _fast_until_cancelled(term, batch, labels, cancel, col)
+                    run_fast_until(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels,
+                                   cancel, col)
                     if cancel.is_set():  # stopped between slices: the samples scored are kept
                         self._apply(term, col, True)
                         cancel.kept = columns
@@ -425,19 +427,6 @@ class _CallsOne(Sequence[Callable[[], Any]]):
             return [self[j] for j in range(*k.indices(len(self)))]
         inv, sample, kw = self._inv, self._batch[self._idx[k]], self._kw
         return lambda: inv.call_one(sample, kw)
-
-
-def _fast_until_cancelled(term: Term, batch: list[Any], labels: list[int] | None, cancel: Cancel,
-                          col: Column) -> None:
-    """:func:`run_fast` into ``col`` in slices (1, 2, 4 ... 256 samples), none started once ``cancel`` is
-    set (then ``col`` holds the samples scored, the first ones)."""
-    k, size = 0, 1
-    named = labels if labels is not None else list(range(len(batch)))
-    while k < len(batch) and not cancel.is_set():
-        part = batch[k:k + size]
-        col.extend(run_fast(term.invoker, part, term.kwargs, term.name, term.policy.retries,
-                            named[k:k + size]))
-        k, size = k + len(part), min(2 * size, 256)
 
 
 def _call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:
