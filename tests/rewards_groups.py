@@ -41,3 +41,17 @@ def held(*, response, extra_info=None, **kwargs):
     while response.startswith("wait") and not os.path.exists(info["gate"]):
         time.sleep(0.01)
     return float(len(response))
+
+
+#: stopper's calls so far, and what it calls once it has made STOP_AT of them (set by a test)
+CALLS: list[str] = []
+STOP_AT: int = -1
+STOP_HOOK = None
+
+
+def stopper(*, response, **kwargs):
+    """The length of ``response``; the STOP_AT-th call runs STOP_HOOK (a test's interruption)."""
+    CALLS.append(response)
+    if len(CALLS) == STOP_AT and STOP_HOOK is not None:
+        STOP_HOOK()
+    return float(len(response))
