@@ -46,7 +46,7 @@ def score_chunk(scorer: Any, samples: Sequence[Any], skip: Mapping[int, Mapping[
                 keep(sorted(answered.items()))
             raise
     from ..execution import Cancel
-    from ..execution._local import signals_never_reach_here
+    from ..execution import signals_never_reach_here
 
     cancel = Cancel()
     box: dict[str, Any] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from ..trajectory import text_view
 from ..types import ADAPTERS
 from ..types import sample_name
 
-__all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "group_name",
-           "make_invoker", "own", "sample_kwargs"]
+__all__ = ["ADAPTERS", "FIXED", "CallsOne", "Invoker", "call_many", "check_sample", "copy_field", "group_key",
+           "group_name", "make_invoker", "own", "sample_kwargs"]
 
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
 
@@ -244,3 +245,25 @@ def _group_prompt(sample: Mapping[str, Any]) -> Any:
             break
         head.append(m)
     return head
+
+
+class CallsOne(Sequence[Callable[[], Any]]):
+    """The calls of ``inv`` on the samples ``idx`` of the batch, made (each maybe retried) later;
+    each is built when it is asked for, so a large batch makes no list of them."""
+
+    def __init__(self, inv: Invoker, batch: list[Any], idx: list[int], kw: dict[str, Any]) -> None:
+        self._inv, self._batch, self._idx, self._kw = inv, batch, idx, kw
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        inv, sample, kw = self._inv, self._batch[self._idx[k]], self._kw
+        return lambda: inv.call_one(sample, kw)
+
+
+def call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:
+    """A call of ``inv`` on the samples of ``unit``; each try gets a list of its own."""
+    return lambda: inv.call_many([batch[i] for i in unit], kw)
