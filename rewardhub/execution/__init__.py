@@ -11,7 +11,6 @@ from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
 from ._local import interrupts_told_apart
-from ._local import signals_never_reach_here
 from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
 from ._outcome import TIMEOUT
@@ -72,6 +71,5 @@ __all__ = [
     "resolve_term",
     "resolve_terms",
     "sandbox_settings",
-    "signals_never_reach_here",
     "stats",
 ]

@@ -18,7 +18,7 @@ from ..errors import Interrupted
 from ._outcome import error_text
 
 __all__ = ["Call", "Result", "in_fresh_loop", "interrupts_told_apart", "reward_exit", "run_inline",
-           "run_threads", "signals_never_reach_here"]
+           "run_threads"]
 
 #: a zero-argument callable that performs one reward call (sync, or returning an awaitable)
 Call = Callable[[], Any]
@@ -28,12 +28,6 @@ Result = tuple[str, Any, float]
 
 #: whether this thread runs under :func:`interrupts_told_apart` (a real Ctrl-C raises Interrupted)
 _told_apart = threading.local()
-
-
-def signals_never_reach_here() -> None:
-    """Declare that this thread (not the main one) runs rewards for a main thread that takes the user's
-    Ctrl-C: a ``KeyboardInterrupt`` raised here is then a reward's own, which fails its sample only."""
-    _told_apart.on = True
 
 
 @contextlib.contextmanager
