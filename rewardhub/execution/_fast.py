@@ -182,11 +182,15 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
 
 def run_fast_until(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int,
                    labels: Sequence[int] | None, cancel: Any, col: Column) -> None:
-    """:func:`run_fast` into ``col`` in slices (1, 2, 4 ... 256 samples), none started once ``cancel`` (a
-    :class:`~rewardhub.execution.Cancel`) is set: then ``col`` holds the first samples, those scored."""
+    """:func:`run_fast` into ``col`` in slices of about 20 ms of calls (1 sample first, then doubled or
+    halved by the time the last took), none started once ``cancel`` (a :class:`~rewardhub.execution.Cancel`)
+    is set: then ``col`` holds the first samples, those scored."""
     k, size = 0, 1
     named = labels if labels is not None else list(range(len(batch)))
     while k < len(batch) and not cancel.is_set():
         part = batch[k:k + size]
+        began = time.perf_counter()
         col.extend(run_fast(inv, part, kwargs, name, retries, named[k:k + size]))
-        k, size = k + len(part), min(2 * size, 256)
+        took = time.perf_counter() - began
+        k, size = k + len(part), (min(2 * size, 1 << 16) if took < 0.02 else max(1, size // 2) if took > 0.05
+                                  else size)
