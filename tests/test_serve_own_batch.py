@@ -113,7 +113,8 @@ def test_a_client_that_disconnects_stops_costing_calls(server, tmp_path):
     gone.cancel()  # the client goes away: its connection is closed
     wait_for(lambda: gone.done(), "the client to stop")
     wait_for(lambda: batcher(server)._queue == [] and all(
-        p.future.cancelled() for _, batch in batcher(server).busy.values() for p in batch), "the server to see it")
+        p.future.cancelled() for _, batch in batcher(server).busy.values() for p in batch),
+        "the server to see it")
     gate.touch()
     wait_for(lambda: not batcher(server).busy, "the call to end")
     assert log.read_text().split() == ["r0"]  # not all 12
