@@ -232,11 +232,22 @@ def _main(argv: Sequence[str] | None) -> int:
     except RewardhubError as exc:
         _print_error(exc)
         return ExitCode.ERROR
-    except KeyboardInterrupt:
-        print("ERROR: interrupted", file=sys.stderr)
-        return ExitCode.ERROR
+    except KeyboardInterrupt as exc:  # the user's Ctrl-C (or SIGTERM) outside a command's own handling
+        return _interrupted(exc)
     except BrokenPipeError:
         return ExitCode.OK
+
+
+def _interrupted(exc: BaseException | None = None) -> int:
+    """Say in one line that the run was stopped; the exit status a shell gives a command its signal
+    stopped: 128 + the signal's number (130 for Ctrl-C)."""
+    name = getattr(exc, "signal_name", "SIGINT")
+    signum = getattr(exc, "signum", 2)
+    try:
+        print(f"ERROR: interrupted ({name})", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    return 128 + int(signum)
 
 
 def _print_error(exc: BaseException) -> None:

@@ -21,8 +21,9 @@ from .errors import UsageError
 if TYPE_CHECKING:
     from .execution import Scorer
 
-__all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "Scored", "check_result_fields", "missing_ground_truth",
-           "nulls_for_non_finite", "output_row", "read_pairs", "score_rows"]
+__all__ = ["NO_GROUND_TRUTH", "RESULT_KEYS", "GroupChunks", "Scored", "check_result_fields", "group_units",
+           "has_group_terms", "missing_ground_truth", "nulls_for_non_finite", "output_row", "read_pairs",
+           "score_rows", "scored_before_stop"]
 
 #: the fields a result adds to each row
 RESULT_KEYS = ("score", "rewards", "extra", "errors", "error_kinds")
@@ -111,6 +112,87 @@ def missing_ground_truth(samples: Sequence[Mapping[str, Any]], needing: Sequence
     return {i: dict.fromkeys(needing, why) for i, s in enumerate(samples) if s.get("ground_truth") is None}
 
 
+# ---- whole groups ------------------------------------------------------------------------------
+
+def has_group_terms(scorer: Scorer) -> bool:
+    """Whether a term of ``scorer`` is a group reward (``kind: group``), which must see whole groups."""
+    return any(f.kind == "group" for f in scorer.facts)
+
+
+def group_units(samples: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The positions of ``samples`` by group (:func:`~rewardhub.execution.group_key`), each group in the
+    order of its first row: the units a batch may be cut into without cutting a group."""
+    from .execution import group_key
+
+    by: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        by.setdefault(_key_of(group_key, s), []).append(i)
+    return list(by.values())
+
+
+def _key_of(group_key: Any, sample: Any) -> str:
+    return group_key(sample) if isinstance(sample, Mapping) else f"<row {id(sample)}>"
+
+
+class GroupChunks:
+    """Rows taken from a stream in chunks; with ``whole_groups``, a chunk never ends inside a group: it
+    goes on while the next row is of its last row's group (the rows of a group must follow each other,
+    as GRPO rollouts and verl's batches have them).
+
+    ``items`` yields ``(row, sample)`` pairs (:func:`read_pairs`).
+
+    :raises UsageError: (from :meth:`take`) a row of a group whose rows came in an earlier chunk (a group
+        cut by rows of other groups, and too far apart to be scored together), naming the group and row.
+    """
+
+    def __init__(self, items: Any, whole_groups: bool, data: str = "the data") -> None:
+        self._rest = iter(items)
+        self._next: Any = None
+        self.whole_groups = whole_groups
+        self.data = data
+        self._seen: dict[bytes, int] = {}  # a digest of each group's key -> the row (1-based) it began at
+        self.rows = 0  # rows taken so far
+
+    def take(self, size: int) -> list[Any]:
+        import itertools
+
+        head = [] if self._next is None else [self._next]
+        self._next = None
+        chunk = head + list(itertools.islice(self._rest, size - len(head)))
+        if self.whole_groups and chunk:
+            from .execution import group_key
+
+            last = _key_of(group_key, chunk[-1][1])
+            for item in self._rest:
+                if _key_of(group_key, item[1]) != last:
+                    self._next = item
+                    break
+                chunk.append(item)
+            self._check(chunk, group_key)
+        self.rows += len(chunk)
+        return chunk
+
+    def _check(self, chunk: list[Any], group_key: Any) -> None:
+        import hashlib
+
+        from .execution import group_name
+
+        mine: dict[bytes, int] = {}
+        for k, (_, sample) in enumerate(chunk):
+            digest = hashlib.blake2b(_key_of(group_key, sample).encode("utf-8", "replace"),
+                                     digest_size=16).digest()
+            began = self._seen.get(digest)
+            if began is not None:
+                raise UsageError(
+                    f"{self.data}: row {self.rows + k + 1} is of {group_name(sample)}, whose rows began at "
+                    f"row {began} and were scored before rows of other groups came in between; a group "
+                    "reward needs a group's rows together\nsort the rows by group (uid) so that each "
+                    "group's rows follow each other"
+                )
+            mine.setdefault(digest, self.rows + k + 1)
+        self._seen.update(mine)
+
+
 # ---- scoring -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -131,12 +213,13 @@ class Scored:
 
 def score_rows(scorer: Scorer, samples: Sequence[Any], skip: Mapping[int, Mapping[str, str]] | None = None, *,
                progress: Any = None, indices: Sequence[int] | None = None,
-               defer_raise: bool = False) -> Scored:
+               defer_raise: bool = False, cancel: Any = None) -> Scored:
     """Score ``samples`` with ``scorer``, but not the rows in ``skip`` (row -> {term: error}), which are
     never given to the rewards (see the module's text).
 
     :param indices: each sample's number in error messages (its position in its own request).
     :param defer_raise: see :meth:`rewardhub.execution.Runner.score`.
+    :param cancel: see :meth:`rewardhub.execution.Runner.score`.
     """
     from .execution import ERROR
     from .execution import Column
@@ -146,7 +229,7 @@ def score_rows(scorer: Scorer, samples: Sequence[Any], skip: Mapping[int, Mappin
     res = None
     if ok or not skip:
         given = samples if not skip else [samples[i] for i in ok]
-        res = scorer.score(given, progress, defer_raise=defer_raise,
+        res = scorer.score(given, progress, defer_raise=defer_raise, cancel=cancel,
                            indices=indices if not skip or indices is None else [indices[i] for i in ok])
         if not skip:
             return Scored([_row_result(res, i) for i in range(len(samples))], dict(res.columns),
@@ -175,6 +258,43 @@ def score_rows(scorer: Scorer, samples: Sequence[Any], skip: Mapping[int, Mappin
                 "error_kinds": dict.fromkeys(skip[i], ERROR)}
                for i in range(len(samples))]
     return Scored(results, columns, position, frozenset(skip))
+
+
+def scored_before_stop(scorer: Scorer, n: int, skip: Mapping[int, Mapping[str, str]] | None,
+                       kept: Mapping[str, Any] | None) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of a :func:`score_rows` call that stopped (its ``cancel`` set) that every term had scored
+    when it stopped, each with its result (in row order): what was paid for, to keep.
+
+    :param n: the rows given to :func:`score_rows`; ``skip`` as given to it.
+    :param kept: the terms' columns where the scoring stopped (``Cancel.kept``).
+    """
+    from .execution import CANCELLED
+    from .execution import Column
+    from .execution import combine
+
+    skip = skip or {}
+    ok = [i for i in range(n) if i not in skip]
+    names = [f.name for f in scorer.facts]
+    if kept is None or any(name not in kept for name in names):
+        return []
+    cols = [kept[name] for name in names]
+    done = [k for k in range(len(ok))
+            if all(k < len(c) and CANCELLED not in (c.errors.get(k) or "") for c in cols)]
+    subset: dict[str, Any] = {}
+    where = {k: j for j, k in enumerate(done)}
+    for name, col in zip(names, cols):
+        sub = subset[name] = Column(len(done))
+        sub.values = [col.values[k] for k in done]
+        for field in ("status", "errors", "where", "extra", "attempts", "cache"):
+            setattr(sub, field, {where[k]: v for k, v in getattr(col, field).items() if k in where})
+        latency = col.latency
+        sub.timed = [latency[k] for k in done]
+    res = combine([(f.name, f.weight) for f in scorer.facts], scorer.aggregation, len(done), subset)
+    out = [(ok[k], _row_result(res, j)) for j, k in enumerate(done)]
+    last = ok[done[-1]] if done else -1
+    out += [(i, {"score": None, "rewards": dict.fromkeys(names), "extra": {}, "errors": dict(skip[i]),
+                 "error_kinds": dict.fromkeys(skip[i], "error")}) for i in skip if i < last]
+    return sorted(out, key=lambda x: x[0])
 
 
 def _row_result(res: Any, k: int) -> dict[str, Any]:

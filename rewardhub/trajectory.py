@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import UsageError
+from .types import sample_name
 
 __all__ = ["chat_of", "hermes_message", "message_text", "reads_messages", "replies_of", "text_view",
            "tool_calls_of", "without_markers"]
@@ -54,7 +55,7 @@ def _messages(value: Any, label: Any) -> list[Mapping[str, Any]]:
         return list(value)
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    where = "" if label is None else f"sample {label}: "  # a reward's call names its sample itself
+    where = "" if label is None else f"{sample_name(label)}: "  # a reward's call names its sample itself
     raise UsageError(f"{where}'messages' is not a list of chat messages ({shown})\n"
                      "messages is a list of {role, content} dicts (OpenAI chat format: assistant "
                      "turns may hold tool_calls, tool results have role 'tool')")
@@ -71,8 +72,8 @@ def text_view(sample: Mapping[str, Any], label: Any) -> dict[str, Any]:
     turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if not turns:
         roles = ", ".join(m["role"] for m in messages) or "none"
-        raise UsageError(f"sample {label}: its messages hold no assistant turn (roles: {roles}), so it has "
-                         "no response to score\na trajectory needs at least one assistant message")
+        raise UsageError(f"{sample_name(label)}: its messages hold no assistant turn (roles: {roles}), so it "
+                         "has no response to score\na trajectory needs at least one assistant message")
     out = dict(sample)
     out.setdefault("response", message_text(messages[turns[-1]]))
     out.setdefault("prompt", [dict(m) for m in messages[:turns[0]]])

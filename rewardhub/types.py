@@ -8,7 +8,8 @@ from dataclasses import field
 from dataclasses import replace
 from typing import Any
 
-__all__ = ["ADAPTERS", "AGGREGATIONS", "KINDS", "ON_FAILURE", "EXECUTORS", "ExecutionPolicy", "RewardSpec"]
+__all__ = ["ADAPTERS", "AGGREGATIONS", "KINDS", "ON_FAILURE", "EXECUTORS", "ExecutionPolicy", "InputRow",
+           "RewardSpec", "sample_name"]
 
 #: reward kinds
 KINDS = ("function", "batched", "group", "model")
@@ -20,6 +21,25 @@ EXECUTORS = ("inline", "thread", "process", "ray")
 ADAPTERS = ("auto", "rewardhub", "verl", "trl")
 #: how the terms' scores become one reward
 AGGREGATIONS = ("weighted_sum", "normalize_then_sum")
+
+
+class InputRow(int):
+    """A sample's label (``Runner.score``'s ``indices``) when it is a row of an input file: its 0-based
+    place in the whole input, named ``row N`` (1-based, as an editor numbers lines) in messages."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return f"row {int(self) + 1}"
+
+    def __format__(self, spec: str) -> str:
+        return str(self) if not spec else int(self).__format__(spec)
+
+
+def sample_name(label: object) -> str:
+    """How a message names a sample by its label: ``row N`` for an :class:`InputRow`, else ``sample N``
+    (its place in its batch or request)."""
+    return str(label) if isinstance(label, InputRow) else f"sample {label}"
 
 
 @dataclass(frozen=True, slots=True)

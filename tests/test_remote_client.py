@@ -1,6 +1,6 @@
 """`reward.remote`'s client: against real `rewardhub serve` processes (a restart, the server's limits, a
 request sent again), and against small aiohttp stub servers for what a real server does not do on demand
-(never answer, HTML, a body cut short, string scores, shifted rows, 503s, a 413 under unpublished limits)."""
+(never answer, HTML, a body cut short, shifted rows, 503s, a 413 under unpublished limits)."""
 
 from __future__ import annotations
 
@@ -304,10 +304,6 @@ async def no_rows(stub: Stub, request: Any, body: Any) -> Any:
     return web.json_response({"results": _scored(body["rows"])})
 
 
-async def string_scores(stub: Stub, request: Any, body: Any) -> Any:
-    return web.json_response({"rows": _scored(body["rows"], score="0.5")})
-
-
 async def numeric_errors(stub: Stub, request: Any, body: Any) -> Any:
     return web.json_response({"rows": _scored(body["rows"], errors={"t": 500})})
 
@@ -354,7 +350,6 @@ async def limit_of_three(stub: Stub, request: Any, body: Any) -> Any:
     (html, r"answered POST /score with 51 bytes of text/html that are not JSON .*'<html><body><h1>Welcome"),
     (no_rewards, "answered POST /score with the row of sample 0 without a 'rewards' object"),
     (no_rows, "answered POST /score with no 'rows' list"),
-    (string_scores, "answered POST /score with the row of sample 0: its 'score' is str '0.5', not a number"),
     (numeric_errors, "answered POST /score with the row of sample 0: its error of 't' is int 500, not "
                      "a text"),
     (shifted, "answered POST /score with the row of sample 0 carrying index 1, not 0: rows shifted"),

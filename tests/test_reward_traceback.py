@@ -43,7 +43,7 @@ def test_summary_json_names_the_rewards_own_frames_and_every_call_failing_exits_
     assert res.returncode == 1, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("ERROR")]
     assert errors == ["ERROR: reward 'compute_score' failed on 2 of 2 rows (2 errors, 0 timeouts; every call "
-                      "failed); first: reward 'compute_score' on sample 0: ZeroDivisionError: float "
+                      "failed); first: reward 'compute_score' on row 1: ZeroDivisionError: float "
                       "division by zero"]
     assert "File " not in res.stderr  # the frames are for --debug
     first = json.loads((tmp_path / "s.json").read_text())["failures"]["compute_score"]
@@ -51,7 +51,7 @@ def test_summary_json_names_the_rewards_own_frames_and_every_call_failing_exits_
     assert first["first"]["traceback"] == frames  # no rewardhub frame among them
     # the rows are written as before: the message, without the frames
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert out[0]["errors"] == {"compute_score": "reward 'compute_score' on sample 0: ZeroDivisionError: "
+    assert out[0]["errors"] == {"compute_score": "reward 'compute_score' on row 1: ZeroDivisionError: "
                                                  "float division by zero"}
 
 
@@ -65,7 +65,7 @@ def test_max_error_rate(cli, tmp_path):
     assert res.returncode == 1
     assert [line for line in res.stderr.splitlines() if line.startswith("ERROR")] == [
         "ERROR: reward 'compute_score' failed on 1 of 4 rows (1 errors, 0 timeouts; above --max-error-rate "
-        "0.2); first: reward 'compute_score' on sample 3: ZeroDivisionError: float division by zero"]
+        "0.2); first: reward 'compute_score' on row 4: ZeroDivisionError: float division by zero"]
     res = cli("score", cfg, rows, "--max-error-rate", "2")
     assert res.returncode == 2 and "give a share from 0 to 1" in res.stderr
 
@@ -79,7 +79,7 @@ def test_a_failure_rate_above_the_warning_threshold_is_a_warning_line(cli, tmp_p
     warned = [line for line in res.stderr.splitlines() if line.startswith("WARNING")]
     assert warned == ["WARNING: reward 'compute_score' failed on 16 of 20 rows (80%; 16 errors, 0 timeouts), "
                       "above --warn-error-rate 0.1: those rows have no score from it; first: reward "
-                      "'compute_score' on sample 4: ZeroDivisionError: float division by zero"]
+                      "'compute_score' on row 5: ZeroDivisionError: float division by zero"]
     res = cli("score", cfg, rows, "--warn-error-rate", "0.8")
     assert res.returncode == 0 and "WARNING" not in res.stderr, res.stderr
     res = cli("score", cfg, rows, "--max-error-rate", "0.5")  # an ERROR: line, and no WARNING beside it
@@ -109,8 +109,8 @@ def test_debug_prints_each_failing_rewards_first_frames(cli, tmp_path):
     cfg, rows, frames = _setup(tmp_path, ["ok", "bad"])
     res = cli("score", cfg, rows, "--debug")
     assert res.returncode == 0, res.stderr
-    assert ("DEBUG: reward 'compute_score': 1 errors, 0 timeouts in 2 rows; first, on sample 1: reward "
-            "'compute_score' on sample 1: ZeroDivisionError: float division by zero\n"
+    assert ("DEBUG: reward 'compute_score': 1 errors, 0 timeouts in 2 rows; first, on row 2: reward "
+            "'compute_score' on row 2: ZeroDivisionError: float division by zero\n"
             f"where the reward failed (most recent call last):\n{frames}\n") in res.stderr
 
 

@@ -110,7 +110,7 @@ def test_failed_run_leaves_output_as_it_was(cli, tmp_path):
     out.write_text("earlier results\n")
     res = cli("score", cfg, data, "-o", str(out))
     assert res.returncode == 1 and res.stderr.startswith(
-        "ERROR: reward 'compute_score' on sample 1: ValueError: no"
+        "ERROR: reward 'compute_score' on row 2: ValueError: no"
     )
     assert out.read_text() == "earlier results\n"
     assert _leftovers(tmp_path) == []

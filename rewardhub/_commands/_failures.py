@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["WARN_ERROR_RATE", "debug_lines", "failure_report", "over_the_limit", "warnings_over"]
+__all__ = ["WARN_ERROR_RATE", "debug_lines", "drop_note", "drop_notes", "failure_report", "over_the_limit",
+           "warnings_over"]
 
 #: the share of a reward's rows that may fail before ``score`` warns (``--warn-error-rate``)
 WARN_ERROR_RATE = 0.1
@@ -15,8 +16,8 @@ WARN_ERROR_RATE = 0.1
 
 def failure_report(columns: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per reward with a failed call: ``rows`` it applied to, ``errors``, ``timeouts``, ``error_rate``
-    (failed / applied) and its ``first`` failure (``sample``, ``error``, ``traceback``: the last
-    frames of the reward's own code, or null)."""
+    (failed / applied) and its ``first`` failure (``sample``: its 0-based place in the input, ``error``,
+    ``traceback``: the last frames of the reward's own code, or null)."""
     from ..execution import ERROR
     from ..execution import NOT_APPLICABLE
     from ..execution import TIMEOUT
@@ -76,8 +77,27 @@ def debug_lines(report: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for name, r in report.items():
         first = r["first"]
         lines.append(f"DEBUG: reward {name!r}: {r['errors']} errors, {r['timeouts']} timeouts in "
-                     f"{r['rows']} rows; first, on sample {first['sample']}: {first['error']}")
+                     f"{r['rows']} rows; first, on row {first['sample'] + 1}: {first['error']}")
         if first["traceback"]:
             lines.append("where the reward failed (most recent call last):")
             lines.extend(first["traceback"].splitlines())
+    return lines
+
+
+def drop_note(name: str, others: list[str]) -> str:
+    """What ``on_failure: drop`` on term ``name`` beside the terms ``others`` does, plainly."""
+    return (f"on_failure: drop on {name!r}: where it fails, a sample's score is the other rewards' "
+            f"({', '.join(repr(o) for o in others)}) alone, so its failure reads as a lower score, not as "
+            f"no reward; its row tells the two apart: errors.{name} says why and rewards.{name} is null "
+            "(on_failure: nan gives such a sample no score; zero scores the failure 0.0)")
+
+
+def drop_notes(columns: Mapping[str, Any], on_failure: Mapping[str, str]) -> list[str]:
+    """One ``note:`` line per term with ``on_failure: drop`` that failed in this run beside other terms."""
+    lines = []
+    for name, col in columns.items():
+        failed = col.failures()
+        others = [n for n in columns if n != name]
+        if failed and others and on_failure.get(name) == "drop":
+            lines.append(f"note: reward {name!r} failed on {len(failed)} rows; {drop_note(name, others)}")
     return lines

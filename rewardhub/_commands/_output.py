@@ -3,7 +3,8 @@
 - every output is checked before anything runs: not an input (same file), not a folder, its folder
   exists and is writable;
 - scored rows go to a temporary file next to the output, renamed over it at the end; a failed run
-  leaves the output as it was, an interrupted one keeps its rows in ``OUTPUT.partial``;
+  leaves the output as it was; an interrupted one, or one that failed after rows were scored (a remote
+  server that died), keeps its rows in ``OUTPUT.partial``;
 - while rewards run, anything they print goes to stderr, never into the rows on stdout.
 """
 
@@ -116,6 +117,7 @@ class ScoredRows:
         self._f: Any = None
         self._parquet: ParquetRows | None = None
         self.namespace: str | None = None
+        self._failed = False
 
     def __enter__(self) -> ScoredRows:
         if self.path is None:
@@ -201,7 +203,8 @@ class ScoredRows:
             return
         if typ is None:
             os.replace(self.tmp, self.path)
-        elif issubclass(typ, Interrupted) and self.rows:
+        elif self.rows and (issubclass(typ, Interrupted) or (  # the rows paid for are kept
+                issubclass(typ, RewardhubError) and not issubclass(typ, UsageError) and not self._failed)):
             kept, n = f"{self.path}.partial", 1
             while os.path.exists(kept):
                 kept, n = f"{self.path}.partial.{n}", n + 1
@@ -212,6 +215,7 @@ class ScoredRows:
         self.tmp = None
 
     def _cannot_write(self, exc: OSError) -> RewardhubError:
+        self._failed = True  # the file may be cut short: not kept
         return RewardhubError(f"cannot write the scored rows to {self.path!r}: {exc.strerror}\n"
                               f"{self.path} is unchanged; make room (or write elsewhere) and run again")
 

@@ -105,6 +105,12 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
                 "capabilities": sorted(spec.capabilities),
             }
         )
+    if not scores_remotely(reward) and len(terms) > 1:
+        from ._failures import drop_note
+
+        for t in (t for t in terms if t["on_failure"] == "drop"):
+            notes.append(f"reward.rewards[{t['index']}]: "
+                         f"{drop_note(t['name'], [o['name'] for o in terms if o is not t])}")
     if scores_remotely(reward):
         terms, problems = remote_terms(reward, registry, notes)
     rm = reward.reward_model

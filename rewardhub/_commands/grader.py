@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "rewardhub grader needs a command: validate FILE... or run FILE --item ITEM --sample SAMPLE"
         )
-    from ..graders import Endpoint
+    from ..graders import GraderEndpoint as Endpoint
     from ..graders import read_grader_file
     from ..graders import run_answer
 

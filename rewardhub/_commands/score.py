@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -12,12 +13,16 @@ import time
 from typing import Any
 
 from ..errors import Interrupted
+from ..errors import RewardhubError
 from ..errors import UsageError
+from ..scoring import GroupChunks
 from ..scoring import check_result_fields
+from ..scoring import has_group_terms
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
-from ..scoring import score_rows
+from ..types import InputRow
+from ._chunk import score_chunk
 from ._common import table
 from ._failures import WARN_ERROR_RATE
 from ._output import ScoredRows
@@ -140,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from ..scorers import open_scorer
     from ._common import load_plan_told
     from ._failures import debug_lines
+    from ._failures import drop_notes
     from ._failures import failure_report
     from ._failures import over_the_limit
     from ._failures import warnings_over
@@ -173,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         check_outputs(args.output, args.summary_json, [f.file for f in facts if f.file])
         names = [f.name for f in facts]
         needing = terms_needing(scorer)
+        # a group reward sees whole groups: a chunk never ends inside one
+        whole_groups = has_group_terms(scorer)
         columns: dict[str, Column] = {n: Column(0) for n in names}
         slowest = SlowestSamples()
         scores: list[Any] = []
@@ -182,14 +190,18 @@ def run(args: argparse.Namespace) -> int:
             stack.enter_context(StallWatch(args.still_waiting_s, _say_warning, lambda: n_rows))
         try:
             with stop_on_signals(), out, prints_to_stderr(out), interrupts_told_apart():
-                rest, size = itertools.chain(first, pairs), FIRST_CHUNK
-                while chunk := list(itertools.islice(rest, size)):
+                rest, size = GroupChunks(itertools.chain(first, pairs), whole_groups, args.data), FIRST_CHUNK
+                while chunk := rest.take(size):
                     inputs, samples = [row for row, _ in chunk], [sample for _, sample in chunk]
                     check_result_fields(inputs, n_rows, args.data, args.namespace)
                     began, done = time.monotonic(), n_rows
-                    scored = score_rows(
+                    # errors name a row by its place in the input (row 4000), never in its chunk
+                    rows_here = [InputRow(n_rows + k) for k in range(len(chunk))]
+                    # rows scored before a stop (a signal, a server's failure) are kept as scored
+                    scored = score_chunk(
                         scorer, samples, missing_ground_truth(samples, needing),
-                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)))
+                        progress=lambda d, t, k=done, m=len(chunk): progress(k + d * m // max(t, 1)),
+                        indices=rows_here, keep=functools.partial(_keep, out, inputs, args.namespace))
                     size = max(
                         FIRST_CHUNK,
                         min(CHUNK, int(len(chunk) * CHUNK_S / max(time.monotonic() - began, 1e-3))),
@@ -205,6 +217,10 @@ def run(args: argparse.Namespace) -> int:
             of = f" of {count_rows(args.data)}" if all(map(is_regular, input_files(args.data))) else ""
             _say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; {out.where_kept()}")
             return 128 + exc.signum
+        except RewardhubError:
+            if out.kept:
+                _say(f"note: {out.where_kept()}")
+            raise
         finally:
             progress.finish()
         used = scorer.provenance()
@@ -227,10 +243,19 @@ def run(args: argparse.Namespace) -> int:
     if debug_enabled():
         for line in debug_lines(failures):
             _say(line)
+    policies = {f.name: f.on_failure for f in facts}
+    for line in drop_notes(columns, policies):
+        _say(line)
     too_many = over_the_limit(failures, args.max_error_rate)
     for line in warnings_over(failures, args.warn_error_rate, args.max_error_rate) + too_many:
         _say(line)
     return 1 if too_many else 0
+
+
+def _keep(out: ScoredRows, inputs: list[dict[str, Any]], namespace: str | None,
+          kept: list[tuple[int, dict[str, Any]]]) -> None:
+    """Write the rows of a chunk scored before the run stopped (each its place in the chunk, its result)."""
+    out.write([output_row(inputs[i], r, namespace) for i, r in kept])
 
 
 def _calibration_figures(reward: Any, names: list[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from ..errors import UsageError
 from ..execution import ERROR
 from ..execution import Outcome
 from ..execution import TermFacts
+from ..types import sample_name
 from ._chunks import WorkerTerm
 from ._chunks import make_chunks
 from ._dispatch import call_bound
@@ -155,7 +156,7 @@ class WorkerGroup:
                 if "failed" in res:
                     for i in chunk:
                         out[n][i] = Outcome(None, ERROR,
-                                            error=f"reward {n!r} on sample {idx[i]}: {res['failed']}")
+                                            error=f"reward {n!r} on {sample_name(idx[i])}: {res['failed']}")
                     continue
                 for i, wire in zip(chunk, res["outcomes"][n]):
                     out[n][i] = Outcome.from_wire(wire)

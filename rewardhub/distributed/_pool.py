@@ -99,7 +99,8 @@ class RewardWorkerPool:
         return out
 
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,
-              *, indices: Sequence[int] | None = None, defer_raise: bool = False) -> ScoreResult:
+              *, indices: Sequence[int] | None = None, defer_raise: bool = False,
+              cancel: Any = None) -> ScoreResult:
         """Score a batch on the workers: one row per sample, in input order, each scored once (see
         :meth:`rewardhub.execution.Scorer.score`)."""
         idx = list(indices) if indices is not None else list(range(len(samples)))

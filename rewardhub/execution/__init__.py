@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ._callers import CANCELLED
 from ._callers import Cancel
 from ._calls import check_sample
 from ._calls import group_key
+from ._calls import group_name
 from ._columns import Column
 from ._columns import column_metrics
 from ._columns import stats
@@ -42,6 +44,7 @@ from .runner import Runner
 
 __all__ = [
     "AGGREGATIONS",
+    "CANCELLED",
     "Cancel",
     "ERROR",
     "NOT_APPLICABLE",
@@ -71,6 +74,7 @@ __all__ = [
     "debug_enabled",
     "effective_executor",
     "group_key",
+    "group_name",
     "interrupts_told_apart",
     "noting_bools",
     "resolve_term",

@@ -26,6 +26,7 @@ from .._targets import file_sha256
 from .._targets import sha256
 from ..errors import UsageError
 from ..types import RewardSpec
+from ..types import sample_name
 from ._cachedisk import Disk
 from ._cachedisk import Stored
 from ._calls import FIELDS
@@ -217,7 +218,7 @@ class CachePlan:
             for j in self.copies.get(i, ()):
                 error = col.errors.get(i)
                 if error is not None:
-                    error = f"{error} (sample {col.label(j)} has the same input)"
+                    error = f"{error} ({sample_name(col.label(j))} has the same input)"
                 col.put_outcome(j, Outcome(col.values[i], status, own(col.extra.get(i, {})), error,
                                            where=col.where.get(i), cache_hit=True))
         self.cache.store(stored)

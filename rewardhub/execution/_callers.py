@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from typing import Any
 
 from ..errors import RewardhubError
 from ._task import Task
@@ -19,7 +21,7 @@ from ._task import Task
 if TYPE_CHECKING:
     from ._fair import FairQueue
 
-__all__ = ["Batch", "Callers", "Cancel"]
+__all__ = ["CANCELLED", "Batch", "Callers", "Cancel", "until_cancelled"]
 
 
 class Cancel:
@@ -30,6 +32,9 @@ class Cancel:
         self._lock = threading.Lock()
         self._set = False
         self._hooks: list[Callable[[], None]] = []
+        #: where the scoring stopped, the terms' columns as far as they were filled (a term's calls not
+        #: made have :data:`CANCELLED` in their error; a column shorter than the batch ends early)
+        self.kept: dict[str, Any] | None = None
 
     def set(self) -> None:
         with self._lock:
@@ -50,8 +55,35 @@ class Cancel:
         hook()
 
 
+#: the error of a call not made because its caller stopped waiting
+CANCELLED = "scoring cancelled: its caller stopped waiting for the scores"
+
+
 def cancelled_error() -> Exception:
-    return RewardhubError("scoring cancelled: its caller stopped waiting for the scores")
+    return RewardhubError(CANCELLED)
+
+
+class until_cancelled(Sequence[Callable[[], Any]]):  # noqa: N801 - reads as the function it stands for
+    """``calls`` (reward calls made in this process), each of which, once ``cancel`` is set, fails at
+    once instead of calling its reward: a caller that went away stops costing calls (a judge's)."""
+
+    def __init__(self, calls: Sequence[Callable[[], Any]], cancel: Cancel) -> None:
+        self._calls, self._cancel = calls, cancel
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        call, cancel = self._calls[k], self._cancel
+
+        def guarded() -> Any:
+            if cancel.is_set():
+                raise cancelled_error()
+            return call()
+
+        return guarded
 
 
 class Batch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from ..trajectory import reads_messages
 from ..trajectory import replies_of
 from ..trajectory import text_view
 from ..types import ADAPTERS
+from ..types import sample_name
 
-__all__ = ["ADAPTERS", "FIXED", "Invoker", "check_sample", "copy_field", "group_key", "make_invoker", "own",
-           "sample_kwargs"]
+__all__ = ["ADAPTERS", "FIXED", "CallsOne", "Invoker", "call_many", "check_sample", "copy_field", "group_key",
+           "group_name", "make_invoker", "own", "sample_kwargs"]
 
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
 
@@ -191,12 +193,12 @@ def check_sample(s: Any, label: Any) -> dict[str, Any]:
     if type(s) is dict and "response" in s:
         return s
     if not isinstance(s, Mapping):
-        raise UsageError(f"sample {label} is a {type(s).__name__}, not a mapping with 'response'")
+        raise UsageError(f"{sample_name(label)} is a {type(s).__name__}, not a mapping with 'response'")
     if "response" not in s and s.get("messages") is not None:
         return text_view(s, label)
     if "response" not in s:
         raise UsageError(
-            f"sample {label} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
+            f"{sample_name(label)} has no 'response' (keys: {', '.join(sorted(map(str, s))) or 'none'})\n"
             "each sample needs prompt, response, ground_truth, data_source, extra_info (or messages in "
             "place of prompt and response: a trajectory)"
         )
@@ -205,8 +207,63 @@ def check_sample(s: Any, label: Any) -> dict[str, Any]:
 
 def group_key(sample: Mapping[str, Any]) -> str:
     """The key of the prompt group a sample belongs to (a group reward scores a group at once):
-    ``extra_info``'s ``group``, ``group_id`` or ``uid``, else the prompt itself."""
+    ``extra_info``'s ``group``, ``group_id`` or ``uid`` with the prompt, else the prompt itself.
+
+    The prompt is part of the key even where an id is given: rows of one id that hold different prompts
+    are graded as one group per prompt, each against its own prompt (never one row's prompt for all).
+    A trajectory with no ``prompt`` field is keyed by its messages before the first assistant turn."""
+    key = _group_id(sample)
+    prompt = _group_prompt(sample)
+    return repr(prompt) if key is None else repr((key, prompt))
+
+
+def group_name(sample: Mapping[str, Any]) -> str:
+    """How a message names a sample's group: ``extra_info.uid=3``, or its prompt (cut short)."""
+    info = sample.get("extra_info")
+    if isinstance(info, Mapping):
+        for k in ("group", "group_id", "uid"):
+            if info.get(k) is not None:
+                return f"extra_info.{k}={info[k]!r}"
+    text = repr(_group_prompt(sample))
+    return f"the group of prompt {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _group_id(sample: Mapping[str, Any]) -> Any:
     extra = sample.get("extra_info")
     info: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
-    key = next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
-    return repr(key) if key is not None else repr(sample.get("prompt"))
+    return next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
+
+
+def _group_prompt(sample: Mapping[str, Any]) -> Any:
+    """The prompt a group shares: ``prompt``, or a trajectory's messages before its first assistant turn
+    (what :func:`~rewardhub.trajectory.text_view` makes its prompt)."""
+    if "prompt" in sample or not isinstance(sample.get("messages"), list):
+        return sample.get("prompt")
+    head = []
+    for m in sample["messages"]:
+        if isinstance(m, Mapping) and m.get("role") == "assistant":
+            break
+        head.append(m)
+    return head
+
+
+class CallsOne(Sequence[Callable[[], Any]]):
+    """The calls of ``inv`` on the samples ``idx`` of the batch, made (each maybe retried) later;
+    each is built when it is asked for, so a large batch makes no list of them."""
+
+    def __init__(self, inv: Invoker, batch: list[Any], idx: list[int], kw: dict[str, Any]) -> None:
+        self._inv, self._batch, self._idx, self._kw = inv, batch, idx, kw
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        inv, sample, kw = self._inv, self._batch[self._idx[k]], self._kw
+        return lambda: inv.call_one(sample, kw)
+
+
+def call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:
+    """A call of ``inv`` on the samples of ``unit``; each try gets a list of its own."""
+    return lambda: inv.call_many([batch[i] for i in unit], kw)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
+from ..types import sample_name
 from ._outcome import ERROR
 from ._outcome import NOT_APPLICABLE
 from ._outcome import OK
@@ -151,6 +152,30 @@ class Column:
         self.timed.extend(other.timed)
         for sparse in ("status", "errors", "where", "extra", "attempts", "cache"):
             getattr(self, sparse).update({i + off: v for i, v in getattr(other, sparse).items()})
+
+    def store_call(self, name: str, unit: list[int], mode: str, res: tuple[str, Any, float], attempts: int
+                   ) -> None:
+        """What one call of reward ``name`` on the samples ``unit`` gave (``res``: status, value or error,
+        latency): one score (``mode`` ``one``) or a list of as many (``many``); a failure fails them all."""
+        status, value, latency = res
+        if status != "ok":
+            for i in unit:
+                self.fail(i, TIMEOUT if status == "timeout" else ERROR,
+                          f"reward {name!r} on {sample_name(self.label(i))}: {value}",
+                          latency / max(1, len(unit)), attempts)
+            return
+        if mode == "one":
+            self.put(unit[0], value, name, latency, attempts)
+            return
+        if not isinstance(value, (list, tuple)) or len(value) != len(unit):
+            got = f"{type(value).__name__} of length {len(value)}" if isinstance(value, (list, tuple)) \
+                else repr(value)[:60]
+            for i in unit:
+                self.fail(i, ERROR, f"batched reward {name!r} returned {got} for {len(unit)} samples "
+                                    f"({sample_name(self.label(i))})", latency / len(unit), attempts)
+            return
+        for i, raw in zip(unit, value):
+            self.put(i, raw, name, latency / len(unit), attempts)
 
     # ---- policy -------------------------------------------------------------------------
     def failures(self) -> list[int]:

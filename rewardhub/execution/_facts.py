@@ -32,6 +32,8 @@ class TermFacts:
     weight: float = 1.0
     #: seconds a call may take (``None``: no limit of its own)
     timeout_s: float | None = None
+    #: how it is called: one sample, a batch, a GRPO group (``group``: it must see whole groups), ...
+    kind: str = "single"
     #: the sample fields the reward reads (its signature's; all of them with ``**kwargs``)
     reads: tuple[str, ...] = ()
     #: it names ``ground_truth`` as a parameter: a row without one is not given to it
@@ -80,7 +82,7 @@ def term_facts(term: Term) -> TermFacts:
     return TermFacts(
         name=term.name, reward=term.spec.name, executor=effective_executor(term),
         on_failure=str(term.policy.on_failure), weight=term.weight, timeout_s=term.policy.timeout_s,
-        reads=tuple(fields_read(term)),
+        reads=tuple(fields_read(term)), kind=term.invoker.kind,
         needs_ground_truth="ground_truth" in params or "ground_truths" in params,
         adapter=term.invoker.adapter, routes=term.routes, cache=bool(term.policy.cache),
         file=term.spec.target.rpartition(":")[0] if term.spec.is_file_target else "",

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..types import sample_name
 from ._calls import FIELDS
 from ._calls import FIXED
 from ._calls import Invoker
@@ -29,7 +30,7 @@ from ._outcome import OK
 from ._outcome import check_value
 from ._outcome import error_text
 
-__all__ = ["fast_eligible", "run_fast"]
+__all__ = ["fast_eligible", "run_fast", "run_fast_until"]
 
 _VERL = {"data_source": "data_source", "solution_str": "response", "ground_truth": "ground_truth",
          "extra_info": "extra_info"}
@@ -142,7 +143,7 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
                 retried[i] = attempts
         else:
             out.append(_FAILED)
-            failed[i] = (f"reward {name!r} on sample {col.label(i)}: {error}", attempts)
+            failed[i] = (f"reward {name!r} on {sample_name(col.label(i))}: {error}", attempts)
     col.timed = list(map(operator.sub, itertools.islice(ends, 1, None), ends))  # each call's seconds
     col.latency_is_timed()  # one time per sample, in sample order
     col.attempts.update(retried)
@@ -177,3 +178,19 @@ def _run_fast(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: s
             extra[i] = o.extra
     return col
 
+
+
+def run_fast_until(inv: Invoker, batch: list[Any], kwargs: Mapping[str, Any], name: str, retries: int,
+                   labels: Sequence[int] | None, cancel: Any, col: Column) -> None:
+    """:func:`run_fast` into ``col`` in slices of about 20 ms of calls (1 sample first, then doubled or
+    halved by the time the last took), none started once ``cancel`` (a :class:`~rewardhub.execution.Cancel`)
+    is set: then ``col`` holds the first samples, those scored."""
+    k, size = 0, 1
+    named = labels if labels is not None else list(range(len(batch)))
+    while k < len(batch) and not cancel.is_set():
+        part = batch[k:k + size]
+        began = time.perf_counter()
+        col.extend(run_fast(inv, part, kwargs, name, retries, named[k:k + size]))
+        took = time.perf_counter() - began
+        k, size = k + len(part), (min(2 * size, 1 << 16) if took < 0.02 else max(1, size // 2) if took > 0.05
+                                  else size)

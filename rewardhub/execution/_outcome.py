@@ -11,6 +11,7 @@ from dataclasses import field
 from typing import Any
 
 from ..errors import RewardhubError
+from ..types import sample_name
 
 __all__ = ["Outcome", "check_value", "error_kind_of", "error_text", "noting_bools"]
 
@@ -154,7 +155,7 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
 
 def _reward_label(reward: str, index: int | None) -> str:
     """How an error message names the failing reward (and its sample, when known)."""
-    return f"reward {reward!r} on sample {index}" if index is not None else f"reward {reward!r}"
+    return f"reward {reward!r} on {sample_name(index)}" if index is not None else f"reward {reward!r}"
 
 
 def _short(x: Any) -> str:

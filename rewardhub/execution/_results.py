@@ -46,7 +46,8 @@ class ScoreResult:
 
     ``scores`` and ``metrics`` are computed by :func:`combine`; ``rewards`` (term name ->
     score per sample), ``extra``, ``errors`` (term -> text), ``error_kinds`` (term -> ``error`` or
-    ``timeout``) and ``outcomes`` are built from the per-term columns the first time they are read.
+    ``timeout``), ``dropped`` (the failed terms left out of a sample's score) and ``outcomes`` are built
+    from the per-term columns the first time they are read.
     """
 
     def __init__(
@@ -83,6 +84,19 @@ class ScoreResult:
         cols = self.columns
         return [{name: error_kind_of(cols[name].status.get(i, ERROR), err) for name, err in errs.items()}
                 for i, errs in enumerate(self.errors)]
+
+    @functools.cached_property
+    def dropped(self) -> list[list[str]]:
+        """Per sample, the terms that failed on it and were dropped (``on_failure: drop``): its score is
+        the other terms' alone, so a trainer should hold the sample invalid rather than read that score
+        as its reward. In a row (``rewardhub score``'s, a server's answer) the same term has its error in
+        ``errors`` and ``null`` in ``rewards``; under ``zero`` or ``nan`` the reward is 0.0 or NaN."""
+        out: list[list[str]] = [[] for _ in self.scores]
+        for name, col in self.columns.items():
+            for i in col.failures():
+                if col.values[i] is None:
+                    out[i].append(name)
+        return out
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]], terms: Sequence[str]) -> ScoreResult:
@@ -132,13 +146,17 @@ class Scorer(Protocol):
         ...
 
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,
-              *, indices: Sequence[int] | None = None, defer_raise: bool = False) -> ScoreResult:
+              *, indices: Sequence[int] | None = None, defer_raise: bool = False,
+              cancel: Any = None) -> ScoreResult:
         """One row per sample, in input order; a failed call is an error (with its kind), never a score.
 
         :param progress: called with (done, total) as the batch goes.
         :param indices: each sample's number in error messages (its row in a larger input).
         :param defer_raise: ``on_failure: raise`` gives the failed samples NaN and keeps their failure,
-            for a caller that pooled several callers' samples and fails only those at fault."""
+            for a caller that pooled several callers' samples and fails only those at fault.
+        :param cancel: a :class:`~rewardhub.execution.Cancel` the caller sets once nobody waits (a client
+            went away, a signal): the calls not started are dropped (a Runner's; a server or a pool scores
+            what it was sent)."""
         ...
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..types import InputRow
 from ._columns import Column
 
 __all__ = ["SlowestSamples"]
@@ -26,14 +27,17 @@ class SlowestSamples:
         self._by_term: dict[str, list[tuple[float, int, Any, str]]] = {}  # a min-heap each
 
     def add(self, columns: Mapping[str, Column], samples: Sequence[Mapping[str, Any]], offset: int) -> None:
-        """One batch's columns; ``samples[col.label(j)]`` is the sample of a column's row ``j``, and
-        the batch's first sample is sample ``offset`` of the run."""
+        """One batch's columns; ``samples[col.label(j)]`` is the sample of a column's row ``j`` (a label
+        that is an :class:`~rewardhub.types.InputRow` counts from the run's first sample), and the
+        batch's first sample is sample ``offset`` of the run."""
         for name, col in columns.items():
             heap = self._by_term.setdefault(name, [])
             for j, seconds in col.slowest(self.k):
                 if len(heap) == self.k and seconds <= heap[0][0]:
                     break  # the rest are faster still
                 i = col.label(j)
+                if isinstance(i, InputRow):  # labelled by its place in the run: back to the batch's
+                    i = int(i) - offset
                 s = samples[i]
                 response = s.get("response")
                 text = response if isinstance(response, str) else repr(response)

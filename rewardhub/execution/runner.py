@@ -11,13 +11,17 @@ from collections.abc import Sequence
 from typing import Any
 from typing import Protocol
 
+from ..errors import RewardhubError
 from ..errors import UsageError
 from ._async import run_async
 from ._cache import CachePlan
 from ._cache import cache_for
+from ._callers import CANCELLED
 from ._callers import Cancel
 from ._callers import cancelled_error
-from ._calls import Invoker
+from ._callers import until_cancelled
+from ._calls import CallsOne
+from ._calls import call_many
 from ._calls import check_sample
 from ._calls import group_key
 from ._columns import Column
@@ -27,10 +31,9 @@ from ._facts import term_facts
 from ._facts import terms_provenance
 from ._fast import fast_eligible
 from ._fast import run_fast
+from ._fast import run_fast_until
 from ._local import run_inline
 from ._local import run_threads
-from ._outcome import ERROR
-from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._process import ProcessPool
 from ._results import ScoreResult
@@ -151,9 +154,19 @@ class Runner:
         process_jobs: list[tuple[Term, list[Task]]] = []
         for term in self.terms:
             if cancel is not None and cancel.is_set():  # nobody waits for these scores any more
+                cancel.kept = columns
                 raise cancelled_error()
             if fast[term.name]:
-                col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
+                if cancel is None:
+                    col = run_fast(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels)
+                else:
+                    col = columns[term.name] = Column(0, labels)
+                    run_fast_until(term.invoker, batch, term.kwargs, term.name, term.policy.retries, labels,
+                                   cancel, col)
+                    if cancel.is_set():  # stopped between slices: the samples scored are kept
+                        self._apply(term, col, True)
+                        cancel.kept = columns
+                        raise cancelled_error()
                 columns[term.name] = col
             else:
                 idx = [i for i, s in enumerate(batch) if term.applies(s)] if term.routed else list(range(n))
@@ -173,7 +186,11 @@ class Runner:
                 if executor == "ray":
                     self._run_ray(term, batch, idx, col)
                 else:
-                    self._run_local(term, executor, batch, idx, col)
+                    self._run_local(term, executor, batch, idx, col, cancel)
+                    if cancel is not None and cancel.is_set():  # its calls not made: no scores to give
+                        self._apply(term, col, True, plans.get(term.name))  # what was paid for is cached
+                        cancel.kept = columns
+                        raise cancelled_error()
             self._apply(term, col, defer_raise, plans.get(term.name))
             done_units += n
             if progress:
@@ -188,12 +205,24 @@ class Runner:
                 if progress:
                     progress(done_units, total)
 
-            pool.run(all_tasks, tick, cancel)
+            try:
+                pool.run(all_tasks, tick, cancel)
+            except RewardhubError:
+                if cancel is None or not cancel.is_set():
+                    raise
+                for term, tasks in process_jobs:  # keep (and cache) what the calls that ended gave
+                    col = columns[term.name]
+                    for task in tasks:
+                        res = task.result or ("error", CANCELLED, 0.0)
+                        col.store_call(term.name, task.tag[1], task.mode, res, task.attempts)
+                    self._apply(term, col, True, plans.get(term.name))
+                cancel.kept = columns
+                raise
             for term, tasks in process_jobs:
                 col = columns[term.name]
                 for task in tasks:
                     assert task.result is not None
-                    self._store(term, task.tag[1], task.mode, task.result, col, task.attempts)
+                    col.store_call(term.name, task.tag[1], task.mode, task.result, task.attempts)
                 self._apply(term, col, defer_raise, plans.get(term.name))
         return self._combine(n, columns)
 
@@ -237,14 +266,17 @@ class Runner:
         size = max(1, math.ceil(len(idx) / max(1, parts)))
         return [idx[k:k + size] for k in range(0, len(idx), size)]
 
-    def _run_local(self, term: Term, executor: str, batch: list[Any], idx: list[int], col: Column) -> None:
+    def _run_local(self, term: Term, executor: str, batch: list[Any], idx: list[int], col: Column,
+                   cancel: Cancel | None = None) -> None:
         inv, kw, pol = term.invoker, term.kwargs, term.policy
         calls: Sequence[Callable[[], Any]]
         if inv.kind == "function":
-            calls = _CallsOne(inv, batch, idx, kw)
+            calls = CallsOne(inv, batch, idx, kw)
         else:
             units = self._chunks(term, batch, idx, 1)
-            calls = [_call_many(inv, batch, u, kw) for u in units]
+            calls = [call_many(inv, batch, u, kw) for u in units]
+        if cancel is not None:
+            calls = until_cancelled(calls, cancel)
         abandoned = 0
         if executor == "thread":
             results, abandoned = run_threads(calls, pol.timeout_s, pol.max_concurrency, pol.retries)
@@ -261,15 +293,16 @@ class Runner:
                 if status == "ok":  # the common case, stored straight
                     put(i, value, name, latency)
                 else:
-                    self._store(term, [i], "one", (status, value, latency), col, 1)
+                    col.store_call(term.name, [i], "one", (status, value, latency), 1)
             return
         for unit, res in zip(units, results):
-            self._store(term, unit, "many", res, col, 1)
+            col.store_call(term.name, unit, "many", res, 1)
 
     def _run_ray(self, term: Term, batch: list[Any], idx: list[int], col: Column) -> None:
         with self._start_lock:
             executor = self._start_remote(term)
-        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx], idx)):
+        for i, out in zip(idx, executor.score_term(term.name, [batch[i] for i in idx],
+                                                        [col.label(i) for i in idx])):
             col.put_outcome(i, out)
 
     def _start_remote(self, term: Term) -> RemoteExecutor:
@@ -285,29 +318,6 @@ class Runner:
             mine = [t for t in self.terms if t.policy.executor == "ray" and t.pool == term.pool]
             executor = self._remote[term.pool] = factory(term.pool, mine)
         return executor
-
-    @staticmethod
-    def _store(term: Term, unit: list[int], mode: str, res: tuple[str, Any, float], col: Column,
-               attempts: int) -> None:
-        status, value, latency = res
-        if status != "ok":
-            for i in unit:
-                col.fail(i, TIMEOUT if status == "timeout" else ERROR,
-                         f"reward {term.name!r} on sample {col.label(i)}: {value}",
-                         latency / max(1, len(unit)), attempts)
-            return
-        if mode == "one":
-            col.put(unit[0], value, term.name, latency, attempts)
-            return
-        if not isinstance(value, (list, tuple)) or len(value) != len(unit):
-            got = f"{type(value).__name__} of length {len(value)}" if isinstance(value, (list, tuple)) \
-                else repr(value)[:60]
-            for i in unit:
-                col.fail(i, ERROR, f"batched reward {term.name!r} returned {got} for {len(unit)} samples "
-                                   f"(sample {col.label(i)})", latency / len(unit), attempts)
-            return
-        for i, raw in zip(unit, value):
-            col.put(i, raw, term.name, latency / len(unit), attempts)
 
     @staticmethod
     def _apply(term: Term, col: Column, defer_raise: bool = False, plan: CachePlan | None = None) -> None:
@@ -375,25 +385,3 @@ class Runner:
             self.close()
         except Exception:
             pass
-
-
-class _CallsOne(Sequence[Callable[[], Any]]):
-    """The calls of ``inv`` on the samples ``idx`` of the batch, made (each maybe retried) later;
-    each is built when it is asked for, so a large batch makes no list of them."""
-
-    def __init__(self, inv: Invoker, batch: list[Any], idx: list[int], kw: dict[str, Any]) -> None:
-        self._inv, self._batch, self._idx, self._kw = inv, batch, idx, kw
-
-    def __len__(self) -> int:
-        return len(self._idx)
-
-    def __getitem__(self, k: Any) -> Any:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        inv, sample, kw = self._inv, self._batch[self._idx[k]], self._kw
-        return lambda: inv.call_one(sample, kw)
-
-
-def _call_many(inv: Invoker, batch: list[Any], unit: list[int], kw: dict[str, Any]) -> Callable[[], Any]:
-    """A call of ``inv`` on the samples of ``unit``; each try gets a list of its own."""
-    return lambda: inv.call_many([batch[i] for i in unit], kw)

@@ -2,7 +2,14 @@
 
 A request's rows wait in a queue; the batcher takes every request waiting (up to ``max_batch_rows``
 rows, never splitting a request) into one :meth:`Runner.score` call, made on a worker thread so that
-the event loop keeps answering, and hands each request its own rows back. While a batch is scored,
+the event loop keeps answering, and hands each request its own rows back.
+
+What a client gets depends on its own request only: each request is checked before it is queued (a
+malformed row fails its own request, 400, never another's); where a term is a group reward, requests
+that share a group key (two trainers whose uids both start at 0, or the same prompt) are never pooled
+into one call, so no group mixes two clients' rows; a call that fails as a whole is made again request
+by request, so that only the request at fault fails; and once every request of a call has gone (their
+clients disconnected), its reward calls not yet made are dropped. While a batch is scored,
 the next one gathers. Rows are scored exactly as ``rewardhub score`` scores them (the same
 :func:`rewardhub.scoring.score_rows`), so the answers are equal row for row.
 
@@ -30,6 +37,7 @@ from typing import Any
 from ..errors import RewardhubError
 from ..execution import Scorer
 from ..scoring import Scored
+from ..scoring import has_group_terms
 from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import score_rows
@@ -49,6 +57,8 @@ def max_calls_for(runner: Scorer, wanted: int) -> int:
 class _Pending:
     rows: list[dict[str, Any]]
     future: asyncio.Future[list[dict[str, Any]]]
+    #: the request's groups (:func:`~rewardhub.execution.group_key`), where a term is a group reward
+    groups: frozenset[str] = frozenset()
     queued: float = field(default_factory=time.monotonic)
 
 
@@ -65,6 +75,8 @@ class Batcher:
         self.needing = terms_needing(runner)
         #: the terms whose failure fails the request (on_failure: raise)
         self.raising = [f.name for f in runner.facts if f.on_failure == "raise"]
+        #: a term is a group reward: requests that share a group key are never pooled in one call
+        self.grouped = has_group_terms(runner)
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
         self.max_calls = max_calls_for(runner, max_calls)
@@ -83,8 +95,14 @@ class Batcher:
         """The output rows of ``rows`` (input row + ``score``, ``rewards``, ``extra``, ``errors``)."""
         if self._closing:
             raise RewardhubError("the server is shutting down")
+        from ..execution import check_sample
+        from ..execution import group_key
+
+        for i, row in enumerate(rows):  # a malformed row fails its own request, before any pooling
+            check_sample(row, i)
+        groups = frozenset(map(group_key, rows)) if self.grouped else frozenset()
         fut: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(rows, fut))
+        self._queue.append(_Pending(rows, fut, groups))
         self._wake.set()
         self.metrics.inflight += 1
         try:
@@ -119,14 +137,24 @@ class Batcher:
         self.busy.pop(task, None)
 
     def _take(self) -> list[_Pending]:
+        """The next call's requests: those waiting, in order, up to ``max_batch_rows`` rows; a request
+        sharing a group with one taken (two clients whose uids both start at 0, or who send the same
+        prompt) waits for the next call, so that a group reward grades each request's groups alone."""
         taken: list[_Pending] = []
+        waiting: list[_Pending] = []
+        keys: set[str] = set()
         rows = 0
         while self._queue and (not taken or rows + len(self._queue[0].rows) <= self.max_batch_rows):
             p = self._queue.pop(0)
             if p.future.cancelled():  # its client went away before it was scored
                 continue
+            if not keys.isdisjoint(p.groups):
+                waiting.append(p)
+                continue
             taken.append(p)
+            keys.update(p.groups)
             rows += len(p.rows)
+        self._queue[:0] = waiting
         return taken
 
     async def _score_batch(self, batch: list[_Pending]) -> None:
@@ -135,31 +163,56 @@ class Batcher:
         get their rows, and no row is scored twice."""
         self.metrics.calls += 1
         try:
-            rows = [r for p in batch for r in p.rows]
-            indices = [i for p in batch for i in range(len(p.rows))]  # each row's number in its request
             try:
-                scored = await self._call(functools.partial(
-                    score_rows, self.runner, rows, missing_ground_truth(rows, self.needing), indices=indices,
-                    defer_raise=True))
-            except Exception as exc:  # not a reward's failure (those are in the columns): every request
-                self.metrics.batch_failures += 1
-                for p in batch:
-                    _set(p.future, exc=exc)
-                return
-            k = 0
-            for p in batch:
-                mine = range(k, k + len(p.rows))
-                failed = _raised(self.raising, scored, mine)
-                if failed is not None:
+                await self._score_requests(batch)
+            except Exception as exc:  # not a reward's failure (those are in the columns)
+                if len(batch) == 1:
                     self.metrics.batch_failures += 1
-                    _set(p.future, exc=failed)
-                else:
-                    _set(p.future, [output_row(rows[i], scored.results[i]) for i in mine])
-                k += len(p.rows)
+                    _set(batch[0].future, exc=exc)
+                    return
+                for p in batch:  # each request alone: only the one at fault fails
+                    if p.future.done():  # its client went away
+                        continue
+                    try:
+                        await self._score_requests([p])
+                    except Exception as alone:
+                        self.metrics.batch_failures += 1
+                        _set(p.future, exc=alone)
         finally:
             self.metrics.calls -= 1
             self._slots.release()
             self._wake.set()
+
+    async def _score_requests(self, batch: list[_Pending]) -> None:
+        """One Runner call for ``batch``'s rows, each request answered with its own; the calls not
+        made yet are dropped once every request's client has gone away.
+
+        :raises Exception: the call failed other than by a reward's failure."""
+        from ..execution import Cancel
+
+        rows = [r for p in batch for r in p.rows]
+        indices = [i for p in batch for i in range(len(p.rows))]  # each row's number in its request
+        cancel = Cancel()
+
+        def gone(_: Any) -> None:
+            if all(p.future.cancelled() for p in batch):
+                cancel.set()
+
+        for p in batch:
+            p.future.add_done_callback(gone)
+        scored = await self._call(functools.partial(
+            score_rows, self.runner, rows, missing_ground_truth(rows, self.needing), indices=indices,
+            defer_raise=True, cancel=cancel))
+        k = 0
+        for p in batch:
+            mine = range(k, k + len(p.rows))
+            failed = _raised(self.raising, scored, mine)
+            if failed is not None:
+                self.metrics.batch_failures += 1
+                _set(p.future, exc=failed)
+            else:
+                _set(p.future, [output_row(rows[i], scored.results[i]) for i in mine])
+            k += len(p.rows)
 
     async def _call(self, fn: Callable[[], Scored]) -> Scored:
         scored = await asyncio.get_running_loop().run_in_executor(self._threads, fn)

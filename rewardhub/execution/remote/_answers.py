@@ -1,18 +1,22 @@
 """What the client checks in a server's answer before it believes it.
 
-An answer that is not JSON (a proxy's HTML page, a body cut short), lacks a field, holds a score that
-is not a number, or answers its rows out of order (each row carries the ``index`` it was sent with)
-is a :class:`BadAnswer` naming the server and what was wrong: never a bare Python error, never a
-score given to another sample.
+An answer that is not JSON (a proxy's HTML page, a body cut short), lacks a field, or answers its rows
+out of order (each row carries the ``index`` it was sent with) is a :class:`BadAnswer` naming the server
+and what was wrong: never a bare Python error, never a score given to another sample. A row whose score
+or reward is not a finite number (``1e400``, ``NaN``, text) is a failure of that row alone (its error
+says what the server sent), never a number written out.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import RewardhubError
+from .._outcome import ERROR
 
 __all__ = ["BadAnswer", "checked_info", "checked_rows", "json_of"]
 
@@ -60,9 +64,9 @@ def checked_info(data: Any, url: str) -> dict[str, Any]:
     return dict(data)
 
 
-def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, Any]]:
-    """``POST /score``'s answer rows for samples ``first`` .. ``first + count - 1``, sent with ``index``
-    0 .. ``count - 1``: each row is an object with its ``index``, a ``score`` and ``rewards`` (numbers
+def checked_rows(data: Any, url: str, samples: Sequence[int]) -> list[dict[str, Any]]:
+    """``POST /score``'s answer rows for ``samples`` (their numbers in the batch), sent with ``index``
+    0 .. ``len(samples) - 1``: each row is an object with its ``index``, a ``score`` and ``rewards`` (numbers
     or null), and ``errors`` (term -> text), ``error_kinds`` (term -> kind) and ``extra`` objects where
     present.
 
@@ -71,11 +75,11 @@ def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, 
     what = "POST /score"
     if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list):
         raise BadAnswer(url, what, "no 'rows' list")
-    rows = data["rows"]
+    rows, count = data["rows"], len(samples)
     if len(rows) != count:
         raise BadAnswer(url, what, f"{len(rows)} rows for {count} samples")
     for i, row in enumerate(rows):
-        where = f"the row of sample {first + i}"
+        where = f"the row of sample {samples[i]}"
         if not isinstance(row, Mapping):
             raise BadAnswer(url, what, f"{where} a JSON {type(row).__name__}, not an object")
         if row.get("index") != i or isinstance(row.get("index"), bool):
@@ -83,12 +87,9 @@ def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, 
                             "or out of order")
         if "score" not in row:
             raise BadAnswer(url, what, f"{where} without a 'score'")
-        _number(row["score"], url, f"{where}: its 'score'")
         rewards = row.get("rewards")
         if not isinstance(rewards, Mapping):
             raise BadAnswer(url, what, f"{where} without a 'rewards' object")
-        for name, value in rewards.items():
-            _number(value, url, f"{where}: its reward {name!r}")
         for key in ("errors", "error_kinds", "extra"):
             if row.get(key) is not None and not isinstance(row[key], Mapping):
                 raise BadAnswer(url, what,
@@ -97,10 +98,37 @@ def checked_rows(data: Any, url: str, first: int, count: int) -> list[dict[str, 
             if not isinstance(why, str):
                 raise BadAnswer(url, what, f"{where}: its error of {name!r} is {type(why).__name__} {why!r}, "
                                 "not a text")
-    return [dict(r) for r in rows]
+    return [_failed_where_not_finite(dict(r), url) for r in rows]
 
 
-def _number(value: Any, url: str, where: str) -> None:
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return
-    raise BadAnswer(url, "POST /score", f"{where} is {type(value).__name__} {value!r}, not a number or null")
+def _finite(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value))
+
+
+def _failed_where_not_finite(row: dict[str, Any], url: str) -> dict[str, Any]:
+    """``row``, where a reward or the score the server sent is not a finite number (``1e400``, ``NaN``,
+    text, ``true``), with that reward failed (an error, its value null) and the row's score null: the
+    row has no reward, and says why; never a number written out."""
+    rewards = dict(row["rewards"])
+    bad = {n: v for n, v in rewards.items() if not _finite(v)}
+    if not bad and _finite(row["score"]):
+        return row
+    errors, kinds = dict(row.get("errors") or {}), dict(row.get("error_kinds") or {})
+    for name, value in bad.items():
+        rewards[name] = None
+        errors[name] = f"reward server {url} sent {_shown(value)} as reward {name!r}: not a finite number"
+        kinds[name] = ERROR
+    if not _finite(row["score"]):
+        for name in rewards:
+            if name not in errors:
+                errors[name] = (f"reward server {url} sent {_shown(row['score'])} as this row's score: not a "
+                                "finite number")
+                kinds[name] = ERROR
+    row.update(score=None, rewards=rewards, errors=errors, error_kinds=kinds)
+    return row
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -29,6 +29,7 @@ from ...config.schema import RemoteConfig
 from ...config.schema import check_url
 from ...errors import RewardhubError
 from ...errors import UsageError
+from ...scoring import group_units
 from .._facts import TermFacts
 from .._results import ScoreResult
 from ._answers import checked_info
@@ -135,22 +136,41 @@ class RemoteScorer:
         return [{**r, "remote": self.url} for r in self.info().get("rewards", []) if isinstance(r, Mapping)]
 
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,
-              *, indices: Sequence[int] | None = None, defer_raise: bool = False) -> ScoreResult:
+              *, indices: Sequence[int] | None = None, defer_raise: bool = False, cancel: Any = None
+              ) -> ScoreResult:
         """The server's scores of ``samples`` (JSON: values that are not JSON are sent as text), in as
-        many requests as the server's limits ask for (``progress`` called after each). The server applies
-        its terms' ``on_failure`` itself; ``indices`` and ``defer_raise`` change nothing there."""
+        many requests as the server's limits ask for (``progress`` called after each); a group
+        (:func:`~rewardhub.execution.group_key`) is never split between requests where the server scores
+        with a group reward. The server applies its terms' ``on_failure`` itself (``defer_raise`` changes
+        nothing there); ``cancel`` is not read: a request sent is scored.
+
+        :param indices: each sample's label in messages (as :meth:`rewardhub.execution.Runner.score`'s):
+            a server's error naming a sample by its place in the request names it by its label here.
+        :raises RewardhubError: a sample, or a group, larger than one request may be.
+        """
         terms = [f.name for f in self.facts]
         if not samples:
             return ScoreResult.from_rows([], terms)
         encoded = [_encoded(s) for s in samples]
         limits = self.info().get("limits", {})
-        rows: list[dict[str, Any]] = []
-        first = 0
-        for part in _chunks(encoded, self._max_rows, limits.get("max_body")):
-            rows += self._score_part(first, part)
-            first += len(part)
-            if progress is not None:
-                progress(first, len(samples))
+        grouped = any(f.kind == "group" for f in self.facts)
+        units = group_units(samples) if grouped else [[i] for i in range(len(samples))]
+        rows: list[dict[str, Any]] = [{} for _ in samples]
+        answered: list[int] = []
+        try:
+            for part in _parts(units, samples, encoded, self._max_rows, limits.get("max_body")):
+                positions = [i for u in part for i in u]
+                for k, (i, row) in enumerate(zip(positions, self._score_part(part, samples, encoded))):
+                    rows[i] = _relabelled(row, k, i if indices is None else indices[i])
+                answered += positions
+                if progress is not None:
+                    progress(len(answered), len(samples))
+        except RewardhubError as exc:  # the rows answered before: the caller may keep them (``answered``)
+            from ...scoring import RESULT_KEYS
+
+            kept = {i: {k: rows[i][k] for k in RESULT_KEYS if k in rows[i]} for i in answered}
+            exc.answered = kept  # type: ignore[attr-defined]
+            raise
         self.last_pids = sorted(
             {
                 w["pid"]
@@ -162,16 +182,29 @@ class RemoteScorer:
         )
         return ScoreResult.from_rows(rows, terms)
 
-    def _score_part(self, first: int, part: list[bytes]) -> list[dict[str, Any]]:
-        answer = self.http.request("POST", "/score", _body(part))
-        if answer.status == 413 and len(part) > 1:  # over a limit the server did not publish: halve
-            half = len(part) // 2
+    def _score_part(self, part: list[list[int]], samples: Sequence[Mapping[str, Any]], encoded: list[bytes]
+                    ) -> list[dict[str, Any]]:
+        """The answer rows of the units (groups, or single rows) in ``part``, in their order."""
+        positions = [i for u in part for i in u]
+        answer = self.http.request("POST", "/score", _body([encoded[i] for i in positions]))
+        if answer.status == 413 and len(positions) > 1:  # over a limit the server did not publish: halve
+            if len(part) == 1:
+                raise RewardhubError(
+                    f"reward server {self.url} refused {_group_of(samples, part[0])} ({len(positions)} rows) "
+                    "as too large (413), and a group reward needs a group in one request\nstart `rewardhub "
+                    "serve` with larger limits (--max-rows, --max-body-mb)")
+            k, half = 0, len(positions) // 2
+            while k < len(part) - 1 and sum(map(len, part[:k + 1])) < half:
+                k += 1
+            cut = k + 1
+            rows = sum(map(len, part[:cut]))
             self.splits += 1
-            self._max_rows = half if self._max_rows is None else min(self._max_rows, half)
-            print(f"WARNING: reward server {self.url} refused {len(part)} rows as too large (413); "
-                  f"sending at most {half} rows per request", file=sys.stderr, flush=True)
-            return self._score_part(first, part[:half]) + self._score_part(first + half, part[half:])
-        return checked_rows(self._json(answer, "POST /score"), self.url, first, len(part))
+            self._max_rows = rows if self._max_rows is None else min(self._max_rows, rows)
+            print(f"WARNING: reward server {self.url} refused {len(positions)} rows as too large (413); "
+                  f"sending at most {rows} rows per request", file=sys.stderr, flush=True)
+            return (self._score_part(part[:cut], samples, encoded)
+                    + self._score_part(part[cut:], samples, encoded))
+        return checked_rows(self._json(answer, "POST /score"), self.url, positions)
 
     def fingerprint(self) -> str:
         return f"remote:{self.url}"
@@ -210,27 +243,57 @@ def _body(part: list[bytes]) -> bytes:
     return b'{"rows":[' + b",".join(rows) + b"]}"
 
 
-def _chunks(encoded: list[bytes], max_rows: int | None, max_body: int | None) -> list[list[bytes]]:
-    """``encoded`` cut into requests of at most ``max_rows`` rows and ``max_body`` bytes.
+def _relabelled(row: dict[str, Any], sent: int, label: int) -> dict[str, Any]:
+    """``row`` with its errors naming its sample by ``label``, not by ``sent`` (its place in the request)."""
+    errors = row.get("errors")
+    if not isinstance(errors, Mapping) or not errors:
+        return row
+    import re
 
-    :raises RewardhubError: one sample alone is larger than ``max_body``.
+    from ...types import sample_name
+
+    here = re.compile(rf"(?<![\w]){re.escape(f'sample {sent}')}(?!\d)")
+    row["errors"] = {k: here.sub(lambda _: sample_name(label), v, count=1) if isinstance(v, str) else v
+                     for k, v in errors.items()}
+    return row
+
+
+def _group_of(samples: Sequence[Mapping[str, Any]], unit: list[int]) -> str:
+    from .. import group_name
+
+    return f"sample {unit[0]}" if len(unit) == 1 else f"the group {group_name(samples[unit[0]])}"
+
+
+def _parts(units: list[list[int]], samples: Sequence[Mapping[str, Any]], encoded: list[bytes],
+           max_rows: int | None, max_body: int | None) -> list[list[list[int]]]:
+    """``units`` (groups of positions, or single ones) packed into requests of at most ``max_rows``
+    rows and ``max_body`` bytes; a unit is never cut.
+
+    :raises RewardhubError: one unit alone is over a limit, naming it and the limit.
     """
-    parts: list[list[bytes]] = [[]]
-    size = _BODY_BYTES
-    for i, row in enumerate(encoded):
-        grown = len(row) + _INDEX_BYTES + 1
+    parts: list[list[list[int]]] = [[]]
+    rows, size = 0, _BODY_BYTES
+    for unit in units:
+        grown = sum(len(encoded[i]) + _INDEX_BYTES + 1 for i in unit)
+        if max_rows is not None and len(unit) > max_rows:
+            raise RewardhubError(
+                f"{_group_of(samples, unit)} has {len(unit)} rows, more than the reward server's limit of "
+                f"{max_rows} rows per request, and a group reward needs a group in one request\n"
+                "start `rewardhub serve` with a larger --max-rows"
+            )
         if max_body is not None and _BODY_BYTES + grown > max_body:
             raise RewardhubError(
-                f"sample {i} is {len(row)} bytes as JSON, more than the reward server's limit of {max_body} "
-                "bytes per request\nstart `rewardhub serve` with a larger --max-body-mb"
+                f"{_group_of(samples, unit)} is {grown} bytes as JSON, more than the reward server's limit "
+                f"of {max_body} bytes per request\nstart `rewardhub serve` with a larger --max-body-mb"
             )
         full = parts[-1] and (
-            (max_rows is not None and len(parts[-1]) >= max_rows)
+            (max_rows is not None and rows + len(unit) > max_rows)
             or (max_body is not None and size + grown > max_body)
         )
         if full:
             parts.append([])
-            size = _BODY_BYTES
-        parts[-1].append(row)
+            rows, size = 0, _BODY_BYTES
+        parts[-1].append(unit)
+        rows += len(unit)
         size += grown
     return parts
