@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["STEPS_IN_A_ROW", "FailureWatch", "error_rates", "failures", "invalid_samples", "progress_postfix"]
+__all__ = ["STEPS_IN_A_ROW", "FailureWatch", "error_rates", "failed_without_value", "failures",
+           "invalid_samples", "progress_postfix"]
 
 #: trained steps in a row above ``trainer.max_reward_error_rate`` before the run stops
 STEPS_IN_A_ROW = 3
@@ -35,6 +36,26 @@ def failures(result: Any) -> dict[str, tuple[int, int, str]]:
                 applied += 1
         out[str(name)] = (failed, applied, last)
     return out
+
+
+def failed_without_value(errors: Mapping[str, Any], rewards: Mapping[str, Any]) -> bool:
+    """Does a row hold a term that failed and has no number for it (``on_failure: drop`` gives None,
+    ``nan`` NaN)? Such a sample is invalid in training: the sum of its other terms is not its reward
+    (a verifier that crashed on a right answer is not a wrong answer). Only ``zero`` trains a failure,
+    as the 0.0 it asks for.
+
+    ``errors``/``rewards``: one row of :class:`rewardhub.execution.ScoreResult` (``errors[i]``,
+    ``rewards[i]``): a failed term is one named in the row's errors."""
+    for name in errors:
+        value = rewards.get(name)
+        if value is None or isinstance(value, bool):
+            return True
+        try:
+            if not math.isfinite(float(value)):
+                return True
+        except (TypeError, ValueError):
+            return True
+    return False
 
 
 def error_rates(fails: dict[str, tuple[int, int, str]]) -> dict[str, float]:
