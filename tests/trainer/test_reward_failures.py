@@ -162,3 +162,29 @@ def test_a_reward_routed_to_no_sample_says_so_once(ray_session, tiny_config, tmp
         f"WARNING: reward 'only_gsm8k' applied to 0 of {SPS} rows so far: it is routed to data_source in "
         "['gsm8k'], and no row matched, so it scored none of them (null); give rows a matching "
         "data_source, or turn its routing off with data_sources: [] in its config term"]
+
+
+ALWAYS_RAISES = '''
+def broken(*, response, **kwargs):
+    raise ValueError("cannot parse the answer")
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_short_run_whose_every_reward_call_failed_exits_non_zero_naming_it(
+        ray_session, tiny_config, tmp_path, capfd):
+    """Issue 42 §6: two steps (too few for the stop rule's three in a row), every call failed: the run
+    ends with one ERROR line naming the reward and a non-zero exit, not a summary and exit 0."""
+    from rewardhub.cli import main
+
+    cfg = tiny_config(trainer={"total_steps": 2}, reward=_reward(tmp_path, ALWAYS_RAISES, "broken"))
+    out = tmp_path / "o"
+    capfd.readouterr()
+    rc = main(["train", cfg, "--output", str(out), "--no-progress"])
+    err = capfd.readouterr().err
+    assert rc == 1, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("ERROR: ")]
+    assert errors == [f"ERROR: reward 'broken': every one of its {2 * SPS} calls in the run failed, so "
+                      "nothing was learned from it; last error: " + errors[0].split("last error: ")[1]], err
+    assert "cannot parse the answer" in errors[0]
+    assert [r["step"] for r in _rows(out)] == [1, 2] and not (out / "summary.json").exists()

@@ -244,6 +244,9 @@ class Run:
     def _finish(self, leftovers: list[Rollout]) -> dict[str, Any]:
         summary = self._summary(leftovers, self._infos())
         self._stop()
+        failed = self.reward_watch.every_call_failed()
+        if failed:  # no summary.json: the run did not train (as a run the stop rule ends)
+            raise RunAborted(failed)
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
 

@@ -99,6 +99,18 @@ class FailureWatch:
                 )
         return stop
 
+    def every_call_failed(self) -> str | None:
+        """At the end of a run: the reason to fail it when some reward failed on every sample it applied
+        to (a run too short for the stop rule, e.g. 2 steps), or None. With
+        ``trainer.max_reward_error_rate=1`` every failure is accepted, this one too."""
+        if self.max_rate >= 1.0:
+            return None
+        for name, failed in self.failed.items():
+            if failed and failed == self.applied.get(name):
+                return (f"reward {name!r}: every one of its {failed} calls in the run failed, so nothing "
+                        f"was learned from it; last error: {self.last.get(name, '?')}")
+        return None
+
     def rates(self) -> dict[str, float]:
         """Each reward's failed calls over the samples it applied to, over the whole run."""
         return {name: round(self.failed[name] / self.applied[name], 6) if self.applied[name] else 0.0
