@@ -84,6 +84,32 @@ def check_model(model: ModelConfig) -> None:
         for key, rule in TINY_RULES.items():  # the sizes models.py builds the model from
             if key in model.tiny:
                 rule.check(f"model.tiny.{key}", check_scalar(f"model.tiny.{key}", model.tiny[key], int))
+        _check_tiny_shapes(model.tiny)
+
+
+def _check_tiny_shapes(tiny: dict[str, Any]) -> None:
+    """The sizes of ``model.tiny`` fit together (else a torch shape error from deep inside the rollouter,
+    after Ray started): the heads split the hidden size into even halves (rotary embeddings), and the
+    key/value heads divide the attention heads."""
+    from .models import TINY_DEFAULTS
+
+    spec = {**TINY_DEFAULTS, **tiny}
+    hidden, heads, kv = spec["hidden_size"], spec["num_attention_heads"], spec["num_key_value_heads"]
+
+    def said(key: str) -> str:
+        return f"model.tiny.{key}={spec[key]}" + ("" if key in tiny else " (the default)")
+
+    if "head_dim" not in tiny and (hidden % heads or (hidden // heads) % 2):
+        fits = [h for h in range(1, min(hidden, 4096) + 1) if hidden % h == 0 and (hidden // h) % 2 == 0]
+        raise UsageError(
+            f"{said('num_attention_heads')} does not fit {said('hidden_size')}: each head gets "
+            "hidden_size / num_attention_heads dimensions, which must be a whole even number\n"
+            f"set model.tiny.num_attention_heads to one of {', '.join(map(str, fits[:8]))}"
+            f"{' ...' if len(fits) > 8 else ''} (or change model.tiny.hidden_size)")
+    if heads % kv:
+        raise UsageError(
+            f"{said('num_key_value_heads')} does not divide {said('num_attention_heads')}\n"
+            "each key/value head serves a whole number of attention heads: pick a divisor")
 
 
 def check_rollout(rollout: RolloutConfig) -> None:
@@ -116,6 +142,9 @@ def check_rollout(rollout: RolloutConfig) -> None:
         raise invalid("rollout.val_n", rollout.val_n, "set rollout.val_temperature > 0 (0 is greedy)",
                       "more than one response per prompt needs sampling")
     _check_list(rollout.stop, str, "rollout.stop", "a list of strings")
+    if rollout.stop and any(v == "" for v in rollout.stop):
+        raise invalid("rollout.stop", rollout.stop, "remove the empty string (or the key)",
+                      "an empty stop string matches at once: every response would be empty")
     _check_list(rollout.stop_token_ids, int, "rollout.stop_token_ids", "a list of integers")
     if rollout.stop and rollout.engine == "vllm":
         raise invalid("rollout.stop", rollout.stop, "with vllm, give rollout.stop_token_ids",
