@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -87,7 +88,7 @@ def check_model(model: ModelConfig) -> None:
         _check_tiny_shapes(model.tiny)
 
 
-def _check_tiny_shapes(tiny: dict[str, Any]) -> None:
+def _check_tiny_shapes(tiny: Mapping[str, Any]) -> None:
     """The sizes of ``model.tiny`` fit together (else a torch shape error from deep inside the rollouter,
     after Ray started): the heads split the hidden size into even halves (rotary embeddings), and the
     key/value heads divide the attention heads."""

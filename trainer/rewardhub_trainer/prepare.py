@@ -41,10 +41,15 @@ class Prepared:
     #: (:func:`rewardhub_trainer.rewards.used_rewards`), from the one registry the driver built; ``None`` with
     #: ``reward.remote`` (the server's, asked at the end)
     rewards: list[dict[str, Any]] | None = None
+    #: ``reward.remote``: the server's identity of each of its terms (:func:`.rewards.remote_identities`)
+    remote_identities: dict[str, str] | None = None
 
     def reward_identities(self) -> dict[str, str]:
         """Each reward the config uses -> what identifies its code (``dist==version``, or the ``sha256:``
-        of a reward file): a resumed run checks its checkpoint's against these."""
+        of a reward file; with ``reward.remote``, the server's terms'): a resumed run checks its
+        checkpoint's against these."""
+        if self.remote_identities is not None:
+            return dict(self.remote_identities)
         setup = self.reward_setup
         if setup is None:
             return {}
@@ -82,6 +87,7 @@ def prepare(raw: Any) -> Prepared:
     from .engine import check_engine
     from .models import load_tokenizer
     from .models import materialize
+    from .rewards import remote_identities
     from .rewards import used_rewards
     from .rewards import validate_rewards
     from .runfolder import env_paths
@@ -95,6 +101,7 @@ def prepare(raw: Any) -> Prepared:
     cfg = dataclasses.replace(cfg, reward=reward)
     needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
     used = None if reward.remote else used_rewards(reward, registry=registry)
+    remote = remote_identities(used_rewards(reward)) if reward.remote else None
     dataset = load_dataset(cfg.data, needs)
     val = None
     if cfg.data.val_files:
@@ -121,5 +128,6 @@ def prepare(raw: Any) -> Prepared:
         reward_setup=reward_setup,
         env_paths=secrets,
         rewards=used,
+        remote_identities=remote,
     )
 

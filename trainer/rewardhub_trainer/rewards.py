@@ -20,7 +20,7 @@ from rewardhub.errors import RewardhubError
 from rewardhub.errors import UnknownRewardError
 from rewardhub.errors import UsageError
 
-__all__ = ["provenance", "used_rewards", "validate_rewards"]
+__all__ = ["provenance", "remote_identities", "used_rewards", "validate_rewards"]
 
 
 def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = None
@@ -127,3 +127,17 @@ def _validate_remote(reward: RewardConfig) -> tuple[RewardConfig, Any, None]:
     reached(reward.remote)
     setup, _ = prepare_setup(reward)
     return reward, setup, None
+
+
+def remote_identities(used: list[dict[str, Any]]) -> dict[str, str]:
+    """``reward.remote``: each term the server scores with -> what identifies its code on the server
+    (the file's ``sha256:``, else ``dist==version``, else its target), from the server's provenance
+    (:func:`used_rewards`). A resumed run checks its checkpoint's against these, as a local run checks
+    its own rewards' (:func:`rewardhub_trainer.runfolder.check_resume_rewards`)."""
+    out = {}
+    for r in used:
+        identity = r.get("identity") or (f"sha256:{r['sha256']}" if r.get("sha256") else
+                                         f"{r['dist']}=={r['version']}" if r.get("dist") else r.get("target"))
+        if r.get("name") and identity:
+            out[str(r["name"])] = str(identity)
+    return out
