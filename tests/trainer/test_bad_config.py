@@ -73,6 +73,12 @@ def _one_error_line(err: str) -> str:
             "hidden_size / num_attention_heads dimensions, which must be a whole even number",
             "  set model.tiny.num_attention_heads to one of 1, 2, 4, 8, 16, 32 ",
         ),
+        (  # issue 43 §3: an error about model folders and memory, from the actors
+            "trainer.call_timeout_s=1e-9",
+            "ERROR: trainer.call_timeout_s=1e-09 is not valid: every call on an actor (loading weights, a "
+            "batch on a busy host) would count as hung",
+            "  allowed: 0 (no deadline) or a value >= 10 (seconds; default 1800)",
+        ),
         (
             "model.tiny.num_key_value_heads=3",
             "ERROR: model.tiny.num_key_value_heads=3 does not divide model.tiny.num_attention_heads=2",

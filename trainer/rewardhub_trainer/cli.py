@@ -164,8 +164,17 @@ def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
     )
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
-    _start_ray()
-    old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
+    old = None
+    try:
+        _start_ray()
+        old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
+    except SystemExit as exc:  # SIGTERM while Ray starts: its handler's exit, as a signal
+        if exc.code != signal.SIGTERM:
+            raise
+        from rewardhub.errors import Interrupted
+
+        trackers.close()
+        raise Interrupted("SIGTERM") from None
     try:
         summary: dict[str, Any] = run_.run()
         return summary

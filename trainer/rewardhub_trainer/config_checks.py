@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from .config import DataConfig
     from .config import ModelConfig
     from .config import RolloutConfig
+    from .config import TrainerConfig
     from .placement import Resources
 
 __all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_RULES", "check_cuda", "check_data_files", "check_model",
-           "check_rollout", "named_task", "rollouter_gpus"]
+           "check_rollout", "check_trainer", "named_task", "rollouter_gpus"]
 
 BUILTIN_MODELS = ("smollm2-135m",)
 TINY_ARCHS = ("qwen2", "llama")
@@ -111,6 +112,20 @@ def _check_tiny_shapes(tiny: Mapping[str, Any]) -> None:
         raise UsageError(
             f"{said('num_key_value_heads')} does not divide {said('num_attention_heads')}\n"
             "each key/value head serves a whole number of attention heads: pick a divisor")
+
+
+#: the shortest trainer.call_timeout_s (0 aside): an actor's ordinary call (a weight load, a batch on a
+#: busy host) takes seconds, and one past the bound is killed as hung
+MIN_CALL_TIMEOUT_S = 10.0
+
+
+def check_trainer(trainer: TrainerConfig) -> None:
+    """Bounds one key's rule cannot say: ``trainer.call_timeout_s`` is 0 (no deadline) or a sane one."""
+    if 0 < trainer.call_timeout_s < MIN_CALL_TIMEOUT_S:
+        raise invalid("trainer.call_timeout_s", trainer.call_timeout_s,
+                      f"allowed: 0 (no deadline) or a value >= {MIN_CALL_TIMEOUT_S:g} "
+                      "(seconds; default 1800)",
+                      "every call on an actor (loading weights, a batch on a busy host) would count as hung")
 
 
 def check_rollout(rollout: RolloutConfig) -> None:

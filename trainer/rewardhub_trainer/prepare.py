@@ -10,6 +10,7 @@ and cheaply.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -87,6 +88,7 @@ def prepare(raw: Any) -> Prepared:
     from .engine import check_engine
     from .models import load_tokenizer
     from .models import materialize
+    from .rewards import nested_call_timeout
     from .rewards import remote_identities
     from .rewards import used_rewards
     from .rewards import validate_rewards
@@ -95,10 +97,15 @@ def prepare(raw: Any) -> Prepared:
     cfg = parse_config(raw)
     secrets = env_paths(raw.config if isinstance(raw, ConfigPlan) else raw)
     check_engine(cfg.rollout.engine)
+    t = cfg.trainer
+    # the bounds nest: a reward worker's call, its pool's tries, then the trainer's score call
+    t = dataclasses.replace(t, call_timeout_s=nested_call_timeout(t.call_timeout_s, cfg.reward))
+    workers = cfg.reward.workers.num_workers or t.num_reward_workers
     reward, reward_setup, registry = validate_rewards(
-        cfg.reward, default_timeout_s=cfg.trainer.reward_timeout_s
+        cfg.reward, default_timeout_s=t.reward_timeout_s,
+        chunk=math.ceil(cfg.samples_per_step / max(1, workers)), call_timeout_s=t.call_timeout_s,
     )
-    cfg = dataclasses.replace(cfg, reward=reward)
+    cfg = dataclasses.replace(cfg, reward=reward, trainer=t)
     needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
     used = None if reward.remote else used_rewards(reward, registry=registry)
     remote = remote_identities(used_rewards(reward)) if reward.remote else None
