@@ -28,11 +28,22 @@ if TYPE_CHECKING:
     from .config import TrainerConfig
     from .placement import Resources
 
-__all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_RULES", "check_cuda", "check_data_files", "check_model",
-           "check_rollout", "check_trainer", "named_task", "rollouter_gpus"]
+__all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_DEFAULTS", "TINY_RULES", "check_cuda", "check_data_files",
+           "check_model", "check_rollout", "check_trainer", "named_task", "rollouter_gpus"]
 
 BUILTIN_MODELS = ("smollm2-135m",)
 TINY_ARCHS = ("qwen2", "llama")
+#: what model.tiny builds when a key is not given (:func:`rewardhub_trainer.models.materialize`)
+TINY_DEFAULTS: Mapping[str, Any] = {
+    "arch": "qwen2",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "seed": 0,
+}
 #: model.tiny's numbers (the other keys go to the transformers config as given)
 TINY_RULES = {
     **{
@@ -93,8 +104,6 @@ def _check_tiny_shapes(tiny: Mapping[str, Any]) -> None:
     """The sizes of ``model.tiny`` fit together (else a torch shape error from deep inside the rollouter,
     after Ray started): the heads split the hidden size into even halves (rotary embeddings), and the
     key/value heads divide the attention heads."""
-    from .models import TINY_DEFAULTS
-
     spec = {**TINY_DEFAULTS, **tiny}
     hidden, heads, kv = spec["hidden_size"], spec["num_attention_heads"], spec["num_key_value_heads"]
 

@@ -114,12 +114,10 @@ class Evaluator:
         a fresh one, given the weights again, and the call sent again; after trainer.max_restarts
         replacements in one evaluation the run stops with one line naming it. One restarted by Ray
         (holding the base weights) is given the weights before it generates."""
-        from ray.exceptions import GetTimeoutError
-        from ray.exceptions import RayTaskError
-
-        from .faults import ACTOR_ERRORS
         from .faults import RunAborted
+        from .faults import actor_fault
         from .faults import cause
+        from .faults import raised_in_actor
 
         fleet, t, rollout = self.fleet, self.t, self.prep.cfg.rollout
         replaced = 0
@@ -137,12 +135,13 @@ class Evaluator:
                     return out
                 self.synced = None  # restarted by Ray: it holds other weights
                 continue
-            except GetTimeoutError:
-                why = f"not answered within {t.call_timeout_s:g}s (trainer.call_timeout_s)"
-            except ACTOR_ERRORS as exc:
-                why = f"died ({cause(exc)})"
-            except RayTaskError as exc:
-                raise RunAborted(f"evaluator: evaluation at step {step} failed: {cause(exc)}") from None
+            except Exception as exc:  # noqa: BLE001 - sorted by actor_fault; what is not a fault is raised
+                fault = actor_fault(exc, t.call_timeout_s)
+                if fault is None and raised_in_actor(exc):
+                    raise RunAborted(f"evaluator: evaluation at step {step} failed: {cause(exc)}") from None
+                if fault is None:
+                    raise
+                why = fault
             fleet.stop_evaluator()  # killed (a hung one too): a fresh one takes its place
             replaced += 1
             if replaced > t.max_restarts:
