@@ -258,7 +258,7 @@ def _report(summary: dict[str, Any]) -> str:
         lines.append(
             "reward errors: "
             + ", ".join(f"{name} {rate:.1%} of calls failed" for name, rate in failed.items())
-            + f"; {summary.get('samples_invalid', 0)} samples invalid (advantage 0)"
+            + f"; {summary.get('samples_invalid', 0)} samples invalid (left out of the update)"
         )
     first, last = summary.get("reward_first_fifth"), summary.get("reward_last_fifth")
     if first is not None and last is not None and not (math.isnan(first) or math.isnan(last)):

@@ -1,7 +1,7 @@
 """Failed reward calls in training: counted per reward, shown, and a run that keeps failing stops.
 
-What counts as failed, what an invalid sample gets (advantage 0:
-:func:`rewardhub_trainer.learner.group_advantages`) and the metrics are the README's ("Failing
+What counts as failed, what becomes of an invalid sample (left out of its group's statistics and of
+the update: :func:`rewardhub_trainer.learner.trained`) and the metrics are the README's ("Failing
 rewards"). A reward whose error rate is above ``trainer.max_reward_error_rate`` in
 :data:`STEPS_IN_A_ROW` trained steps in a row stops the run with one line naming it and its last error.
 """
@@ -65,7 +65,7 @@ def error_rates(fails: dict[str, tuple[int, int, str]]) -> dict[str, float]:
 
 
 def invalid_samples(rewards: list[list[float]] | None) -> int:
-    """Samples whose reward is NaN (a failed call, or no reward applied): trained with advantage 0."""
+    """Samples whose reward is NaN (a failed call, or no reward applied): left out of the update."""
     return sum(1 for group in rewards or [] for r in group if math.isnan(r))
 
 
