@@ -46,10 +46,10 @@ TINY_DEFAULTS: Mapping[str, Any] = {
 }
 #: model.tiny's numbers (the other keys go to the transformers config as given)
 TINY_RULES = {
+    "hidden_size": at_least(2, "a head's size (hidden_size / num_attention_heads) is a whole even number"),
     **{
         k: at_least(1)
         for k in (
-            "hidden_size",
             "intermediate_size",
             "num_hidden_layers",
             "num_attention_heads",
