@@ -152,6 +152,7 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
         its terms, whose value is given (else the server's aggregate score); a failed row is None.
     """
     from .errors import UsageError
+    from .trajectory import text_view
 
     # on_failure drop: None, TRL's own word for "not scored"
     lazy, name = _exported("to_trl", reward, term, registry, remote, "drop")
@@ -173,6 +174,7 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
             )
         envs = kwargs.get("environments")
         samples = []
+        unusable: set[int] = set()
         for i in range(n):
             gt = columns[key][i] if key in columns else None
             if isinstance(gt, Mapping) and "ground_truth" in gt:  # verl-style reward_model column
@@ -193,10 +195,15 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
                 head = prompts[i] if i < len(prompts) and _is_chat(prompts[i]) else [
                     {"role": "user", "content": sample["prompt"]}]
                 sample["messages"] = [*head, *completions[i]]
+                try:  # no assistant turn (nothing to score): this sample fails, not the batch
+                    text_view(sample, i)
+                except UsageError:
+                    unusable.add(i)
             else:
                 sample["response"] = _text(completions[i])
             samples.append(sample)
-        missing = {i for i, s in enumerate(samples) if lazy.needs_ground_truth and s["ground_truth"] is None}
+        missing = unusable | {
+            i for i, s in enumerate(samples) if lazy.needs_ground_truth and s["ground_truth"] is None}
         ok = [i for i in range(n) if i not in missing]
         out: list[float | None] = [None] * n
         failed = len(missing)

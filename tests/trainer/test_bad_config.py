@@ -61,6 +61,29 @@ def _one_error_line(err: str) -> str:
             "ERROR: unknown key reward.workers.num_workerz",
             "  did you mean reward.workers.num_workers? ",
         ),
+        (  # issue 43 §1: it trained on empty responses
+            "rollout.stop=['']",
+            "ERROR: rollout.stop=[''] is not valid: an empty stop string matches at once: every response "
+            "would be empty",
+            "  remove the empty string",
+        ),
+        (  # issue 43 §3: a torch shape error from the rollouter, after Ray started
+            "model.tiny.num_attention_heads=3",
+            "ERROR: model.tiny.num_attention_heads=3 does not fit model.tiny.hidden_size=64: each head gets "
+            "hidden_size / num_attention_heads dimensions, which must be a whole even number",
+            "  set model.tiny.num_attention_heads to one of 1, 2, 4, 8, 16, 32 ",
+        ),
+        (  # issue 43 §3: an error about model folders and memory, from the actors
+            "trainer.call_timeout_s=1e-9",
+            "ERROR: trainer.call_timeout_s=1e-09 is not valid: every call on an actor (loading weights, a "
+            "batch on a busy host) would count as hung",
+            "  allowed: 0 (no deadline) or a value >= 10 (seconds; default 1800)",
+        ),
+        (
+            "model.tiny.num_key_value_heads=3",
+            "ERROR: model.tiny.num_key_value_heads=3 does not divide model.tiny.num_attention_heads=2",
+            "  each key/value head serves a whole number of attention heads",
+        ),
     ],
 )
 def test_bad_trainer_key_fails_before_ray(tmp_path, override, line, hint):

@@ -203,7 +203,9 @@ def _check(key: str, value: object) -> None:
             node[parts[-1]] = value
         reward_schema.validate_reward(section)
         return
-    cfg: dict = {"model": {"tiny": {"arch": "qwen2"}}, "reward": {"rewards": [{"name": "exact_match"}]}}
+    # one head of one key/value head: any hidden size >= 2 fits it (the sizes are checked together too)
+    tiny = {"arch": "qwen2", "num_attention_heads": 1, "num_key_value_heads": 1}
+    cfg: dict = {"model": {"tiny": tiny}, "reward": {"rewards": [{"name": "exact_match"}]}}
     node = cfg
     for p in parts[:-1]:
         node = node.setdefault(p, {})

@@ -298,3 +298,45 @@ def test_a_run_with_three_ppo_epochs_decays_the_lr_over_its_steps(ray_session, t
         assert r["loss/total"] == pytest.approx(
             r["loss/policy"] - 0.01 * r["entropy"] + 0.1 * r["kl"], rel=1e-4, abs=1e-6
         )
+
+
+def _rollout(samples: list[TrainSample], rewards: list[float]):
+    from rewardhub_trainer.actors import PromptBatch
+    from rewardhub_trainer.actors import Rollout
+    from rewardhub_trainer.generation import Completion
+
+    group = [Completion(prompt_ids=s.prompt_ids, response_ids=s.response_ids, logprobs=s.old_logprobs,
+                        text="", finished=True) for s in samples]
+    return Rollout(batch=PromptBatch(index=0, prompts=[], dataset_indices=[]), version=0, groups=[group],
+                   gen_s=0.0, rollouter_pid=0, rewards=[rewards])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kl", [0.0, 0.1])
+def test_failed_samples_leave_every_term_and_denominator_of_the_update(tiny_path, mode, kl):
+    """Issue 42 §2: one group [1, 0, NaN, NaN] (two failed rewards) updates the weights exactly as the
+    group [1, 0] alone, in every aggregation mode, with the KL and the entropy terms on. Same micro-batches,
+    same operations: the weights and the loss terms are bitwise equal (tolerance 0). Before, the failed
+    samples stayed in the denominators (0.50x the update, 0.39x with token-mean) and carried KL and
+    entropy gradient of their own."""
+    from rewardhub_trainer.actors import Learner
+
+    kw = {"kl_coef": kl, "entropy_coeff": 0.01, "loss_agg_mode": mode, "micro_batch_size": 2}
+    samples = _batch(_learner(tiny_path, **kw))[:4]  # lengths 7, 1, 4, 2: the failed ones hold 6 tokens
+    after = {}
+    for name, rewards, kept in (("with_failed", [1.0, 0.0, math.nan, math.nan], samples),
+                                ("alone", [1.0, 0.0], samples[:2])):
+        learner = Learner(tiny_path, LearnerSettings(lr=1e-2, max_grad_norm=1e9, **kw))
+        if learner.impl.ref is not None:
+            _perturb(learner.impl.model)
+        stats = learner.train(_rollout(kept, rewards))
+        assert stats["optim/skipped_steps"] == 0
+        after[name] = (stats, learner.impl.model.state_dict())
+    (stats, weights), (want_stats, want_weights) = after["with_failed"], after["alone"]
+    for key in ("loss/policy", "loss/total", "kl", "entropy", "grad_norm", "clip_frac", "ratio/mean"):
+        assert stats[key] == want_stats[key], key
+    assert (stats["kl"] > 0) == bool(kl)
+    for key, value in want_weights.items():
+        assert torch.equal(weights[key], value), key
+    assert stats["samples/left_out"] == 2 and want_stats["samples/left_out"] == 0

@@ -99,7 +99,7 @@ def test_failed_calls_are_invalid_samples_not_zeros_and_counted(ray_session, tin
         assert r["rewards/half/error_rate"] == r["samples/invalid"] / SPS
         assert r["reward/mean"] == 1.0 or (r["samples/invalid"] == SPS and math.isnan(r["reward/mean"]))
     assert summary["reward_error_rate"] == {"half": round(sum(invalid) / (4 * SPS), 6)}
-    assert summary["samples_trained"] == 4 * SPS  # invalid samples are trained (advantage 0), not dropped
+    assert summary["samples_trained"] == 4 * SPS  # invalid samples are counted as trained (in no loss term)
 
 
 def test_the_progress_line_and_the_report_show_the_error_rate():
@@ -124,7 +124,8 @@ def test_the_progress_line_and_the_report_show_the_error_rate():
         "reward_error_rate": {"half": 0.25, "ok": 0.0},
         "samples_invalid": 2,
     }
-    assert "reward errors: half 25.0% of calls failed; 2 samples invalid (advantage 0)" in _report(summary)
+    assert ("reward errors: half 25.0% of calls failed; 2 samples invalid (left out of the update)"
+            in _report(summary))
 
 
 @pytest.mark.timeout(300)
@@ -162,3 +163,29 @@ def test_a_reward_routed_to_no_sample_says_so_once(ray_session, tiny_config, tmp
         f"WARNING: reward 'only_gsm8k' applied to 0 of {SPS} rows so far: it is routed to data_source in "
         "['gsm8k'], and no row matched, so it scored none of them (null); give rows a matching "
         "data_source, or turn its routing off with data_sources: [] in its config term"]
+
+
+ALWAYS_RAISES = '''
+def broken(*, response, **kwargs):
+    raise ValueError("cannot parse the answer")
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_short_run_whose_every_reward_call_failed_exits_non_zero_naming_it(
+        ray_session, tiny_config, tmp_path, capfd):
+    """Issue 42 §6: two steps (too few for the stop rule's three in a row), every call failed: the run
+    ends with one ERROR line naming the reward and a non-zero exit, not a summary and exit 0."""
+    from rewardhub.cli import main
+
+    cfg = tiny_config(trainer={"total_steps": 2}, reward=_reward(tmp_path, ALWAYS_RAISES, "broken"))
+    out = tmp_path / "o"
+    capfd.readouterr()
+    rc = main(["train", cfg, "--output", str(out), "--no-progress"])
+    err = capfd.readouterr().err
+    assert rc == 1, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("ERROR: ")]
+    assert errors == [f"ERROR: reward 'broken': every one of its {2 * SPS} calls in the run failed, so "
+                      "nothing was learned from it; last error: " + errors[0].split("last error: ")[1]], err
+    assert "cannot parse the answer" in errors[0]
+    assert [r["step"] for r in _rows(out)] == [1, 2] and not (out / "summary.json").exists()

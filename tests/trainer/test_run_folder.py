@@ -94,7 +94,7 @@ def test_a_run_folder_belongs_to_one_run_and_holds_no_secret(ray_session, tiny_c
         UsageError, match=r"^--resume .*: the run in that folder has another config \(model, reward differ\)"
     ):
         train(other, output=str(elsewhere), resume=str(out))
-    assert _files(out) == before and not any(elsewhere.iterdir())
+    assert _files(out) == before and not elsewhere.exists()  # refused: no empty folder left behind
 
     # --overwrite: the earlier run's files go only once the new run has started (here: one whose
     # reward always fails, which stops it after 3 steps)
@@ -174,7 +174,7 @@ def test_resume_into_another_output_needs_the_config_of_the_run_it_resumes(model
         (old / "run.json.away").rename(old / "run.json")
         with pytest.raises(UsageError, match=refused):  # the command: before Ray starts
             train(tiny_config(**section), output=str(new), resume=str(old))
-    assert not new.exists() or not any(new.iterdir())
+    assert not new.exists()  # refused: no empty folder left behind
     # the same model, data and reward (more steps, other trainer settings): accepted
     claim(new, prepare(load_plan(tiny_config(trainer={"total_steps": 9, "lr": 1e-3}), ())).public_config(),
           resume=str(old), overwrite=False)
@@ -361,3 +361,28 @@ def test_every_value_from_the_environment_is_written_unresolved(monkeypatch):
     kwargs = public["reward"]["rewards"][0]["kwargs"]
     assert kwargs == {"headers": ["x", "Bearer ${oc.env:RF_KEY}"], "url": "${oc.env:RF_URL,http://localhost}"}
     assert public["trainer"] == {"lr": 0.1, "lr2": 0.1}  # other interpolations stay resolved
+
+
+@pytest.mark.timeout(180)
+def test_a_second_run_into_a_folder_a_starting_run_holds_is_refused_before_ray(model_cache, tiny_config,
+                                                                               tmp_path):
+    """Issue 43 §3: the second run was refused only once it had built its model, read its data and
+    imported Ray (the folder was locked by the run's orchestration, which imports Ray). It is refused as
+    soon as it has read its config now: neither Ray nor torch imported."""
+    from rewardhub_trainer.runfolder import RunFolder
+
+    out = tmp_path / "o"
+    first = RunFolder(str(out))  # a run that is starting: the folder chosen and held
+    probe = ("import json, sys\nfrom rewardhub.cli import main\nrc = main(['train', *sys.argv[1:]])\n"
+             "print(json.dumps({'rc': rc, 'ray': 'ray' in sys.modules, 'torch': 'torch' in sys.modules}))\n")
+    try:
+        args = [tiny_config(), "--output", str(out), "--no-progress"]
+        res = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                             timeout=150)
+    finally:
+        first.release()
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got == {"rc": 2, "ray": False, "torch": False}, res.stderr
+    assert f"ERROR: --output {out}: another run is writing there (pid {os.getpid()}" in res.stderr
+    assert res.stderr.count("ERROR") == 1 and "Traceback" not in res.stderr
+    assert out.is_dir()  # the first run's folder: kept

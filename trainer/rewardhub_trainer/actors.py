@@ -256,9 +256,10 @@ class Learner:
         # float64: a reward of 1e39 is a finite number (float32 would make it inf, an invalid sample)
         matrix = torch.tensor(rollout.rewards, dtype=torch.float64)
         adv = group_advantages(matrix, scale=self.scale)
+        valid = torch.isfinite(matrix)  # the others leave the update (learner.trained)
         groups = [
             [
-                TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j]))
+                TrainSample(c.prompt_ids, c.response_ids, c.logprobs, float(adv[i, j]), bool(valid[i, j]))
                 for j, c in enumerate(group)
             ]
             for i, group in enumerate(rollout.groups)

@@ -39,12 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-reward-change", action="store_true",
                         help="with --resume: go on although a reward's code changed since the checkpoint "
                         "(a reward file's sha256, a plugin's version); refused otherwise")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="with --resume: go on from the checkpoint although the model, data or reward "
+                        "section differs from the run's (a warning names the sections); refused otherwise")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
           resume: str | None = None, callbacks: Sequence[Any] = (), progress: bool = False,
-          overwrite: bool = False, allow_reward_change: bool = False) -> dict[str, Any]:
+          overwrite: bool = False, allow_reward_change: bool = False,
+          allow_config_change: bool = False) -> dict[str, Any]:
     """Load, validate (before Ray), run and summarise; the programmatic form of the command.
 
     ``output`` may hold another run only when ``resume`` names it (same config) or with ``overwrite``
@@ -58,27 +62,38 @@ def train(config: Any, overrides: Sequence[str] = (), *, output: str | None,
     from rewardhub.config import load_plan
 
     from .prepare import prepare
+    from .runfolder import RunFolder
 
     _probe_ray_address()  # before anything slow
     plan = config if isinstance(config, ConfigPlan) else load_plan(config, tuple(overrides))
-    prep = prepare(plan)  # raises UsageError before anything starts
-    output = output or prep.cfg.trainer.default_local_dir
-    if not output:
-        from rewardhub.errors import UsageError
+    # the folder is this run's from here: a second run into it is refused before the model, data or Ray
+    folder = RunFolder(output) if output else None
+    try:
+        prep = prepare(plan)  # raises UsageError before anything starts
+        output = output or prep.cfg.trainer.default_local_dir
+        if not output:
+            from rewardhub.errors import UsageError
 
-        raise UsageError("--output: required (the folder the run writes to; or trainer.default_local_dir)")
-    report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
-    if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
-        print(report, file=sys.stderr)
-    from .loop import Run
+            raise UsageError(
+                "--output: required (the folder the run writes to; or trainer.default_local_dir)")
+        folder = folder or RunFolder(output)
+        report = _data_report(prep.data_report, prep.cfg.data.max_prompt_length)
+        if report and (prep.cfg.data.train_files or prep.cfg.data.val_files):
+            print(report, file=sys.stderr)
+        from .loop import Run
 
-    # absolute: the actors (the learner writes checkpoints) may run in another working directory
-    run_ = Run(prep, os.path.abspath(output), resume=resume, callbacks=tuple(callbacks), overwrite=overwrite,
-               allow_reward_change=allow_reward_change)
+        # absolute: the actors (the learner writes checkpoints) may run in another working directory
+        run_ = Run(prep, folder.path, resume=resume, callbacks=tuple(callbacks), overwrite=overwrite,
+                   allow_reward_change=allow_reward_change, allow_config_change=allow_config_change,
+                   folder=folder)
+    except BaseException:
+        if folder is not None:
+            folder.release(discard=True)  # refused: no empty folder left behind
+        raise
     try:
         return _run(run_, prep, progress)
     finally:
-        run_.lock.release()  # the run's folder is free again, however it ended
+        folder.release(discard=True)  # free again, however it ended (and gone if nothing was written)
 
 
 def _probe_ray_address() -> None:
@@ -149,8 +164,17 @@ def _run(run_: Any, prep: Any, progress: bool) -> dict[str, Any]:
     )
     run_.callbacks = (*run_.callbacks, trackers.log)
     run_.val_callbacks = (trackers.log,)  # evaluations (evaluate.py)
-    _start_ray()
-    old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
+    old = None
+    try:
+        _start_ray()
+        old = _sigterm_raises()  # after ray.init, which sets its own (sys.exit(15))
+    except SystemExit as exc:  # SIGTERM while Ray starts: its handler's exit, as a signal
+        if exc.code != signal.SIGTERM:
+            raise
+        from rewardhub.errors import Interrupted
+
+        trackers.close()
+        raise Interrupted("SIGTERM") from None
     try:
         summary: dict[str, Any] = run_.run()
         return summary
@@ -234,7 +258,7 @@ def _report(summary: dict[str, Any]) -> str:
         lines.append(
             "reward errors: "
             + ", ".join(f"{name} {rate:.1%} of calls failed" for name, rate in failed.items())
-            + f"; {summary.get('samples_invalid', 0)} samples invalid (advantage 0)"
+            + f"; {summary.get('samples_invalid', 0)} samples invalid (left out of the update)"
         )
     first, last = summary.get("reward_first_fifth"), summary.get("reward_last_fifth")
     if first is not None and last is not None and not (math.isnan(first) or math.isnan(last)):
@@ -253,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = train(args.config, args.overrides, output=output, resume=args.resume,
                         progress=not args.no_progress, overwrite=args.overwrite,
-                        allow_reward_change=args.allow_reward_change)
+                        allow_reward_change=args.allow_reward_change,
+                        allow_config_change=args.allow_config_change)
     except KeyboardInterrupt as caught:  # a SIGTERM wherever it landed (Ray may have made it a plain one)
         exc = _as_signal(caught)
         if not isinstance(exc, Interrupted):  # Ctrl-C: Ray's handler raises a plain one

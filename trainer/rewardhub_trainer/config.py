@@ -37,6 +37,7 @@ from .config_checks import check_cuda
 from .config_checks import check_data_files
 from .config_checks import check_model
 from .config_checks import check_rollout
+from .config_checks import check_trainer
 from .config_checks import named_task
 from .config_checks import rollouter_gpus
 from .devices import AUTOCASTS
@@ -375,6 +376,7 @@ def parse_config(config: ConfigPlan | Mapping[str, Any]) -> TrainConfig:
     if not (reward.rewards or scores_remotely(reward)):
         raise UsageError("reward.rewards is empty: name at least one reward term\n"
                          "add e.g. reward: {rewards: [{name: exact_match}]} (see `rewardhub list`)")
+    check_trainer(trainer)
     check_model(model)
     if resources.learner.num_gpus > 1:
         raise invalid(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -24,19 +25,31 @@ if TYPE_CHECKING:
     from .config import DataConfig
     from .config import ModelConfig
     from .config import RolloutConfig
+    from .config import TrainerConfig
     from .placement import Resources
 
-__all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_RULES", "check_cuda", "check_data_files", "check_model",
-           "check_rollout", "named_task", "rollouter_gpus"]
+__all__ = ["BUILTIN_MODELS", "TINY_ARCHS", "TINY_DEFAULTS", "TINY_RULES", "check_cuda", "check_data_files",
+           "check_model", "check_rollout", "check_trainer", "named_task", "rollouter_gpus"]
 
 BUILTIN_MODELS = ("smollm2-135m",)
 TINY_ARCHS = ("qwen2", "llama")
+#: what model.tiny builds when a key is not given (:func:`rewardhub_trainer.models.materialize`)
+TINY_DEFAULTS: Mapping[str, Any] = {
+    "arch": "qwen2",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "seed": 0,
+}
 #: model.tiny's numbers (the other keys go to the transformers config as given)
 TINY_RULES = {
+    "hidden_size": at_least(2, "a head's size (hidden_size / num_attention_heads) is a whole even number"),
     **{
         k: at_least(1)
         for k in (
-            "hidden_size",
             "intermediate_size",
             "num_hidden_layers",
             "num_attention_heads",
@@ -84,6 +97,44 @@ def check_model(model: ModelConfig) -> None:
         for key, rule in TINY_RULES.items():  # the sizes models.py builds the model from
             if key in model.tiny:
                 rule.check(f"model.tiny.{key}", check_scalar(f"model.tiny.{key}", model.tiny[key], int))
+        _check_tiny_shapes(model.tiny)
+
+
+def _check_tiny_shapes(tiny: Mapping[str, Any]) -> None:
+    """The sizes of ``model.tiny`` fit together (else a torch shape error from deep inside the rollouter,
+    after Ray started): the heads split the hidden size into even halves (rotary embeddings), and the
+    key/value heads divide the attention heads."""
+    spec = {**TINY_DEFAULTS, **tiny}
+    hidden, heads, kv = spec["hidden_size"], spec["num_attention_heads"], spec["num_key_value_heads"]
+
+    def said(key: str) -> str:
+        return f"model.tiny.{key}={spec[key]}" + ("" if key in tiny else " (the default)")
+
+    if "head_dim" not in tiny and (hidden % heads or (hidden // heads) % 2):
+        fits = [h for h in range(1, min(hidden, 4096) + 1) if hidden % h == 0 and (hidden // h) % 2 == 0]
+        raise UsageError(
+            f"{said('num_attention_heads')} does not fit {said('hidden_size')}: each head gets "
+            "hidden_size / num_attention_heads dimensions, which must be a whole even number\n"
+            f"set model.tiny.num_attention_heads to one of {', '.join(map(str, fits[:8]))}"
+            f"{' ...' if len(fits) > 8 else ''} (or change model.tiny.hidden_size)")
+    if heads % kv:
+        raise UsageError(
+            f"{said('num_key_value_heads')} does not divide {said('num_attention_heads')}\n"
+            "each key/value head serves a whole number of attention heads: pick a divisor")
+
+
+#: the shortest trainer.call_timeout_s (0 aside): an actor's ordinary call (a weight load, a batch on a
+#: busy host) takes seconds, and one past the bound is killed as hung
+MIN_CALL_TIMEOUT_S = 10.0
+
+
+def check_trainer(trainer: TrainerConfig) -> None:
+    """Bounds one key's rule cannot say: ``trainer.call_timeout_s`` is 0 (no deadline) or a sane one."""
+    if 0 < trainer.call_timeout_s < MIN_CALL_TIMEOUT_S:
+        raise invalid("trainer.call_timeout_s", trainer.call_timeout_s,
+                      f"allowed: 0 (no deadline) or a value >= {MIN_CALL_TIMEOUT_S:g} "
+                      "(seconds; default 1800)",
+                      "every call on an actor (loading weights, a batch on a busy host) would count as hung")
 
 
 def check_rollout(rollout: RolloutConfig) -> None:
@@ -116,6 +167,9 @@ def check_rollout(rollout: RolloutConfig) -> None:
         raise invalid("rollout.val_n", rollout.val_n, "set rollout.val_temperature > 0 (0 is greedy)",
                       "more than one response per prompt needs sampling")
     _check_list(rollout.stop, str, "rollout.stop", "a list of strings")
+    if rollout.stop and any(v == "" for v in rollout.stop):
+        raise invalid("rollout.stop", rollout.stop, "remove the empty string (or the key)",
+                      "an empty stop string matches at once: every response would be empty")
     _check_list(rollout.stop_token_ids, int, "rollout.stop_token_ids", "a list of integers")
     if rollout.stop and rollout.engine == "vllm":
         raise invalid("rollout.stop", rollout.stop, "with vllm, give rollout.stop_token_ids",

@@ -20,7 +20,8 @@ from rewardhub.errors import RewardhubError
 from .rollouts import PromptBatch
 from .rollouts import Rollout
 
-__all__ = ["ActorGroup", "LearnerLost", "Rollouters", "RunAborted", "cause", "hang", "wait_alive"]
+__all__ = ["ActorGroup", "LearnerLost", "Rollouters", "RunAborted", "actor_fault", "cause", "hang",
+           "raised_in_actor", "wait_alive"]
 
 from ray.exceptions import ActorUnavailableError  # noqa: E402 - loaded only once the config is valid
 from ray.exceptions import RayActorError  # noqa: E402
@@ -44,6 +45,23 @@ def cause(exc: BaseException) -> str:
     text = str(inner).strip().splitlines()
     first = text[0] if text else type(inner).__name__
     return first if ":" in first or not isinstance(inner, Exception) else f"{type(inner).__name__}: {first}"
+
+
+def actor_fault(exc: BaseException, deadline: float) -> str | None:
+    """Why a call on an actor failed with its actor: it did not answer within ``deadline``
+    (``GetTimeoutError``: hung) or it died; None when the call itself raised, or another error."""
+    from ray.exceptions import GetTimeoutError
+
+    if isinstance(exc, GetTimeoutError):
+        return f"not answered within {deadline:g}s (trainer.call_timeout_s)"
+    if isinstance(exc, ACTOR_ERRORS):
+        return f"died ({cause(exc)})"
+    return None
+
+
+def raised_in_actor(exc: BaseException) -> bool:
+    """Did the actor's method raise ``exc`` (Ray's wrapper of its error)?"""
+    return isinstance(exc, RayTaskError)
 
 
 def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:

@@ -318,18 +318,23 @@ class Fleet(FleetCalls):
             threads=self.threads, seed=t.seed)
 
     def evaluator_sync(self, step: int) -> None:
-        """The evaluation actor takes the learner's weights (tagged ``step``)."""
+        """The evaluation actor takes the learner's weights (tagged ``step``), within trainer.call_timeout_s
+        (``GetTimeoutError`` else: :mod:`.evaluate` heals it)."""
         import ray
 
         assert self.evaluator is not None, "start_evaluator first"
-        ray.get(self.evaluator.set_weights.remote(self.learner.get_weights.remote(), step))
+        ray.get(self.evaluator.set_weights.remote(self.learner.get_weights.remote(), step),
+                timeout=self.t.call_timeout_s or None)
 
-    def evaluator_generate(self, batch: PromptBatch) -> Rollout:
+    def evaluator_generate(self, batch: PromptBatch, step: int) -> Rollout | int:
+        """The evaluation actor's rollout of ``batch`` with the weights of ``step``, or the version it holds
+        instead (restarted by Ray: the base weights); within trainer.call_timeout_s."""
         import ray
 
         assert self.evaluator is not None, "start_evaluator first"
-        rollout: Rollout = ray.get(self.evaluator.generate.remote(batch))
-        return rollout
+        out: Rollout | int = ray.get(self.evaluator.generate.remote(batch, step),
+                                     timeout=self.t.call_timeout_s or None)
+        return out
 
     def evaluator_infos(self) -> list[dict[str, Any]]:
         """The evaluation actor's info (``role: evaluator``), once it has started; else none."""

@@ -51,12 +51,14 @@ __all__ = [
 
 @dataclass
 class TrainSample:
-    """One response ready for training."""
+    """One response ready for training. ``valid`` False: its reward failed (or none applied); it takes
+    no part in the update (:func:`trained`)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     old_logprobs: list[float]
     advantage: float
+    valid: bool = True
 
 
 class GRPOLearner:
@@ -114,6 +116,9 @@ class GRPOLearner:
         self.steps += 1
         for group in self.optimizer.param_groups:
             group["lr"] = stats["lr"]
+        invalid = len(samples)
+        samples = trained(samples)
+        invalid -= len(samples)
         ref_cache = self.reference_logprobs(samples)
         skipped = 0
         for _epoch in range(s.ppo_epochs):
@@ -139,12 +144,13 @@ class GRPOLearner:
         lengths, count = sum(len(c.response_ids) for c in samples), len(samples)
         idle = sum(without_gradient(s, self.ref is not None, c) for c in samples)
         if self.group is not None:  # the batch's metrics: each rank's share is weighted by the batch's totals
-            *summed, lengths, count, idle = self.group.sum(
-                [*(stats[k] for k in SUMMED), lengths, count, idle]
+            *summed, lengths, count, idle, invalid = self.group.sum(
+                [*(stats[k] for k in SUMMED), lengths, count, idle, invalid]
             )
             stats.update(zip(SUMMED, summed))
         stats["response_len/mean"] = lengths / max(1, count)
         stats["samples/without_gradient"] = float(idle)  #: no backward pass (see gradients)
+        stats["samples/left_out"] = float(invalid)  #: invalid samples: in no term of the loss
         return {k: (v if math.isfinite(v) else float("nan")) for k, v in stats.items()}
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
@@ -176,6 +182,7 @@ class GRPOLearner:
         """
         s = self.settings
         mbs = max(1, s.micro_batch_size)
+        samples = trained(samples)
         if self.ref is not None and not ref_cache:
             ref_cache = self.reference_logprobs(samples)  # (with a reference no sample is idle: same chunks)
         total = len(samples)
@@ -281,6 +288,16 @@ class GRPOLearner:
         self.steps = int(state.get("steps", state["version"]))  # a checkpoint from before the step clock
         self.nonfinite_in_row = 0
         torch.set_rng_state(state["rng"])
+
+
+def trained(samples: Sequence[TrainSample]) -> Sequence[TrainSample]:
+    """The samples that take part in the update: the valid ones. An invalid sample (its reward failed)
+    is in no term and no denominator of the loss (policy, KL, entropy; tokens and sequences alike), as
+    verl's ``agg_loss`` leaves a sample whose mask is all zero: the batch ``[1, 0, NaN, NaN]`` updates
+    the weights exactly as ``[1, 0]`` alone."""
+    if all(c.valid for c in samples):
+        return samples
+    return [c for c in samples if c.valid]
 
 
 def without_gradient(settings: LearnerSettings, has_ref: bool, sample: TrainSample) -> bool:

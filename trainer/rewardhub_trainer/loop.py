@@ -39,9 +39,8 @@ from .prepare import Prepared
 from .reward_failures import FailureWatch
 from .reward_failures import invalid_samples
 from .rewards import provenance
-from .runfolder import RunLock
+from .runfolder import RunFolder
 from .runfolder import begin
-from .runfolder import check_output
 from .runfolder import check_resume_model
 from .runfolder import check_resume_rewards
 from .runfolder import claim
@@ -65,19 +64,21 @@ class Run:
 
     def __init__(self, prep: Prepared, output: str | os.PathLike[str], *, resume: str | None = None,
                  callbacks: tuple[StepCallback, ...] = (), overwrite: bool = False,
-                 allow_reward_change: bool = False) -> None:
-        """``output`` is checked (:func:`rewardhub_trainer.runfolder.check_output` and ``claim``): it may hold
+                 allow_reward_change: bool = False, allow_config_change: bool = False,
+                 folder: RunFolder | None = None) -> None:
+        """``output`` is checked (:class:`rewardhub_trainer.runfolder.RunFolder` and ``claim``): it may hold
         another run only with ``overwrite`` (whose files go once the actors have started) or when
-        ``resume`` names it."""
+        ``resume`` names it. ``folder``: ``output`` chosen and locked already (by the command)."""
         self.prep = prep
         self.t = prep.cfg.trainer
-        self.out = check_output(str(output))
-        self.lock = RunLock(self.out)  #: the folder is this run's until it ends (or this fails)
+        #: the folder is this run's until it ends (or this fails)
+        self.lock = folder if folder is not None else RunFolder(str(output))
+        self.out = self.lock.path
         try:
-            self._check(prep, resume, overwrite, allow_reward_change)
+            self._check(prep, resume, overwrite, allow_reward_change, allow_config_change)
             self._parts(prep, resume, overwrite, callbacks)
         except BaseException:
-            self.lock.release()
+            self.lock.release(discard=True)
             raise
 
     def _parts(self, prep: Prepared, resume: str | None, overwrite: bool,
@@ -106,9 +107,11 @@ class Run:
         self.schedule = make_schedule(t, prep.cfg.rollout.prompts_per_step, prep.dataset, self.fleet,
                                       self.ledger, self.stats, self)
 
-    def _check(self, prep: Prepared, resume: str | None, overwrite: bool, allow_reward_change: bool) -> None:
+    def _check(self, prep: Prepared, resume: str | None, overwrite: bool, allow_reward_change: bool,
+               allow_config_change: bool = False) -> None:
         """The folder and the checkpoint to resume (:mod:`.runfolder`), before anything starts."""
-        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite)
+        claim(self.out, prep.public_config(), resume=resume, overwrite=overwrite,
+              allow_config_change=allow_config_change)
         self.resume_ckpt = latest_checkpoint(Path(resume)) if resume else None
         if resume and self.resume_ckpt is None:
             from rewardhub.errors import UsageError
@@ -250,6 +253,9 @@ class Run:
         if FIGURES:
             summary["calibration"] = list(FIGURES.values())
         self._stop()
+        failed = self.reward_watch.every_call_failed()
+        if failed:  # no summary.json: the run did not train (as a run the stop rule ends)
+            raise RunAborted(failed)
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return summary
 

@@ -24,22 +24,12 @@ from typing import Any
 from rewardhub.errors import UsageError
 
 from .config import ModelConfig
+from .config_checks import TINY_DEFAULTS
 
 __all__ = ["cache_dir", "load_tokenizer", "materialize", "smollm2_gguf"]
 
 _DONE = ".rewardhub-complete"
 _TOKENIZER_MARKER = "rewardhub_tokenizer.json"
-
-TINY_DEFAULTS: Mapping[str, Any] = {
-    "arch": "qwen2",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 1024,
-    "seed": 0,
-}
 
 
 def cache_dir() -> Path:

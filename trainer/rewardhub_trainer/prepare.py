@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -42,10 +43,15 @@ class Prepared:
     #: (:func:`rewardhub_trainer.rewards.used_rewards`), from the one registry the driver built; ``None`` with
     #: ``reward.remote`` (the server's, asked at the end)
     rewards: list[dict[str, Any]] | None = None
+    #: ``reward.remote``: the server's identity of each of its terms (:func:`.rewards.remote_identities`)
+    remote_identities: dict[str, str] | None = None
 
     def reward_identities(self) -> dict[str, str]:
         """Each reward the config uses -> what identifies its code (``dist==version``, or the ``sha256:``
-        of a reward file): a resumed run checks its checkpoint's against these."""
+        of a reward file; with ``reward.remote``, the server's terms'): a resumed run checks its
+        checkpoint's against these."""
+        if self.remote_identities is not None:
+            return dict(self.remote_identities)
         setup = self.reward_setup
         if setup is None:
             return {}
@@ -85,6 +91,8 @@ def prepare(raw: Any) -> Prepared:
     from .engine import check_engine
     from .models import load_tokenizer
     from .models import materialize
+    from .rewards import nested_call_timeout
+    from .rewards import remote_identities
     from .rewards import used_rewards
     from .rewards import validate_rewards
     from .runfolder import env_paths
@@ -92,12 +100,18 @@ def prepare(raw: Any) -> Prepared:
     cfg = parse_config(raw)
     secrets = env_paths(raw.config if isinstance(raw, ConfigPlan) else raw)
     check_engine(cfg.rollout.engine)
+    t = cfg.trainer
+    # the bounds nest: a reward worker's call, its pool's tries, then the trainer's score call
+    t = dataclasses.replace(t, call_timeout_s=nested_call_timeout(t.call_timeout_s, cfg.reward))
+    workers = cfg.reward.workers.num_workers or t.num_reward_workers
     reward, reward_setup, registry = validate_rewards(
-        cfg.reward, default_timeout_s=cfg.trainer.reward_timeout_s
+        cfg.reward, default_timeout_s=t.reward_timeout_s,
+        chunk=math.ceil(cfg.samples_per_step / max(1, workers)), call_timeout_s=t.call_timeout_s,
     )
-    cfg = dataclasses.replace(cfg, reward=reward)
+    cfg = dataclasses.replace(cfg, reward=reward, trainer=t)
     needs = _needs_answer(reward, registry) if (cfg.data.train_files or cfg.data.val_files) else []
     used = None if scores_remotely(reward) else used_rewards(reward, registry=registry)
+    remote = remote_identities(used_rewards(reward)) if scores_remotely(reward) else None
     dataset = load_dataset(cfg.data, needs)
     val = None
     if cfg.data.val_files:
@@ -124,5 +138,6 @@ def prepare(raw: Any) -> Prepared:
         reward_setup=reward_setup,
         env_paths=secrets,
         rewards=used,
+        remote_identities=remote,
     )
 

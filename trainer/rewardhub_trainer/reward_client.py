@@ -23,10 +23,11 @@ from rewardhub.distributed import process_location
 from rewardhub.execution import Scorer
 
 from .reward_failures import error_rates
+from .reward_failures import failed_without_value
 from .reward_failures import failures
 from .rollouts import Rollout
 
-__all__ = ["RewardClient", "RewardPool", "reward_value", "samples_of"]
+__all__ = ["RewardClient", "RewardPool", "reward_value", "samples_of", "training_scores"]
 
 
 class RewardPool(Scorer, Protocol):
@@ -101,7 +102,7 @@ class RewardClient:
     def score(self, rollout: Rollout) -> Rollout:
         t0 = time.perf_counter()
         res = self.pool.score(samples_of(rollout))
-        scores = [reward_value(v) for v in res.scores]
+        scores = training_scores(res)
         terms = [{k: reward_value(v) for k, v in dict(r).items()} for r in res.rewards]
         rewards, per_term, k = [], [], 0
         for group in rollout.groups:
@@ -136,6 +137,16 @@ def samples_of(rollout: Rollout) -> list[dict[str, Any]]:
                 sample["messages"] = [*prompt.chat, {"role": "assistant", "content": c.text}]
             samples.append(sample)
     return samples
+
+
+def training_scores(res: Any) -> list[float]:
+    """The reward each sample of a :class:`rewardhub.execution.ScoreResult` trains with: its score, or
+    NaN (an invalid sample) where the score is none or not finite, or where a term failed and was dropped
+    (:func:`~rewardhub_trainer.reward_failures.failed_without_value`)."""
+    if not any(col.errors for col in res.columns.values()):  # no term failed: nothing was dropped
+        return [reward_value(v) for v in res.scores]
+    return [math.nan if failed_without_value(errs, terms) else reward_value(v)
+            for v, errs, terms in zip(res.scores, res.errors, res.rewards)]
 
 
 def reward_value(value: Any) -> float:

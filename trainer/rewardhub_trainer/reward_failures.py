@@ -1,7 +1,7 @@
 """Failed reward calls in training: counted per reward, shown, and a run that keeps failing stops.
 
-What counts as failed, what an invalid sample gets (advantage 0:
-:func:`rewardhub_trainer.learner.group_advantages`) and the metrics are the README's ("Failing
+What counts as failed, what becomes of an invalid sample (left out of its group's statistics and of
+the update: :func:`rewardhub_trainer.learner.trained`) and the metrics are the README's ("Failing
 rewards"). A reward whose error rate is above ``trainer.max_reward_error_rate`` in
 :data:`STEPS_IN_A_ROW` trained steps in a row stops the run with one line naming it and its last error.
 """
@@ -12,7 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["STEPS_IN_A_ROW", "FailureWatch", "error_rates", "failures", "invalid_samples", "progress_postfix"]
+__all__ = ["STEPS_IN_A_ROW", "FailureWatch", "error_rates", "failed_without_value", "failures",
+           "invalid_samples", "progress_postfix"]
 
 #: trained steps in a row above ``trainer.max_reward_error_rate`` before the run stops
 STEPS_IN_A_ROW = 3
@@ -37,6 +38,26 @@ def failures(result: Any) -> dict[str, tuple[int, int, str]]:
     return out
 
 
+def failed_without_value(errors: Mapping[str, Any], rewards: Mapping[str, Any]) -> bool:
+    """Does a row hold a term that failed and has no number for it (``on_failure: drop`` gives None,
+    ``nan`` NaN)? Such a sample is invalid in training: the sum of its other terms is not its reward
+    (a verifier that crashed on a right answer is not a wrong answer). Only ``zero`` trains a failure,
+    as the 0.0 it asks for.
+
+    ``errors``/``rewards``: one row of :class:`rewardhub.execution.ScoreResult` (``errors[i]``,
+    ``rewards[i]``): a failed term is one named in the row's errors."""
+    for name in errors:
+        value = rewards.get(name)
+        if value is None or isinstance(value, bool):
+            return True
+        try:
+            if not math.isfinite(float(value)):
+                return True
+        except (TypeError, ValueError):
+            return True
+    return False
+
+
 def error_rates(fails: dict[str, tuple[int, int, str]]) -> dict[str, float]:
     """``rewards/<name>/error_rate`` of each term (0.0 for a term that applied to no sample)."""
     return {f"rewards/{name}/error_rate": failed / applied if applied else 0.0
@@ -44,7 +65,7 @@ def error_rates(fails: dict[str, tuple[int, int, str]]) -> dict[str, float]:
 
 
 def invalid_samples(rewards: list[list[float]] | None) -> int:
-    """Samples whose reward is NaN (a failed call, or no reward applied): trained with advantage 0."""
+    """Samples whose reward is NaN (a failed call, or no reward applied): left out of the update."""
     return sum(1 for group in rewards or [] for r in group if math.isnan(r))
 
 
@@ -77,6 +98,18 @@ class FailureWatch:
                     f"{self.last.get(name, '?')}"
                 )
         return stop
+
+    def every_call_failed(self) -> str | None:
+        """At the end of a run: the reason to fail it when some reward failed on every sample it applied
+        to (a run too short for the stop rule, e.g. 2 steps), or None. With
+        ``trainer.max_reward_error_rate=1`` every failure is accepted, this one too."""
+        if self.max_rate >= 1.0:
+            return None
+        for name, failed in self.failed.items():
+            if failed and failed == self.applied.get(name):
+                return (f"reward {name!r}: every one of its {failed} calls in the run failed, so nothing "
+                        f"was learned from it; last error: {self.last.get(name, '?')}")
+        return None
 
     def rates(self) -> dict[str, float]:
         """Each reward's failed calls over the samples it applied to, over the whole run."""

@@ -20,11 +20,20 @@ from rewardhub.errors import RewardhubError
 from rewardhub.errors import UnknownRewardError
 from rewardhub.errors import UsageError
 
-__all__ = ["provenance", "used_rewards", "validate_rewards"]
+__all__ = ["POOL_ATTEMPTS", "nested_call_timeout", "provenance", "remote_identities", "used_rewards",
+           "validate_rewards"]
+
+#: times a reward pool sends one chunk before failing its samples
+#: (:class:`rewardhub.distributed.PoolSettings`'s ``max_attempts``, which the reward client leaves as it is)
+POOL_ATTEMPTS = 3
+#: what the trainer's bound on a score call keeps above the pool's bounds (a call's trip, a restart)
+NEST_SLACK_S = 60.0
+#: the pool's own slack over the sum of the terms' timeouts (rewardhub.distributed's CALL_SLACK_S)
+POOL_SLACK_S = 30.0
 
 
-def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = None
-                     ) -> tuple[RewardConfig, Any, Any]:
+def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = None,
+                     chunk: int | None = None, call_timeout_s: float = 0.0) -> tuple[RewardConfig, Any, Any]:
     """Resolve every reward term in the driver, before Ray starts.
 
     :param reward: the plan's ``reward:`` section (validated when the config was loaded).
@@ -37,6 +46,11 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
         checked against its fingerprint items (each used reward must be the driver's), wherever
         the reward client that starts them runs; and the registry built here, the driver's only one
         (``None`` with ``reward.remote``): pass it on (:func:`used_rewards`), never build another.
+    :param chunk: the samples of one score call on a reward worker, and ``call_timeout_s``
+        (``trainer.call_timeout_s``) the trainer's bound on a whole score call: the pool's own bound on
+        a worker's call (``reward.workers.call_timeout_s``, unset: the terms' ``timeout_s`` x ``chunk``)
+        is nested under it (:func:`_nest_pool_bound`), so that a hung worker is restarted by its pool
+        before the trainer gives up on the whole reward client.
     :raises UsageError: naming the term (``reward.rewards[i].name``) and the valid choices.
     """
     from rewardhub.distributed import prepare_setup
@@ -70,12 +84,45 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
                 raise UsageError("\n".join(gate))
         if default_timeout_s:
             reward = _with_timeouts(reward, [t.policy.timeout_s for t in runner.terms], default_timeout_s)
+        if chunk and call_timeout_s:
+            reward = _nest_pool_bound(reward, [(t.policy.timeout_s or default_timeout_s or None,
+                                                t.policy.retries or 0) for t in runner.terms],
+                                      chunk, call_timeout_s)
         setup, _ = prepare_setup(reward, registry=registry)
     except UsageError:
         raise
     except RewardhubError as exc:
         raise UsageError(f"reward: {exc}") from exc
     return setup.reward_cfg, setup, registry
+
+
+def _nest_pool_bound(reward: RewardConfig, terms: list[tuple[float | None, int]], chunk: int,
+                     call_timeout_s: float) -> RewardConfig:
+    """``reward`` whose pool bounds a worker's call of ``chunk`` samples within what the trainer waits for a
+    score call (``call_timeout_s``), each of its :data:`POOL_ATTEMPTS` tries included: the pool's own
+    bound (the terms' ``timeout_s x (1 + retries)`` summed, x ``chunk``) where it fits, else that share of
+    ``call_timeout_s``. A ``reward.workers.call_timeout_s`` set in the config is kept (the trainer's bound
+    scales with it instead: :func:`nested_call_timeout`)."""
+    if reward.workers.call_timeout_s:
+        return reward
+    per_row = None if any(t is None for t, _ in terms) else sum(float(t or 0) * (1 + r) for t, r in terms)
+    derived = None if per_row is None else POOL_SLACK_S + chunk * per_row
+    cap = (call_timeout_s - min(NEST_SLACK_S, call_timeout_s / 2)) / POOL_ATTEMPTS
+    if derived is not None and derived <= cap:
+        return reward
+    return dataclasses.replace(reward, workers=dataclasses.replace(reward.workers, call_timeout_s=cap))
+
+
+def nested_call_timeout(call_timeout_s: float, reward: RewardConfig) -> float:
+    """``trainer.call_timeout_s``, raised where ``reward.workers.call_timeout_s`` (set in the config) and
+    the pool's :data:`POOL_ATTEMPTS` tries of a chunk would outlast it: the nearest bound (the pool's, which
+    restarts one worker) acts first, the trainer's (which restarts the whole reward client) after it."""
+    from rewardhub.scorers import scores_remotely
+
+    pool = reward.workers.call_timeout_s
+    if not call_timeout_s or not pool or scores_remotely(reward):
+        return call_timeout_s
+    return max(call_timeout_s, pool * POOL_ATTEMPTS + NEST_SLACK_S)
 
 
 def _with_timeouts(reward: RewardConfig, timeouts: list[float | None], default: float) -> RewardConfig:
@@ -135,3 +182,17 @@ def _validate_remote(reward: RewardConfig) -> tuple[RewardConfig, Any, None]:
     open_scorer(reward).close()
     setup, _ = prepare_setup(reward)
     return reward, setup, None
+
+
+def remote_identities(used: list[dict[str, Any]]) -> dict[str, str]:
+    """``reward.remote``: each term the server scores with -> what identifies its code on the server
+    (the file's ``sha256:``, else ``dist==version``, else its target), from the server's provenance
+    (:func:`used_rewards`). A resumed run checks its checkpoint's against these, as a local run checks
+    its own rewards' (:func:`rewardhub_trainer.runfolder.check_resume_rewards`)."""
+    out = {}
+    for r in used:
+        identity = r.get("identity") or (f"sha256:{r['sha256']}" if r.get("sha256") else
+                                         f"{r['dist']}=={r['version']}" if r.get("dist") else r.get("target"))
+        if r.get("name") and identity:
+            out[str(r["name"])] = str(identity)
+    return out

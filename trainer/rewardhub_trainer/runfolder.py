@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import hashlib
 import json
@@ -25,8 +26,8 @@ from typing import Any
 
 from rewardhub.errors import UsageError
 
-__all__ = ["RUN_FILE", "RunLock", "begin", "check_output", "check_resume_model", "check_resume_rewards",
-           "claim", "env_paths", "fingerprint", "holds_run", "public_config"]
+__all__ = ["RUN_FILE", "RunFolder", "RunLock", "begin", "check_output", "check_resume_model",
+           "check_resume_rewards", "claim", "env_paths", "fingerprint", "holds_run", "public_config"]
 
 RUN_FILE = "run.json"
 #: what a run writes into its folder (what ``--overwrite`` removes, once the new run has started)
@@ -38,7 +39,11 @@ FINGERPRINTED = ("model", "data", "reward")
 SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
               "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
 _SPECIAL = ("/proc", "/sys", "/dev")
-_RUNTIME_TERM_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "memory_limit_mb")
+#: how a term runs, not what it gives (a resumed run may change these)
+_RUNTIME_TERM_KEYS = ("executor", "timeout_s", "max_concurrency", "retries", "memory_limit_mb", "cache",
+                      "max_rpm")
+#: how the client of ``reward.remote`` waits and retries (its ``url`` is fingerprinted)
+_RUNTIME_REMOTE_KEYS = ("timeout_s", "connect_timeout_s", "retry_for_s")
 
 
 def check_output(output: str) -> Path:
@@ -109,23 +114,93 @@ class RunLock:
             self._fd = None
 
 
+class RunFolder:
+    """``--output``, chosen: checked (:func:`check_output`), created where missing and locked
+    (:class:`RunLock`), before the config's slow parts (the model, the data) and long before Ray: a
+    second run into a folder a starting run holds is refused at once."""
+
+    def __init__(self, output: str) -> None:
+        made = not os.path.isdir(os.path.abspath(output))
+        self.path = check_output(output)
+        self.made = made  #: created here (an earlier run's folder is never removed)
+        try:
+            self.lock = RunLock(self.path)
+        except BaseException:
+            self.release(discard=True)
+            raise
+
+    def release(self, *, discard: bool = False) -> None:
+        """Let the folder go (idempotent); ``discard``: the run was refused, so a folder created for it
+        goes too, if nothing was written there."""
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.release()
+        if discard and self.made:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()  # only an empty one
+
+
 def holds_run(path: Path) -> bool:
     """Does folder ``path`` hold (part of) a run's output?"""
     return any((path / name).exists() for name in RUN_ENTRIES[:5])
 
 
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    """The default of every fingerprinted key (as JSON writes it), and of a reward term's (``"term"``)."""
+    from rewardhub.config.schema import RewardConfig
+    from rewardhub.config.schema import TermConfig
+    from rewardhub.config.schema import as_dict
+
+    from .config import DataConfig
+    from .config import ModelConfig
+
+    term = as_dict(RewardConfig(rewards=(TermConfig(),)))["rewards"][0]
+    out: dict[str, Any] = _plain({"model": dataclasses.asdict(ModelConfig()),
+                                  "data": dataclasses.asdict(DataConfig()),
+                                  "reward": as_dict(RewardConfig()), "term": term})
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON has it (tuples are lists), so a config read back from ``run.json`` compares
+    equal to one built now."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _set(value: Any, default: Any) -> Any:
+    """The keys of mapping ``value`` that differ from ``default``'s (recursively); a key ``default`` lacks
+    is kept. Not a mapping: ``value``."""
+    if not (isinstance(value, dict) and isinstance(default, dict)):
+        return value
+    return {k: _set(v, default[k]) if k in default else v
+            for k, v in value.items() if k not in default or v != default[k]}
+
+
 def _what_is_learned(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``model``, ``data`` and ``reward`` sections, less how the rewards run (``reward.workers``, and
-    each term's executor, timeout, concurrency and retries: a resumed run may change those)."""
-    part = {k: copy.deepcopy(config.get(k)) for k in FINGERPRINTED}
+    """The ``model``, ``data`` and ``reward`` sections as far as they differ from the defaults (what the
+    user set: a key added by a later release, at its default, is no difference), less how the rewards run
+    (``reward.workers``; each term's executor, timeout, concurrency, retries, cache and rate limit;
+    ``reward.remote``'s waits: a resumed run may change those)."""
+    defaults = _defaults()
+    part = {k: _plain(config.get(k)) for k in FINGERPRINTED}
     reward = part.get("reward")
     if isinstance(reward, dict):
         reward.pop("workers", None)
-        for term in reward.get("rewards") or []:
-            if isinstance(term, dict):
-                for key in _RUNTIME_TERM_KEYS:
-                    term.pop(key, None)
-    return part
+        terms = reward.pop("rewards", None)
+        if isinstance(reward.get("remote"), dict):
+            for key in _RUNTIME_REMOTE_KEYS:
+                reward["remote"].pop(key, None)
+        if isinstance(terms, list):
+            kept = []
+            for term in terms:
+                if isinstance(term, dict):
+                    term = {k: v for k, v in term.items() if k not in _RUNTIME_TERM_KEYS}
+                    term = _set(term, defaults["term"])
+                kept.append(term)
+            if kept:
+                reward["rewards"] = kept
+    return {k: _set(v, defaults[k]) for k, v in part.items()}
 
 
 def fingerprint(config: Mapping[str, Any]) -> str:
@@ -155,12 +230,15 @@ def _recorded_fingerprint(path: Path) -> tuple[str | None, dict[str, Any] | None
     return None, None
 
 
-def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite: bool) -> None:
+def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite: bool,
+          allow_config_change: bool = False) -> None:
     """Refuse ``out`` when it holds another run, and ``resume`` when the run there learned from another
-    config, wherever the new run writes (see the module's docstring); deletes nothing."""
+    config (unless ``allow_config_change``: a warning), wherever the new run writes (see the module's
+    docstring); deletes nothing."""
     here = bool(resume) and Path(os.path.abspath(str(resume))) == out
     if resume:
-        _check_resume_config(Path(os.path.abspath(resume)), config, resume, here=here)
+        _check_resume_config(Path(os.path.abspath(resume)), config, resume, here=here,
+                             allow=allow_config_change)
     if overwrite or here or not holds_run(out):
         return
     hint = f"--resume {out} to continue it (same config)" if not resume else "another --output for this run"
@@ -170,21 +248,37 @@ def claim(out: Path, config: Mapping[str, Any], *, resume: str | None, overwrite
     )
 
 
-def _check_resume_config(path: Path, config: Mapping[str, Any], resume: str, *, here: bool) -> None:
-    """The run in ``path`` learned from the config's ``model``, ``data`` and ``reward`` sections (its
-    fingerprint), or one error line naming the sections that differ. A resumed run goes on from that
+def _check_resume_config(path: Path, config: Mapping[str, Any], resume: str, *, here: bool,
+                         allow: bool = False) -> None:
+    """The run in ``path`` learned from the config's ``model``, ``data`` and ``reward`` sections (as
+    :func:`_what_is_learned` reads them: the config that run recorded is compared, so a run written by
+    an earlier release, before some key existed, is the same run), or one error line naming the sections
+    that differ; with ``allow`` (``--allow-config-change``) a warning. A resumed run goes on from that
     run's data cursor and weights: with another data or reward section they would be another run's."""
     recorded, old = _recorded_fingerprint(path)
-    if recorded is None or recorded == fingerprint(config):
+    if isinstance(old, dict):
+        was, now = _what_is_learned(old), _what_is_learned(config)
+        differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
+        if not differ:
+            return
+    elif recorded is None or recorded == fingerprint(config):
         return
-    was, now = _what_is_learned(old or {}), _what_is_learned(config)
-    differ = [k for k in FINGERPRINTED if was.get(k) != now.get(k)]
+    else:
+        differ = []
+    what = (f"the run in that folder has another config "
+            f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})")
+    if allow:
+        import sys
+
+        print(f"WARNING: --resume {resume}: {what} (--allow-config-change: going on with this config)",
+              file=sys.stderr)
+        return
     fix = ("another --output, or --overwrite" if here
            else "without --resume (its --output may stay)")
     raise UsageError(
-        f"--resume {resume}: the run in that folder has another config "
-        f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})\n"
-        f"resume it with its own config, or start a new run: {fix}"
+        f"--resume {resume}: {what}\n"
+        f"resume it with its own config, or start a new run: {fix}; or pass --allow-config-change to go "
+        "on from its checkpoint with this config"
     )
 
 

@@ -131,7 +131,8 @@ separate low/high bounds
 actor_rollout_ref.actor.clip_ratio_c -> trainer.clip_ratio_c
 actor_rollout_ref.actor.use_kl_loss (kl)
 actor_rollout_ref.actor.kl_loss_coef (kl)
-actor_rollout_ref.actor.kl_loss_type: the KL term is the k3 estimator (verl's low_var_kl without the clamp)
+actor_rollout_ref.actor.kl_loss_type: the KL term is the k3 estimator, verl's low_var_kl (clamped to \
+[-10, 10] as verl clamps it); no other estimator
 actor_rollout_ref.actor.entropy_coeff -> trainer.entropy_coeff
 actor_rollout_ref.actor.loss_agg_mode -> trainer.loss_agg_mode
 actor_rollout_ref.actor.policy_loss.loss_mode (loss_mode)
