@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +18,7 @@ from ._chunks import make_chunks
 from ._dispatch import call_bound
 from ._dispatch import dispatch
 from ._errors import RegistryMismatchError
+from ._figures import PoolFigures
 from ._ray import actor_errors
 from ._ray import ensure_ray
 from ._ray import short_error
@@ -66,6 +69,10 @@ class WorkerGroup:
         self.chunk_size, self.max_inflight = s.chunk_size, max(1, s.max_inflight)
         self.restarts = 0
         self.rescored_samples = 0
+        #: seconds a restarted worker may wait for Ray to place it; then the pool goes on without it
+        self.replace_timeout_s = float(s.replace_timeout_s if s.replace_timeout_s is not None
+                                       else w.replace_timeout_s)
+        self.figures = PoolFigures(setup.pool, self.num_workers)
         #: seconds one score call may take (None: from the terms' timeouts: :meth:`call_bound`)
         self.call_timeout_s = s.call_timeout_s if s.call_timeout_s is not None else w.call_timeout_s
         self.notes: list[str] = []  #: lines for the user since :meth:`take_notes` (a hung worker's)
@@ -108,6 +115,7 @@ class WorkerGroup:
             opts["runtime_env"] = self.runtime_env
         slot.actor = _actor_cls.options(**opts).remote(self._setup_ref, slot.index)
         slot.starting = slot.actor.hello.remote()
+        slot.starting_since = time.monotonic()
         slot.alive = False
 
     def _start_all(self, timeout_s: float) -> None:
@@ -209,8 +217,43 @@ class WorkerGroup:
         slot.restarts += 1
         slot.generation += 1
         self.restarts += 1
+        self.figures.replaced += 1
         self._new_actor(slot)
         pending[slot.starting] = ("hello", -1, slot, slot.generation)
+
+    def start_deadline(self, slot: WorkerSlot) -> float:
+        """When a (re)started worker that Ray has not placed yet is given up (:meth:`unplaceable`)."""
+        return slot.starting_since + self.replace_timeout_s
+
+    def unplaceable(self, slot: WorkerSlot, at_close: bool = False) -> None:
+        """A restarted worker Ray could not place within ``replace_timeout_s`` (its node is gone and no
+        other has room), or by the time the pool closes: dropped, with one line, and the pool goes on
+        with the workers it has."""
+        waited = time.monotonic() - slot.starting_since
+        try:
+            self._ray.kill(slot.actor, no_restart=True)  # its pending creation too
+        except Exception:  # noqa: BLE001
+            pass
+        slot.actor, slot.starting, slot.alive, slot.gone, slot.inflight = None, None, False, True, 0
+        left = sum(not s.gone for s in self._slots)
+        within = (f"in the {waited:.0f}s to the end of the run" if at_close else
+                  f"within {self.replace_timeout_s:g}s (reward.workers.replace_timeout_s)")
+        line = (f"reward worker {slot.index} of pool {self.pool!r} cannot be placed again: Ray found no "
+                f"node with room for it {within}; each worker needs {self._needs()}; "
+                f"{'the run finished' if at_close else 'going on'} with {left} of {self.num_workers} workers")
+        print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        self.notes.append(line)
+        self.saw_workers()
+
+    def saw_workers(self) -> None:
+        """Count the live workers into the pool's figures."""
+        self.figures.saw_workers(sum(s.alive for s in self._slots))
+
+    def pool_figures(self) -> dict[str, object]:
+        """This pool's figures (:class:`~rewardhub.distributed._figures.PoolFigures`), as
+        ``--summary-json`` writes them."""
+        self.saw_workers()
+        return self.figures.as_dict()
 
     # ---- facts and lifetime --------------------------------------------------------------
     def workers_info(self) -> list[dict[str, Any]]:
@@ -218,13 +261,25 @@ class WorkerGroup:
         own)."""
         out = []
         for slot in self._slots:
-            if slot.starting is not None:
-                self._hello(slot)
+            if slot.starting is not None:  # never waits for a worker Ray has not placed
+                if self._placed(slot):
+                    self._hello(slot)
+                elif time.monotonic() >= self.start_deadline(slot):
+                    self.unplaceable(slot)
             out.append(slot_facts(slot, self.pool))
         return out
 
+    def _placed(self, slot: WorkerSlot) -> bool:
+        """Whether ``slot``'s (re)started worker answered its hello (Ray not running: as if it had)."""
+        try:
+            return bool(self._ray.wait([slot.starting], timeout=0)[0])
+        except Exception:  # noqa: BLE001 - Ray shut down before the pool
+            return True
+
     def close(self) -> None:
         for slot in getattr(self, "_slots", []):
+            if slot.starting is not None and slot.restarts and not self._placed(slot):
+                self.unplaceable(slot, at_close=True)  # the user hears of a worker that never came back
             if slot.actor is not None:
                 try:
                     self._ray.kill(slot.actor, no_restart=True)

@@ -356,6 +356,10 @@ class Runner:
         """The Ray reward workers started so far, pool by pool (role, pool, node, pid, fingerprint)."""
         return [w for executor in self._remote.values() for w in executor.workers_info()]
 
+    def pool_figures(self) -> list[dict[str, Any]]:
+        """The figures of each Ray pool started so far (``RewardWorkerPool.pool_figures``)."""
+        return [f for e in self._remote.values() for f in getattr(e, "pool_figures", list)()]
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
