@@ -261,18 +261,19 @@ class WorkerGroup:
         own)."""
         out = []
         for slot in self._slots:
-            if slot.starting is not None:  # never waits for a worker Ray has not placed
-                if self._placed(slot):
+            if slot.starting is not None:  # a restarted worker: waited for, up to its start deadline
+                if self._placed(slot, self.start_deadline(slot) - time.monotonic()):
                     self._hello(slot)
-                elif time.monotonic() >= self.start_deadline(slot):
+                else:
                     self.unplaceable(slot)
             out.append(slot_facts(slot, self.pool))
         return out
 
-    def _placed(self, slot: WorkerSlot) -> bool:
-        """Whether ``slot``'s (re)started worker answered its hello (Ray not running: as if it had)."""
+    def _placed(self, slot: WorkerSlot, wait_s: float = 0.0) -> bool:
+        """Whether ``slot``'s (re)started worker answers its hello within ``wait_s`` (Ray not running: as
+        if it had)."""
         try:
-            return bool(self._ray.wait([slot.starting], timeout=0)[0])
+            return bool(self._ray.wait([slot.starting], timeout=max(0.0, wait_s))[0])
         except Exception:  # noqa: BLE001 - Ray shut down before the pool
             return True
 
