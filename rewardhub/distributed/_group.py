@@ -236,11 +236,15 @@ class WorkerGroup:
             pass
         slot.actor, slot.starting, slot.alive, slot.gone, slot.inflight = None, None, False, True, 0
         left = sum(not s.gone for s in self._slots)
-        within = (f"in the {waited:.0f}s to the end of the run" if at_close else
-                  f"within {self.replace_timeout_s:g}s (reward.workers.replace_timeout_s)")
-        line = (f"reward worker {slot.index} of pool {self.pool!r} cannot be placed again: Ray found no "
-                f"node with room for it {within}; each worker needs {self._needs()}; "
-                f"{'the run finished' if at_close else 'going on'} with {left} of {self.num_workers} workers")
+        if at_close:  # maybe only slow to start: said as what is known
+            line = (f"reward worker {slot.index} of pool {self.pool!r} was not placed again by Ray in the "
+                    f"{waited:.0f}s to the end of the run (each worker needs {self._needs()}); the run "
+                    f"finished with {left} of {self.num_workers} workers")
+        else:
+            line = (f"reward worker {slot.index} of pool {self.pool!r} cannot be placed again: Ray found no "
+                    f"node with room for it within {self.replace_timeout_s:g}s "
+                    f"(reward.workers.replace_timeout_s); each worker needs {self._needs()}; going on with "
+                    f"{left} of {self.num_workers} workers")
         print(f"WARNING: {line}", file=sys.stderr, flush=True)
         self.notes.append(line)
         self.saw_workers()
@@ -261,13 +265,22 @@ class WorkerGroup:
         own)."""
         out = []
         for slot in self._slots:
-            if slot.starting is not None:  # a restarted worker: waited for, up to its start deadline
-                if self._placed(slot, self.start_deadline(slot) - time.monotonic()):
-                    self._hello(slot)
-                else:
-                    self.unplaceable(slot)
+            self._settle(slot)
             out.append(slot_facts(slot, self.pool))
         return out
+
+    def _settle(self, slot: WorkerSlot) -> None:
+        """Wait for a restarted worker's hello, up to its start deadline: one that died while starting
+        (placed on a node on its way out) is restarted again, within ``max_restarts``; one Ray could not
+        place is dropped (:meth:`unplaceable`)."""
+        while slot.starting is not None:
+            if not self._placed(slot, self.start_deadline(slot) - time.monotonic()):
+                self.unplaceable(slot)
+                return
+            info = self._hello(slot)
+            if slot.alive or slot.info is info:  # started (or refused on its registry: dispatch says so)
+                return
+            self._died(slot, info["problems"][0]["detail"], {})
 
     def _placed(self, slot: WorkerSlot, wait_s: float = 0.0) -> bool:
         """Whether ``slot``'s (re)started worker answers its hello within ``wait_s`` (Ray not running: as
