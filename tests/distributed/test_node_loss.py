@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -134,3 +135,57 @@ def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_no
     assert pool["workers"] == {"min": 2, "max": 3, "now": 2} and pool["calls_redispatched"] >= 1
     assert pool["replicas_replaced"] == 1 and pool["pool"] == "reward"
     assert 0 <= pool["queue_wait_p50_s"] <= pool["queue_wait_p99_s"]
+
+
+@pytest.fixture
+def one_node():
+    from ray.cluster_utils import Cluster
+
+    assert not ray.is_initialized(), "another test left Ray running"
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    node = c.add_node(num_cpus=1, resources={"fleet": 1})
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c, node
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.mark.timeout(300)
+def test_a_pool_whose_last_node_goes_stops_with_an_error_not_a_hang(one_node, tmp_path, capfd):
+    """Its only worker's node removed, nowhere left to place it: scoring stops with an error naming the
+    pool once ``replace_timeout_s`` has passed (it used to wait for ever)."""
+    from rewardhub.distributed import RewardWorkerPool
+    from rewardhub.distributed import WorkerFailedError
+
+    cluster, node = one_node
+    reward = tmp_path / "gated.py"
+    reward.write_text(REWARD)
+    cfg = {"rewards": [{"path": str(reward), "function": "gated",
+                        "kwargs": {"log_dir": str(tmp_path), "half": 0}}],
+           "workers": {"num_workers": 1, "num_cpus": 1, "resources": {"fleet": 1}, "replace_timeout_s": 5}}
+    with RewardWorkerPool(cfg) as pool:
+        out: dict = {}
+
+        def score() -> None:
+            try:
+                out["res"] = pool.score([{"prompt": "q", "response": f"r{i}"} for i in range(4)])
+            except Exception as exc:  # noqa: BLE001 - what the test looks at
+                out["error"] = exc
+
+        th = threading.Thread(target=score, daemon=True)
+        th.start()
+        [(_, _, pid)] = _wait_for(lambda: _lines(tmp_path / "waiting")[:1], "the worker holding a call")
+        cluster.remove_node(node, allow_graceful=False)
+        _wait_for(lambda: not _alive(int(pid)), "the removed node's worker to end")
+        (tmp_path / "gate").touch()
+        th.join(240)
+        assert not th.is_alive(), "scoring never ended"
+        figures = pool.pool_figures()
+    assert isinstance(out.get("error"), WorkerFailedError), out
+    assert "every reward worker of pool 'reward' is gone" in str(out["error"])
+    said = [line for line in capfd.readouterr().err.splitlines() if "cannot be placed again" in line]
+    assert len(said) == 1 and "within 5s" in said[0] and "going on with 0 of 1 workers" in said[0]
+    assert figures[0]["workers"]["now"] == 0
