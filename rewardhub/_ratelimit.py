@@ -1,15 +1,21 @@
-"""Per-minute limits: a token bucket shared by every thread and event loop of this process."""
+"""Per-minute limits: a token bucket shared by every thread and event loop of this process, or, inside
+Ray, by every process and node of the cluster (one named actor per endpoint and limit)."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Limiter", "limiter", "paced"]
+__all__ = ["Limiter", "SharedLimiter", "limiter", "paced", "shared_limiter"]
+
+log = logging.getLogger("rewardhub.ratelimit")
 
 
 class Limiter:
@@ -38,13 +44,89 @@ _LIMITERS_LOCK = threading.Lock()
 
 
 def limiter(where: str, unit: str, per_minute: float) -> Limiter:
-    """The process's bucket for ``unit`` (``requests`` or ``tokens``) of ``where`` (an endpoint, a
-    term): requests are spaced evenly (no burst), tokens may come a second's worth at once."""
+    """The bucket for ``unit`` (``requests`` or ``tokens``) of ``where`` (an endpoint, a term): requests
+    are spaced evenly (no burst), tokens may come a second's worth at once.
+
+    Inside Ray (this process joined a cluster: a driver, a reward worker, a trainer's actor) the bucket
+    is the cluster's, one for every process and node
+    (:func:`shared_limiter`); else this process's own."""
+    burst = 1.0 if unit == "requests" else per_minute / 60.0
+    if _in_ray():
+        return shared_limiter(where, unit, per_minute, burst)  # type: ignore[return-value]
     with _LIMITERS_LOCK:
         key = (where, unit, float(per_minute))
         if key not in _LIMITERS:
-            _LIMITERS[key] = Limiter(per_minute, 1.0 if unit == "requests" else per_minute / 60.0)
+            _LIMITERS[key] = Limiter(per_minute, burst)
         return _LIMITERS[key]
+
+
+def _in_ray() -> bool:
+    """Whether this process runs inside Ray (never imports Ray: only a process that did can be)."""
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:  # noqa: BLE001 - a half-imported or stubbed ray
+        return False
+
+
+#: the Ray namespace of the limiter actors (every job of the cluster finds them there)
+NAMESPACE = "rewardhub"
+#: seconds one reserve() round trip may take before this process falls back to its own bucket
+_RESERVE_TIMEOUT_S = 30.0
+
+
+class _Bucket:
+    """The actor: a :class:`Limiter` whose :meth:`reserve` every process of the cluster calls."""
+
+    def __init__(self, per_minute: float, burst: float) -> None:
+        self.limiter = Limiter(per_minute, burst)
+
+    def reserve(self, units: float) -> float:
+        return self.limiter.reserve(units)
+
+
+class SharedLimiter:
+    """A :class:`Limiter` as callers see it, whose bucket is the cluster's actor; should that actor be
+    unreachable, the process's own bucket takes over (said once)."""
+
+    def __init__(self, actor: Any, fallback: Limiter, name: str) -> None:
+        self.actor, self.fallback, self.name = actor, fallback, name
+        self.broken = False
+
+    def reserve(self, units: float) -> float:
+        """Take ``units`` from the cluster's bucket; :returns: the seconds to wait before using them."""
+        if not self.broken:
+            import ray
+
+            try:
+                return float(ray.get(self.actor.reserve.remote(units), timeout=_RESERVE_TIMEOUT_S))
+            except Exception as exc:  # noqa: BLE001 - the actor died, or Ray went away
+                self.broken = True
+                log.warning("the cluster's rate limiter %s cannot be reached (%s); this process keeps to the "
+                            "limit on its own from now on", self.name, type(exc).__name__)
+        return self.fallback.reserve(units)
+
+
+_SHARED: dict[tuple[str, str, float], SharedLimiter] = {}
+_LOCK = threading.Lock()
+
+
+def shared_limiter(where: str, unit: str, per_minute: float, burst: float) -> SharedLimiter:
+    """The cluster's bucket for ``unit`` of ``where`` at ``per_minute``: a detached actor named after
+    them (created by the first process that asks, found by name by the others), with no CPU of its own.
+    It outlives the job (it holds a few numbers) so that every run on the cluster shares it."""
+    import ray
+
+    key = (where, unit, float(per_minute))
+    with _LOCK:
+        if key not in _SHARED:
+            digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+            name = f"rewardhub-limit-{unit}-{digest}"
+            actor = ray.remote(_Bucket).options(
+                name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
+                max_restarts=-1).remote(per_minute, burst)
+            _SHARED[key] = SharedLimiter(actor, Limiter(per_minute, burst), f"{unit} of {where}")
+        return _SHARED[key]
 
 
 def paced(fn: Callable[..., Any], where: str, max_rpm: float) -> Callable[..., Any]:

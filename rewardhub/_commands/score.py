@@ -224,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
         used = scorer.provenance()
+        pools: list[dict[str, Any]] = getattr(scorer, "pool_figures", list)()
     RoutingWatch({f.name: f.routes for f in facts}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
@@ -238,8 +239,8 @@ def run(args: argparse.Namespace) -> int:
     if args.summary_json:
         write_summary(args.summary_json, {"metrics": metrics, "samples": n_rows, "wall_s": wall,
                                           "rewards": used, "failures": failures, "slowest": slowest.as_json(),
-                                          **_calibration_figures(plan.reward, names)},
-                      args.output)
+                                          **_calibration_figures(plan.reward, names),
+                                          **({"pools": pools} if pools else {})}, args.output)
     if debug_enabled():
         for line in debug_lines(failures):
             _say(line)

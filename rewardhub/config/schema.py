@@ -125,6 +125,9 @@ class WorkersConfig:
     #: seconds one score call (a chunk of samples) may take before its worker counts as hung and is
     #: restarted, its chunk re-scored (None: the terms' timeout_s x the chunk's samples, plus 30 s)
     call_timeout_s: float | None = None
+    #: seconds a restarted worker may wait for Ray to place it (its node gone, no other with room) before
+    #: the pool goes on without it, saying so in one warning
+    replace_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         _freeze(self, "resources")
@@ -214,6 +217,7 @@ RULES: dict[str, Rule] = {
     "rewards.*.weight": finite("a term's weight may be negative (a penalty), not NaN or infinite"),
     "rewards.*.timeout_s": above(0),
     "workers.call_timeout_s": above(0),
+    "workers.replace_timeout_s": above(0),
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),

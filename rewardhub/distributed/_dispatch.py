@@ -63,7 +63,10 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
     pool.last_pids = set()
     pending: dict[Any, tuple[str, int, WorkerSlot, int]] = {
         s.starting: ("hello", -1, s, s.generation) for s in pool._slots if s.starting is not None}
-    deadlines: dict[Any, float] = {}  #: score ref -> when its worker counts as hung
+    #: score ref -> when its worker counts as hung; hello ref -> when its worker is given up
+    deadlines: dict[Any, float] = {ref: pool.start_deadline(slot) for ref, (_, _, slot, _) in pending.items()}
+    figures = pool.figures
+    queued = dict.fromkeys(todo, time.monotonic())  #: chunk -> since when it waits for a worker
 
     def lost(cid: int, why: str) -> None:
         """Chunk ``cid``'s call failed with its worker: sent again, or failed after max_attempts."""
@@ -72,7 +75,15 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
             done[cid] = {"failed": f"reward workers died {fails[cid]} times scoring it (last: {why})"}
         else:
             pool.rescored_samples += len(chunks[cid])
+            figures.calls_redispatched += 1
+            queued[cid] = time.monotonic()
             todo.appendleft(cid)
+
+    def restarted(slot: WorkerSlot, why: str) -> None:
+        """``slot``'s worker died: restarted (its hello awaited within the pool's replace timeout)."""
+        pool._died(slot, why, pending)
+        if slot.starting is not None:
+            deadlines[slot.starting] = pool.start_deadline(slot)
 
     while todo or any(kind == "score" for kind, *_ in pending.values()):
         while todo:
@@ -80,6 +91,7 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
             if slot is None:
                 break
             cid = todo.popleft()
+            figures.waited(time.monotonic() - queued[cid])
             rows = chunks[cid]
             ref = slot.actor.score.remote([batch[i] for i in rows], [idx[i] for i in rows], terms)
             slot.inflight += 1
@@ -91,15 +103,20 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
             raise WorkerFailedError(f"every reward worker of pool {pool.pool!r} is gone (after "
                                     f"{pool.restarts} restarts); {len(todo)} chunks left unscored\n"
                                     "see the Ray logs of the workers for why they died", pool=pool.pool)
+        pool.saw_workers()
         wait = max(0.0, min(deadlines.values()) - time.monotonic()) if deadlines else None
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
         if not ready:
             for ref in [r for r, at in deadlines.items() if at <= time.monotonic()]:
-                _, cid, slot, gen = pending.pop(ref)
+                kind, cid, slot, gen = pending.pop(ref)
                 deadlines.pop(ref)
+                if kind == "hello":  # Ray has nowhere to place it: the pool goes on without it
+                    if slot.starting is ref:
+                        pool.unplaceable(slot)
+                    continue
                 why = pool.hung(slot, len(chunks[cid]), terms)
                 if gen == slot.generation:
-                    pool._died(slot, why, pending)
+                    restarted(slot, why)
                 lost(cid, why)
             continue
         for ref in ready:
@@ -110,7 +127,7 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
                 if info.get("problems") and slot.info is info:
                     raise RegistryMismatchError(pool.pool, pool.setup.driver_fingerprint, [info])
                 if not slot.alive:
-                    pool._died(slot, info["problems"][0]["detail"], pending)
+                    restarted(slot, info["problems"][0]["detail"])
                 continue
             if gen == slot.generation:
                 slot.inflight -= 1
@@ -118,7 +135,7 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
                 res = ray.get(ref)
             except actor_errors() as exc:
                 if gen == slot.generation:
-                    pool._died(slot, short_error(exc), pending)
+                    restarted(slot, short_error(exc))
                 lost(cid, short_error(exc))
                 continue
             except Exception as exc:

@@ -23,7 +23,8 @@ from ._pool import RewardWorkerPool
 
 __all__ = ["RayExecutor", "RayExecutors", "runner_from_config"]
 
-_WORKER_KEYS = ("num_workers", "pool", "resources", "num_cpus", "num_gpus", "dispatch", "address")
+_WORKER_KEYS = ("num_workers", "pool", "resources", "num_cpus", "num_gpus", "dispatch", "address",
+                "call_timeout_s", "replace_timeout_s")
 
 
 def _shipped(term: Term) -> TermConfig:
@@ -86,6 +87,10 @@ class RayExecutor:
     def workers_info(self) -> list[dict[str, Any]]:
         """Facts of the reward workers (none before the first score)."""
         return self._workers.workers_info() if self._workers is not None else []
+
+    def pool_figures(self) -> list[dict[str, Any]]:
+        """The figures of the reward workers' pools (none before the first score)."""
+        return self._workers.pool_figures() if self._workers is not None else []
 
     def score_term(self, term_name: str, samples: Sequence[Mapping[str, Any]],
                    indices: Sequence[int]) -> list[Outcome]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ from ._chunks import make_chunks
 from ._dispatch import call_bound
 from ._dispatch import dispatch
 from ._errors import RegistryMismatchError
+from ._figures import PoolFigures
 from ._ray import actor_errors
 from ._ray import ensure_ray
 from ._ray import short_error
@@ -67,6 +70,10 @@ class WorkerGroup:
         self.chunk_size, self.max_inflight = s.chunk_size, max(1, s.max_inflight)
         self.restarts = 0
         self.rescored_samples = 0
+        #: seconds a restarted worker may wait for Ray to place it; then the pool goes on without it
+        self.replace_timeout_s = float(s.replace_timeout_s if s.replace_timeout_s is not None
+                                       else w.replace_timeout_s)
+        self.figures = PoolFigures(setup.pool, self.num_workers)
         #: seconds one score call may take (None: from the terms' timeouts: :meth:`call_bound`)
         self.call_timeout_s = s.call_timeout_s if s.call_timeout_s is not None else w.call_timeout_s
         self.notes: list[str] = []  #: lines for the user since :meth:`take_notes` (a hung worker's)
@@ -109,6 +116,7 @@ class WorkerGroup:
             opts["runtime_env"] = self.runtime_env
         slot.actor = _actor_cls.options(**opts).remote(self._setup_ref, slot.index)
         slot.starting = slot.actor.hello.remote()
+        slot.starting_since = time.monotonic()
         slot.alive = False
 
     def _start_all(self, timeout_s: float) -> None:
@@ -210,8 +218,47 @@ class WorkerGroup:
         slot.restarts += 1
         slot.generation += 1
         self.restarts += 1
+        self.figures.replaced += 1
         self._new_actor(slot)
         pending[slot.starting] = ("hello", -1, slot, slot.generation)
+
+    def start_deadline(self, slot: WorkerSlot) -> float:
+        """When a (re)started worker that Ray has not placed yet is given up (:meth:`unplaceable`)."""
+        return slot.starting_since + self.replace_timeout_s
+
+    def unplaceable(self, slot: WorkerSlot, at_close: bool = False) -> None:
+        """A restarted worker Ray could not place within ``replace_timeout_s`` (its node is gone and no
+        other has room), or by the time the pool closes: dropped, with one line, and the pool goes on
+        with the workers it has."""
+        waited = time.monotonic() - slot.starting_since
+        try:
+            self._ray.kill(slot.actor, no_restart=True)  # its pending creation too
+        except Exception:  # noqa: BLE001
+            pass
+        slot.actor, slot.starting, slot.alive, slot.gone, slot.inflight = None, None, False, True, 0
+        left = sum(not s.gone for s in self._slots)
+        if at_close:  # maybe only slow to start: said as what is known
+            line = (f"reward worker {slot.index} of pool {self.pool!r} was not placed again by Ray in the "
+                    f"{waited:.0f}s to the end of the run (each worker needs {self._needs()}); the run "
+                    f"finished with {left} of {self.num_workers} workers")
+        else:
+            line = (f"reward worker {slot.index} of pool {self.pool!r} cannot be placed again: Ray found no "
+                    f"node with room for it within {self.replace_timeout_s:g}s "
+                    f"(reward.workers.replace_timeout_s); each worker needs {self._needs()}; going on with "
+                    f"{left} of {self.num_workers} workers")
+        print(f"WARNING: {line}", file=sys.stderr, flush=True)
+        self.notes.append(line)
+        self.saw_workers()
+
+    def saw_workers(self) -> None:
+        """Count the live workers into the pool's figures."""
+        self.figures.saw_workers(sum(s.alive for s in self._slots))
+
+    def pool_figures(self) -> dict[str, object]:
+        """This pool's figures (:class:`~rewardhub.distributed._figures.PoolFigures`), as
+        ``--summary-json`` writes them."""
+        self.saw_workers()
+        return self.figures.as_dict()
 
     # ---- facts and lifetime --------------------------------------------------------------
     def workers_info(self) -> list[dict[str, Any]]:
@@ -219,13 +266,35 @@ class WorkerGroup:
         own)."""
         out = []
         for slot in self._slots:
-            if slot.starting is not None:
-                self._hello(slot)
+            self._settle(slot)
             out.append(slot_facts(slot, self.pool))
         return out
 
+    def _settle(self, slot: WorkerSlot) -> None:
+        """Wait for a restarted worker's hello, up to its start deadline: one that died while starting
+        (placed on a node on its way out) is restarted again, within ``max_restarts``; one Ray could not
+        place is dropped (:meth:`unplaceable`)."""
+        while slot.starting is not None:
+            if not self._placed(slot, self.start_deadline(slot) - time.monotonic()):
+                self.unplaceable(slot)
+                return
+            info = self._hello(slot)
+            if slot.alive or slot.info is info:  # started (or refused on its registry: dispatch says so)
+                return
+            self._died(slot, info["problems"][0]["detail"], {})
+
+    def _placed(self, slot: WorkerSlot, wait_s: float = 0.0) -> bool:
+        """Whether ``slot``'s (re)started worker answers its hello within ``wait_s`` (Ray not running: as
+        if it had)."""
+        try:
+            return bool(self._ray.wait([slot.starting], timeout=max(0.0, wait_s))[0])
+        except Exception:  # noqa: BLE001 - Ray shut down before the pool
+            return True
+
     def close(self) -> None:
         for slot in getattr(self, "_slots", []):
+            if slot.starting is not None and slot.restarts and not self._placed(slot):
+                self.unplaceable(slot, at_close=True)  # the user hears of a worker that never came back
             if slot.actor is not None:
                 try:
                     self._ray.kill(slot.actor, no_restart=True)

@@ -113,6 +113,8 @@ class RewardWorkerPool:
         for group in self.groups:
             res.metrics[f"reward_workers/{group.pool}/restarts"] = float(group.restarts)
             res.metrics[f"reward_workers/{group.pool}/rescored_samples"] = float(group.rescored_samples)
+            group.saw_workers()
+            res.metrics.update(group.figures.metrics())
         if progress is not None:
             progress(len(batch), len(batch))
         return res
@@ -133,6 +135,11 @@ class RewardWorkerPool:
                 pids |= group.last_pids
         self.last_pids = pids
         return {n: out[n] for n in names}
+
+    def pool_figures(self) -> list[dict[str, Any]]:
+        """Each group's figures: workers (min, max, now), queue wait p50/p99, calls re-dispatched,
+        replicas replaced (``--summary-json``'s ``pools``)."""
+        return [g.pool_figures() for g in self.groups]
 
     def take_notes(self) -> list[str]:
         """The lines noted since the last call (a hung worker's), of every group."""

@@ -22,6 +22,8 @@ class PoolSettings:
     :param call_timeout_s: seconds one score call (a chunk) may take before its worker counts as hung
         and is restarted (default ``reward.workers.call_timeout_s``, else derived from the terms'
         ``timeout_s``: :func:`~rewardhub.distributed._dispatch.call_bound`).
+    :param replace_timeout_s: seconds a restarted worker may wait for Ray to place it before the pool
+        goes on without it (default ``reward.workers.replace_timeout_s``).
     :param split_models: with ``reward.reward_model.enable``, reward-model terms (capability
         ``reward_model``, executor unset or ``ray``) get workers of their own, from
         ``reward.reward_model`` (see :func:`~rewardhub.distributed._placement.reward_model_pool`).
@@ -44,6 +46,7 @@ class PoolSettings:
     start_timeout_s: float = 300.0
     split_models: bool = True
     call_timeout_s: float | None = None
+    replace_timeout_s: float | None = None
 
     def for_reward_models(self, opts: Mapping[str, Any]) -> PoolSettings:
         """The settings of the reward-model workers split off a pool with these: where and how many
@@ -52,4 +55,5 @@ class PoolSettings:
             num_workers=opts["num_workers"], num_cpus=opts["num_cpus"], num_gpus=opts["num_gpus"],
             runtime_env=self.runtime_env, ship_files=self.ship_files, strict=self.strict,
             max_restarts=self.max_restarts, max_attempts=self.max_attempts, max_inflight=self.max_inflight,
-            start_timeout_s=self.start_timeout_s, split_models=False, call_timeout_s=self.call_timeout_s)
+            start_timeout_s=self.start_timeout_s, split_models=False, call_timeout_s=self.call_timeout_s,
+            replace_timeout_s=self.replace_timeout_s)

@@ -18,6 +18,7 @@ class WorkerSlot:
     inflight: int = 0
     alive: bool = False
     starting: Any = None  #: the pending hello() of a (re)started actor
+    starting_since: float = 0.0  #: when that actor was asked for (time.monotonic())
     info: dict[str, Any] | None = None
     restarts: int = 0
     gone: bool = False  #: out of restarts

@@ -55,7 +55,6 @@ class RemoteExecutor(Protocol):
     def score_term(self, term_name: str, samples: Sequence[Mapping[str, Any]],
                    indices: Sequence[int]) -> list[Outcome]:
         """Raw outcomes of one term for ``samples`` (``indices``: their places in the runner's batch)."""
-        ...
 
     def workers_info(self) -> list[dict[str, Any]]: ...  # one dict of facts per worker started so far
 
@@ -331,8 +330,7 @@ class Runner:
 
     # ---- resources ----------------------------------------------------------------------
     def _get_pool(self) -> ProcessPool:
-        pool = self._pool
-        if pool is not None:
+        if (pool := self._pool) is not None:
             return pool
         with self._start_lock:
             return self._new_pool()
@@ -365,6 +363,9 @@ class Runner:
     def ray_workers(self) -> list[dict[str, Any]]:
         """The Ray reward workers started so far, pool by pool (role, pool, node, pid, fingerprint)."""
         return [w for executor in self._remote.values() for w in executor.workers_info()]
+
+    def pool_figures(self) -> list[dict[str, Any]]:  # each Ray pool's (RewardWorkerPool.pool_figures)
+        return [f for e in self._remote.values() for f in getattr(e, "pool_figures", list)()]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -183,6 +183,12 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(cluster, reward_file, tmp
         pool.restarts == 1 and after[0]["restarts"] == 1 and after[0]["pid"] != victim and after[0]["alive"]
     )
     assert res.metrics["reward_workers/reward/rescored_samples"] >= 1
+    # the pool's figures, as the trainer's metrics carry them
+    assert res.metrics["reward_workers/reward/calls_redispatched"] >= 1
+    assert res.metrics["reward_workers/reward/replicas_replaced"] == 1.0
+    assert res.metrics["reward_workers/reward/workers_max"] == 2.0
+    waits = [res.metrics[f"reward_workers/reward/queue_wait_{q}_s"] for q in ("p50", "p99")]
+    assert 0 <= waits[0] <= waits[1]
     assert more.scores == [float(i) for i in range(12)] and not any(more.errors)
     assert after[0]["pid"] in {e["probe"]["pid"] for e in res.extra + more.extra}  # the new worker scores
 
