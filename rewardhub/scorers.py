@@ -34,7 +34,7 @@ def scores_remotely(reward: Any) -> bool:
 
 
 def open_scorer(reward: Any, *, registry: Any = None, cache_dir: str | None = None, workers: Any = None,
-                reference: Any = None, check: bool = True) -> Scorer:
+                reference: Any = None, check: bool = True, lazy: bool = False) -> Scorer:
     """The scorer of ``reward`` (a ``reward:`` section: a validated ``RewardConfig`` or raw).
 
     :param registry: the registry to resolve local terms against (built when not given).
@@ -42,15 +42,19 @@ def open_scorer(reward: Any, *, registry: Any = None, cache_dir: str | None = No
     :param workers: :class:`~rewardhub.distributed.PoolSettings`: score on a pool of Ray reward workers.
     :param reference: with ``workers``, the driver's ``WorkerSetup`` the workers are checked against.
     :param check: refuse, before anything runs, a term that ``score`` cannot run (:func:`term_problems`).
+    :param lazy: a server is first asked when the first batch comes, through ``reward.remote.retry_for_s``
+        of retries (what a long run's reward client wants, once the driver checked the server); else it must
+        answer ``GET /info`` within ``START_RETRY_S`` here.
     :raises UsageError: the server cannot be reached, or a term cannot run here (every problem listed).
     """
     from .config.schema import validate_reward
 
     section = validate_reward(reward)
     if section.remote is not None:
+        from .execution.remote import RemoteScorer
         from .execution.remote import reached
 
-        return reached(section.remote)
+        return RemoteScorer(section.remote) if lazy else reached(section.remote)
     if workers is not None:
         from .distributed import RewardWorkerPool
 

@@ -77,7 +77,9 @@ class RewardClient:
             settings = PoolSettings(num_workers=num_workers, num_cpus=num_cpus, num_gpus=num_gpus,
                                     resources=resources, max_restarts=max_restarts, chunk_size=chunk,
                                     runtime_env=NO_GPU_ENV)
-            self.pool = cast(RewardPool, open_scorer(reward_cfg, workers=settings, reference=reference))
+            # lazy: a server is asked when the first batch comes, through its whole retry window
+            self.pool = cast(RewardPool, open_scorer(reward_cfg, workers=settings, reference=reference,
+                                                     lazy=True))
         except RewardhubError as exc:  # e.g. a worker's registry differs in a reward the config uses
             self.error = str(exc)
             return

@@ -140,11 +140,10 @@ def used_rewards(reward: RewardConfig, *, registry: Any = None) -> list[dict[str
     """
     from rewardhub.distributed import prepare_setup
     from rewardhub.distributed import reward_facts
-    from rewardhub.scorers import open_scorer
     from rewardhub.scorers import scores_remotely
 
     if scores_remotely(reward):  # the server's own provenance of each term it scores with
-        return open_scorer(reward).provenance()
+        return _server_provenance(reward)
     setup, registry = prepare_setup(reward, ship_files=False, registry=registry)
     return [{"name": name, **reward_facts(registry.get_reward(name), setup.driver_items.get(name))}
             for name in dict.fromkeys(setup.used)]
@@ -177,11 +176,28 @@ def _validate_remote(reward: RewardConfig) -> tuple[RewardConfig, Any, None]:
     """``reward.remote``: the server answers (``GET /info``) before Ray starts; its terms are its own
     (``reward.rewards`` is empty: the config check refuses both)."""
     from rewardhub.distributed import prepare_setup
-    from rewardhub.scorers import open_scorer
 
-    open_scorer(reward).close()
+    _server_provenance(reward)
     setup, _ = prepare_setup(reward)
     return reward, setup, None
+
+
+#: ``reward.remote``'s provenance, by the section's text: the driver asks the server once (``GET /info``)
+_SERVER_PROVENANCE: dict[str, list[dict[str, Any]]] = {}
+
+
+def _server_provenance(reward: RewardConfig) -> list[dict[str, Any]]:
+    """The server's provenance of each term it scores with, asked once per driver process (its start-up
+    check and the run's records are one question, so a server that restarts just after it is met by the
+    reward client's retries, not by a second start-up check)."""
+    from rewardhub.scorers import open_scorer
+
+    key = repr(reward)
+    if key not in _SERVER_PROVENANCE:
+        scorer = open_scorer(reward)
+        _SERVER_PROVENANCE[key] = scorer.provenance()
+        scorer.close()
+    return [dict(r) for r in _SERVER_PROVENANCE[key]]
 
 
 def remote_identities(used: list[dict[str, Any]]) -> dict[str, str]:
