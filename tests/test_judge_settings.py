@@ -153,6 +153,6 @@ def test_a_reply_over_its_bound_is_not_read_whole():
                 res = runner.score([{"prompt": "p", "response": "r"}])
             error = res.errors[0]["llm_judge"]
             assert "over max_reply_bytes=1048576; it was not read on" in error, error
-            assert res.error_kinds[0]["llm_judge"] == "error"
+            assert res.error_kinds[0]["llm_judge"] == "reply_too_large"
     finally:
         flood.close()

@@ -19,8 +19,9 @@ from rewardhub.cli import main
 from rewardhub.errors import RewardhubDeprecationWarning
 from rewardhub.errors import UsageError
 
-#: subcommands that read no config at all (they only look at the installed registry, or write a new package)
-CONFIG_FREE = {"list", "show", "new", "tasks", "data"}
+#: subcommands that read no config at all (they only look at the installed registry, write a new package, or
+#: read grader files: OpenAI's JSON, no reward: section)
+CONFIG_FREE = {"list", "show", "new", "tasks", "data", "grader"}
 
 VERL_REWARD = '''\
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -62,8 +63,8 @@ def test_every_config_reading_subcommand_goes_through_the_loader(command, sentin
     cfg.write_text("custom_reward_function:\n  path: r.py\n")
     data = tmp_path / "d.jsonl"
     data.write_text('{"response": "x"}\n')
-    argv = {"score": [str(cfg), str(data)], "train": [str(cfg), "--output", str(tmp_path / "out")]}.get(
-        command, [str(cfg)])
+    argv = {"score": [str(cfg), str(data)], "train": [str(cfg), "--output", str(tmp_path / "out")],
+            "judge": ["calibrate", str(cfg), str(data)]}.get(command, [str(cfg)])
     code = main([command, *argv])
     err = capsys.readouterr().err
     assert "SENTINEL" in err, (command, err)

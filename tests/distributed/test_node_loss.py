@@ -61,7 +61,7 @@ def three_nodes(tmp_path):
         c.shutdown()
 
 
-def _wait_for(cond, what: str, timeout: float = 120.0):
+def _wait_for(cond, what: str, timeout: float = 300.0):
     end = time.monotonic() + timeout
     while not (got := cond()):
         assert time.monotonic() < end, f"timed out waiting for {what}"
@@ -81,7 +81,7 @@ def _lines(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_nodes, tmp_path):
     cluster, nodes = three_nodes
     reward = tmp_path / "gated.py"
@@ -96,7 +96,8 @@ def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_no
     data.write_text("".join(json.dumps({"id": i, "prompt": "q", "response": f"r{i}"}) + "\n"
                             for i in range(N)))
     out, summary = tmp_path / "out.jsonl", tmp_path / "summary.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    # the cluster's own auth setting stays (a local Ray started earlier in this process turned tokens on)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k.startswith("RAY_AUTH")}
     env.update(RAY_USAGE_STATS_ENABLED="0")
     with open(tmp_path / "stderr", "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "score", str(cfg), str(data),
@@ -104,8 +105,12 @@ def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_no
                                 stderr=err, env=env, cwd=tmp_path)
         try:
             # every worker holds a call of the second half: remove the node of one of them
-            waiting = _wait_for(lambda: {n for n, *_ in _lines(tmp_path / "waiting")} if len(
-                {n for n, *_ in _lines(tmp_path / "waiting")}) == 3 else None, "three workers holding calls")
+            def three_holding():
+                assert proc.poll() is None, (tmp_path / "stderr").read_text()[-3000:]  # it ended: why
+                nodes_waiting = {n for n, *_ in _lines(tmp_path / "waiting")}
+                return nodes_waiting if len(nodes_waiting) == 3 else None
+
+            waiting = _wait_for(three_holding, "three workers holding calls")
             victim = next(n for n in nodes if n.node_id in waiting)
             cluster.remove_node(victim, allow_graceful=False)
             pids = {int(p) for n, _, p in _lines(tmp_path / "waiting") if n == victim.node_id}
@@ -115,6 +120,7 @@ def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_no
         finally:
             if proc.poll() is None:
                 proc.kill()
+            proc.wait()
     stderr = (tmp_path / "stderr").read_text()
     assert rc == 0, stderr[-3000:]
     rows = [json.loads(x) for x in out.read_text().splitlines()]

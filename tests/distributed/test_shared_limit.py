@@ -21,7 +21,14 @@ CALLS = 30  # per process
 CLIENT = """
 import json, os, sys, time
 import ray
-ray.init(address=sys.argv[1], log_to_driver=False)
+for attempt in range(3):  # a loaded host may take longer than one connect's bound to answer
+    try:
+        ray.init(address=sys.argv[1], log_to_driver=False)
+        break
+    except ConnectionError:
+        if attempt == 2:
+            raise
+        time.sleep(2)
 from rewardhub.execution import Runner
 
 url, limits, go = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
@@ -55,7 +62,8 @@ def head():
 def _three_processes(address: str, stub: StubJudge, limits: dict, tmp_path) -> list[float]:
     """Three drivers score CALLS samples each, all starting together; the stub's arrival times."""
     go = tmp_path / "go"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    # the cluster's own auth setting stays (a local Ray started earlier in this process turned tokens on)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k.startswith("RAY_AUTH")}
     args = [sys.executable, "-c", CLIENT, address, stub.url, json.dumps(limits), str(go), str(CALLS)]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
              for _ in range(3)]
@@ -71,6 +79,7 @@ def _three_processes(address: str, stub: StubJudge, limits: dict, tmp_path) -> l
         for p in procs:
             if p.poll() is None:
                 p.kill()
+                p.communicate()  # reaped, pipes closed: nothing left for a later test's collector
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert json.loads(out.splitlines()[-1]) == [7.0] * CALLS
