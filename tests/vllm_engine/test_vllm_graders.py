@@ -30,7 +30,7 @@ LABEL = {"type": "label_model", "name": "label", "model": "judge", "labels": ["c
 @pytest.mark.parametrize("spec, allowed", [(SCORE, None), (LABEL, {0.0, 1.0})],
                          ids=["score_model", "label_model"])
 def test_model_graders_on_a_served_model(served, spec, allowed):  # noqa: F811
-    base_url, _ = served
+    base_url = served.base_url
     term = {"grader": spec, "base_url": base_url, "timeout_s": 600}
     with Runner.from_config({"rewards": [term]}) as runner:
         res = runner.score(ROWS)
