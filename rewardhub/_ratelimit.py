@@ -4,9 +4,7 @@ Ray, by every process and node of the cluster (one named actor per endpoint and 
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
-import logging
 import sys
 import threading
 import time
@@ -15,7 +13,6 @@ from typing import Any
 
 __all__ = ["Limiter", "SharedLimiter", "limiter", "paced", "shared_limiter"]
 
-log = logging.getLogger("rewardhub.ratelimit")
 
 
 class Limiter:
@@ -102,8 +99,11 @@ class SharedLimiter:
                 return float(ray.get(self.actor.reserve.remote(units), timeout=_RESERVE_TIMEOUT_S))
             except Exception as exc:  # noqa: BLE001 - the actor died, or Ray went away
                 self.broken = True
-                log.warning("the cluster's rate limiter %s cannot be reached (%s); this process keeps to the "
-                            "limit on its own from now on", self.name, type(exc).__name__)
+                import logging  # only here: logging costs every CLI start ~4 ms
+
+                logging.getLogger("rewardhub.ratelimit").warning(
+                    "the cluster's rate limiter %s cannot be reached (%s); this process keeps to the limit "
+                    "on its own from now on", self.name, type(exc).__name__)
         return self.fallback.reserve(units)
 
 
@@ -120,6 +120,8 @@ def shared_limiter(where: str, unit: str, per_minute: float, burst: float) -> Sh
     key = (where, unit, float(per_minute))
     with _LOCK:
         if key not in _SHARED:
+            import hashlib
+
             digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
             name = f"rewardhub-limit-{unit}-{digest}"
             actor = ray.remote(_Bucket).options(

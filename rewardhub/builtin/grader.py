@@ -11,17 +11,16 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..decorator import reward
 from ..errors import UsageError
-from ..graders import CompiledGrader
-from ..graders import GraderEndpoint
-from ..graders import compile_grader
-from ..graders import read_grader_file
-from ..graders import sample_scope
 from ..hookspecs import hookimpl
 from .judge import EXPENSIVE
+
+if TYPE_CHECKING:  # the graders package is imported when a grader first runs, not at registry build
+    from ..graders import CompiledGrader
 
 __all__ = ["grader", "model_grader"]
 
@@ -40,6 +39,8 @@ def _compiled(spec: Any, grader_file: str | None = None) -> CompiledGrader:
     held = _COMPILED.get(id(spec))
     if held is not None and held[0] is spec:
         return held[1]
+    from ..graders import compile_grader
+
     compiled = compile_grader(spec, "grader kwargs.spec")
     if len(_COMPILED) > 256:
         _COMPILED.clear()
@@ -49,6 +50,9 @@ def _compiled(spec: Any, grader_file: str | None = None) -> CompiledGrader:
 
 @functools.lru_cache(maxsize=64)
 def _file_grader(path: str, mtime: float) -> CompiledGrader:
+    from ..graders import compile_grader
+    from ..graders import read_grader_file
+
     return compile_grader(read_grader_file(path), f"grader file {path}")
 
 
@@ -90,6 +94,8 @@ def grader(
         {grader: graders/exact.json}
     """
     g = _compiled(spec, grader_file)
+    from ..graders import sample_scope
+
     scope = sample_scope(
         response=response,
         prompt=prompt,
@@ -121,6 +127,8 @@ async def model_grader(
     The endpoint: ``base_url`` / ``api_key_env``, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
     """
     g = _compiled(spec, grader_file)
+    from ..graders import sample_scope
+
     scope = sample_scope(
         response=response,
         prompt=prompt,
@@ -129,6 +137,8 @@ async def model_grader(
         extra_info=extra_info,
         messages=messages,
     )
+    from ..graders import GraderEndpoint
+
     score, subs = await g.agrade(scope, GraderEndpoint(base_url=base_url, api_key_env=api_key_env))
     return _value(score, subs, g)
 

@@ -8,7 +8,6 @@ per-minute limits) and its prompt pieces (the system prompt, the marked blocks).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import json
@@ -18,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 
 from .._judge_http import JudgeError
@@ -26,6 +26,9 @@ from .._judge_http import limiter
 from .._judge_http import post_json
 from ..judge import SYSTEM
 from ..judge import auth_headers
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Endpoint", "JudgeFailure", "Reply", "Tally", "ask", "failure_kind"]
 
@@ -120,6 +123,8 @@ def _url(base_url: str) -> str:
 
 
 def _gate(url: str, limit: int) -> asyncio.Semaphore:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     gates = _GATES.setdefault(loop, {})
     key = (url, max(1, int(limit)))
@@ -158,6 +163,8 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
 
     :raises JudgeFailure: the call gave no reply; it is counted in ``tally`` with its kind.
     """
+    import asyncio
+
     key = None
     if cache_key is not None:
         key = _key(user, ep, cache_key)

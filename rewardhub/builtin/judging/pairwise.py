@@ -11,9 +11,9 @@ a loss or a tie); the others keep their rewards. A verdict asked before in this 
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ...decorator import reward
@@ -33,6 +33,9 @@ from ._call import no_verdict
 from ._call import remember
 from .vote import check_voting
 from .vote import vote
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["DEFAULT_PAIR_TEMPLATE", "PATTERNS", "llm_judge_pairwise", "plan_pairs"]
 
@@ -69,6 +72,8 @@ def winner(text: str) -> str:
 
 async def _game(user: str, key: Any, ep: Endpoint, tally: Tally, samples: int, aggregate: str) -> str:
     """One ordered comparison (``samples`` asks, their verdicts voted): ``A``, ``B`` or ``tie``."""
+    import asyncio
+
     async def one(k: int) -> str:
         reply = await ask(user, ep, tally, cache_key=[key, k])
         try:
@@ -114,6 +119,8 @@ async def llm_judge_pairwise(*, prompts: Sequence[Any], responses: Sequence[str]
     endpoint, per process), and ``llm_judge``'s endpoint kwargs (base_url, model, api_key_env, max_rpm,
     max_tpm, retries, backoff_s, request_timeout_s, temperature, max_tokens).
     """
+    import asyncio
+
     plan_pattern = _settings(mode, against, pattern, swap)
     check_voting("llm_judge_pairwise", samples, aggregate, template, ("a", "b"))
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model}, max_tokens=32)

@@ -10,11 +10,11 @@ fails the sample with the failure's kind: never a criterion counted as unmet.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ...decorator import reward
@@ -39,6 +39,9 @@ from ._call import no_verdict
 from ._call import remember
 from .vote import check_voting
 from .vote import vote
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["DEFAULT_RUBRIC_TEMPLATE", "llm_judge_rubric", "llm_judge_sampled"]
 
@@ -92,6 +95,8 @@ async def llm_judge_rubric(*, prompt: Any = None, response: str = "", messages: 
     ``aggregate`` (each criterion's verdict voted over ``samples`` asks), ``max_calls`` (a sample that
     needs more calls fails before any), ``max_in_flight``, and ``llm_judge``'s endpoint kwargs.
     """
+    import asyncio
+
     crit = _criteria(criteria)
     check_voting("llm_judge_rubric", samples, aggregate, template, ("criteria",))
     if int(max_criteria) < 1:
@@ -163,6 +168,8 @@ async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages:
     ``score_from: logprobs`` reads it from the ``top_logprobs`` of the score's token (the expected value
     over the numbers in ``score_range``), as vLLM's OpenAI server returns them.
     """
+    import asyncio
+
     if score_from not in ("text", "logprobs"):
         raise UsageError(f"llm_judge_sampled score_from={score_from!r} is not valid\nallowed: text, logprobs")
     check_voting("llm_judge_sampled", samples, aggregate, template or "{}", ())
