@@ -64,6 +64,15 @@ def _from_file(path: str) -> CompiledGrader:
     return _file_grader(path, mtime)
 
 
+def _scope(response: str, prompt: Any, ground_truth: Any, data_source: Any, extra_info: Any,
+           messages: Any) -> dict[str, Any]:
+    """What a grader's templates read of one sample (``item``, ``sample``)."""
+    from ..graders import sample_scope
+
+    return sample_scope(response=response, prompt=prompt, ground_truth=ground_truth, data_source=data_source,
+                        extra_info=extra_info, messages=messages)
+
+
 def _value(score: float, subs: Mapping[str, float], g: CompiledGrader) -> Any:
     if subs:
         return {"score": score, **subs}
@@ -94,16 +103,7 @@ def grader(
         {grader: graders/exact.json}
     """
     g = _compiled(spec, grader_file)
-    from ..graders import sample_scope
-
-    scope = sample_scope(
-        response=response,
-        prompt=prompt,
-        ground_truth=kwargs.get("ground_truth"),
-        data_source=data_source,
-        extra_info=extra_info,
-        messages=messages,
-    )
+    scope = _scope(response, prompt, kwargs.get("ground_truth"), data_source, extra_info, messages)
     score, subs = g.grade(scope)
     return _value(score, subs, g)
 
@@ -127,16 +127,7 @@ async def model_grader(
     The endpoint: ``base_url`` / ``api_key_env``, else ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``.
     """
     g = _compiled(spec, grader_file)
-    from ..graders import sample_scope
-
-    scope = sample_scope(
-        response=response,
-        prompt=prompt,
-        ground_truth=kwargs.get("ground_truth"),
-        data_source=data_source,
-        extra_info=extra_info,
-        messages=messages,
-    )
+    scope = _scope(response, prompt, kwargs.get("ground_truth"), data_source, extra_info, messages)
     from ..graders import GraderEndpoint
 
     score, subs = await g.agrade(scope, GraderEndpoint(base_url=base_url, api_key_env=api_key_env))
