@@ -40,10 +40,7 @@ def score_chunk(scorer: Scorer, samples: Sequence[Any], skip: Mapping[int, Mappi
                 progress: Any, indices: Sequence[int], keep: Callable[[Kept], None]) -> Scored:
     """:func:`~rewardhub.scoring.score_rows` of ``samples``; where it stops before the end (a signal, a
     remote server's failure), ``keep`` gets the rows already scored before the exception goes on."""
-    from ..execution import Runner
-
-    local = isinstance(scorer, Runner)  # a Runner stops its calls when asked; a server scores what it got
-    if not local or threading.current_thread() is not threading.main_thread():
+    if not scorer.cancels or threading.current_thread() is not threading.main_thread():
         try:
             return score_rows(scorer, samples, skip, progress=progress, indices=indices)
         except RewardhubError as exc:

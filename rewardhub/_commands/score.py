@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             progress.finish()
         used = scorer.provenance()
-        pools: list[dict[str, Any]] = getattr(scorer, "pool_figures", list)()
+        pools = scorer.pool_figures()
     RoutingWatch({f.name: f.routes for f in facts}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}

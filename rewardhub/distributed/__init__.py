@@ -16,6 +16,7 @@ from ._errors import WorkerFailedError
 from ._executor import RayExecutor
 from ._executor import RayExecutors
 from ._executor import runner_from_config
+from ._figures import figure_metrics
 from ._fingerprint import diff_items
 from ._pool import RewardWorkerPool
 from ._ray import ensure_ray
@@ -41,6 +42,7 @@ __all__ = [
     "connect_bounded",
     "diff_items",
     "ensure_ray",
+    "figure_metrics",
     "prepare_setup",
     "probe_ray_address",
     "process_location",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-__all__ = ["PoolFigures"]
+__all__ = ["PoolFigures", "figure_metrics"]
 
 #: the queue waits kept for the percentiles (the latest ones)
 _WAITS_KEPT = 4096
@@ -51,13 +51,15 @@ class PoolFigures:
 
     def metrics(self) -> dict[str, float]:
         """The figures as the trainer's metrics (``reward_workers/<pool>/...``)."""
-        key = f"reward_workers/{self.pool}"
-        out = {f"{key}/workers_min": float(self.workers_min), f"{key}/workers_max": float(self.workers_max),
-               f"{key}/workers_now": float(self.workers_now),
-               f"{key}/calls_redispatched": float(self.calls_redispatched),
-               f"{key}/replicas_replaced": float(self.replaced)}
-        for name, q in (("queue_wait_p50_s", 0.5), ("queue_wait_p99_s", 0.99)):
-            value = self.wait_percentile(q)
-            if value is not None:
-                out[f"{key}/{name}"] = value
-        return out
+        return figure_metrics(self.as_dict())
+
+
+def figure_metrics(figures: dict[str, Any]) -> dict[str, float]:
+    """One pool's figures (:meth:`PoolFigures.as_dict`, a Scorer's ``pool_figures()`` item) as the
+    trainer's metrics: ``reward_workers/<pool>/workers_min`` ... (a wait before any call: none)."""
+    key = f"reward_workers/{figures['pool']}"
+    out = {f"{key}/workers_{k}": float(v) for k, v in figures["workers"].items()}
+    for name in ("calls_redispatched", "replicas_replaced", "queue_wait_p50_s", "queue_wait_p99_s"):
+        if figures.get(name) is not None:
+            out[f"{key}/{name}"] = float(figures[name])
+    return out

@@ -43,6 +43,8 @@ class RewardWorkerPool:
         include these: not built again.
     """
 
+    cancels = False  # the workers score each chunk they were sent
+
     def __init__(self, reward_cfg: Any, settings: PoolSettings | None = None, *,
                  reference: WorkerSetup | None = None, registry: Any = None, **options: Any) -> None:
         self.settings = dataclasses.replace(settings or PoolSettings(), **options)

@@ -141,8 +141,17 @@ class Scorer(Protocol):
         """Its terms: name, executor, ``on_failure``, weight, the sample fields each reads."""
         ...
 
+    #: whether ``score``'s ``cancel`` drops the calls not started (a Runner's own calls); a server or a
+    #: pool scores what it was sent, so its caller keeps what comes back instead
+    cancels: bool
+
     def provenance(self) -> list[dict[str, Any]]:
         """Where each term's reward came from and what ran it (what ``--summary-json`` writes)."""
+        ...
+
+    def pool_figures(self) -> list[dict[str, Any]]:
+        """Each Ray pool it scores on: workers (min, max, now), queue wait p50/p99, calls re-dispatched,
+        replicas replaced (``--summary-json``'s ``pools``); none: ``[]``."""
         ...
 
     def score(self, samples: Sequence[Mapping[str, Any]], progress: Callable[[int, int], None] | None = None,

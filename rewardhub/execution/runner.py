@@ -58,6 +58,8 @@ class RemoteExecutor(Protocol):
 
     def workers_info(self) -> list[dict[str, Any]]: ...  # one dict of facts per worker started so far
 
+    def pool_figures(self) -> list[dict[str, Any]]: ...  # each of its pools' (RewardWorkerPool's)
+
     def close(self) -> None: ...
 
 
@@ -70,6 +72,8 @@ class Runner:
 
     Build one with :meth:`from_config`.
     """
+
+    cancels = True  # score(cancel=...) drops the calls not started
 
     def __init__(
         self,
@@ -365,7 +369,7 @@ class Runner:
         return [w for executor in self._remote.values() for w in executor.workers_info()]
 
     def pool_figures(self) -> list[dict[str, Any]]:  # each Ray pool's (RewardWorkerPool.pool_figures)
-        return [f for e in self._remote.values() for f in getattr(e, "pool_figures", list)()]
+        return [f for e in self._remote.values() for f in e.pool_figures()]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -76,6 +76,7 @@ def test_a_runner_a_ray_pool_and_a_server_give_the_same_terms_and_rows(tmp_path,
             rows = {k: _rows(s.score(SAMPLES)) for k, s in scorers.items()}
             provenance = {k: [(p["name"], p["reward"], p["dist"], p["version"]) for p in s.provenance()]
                           for k, s in scorers.items()}
+            figures = {k: s.pool_figures() for k, s in scorers.items()}
         finally:
             for s in scorers.values():
                 s.close()
@@ -85,3 +86,8 @@ def test_a_runner_a_ray_pool_and_a_server_give_the_same_terms_and_rows(tmp_path,
     assert [r[0] for r in rows["runner"]] == [1.5, 0.0, 3.0, 0.0]
     assert provenance["runner"] == provenance["pool"] == provenance["server"]
     assert {f.executor for f in pool.facts} == {"ray"}
+    # what callers ask instead of the scorer's type: only the Runner drops calls not started on cancel;
+    # only a pool of this process has figures (a server's pools are its own)
+    assert {k: s.cancels for k, s in scorers.items()} == {"runner": True, "pool": False, "server": False}
+    assert figures["runner"] == figures["server"] == []
+    assert [f["pool"] for f in figures["pool"]] == ["reward"] and figures["pool"][0]["workers"]["now"] == 1

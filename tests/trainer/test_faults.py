@@ -405,6 +405,10 @@ def test_a_stopped_reward_worker_is_restarted_and_the_run_goes_on(ray_session, t
     _check_accounting(summary, rows)
     assert summary["restarts"]["reward_worker"] == 1 and summary["rescored_samples"] == SPS
     assert all(r["samples/invalid"] == 0 for r in rows)  # every sample got a score
+    # the pool's figures are the run's metrics: the worker replaced and its chunk sent again
+    assert rows[-1]["reward_workers/reward/replicas_replaced"] == 1, rows[-1]
+    assert rows[-1]["reward_workers/reward/calls_redispatched"] >= 1
+    assert rows[-1]["reward_workers/reward/workers_now"] == rows[0]["reward_workers/reward/workers_max"] == 1
     lines = [x for x in err.splitlines() if x.startswith("WARNING: reward worker 0 of pool 'reward'")]
     assert len(lines) == 1, err
     assert f"(pid {stopped[0]}) did not answer a chunk of {SPS} samples within 5s" in lines[0], lines

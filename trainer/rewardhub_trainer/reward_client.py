@@ -114,6 +114,10 @@ class RewardClient:
         rollout.rewards, rollout.terms = rewards, per_term
         rollout.reward_metrics = {key: float(v) for key, v in dict(res.metrics).items()
                                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        from rewardhub.distributed import figure_metrics
+
+        for figures in self.pool.pool_figures():  # reward_workers/<pool>/workers_now, queue waits, ...
+            rollout.reward_metrics.update(figure_metrics(figures))
         rollout.reward_failures = failures(res)
         rollout.reward_metrics.update(error_rates(rollout.reward_failures))
         rollout.score_s = time.perf_counter() - t0

@@ -81,6 +81,8 @@ class RemoteScorer:
     :param remote: the server's URL, or ``reward.remote`` with its timeouts.
     """
 
+    cancels = False  # the server scores each request it was sent
+
     def __init__(self, remote: RemoteConfig | str) -> None:
         cfg = RemoteConfig(url=remote) if isinstance(remote, str) else remote
         self.url = check_url(cfg.url)
@@ -214,6 +216,9 @@ class RemoteScorer:
 
     def take_notes(self) -> list[str]:
         return []
+
+    def pool_figures(self) -> list[dict[str, Any]]:
+        return []  # the server's pools are its own (its --summary-json)
 
     def close(self) -> None:
         pass
