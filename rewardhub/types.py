@@ -64,7 +64,8 @@ class ExecutionPolicy:
     pure: bool = False
     memory_limit_mb: int | None = None
     cache: bool = False
-    #: calls started per minute in this process (spaced evenly; a retry is a call); ``None``: no limit
+    #: requests per minute (spaced evenly; a retry is a request): to the endpoint of a reward that takes
+    #: ``base_url``, else the term's calls; ``None``: no limit
     max_rpm: float | None = None
 
     def merged(self, **overrides: Any) -> ExecutionPolicy:

@@ -114,9 +114,12 @@ async def _session() -> Any:
 
 
 async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str], *, retries: int,
-                    backoff_s: float, request_timeout_s: float, max_bytes: int | None = None) -> Any:
+                    backoff_s: float, request_timeout_s: float, max_bytes: int | None = None,
+                    max_rpm: float | None = None) -> Any:
     """POST ``body``; the decoded JSON reply of the first answer that is not a 429 or 5xx. Past
-    ``max_bytes`` an answer is not read on (:func:`_bounded`).
+    ``max_bytes`` an answer is not read on (:func:`_bounded`). With ``max_rpm``, each try after the first
+    waits for its turn under the endpoint's limit too (the caller took the first one's): a request sent
+    again is a request.
 
     :raises JudgeError: after ``retries + 1`` failed tries, on another HTTP error, or a reply that is
         not JSON. The message names the URL and status, never the request's headers: the API key is
@@ -160,6 +163,10 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
                     raise JudgeError(f"the judge at {url} answered with text that is not JSON: "
                                      f"{clean(text)[:200]!r}") from None
         if attempt < retries:
+            if max_rpm:
+                from .._ratelimit import limiter
+
+                wait = max(wait, limiter(url, "requests", max_rpm).reserve(1))
             await asyncio.sleep(wait)
     if refused:
         base = url.removesuffix("/chat/completions")

@@ -150,7 +150,7 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
     key = headers.get("Authorization", "")[7:]
     secrets = [key] if key else []
     try:
-        reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s,
+        reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s, max_rpm=max_rpm,
                                 request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
         try:
             text = reply["choices"][0]["message"]["content"]

@@ -84,7 +84,8 @@ class TermConfig:
     memory_limit_mb: int | None = None
     #: one call per distinct input (see ExecutionPolicy.cache); unset: the reward's own default
     cache: bool | None = None
-    #: calls started per minute, in each process that runs the term (executor inline or thread)
+    #: requests per minute where they go: a judge's (a reward taking base_url) to its endpoint, each try;
+    #: any other term's calls, each try (executor inline or thread); across a Ray cluster's processes
     max_rpm: float | None = None
     #: routing by the sample's data_source: unset (``None``) keeps the reward's own routes (its
     #: spec's ``data_sources``); a list replaces them; ``[]`` turns routing by data source off

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,15 +137,21 @@ def resolve_term(
         cache=term_cfg.cache,
         max_rpm=term_cfg.max_rpm,
     )
-    invoker = make_invoker(paced(fn, f"term {name}", policy.max_rpm) if policy.max_rpm else fn, kind,
-                           term_cfg.adapter, name)
-    if policy.max_rpm and (policy.executor in ("process", "ray") or (
+    kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
+    # max_rpm counts requests where they go: to the endpoint of a reward that sends its own (it takes a
+    # base_url: the judges; one bucket per endpoint, retries counted), else to the term (each call, each try)
+    to_endpoint = bool(policy.max_rpm) and _sends_requests(fn)
+    if to_endpoint:
+        kwargs["max_rpm"] = min(policy.max_rpm, kwargs.get("max_rpm") or math.inf)
+    paces = bool(policy.max_rpm) and not to_endpoint
+    invoker = make_invoker(paced(fn, f"term {name}", policy.max_rpm) if paces else fn, kind, term_cfg.adapter,
+                           name)
+    if paces and (policy.executor in ("process", "ray") or (
             policy.executor == "inline" and policy.timeout_s and not invoker.is_async)):
         raise UsageError(f"reward {name!r}: max_rpm paces the calls of one process, and this term runs in "
                          "worker processes\ngive it executor: thread (or inline, for an async reward)")
     # the config's own list wins, an empty one included (routing off); unset: the reward's own routes
     data_sources = spec.data_sources if term_cfg.data_sources is None else tuple(term_cfg.data_sources)
-    kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
     if sandbox is not None and "sandbox" in spec.capabilities and "sandbox" not in kwargs:
         kwargs["sandbox"] = dict(sandbox)
     if reward_model is not None and "reward_model" in spec.capabilities and "reward_model" not in kwargs:
@@ -157,3 +165,14 @@ def resolve_term(
     return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=term_cfg.weight,
                 kwargs=kwargs, data_sources=data_sources, tags=tuple(term_cfg.tags), adapter=term_cfg.adapter,
                 config=term_cfg)
+
+
+def _sends_requests(fn: Any) -> bool:
+    """Whether reward ``fn`` sends requests to an endpoint it is given and paces them itself: it takes
+    ``base_url`` by name, and ``max_rpm`` (by name or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return "base_url" in params and ("max_rpm" in params or takes_any)

@@ -191,7 +191,7 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
     try:
         async with _gate(url, ep.max_in_flight):
             reply = await post_json(url, body, headers, retries=ep.retries, backoff_s=ep.backoff_s,
-                                    request_timeout_s=ep.request_timeout_s)
+                                    request_timeout_s=ep.request_timeout_s, max_rpm=ep.max_rpm)
         try:
             text = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
