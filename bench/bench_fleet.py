@@ -10,6 +10,7 @@
    Ray, each with its own bucket.
 
     .venv/bin/python bench/bench_fleet.py [-n 300] [--rpm 1200] [--calls 100]
+    .venv/bin/python bench/bench_fleet.py burst|cache|data|replicas [their flags]  (bench/fleet_*.py)
 """
 
 from __future__ import annotations
@@ -152,12 +153,32 @@ def three_processes(rpm: float, calls: int, address: str, root: Path) -> float:
         stub.close()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+#: the other figures of issue 45 section 6, one script each: name -> (module, what it measures)
+PARTS = {
+    "burst": ("fleet_burst", "an autoscaling pool under a burst of judge calls vs a fixed pool of 1"),
+    "cache": ("fleet_cache", "the cache across nodes; max_concurrency across processes"),
+    "data": ("fleet_data", "score --address on 3 nodes vs local score"),
+    "replicas": ("fleet_replicas", "two vLLM judge replicas, one killed mid-run"),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(epilog="the other parts take their own flags after the part's name: "
+                                 "bench_fleet.py burst --help")
+    ap.add_argument("part", nargs="?", default="loss", choices=["loss", *PARTS],
+                    help="loss: node loss and max_rpm from 3 processes (default); " + "; ".join(
+                        f"{k}: {v[1]}" for k, v in PARTS.items()))
     ap.add_argument("-n", type=int, default=300, help="samples in the node-loss run")
     ap.add_argument("--rpm", type=float, default=1200)
     ap.add_argument("--calls", type=int, default=100, help="judge calls per process")
-    a = ap.parse_args()
+    a, rest = ap.parse_known_args(argv)
+    if a.part != "loss":
+        import importlib
+
+        importlib.import_module(PARTS[a.part][0]).main(rest)
+        return
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     root = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
 
     base = node_loss(a.n, False, root)
