@@ -17,7 +17,7 @@ import time
 
 
 def _stop_group(sig: int = signal.SIGTERM, wait_s: float = 10.0,
-                child: subprocess.Popen | None = None) -> None:
+                child: subprocess.Popen[bytes] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # this process is in the group it signals
     try:
         os.killpg(os.getpgrp(), sig)

@@ -170,9 +170,9 @@ async def _served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
     """(base_url, model) of the pool ``serve`` names (:mod:`.served`; started in a thread if need be)."""
     import asyncio
 
-    from .served import endpoint
+    from .served import served_endpoint
 
-    return await asyncio.to_thread(endpoint, serve)
+    return await asyncio.to_thread(served_endpoint, serve)
 
 
 def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:

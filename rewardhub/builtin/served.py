@@ -25,7 +25,8 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["SERVE_DEFAULTS", "ServedModel", "check_serve", "endpoint", "start", "start_for_terms"]
+__all__ = ["SERVE_DEFAULTS", "ServedModel", "check_serve", "served_endpoint", "start_for_terms",
+           "start_served"]
 
 #: the keys of ``serve:`` and their defaults (``model`` has none: it is required)
 SERVE_DEFAULTS: dict[str, Any] = {
@@ -115,7 +116,7 @@ class ServedModel:
         try:
             serve.delete(self.app)
             if self.owns_serve and not serve.status().applications:
-                serve.shutdown()
+                serve.shutdown()  # type: ignore[no-untyped-call]
         except Exception:  # Ray already down: its actors went with it
             pass
 
@@ -142,7 +143,7 @@ def _serve_port(port: int) -> tuple[int, bool]:
     return int(client.http_config.port), False
 
 
-def start(serve: Mapping[str, Any]) -> ServedModel:
+def start_served(serve: Mapping[str, Any]) -> ServedModel:
     """The pool of ``serve`` (checked): this process's if it started one, else started now (blocks until
     every replica answers). Ray is started locally unless it runs (or ``RAY_ADDRESS`` names a cluster)."""
     spec = check_serve(serve)
@@ -161,7 +162,7 @@ def start(serve: Mapping[str, Any]) -> ServedModel:
         log_dir = str(spec["log_dir"] or os.path.join(tempfile.gettempdir(), "rewardhub-served", app))
         gpus = spec["num_gpus"]
         args = ["--max-model-len", str(spec["max_model_len"]), *spec["vllm_args"]]
-        deployment = ray_serve.deployment(
+        deployment: Any = ray_serve.deployment(
             VLLMReplica, name="vllm", num_replicas=spec["replicas"],
             max_ongoing_requests=spec["max_ongoing_requests"], health_check_period_s=2,
             health_check_timeout_s=60, graceful_shutdown_timeout_s=5, graceful_shutdown_wait_loop_s=1,
@@ -180,14 +181,19 @@ def start(serve: Mapping[str, Any]) -> ServedModel:
 _AT_EXIT: list[ServedModel] = []
 
 
-def endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
+def _close_at_exit() -> None:
+    for m in list(_AT_EXIT):
+        m.close()
+
+
+def served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
     """(base_url, model) of ``serve``'s pool; a pool no runner started is started now and stopped at exit."""
     app = f"rewardhub-{_key(check_serve(serve))}"
     served = _LIVE.get(app)
     if served is None:
-        served = start(serve)
+        served = start_served(serve)
         if not _AT_EXIT:
-            atexit.register(lambda: [m.close() for m in list(_AT_EXIT)])
+            atexit.register(_close_at_exit)
         _AT_EXIT.append(served)
     return served.base_url, served.model
 
@@ -199,7 +205,7 @@ def start_for_terms(terms: Iterable[Any]) -> list[ServedModel]:
         for term in terms:
             serve = term.kwargs.get("serve")
             if serve and all(m.app != f"rewardhub-{_key(check_serve(serve))}" for m in started):
-                started.append(start(serve))
+                started.append(start_served(serve))
     except BaseException:
         for m in started:
             m.close()
