@@ -109,7 +109,9 @@ class ServedModel:
         """Delete the application (its replicas stop their vLLM servers); Serve too when it was started
         for it and holds nothing else."""
         _LIVE.pop(self.app, None)
-        if not self.owned:
+        import ray
+
+        if not self.owned or not ray.is_initialized():  # Ray down: its actors went with it
             return
         from ray import serve
 
