@@ -104,11 +104,17 @@ class ServedModel:
     owns_serve: bool
     #: False: another process started it (this one found it running): closing leaves it be
     owned: bool = True
+    #: the runners (and judges called outside one) of this process that use it; the last close stops it
+    users: int = 1
 
     def close(self) -> None:
-        """Delete the application (its replicas stop their vLLM servers); Serve too when it was started
-        for it and holds nothing else."""
-        _LIVE.pop(self.app, None)
+        """Delete the application (its replicas stop their vLLM servers) when its last user closes;
+        Serve too when it was started for it and holds nothing else."""
+        with _LOCK:
+            self.users -= 1
+            if self.users > 0:
+                return
+            _LIVE.pop(self.app, None)
         import ray
 
         if not self.owned or not ray.is_initialized():  # Ray down: its actors went with it
@@ -152,6 +158,7 @@ def start_served(serve: Mapping[str, Any]) -> ServedModel:
     app = f"rewardhub-{_key(spec)}"
     with _LOCK:
         if app in _LIVE:
+            _LIVE[app].users += 1
             return _LIVE[app]
         import ray
         from ray import serve as ray_serve
