@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from _util import REPO
@@ -54,6 +56,9 @@ def _report(name: str, res, n: int, wall_s: float) -> dict:
     lost = (n - len(res.rewards)) + sum(1 for f in failed if any(w in str(f) for w in TRANSPORT))
     print(f"{name}: rows {len(res.rewards)}/{n}, scored {scored}, named failures {len(failed)}, "
           f"calls lost {lost}, wall {wall_s:.1f} s", flush=True)
+    kinds = Counter(re.sub(r"\d+", "N", str(f).split("\n")[0])[:90] for f in failed)
+    for kind, count in kinds.most_common(4):  # what the failures are (a 135M judge's replies, mostly)
+        print(f"    {count} x {kind}", flush=True)
     return {"rows": len(res.rewards), "scored": scored, "failed": len(failed), "lost": lost, "wall_s": wall_s}
 
 
