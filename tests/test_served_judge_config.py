@@ -58,3 +58,18 @@ def test_a_valid_serve_resolves_without_starting_anything():
 def test_without_serve_an_endpoint_is_still_required():
     with pytest.raises(UsageError, match="llm_judge needs kwargs.base_url"):
         _resolve(model="judge")
+
+
+def test_a_pool_two_runners_share_is_stopped_by_the_last_close(monkeypatch):
+    """Two runners of one process that serve the same model share its pool: the first to close leaves
+    it to the other (Ray is not up here: closing asks nothing of it)."""
+    from rewardhub.builtin import served
+
+    spec = {"model": MODEL}
+    pool = served.ServedModel(served.app_name(spec), "http://127.0.0.1:9/x/v1", MODEL, "/tmp", False)
+    monkeypatch.setitem(served._LIVE, pool.app, pool)
+    assert served.start_served(spec) is pool  # the second runner's
+    pool.close()
+    assert served.served_endpoint(spec) == (pool.base_url, MODEL)
+    pool.close()
+    assert pool.app not in served._LIVE

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["SERVE_DEFAULTS", "ServedModel", "check_serve", "served_endpoint", "start_for_terms",
+__all__ = ["SERVE_DEFAULTS", "ServedModel", "app_name", "check_serve", "served_endpoint", "start_for_terms",
            "start_served"]
 
 #: the keys of ``serve:`` and their defaults (``model`` has none: it is required)
@@ -89,8 +89,11 @@ def check_serve(serve: Any) -> dict[str, Any]:
     return spec
 
 
-def _key(spec: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
+def app_name(serve: Mapping[str, Any]) -> str:
+    """The Ray Serve application of ``serve`` (checked): one name per set of settings."""
+    spec = check_serve(serve)
+    text = json.dumps(spec, sort_keys=True, default=str)
+    return "rewardhub-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 @dataclass
@@ -155,7 +158,7 @@ def start_served(serve: Mapping[str, Any]) -> ServedModel:
     """The pool of ``serve`` (checked): this process's if it started one, else started now (blocks until
     every replica answers). Ray is started locally unless it runs (or ``RAY_ADDRESS`` names a cluster)."""
     spec = check_serve(serve)
-    app = f"rewardhub-{_key(spec)}"
+    app = app_name(spec)
     with _LOCK:
         if app in _LIVE:
             _LIVE[app].users += 1
@@ -197,8 +200,7 @@ def _close_at_exit() -> None:
 
 def served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
     """(base_url, model) of ``serve``'s pool; a pool no runner started is started now and stopped at exit."""
-    app = f"rewardhub-{_key(check_serve(serve))}"
-    served = _LIVE.get(app)
+    served = _LIVE.get(app_name(serve))
     if served is None:
         served = start_served(serve)
         if not _AT_EXIT:
@@ -213,7 +215,7 @@ def start_for_terms(terms: Iterable[Any]) -> list[ServedModel]:
     try:
         for term in terms:
             serve = term.kwargs.get("serve")
-            if serve and all(m.app != f"rewardhub-{_key(check_serve(serve))}" for m in started):
+            if serve and all(m.app != app_name(serve) for m in started):
                 started.append(start_served(serve))
     except BaseException:
         for m in started:
