@@ -5,7 +5,9 @@ check`` reports, a bad judge before any request) and again when a judge is calle
 a key the judge does not take (``scor_range``: the valid keys named, the closest first), a missing or
 non-http(s) ``base_url``, a missing ``model``, a template naming a field the judge does not fill, a
 ``score_regex`` that does not compile, a ``score_range`` that is not ``[low, high]`` with low < high,
-non-positive limits (``max_rpm: 0`` would be no limit at all), and an ``api_key_env`` that holds a key.
+non-positive limits (``max_rpm: 0`` would be no limit at all), an ``api_key_env`` that holds a key, and
+a ``serve`` (a model rewardhub serves: :mod:`.served`) that is not valid or stands beside ``base_url`` or
+``model``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ def check_settings(who: str, fn: Callable[..., Any], settings: Mapping[str, Any]
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(f"{who} has no setting {key!r}{hint}\nits settings: {', '.join(sorted(known))}")
     merged = {**known, **settings}
+    if "serve" in known and merged.get("serve") is not None:
+        _check_served(who, merged)
+        merged = {**merged, "base_url": "http://127.0.0.1/v1", "model": "served"}  # the pool's, once started
     for key in ("base_url", "model"):
         if merged.get(key) in (None, "", inspect.Parameter.empty):
             raise UsageError(f"{who} needs kwargs.{key}\nset it, e.g. base_url: http://127.0.0.1:8000/v1, "
@@ -95,6 +100,18 @@ def check_settings(who: str, fn: Callable[..., Any], settings: Mapping[str, Any]
     key_env = merged.get("api_key_env")
     if key_env not in (None, "") and looks_like_key(str(key_env)):
         raise UsageError(KEY_IN_NAME.format(who=who, n=len(str(key_env))))
+
+
+def _check_served(who: str, merged: Mapping[str, Any]) -> None:
+    """``serve`` instead of an endpoint: never beside ``base_url`` or ``model`` (the pool gives both)."""
+    for key in ("base_url", "model"):
+        if merged.get(key) not in (None, ""):
+            raise UsageError(f"{who}: kwargs.serve and kwargs.{key} are both set\nkeep serve (rewardhub "
+                             f"runs the model and gives the judge its {key}) or {key} (an endpoint you run), "
+                             "not both")
+    from .served import check_serve
+
+    check_serve(merged["serve"])
 
 
 def _check_template(who: str, template: Any) -> None:

@@ -166,6 +166,15 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
     return redact(text, secrets, KEY_LABEL) if key else text
 
 
+async def _served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
+    """(base_url, model) of the pool ``serve`` names (:mod:`.served`; started in a thread if need be)."""
+    import asyncio
+
+    from .served import served_endpoint
+
+    return await asyncio.to_thread(served_endpoint, serve)
+
+
 def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:
     """The reply's one verdict (``regex``: a user's ``score_regex``; ``None``: ``Score: N`` as
     :func:`~._verdict.verdict` reads it)."""
@@ -175,8 +184,9 @@ def _score(text: str, regex: str | None, low: float, high: float, what: str = "s
 @reward(name="llm_judge", timeout_s=120, max_concurrency=32, cache=True,
         capabilities=(EXPENSIVE,))
 async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequence[Any] | None = None,
-                    base_url: str, model: str,
-                    template: str = DEFAULT_TEMPLATE, score_regex: str | None = None,
+                    base_url: str | None = None, model: str | None = None,
+                    serve: Mapping[str, Any] | None = None, template: str = DEFAULT_TEMPLATE,
+                    score_regex: str | None = None,
                     score_range: Sequence[float] = (0, 10), api_key_env: str | None = None,
                     max_tokens: int = 64, temperature: float = 0.0, max_rpm: float | None = None,
                     max_tpm: float | None = None, retries: int = 4, backoff_s: float = 0.5,
@@ -194,9 +204,13 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     over ``max_reply_bytes`` is not read on: a failure. Settings are checked before any call
     (:mod:`._judge_settings`).
 
+    ``serve`` (instead of ``base_url`` and ``model``) names a model rewardhub serves itself on replicas of
+    vLLM it starts and stops (:mod:`.served`).
+
     Example (a term)::
 
         {name: llm_judge, kwargs: {base_url: "http://127.0.0.1:8000/v1", model: judge}, timeout_s: 60}
+        {name: llm_judge, kwargs: {serve: {model: HuggingFaceTB/SmolLM2-135M-Instruct, replicas: 2}}}
     """
     _check_judge({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}, **kwargs})
     low, high = _range(score_range)
@@ -207,15 +221,18 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     user = _fill(template, "llm_judge", prompt=_block("PROMPT", _prompt_text(prompt)),
                  response=_block("RESPONSE", _text(response)), ground_truth=_block("REFERENCE", gt),
                  messages=_block("CHAT", render_messages(chat)), low=_num(low), high=_num(high))
-    text = await _ask(user, base_url=base_url, model=model, api_key_env=api_key_env, max_tokens=max_tokens,
-                      temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm, retries=retries,
-                      backoff_s=backoff_s, request_timeout_s=request_timeout_s,
+    if serve is not None:  # a model rewardhub serves: its pool's endpoint
+        base_url, model = await _served_endpoint(serve)
+    text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
+                      max_tokens=max_tokens, temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm,
+                      retries=retries, backoff_s=backoff_s, request_timeout_s=request_timeout_s,
                       max_reply_bytes=max_reply_bytes)
     return _score(text, score_regex, low, high)
 
 
 @reward(name="llm_judge_group", kind="group", timeout_s=300, max_concurrency=8, capabilities=(EXPENSIVE,))
-async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], base_url: str, model: str,
+async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], base_url: str | None = None,
+                          model: str | None = None, serve: Mapping[str, Any] | None = None,
                           mode: str = "scores", template: str = DEFAULT_GROUP_TEMPLATE,
                           score_range: Sequence[float] = (0, 10), api_key_env: str | None = None,
                           max_tokens: int | None = None, temperature: float = 0.0,
@@ -238,7 +255,9 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                  ground_truth=_block("REFERENCE", "(none)" if gt in (None, "") else _text(gt)),
                  responses=blocks, reply_format=_FORMATS[mode].format(low=_num(low), high=_num(high)),
                  low=_num(low), high=_num(high))
-    text = await _ask(user, base_url=base_url, model=model, api_key_env=api_key_env,
+    if serve is not None:
+        base_url, model = await _served_endpoint(serve)
+    text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
                       max_tokens=max_tokens or 16 * n + 32, temperature=temperature, max_rpm=max_rpm,
                       max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
                       request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes)

@@ -63,6 +63,9 @@ class RemoteExecutor(Protocol):
     def close(self) -> None: ...
 
 
+#: the rewards whose ``serve:`` kwarg names a model the runner serves (rewardhub.builtin.served)
+SERVED_JUDGES = frozenset({"llm_judge", "llm_judge_group"})
+
 #: builds the executor of one named pool (``None``: the default pool) for the terms that run on it
 ExecutorFactory = Callable[[str | None, list[Term]], RemoteExecutor]
 
@@ -98,6 +101,12 @@ class Runner:
         self._remote: dict[str | None, RemoteExecutor] = {}  # pool name -> its executor, once started
         self.abandoned_threads = 0
         self._cache = cache_for(self.terms, cache_dir)  # None: no term has cache on
+        #: the judges' served models (``serve:``): started here, stopped by close()
+        self._served: list[Any] = []
+        if any(t.kwargs.get("serve") and t.spec.name in SERVED_JUDGES for t in self.terms):
+            from ..builtin.served import start_for_terms
+
+            self._served = start_for_terms(t for t in self.terms if t.spec.name in SERVED_JUDGES)
         #: score() may be called from several threads at once: their batches share the process pool
         #: (see ProcessPool.run); this lock only guards starting the pool and the remote executors
         self._start_lock = threading.Lock()
@@ -378,6 +387,8 @@ class Runner:
         for executor in self._remote.values():
             executor.close()
         self._remote.clear()
+        while self._served:
+            self._served.pop().close()
 
     def __enter__(self) -> Runner:
         return self

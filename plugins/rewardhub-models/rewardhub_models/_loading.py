@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -40,10 +41,34 @@ def settings(section: Mapping[str, Any] | None, **explicit: Any) -> dict[str, An
     return out
 
 
+def pick_device(device: str) -> str:
+    """``auto`` (the default): ``cuda`` in a process Ray gave GPUs (a reward-model pool with
+    ``n_gpus_per_node``, ``reward.workers.num_gpus``), else ``cpu``; any other value as given.
+
+    A process that uses a GPU Ray did not give it could take the trainer's: ``auto`` never does.
+    """
+    if device != "auto":
+        return device
+    ray = sys.modules.get("ray")  # never imported here: a process Ray runs has it already
+    try:
+        ids = list(ray.get_gpu_ids()) if ray is not None and ray.is_initialized() else []
+    except Exception:  # not a Ray worker
+        ids = []
+    if not ids:
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"this reward worker was given GPUs {ids} by Ray, but torch sees no CUDA device\n"
+                         "install a CUDA build of torch on the GPU nodes, or set kwargs.device: cpu")
+    return "cuda"
+
+
 def load_once(cls: Any, model_path: str, trust_remote_code: bool = False, dtype: str = "float32",
-              device: str = "cpu") -> Any:
+              device: str = "auto") -> Any:
     """``cls(model_path, ...)`` built once per process and settings (thread-safe): each model is
-    loaded once, whichever batch or thread asks for it first."""
+    loaded once, whichever batch or thread asks for it first. ``device``: :func:`pick_device`."""
+    device = pick_device(device)
     key = (cls.__module__, cls.__qualname__, model_path, trust_remote_code, dtype, device)
     with _LOCK:
         if key not in _CACHE:

@@ -67,7 +67,7 @@ def reward_model(
     template: str = "auto",
     label: int = -1,
     dtype: str = "float32",
-    device: str = "cpu",
+    device: str = "auto",
     **kwargs: Any,
 ) -> list[float]:
     """Score each response with a sequence-classification reward model (its logit, or P(label))."""

@@ -97,7 +97,7 @@ def judge(*, prompts: Sequence[Any], responses: Sequence[str], ground_truths: Se
           reward_model: Mapping[str, Any] | None = None, model_path: str | None = None,
           rubric: str = DEFAULT_RUBRIC, low: float = 0, high: float = 10, max_new_tokens: int = 16,
           batch_size: int | None = None, trust_remote_code: bool | None = None, dtype: str = "float32",
-          device: str = "cpu", max_response_chars: int | None = None, **kwargs: Any) -> list[float]:
+          device: str = "auto", max_response_chars: int | None = None, **kwargs: Any) -> list[float]:
     """An LLM judge: rubric + question + reference + response -> `Score: N`, scaled to [0, 1].
 
     ``max_response_chars``: the judge sees at most this many characters of each response (its start),
