@@ -1,0 +1,162 @@
+"""``rewardhub score --address``: the input streamed through Ray Data, scored by actors on the cluster.
+
+The files are read by Ray Data's readers (``read_text`` for JSON lines, ``read_parquet``) in blocks, on any
+node; a pool of :class:`ScoreBlocks` actors (Ray Data's autoscaling actor pool) turns each batch into rows
+exactly as local ``score`` reads them, and scores them with a :class:`RewardWorker` (which proves its
+registry against the driver's, as the reward workers do). Each batch comes back as one pickled record of
+the rows and the terms' raw outcomes; ``on_failure`` is applied in the driver, which knows each row's
+place in the whole input. With ``preserve_order`` the batches come back in input order, whatever node
+scored them; a task or actor lost with its node is run again by Ray Data, and its batch comes back once.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UsageError
+from ._setup import WorkerSetup
+
+__all__ = ["ScoreBlocks", "cluster_files", "scored_batches"]
+
+#: suffixes of the files a plain folder contributes (sorted by name, as a glob would list them)
+_SUFFIXES = (".jsonl", ".json", ".parquet", ".pq")
+#: rows per actor call; each comes back as one record
+BATCH_ROWS = 1024
+#: bytes of a block Ray Data aims for: small enough that one big file is read into many blocks, which the
+#: actors score side by side
+BLOCK_BYTES = 4 << 20
+
+
+def cluster_files(data: str) -> tuple[list[str], str]:
+    """The files ``score --address`` reads for ``data`` (a file, a glob, or a folder of JSONL or parquet
+    files), in order, and their kind (``jsonl`` or ``parquet``).
+
+    :raises UsageError: a missing path, an empty folder or file, a kind Ray Data does not read here
+        (compressed, arrow, stdin), or files of both kinds.
+    """
+    from .._datafiles import kind_of
+    from ..datasets import expand_paths
+
+    if data == "-":
+        raise UsageError("score --address: DATA '-' (stdin) cannot be read on a cluster\n"
+                         "write the rows to a file (on storage every node reads), or score without --address")
+    files: list[str] = []
+    for path in expand_paths(data):
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        inside = sorted(os.path.join(path, f) for f in os.listdir(path) if f.lower().endswith(_SUFFIXES))
+        if not inside:
+            raise UsageError(f"{path}: a folder with no .jsonl or .parquet files\n"
+                             "score --address reads JSONL or parquet files, or folders of them "
+                             "(a datasets save_to_disk folder: score it without --address)")
+        files.extend(inside)
+    kinds = {}
+    for f in files:
+        if os.path.getsize(f) == 0:
+            raise UsageError(f"{f}: the file has no rows\ngive a file with at least one row, or leave it out")
+        kind = kind_of(f)
+        if kind not in ("jsonl", "parquet"):
+            raise UsageError(f"{f}: a {kind} file; score --address reads plain JSONL and parquet files\n"
+                             "unpack or convert it (e.g. gunzip), or score it without --address")
+        kinds[f] = kind
+    if len(set(kinds.values())) > 1:
+        raise UsageError(f"{data}: both JSONL and parquet files ({', '.join(files)})\n"
+                         "give files of one kind to score --address, or score them in two runs")
+    return files, next(iter(kinds.values()))
+
+
+class ScoreBlocks:
+    """A Ray Data actor: the rows of a batch as local ``score`` reads them, and every term's raw outcomes
+    (``on_failure`` is the driver's). Start-up never raises: a registry problem comes back in the first
+    record (``hello``), so the driver names the node and the reward."""
+
+    def __init__(self, setup: WorkerSetup, kind: str, prompt_key: str | None = None,
+                 answer_key: str | None = None) -> None:
+        from ._reward_worker import RewardWorker
+
+        self.worker = RewardWorker(setup, index=0)
+        self.kind, self.keys = kind, (prompt_key, answer_key)
+        self.needing = [t["name"] for t in self.worker.terms_info if t.get("needs_ground_truth")]
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        record: dict[str, Any]
+        if self.worker.problems:
+            record = {"hello": self.worker.hello()}
+        else:
+            rows = _rows(batch, self.kind)
+            record = {"rows": rows, "pid": os.getpid()}
+            record.update(self._score(rows))
+        blob = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        return pa.table({"blob": pa.array([blob], type=pa.large_binary())})
+
+    def _score(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        from ..datasets import Row
+        from ..datasets import to_sample
+        from ..scoring import missing_ground_truth
+
+        samples = [to_sample(Row("", k + 1, r), prompt_key=self.keys[0], answer_key=self.keys[1])
+                   for k, r in enumerate(rows)]
+        if any("response" not in s and "messages" not in s for s in samples):
+            return {"wires": None}  # the driver names the row
+        skip = missing_ground_truth(samples, self.needing)
+        ok = [s for i, s in enumerate(samples) if i not in skip]
+        return {"wires": self.worker.score(ok)["outcomes"] if ok else None}
+
+
+def _rows(batch: Any, kind: str) -> list[dict[str, Any]]:
+    """The rows of a Ray Data batch (a pyarrow table) as local ``score`` has them."""
+    from .._datafiles import _DECODER
+
+    if kind == "parquet":
+        return batch.to_pylist()  # type: ignore[no-any-return]
+    rows = []
+    for line in batch.column("text").to_pylist():
+        line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue
+        row = _DECODER.decode(line)
+        if not isinstance(row, dict):
+            raise UsageError(f"a JSON {type(row).__name__}, not an object: {line[:80]!r}\n"
+                             "each line must be one JSON object")
+        rows.append(row)
+    return rows
+
+
+def scored_batches(setup: WorkerSetup, files: Sequence[str], kind: str, *, prompt_key: str | None,
+                   answer_key: str | None, max_actors: int) -> Iterator[dict[str, Any]]:
+    """The records of every batch of ``files``, in input order, streamed (Ray must be initialised)."""
+    import logging
+
+    import ray.data
+
+    for name in ("ray.data", "ray.data._internal"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # its INFO lines would mix with the summary
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    ctx.target_max_block_size = BLOCK_BYTES
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    if kind == "jsonl":
+        ds = ray.data.read_text(list(files), drop_empty_lines=True)
+    else:
+        ds = ray.data.read_parquet(list(files))
+    workers = setup.reward_cfg.workers
+    extra: dict[str, Any] = {"resources": dict(workers.resources)} if workers.resources else {}
+    if workers.num_gpus:
+        extra["num_gpus"] = workers.num_gpus
+    # Ray Data's autoscaling actor pool: one actor at first, up to max_actors while batches wait
+    pool = ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, max_actors))
+    ds = ds.map_batches(ScoreBlocks, batch_size=BATCH_ROWS, batch_format="pyarrow",
+                        fn_constructor_args=(setup, kind, prompt_key, answer_key), compute=pool,
+                        num_cpus=workers.num_cpus, **extra)
+    block: Any
+    for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for blob in block.column("blob").to_pylist():
+            yield pickle.loads(blob)
