@@ -75,6 +75,7 @@ def run_on_cluster(args: argparse.Namespace, address: str) -> int:
     from ..distributed._data import cluster_files
     from ..distributed._reward_worker import RewardWorker
     from ..distributed._setup import prepare_setup
+    from ..scorers import term_problems
     from ._common import load_plan_told
     from ._output import check_outputs
 
@@ -85,11 +86,15 @@ def run_on_cluster(args: argparse.Namespace, address: str) -> int:
     check_outputs(args.output, args.summary_json, [args.config, *files])
     plan = load_plan_told(args.config, args.overrides)
     with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-        setup, _ = prepare_setup(plan.reward, pool="score")
+        setup, registry = prepare_setup(plan.reward, pool="score")
         mine = RewardWorker(setup, index=-1)  # the terms as every actor resolves them
     if mine.problems:
         raise UsageError("the config's rewards cannot be loaded here:\n" + "\n".join(
             f"  {p.get('reward')}: {p.get('detail') or p.get('kind')}" for p in mine.problems))
+    problems = [p for t in mine.terms for p in term_problems(t, registry)]  # what local score refuses
+    mine.close()
+    if problems:
+        raise UsageError("\n".join(problems))
     scorer = _Answered(mine.terms_info, mine.aggregation)
     facts = scorer.facts
     groups = [f.name for f in facts if f.kind == "group"]
