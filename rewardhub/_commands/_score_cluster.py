@@ -43,23 +43,26 @@ class _Answered:
 
     def score(self, samples: Sequence[Any], progress: Callable[[int, int], None] | None = None, *,
               indices: Sequence[int] | None = None, defer_raise: bool = False, cancel: Any = None) -> Any:
+        from ..execution import Column
         from ..execution import Outcome
-        from ..execution import aggregate
-        from ..execution import apply_on_failure_to_outcomes
+        from ..execution import apply_on_failure
+        from ..execution import combine
 
         labels = list(indices) if indices is not None else list(range(len(samples)))
-        outcomes = {}
+        columns = {}
         for name, _, on_failure in self.terms:
             outs = [Outcome.from_wire(w) for w in self.wires[name]]
             if len(outs) != len(samples):
                 raise RewardhubError(f"reward {name!r}: the cluster answered {len(outs)} outcomes for "
                                      f"{len(samples)} samples (a bug: report it)")
-            for o, label in zip(outs, labels):
-                o.index = label
-            apply_on_failure_to_outcomes(name, "nan" if defer_raise and on_failure == "raise" else on_failure,
-                                         outs)
-            outcomes[name] = outs
-        res = aggregate([(n, w) for n, w, _ in self.terms], self.aggregation, outcomes, len(samples))
+            for k, o in enumerate(outs):
+                if isinstance(o.error, str) and o.error:  # the actor named the sample by its place there
+                    o.error = _relabelled(o.error, k, labels[k])
+            col = Column.from_outcomes(outs)
+            col.labels = labels  # a failure is named by the row's place in the whole input
+            apply_on_failure(name, "nan" if defer_raise and on_failure == "raise" else on_failure, col)
+            columns[name] = col
+        res = combine([(n, w) for n, w, _ in self.terms], self.aggregation, len(samples), columns)
         if progress is not None:
             progress(len(samples), len(samples))
         return res
@@ -69,6 +72,16 @@ class _Answered:
 
     def close(self) -> None:
         pass
+
+
+def _relabelled(error: str, sent: int, label: int) -> str:
+    """``error`` naming its sample by ``label`` (``row N``), not by ``sent`` (its place in the batch)."""
+    import re
+
+    from ..types import sample_name
+
+    here = re.compile(rf"(?<![\w]){re.escape(f'sample {sent}')}(?!\d)")
+    return here.sub(lambda _: sample_name(label), error, count=1)
 
 
 def run_on_cluster(args: argparse.Namespace, address: str) -> int:

@@ -170,7 +170,7 @@ def test_an_unreachable_address_or_a_missing_file_is_one_clear_error(tmp_path):
     gz = tmp_path / "d.jsonl.gz"
     subprocess.run(["gzip", "-k", str(tmp_path / "d.jsonl")], check=True)
     run = _score(cfg, str(gz), tmp_path / "o.jsonl", "--address", "127.0.0.1:1")
-    assert "gzip file; score --address reads plain JSONL and parquet" in run.stderr, run.stderr
+    assert "a gzip+jsonl file; score --address reads plain JSONL and parquet" in run.stderr, run.stderr
 
 
 @pytest.mark.timeout(600)
