@@ -22,13 +22,13 @@ from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
 
-__all__ = ["run_on_cluster"]
+__all__ = ["Answered", "run_on_cluster"]
 
 #: seconds ``ray.init`` may take to join a cluster whose port answers
 CONNECT_S = 60.0
 
 
-class _Answered:
+class Answered:
     """A :class:`~rewardhub.execution.Scorer` whose outcomes were computed on the cluster: ``score``
     finishes the batch that :attr:`wires` holds (``on_failure``, the aggregate), each outcome labelled
     with the row's place in the whole input."""
@@ -108,7 +108,7 @@ def run_on_cluster(args: argparse.Namespace, address: str) -> int:
     mine.close()
     if problems:
         raise UsageError("\n".join(problems))
-    scorer = _Answered(mine.terms_info, mine.aggregation)
+    scorer = Answered(mine.terms_info, mine.aggregation)
     facts = scorer.facts
     groups = [f.name for f in facts if f.kind == "group"]
     if groups:
@@ -140,7 +140,7 @@ def _connect(address: str) -> Any:
     return connect_bounded(address, CONNECT_S)
 
 
-def _score(args: argparse.Namespace, plan: Any, scorer: _Answered, setup: Any, rewards: Mapping[str, Any],
+def _score(args: argparse.Namespace, plan: Any, scorer: Answered, setup: Any, rewards: Mapping[str, Any],
            files: list[str], kind: str, ray: Any, address: str) -> int:
     from ..datasets import Row
     from ..datasets import count_rows
@@ -179,9 +179,30 @@ def _score(args: argparse.Namespace, plan: Any, scorer: _Answered, setup: Any, r
     try:
         with stop_on_signals(), out, prints_to_stderr(out):
             for record in scored_batches(setup, files, kind, prompt_key=args.prompt_key,
-                                         answer_key=args.answer_key, max_actors=max_actors):
+                                         answer_key=args.answer_key, namespace=args.namespace,
+                                         encode=not out.parquet, max_actors=max_actors):
                 if "hello" in record:
                     raise RegistryMismatchError(setup.pool, setup.driver_fingerprint, [record["hello"]])
+                if "bad" in record:
+                    raise UsageError(f"{args.data}: a line that is not one JSON object, after row {n_rows}: "
+                                     f"{record['bad']}\neach line must be one JSON object; score without "
+                                     "--address to have the row named")
+                pids.add(record["pid"])
+                done = record.get("done")
+                if done:  # no failure in the batch: the actor finished it as this loop would
+                    if n_rows == 0 and done["first"] is not None:
+                        _check_rows(args, [done["first"]], [{"response": ""}], 0, has_column)
+                    if done["text"] is not None:
+                        out.write_text(done["text"], done["n"])
+                    else:
+                        out.write(done["out"])
+                    for n in names:
+                        columns[n].extend(done["columns"][n])
+                    slowest.merge(done["slowest"], n_rows)
+                    scores.extend(done["scores"])
+                    n_rows += done["n"]
+                    progress(n_rows)
+                    continue
                 rows = record["rows"]
                 samples = [to_sample(Row(args.data, n_rows + k + 1, r), prompt_key=args.prompt_key,
                                      answer_key=args.answer_key) for k, r in enumerate(rows)]
@@ -195,7 +216,6 @@ def _score(args: argparse.Namespace, plan: Any, scorer: _Answered, setup: Any, r
                     columns[n].extend(scored.columns[n])
                 slowest.add(scored.columns, samples, n_rows)
                 scores.extend(scored.scores)
-                pids.add(record["pid"])
                 n_rows += len(rows)
                 progress(n_rows)
     except Interrupted as exc:

@@ -76,11 +76,11 @@ class ScoreBlocks:
     record (``hello``), so the driver names the node and the reward."""
 
     def __init__(self, setup: WorkerSetup, kind: str, prompt_key: str | None = None,
-                 answer_key: str | None = None) -> None:
+                 answer_key: str | None = None, namespace: str | None = None, encode: bool = True) -> None:
         from ._reward_worker import RewardWorker
 
         self.worker = RewardWorker(setup, index=0)
-        self.kind, self.keys = kind, (prompt_key, answer_key)
+        self.kind, self.keys, self.namespace, self.encode = kind, (prompt_key, answer_key), namespace, encode
         self.needing = [t["name"] for t in self.worker.terms_info if t.get("needs_ground_truth")]
 
     def __call__(self, batch: Any) -> Any:
@@ -90,9 +90,14 @@ class ScoreBlocks:
         if self.worker.problems:
             record = {"hello": self.worker.hello()}
         else:
-            rows = _rows(batch, self.kind)
-            record = {"rows": rows, "pid": os.getpid()}
-            record.update(self._score(rows))
+            try:
+                rows = _rows(batch, self.kind)
+            except (UsageError, ValueError, RecursionError) as exc:  # the driver says which file is bad
+                rows, record = [], {"bad": str(exc).split("\n")[0] or type(exc).__name__}
+            else:
+                record = {"rows": rows}
+                record.update(self._score(rows))
+            record["pid"] = os.getpid()
         blob = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
         return pa.table({"blob": pa.array([blob], type=pa.large_binary())})
 
@@ -107,7 +112,37 @@ class ScoreBlocks:
             return {"wires": None}  # the driver names the row
         skip = missing_ground_truth(samples, self.needing)
         ok = [s for i, s in enumerate(samples) if i not in skip]
-        return {"wires": self.worker.score(ok)["outcomes"] if ok else None}
+        wires = self.worker.score(ok)["outcomes"] if ok else {}
+        if any(w[3] for ws in wires.values() for w in ws):
+            return {"wires": wires}  # a failure: the driver names its row by its place in the whole input
+        try:
+            return {"done": self._finish(rows, samples, skip, wires), "wires": None}
+        except UsageError:  # a row the driver refuses, naming it
+            return {"wires": wires}
+
+    def _finish(self, rows: list[dict[str, Any]], samples: list[dict[str, Any]], skip: Any,
+                wires: Any) -> dict[str, Any]:
+        """A batch without a failure, finished here as the driver would (the rows' output, the columns)."""
+        import json
+
+        from .._commands._score_cluster import Answered
+        from ..execution import SlowestSamples
+        from ..scoring import check_result_fields
+        from ..scoring import output_row
+        from ..scoring import score_rows
+
+        check_result_fields(rows, 0, "", self.namespace)
+        scorer = Answered(self.worker.terms_info, self.worker.aggregation)
+        scorer.wires = wires
+        scored = score_rows(scorer, samples, skip)
+        out = [output_row(r, x, self.namespace) for r, x in zip(rows, scored.results)]
+        slowest = SlowestSamples()
+        slowest.add(scored.columns, samples, 0)
+        text = "".join(json.dumps(r, sort_keys=True, default=str, allow_nan=True) + "\n" for r in out) \
+            if self.encode else None
+        return {"first": rows[0] if rows else None, "n": len(rows), "text": text,
+                "out": None if self.encode else out, "columns": scored.columns, "scores": scored.scores,
+                "slowest": slowest}
 
 
 def _rows(batch: Any, kind: str) -> list[dict[str, Any]]:
@@ -130,7 +165,8 @@ def _rows(batch: Any, kind: str) -> list[dict[str, Any]]:
 
 
 def scored_batches(setup: WorkerSetup, files: Sequence[str], kind: str, *, prompt_key: str | None,
-                   answer_key: str | None, max_actors: int) -> Iterator[dict[str, Any]]:
+                   answer_key: str | None, namespace: str | None, encode: bool,
+                   max_actors: int) -> Iterator[dict[str, Any]]:
     """The records of every batch of ``files``, in input order, streamed (Ray must be initialised)."""
     import logging
 
@@ -154,7 +190,8 @@ def scored_batches(setup: WorkerSetup, files: Sequence[str], kind: str, *, promp
     # Ray Data's autoscaling actor pool: one actor at first, up to max_actors while batches wait
     pool = ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, max_actors))
     ds = ds.map_batches(ScoreBlocks, batch_size=BATCH_ROWS, batch_format="pyarrow",
-                        fn_constructor_args=(setup, kind, prompt_key, answer_key), compute=pool,
+                        fn_constructor_args=(setup, kind, prompt_key, answer_key, namespace, encode),
+                        compute=pool,
                         num_cpus=workers.num_cpus, **extra)
     block: Any
     for block in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
