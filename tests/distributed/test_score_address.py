@@ -91,10 +91,10 @@ def _same_as_local(cluster, tmp_path: Path, data_local: str, data_cluster: str) 
     cfg.write_text(yaml.safe_dump(RULES))
     here, there = tmp_path / "local.jsonl", tmp_path / "cluster.jsonl"
     local = _score(cfg, data_local, here, "--summary-json", str(tmp_path / "local.json"))
-    assert local.returncode == 0, local.stderr[-3000:]
+    assert local.returncode in (0, 1), local.stderr[-3000:]  # 1: every call of a reward failed
     remote = _score(cfg, data_cluster, there, "--address", cluster.address,
                     "--summary-json", str(tmp_path / "cluster.json"))
-    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert remote.returncode == local.returncode, remote.stderr[-3000:]
     assert there.read_bytes() == here.read_bytes()  # the same rows, in the same order, byte for byte
     mine, theirs = (json.loads((tmp_path / f).read_text()) for f in ("local.json", "cluster.json"))
     def figures(summary: dict) -> dict:  # the latencies are each run's own
@@ -214,3 +214,29 @@ def test_a_node_removed_mid_run_loses_no_row_and_scores_none_twice(cluster, tmp_
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == list(range(n))  # each row once, in order: none lost, none twice
     assert [r["score"] for r in rows] == [float(i) for i in range(n)]
+
+
+@pytest.mark.timeout(600)
+def test_random_small_inputs_give_the_rows_of_local_score(cluster):
+    """Property: for any small input (text of any kind, a missing or null ground truth, extra columns),
+    ``score --address`` writes what local ``score`` writes."""
+    import tempfile
+
+    from hypothesis import given
+    from hypothesis import settings
+    from hypothesis import strategies as st
+
+    text = st.text(max_size=12)
+    row = st.fixed_dictionaries({"response": text}, optional={
+        "ground_truth": st.one_of(st.none(), text), "prompt": text,
+        "extra_info": st.dictionaries(st.sampled_from("abc"), st.integers(-5, 5), max_size=2)})
+
+    @settings(max_examples=3, deadline=None, derandomize=True, database=None)
+    @given(st.lists(row, min_size=1, max_size=40))
+    def check(rows: list[dict]) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            _write_jsonl(Path(tmp) / "d.jsonl", rows)
+            out = _same_as_local(cluster, Path(tmp), str(Path(tmp) / "d.jsonl"), str(Path(tmp) / "d.jsonl"))
+            assert len(out) == len(rows)
+
+    check()
