@@ -15,79 +15,30 @@ import sys
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from typing import Any
 
 from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
 
-__all__ = ["Answered", "run_on_cluster"]
+if TYPE_CHECKING:
+    from ..distributed import AnsweredScorer
+
+__all__ = ["run_on_cluster"]
 
 #: seconds ``ray.init`` may take to join a cluster whose port answers
 CONNECT_S = 60.0
 
 
-class Answered:
-    """A :class:`~rewardhub.execution.Scorer` whose outcomes were computed on the cluster: ``score``
-    finishes the batch that :attr:`wires` holds (``on_failure``, the aggregate), each outcome labelled
-    with the row's place in the whole input."""
-
-    def __init__(self, terms: Sequence[Mapping[str, Any]], aggregation: str) -> None:
-        from ..execution import TermFacts
-
-        self.terms = [(str(t["name"]), float(t["weight"]), str(t["on_failure"])) for t in terms]
-        self.facts = tuple(TermFacts.from_dict({**t, "executor": "ray"}) for t in terms)
-        self.aggregation = aggregation
-        self.wires: Mapping[str, Sequence[Any]] = {}
-
-    def score(self, samples: Sequence[Any], progress: Callable[[int, int], None] | None = None, *,
-              indices: Sequence[int] | None = None, defer_raise: bool = False, cancel: Any = None) -> Any:
-        from ..execution import Column
-        from ..execution import Outcome
-        from ..execution import apply_on_failure
-        from ..execution import combine
-
-        labels = list(indices) if indices is not None else list(range(len(samples)))
-        columns = {}
-        for name, _, on_failure in self.terms:
-            outs = [Outcome.from_wire(w) for w in self.wires[name]]
-            if len(outs) != len(samples):
-                raise RewardhubError(f"reward {name!r}: the cluster answered {len(outs)} outcomes for "
-                                     f"{len(samples)} samples (a bug: report it)")
-            for k, o in enumerate(outs):
-                if isinstance(o.error, str) and o.error:  # the actor named the sample by its place there
-                    o.error = _relabelled(o.error, k, labels[k])
-            col = Column.from_outcomes(outs)
-            col.labels = labels  # a failure is named by the row's place in the whole input
-            apply_on_failure(name, "nan" if defer_raise and on_failure == "raise" else on_failure, col)
-            columns[name] = col
-        res = combine([(n, w) for n, w, _ in self.terms], self.aggregation, len(samples), columns)
-        if progress is not None:
-            progress(len(samples), len(samples))
-        return res
-
-    def provenance(self) -> list[dict[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
-def _relabelled(error: str, sent: int, label: int) -> str:
-    """``error`` naming its sample by ``label`` (``row N``), not by ``sent`` (its place in the batch)."""
-    import re
-
-    from ..types import sample_name
-
-    here = re.compile(rf"(?<![\w]){re.escape(f'sample {sent}')}(?!\d)")
-    return here.sub(lambda _: sample_name(label), error, count=1)
-
-
-def run_on_cluster(args: argparse.Namespace, address: str) -> int:
-    from ..distributed._data import cluster_files
-    from ..distributed._reward_worker import RewardWorker
-    from ..distributed._setup import prepare_setup
+def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[..., int], progress: Any,
+                   say: Callable[[str], None]) -> int:
+    """Score ``args`` on the cluster at ``address``; ``finish``, ``progress`` and ``say``: ``score``'s own
+    end of a run, progress bar and stderr line."""
+    from ..distributed import AnsweredScorer
+    from ..distributed import RewardWorker
+    from ..distributed import cluster_files
+    from ..distributed import prepare_setup
     from ..scorers import term_problems
     from ._common import load_plan_told
     from ._output import check_outputs
@@ -108,7 +59,7 @@ def run_on_cluster(args: argparse.Namespace, address: str) -> int:
     mine.close()
     if problems:
         raise UsageError("\n".join(problems))
-    scorer = Answered(mine.terms_info, mine.aggregation)
+    scorer = AnsweredScorer(mine.terms_info, mine.aggregation)
     facts = scorer.facts
     groups = [f.name for f in facts if f.kind == "group"]
     if groups:
@@ -117,7 +68,8 @@ def run_on_cluster(args: argparse.Namespace, address: str) -> int:
     check_outputs(args.output, args.summary_json, [f.file for f in facts if f.file])
     ray = _connect(address)
     try:
-        return _score(args, plan, scorer, setup, mine.rewards, files, kind, ray, address)
+        return _score(args, plan, scorer, setup, mine.rewards, files, kind, ray, address,
+                      (finish, progress, say))
     finally:
         ray.shutdown()
 
@@ -140,14 +92,15 @@ def _connect(address: str) -> Any:
     return connect_bounded(address, CONNECT_S)
 
 
-def _score(args: argparse.Namespace, plan: Any, scorer: Answered, setup: Any, rewards: Mapping[str, Any],
-           files: list[str], kind: str, ray: Any, address: str) -> int:
+def _score(args: argparse.Namespace, plan: Any, scorer: AnsweredScorer, setup: Any,
+           rewards: Mapping[str, Any], files: list[str], kind: str, ray: Any, address: str,
+           score_parts: tuple[Any, Any, Any]) -> int:
     from ..datasets import Row
     from ..datasets import count_rows
     from ..datasets import has_column
     from ..datasets import to_sample
-    from ..distributed._data import scored_batches
-    from ..distributed._errors import RegistryMismatchError
+    from ..distributed import RegistryMismatchError
+    from ..distributed import scored_batches
     from ..execution import Column
     from ..execution import SlowestSamples
     from ..scoring import check_result_fields
@@ -158,9 +111,7 @@ def _score(args: argparse.Namespace, plan: Any, scorer: Answered, setup: Any, re
     from ._output import ScoredRows
     from ._output import prints_to_stderr
     from ._output import stop_on_signals
-    from .score import Progress
-    from .score import _say
-    from .score import finish
+    finish, Progress, _say = score_parts
 
     names = [f.name for f in scorer.facts]
     needing = [f.name for f in scorer.facts if f.needs_ground_truth]

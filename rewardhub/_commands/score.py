@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if address:
         from ._score_cluster import run_on_cluster
 
-        return run_on_cluster(args, address)
+        return run_on_cluster(args, address, finish=finish, progress=Progress, say=_say)
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
     plan = load_plan_told(args.config, args.overrides)

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import RewardhubError
 from ..errors import UsageError
 from ._setup import WorkerSetup
 
-__all__ = ["ScoreBlocks", "cluster_files", "scored_batches"]
+__all__ = ["AnsweredScorer", "ScoreBlocks", "cluster_files", "scored_batches"]
 
 #: suffixes of the files a plain folder contributes (sorted by name, as a glob would list them)
 _SUFFIXES = (".jsonl", ".json", ".parquet", ".pq")
@@ -68,6 +71,62 @@ def cluster_files(data: str) -> tuple[list[str], str]:
         raise UsageError(f"{data}: both JSONL and parquet files ({', '.join(files)})\n"
                          "give files of one kind to score --address, or score them in two runs")
     return files, next(iter(kinds.values()))
+
+
+class AnsweredScorer:
+    """A :class:`~rewardhub.execution.Scorer` whose outcomes were computed on the cluster: ``score``
+    finishes the batch that :attr:`wires` holds (``on_failure``, the aggregate), each outcome labelled
+    with the row's place in the whole input."""
+
+    def __init__(self, terms: Sequence[Mapping[str, Any]], aggregation: str) -> None:
+        from ..execution import TermFacts
+
+        self.terms = [(str(t["name"]), float(t["weight"]), str(t["on_failure"])) for t in terms]
+        self.facts = tuple(TermFacts.from_dict({**t, "executor": "ray"}) for t in terms)
+        self.aggregation = aggregation
+        self.wires: Mapping[str, Sequence[Any]] = {}
+
+    def score(self, samples: Sequence[Any], progress: Callable[[int, int], None] | None = None, *,
+              indices: Sequence[int] | None = None, defer_raise: bool = False, cancel: Any = None) -> Any:
+        from ..execution import Column
+        from ..execution import Outcome
+        from ..execution import apply_on_failure
+        from ..execution import combine
+
+        labels = list(indices) if indices is not None else list(range(len(samples)))
+        columns = {}
+        for name, _, on_failure in self.terms:
+            outs = [Outcome.from_wire(w) for w in self.wires[name]]
+            if len(outs) != len(samples):
+                raise RewardhubError(f"reward {name!r}: the cluster answered {len(outs)} outcomes for "
+                                     f"{len(samples)} samples (a bug: report it)")
+            for k, o in enumerate(outs):
+                if isinstance(o.error, str) and o.error:  # the actor named the sample by its place there
+                    o.error = _relabelled(o.error, k, labels[k])
+            col = Column.from_outcomes(outs)
+            col.labels = labels  # a failure is named by the row's place in the whole input
+            apply_on_failure(name, "nan" if defer_raise and on_failure == "raise" else on_failure, col)
+            columns[name] = col
+        res = combine([(n, w) for n, w, _ in self.terms], self.aggregation, len(samples), columns)
+        if progress is not None:
+            progress(len(samples), len(samples))
+        return res
+
+    def provenance(self) -> list[dict[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _relabelled(error: str, sent: int, label: int) -> str:
+    """``error`` naming its sample by ``label`` (``row N``), not by ``sent`` (its place in the batch)."""
+    import re
+
+    from ..types import sample_name
+
+    here = re.compile(rf"(?<![\w]){re.escape(f'sample {sent}')}(?!\d)")
+    return here.sub(lambda _: sample_name(label), error, count=1)
 
 
 class ScoreBlocks:
@@ -125,14 +184,13 @@ class ScoreBlocks:
         """A batch without a failure, finished here as the driver would (the rows' output, the columns)."""
         import json
 
-        from .._commands._score_cluster import Answered
         from ..execution import SlowestSamples
         from ..scoring import check_result_fields
         from ..scoring import output_row
         from ..scoring import score_rows
 
         check_result_fields(rows, 0, "", self.namespace)
-        scorer = Answered(self.worker.terms_info, self.worker.aggregation)
+        scorer = AnsweredScorer(self.worker.terms_info, self.worker.aggregation)
         scorer.wires = wires
         scored = score_rows(scorer, samples, skip)
         out = [output_row(r, x, self.namespace) for r, x in zip(rows, scored.results)]
@@ -147,7 +205,7 @@ class ScoreBlocks:
 
 def _rows(batch: Any, kind: str) -> list[dict[str, Any]]:
     """The rows of a Ray Data batch (a pyarrow table) as local ``score`` has them."""
-    from .._datafiles import _DECODER
+    from .._datafiles import decode_line
 
     if kind == "parquet":
         return batch.to_pylist()  # type: ignore[no-any-return]
@@ -156,7 +214,7 @@ def _rows(batch: Any, kind: str) -> list[dict[str, Any]]:
         line = line.removeprefix("\ufeff")
         if not line.strip():
             continue
-        row = _DECODER.decode(line)
+        row = decode_line(line)
         if not isinstance(row, dict):
             raise UsageError(f"a JSON {type(row).__name__}, not an object: {line[:80]!r}\n"
                              "each line must be one JSON object")
