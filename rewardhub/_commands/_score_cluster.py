@@ -49,6 +49,10 @@ def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[.
     files, kind = cluster_files(args.data)
     check_outputs(args.output, args.summary_json, [args.config, *files])
     plan = load_plan_told(args.config, args.overrides)
+    if getattr(plan.reward, "remote", None) is not None:
+        raise UsageError(f"{args.config}: reward.remote is set: its rows are scored on that server, not "
+                         f"on the cluster at {address}\n"
+                         "leave out --address (with RAY_ADDRESS set: --address local)")
     with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
         setup, registry = prepare_setup(plan.reward, pool="score")
         mine = RewardWorker(setup, index=-1)  # the terms as every actor resolves them
