@@ -75,7 +75,8 @@ def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[.
         return _score(args, plan, scorer, setup, mine.rewards, files, kind, ray, address,
                       (finish, progress, say))
     finally:
-        ray.shutdown()
+        with contextlib.redirect_stdout(sys.stderr):  # Ray's lines about the actors it stops
+            ray.shutdown()
 
 
 def _connect(address: str) -> Any:

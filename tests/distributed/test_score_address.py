@@ -240,3 +240,34 @@ def test_random_small_inputs_give_the_rows_of_local_score(cluster):
             assert len(out) == len(rows)
 
     check()
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_keeps_the_rows_written_in_order(cluster, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(RULES))
+    _write_jsonl(tmp_path / "d.jsonl", _rows(200_000))
+    out = tmp_path / "out.jsonl"
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "rewardhub", "score", str(cfg),
+                                 str(tmp_path / "d.jsonl"), "--no-progress", "-o", str(out),
+                                 "--address", cluster.address], stdout=subprocess.PIPE, stderr=err,
+                                text=True, env=_env(), cwd=tmp_path)
+        try:
+            end = time.monotonic() + 300
+            while not any(len(p.read_bytes().splitlines()) > 2000 for p in tmp_path.glob(".out.jsonl.*.tmp")):
+                assert proc.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+                assert time.monotonic() < end, "no rows written"
+                time.sleep(0.2)
+            proc.terminate()
+            stdout, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stderr = (tmp_path / "stderr").read_text()
+    assert proc.returncode == 143, stderr[-3000:]
+    assert "ERROR: interrupted (SIGTERM) after" in stderr and stdout == ""
+    kept = [json.loads(x) for x in (tmp_path / "out.jsonl.partial").read_text().splitlines()]
+    assert len(kept) > 2000 and [r["id"] for r in kept] == list(range(len(kept)))
+    assert not out.exists()
