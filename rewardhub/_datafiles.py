@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from .errors import UsageError
 
-__all__ = ["is_regular", "kind_of", "open_rows", "unreadable"]
+__all__ = ["decode_line", "is_regular", "kind_of", "open_rows", "unreadable"]
 
 #: first bytes of the formats told apart (compressed ones are looked into)
 _MAGIC = (
@@ -197,6 +197,11 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 #: one decoder for every line (``json.loads`` with a hook would build a decoder per call)
 _DECODER = json.JSONDecoder(object_pairs_hook=_object)
+
+
+def decode_line(line: str) -> Any:
+    """One JSON line, decoded as a JSONL file's lines are (a key given twice is a ``ValueError``)."""
+    return _DECODER.decode(line)
 
 
 def _pyarrow(path: str, kind: str) -> Any:

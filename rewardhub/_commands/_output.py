@@ -176,6 +176,17 @@ class ScoredRows:
             raise self._cannot_write(exc) from None
         self.rows += len(lines)
 
+    def write_text(self, text: str, rows: int) -> None:
+        """``rows`` rows already encoded as JSON lines (as :meth:`write` encodes them), to a JSONL output."""
+        try:
+            self._f.write(text)
+            self._f.flush()
+        except OSError as exc:
+            if self.path is None:
+                raise
+            raise self._cannot_write(exc) from None
+        self.rows += rows
+
     def where_kept(self) -> str:
         if self.path is None:
             return f"the {self.rows} rows scored so far were written to stdout"

@@ -84,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true",
                         help="show where in a reward's code its calls failed (also: REWARDHUB_DEBUG=1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    parser.add_argument("--address", metavar="ADDR",
+                        help="score on the Ray cluster at ADDR (default: RAY_ADDRESS when set): the files "
+                             "are streamed through Ray Data to reward actors on its nodes, the rows written "
+                             "here in input order; 'local': in this process, whatever RAY_ADDRESS says")
     parser.add_argument("--namespace", metavar="KEY",
                         help="write score/rewards/extra/errors under this one key of each row (needed when "
                              "the input rows have fields of those names)")
@@ -135,20 +139,11 @@ def run(args: argparse.Namespace) -> int:
     from ..datasets import input_files
     from ..datasets import terms_needing
     from ..execution import Column
-    from ..execution import RoutingWatch
     from ..execution import SlowestSamples
     from ..execution import StallWatch
-    from ..execution import column_metrics
-    from ..execution import debug_enabled
     from ..execution import interrupts_told_apart
-    from ..execution import stats
     from ..scorers import open_scorer
     from ._common import load_plan_told
-    from ._failures import debug_lines
-    from ._failures import drop_notes
-    from ._failures import failure_report
-    from ._failures import over_the_limit
-    from ._failures import warnings_over
 
     if args.max_error_rate is not None and not 0.0 <= args.max_error_rate <= 1.0:
         raise UsageError(f"--max-error-rate {args.max_error_rate:g}: give a share from 0 to 1 (0.05: 5%)")
@@ -158,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--warn-error-rate {args.warn_error_rate:g}: give a share from 0 to 1 (0.1: 10%)")
     if args.debug:
         os.environ["REWARDHUB_DEBUG"] = "1"  # the error printed at the end (on_failure: raise) reads it
+    address = cluster_address(args.address)
+    if address:
+        from ._score_cluster import run_on_cluster
+
+        return run_on_cluster(args, address, finish=finish, progress=Progress, say=_say)
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
     plan = load_plan_told(args.config, args.overrides)
@@ -225,6 +225,26 @@ def run(args: argparse.Namespace) -> int:
             progress.finish()
         used = scorer.provenance()
         pools = scorer.pool_figures()
+    return finish(args, plan, facts, columns, scores, slowest, n_rows=n_rows, start=start, used=used,
+                  pools=pools)
+
+
+def finish(args: argparse.Namespace, plan: Any, facts: Any, columns: dict[str, Any], scores: list[Any],
+           slowest: Any, *, n_rows: int, start: float, used: list[dict[str, Any]],
+           pools: list[dict[str, Any]]) -> int:
+    """The end of a run (local or ``--address``): the summary table, ``--summary-json``, the notes and
+    warnings about failures; the exit code."""
+    from ..execution import RoutingWatch
+    from ..execution import column_metrics
+    from ..execution import debug_enabled
+    from ..execution import stats
+    from ._failures import debug_lines
+    from ._failures import drop_notes
+    from ._failures import failure_report
+    from ._failures import over_the_limit
+    from ._failures import warnings_over
+
+    names = [f.name for f in facts]
     RoutingWatch({f.name: f.routes for f in facts}, _say_warning, so_far=False).see(columns)
     mean, std, count = stats(scores)
     metrics = {"reward/mean": mean, "reward/std": std, "reward/count": float(count)}
@@ -251,6 +271,14 @@ def run(args: argparse.Namespace) -> int:
     for line in warnings_over(failures, args.warn_error_rate, args.max_error_rate) + too_many:
         _say(line)
     return 1 if too_many else 0
+
+
+def cluster_address(flag: str | None) -> str | None:
+    """The Ray cluster ``score`` runs on: ``--address``, else ``RAY_ADDRESS``; ``None`` (this process)
+    without either, or with ``--address local``."""
+    address = flag if flag is not None else os.environ.get("RAY_ADDRESS", "")
+    address = address.strip()
+    return None if address in ("", "local") else address
 
 
 def _keep(out: ScoredRows, inputs: list[dict[str, Any]], namespace: str | None,

@@ -9,6 +9,9 @@ from __future__ import annotations
 from .._netprobe import connect_bounded
 from .._netprobe import probe_ray_address
 from .._specs import reward_facts
+from ._data import AnsweredScorer
+from ._data import cluster_files
+from ._data import scored_batches
 from ._doctor import check_cluster
 from ._errors import DriverOnlyRewardError
 from ._errors import RegistryMismatchError
@@ -28,6 +31,7 @@ from ._setup import WorkerSetup
 from ._setup import prepare_setup
 
 __all__ = [
+    "AnsweredScorer",
     "DriverOnlyRewardError",
     "PoolSettings",
     "RayExecutor",
@@ -39,6 +43,7 @@ __all__ = [
     "WorkerFailedError",
     "WorkerSetup",
     "check_cluster",
+    "cluster_files",
     "connect_bounded",
     "diff_items",
     "ensure_ray",
@@ -48,4 +53,5 @@ __all__ = [
     "process_location",
     "reward_facts",
     "runner_from_config",
+    "scored_batches",
 ]

@@ -47,6 +47,18 @@ class SlowestSamples:
                 else:
                     heapq.heapreplace(heap, entry)
 
+    def merge(self, other: SlowestSamples, offset: int) -> None:
+        """Take in ``other``'s samples (another batch's, numbered from 0), that batch's first sample being
+        sample ``offset`` of the run."""
+        for name, entries in other._by_term.items():
+            heap = self._by_term.setdefault(name, [])
+            for seconds, i, source, text in entries:
+                entry = (seconds, i + offset, source, text)
+                if len(heap) < self.k:
+                    heapq.heappush(heap, entry)
+                elif seconds > heap[0][0]:
+                    heapq.heapreplace(heap, entry)
+
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         """Term name -> its slowest samples, the slowest first."""
         return {name: [{"seconds": x, "index": i, "data_source": ds, "response": text}
