@@ -209,12 +209,16 @@ def served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
     return served.base_url, served.model
 
 
+#: the rewards whose ``serve:`` kwarg names a model the runner serves
+SERVED_JUDGES = frozenset({"llm_judge", "llm_judge_group"})
+
+
 def start_for_terms(terms: Iterable[Any]) -> list[ServedModel]:
-    """Start the pool of each term whose kwargs hold ``serve`` (what a runner owns and closes)."""
+    """Start the pool of each judge term whose kwargs hold ``serve`` (what a runner owns and closes)."""
     started: list[ServedModel] = []
     try:
         for term in terms:
-            serve = term.kwargs.get("serve")
+            serve = term.kwargs.get("serve") if term.spec.name in SERVED_JUDGES else None
             if serve and all(m.app != app_name(serve) for m in started):
                 started.append(start_served(serve))
     except BaseException:

@@ -63,9 +63,6 @@ class RemoteExecutor(Protocol):
     def close(self) -> None: ...
 
 
-#: the rewards whose ``serve:`` kwarg names a model the runner serves (rewardhub.builtin.served)
-SERVED_JUDGES = frozenset({"llm_judge", "llm_judge_group"})
-
 #: builds the executor of one named pool (``None``: the default pool) for the terms that run on it
 ExecutorFactory = Callable[[str | None, list[Term]], RemoteExecutor]
 
@@ -103,10 +100,10 @@ class Runner:
         self._cache = cache_for(self.terms, cache_dir)  # None: no term has cache on
         #: the judges' served models (``serve:``): started here, stopped by close()
         self._served: list[Any] = []
-        if any(t.kwargs.get("serve") and t.spec.name in SERVED_JUDGES for t in self.terms):
+        if any(t.kwargs.get("serve") for t in self.terms):  # a judge's served model (builtin.served)
             from ..builtin.served import start_for_terms
 
-            self._served = start_for_terms(t for t in self.terms if t.spec.name in SERVED_JUDGES)
+            self._served = start_for_terms(self.terms)
         #: score() may be called from several threads at once: their batches share the process pool
         #: (see ProcessPool.run); this lock only guards starting the pool and the remote executors
         self._start_lock = threading.Lock()
