@@ -93,7 +93,7 @@ class _Slots:
                     return True
                 try:
                     await asyncio.wait_for(self._cond.wait(), timeout=_TICK_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     async def release(self, token: str) -> None:

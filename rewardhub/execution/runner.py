@@ -79,6 +79,7 @@ class Runner:
         executors: Mapping[str, ExecutorFactory] | None = None,
         process_workers: int | None = None,
         cache_dir: str | None = None,
+        cache_store: Any = None,
     ) -> None:
         check_aggregation(aggregation)
         names = [t.name for t in terms]
@@ -93,7 +94,7 @@ class Runner:
         self._executors = dict(executors or {})
         self._remote: dict[str | None, RemoteExecutor] = {}  # pool name -> its executor, once started
         self.abandoned_threads = 0
-        self._cache = cache_for(self.terms, cache_dir)  # None: no term has cache on
+        self._cache = cache_for(self.terms, cache_dir, cache_store)  # None: no term has cache on
         #: score() may be called from several threads at once: their batches share the process pool
         #: (see ProcessPool.run); this lock only guards starting the pool and the remote executors
         self._start_lock = threading.Lock()
