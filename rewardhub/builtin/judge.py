@@ -200,9 +200,9 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     ``max_rpm``/``max_tpm`` are per-minute limits for this endpoint (tokens estimated at 4 characters
     each, plus ``max_tokens``) and ``max_concurrency`` the most requests in flight to it, in this process,
     or inside Ray across the cluster (:mod:`rewardhub._concurrency`); 429, 5xx and transport errors are
-    tried again ``retries`` times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names. A reply
-    over ``max_reply_bytes`` is not read on: a failure. Settings are checked before any call
-    (:mod:`._judge_settings`).
+    tried again ``retries`` times, ``backoff_s`` doubling. The API key is read from the variable
+    ``api_key_env`` names. A reply over ``max_reply_bytes`` is not read on: a failure. Settings are
+    checked before any call (:mod:`._judge_settings`).
 
     Example (a term)::
 
