@@ -1,5 +1,6 @@
-"""Requests in flight to one endpoint: at most ``limit`` at once in this process (per event loop), or,
-inside Ray, across every process and node of the cluster (one named actor per endpoint and limit).
+"""Requests in flight to one endpoint: at most ``limit`` at once in this process (all its threads and
+event loops together), or, inside Ray, across every process and node of the cluster (one named actor per
+endpoint and limit).
 
 The cluster's slots are leases: a process renews the leases it holds every :data:`LEASE_S` / 3 seconds
 from a thread of its own, so a process that dies (killed, its node gone) stops renewing and its slots
@@ -13,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-import weakref
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,20 +22,21 @@ from typing import Any
 from ._ratelimit import NAMESPACE
 from ._ratelimit import _in_ray
 
-__all__ = ["LEASE_S", "SharedSlots", "slot"]
+__all__ = ["LEASE_S", "ProcessGate", "SharedSlots", "slot"]
 
 #: seconds a slot stays held without its holder's renewal (a dead holder's slots come back by then)
 LEASE_S = 15.0
 #: seconds between two looks at the leases while waiting (expired leases are found this often)
 _TICK_S = 0.5
 
-_LOCAL: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], Any]] = weakref.WeakKeyDictionary()
+_LOCAL: dict[tuple[str, int], ProcessGate] = {}
+_LOCAL_LOCK = threading.Lock()
 
 
 @asynccontextmanager
 async def slot(where: str, limit: int) -> AsyncIterator[None]:
     """Hold one of ``limit`` slots of ``where`` (an endpoint's URL) for the ``async with`` block: the
-    cluster's (:class:`SharedSlots`) inside Ray, else this event loop's."""
+    cluster's (:class:`SharedSlots`) inside Ray, else this process's (:class:`ProcessGate`)."""
     limit = max(1, int(limit))
     shared = shared_slots(where, limit) if _in_ray() else None
     if shared is not None and not shared.broken:
@@ -45,18 +47,71 @@ async def slot(where: str, limit: int) -> AsyncIterator[None]:
             finally:
                 shared.release(token)
             return
-    async with _local_gate(where, limit):
+    gate = _local_gate(where, limit)
+    await gate.acquire()
+    try:
         yield
+    finally:
+        gate.release()
 
 
-def _local_gate(where: str, limit: int) -> Any:
-    import asyncio
+def _local_gate(where: str, limit: int) -> ProcessGate:
+    with _LOCAL_LOCK:
+        if (where, limit) not in _LOCAL:
+            _LOCAL[(where, limit)] = ProcessGate(limit)
+        return _LOCAL[(where, limit)]
 
-    loop = asyncio.get_running_loop()
-    gates = _LOCAL.setdefault(loop, {})
-    if (where, limit) not in gates:
-        gates[(where, limit)] = asyncio.Semaphore(limit)
-    return gates[(where, limit)]
+
+class ProcessGate:
+    """``limit`` slots shared by every thread and event loop of this process (a runner may run calls on
+    several loops: one per thread once a blocking call holds the first)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+        self.waiters: deque[tuple[Any, Any]] = deque()  # (loop, future), first come first woken
+        self.lock = threading.Lock()
+
+    async def acquire(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        while True:
+            with self.lock:
+                if self.held < self.limit:
+                    self.held += 1
+                    return
+                entry = (loop, loop.create_future())
+                self.waiters.append(entry)
+            try:
+                await entry[1]
+            except asyncio.CancelledError:
+                with self.lock:
+                    woken = entry not in self.waiters
+                    if not woken:
+                        self.waiters.remove(entry)
+                if woken:  # the wake-up it took goes to the next in line
+                    self._wake_next()
+                raise
+
+    def release(self) -> None:
+        with self.lock:
+            self.held -= 1
+        self._wake_next()
+
+    def _wake_next(self) -> None:
+        with self.lock:
+            while self.waiters:
+                loop, fut = self.waiters.popleft()
+                try:
+                    loop.call_soon_threadsafe(_wake, fut)
+                    return
+                except RuntimeError:  # that loop is closed: the next one
+                    continue
+
+
+def _wake(fut: Any) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class _Slots:
