@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ._ratelimit import NAMESPACE
-from ._ratelimit import _in_ray
+from ._ratelimit import in_ray
 
 __all__ = ["LEASE_S", "ProcessGate", "SharedSlots", "slot"]
 
@@ -38,7 +38,7 @@ async def slot(where: str, limit: int) -> AsyncIterator[None]:
     """Hold one of ``limit`` slots of ``where`` (an endpoint's URL) for the ``async with`` block: the
     cluster's (:class:`SharedSlots`) inside Ray, else this process's (:class:`ProcessGate`)."""
     limit = max(1, int(limit))
-    shared = shared_slots(where, limit) if _in_ray() else None
+    shared = shared_slots(where, limit) if in_ray() else None
     if shared is not None and not shared.broken:
         token = await shared.acquire()
         if token is not None:

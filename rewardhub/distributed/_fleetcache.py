@@ -2,11 +2,12 @@
 
 A :class:`~rewardhub.distributed.RewardWorkerPool` whose terms have ``cache`` on starts one small actor,
 :class:`CacheStore`, on the node of the process that opened the pool (the driver, the trainer's reward
-client): it owns the cache file there (``DIR/scores.sqlite``, ``cache_dir``; :mod:`..execution._cachedisk`)
-or, without one, keeps the scores in memory for the job's life. Each worker keeps its own in-memory cache
-in front of it and asks the store once per chunk for the keys it misses, and hands it once per chunk what
-its calls gave (never a failure: :class:`~rewardhub.execution._cache.CachePlan`). So a call made on one
-node is a hit on every other, and with a folder it survives the run. The key rules are the cache's own.
+client): it owns the cache file there (``DIR/scores.sqlite`` of ``cache_dir``:
+:class:`~rewardhub.execution.Disk`) or, without one, keeps the scores in memory for the job's life. Each
+worker keeps its own in-memory cache in front of it, asks the store once per chunk for the keys it
+misses, and hands it once per chunk what its calls gave (never a failure:
+:class:`~rewardhub.execution._cache.CachePlan`). So a call made on one node is a hit on every other, and
+with a folder it survives the run. The key rules are the cache's own.
 
 A store that cannot be reached (its node gone, Ray shutting down) costs no score: the worker says so once
 and goes on with its own in-memory cache only.
@@ -33,7 +34,7 @@ class CacheStore:
     memory."""
 
     def __init__(self, folder: str | None) -> None:
-        from ..execution._cachedisk import Disk
+        from ..execution import Disk
 
         self.disk = Disk(folder) if folder else None
         self.memory: OrderedDict[str, str] = OrderedDict()
@@ -41,7 +42,7 @@ class CacheStore:
 
     def get(self, keys: Sequence[str]) -> dict[str, Any]:
         """The entries of ``keys`` that hold a score (others: misses)."""
-        from ..execution._cachedisk import stored_entry
+        from ..execution import stored_entry
 
         self.gets += len(keys)
         if self.disk is not None:

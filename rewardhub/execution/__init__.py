@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._cachedisk import Disk
+from ._cachedisk import stored_entry
 from ._callers import CANCELLED
 from ._callers import Cancel
 from ._calls import check_sample
@@ -50,6 +52,7 @@ __all__ = [
     "NOT_APPLICABLE",
     "TIMEOUT",
     "Column",
+    "Disk",
     "ExecutorFactory",
     "Outcome",
     "ProcessPool",
@@ -81,5 +84,6 @@ __all__ = [
     "resolve_terms",
     "sandbox_settings",
     "stats",
+    "stored_entry",
     "term_facts",
 ]
