@@ -47,20 +47,14 @@ def _cfg(url: str, node: str, cache: bool) -> dict:
 
 
 def fleet_cache(n: int, service_s: float, root: Path) -> dict:
-    """Hit rate on node B of the calls made on node A, and B's rewards/s with the cache and without."""
-    import ray
+    """Hit rate on node B of the calls made on node A, and B's rewards/s with the cache and without (the
+    cluster started here: head, node A, node B)."""
     from judge_stub import StubJudge
-    from ray.cluster_utils import Cluster
 
     from rewardhub.distributed import RewardWorkerPool
 
     samples = [{"prompt": "p", "response": f"r{i}", "ground_truth": "4", "data_source": "d"}
                for i in range(n)]
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    cluster.add_node(num_cpus=1, resources={"node_a": 1})
-    cluster.add_node(num_cpus=1, resources={"node_b": 1})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
     stub = StubJudge(service_s=service_s)
     out: dict = {}
     try:
@@ -90,8 +84,6 @@ def fleet_cache(n: int, service_s: float, root: Path) -> dict:
             out["on_disk"] = db.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
     finally:
         stub.close()
-        ray.shutdown()
-        cluster.shutdown()
     return out
 
 
@@ -143,7 +135,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
     a = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="bench-fleet-cache-"))
 
-    c = fleet_cache(a.n, a.service_s, root)
+    import ray
+    from ray.cluster_utils import Cluster
+
+    # one cluster for both figures (a host this loaded may not start a second one in time)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1, resources={"node_a": 1})
+        cluster.add_node(num_cpus=1, resources={"node_b": 1})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        c = fleet_cache(a.n, a.service_s, root)
+        shared = three_processes(a.limit, a.calls, 0.2, cluster.address, root)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
     rate, base = a.n / c["cached_s"], a.n / c["plain_s"]
     hit = c["hits_b"] / a.n
     print(f"fleet cache: {a.n} judge calls made on node A; on node B {hit:.0%} hits, {c['calls_b']} calls "
@@ -151,13 +157,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(f"  node B: {rate:.0f} rewards/s with the fleet cache vs {base:.0f} rewards/s with no cache "
           f"({c['calls_plain']} calls) = {rate / base:.1f}x")
 
-    from ray.cluster_utils import Cluster
-
-    head = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        shared = three_processes(a.limit, a.calls, 0.2, head.address, root)
-    finally:
-        head.shutdown()
     alone = three_processes(a.limit, a.calls, 0.2, "", root)
     print(f"max_concurrency {a.limit} from 3 processes ({3 * a.calls} calls): peak {shared} in flight in a "
           f"Ray cluster ({shared / a.limit:.2f}x the limit) vs {alone} outside Ray, each process on its own "
