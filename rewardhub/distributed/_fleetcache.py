@@ -3,7 +3,7 @@
 A :class:`~rewardhub.distributed.RewardWorkerPool` whose terms have ``cache`` on starts one small actor,
 :class:`CacheStore`, on the node of the process that opened the pool (the driver, the trainer's reward
 client): it owns the cache file there (``DIR/scores.sqlite`` of ``cache_dir``:
-:class:`~rewardhub.execution.Disk`) or, without one, keeps the scores in memory for the job's life. Each
+:class:`~rewardhub.execution.Disk`) or, without one, keeps the scores in memory for the pool's life. Each
 worker keeps its own in-memory cache in front of it, asks the store once per chunk for the keys it
 misses, and hands it once per chunk what its calls gave (never a failure:
 :class:`~rewardhub.execution._cache.CachePlan`). So a call made on one node is a hit on every other, and
@@ -79,20 +79,23 @@ class CacheStore:
 
 
 def store_name(folder: str | None) -> str:
-    """The store's actor name: one per cache folder (two pools of one run naming it share it), or one in
-    memory for the run."""
-    where = os.path.abspath(folder) if folder else "memory"
-    return f"rewardhub-cache-{hashlib.sha256(where.encode()).hexdigest()[:24]}"
+    """The store's actor name: one per cache folder (two pools of one run naming it share it), else one
+    in memory for each pool (stopped with it)."""
+    if not folder:
+        import uuid
+
+        return f"rewardhub-cache-memory-{uuid.uuid4().hex[:16]}"
+    return f"rewardhub-cache-{hashlib.sha256(os.path.abspath(folder).encode()).hexdigest()[:24]}"
 
 
-def start_store(ray: Any, folder: str | None) -> Any:
-    """Start (or find, when a pool of this run started it) the store of ``folder`` on this process's node;
-    it lives as long as the job. :returns: its actor handle."""
+def start_store(ray: Any, name: str, folder: str | None) -> Any:
+    """Start (or find, when a pool of this run started it) the store ``name`` of ``folder`` on this
+    process's node; it lives as long as the job, or the pool that stops it. :returns: its actor handle."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node = ray.get_runtime_context().get_node_id()
     return ray.remote(CacheStore).options(
-        name=store_name(folder), get_if_exists=True, num_cpus=0, max_restarts=0,
+        name=name, get_if_exists=True, num_cpus=0, max_restarts=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote(folder)
 

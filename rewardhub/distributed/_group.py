@@ -106,15 +106,16 @@ class WorkerGroup:
         self._whole = {t["name"] for t in info.get("terms", []) if t["kind"] == "group" or t.get("cache")}
         #: the cache every worker of the pool shares (:mod:`._fleetcache`), when a term has cache on
         self.cache_store: Any = None
+        self._cache_dir = s.cache_dir
         if self.setup.cache_store and any(t.get("cache") for t in info.get("terms", [])):
-            self.cache_store = self._start_store(s.cache_dir)
+            self.cache_store = self._start_store(self.setup.cache_store, s.cache_dir)
 
-    def _start_store(self, folder: str | None) -> Any:
+    def _start_store(self, name: str, folder: str | None) -> Any:
         """The pool's cache store, up and answering (else none: each worker keeps its own cache)."""
         from ._fleetcache import start_store
 
         try:
-            store = start_store(self._ray, folder)
+            store = start_store(self._ray, name, folder)
             self._ray.get(store.info.remote(), timeout=120)
             return store
         except Exception as exc:  # noqa: BLE001 - the pool scores on without it
@@ -324,6 +325,13 @@ class WorkerGroup:
                 except Exception:  # noqa: BLE001
                     pass
                 slot.actor, slot.alive, slot.starting = None, False, None
+        store = getattr(self, "cache_store", None)
+        if store is not None and not self._cache_dir:  # in memory: this pool's own (a file's may be shared)
+            try:
+                self._ray.kill(store, no_restart=True)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+            self.cache_store = None
         if getattr(self, "_started_ray", False):
             self._ray.shutdown()
             self._started_ray = False
