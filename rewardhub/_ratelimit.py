@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Limiter", "SharedLimiter", "limiter", "paced", "shared_limiter"]
+__all__ = ["Limiter", "SharedLimiter", "in_ray", "limiter", "paced", "shared_limiter"]
 
 
 
@@ -48,7 +48,7 @@ def limiter(where: str, unit: str, per_minute: float) -> Limiter:
     is the cluster's, one for every process and node
     (:func:`shared_limiter`); else this process's own."""
     burst = 1.0 if unit == "requests" else per_minute / 60.0
-    if _in_ray():
+    if in_ray():
         return shared_limiter(where, unit, per_minute, burst)  # type: ignore[return-value]
     with _LIMITERS_LOCK:
         key = (where, unit, float(per_minute))
@@ -57,7 +57,7 @@ def limiter(where: str, unit: str, per_minute: float) -> Limiter:
         return _LIMITERS[key]
 
 
-def _in_ray() -> bool:
+def in_ray() -> bool:
     """Whether this process runs inside Ray (never imports Ray: only a process that did can be)."""
     ray = sys.modules.get("ray")
     try:

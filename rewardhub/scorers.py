@@ -58,6 +58,10 @@ def open_scorer(reward: Any, *, registry: Any = None, cache_dir: str | None = No
     if workers is not None:
         from .distributed import RewardWorkerPool
 
+        if cache_dir is not None:  # the pool's shared cache keeps its file there
+            import dataclasses
+
+            workers = dataclasses.replace(workers, cache_dir=cache_dir)
         return RewardWorkerPool(section, workers, reference=reference, registry=registry)
     from .distributed import runner_from_config
 

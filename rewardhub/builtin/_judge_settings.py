@@ -39,7 +39,7 @@ TEMPLATE_FIELDS = {
 KEY_IN_NAME = ("{who} api_key_env holds what looks like an API key itself ({n} characters), not the name "
                "of an environment variable\nput the key in a variable (export JUDGE_API_KEY=...) and set "
                "api_key_env: JUDGE_API_KEY; the key itself never goes in a config")
-_POSITIVE = ("max_rpm", "max_tpm", "request_timeout_s", "max_tokens", "max_reply_bytes")
+_POSITIVE = ("max_rpm", "max_tpm", "max_concurrency", "request_timeout_s", "max_tokens", "max_reply_bytes")
 _NOT_NEGATIVE = ("retries", "backoff_s", "temperature")
 
 

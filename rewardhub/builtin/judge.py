@@ -12,6 +12,7 @@ tells the judge to answer 100 gets no 100.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -132,8 +133,10 @@ def _headers(api_key_env: str | None) -> dict[str, str]:
 
 async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None, max_tokens: int,
                temperature: float, max_rpm: float | None, max_tpm: float | None, retries: int,
-               backoff_s: float, request_timeout_s: float, max_reply_bytes: int = MAX_REPLY_BYTES) -> str:
-    """Send one judging request (after its turn under the per-minute limits); the reply's text."""
+               backoff_s: float, request_timeout_s: float, max_reply_bytes: int = MAX_REPLY_BYTES,
+               max_concurrency: int | None = None) -> str:
+    """Send one judging request (after its turn under the per-minute limits, and within the endpoint's
+    ``max_concurrency``); the reply's text."""
     url = chat_url(base_url)
     headers = _headers(api_key_env)
     body = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
@@ -150,8 +153,11 @@ async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None,
     key = headers.get("Authorization", "")[7:]
     secrets = [key] if key else []
     try:
-        reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s, max_rpm=max_rpm,
-                                request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
+        from .._concurrency import slot
+
+        async with slot(url, max_concurrency) if max_concurrency else contextlib.nullcontext():
+            reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s, max_rpm=max_rpm,
+                                    request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
         try:
             text = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -191,18 +197,19 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
                     max_tokens: int = 64, temperature: float = 0.0, max_rpm: float | None = None,
                     max_tpm: float | None = None, retries: int = 4, backoff_s: float = 0.5,
                     request_timeout_s: float = 60.0, max_reply_bytes: int = MAX_REPLY_BYTES,
-                    **kwargs: Any) -> float:
+                    max_concurrency: int | None = None, **kwargs: Any) -> float:
     """A model behind an OpenAI-compatible endpoint grades the response; its score, in score_range.
 
     ``template`` fills ``{prompt}``, ``{response}``, ``{ground_truth}``, ``{messages}`` (the whole chat of a
     trajectory, else the prompt and the response as two turns), ``{low}`` and ``{high}``. The score is the
     reply's verdict: ``Score: N`` (also ``Score: N/HIGH``, ``N out of HIGH``, a bare number); with
     ``score_regex``, its matches (group 1 when it has one). No verdict or two different ones fail.
-    ``max_rpm``/``max_tpm`` are per-minute limits for this endpoint in this process (tokens estimated at
-    4 characters each, plus ``max_tokens``); 429, 5xx and transport errors are tried again ``retries``
-    times, ``backoff_s`` doubling. The API key is read from the variable ``api_key_env`` names. A reply
-    over ``max_reply_bytes`` is not read on: a failure. Settings are checked before any call
-    (:mod:`._judge_settings`).
+    ``max_rpm``/``max_tpm`` are per-minute limits for this endpoint (tokens estimated at 4 characters
+    each, plus ``max_tokens``) and ``max_concurrency`` the most requests in flight to it, in this process,
+    or inside Ray across the cluster (:mod:`rewardhub._concurrency`); 429, 5xx and transport errors are
+    tried again ``retries`` times, ``backoff_s`` doubling. The API key is read from the variable
+    ``api_key_env`` names. A reply over ``max_reply_bytes`` is not read on: a failure. Settings are
+    checked before any call (:mod:`._judge_settings`).
 
     ``serve`` (instead of ``base_url`` and ``model``) names a model rewardhub serves itself on replicas of
     vLLM it starts and stops (:mod:`.served`).
@@ -226,7 +233,7 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
                       max_tokens=max_tokens, temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm,
                       retries=retries, backoff_s=backoff_s, request_timeout_s=request_timeout_s,
-                      max_reply_bytes=max_reply_bytes)
+                      max_reply_bytes=max_reply_bytes, max_concurrency=max_concurrency)
     return _score(text, score_regex, low, high)
 
 
@@ -238,7 +245,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                           max_tokens: int | None = None, temperature: float = 0.0,
                           max_rpm: float | None = None, max_tpm: float | None = None, retries: int = 4,
                           backoff_s: float = 0.5, request_timeout_s: float = 120.0,
-                          max_reply_bytes: int = MAX_REPLY_BYTES, **kwargs: Any) -> list[float]:
+                          max_reply_bytes: int = MAX_REPLY_BYTES, max_concurrency: int | None = None,
+                          **kwargs: Any) -> list[float]:
     """A judge scores (``mode: scores``) or ranks (``mode: rank``) one prompt's group in one call.
 
     ``scores``: each response's score, in score_range. ``rank``: ``1 - place / (n - 1)``, the best 1.0 and the
@@ -260,7 +268,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
     text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
                       max_tokens=max_tokens or 16 * n + 32, temperature=temperature, max_rpm=max_rpm,
                       max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
-                      request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes)
+                      request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes,
+                      max_concurrency=max_concurrency)
     if mode == "rank":
         orders = list(dict.fromkeys(tuple(int(k) for k in re.findall(r"\d+", m.group(1)))
                                     for m in re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text)))

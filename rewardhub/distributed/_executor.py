@@ -81,6 +81,7 @@ class RayExecutor:
                 self._workers = RewardWorkerPool(
                     self.reward_cfg,
                     **{k: v for k, v in self.extra.items() if k in ("runtime_env", "ship_files", "strict")},
+                    fleet_cache=False,  # the runner's own cache (its file too) answers before the pool
                 )
             return self._workers
 

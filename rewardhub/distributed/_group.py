@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -82,6 +83,11 @@ class WorkerGroup:
         self._rr = 0
         self._ray, self._started_ray = ensure_ray(s.address or w.address)
         check_placeable(self._ray, self._needs(), self.pool)
+        from ._fleetcache import store_name
+
+        # the store is started below, once a worker says a term has cache on
+        store = store_name(s.cache_dir) if s.fleet_cache else None
+        self.setup = dataclasses.replace(setup, cache_store=store)
         self._setup_ref = self._ray.put(self.setup)
         self._slots = [WorkerSlot(i) for i in range(self.num_workers)]
         try:
@@ -98,6 +104,24 @@ class WorkerGroup:
         #: terms whose chunks keep a prompt's group whole: group rewards, and those with cache on (the
         #: identical completions of a group meet on one worker, and make one call)
         self._whole = {t["name"] for t in info.get("terms", []) if t["kind"] == "group" or t.get("cache")}
+        #: the cache every worker of the pool shares (:mod:`._fleetcache`), when a term has cache on
+        self.cache_store: Any = None
+        self._cache_dir = s.cache_dir
+        if self.setup.cache_store and any(t.get("cache") for t in info.get("terms", [])):
+            self.cache_store = self._start_store(self.setup.cache_store, s.cache_dir)
+
+    def _start_store(self, name: str, folder: str | None) -> Any:
+        """The pool's cache store, up and answering (else none: each worker keeps its own cache)."""
+        from ._fleetcache import start_store
+
+        try:
+            store = start_store(self._ray, name, folder)
+            self._ray.get(store.info.remote(), timeout=120)
+            return store
+        except Exception as exc:  # noqa: BLE001 - the pool scores on without it
+            self.note(f"the reward cache of pool {self.pool!r} could not start ({short_error(exc)}); each "
+                      "worker keeps its own in memory")
+            return None
 
     # ---- start-up ----------------------------------------------------------------------
     def _needs(self) -> dict[str, float]:
@@ -301,6 +325,13 @@ class WorkerGroup:
                 except Exception:  # noqa: BLE001
                     pass
                 slot.actor, slot.alive, slot.starting = None, False, None
+        store = getattr(self, "cache_store", None)
+        if store is not None and not self._cache_dir:  # in memory: this pool's own (a file's may be shared)
+            try:
+                self._ray.kill(store, no_restart=True)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+            self.cache_store = None
         if getattr(self, "_started_ray", False):
             self._ray.shutdown()
             self._started_ray = False

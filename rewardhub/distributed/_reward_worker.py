@@ -51,6 +51,7 @@ class RewardWorker:
         self.terms_info: list[dict[str, Any]] = []
         self.aggregation = "weighted_sum"
         self._runners: dict[tuple[str, ...] | None, Any] = {}
+        self._store: Any = None
         self.scored = 0
         try:
             self._start(load)
@@ -159,8 +160,18 @@ class RewardWorker:
                 from ..errors import UsageError
 
                 raise UsageError(f"reward worker has no term {', '.join(map(repr, unknown))}")
-            runner = self._runners[key] = Runner(chosen, self.aggregation)
+            runner = self._runners[key] = Runner(chosen, self.aggregation, cache_store=self._fleet_store())
         return runner
+
+    def _fleet_store(self) -> Any:
+        """The pool's cache store (one per worker, shared by its runners), when the pool has one."""
+        if self.setup.cache_store is None:
+            return None
+        if self._store is None:
+            from ._fleetcache import FleetStore
+
+            self._store = FleetStore(self.setup.cache_store)
+        return self._store
 
     def close(self) -> None:
         for runner in self._runners.values():

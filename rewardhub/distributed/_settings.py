@@ -27,6 +27,11 @@ class PoolSettings:
     :param split_models: with ``reward.reward_model.enable``, reward-model terms (capability
         ``reward_model``, executor unset or ``ray``) get workers of their own, from
         ``reward.reward_model`` (see :func:`~rewardhub.distributed._placement.reward_model_pool`).
+    :param fleet_cache: the terms with ``cache`` on share one cache across every worker and node (a
+        store on this process's node: :mod:`~rewardhub.distributed._fleetcache`); off: each worker has
+        its own in memory (a runner that caches before it sends work to the pool turns it off).
+    :param cache_dir: the folder of the shared cache's file (``DIR/scores.sqlite``, on this process's
+        node): it survives the run; ``None``: in memory for the run.
     """
 
     num_workers: int | None = None
@@ -47,6 +52,8 @@ class PoolSettings:
     split_models: bool = True
     call_timeout_s: float | None = None
     replace_timeout_s: float | None = None
+    fleet_cache: bool = True
+    cache_dir: str | None = None
 
     def for_reward_models(self, opts: Mapping[str, Any]) -> PoolSettings:
         """The settings of the reward-model workers split off a pool with these: where and how many
@@ -56,4 +63,4 @@ class PoolSettings:
             runtime_env=self.runtime_env, ship_files=self.ship_files, strict=self.strict,
             max_restarts=self.max_restarts, max_attempts=self.max_attempts, max_inflight=self.max_inflight,
             start_timeout_s=self.start_timeout_s, split_models=False, call_timeout_s=self.call_timeout_s,
-            replace_timeout_s=self.replace_timeout_s)
+            replace_timeout_s=self.replace_timeout_s, fleet_cache=self.fleet_cache, cache_dir=self.cache_dir)

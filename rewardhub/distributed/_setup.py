@@ -41,6 +41,8 @@ class WorkerSetup:
     :param used: the registry names the config's terms use.
     :param driver_targets: the target (``module:attr``) of each used reward that is not a file (a
         file's copy lives elsewhere on each node: its sha256 is compared instead).
+    :param cache_store: the name of the pool's cache store actor (:mod:`._fleetcache`), which the
+        worker's cache reads and writes through; ``None``: the worker's own in-memory cache only.
     """
 
     reward_cfg: RewardConfig
@@ -51,6 +53,7 @@ class WorkerSetup:
     files: tuple[ShippedFile, ...] = ()
     strict: bool = False
     driver_targets: dict[str, str] = field(default_factory=dict)
+    cache_store: str | None = None
 
 
 def _fold_env(cfg: RewardConfig) -> RewardConfig:

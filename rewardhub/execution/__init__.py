@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._cachedisk import Disk
+from ._cachedisk import stored_entry
 from ._callers import CANCELLED
 from ._callers import Cancel
 from ._calls import check_sample
@@ -33,13 +35,13 @@ from ._routing import RoutingWatch
 from ._routing import config_routes
 from ._slowest import SlowestSamples
 from ._stall import StallWatch
+from ._terms import ExecutorFactory
+from ._terms import RemoteExecutor
 from ._terms import Term
 from ._terms import resolve_term
 from ._terms import resolve_terms
 from ._terms import sandbox_settings
 from ._where import debug_enabled
-from .runner import ExecutorFactory
-from .runner import RemoteExecutor
 from .runner import Runner
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "NOT_APPLICABLE",
     "TIMEOUT",
     "Column",
+    "Disk",
     "ExecutorFactory",
     "Outcome",
     "ProcessPool",
@@ -81,5 +84,6 @@ __all__ = [
     "resolve_terms",
     "sandbox_settings",
     "stats",
+    "stored_entry",
     "term_facts",
 ]

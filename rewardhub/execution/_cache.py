@@ -109,9 +109,11 @@ def _dump(value: Any) -> str:
 class RewardCache:
     """Scores by key (see the module's docstring); safe for concurrent callers (one lock)."""
 
-    def __init__(self, folder: str | None = None) -> None:
+    def __init__(self, folder: str | None = None, store: Any = None) -> None:
         self._memory: OrderedDict[str, Stored] = OrderedDict()
-        self._disk = Disk(folder) if folder else None
+        #: what is kept beyond this process's memory: the cache file, or a store shaped as it (``get``,
+        #: ``put``: a Ray pool's, :mod:`rewardhub.distributed._fleetcache`)
+        self._disk = store if store is not None else Disk(folder) if folder else None
         self._prefix: dict[str, str | None] = {}  # term name -> the part of its keys all samples share
         self._lock = threading.Lock()
 
@@ -224,8 +226,9 @@ class CachePlan:
         self.cache.store(stored)
 
 
-def cache_for(terms: Sequence[Term], folder: str | None) -> RewardCache | None:
-    """The cache of a runner's ``terms`` (``None`` when no term has ``cache`` on).
+def cache_for(terms: Sequence[Term], folder: str | None, store: Any = None) -> RewardCache | None:
+    """The cache of a runner's ``terms`` (``None`` when no term has ``cache`` on); ``store``: where it
+    keeps its scores instead of ``folder``'s file (a Ray pool's store).
 
     :raises UsageError: a group reward with ``cache`` on (its score of a sample depends on the others).
     """
@@ -234,4 +237,4 @@ def cache_for(terms: Sequence[Term], folder: str | None) -> RewardCache | None:
         if t.invoker.kind == "group":
             raise UsageError(f"reward term {t.name!r} has cache on, but it is a group reward: its score of "
                              "one sample depends on its group's others\nset cache: false on the term")
-    return RewardCache(folder) if on else None
+    return RewardCache(folder, store) if on else None

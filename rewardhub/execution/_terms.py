@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
+from typing import Protocol
 
 from .._ratelimit import paced
 from ..config.frozen import thaw
@@ -21,9 +23,11 @@ from ..types import ExecutionPolicy
 from ..types import RewardSpec
 from ._calls import Invoker
 from ._calls import make_invoker
+from ._outcome import Outcome
 from ._task import WorkerPayload
 
-__all__ = ["Term", "resolve_term", "resolve_terms", "routes_text", "sandbox_settings"]
+__all__ = ["ExecutorFactory", "RemoteExecutor", "Term", "resolve_term", "resolve_terms", "routes_text",
+           "sandbox_settings"]
 
 
 @dataclass
@@ -176,3 +180,21 @@ def _sends_requests(fn: Any) -> bool:
         return False
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     return "base_url" in params and ("max_rpm" in params or takes_any)
+
+
+class RemoteExecutor(Protocol):
+    """Scores terms somewhere else (``executor: ray``: on Ray reward workers)."""
+
+    def score_term(self, term_name: str, samples: Sequence[Mapping[str, Any]],
+                   indices: Sequence[int]) -> list[Outcome]:
+        """Raw outcomes of one term for ``samples`` (``indices``: their places in the runner's batch)."""
+
+    def workers_info(self) -> list[dict[str, Any]]: ...  # one dict of facts per worker started so far
+
+    def pool_figures(self) -> list[dict[str, Any]]: ...  # each of its pools' (RewardWorkerPool's)
+
+    def close(self) -> None: ...
+
+
+#: builds the executor of one named pool (``None``: the default pool) for the terms that run on it
+ExecutorFactory = Callable[[str | None, list[Term]], RemoteExecutor]

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
-from typing import Protocol
 
 from ..errors import RewardhubError
 from ..errors import UsageError
@@ -34,37 +33,20 @@ from ._fast import run_fast
 from ._fast import run_fast_until
 from ._local import run_inline
 from ._local import run_threads
-from ._outcome import Outcome
 from ._process import ProcessPool
 from ._results import ScoreResult
 from ._results import apply_on_failure
 from ._results import check_aggregation
 from ._results import combine
 from ._task import Task
+from ._terms import ExecutorFactory
+from ._terms import RemoteExecutor
 from ._terms import Term
 from ._terms import resolve_terms
 
-__all__ = ["ExecutorFactory", "RemoteExecutor", "Runner"]
+__all__ = ["Runner"]
 
 Progress = Callable[[int, int], None]
-
-
-class RemoteExecutor(Protocol):
-    """Scores terms somewhere else (``executor: ray``: on Ray reward workers)."""
-
-    def score_term(self, term_name: str, samples: Sequence[Mapping[str, Any]],
-                   indices: Sequence[int]) -> list[Outcome]:
-        """Raw outcomes of one term for ``samples`` (``indices``: their places in the runner's batch)."""
-
-    def workers_info(self) -> list[dict[str, Any]]: ...  # one dict of facts per worker started so far
-
-    def pool_figures(self) -> list[dict[str, Any]]: ...  # each of its pools' (RewardWorkerPool's)
-
-    def close(self) -> None: ...
-
-
-#: builds the executor of one named pool (``None``: the default pool) for the terms that run on it
-ExecutorFactory = Callable[[str | None, list[Term]], RemoteExecutor]
 
 
 class Runner:
@@ -83,6 +65,7 @@ class Runner:
         executors: Mapping[str, ExecutorFactory] | None = None,
         process_workers: int | None = None,
         cache_dir: str | None = None,
+        cache_store: Any = None,
     ) -> None:
         check_aggregation(aggregation)
         names = [t.name for t in terms]
@@ -97,7 +80,7 @@ class Runner:
         self._executors = dict(executors or {})
         self._remote: dict[str | None, RemoteExecutor] = {}  # pool name -> its executor, once started
         self.abandoned_threads = 0
-        self._cache = cache_for(self.terms, cache_dir)  # None: no term has cache on
+        self._cache = cache_for(self.terms, cache_dir, cache_store)  # None: no term has cache on
         #: the judges' served models (``serve:``): started here, stopped by close()
         self._served: list[Any] = []
         if any(t.kwargs.get("serve") for t in self.terms):  # a judge's served model (builtin.served)
@@ -398,3 +381,4 @@ class Runner:
             self.close()
         except Exception:
             pass
+

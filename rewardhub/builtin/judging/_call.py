@@ -8,6 +8,7 @@ per-minute limits) and its prompt pieces (the system prompt, the marked blocks).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -110,6 +111,9 @@ class Endpoint:
     #: requests in flight to this endpoint from this process and event loop, all terms together
     max_in_flight: int = 32
     logprobs: int = 0
+    #: requests in flight to this endpoint from this process, or inside Ray from the whole cluster
+    #: (:mod:`rewardhub._concurrency`); None: no such limit
+    max_concurrency: int | None = None
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any], **defaults: Any) -> Endpoint:
@@ -190,8 +194,11 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
     tally.calls += 1
     try:
         async with _gate(url, ep.max_in_flight):
-            reply = await post_json(url, body, headers, retries=ep.retries, backoff_s=ep.backoff_s,
-                                    request_timeout_s=ep.request_timeout_s, max_rpm=ep.max_rpm)
+            from ..._concurrency import slot
+
+            async with slot(url, ep.max_concurrency) if ep.max_concurrency else contextlib.nullcontext():
+                reply = await post_json(url, body, headers, retries=ep.retries, backoff_s=ep.backoff_s,
+                                        request_timeout_s=ep.request_timeout_s, max_rpm=ep.max_rpm)
         try:
             text = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
