@@ -38,6 +38,7 @@ from .frozen import thaw
 __all__ = [
     "CHOICES",
     "RULES",
+    "AutoscaleConfig",
     "PluginsConfig",
     "RemoteConfig",
     "RewardConfig",
@@ -46,6 +47,7 @@ __all__ = [
     "TermConfig",
     "WorkersConfig",
     "as_dict",
+    "check_autoscale",
     "check_url",
     "checked_term",
     "validate_reward",
@@ -113,6 +115,22 @@ class PluginsConfig:
 
 
 @dataclass(frozen=True)
+class AutoscaleConfig:
+    """``reward.workers.autoscale``: a pool whose workers follow its queue (Ray Serve autoscaling; see
+    docs/serving.md, "Autoscaling reward pools")."""
+
+    #: the fewest workers (kept when idle; started first)
+    min_workers: int = 1
+    #: the most workers (required)
+    max_workers: int | None = None
+    #: seconds calls may keep waiting for a worker before workers are added (Serve's upscale_delay_s)
+    target_wait_s: float = 1.0
+    #: seconds without enough work before workers are removed, down to min_workers (Serve's
+    #: downscale_delay_s)
+    idle_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     #: 0 = score in-process, no Ray
     num_workers: int = 0
@@ -128,9 +146,14 @@ class WorkersConfig:
     #: seconds a restarted worker may wait for Ray to place it (its node gone, no other with room) before
     #: the pool goes on without it, saying so in one warning
     replace_timeout_s: float = 60.0
+    #: ``{min_workers, max_workers, target_wait_s, idle_s}``: workers added while calls wait, removed
+    #: when idle, on Ray Serve (unset: a fixed pool of num_workers)
+    autoscale: AutoscaleConfig | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "resources")
+        if isinstance(self.autoscale, Mapping):  # built from checked plain data
+            object.__setattr__(self, "autoscale", AutoscaleConfig(**self.autoscale))
 
 
 @dataclass(frozen=True)
@@ -218,6 +241,10 @@ RULES: dict[str, Rule] = {
     "rewards.*.timeout_s": above(0),
     "workers.call_timeout_s": above(0),
     "workers.replace_timeout_s": above(0),
+    "workers.autoscale.min_workers": at_least(1),
+    "workers.autoscale.max_workers": at_least(1),
+    "workers.autoscale.target_wait_s": above(0),
+    "workers.autoscale.idle_s": above(0),
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),
@@ -279,6 +306,22 @@ def check_url(url: Any, key: str = "reward.remote") -> str:
     return url.rstrip("/")
 
 
+def check_autoscale(scale: Any, key: str) -> None:
+    """The checks of an ``autoscale:`` section across its keys (each key's own: :data:`RULES`)."""
+    if scale is None:
+        return
+    if isinstance(scale, AutoscaleConfig):
+        scale = dataclasses.asdict(scale)
+    top = scale.get("max_workers")
+    if top is None:
+        raise UsageError(f"{key}.max_workers is not set\nset the most workers the pool may grow to, "
+                         f"e.g. {key}: {{min_workers: 1, max_workers: 8}}")
+    low = scale.get("min_workers", AutoscaleConfig.min_workers)
+    if isinstance(low, int) and isinstance(top, int) and low > top:
+        raise UsageError(f"{key}: min_workers={low} is above max_workers={top}\n"
+                         "set min_workers <= max_workers")
+
+
 def term_alias(term: Mapping[str, Any]) -> str | None:
     """A term's output name: alias, else name, else function, else the file's stem."""
     import os
@@ -327,6 +370,7 @@ def validate_reward(section: Any) -> RewardConfig:
     if not isinstance(terms, (list, tuple)):
         raise invalid("reward.rewards", terms, "expected a list of reward terms")
     checked = check_section(section, RewardConfig, "reward", RULES)
+    check_autoscale((checked.get("workers") or {}).get("autoscale"), "reward.workers.autoscale")
     rewards = [_check_term(t, i) for i, t in enumerate(terms)]
     aliases = [term_alias(t) for t in rewards]
     seen = [a for a in aliases if a is not None]

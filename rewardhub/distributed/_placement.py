@@ -81,7 +81,7 @@ def split_reward_models(cfg: RewardConfig, rm_idx: Sequence[int]
     """The reward-model pool's share of a worker config: (its config, the other terms, its Ray options)."""
     opts = reward_model_pool(cfg.reward_model, {"address": cfg.workers.address})
     workers = dataclasses.replace(
-        cfg.workers, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}
+        cfg.workers, autoscale=None, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}
     )
     rm_cfg = dataclasses.replace(cfg, rewards=tuple(cfg.rewards[i] for i in rm_idx), workers=workers)
     return rm_cfg, tuple(t for i, t in enumerate(cfg.rewards) if i not in rm_idx), opts
