@@ -153,7 +153,9 @@ class AutoscaleGroup:
         hello = self._handle.hello.remote().result(timeout_s=timeout_s)
         self.replicas[hello["replica"]] = hello
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name=f"rewardhub-{self.pool}", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"rewardhub-{self.pool}",
+                                        daemon=True)
+        self._thread.start()
 
     # ---- scoring -----------------------------------------------------------------------
     def score_outcomes(self, batch: list[Any], names: list[str], idx: list[int],
@@ -299,6 +301,9 @@ class AutoscaleGroup:
             self._serve = None
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
             self._loop = None
         if getattr(self, "_started_ray", False):
             self._ray.shutdown()
