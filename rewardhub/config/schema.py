@@ -27,8 +27,10 @@ from ..types import ON_FAILURE
 from .fields import Rule
 from .fields import above
 from .fields import at_least
+from .fields import check_min_max
 from .fields import check_section
 from .fields import finite
+from .fields import has_interpolation
 from .fields import invalid
 from .fields import one_of
 from .frozen import FrozenDict
@@ -47,7 +49,6 @@ __all__ = [
     "TermConfig",
     "WorkersConfig",
     "as_dict",
-    "check_autoscale",
     "check_url",
     "checked_term",
     "validate_reward",
@@ -116,17 +117,9 @@ class PluginsConfig:
 
 @dataclass(frozen=True)
 class AutoscaleConfig:
-    """``reward.workers.autoscale``: a pool whose workers follow its queue (Ray Serve autoscaling; see
-    docs/serving.md, "Autoscaling reward pools")."""
-
-    #: the fewest workers (kept when idle; started first)
     min_workers: int = 1
-    #: the most workers (required)
     max_workers: int | None = None
-    #: seconds calls may keep waiting for a worker before workers are added (Serve's upscale_delay_s)
     target_wait_s: float = 1.0
-    #: seconds without enough work before workers are removed, down to min_workers (Serve's
-    #: downscale_delay_s)
     idle_s: float = 60.0
 
 
@@ -146,8 +139,6 @@ class WorkersConfig:
     #: seconds a restarted worker may wait for Ray to place it (its node gone, no other with room) before
     #: the pool goes on without it, saying so in one warning
     replace_timeout_s: float = 60.0
-    #: ``{min_workers, max_workers, target_wait_s, idle_s}``: workers added while calls wait, removed
-    #: when idle, on Ray Serve (unset: a fixed pool of num_workers)
     autoscale: AutoscaleConfig | None = None
 
     def __post_init__(self) -> None:
@@ -241,10 +232,8 @@ RULES: dict[str, Rule] = {
     "rewards.*.timeout_s": above(0),
     "workers.call_timeout_s": above(0),
     "workers.replace_timeout_s": above(0),
-    "workers.autoscale.min_workers": at_least(1),
-    "workers.autoscale.max_workers": at_least(1),
-    "workers.autoscale.target_wait_s": above(0),
-    "workers.autoscale.idle_s": above(0),
+    **{f"workers.autoscale.{k}": at_least(1) for k in ("min_workers", "max_workers")},
+    **{f"workers.autoscale.{k}": above(0) for k in ("target_wait_s", "idle_s")},
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),
@@ -306,22 +295,6 @@ def check_url(url: Any, key: str = "reward.remote") -> str:
     return url.rstrip("/")
 
 
-def check_autoscale(scale: Any, key: str) -> None:
-    """The checks of an ``autoscale:`` section across its keys (each key's own: :data:`RULES`)."""
-    if scale is None:
-        return
-    if isinstance(scale, AutoscaleConfig):
-        scale = dataclasses.asdict(scale)
-    top = scale.get("max_workers")
-    if top is None:
-        raise UsageError(f"{key}.max_workers is not set\nset the most workers the pool may grow to, "
-                         f"e.g. {key}: {{min_workers: 1, max_workers: 8}}")
-    low = scale.get("min_workers", AutoscaleConfig.min_workers)
-    if isinstance(low, int) and isinstance(top, int) and low > top:
-        raise UsageError(f"{key}: min_workers={low} is above max_workers={top}\n"
-                         "set min_workers <= max_workers")
-
-
 def term_alias(term: Mapping[str, Any]) -> str | None:
     """A term's output name: alias, else name, else function, else the file's stem."""
     import os
@@ -347,7 +320,7 @@ def validate_reward(section: Any) -> RewardConfig:
         return section
     if section is None:
         section = {}
-    if _has_interpolation(section):
+    if has_interpolation(section):
         from omegaconf import OmegaConf
 
         from ._resolve import resolve_or_explain
@@ -370,7 +343,7 @@ def validate_reward(section: Any) -> RewardConfig:
     if not isinstance(terms, (list, tuple)):
         raise invalid("reward.rewards", terms, "expected a list of reward terms")
     checked = check_section(section, RewardConfig, "reward", RULES)
-    check_autoscale((checked.get("workers") or {}).get("autoscale"), "reward.workers.autoscale")
+    check_min_max((checked.get("workers") or {}).get("autoscale"), "reward.workers.autoscale", "workers")
     rewards = [_check_term(t, i) for i, t in enumerate(terms)]
     aliases = [term_alias(t) for t in rewards]
     seen = [a for a in aliases if a is not None]
@@ -388,19 +361,6 @@ def validate_reward(section: Any) -> RewardConfig:
                 "score with reward.rewards here"
             )
     return _build(RewardConfig, {**checked, "rewards": tuple(_build(TermConfig, t) for t in rewards)})
-
-
-def _has_interpolation(node: Any) -> bool:
-    """Whether ``node`` is a ``DictConfig`` or holds a ``${...}`` string somewhere."""
-    if type(node).__module__.startswith("omegaconf"):
-        return True
-    if isinstance(node, str):
-        return "${" in node
-    if isinstance(node, Mapping):
-        return any(_has_interpolation(v) for v in node.values())
-    if isinstance(node, (list, tuple)):
-        return any(_has_interpolation(v) for v in node)
-    return False
 
 
 def _build(cls: type[_T], values: Mapping[str, Any]) -> _T:

@@ -82,8 +82,8 @@ class AutoscaleGroup:
         s, w = settings, setup.reward_cfg.workers
         self.setup, self.pool = setup, setup.pool
         self.scale = s.autoscale if s.autoscale is not None else w.autoscale
-        from ..config.schema import AutoscaleConfig
-        from ..config.schema import check_autoscale
+        from ..config.scaling import AutoscaleConfig
+        from ..config.scaling import check_autoscale
 
         if not isinstance(self.scale, AutoscaleConfig):
             check_autoscale(self.scale, "reward.workers.autoscale")
