@@ -143,8 +143,9 @@ class WorkersConfig:
 
     def __post_init__(self) -> None:
         _freeze(self, "resources")
-        if isinstance(self.autoscale, Mapping):  # built from checked plain data
-            object.__setattr__(self, "autoscale", AutoscaleConfig(**self.autoscale))
+        scale: Any = self.autoscale
+        if isinstance(scale, Mapping):  # built from checked plain data
+            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)

@@ -81,14 +81,14 @@ class AutoscaleGroup:
     def __init__(self, setup: WorkerSetup, settings: PoolSettings) -> None:
         s, w = settings, setup.reward_cfg.workers
         self.setup, self.pool = setup, setup.pool
-        self.scale = s.autoscale if s.autoscale is not None else w.autoscale
-        from ..config.scaling import AutoscaleConfig
-        from ..config.scaling import check_autoscale
+        from ..config.schema import AutoscaleConfig
+        from ..config.schema import validate_reward
 
-        if not isinstance(self.scale, AutoscaleConfig):
-            check_autoscale(self.scale, "reward.workers.autoscale")
-            self.scale = AutoscaleConfig(**dict(self.scale))
-        self.min_workers, self.max_workers = self.scale.min_workers, int(self.scale.max_workers or 1)
+        scale: Any = s.autoscale if s.autoscale is not None else w.autoscale
+        if not isinstance(scale, AutoscaleConfig):  # PoolSettings(autoscale={...}): checked as the config is
+            scale = validate_reward({"workers": {"autoscale": dict(scale)}}).workers.autoscale
+        self.scale: AutoscaleConfig = scale
+        self.min_workers, self.max_workers = scale.min_workers, int(scale.max_workers or 1)
         self.num_workers = self.min_workers
         self.resources = {str(k): float(v) for k, v in dict(s.resources if s.resources is not None
                                                               else w.resources).items()}
@@ -139,9 +139,9 @@ class AutoscaleGroup:
             actor["resources"] = self.resources
         if runtime_env:
             actor["runtime_env"] = runtime_env
-        deployment = serve.deployment(RewardReplica, name=DEPLOYMENT, max_ongoing_requests=self.max_inflight,
-                                      ray_actor_options=actor,
-                                      autoscaling_config=serve_autoscaling(self.scale, self.max_inflight))
+        deployment: Any = serve.deployment(
+            RewardReplica, name=DEPLOYMENT, max_ongoing_requests=self.max_inflight, ray_actor_options=actor,
+            autoscaling_config=serve_autoscaling(self.scale, self.max_inflight))
         try:
             self._handle = serve.run(deployment.bind(setup, self.app), name=self.app, route_prefix=None)
         except Exception as exc:  # a replica refused its registry, or could not start
@@ -206,7 +206,7 @@ class AutoscaleGroup:
             try:
                 res: dict[str, Any] = await (asyncio.wait_for(response, bound) if bound else response)
             except TimeoutError:
-                response.cancel()
+                response.cancel()  # type: ignore[no-untyped-call]
                 why = f"no answer within {bound:g}s (reward.workers.call_timeout_s)"
                 self.note(f"a chunk of {len(rows)} samples on pool {self.pool!r}: {why}; sent again")
                 continue

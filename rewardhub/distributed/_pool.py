@@ -61,7 +61,7 @@ class RewardWorkerPool:
         #: every term, in the config's order
         self.terms = [t for _, t in sorted(placed, key=lambda p: p[0])]
         self._group_of = {t.name: g for g in self.groups for t in g.terms}
-        self.setup = self.groups[0].setup
+        self.setup: WorkerSetup = self.groups[0].setup
         self.pool = self.groups[0].pool
         self.aggregation = self.setup.reward_cfg.aggregation
         check_aggregation(self.aggregation)
