@@ -99,6 +99,7 @@ class _Watch:
 
     def __init__(self, group: Any) -> None:
         self.group, self.t0, self.first = group, time.monotonic(), {}
+        self.asked: dict[int, float] = {}  #: when Serve first wanted that many (running + starting)
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -106,8 +107,11 @@ class _Watch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            count = self.group.replica_count()
+            states = self.group.replica_states()
+            count = states.get("RUNNING", 0)
             at = time.monotonic() - self.t0
+            for c in range(1, count + states.get("STARTING", 0) + 1):
+                self.asked.setdefault(c, round(at, 2))
             self.samples.append((at, count))
             for c in range(1, count + 1):
                 self.first.setdefault(c, round(at, 2))
@@ -168,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             watch = _Watch(group)
             first = _burst(pool, samples)
             wall = first["wall_s"]
-            first["replicas_first_seen_s"] = dict(watch.first)
+            first["replicas_running_first_seen_s"] = dict(watch.first)
+            first["replicas_asked_first_seen_s"] = dict(watch.asked)
             first["throughput_pct_of_running_replicas"] = round(
                 100 * args.n / (PER_WORKER * watch.replica_seconds(wall)), 1)
             out["autoscale_from_1"] = first

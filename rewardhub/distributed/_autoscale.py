@@ -238,13 +238,17 @@ class AutoscaleGroup:
         return call_bound(info, rows, self.call_timeout_s)
 
     # ---- figures and notes -------------------------------------------------------------
-    def replica_count(self) -> int:
-        """The replicas Serve runs now (RUNNING)."""
+    def replica_states(self) -> dict[str, int]:
+        """Serve's replicas of this pool by state (``RUNNING``, ``STARTING``, ``STOPPING``, ...)."""
         try:
             status = self._serve.status().applications[self.app].deployments[DEPLOYMENT]
         except Exception:  # noqa: BLE001 - Serve gone (closing)
-            return self.figures.workers_now
-        return int(status.replica_states.get("RUNNING", 0))
+            return {"RUNNING": self.figures.workers_now}
+        return {str(k): int(v) for k, v in status.replica_states.items()}
+
+    def replica_count(self) -> int:
+        """The replicas Serve runs now (RUNNING)."""
+        return self.replica_states().get("RUNNING", 0)
 
     def saw_workers(self) -> None:
         """Count the running replicas into the figures; note a replica that refused its registry."""
