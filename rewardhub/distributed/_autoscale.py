@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -50,6 +51,8 @@ log = logging.getLogger("rewardhub.distributed")
 DEPLOYMENT = "reward_worker"
 #: seconds between two looks at the replica count while a batch runs
 _LOOK_S = 0.5
+#: how often a Serve handle reports its queue to the autoscaler (Serve's default: 10 s)
+_PUSH_ENV = "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S"
 
 
 def serve_autoscaling(scale: Any, per_replica: int) -> dict[str, Any]:
@@ -130,6 +133,10 @@ class AutoscaleGroup:
         return {k: v for k, v in needs.items() if v > 0}
 
     def _start(self, setup: WorkerSetup, runtime_env: dict[str, Any] | None, timeout_s: float) -> None:
+        # the handle (this process) tells Serve its queue every 10 s by default: a burst would wait that
+        # long before Serve hears of it; as often as the window Serve averages over (read when Serve is
+        # first imported here; an environment that sets it wins)
+        os.environ.setdefault(_PUSH_ENV, str(serve_autoscaling(self.scale, 1)["metrics_interval_s"]))
         from ray import serve
 
         self._serve = serve

@@ -197,3 +197,22 @@ def test_replica_that_fails_its_registry_proof_is_refused(ray_serve, reward_file
     from ray import serve
 
     assert not [a for a in serve.status().applications if a.startswith("rewardhub-")]  # nothing left behind
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_executor_ray_terms_score_on_the_autoscaling_pool(ray_serve, reward_file, tmp_path):
+    """``executor: ray`` terms of a plain Runner (what ``rewardhub score`` runs) get the same pool."""
+    from ray import serve
+
+    from rewardhub.distributed import runner_from_config
+
+    cfg = _cfg(reward_file)
+    cfg["rewards"][0]["executor"] = "ray"
+    log = tmp_path / "scored.log"
+    with runner_from_config(cfg) as runner:
+        res = runner.score(_samples(6, log))
+        apps = [a for a in serve.status().applications if a.startswith("rewardhub-reward-")]
+        assert len(apps) == 1  # the Serve application of the pool
+    assert list(res.scores) == [float(i) for i in range(6)]
+    assert sorted(int(x) for x in log.read_text().split()) == list(range(6))
