@@ -149,8 +149,18 @@ class AutoscaleGroup:
         deployment: Any = serve.deployment(
             RewardReplica, name=DEPLOYMENT, max_ongoing_requests=self.max_inflight, ray_actor_options=actor,
             autoscaling_config=serve_autoscaling(self.scale, self.max_inflight))
+        # serve.run waits for min_workers replicas: bounded (a cluster without room for them never places
+        # them), by the pool's start timeout
+        starting = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="rewardhub-serve")
+        run = starting.submit(serve.run, deployment.bind(setup, self.app), name=self.app, route_prefix=None)
+        starting.shutdown(wait=False)
         try:
-            self._handle = serve.run(deployment.bind(setup, self.app), name=self.app, route_prefix=None)
+            self._handle = run.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise WorkerFailedError(
+                f"the autoscaling reward pool {self.pool!r} did not start {self.min_workers} replicas within "
+                f"{timeout_s:g}s (each needs {self._needs()}; is the cluster big enough for min_workers?)",
+                pool=self.pool) from None
         except Exception as exc:  # a replica refused its registry, or could not start
             refused = read_refusals(self.app)
             if refused:

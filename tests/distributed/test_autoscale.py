@@ -216,3 +216,22 @@ def test_executor_ray_terms_score_on_the_autoscaling_pool(ray_serve, reward_file
         assert len(apps) == 1  # the Serve application of the pool
     assert list(res.scores) == [float(i) for i in range(6)]
     assert sorted(int(x) for x in log.read_text().split()) == list(range(6))
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_min_workers_the_cluster_cannot_place_is_a_bounded_error(ray_serve, reward_file):
+    """3 replicas of 2 CPUs on a 4-CPU Ray: Serve never runs them all; the pool says so within its start
+    timeout, and leaves no application behind."""
+    from ray import serve
+
+    from rewardhub.distributed import RewardWorkerPool
+    from rewardhub.distributed import WorkerFailedError
+
+    cfg = _cfg(reward_file, min_workers=3, max_workers=3)
+    cfg["workers"]["num_cpus"] = 2
+    with pytest.raises(WorkerFailedError) as info:
+        RewardWorkerPool(cfg, start_timeout_s=15)
+    assert "did not start 3 replicas within 15s" in str(info.value) and "'CPU': 2.0" in str(info.value)
+    _until(lambda: not [a for a in serve.status().applications if a.startswith("rewardhub-")], 60,
+           "the pool's application to go")
