@@ -166,9 +166,13 @@ class RewardModelConfig:
     max_length: int | None = None
     #: inference-engine settings, kept as given (verl's ``reward_model.rollout.*``)
     rollout: Mapping[str, Any] = field(default_factory=FrozenDict)
+    autoscale: AutoscaleConfig | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "rollout")
+        scale: Any = self.autoscale
+        if isinstance(scale, Mapping):  # built from checked plain data
+            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
@@ -233,8 +237,9 @@ RULES: dict[str, Rule] = {
     "rewards.*.timeout_s": above(0),
     "workers.call_timeout_s": above(0),
     "workers.replace_timeout_s": above(0),
-    **{f"workers.autoscale.{k}": at_least(1) for k in ("min_workers", "max_workers")},
-    **{f"workers.autoscale.{k}": above(0) for k in ("target_wait_s", "idle_s")},
+    **{f"{s}.autoscale.{k}": at_least(1) if k.endswith("workers") else above(0)
+       for s in ("workers", "reward_model") for k in ("min_workers", "max_workers", "target_wait_s",
+                                                      "idle_s")},
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),
@@ -344,7 +349,8 @@ def validate_reward(section: Any) -> RewardConfig:
     if not isinstance(terms, (list, tuple)):
         raise invalid("reward.rewards", terms, "expected a list of reward terms")
     checked = check_section(section, RewardConfig, "reward", RULES)
-    check_min_max((checked.get("workers") or {}).get("autoscale"), "reward.workers.autoscale", "workers")
+    for sec in ("workers", "reward_model"):
+        check_min_max((checked.get(sec) or {}).get("autoscale"), f"reward.{sec}.autoscale", "workers")
     rewards = [_check_term(t, i) for i, t in enumerate(terms)]
     aliases = [term_alias(t) for t in rewards]
     seen = [a for a in aliases if a is not None]

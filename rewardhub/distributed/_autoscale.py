@@ -180,7 +180,10 @@ class AutoscaleGroup:
         """Raw outcomes of this group's terms ``names`` (``all_terms``: every one of them) per sample."""
         terms = None if all_terms else list(names)
         groups = any(n in self._whole for n in names)
-        size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.max_workers)))
+        # a chunk per call, small enough that max_workers replicas all get some (a caller's chunk_size,
+        # e.g. the trainer's batch / num_workers, is cut down to that)
+        most = max(1, math.ceil(len(batch) / self.max_workers))
+        size = min(self.chunk_size, most) if self.chunk_size else max(1, math.ceil(most / 4))
         chunks = make_chunks(batch, size, groups)
         self.last_pids = set()
         assert self._loop is not None

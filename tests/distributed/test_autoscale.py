@@ -235,3 +235,18 @@ def test_min_workers_the_cluster_cannot_place_is_a_bounded_error(ray_serve, rewa
     assert "did not start 3 replicas within 15s" in str(info.value) and "'CPU': 2.0" in str(info.value)
     _until(lambda: not [a for a in serve.status().applications if a.startswith("rewardhub-")], 60,
            "the pool's application to go")
+
+
+def test_the_reward_model_pool_autoscales_by_its_own_key():
+    from rewardhub.distributed._placement import split_reward_models
+
+    both = validate_reward({"workers": {"autoscale": {"max_workers": 4}},
+                            "reward_model": {"enable": True, "autoscale": {"max_workers": 2, "idle_s": 5}}})
+    rm_cfg, _, opts = split_reward_models(both, [])
+    assert rm_cfg.workers.autoscale == both.reward_model.autoscale == opts["autoscale"]
+    assert rm_cfg.workers.autoscale.max_workers == 2
+    only_workers = validate_reward({"workers": {"autoscale": {"max_workers": 4}},
+                                    "reward_model": {"enable": True}})
+    assert split_reward_models(only_workers, [])[0].workers.autoscale is None  # not carried over
+    with pytest.raises(UsageError, match=r"reward_model.autoscale: min_workers=3 is above max_workers=2"):
+        validate_reward({"reward_model": {"autoscale": {"min_workers": 3, "max_workers": 2}}})
