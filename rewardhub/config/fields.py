@@ -36,8 +36,10 @@ __all__ = [
     "above",
     "at_least",
     "between",
+    "check_min_max",
     "check_section",
     "finite",
+    "has_interpolation",
     "invalid",
     "one_of",
     "unknown_key",
@@ -196,6 +198,33 @@ def check_scalar(path: str, value: Any, typ: Any) -> Any:
     else:
         return value
     raise invalid(path, value, f"expected {_TYPE_WORDS.get(base, base)}")
+
+
+def has_interpolation(node: Any) -> bool:
+    """Whether ``node`` is a ``DictConfig`` or holds a ``${...}`` string somewhere."""
+    if type(node).__module__.startswith("omegaconf"):
+        return True
+    if isinstance(node, str):
+        return "${" in node
+    if isinstance(node, Mapping):
+        return any(has_interpolation(v) for v in node.values())
+    if isinstance(node, (list, tuple)):
+        return any(has_interpolation(v) for v in node)
+    return False
+
+
+def check_min_max(section: Any, path: str, noun: str) -> None:
+    """A checked section's ``max_<noun>`` is set and not below its ``min_<noun>`` (default 1)."""
+    if section is None:
+        return
+    if dataclasses.is_dataclass(section):
+        section = dataclasses.asdict(section)  # type: ignore[arg-type]
+    low, top = section.get(f"min_{noun}", 1), section.get(f"max_{noun}")
+    if top is None:
+        raise UsageError(f"{path}.max_{noun} is not set\nset the most {noun} it may grow to, "
+                         f"e.g. {path}: {{min_{noun}: 1, max_{noun}: 8}}")
+    if isinstance(low, int) and isinstance(top, int) and low > top:
+        raise UsageError(f"{path}: min_{noun}={low} is above max_{noun}={top}\nset min_{noun} <= max_{noun}")
 
 
 def check_section(data: Any, cls: type, path: str, rules: Mapping[str, Rule] | None = None,

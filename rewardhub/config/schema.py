@@ -27,8 +27,10 @@ from ..types import ON_FAILURE
 from .fields import Rule
 from .fields import above
 from .fields import at_least
+from .fields import check_min_max
 from .fields import check_section
 from .fields import finite
+from .fields import has_interpolation
 from .fields import invalid
 from .fields import one_of
 from .frozen import FrozenDict
@@ -38,6 +40,7 @@ from .frozen import thaw
 __all__ = [
     "CHOICES",
     "RULES",
+    "AutoscaleConfig",
     "PluginsConfig",
     "RemoteConfig",
     "RewardConfig",
@@ -114,6 +117,14 @@ class PluginsConfig:
 
 
 @dataclass(frozen=True)
+class AutoscaleConfig:
+    min_workers: int = 1
+    max_workers: int | None = None
+    target_wait_s: float = 1.0
+    idle_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class WorkersConfig:
     #: 0 = score in-process, no Ray
     num_workers: int = 0
@@ -129,9 +140,13 @@ class WorkersConfig:
     #: seconds a restarted worker may wait for Ray to place it (its node gone, no other with room) before
     #: the pool goes on without it, saying so in one warning
     replace_timeout_s: float = 60.0
+    autoscale: AutoscaleConfig | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "resources")
+        scale: Any = self.autoscale
+        if isinstance(scale, Mapping):  # built from checked plain data
+            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
@@ -152,9 +167,13 @@ class RewardModelConfig:
     max_length: int | None = None
     #: inference-engine settings, kept as given (verl's ``reward_model.rollout.*``)
     rollout: Mapping[str, Any] = field(default_factory=FrozenDict)
+    autoscale: AutoscaleConfig | None = None
 
     def __post_init__(self) -> None:
         _freeze(self, "rollout")
+        scale: Any = self.autoscale
+        if isinstance(scale, Mapping):  # built from checked plain data
+            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
@@ -219,6 +238,9 @@ RULES: dict[str, Rule] = {
     "rewards.*.timeout_s": above(0),
     "workers.call_timeout_s": above(0),
     "workers.replace_timeout_s": above(0),
+    **{f"{s}.autoscale.{k}": at_least(1) if k.endswith("workers") else above(0)
+       for s in ("workers", "reward_model") for k in ("min_workers", "max_workers", "target_wait_s",
+                                                      "idle_s")},
     "rewards.*.max_concurrency": at_least(1),
     "rewards.*.retries": at_least(0),
     "rewards.*.memory_limit_mb": at_least(1),
@@ -305,7 +327,7 @@ def validate_reward(section: Any) -> RewardConfig:
         return section
     if section is None:
         section = {}
-    if _has_interpolation(section):
+    if has_interpolation(section):
         from omegaconf import OmegaConf
 
         from ._resolve import resolve_or_explain
@@ -328,6 +350,8 @@ def validate_reward(section: Any) -> RewardConfig:
     if not isinstance(terms, (list, tuple)):
         raise invalid("reward.rewards", terms, "expected a list of reward terms")
     checked = check_section(section, RewardConfig, "reward", RULES)
+    for sec in ("workers", "reward_model"):
+        check_min_max((checked.get(sec) or {}).get("autoscale"), f"reward.{sec}.autoscale", "workers")
     rewards = [_check_term(t, i) for i, t in enumerate(terms)]
     aliases = [term_alias(t) for t in rewards]
     seen = [a for a in aliases if a is not None]
@@ -345,19 +369,6 @@ def validate_reward(section: Any) -> RewardConfig:
                 "score with reward.rewards here"
             )
     return _build(RewardConfig, {**checked, "rewards": tuple(_build(TermConfig, t) for t in rewards)})
-
-
-def _has_interpolation(node: Any) -> bool:
-    """Whether ``node`` is a ``DictConfig`` or holds a ``${...}`` string somewhere."""
-    if type(node).__module__.startswith("omegaconf"):
-        return True
-    if isinstance(node, str):
-        return "${" in node
-    if isinstance(node, Mapping):
-        return any(_has_interpolation(v) for v in node.values())
-    if isinstance(node, (list, tuple)):
-        return any(_has_interpolation(v) for v in node)
-    return False
 
 
 def _build(cls: type[_T], values: Mapping[str, Any]) -> _T:

@@ -24,7 +24,7 @@ from ._pool import RewardWorkerPool
 __all__ = ["RayExecutor", "RayExecutors", "runner_from_config"]
 
 _WORKER_KEYS = ("num_workers", "pool", "resources", "num_cpus", "num_gpus", "dispatch", "address",
-                "call_timeout_s", "replace_timeout_s")
+                "call_timeout_s", "replace_timeout_s", "autoscale")
 
 
 def _shipped(term: Term) -> TermConfig:

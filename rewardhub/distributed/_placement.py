@@ -32,7 +32,7 @@ def reward_model_pool(rm: RewardModelConfig, workers: Mapping[str, Any]) -> dict
     num_workers = max(1, rm.num_workers or 1)
     gpus = float(rm.n_gpus_per_node or 0) * max(1, rm.nnodes or 1)
     opts: dict[str, Any] = {"pool": rm.pool or "reward_model", "num_workers": num_workers,
-                            "num_cpus": 1.0, "num_gpus": gpus / num_workers}
+                            "num_cpus": 1.0, "num_gpus": gpus / num_workers, "autoscale": rm.autoscale}
     for key in ("address", "plugins"):
         if workers.get(key) is not None:
             opts[key] = workers[key]
@@ -81,7 +81,7 @@ def split_reward_models(cfg: RewardConfig, rm_idx: Sequence[int]
     """The reward-model pool's share of a worker config: (its config, the other terms, its Ray options)."""
     opts = reward_model_pool(cfg.reward_model, {"address": cfg.workers.address})
     workers = dataclasses.replace(
-        cfg.workers, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus")}
+        cfg.workers, **{k: opts[k] for k in ("pool", "num_workers", "num_cpus", "num_gpus", "autoscale")}
     )
     rm_cfg = dataclasses.replace(cfg, rewards=tuple(cfg.rewards[i] for i in rm_idx), workers=workers)
     return rm_cfg, tuple(t for i, t in enumerate(cfg.rewards) if i not in rm_idx), opts

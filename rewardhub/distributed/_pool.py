@@ -51,10 +51,10 @@ class RewardWorkerPool:
         plan = _plan(reward_cfg, self.settings, reference, registry)
         #: the groups, the reward-model one last; started in the reverse order (it may start the local
         #: Ray, which the one started first closes last)
-        self.groups: list[WorkerGroup] = []
+        self.groups: list[Any] = []
         try:
             for setup, group_settings, _ in reversed(plan):
-                self.groups.insert(0, WorkerGroup(setup, group_settings))
+                self.groups.insert(0, _open_group(setup, group_settings))
         except BaseException:
             self.close()
             raise
@@ -63,7 +63,7 @@ class RewardWorkerPool:
         #: every term, in the config's order
         self.terms = [t for _, t in sorted(placed, key=lambda p: p[0])]
         self._group_of = {t.name: g for g in self.groups for t in g.terms}
-        self.setup = self.groups[0].setup
+        self.setup: WorkerSetup = self.groups[0].setup
         self.pool = self.groups[0].pool
         self.aggregation = self.setup.reward_cfg.aggregation
         check_aggregation(self.aggregation)
@@ -78,7 +78,7 @@ class RewardWorkerPool:
     def rescored_samples(self) -> int:
         return sum(g.rescored_samples for g in self.groups)
 
-    def pools(self) -> list[WorkerGroup]:
+    def pools(self) -> list[Any]:
         """The groups: the reward workers, and the reward-model workers when they have their own."""
         return list(self.groups)
 
@@ -170,6 +170,15 @@ class RewardWorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _open_group(setup: WorkerSetup, s: PoolSettings) -> Any:
+    """A fixed :class:`WorkerGroup`, or an :class:`~._autoscale.AutoscaleGroup` when the pool autoscales."""
+    if s.autoscale is None and setup.reward_cfg.workers.autoscale is None:
+        return WorkerGroup(setup, s)
+    from ._autoscale import AutoscaleGroup
+
+    return AutoscaleGroup(setup, s)
 
 
 def _plan(reward_cfg: Any, s: PoolSettings, reference: WorkerSetup | None,

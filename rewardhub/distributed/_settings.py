@@ -54,6 +54,9 @@ class PoolSettings:
     replace_timeout_s: float | None = None
     fleet_cache: bool = True
     cache_dir: str | None = None
+    #: an ``AutoscaleConfig`` (or its mapping): the pool autoscales on Ray Serve (default
+    #: ``reward.workers.autoscale``)
+    autoscale: Any = None
 
     def for_reward_models(self, opts: Mapping[str, Any]) -> PoolSettings:
         """The settings of the reward-model workers split off a pool with these: where and how many
