@@ -34,21 +34,33 @@ def ray_session(model_cache: Path, session_ray):
     return session_ray
 
 
+def write_tiny_config(folder: Path, **sections: dict | None) -> str:
+    """Write a small variant of examples/tiny.yaml into ``folder``, each section of ``sections``
+    updated (``None`` drops it); returns its path."""
+    cfg = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    cfg["trainer"].update(total_steps=6, checkpoint_every=0)
+    cfg["rollout"].update(n=4, prompts_per_step=2, max_new_tokens=8)
+    for name, values in sections.items():
+        if values is None:
+            cfg.pop(name, None)
+        else:
+            cfg.setdefault(name, {}).update(values)
+    path = folder / f"config-{len(list(folder.glob('config-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def write_tiny():
+    """``write_tiny_config`` for fixtures wider than a test (tiny_config is per test)."""
+    return write_tiny_config
+
+
 @pytest.fixture
 def tiny_config(tmp_path: Path):
     """Write a small variant of examples/tiny.yaml; returns a function(overrides) -> path."""
 
-    def make(**sections: dict) -> str:
-        cfg = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
-        cfg["trainer"].update(total_steps=6, checkpoint_every=0)
-        cfg["rollout"].update(n=4, prompts_per_step=2, max_new_tokens=8)
-        for name, values in sections.items():
-            if values is None:
-                cfg.pop(name, None)
-            else:
-                cfg.setdefault(name, {}).update(values)
-        path = tmp_path / f"config-{len(list(tmp_path.glob('config-*.yaml')))}.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        return str(path)
+    def make(**sections: dict | None) -> str:
+        return write_tiny_config(tmp_path, **sections)
 
     return make

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
 import os
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -47,6 +51,28 @@ def _check_fingerprints(summary: dict) -> None:
         assert sorted(w["pid"] for w in r["workers"]) == scorers
 
 
+@pytest.fixture(scope="module")
+def _sync_run_once(ray_session, write_tiny, tmp_path_factory):
+    """One sync run of 6 steps on the tiny config (what tiny_config writes with only the mode set),
+    with what it said on stderr: trained once for the tests that only read a finished run."""
+    tmp = tmp_path_factory.mktemp("sync-run")
+    out = tmp / "sync"
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        summary = train(write_tiny(tmp, trainer={"mode": "sync", "total_steps": 6}), output=str(out))
+    return summary, out, said.getvalue()
+
+
+@pytest.fixture
+def sync_run(_sync_run_once, tmp_path):
+    """The shared sync run for one test: its summary (a copy), a copy of its output folder, its stderr.
+    A test may change what it gets; the next test gets the run as it ended."""
+    summary, out, said = _sync_run_once
+    mine = tmp_path / "shared-sync"
+    shutil.copytree(out, mine)
+    return copy.deepcopy(summary), mine, said
+
+
 def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_path):
     """verl's reward_model.enable: the classifier gets a Ray pool of its own next to the reward workers."""
     tiny = pytest.importorskip("rewardhub_models.tiny")
@@ -74,12 +100,17 @@ def test_a_reward_model_scores_on_its_own_pool(ray_session, tiny_config, tmp_pat
     # two batches scored at once, each by its own client and pool of two reward workers
     ("fully_async", {"score_concurrency": 2, "num_reward_workers": 2, "staleness_limit": 2, "queue_size": 3}),
 ], ids=["sync", "fully_async", "fully_async-score2"])
-def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode, extra, capsys):
-    out = tmp_path / mode
-    summary = train(tiny_config(trainer={"mode": mode, "total_steps": 6, **extra}), output=str(out))
+def test_both_modes_train_with_exact_accounting(ray_session, tiny_config, tmp_path, mode, extra, capsys,
+                                                request):
+    if mode == "sync" and not extra:  # the module's shared sync run is this very run
+        summary, out, err = request.getfixturevalue("sync_run")
+    else:
+        out = tmp_path / mode
+        summary = train(tiny_config(trainer={"mode": mode, "total_steps": 6, **extra}), output=str(out))
+        err = capsys.readouterr().err
     assert summary["mode"] == mode and summary["steps"] == 6
     # the start says what it is doing (it took ~46 s in silence): Ray, the actors, the models
-    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("starting: ")]
+    said = [line for line in err.splitlines() if line.startswith("starting: ")]
     assert said[:2] == ["starting: in the Ray this process runs",
                         "starting: the actors: 1 learner(s), 1 rollouter(s), the reward workers"]
     assert said[2].startswith("starting: waiting for the reward workers") and len(said) == 5
@@ -175,7 +206,7 @@ def test_killed_worker_is_replaced_and_nothing_is_lost(ray_session, tiny_config,
         assert killed[0] in summary["reward_pids"] and set(now) & set(summary["reward_pids"])
 
 
-def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tmp_path):
+def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tmp_path, sync_run):
     # dtypes as `auto` chooses them (bf16 where the CPU has it natively): the weights are compared bit
     # for bit with an uninterrupted run, so the three runs must also choose alike
     first = tmp_path / "first"
@@ -188,8 +219,7 @@ def test_resume_continues_step_count_and_data_order(ray_session, tiny_config, tm
     assert s2["resumed_from_step"] == 3 and s2["steps"] == 6
     assert s2["samples_trained_this_run"] == 3 * 8
     _check_accounting(s2, 8)
-    whole = tmp_path / "whole"
-    s3 = train(tiny_config(trainer={"mode": "sync", "total_steps": 6}), output=str(whole))
+    s3, whole, _ = sync_run  # the uninterrupted run: the same config, trained once for the module
 
     def dtypes(summary: dict) -> dict:
         return {role: (d["device"], d["autocast"], d["model_dtype"], d["rollout_dtype"])
