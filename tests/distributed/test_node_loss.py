@@ -139,7 +139,9 @@ def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_no
     pools = json.loads(summary.read_text())["pools"]
     [pool] = pools
     assert pool["workers"] == {"min": 2, "max": 3, "now": 2} and pool["calls_redispatched"] >= 1
-    assert pool["replicas_replaced"] == 1 and pool["pool"] == "reward"
+    # one restart for the lost worker; on a loaded host Ray may first place it on the node on its way out,
+    # where it dies while starting and is restarted once more (the group's _settle)
+    assert 1 <= pool["replicas_replaced"] <= 2 and pool["pool"] == "reward"
     assert 0 <= pool["queue_wait_p50_s"] <= pool["queue_wait_p99_s"]
 
 
