@@ -223,9 +223,7 @@ def start_for_config(reward: Any) -> list[ServedModel]:
     ``serve``: what a driver holds for a whole run whose workers each build a runner (the trainer's
     reward workers, ``score --address``'s actors). Started first, it is found running by every worker,
     which attaches to it (and leaves it running when it closes); the driver closes it at the end."""
-    from ..scorers import scores_remotely
-
-    if scores_remotely(reward):  # scored by a `rewardhub serve` server: its judges are its own
+    if getattr(reward, "remote", None) is not None:  # scored by a `rewardhub serve` server: its own judges
         return []
     return _start_all((t.kwargs or {}).get("serve") if t.name in SERVED_JUDGES else None
                       for t in reward.rewards)
