@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,13 +79,24 @@ def _started(tmp_path: Path) -> list[int]:
     return [int(x) for x in pids.read_text().split()] if pids.exists() else []
 
 
+def _gone(pids: list[int], bound_s: float = 30) -> bool:
+    """None of ``pids`` runs (a zombie has ended) within ``bound_s``: a replica's keeper notices within
+    half a second that its replica went, then stops the server."""
+    end = time.monotonic() + bound_s
+    while [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
     assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    c.add_node(num_cpus=2)
+    c.add_node(num_cpus=4)  # logical CPUs: the trainer's learner, rollouter and reward workers fit
     c.wait_for_nodes()
     try:
         yield c
@@ -118,8 +130,7 @@ def test_score_address_starts_the_served_judge_once_and_stops_it(cluster, tmp_pa
     assert len(servers) == 1, f"the served judge started {len(servers)} times"
     assert len(list((tmp_path / "replicas").glob("replica-*.log"))) == 1
     # stopped with the run: its vLLM server is gone and the app with it
-    left = [p for p in servers if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not left
+    assert _gone(servers)
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         from ray import serve
@@ -127,6 +138,29 @@ def test_score_address_starts_the_served_judge_once_and_stops_it(cluster, tmp_pa
         assert not serve.status().applications
     finally:
         ray.shutdown()
+
+
+@pytest.mark.timeout(600)
+def test_the_trainer_on_a_cluster_starts_the_served_judge_once_and_stops_it(cluster, tmp_path):
+    """``RAY_ADDRESS=... rewardhub train`` (the README's run): the fleet starts the served judge, its reward
+    workers attach. Before: the config check started and deleted it (shutting Serve down), then a reward
+    worker started it again on a Serve of its own whose proxy it did not reach: every judge call failed."""
+    root = Path(__file__).resolve().parents[2]
+    cfg = yaml.safe_load((root / "examples" / "tiny.yaml").read_text())
+    cfg["trainer"]["total_steps"] = 2
+    cfg["reward"] = {"workers": {"num_workers": 1}, "rewards": [
+        {"name": "regex_match", "kwargs": {"pattern": "[0-9]"}, "executor": "ray"}, _served_judge(tmp_path)]}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k.startswith("RAY_AUTH")}
+    res = subprocess.run([sys.executable, "-m", "rewardhub", "train", "run.yaml", "--output", "run"],
+                         capture_output=True, text=True, timeout=540, cwd=tmp_path,
+                         env={**env, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": cluster.address})
+    assert res.returncode == 0, res.stderr[-3000:]
+    samples = 2 * cfg["rollout"]["prompts_per_step"] * cfg["rollout"]["n"]
+    assert len((tmp_path / "fake.calls").read_text().splitlines()) == samples  # each sample judged once
+    servers = _started(tmp_path)
+    assert len(servers) == 1, f"the served judge started {len(servers)} times"
+    assert _gone(servers)
 
 
 @pytest.mark.timeout(120)
