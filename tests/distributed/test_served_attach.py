@@ -83,7 +83,13 @@ def _gone(pids: list[int], bound_s: float = 30) -> bool:
     """None of ``pids`` runs (a zombie has ended) within ``bound_s``: a replica's keeper notices within
     half a second that its replica went, then stops the server."""
     end = time.monotonic() + bound_s
-    while [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]:
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    while any(map(running, pids)):
         if time.monotonic() > end:
             return False
         time.sleep(0.2)
