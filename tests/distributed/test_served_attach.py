@@ -149,8 +149,9 @@ def test_score_address_starts_the_served_judge_once_and_stops_it(cluster, tmp_pa
 @pytest.mark.timeout(600)
 def test_the_trainer_on_a_cluster_starts_the_served_judge_once_and_stops_it(cluster, tmp_path):
     """``RAY_ADDRESS=... rewardhub train`` (the README's run): the fleet starts the served judge, its reward
-    workers attach. Before: the config check started and deleted it (shutting Serve down), then a reward
-    worker started it again on a Serve of its own whose proxy it did not reach: every judge call failed."""
+    workers attach. Before: the config check started it and deleted it (shutting Serve down), then a reward
+    worker started it again, and owned it (two starts; in a run by hand the worker's Serve had no proxy
+    on its port, and every judge call failed)."""
     root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "examples" / "tiny.yaml").read_text())
     cfg["trainer"]["total_steps"] = 2
