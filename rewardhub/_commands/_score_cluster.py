@@ -71,11 +71,19 @@ def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[.
                          "in one batch\nscore this config without --address")
     check_outputs(args.output, args.summary_json, [f.file for f in facts if f.file])
     ray = _connect(address)
+    served: list[Any] = []
     try:
+        from ..builtin.served import start_for_config
+
+        # the judges' served models (serve:): started once, here; each actor attaches to them
+        with contextlib.redirect_stdout(sys.stderr):
+            served = start_for_config(setup.reward_cfg)
         return _score(args, plan, scorer, setup, mine.rewards, files, kind, ray, address,
                       (finish, progress, say))
     finally:
         with contextlib.redirect_stdout(sys.stderr):  # Ray's lines about the actors it stops
+            while served:
+                served.pop().close()
             ray.shutdown()
 
 

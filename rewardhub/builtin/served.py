@@ -25,8 +25,8 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["SERVE_DEFAULTS", "ServedModel", "app_name", "check_serve", "served_endpoint", "start_for_terms",
-           "start_served"]
+__all__ = ["SERVE_DEFAULTS", "ServedModel", "app_name", "check_serve", "served_endpoint", "start_for_config",
+           "start_for_terms", "start_served"]
 
 #: the keys of ``serve:`` and their defaults (``model`` has none: it is required)
 SERVE_DEFAULTS: dict[str, Any] = {
@@ -215,10 +215,24 @@ SERVED_JUDGES = frozenset({"llm_judge", "llm_judge_group"})
 
 def start_for_terms(terms: Iterable[Any]) -> list[ServedModel]:
     """Start the pool of each judge term whose kwargs hold ``serve`` (what a runner owns and closes)."""
+    return _start_all(t.kwargs.get("serve") if t.spec.name in SERVED_JUDGES else None for t in terms)
+
+
+def start_for_config(reward: Any) -> list[ServedModel]:
+    """Start the pool of each judge of a ``reward:`` section (its terms as configured) whose kwargs hold
+    ``serve``: what a driver holds for a whole run whose workers each build a runner (the trainer's
+    reward workers, ``score --address``'s actors). Started first, it is found running by every worker,
+    which attaches to it (and leaves it running when it closes); the driver closes it at the end."""
+    if getattr(reward, "remote", None) is not None:  # scored by a `rewardhub serve` server: its own judges
+        return []
+    return _start_all((t.kwargs or {}).get("serve") if t.name in SERVED_JUDGES else None
+                      for t in reward.rewards)
+
+
+def _start_all(serves: Iterable[Any]) -> list[ServedModel]:
     started: list[ServedModel] = []
     try:
-        for term in terms:
-            serve = term.kwargs.get("serve") if term.spec.name in SERVED_JUDGES else None
+        for serve in serves:
             if serve and all(m.app != app_name(serve) for m in started):
                 started.append(start_served(serve))
     except BaseException:

@@ -70,7 +70,8 @@ def cluster_files(data: str) -> tuple[list[str], str]:
     if len(set(kinds.values())) > 1:
         raise UsageError(f"{data}: both JSONL and parquet files ({', '.join(files)})\n"
                          "give files of one kind to score --address, or score them in two runs")
-    return files, next(iter(kinds.values()))
+    # absolute: Ray Data's readers run in worker processes whose working folder is not this one
+    return [os.path.abspath(f) for f in files], next(iter(kinds.values()))
 
 
 class AnsweredScorer:

@@ -66,6 +66,7 @@ class Runner:
         process_workers: int | None = None,
         cache_dir: str | None = None,
         cache_store: Any = None,
+        serve_models: bool = True,
     ) -> None:
         check_aggregation(aggregation)
         names = [t.name for t in terms]
@@ -83,7 +84,8 @@ class Runner:
         self._cache = cache_for(self.terms, cache_dir, cache_store)  # None: no term has cache on
         #: the judges' served models (``serve:``): started here, stopped by close()
         self._served: list[Any] = []
-        if any(t.kwargs.get("serve") for t in self.terms):  # a judge's served model (builtin.served)
+        # a judge's served model (builtin.served); serve_models=False: a config's check
+        if serve_models and any(t.kwargs.get("serve") for t in self.terms):
             from ..builtin.served import start_for_terms
 
             self._served = start_for_terms(self.terms)

@@ -180,10 +180,21 @@ class Fleet(FleetCalls):
         (so that scoring overlaps generation and training); the pool heals its own workers."""
         import ray
 
+        from rewardhub.builtin.served import start_for_config
+
         from .actors import RewardClient
 
         cfg, t = self.cfg, self.t
         reward = cfg.reward
+        # the judges' served models (serve:): started once, here, and held for the run; every reward worker
+        # attaches to them, and they stop after the clients (the stoppers run last started first)
+        served = start_for_config(reward)
+
+        def stop_served() -> None:
+            while served:
+                served.pop().close()
+
+        self._stoppers.append(stop_served)
         client_cls = ray.remote(RewardClient)
         workers = reward.workers.num_workers or t.num_reward_workers
         # None: the pool takes reward.workers.num_cpus / num_gpus / resources

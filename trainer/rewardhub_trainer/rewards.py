@@ -74,7 +74,8 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
         except UnknownRewardError as exc:
             raise UsageError(f"reward.rewards[{i}].name: {exc}") from exc
     try:
-        runner = Runner.from_config(reward, registry)  # resolves (imports) file and module terms too
+        # resolves (imports) file and module terms too; a judge's served model starts with the fleet, not here
+        runner = Runner.from_config(reward, registry, serve_models=False)
         runner.close()
         if any(t.config.calibration for t in runner.terms):  # a judge's gate: refuse to train under it
             from rewardhub.builtin.judging.calibrate import calibration_problems
