@@ -13,7 +13,6 @@ tells the judge to answer 100 gets no 100.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -71,6 +70,8 @@ _FORMATS = {
 def _block(label: str, text: str) -> str:
     """``text`` between markers that carry its hash (its verdict and marker look-alikes neutralised)."""
     text = neutralised(text)
+    import hashlib  # here: its import costs `rewardhub list` ~3 ms
+
     tag = f"{label}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     return f"<<<{tag}\n{text}\n{tag}>>>"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import threading
 import weakref
@@ -159,6 +158,8 @@ def _is_number(token: str) -> bool:
 def _key(user: str, ep: Endpoint, cache_key: Any) -> str:
     blob = json.dumps([ep.base_url, ep.model, ep.temperature, ep.max_tokens, ep.logprobs, user, cache_key],
                       sort_keys=True, default=str)
+    import hashlib  # here: its import costs `rewardhub list` ~3 ms
+
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
