@@ -163,22 +163,18 @@ PARTS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(epilog="the other parts take their own flags after the part's name: "
-                                 "bench_fleet.py burst --help")
-    ap.add_argument("part", nargs="?", default="loss", choices=["loss", *PARTS],
-                    help="loss: node loss and max_rpm from 3 processes (default); " + "; ".join(
-                        f"{k}: {v[1]}" for k, v in PARTS.items()))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in PARTS:  # the part's own flags follow its name
+        import importlib
+
+        importlib.import_module(PARTS[argv[0]][0]).main(argv[1:])
+        return
+    ap = argparse.ArgumentParser(epilog="the other parts: bench_fleet.py PART [its flags]; " + "; ".join(
+        f"{k}: {v[1]}" for k, v in PARTS.items()))
     ap.add_argument("-n", type=int, default=300, help="samples in the node-loss run")
     ap.add_argument("--rpm", type=float, default=1200)
     ap.add_argument("--calls", type=int, default=100, help="judge calls per process")
-    a, rest = ap.parse_known_args(argv)
-    if a.part != "loss":
-        import importlib
-
-        importlib.import_module(PARTS[a.part][0]).main(rest)
-        return
-    if rest:
-        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    a = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
 
     base = node_loss(a.n, False, root)
