@@ -22,13 +22,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..execution import ERROR
 from ..execution import Outcome
 from ..execution import TermFacts
-from ..types import sample_name
 from ._chunks import WorkerTerm
 from ._chunks import make_chunks
 from ._dispatch import call_bound
+from ._dispatch import outcomes_of
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
 from ._figures import PoolFigures
@@ -195,17 +194,7 @@ class AutoscaleGroup:
             except concurrent.futures.TimeoutError:
                 self.saw_workers()
         self.saw_workers()
-        out = {n: [Outcome(None)] * len(batch) for n in names}
-        for chunk, res in zip(chunks, results):
-            for n in names:
-                if "failed" in res:
-                    for i in chunk:
-                        out[n][i] = Outcome(None, ERROR,
-                                            error=f"reward {n!r} on {sample_name(idx[i])}: {res['failed']}")
-                    continue
-                for i, wire in zip(chunk, res["outcomes"][n]):
-                    out[n][i] = Outcome.from_wire(wire)
-        return out
+        return outcomes_of(len(batch), names, chunks, results, idx)
 
     async def _all(self, batch: list[Any], chunks: list[list[int]], terms: list[str] | None,
                    idx: list[int]) -> list[dict[str, Any]]:

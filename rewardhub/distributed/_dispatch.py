@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ._group import WorkerGroup
     from ._slots import WorkerSlot
 
-__all__ = ["CALL_SLACK_S", "call_bound", "dispatch"]
+__all__ = ["CALL_SLACK_S", "call_bound", "dispatch", "outcomes_of"]
 
 #: added to every derived bound: a call's trip through Ray, a process executor's start, retries' backoff
 CALL_SLACK_S = 30.0
@@ -148,3 +148,24 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
                 pool.last_pids.add(res["pid"])
             done.setdefault(cid, res)
     return done
+
+
+def outcomes_of(size: int, names: Sequence[str], chunks: Sequence[Sequence[int]],
+                results: Sequence[Mapping[str, Any]], idx: Sequence[int]) -> dict[str, list[Any]]:
+    """Each term's outcomes for a batch of ``size`` samples sent as ``chunks`` (places in the batch), from
+    each chunk's answer: its outcomes, or ``failed`` (why its every sample failed, named by ``idx``)."""
+    from ..execution import ERROR
+    from ..execution import Outcome
+    from ..types import sample_name
+
+    out = {n: [Outcome(None)] * size for n in names}
+    for chunk, res in zip(chunks, results):
+        for n in names:
+            if "failed" in res:
+                for i in chunk:
+                    why = f"reward {n!r} on {sample_name(idx[i])}: {res['failed']}"
+                    out[n][i] = Outcome(None, ERROR, error=why)
+                continue
+            for i, wire in zip(chunk, res["outcomes"][n]):
+                out[n][i] = Outcome.from_wire(wire)
+    return out

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ..execution import ERROR
 from ..execution import Outcome
 from ..execution import TermFacts
-from ..types import sample_name
 from ._chunks import WorkerTerm
 from ._chunks import make_chunks
 from ._dispatch import call_bound
 from ._dispatch import dispatch
+from ._dispatch import outcomes_of
 from ._errors import RegistryMismatchError
 from ._figures import PoolFigures
 from ._ray import actor_errors
@@ -181,18 +180,7 @@ class WorkerGroup:
         size = self.chunk_size or max(1, math.ceil(len(batch) / (4 * self.num_workers)))
         chunks = make_chunks(batch, size, groups)
         results = dispatch(self, batch, chunks, list(terms) if terms else None, idx)
-        out = {n: [Outcome(None)] * len(batch) for n in names}
-        for cid, chunk in enumerate(chunks):
-            res = results[cid]
-            for n in names:
-                if "failed" in res:
-                    for i in chunk:
-                        out[n][i] = Outcome(None, ERROR,
-                                            error=f"reward {n!r} on {sample_name(idx[i])}: {res['failed']}")
-                    continue
-                for i, wire in zip(chunk, res["outcomes"][n]):
-                    out[n][i] = Outcome.from_wire(wire)
-        return out
+        return outcomes_of(len(batch), names, chunks, [results[c] for c in range(len(chunks))], idx)
 
     def _pick(self) -> WorkerSlot | None:
         slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
