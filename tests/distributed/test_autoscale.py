@@ -104,10 +104,9 @@ def test_autoscale_keys_map_onto_serve():
 # ---- on Ray Serve ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def ray_serve():
+def ray_serve(own_ray):
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.serve")
-    assert not ray.is_initialized(), "another test left Ray running"
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield ray

@@ -29,10 +29,8 @@ def counted(*, response, log_dir, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
+def two_nodes(own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     a = c.add_node(num_cpus=1, resources={"node_a": 1})
     b = c.add_node(num_cpus=1, resources={"node_b": 1})

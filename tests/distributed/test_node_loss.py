@@ -48,10 +48,8 @@ def gated(*, response, log_dir, half, **kwargs):
 
 
 @pytest.fixture
-def three_nodes(tmp_path):
+def three_nodes(tmp_path, own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     nodes = [c.add_node(num_cpus=1, resources={"fleet": 1}) for _ in range(3)]
     c.wait_for_nodes()
@@ -146,10 +144,8 @@ def test_score_on_three_nodes_losing_one_writes_each_row_once_and_exits(three_no
 
 
 @pytest.fixture
-def one_node():
+def one_node(own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     node = c.add_node(num_cpus=1, resources={"fleet": 1})
     c.wait_for_nodes()

@@ -50,10 +50,8 @@ def _node_with(resource: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     c.add_node(num_cpus=2, resources={"node2": 100})
     ray.init(address=c.address, log_to_driver=False, include_dashboard=False)

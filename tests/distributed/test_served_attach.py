@@ -97,10 +97,8 @@ def _gone(pids: list[int], bound_s: float = 30) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=4)  # logical CPUs: the trainer's learner, rollouter and reward workers fit
     c.wait_for_nodes()
@@ -171,7 +169,7 @@ def test_the_trainer_on_a_cluster_starts_the_served_judge_once_and_stops_it(clus
 
 
 @pytest.mark.timeout(120)
-def test_the_trainers_config_check_starts_no_served_judge(tmp_path):
+def test_the_trainers_config_check_starts_no_served_judge(tmp_path, own_ray):
     """The trainer checks its reward config before Ray starts; the served model is the fleet's to start.
     Before: the check started it (and Ray with it) only to delete it."""
     from rewardhub.config.schema import validate_reward

@@ -81,10 +81,8 @@ asyncio.run(main())
 
 
 @pytest.fixture(scope="module")
-def head():
+def head(own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=1)
     c.add_node(num_cpus=1)

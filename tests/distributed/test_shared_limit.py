@@ -32,7 +32,7 @@ for attempt in range(3):  # a loaded host may take longer than one connect's bou
 from rewardhub.execution import Runner
 
 url, limits, go = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
-samples = [{"prompt": "p", "response": f"r{i}", "ground_truth": "4", "data_source": "d"}
+samples = [{"prompt": "p", "response": f"r{os.getpid()}-{i}", "ground_truth": "4", "data_source": "d"}
            for i in range(int(sys.argv[5]))]
 kw = {"base_url": url, "model": "stub", "backoff_s": 0.01, **limits}
 with Runner.from_config({"rewards": [{"name": "llm_judge", "kwargs": kw, "cache": False}]}) as runner:
@@ -46,10 +46,8 @@ print(json.dumps([r["llm_judge"] for r in res.rewards]))
 
 
 @pytest.fixture(scope="module")
-def head():
+def head(own_ray):
     from ray.cluster_utils import Cluster
-
-    assert not ray.is_initialized(), "another test left Ray running"
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     c.add_node(num_cpus=1)
     c.wait_for_nodes()
@@ -83,6 +81,10 @@ def _three_processes(address: str, stub: StubJudge, limits: dict, tmp_path) -> l
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert json.loads(out.splitlines()[-1]) == [7.0] * CALLS
+    # every sample was asked (a try that a loaded host's connection lost is tried again: max_rpm counts
+    # each try, so the rate below is over every arrival)
+    asked = {json.dumps(r["body"]["messages"], sort_keys=True) for r in stub.requests}
+    assert len(asked) == 3 * CALLS, len(asked)
     return sorted(r["t"] for r in stub.requests)
 
 
@@ -108,7 +110,7 @@ def test_max_rpm_holds_across_three_processes(head, tmp_path):
         arrivals = _three_processes(head.address, stub, {"max_rpm": 600}, tmp_path)
     finally:
         stub.close()
-    assert len(arrivals) == 3 * CALLS
+    assert len(arrivals) >= 3 * CALLS
     rate = _per_minute(arrivals)
     assert 600 * 0.8 <= rate <= 600 * 1.05, rate  # held, and the three together do use it
 
@@ -122,7 +124,7 @@ def test_max_tpm_holds_across_three_processes(head, tmp_path):
         reqs = sorted(stub.requests, key=lambda r: r["t"])[SKIP:]
     finally:
         stub.close()
-    assert len(arrivals) == 3 * CALLS
+    assert len(arrivals) >= 3 * CALLS
     span = reqs[-1]["t"] - reqs[0]["t"]
     sent = sum(_tokens(r["body"]) for r in reqs[:-1])  # the last one's tokens are spent after the span
     burst = limit / 60  # a second's worth may come at once

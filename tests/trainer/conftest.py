@@ -28,9 +28,10 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         os.environ["REWARDHUB_CACHE"] = old
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session(model_cache: Path, session_ray):
-    """The session's local Ray, started after the model cache is set (its workers inherit it)."""
+    """The shared local Ray (see the root conftest's ``session_ray``), started after the model cache is
+    set (its workers inherit it)."""
     return session_ray
 
 
