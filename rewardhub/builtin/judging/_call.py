@@ -121,6 +121,10 @@ class Endpoint:
 
 
 @functools.lru_cache(maxsize=64)
+def _url(base_url: str) -> str:
+    return chat_url(base_url)
+
+
 def _gate(url: str, limit: int) -> asyncio.Semaphore:
     import asyncio
 
@@ -174,7 +178,7 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
             if hit is not None:
                 _CACHE.move_to_end(key)
                 return Reply(hit.text, 0, hit.top, cached=True)
-    url = chat_url(ep.base_url)
+    url = _url(ep.base_url)
     headers = auth_headers(ep.api_key_env)
     secret = headers.get("Authorization", "")[7:]
     body: dict[str, Any] = {"model": ep.model, "max_tokens": ep.max_tokens, "temperature": ep.temperature,
