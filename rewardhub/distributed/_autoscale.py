@@ -34,6 +34,8 @@ from ._replica import clear_refusals
 from ._replica import read_refusals
 from ._settings import PoolSettings
 from ._setup import WorkerSetup
+from ._slots import WorkerSlot
+from ._slots import slot_facts
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
 
@@ -242,16 +244,10 @@ class AutoscaleGroup(PoolGroup):
                                                         "max_workers": self.max_workers}}
 
     def workers_info(self) -> list[dict[str, Any]]:
-        """One dict per replica that answered so far (its hello())."""
-        out = []
-        for n, (tag, i) in enumerate(self.replicas.items()):
-            out.append({"role": "reward_worker", "pool": self.pool, "index": n, "replica": tag,
-                        "node": i.get("node_id"), "node_id": i.get("node_id"), "ip": i.get("ip"),
-                        "hostname": i.get("hostname"), "pid": i.get("pid"),
-                        "registry_fingerprint": i.get("fingerprint"), "restarts": 0, "alive": None,
-                        "start_s": i.get("start_s"), "files": i.get("files") or {},
-                        "rewards": i.get("rewards") or {}, "cuda_visible": i.get("cuda_visible")})
-        return out
+        """One dict per replica that answered so far (its hello(), as a fixed pool's worker's); ``alive``:
+        None (Serve keeps that)."""
+        return [{**slot_facts(WorkerSlot(n, info=i), self.pool), "replica": tag, "alive": None}
+                for n, (tag, i) in enumerate(self.replicas.items())]
 
     def close(self) -> None:
         """Delete the Serve application (and stop Serve and Ray when this group started Ray)."""
