@@ -60,7 +60,7 @@ def score_chunk(scorer: Scorer, samples: Sequence[Any], skip: Mapping[int, Mappi
             raise Interrupted(stopped[0])
         stopped.append(name)
         cancel.set()
-        _say(f"stopping: no new reward call starts; waiting up to {STOP_WAIT_S:g}s for the calls in flight "
+        say(f"stopping: no new reward call starts; waiting up to {STOP_WAIT_S:g}s for the calls in flight "
              "to end, to keep their rows (Ctrl-C again: stop now)")
         hurry = threading.Timer(STOP_WAIT_S, os.kill, (os.getpid(), signum))
         hurry.daemon = True
@@ -97,8 +97,9 @@ def _catch(handler: Any) -> dict[int, Any]:
     return old
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """``line`` on stderr, if there still is one (a closed terminal's, after SIGHUP, is gone)."""
     try:
         print(line, file=sys.stderr, flush=True)
-    except OSError:  # no terminal any more (SIGHUP)
+    except OSError:
         pass

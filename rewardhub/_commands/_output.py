@@ -167,14 +167,7 @@ class ScoredRows:
             except (RecursionError, ValueError) as exc:
                 raise UsageError(f"row {self.rows + len(lines) + 1} cannot be written as JSON: "
                                  f"{type(exc).__name__}: {exc}") from None
-        try:
-            self._f.write("\n".join(lines) + "\n" if lines else "")
-            self._f.flush()
-        except OSError as exc:
-            if self.path is None:
-                raise
-            raise self._cannot_write(exc) from None
-        self.rows += len(lines)
+        self.write_text("\n".join(lines) + "\n" if lines else "", len(lines))
 
     def write_text(self, text: str, rows: int) -> None:
         """``rows`` rows already encoded as JSON lines (as :meth:`write` encodes them), to a JSONL output."""

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import Interrupted
 from ..errors import RewardhubError
 from ..errors import UsageError
+from ._chunk import say
 
 if TYPE_CHECKING:
     from ..distributed import AnsweredScorer
@@ -31,10 +32,10 @@ __all__ = ["run_on_cluster"]
 CONNECT_S = 60.0
 
 
-def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[..., int], progress: Any,
-                   say: Callable[[str], None]) -> int:
-    """Score ``args`` on the cluster at ``address``; ``finish``, ``progress`` and ``say``: ``score``'s own
-    end of a run, progress bar and stderr line."""
+def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[..., int],
+                   progress: Any) -> int:
+    """Score ``args`` on the cluster at ``address``; ``finish`` and ``progress``: ``score``'s own end of a
+    run and progress bar."""
     from ..distributed import AnsweredScorer
     from ..distributed import RewardWorker
     from ..distributed import cluster_files
@@ -79,7 +80,7 @@ def run_on_cluster(args: argparse.Namespace, address: str, *, finish: Callable[.
         with contextlib.redirect_stdout(sys.stderr):
             served = start_for_config(setup.reward_cfg)
         return _score(args, plan, scorer, setup, mine.rewards, files, kind, ray, address,
-                      (finish, progress, say))
+                      (finish, progress))
     finally:
         with contextlib.redirect_stdout(sys.stderr):  # Ray's lines about the actors it stops
             while served:
@@ -107,7 +108,7 @@ def _connect(address: str) -> Any:
 
 def _score(args: argparse.Namespace, plan: Any, scorer: AnsweredScorer, setup: Any,
            rewards: Mapping[str, Any], files: list[str], kind: str, ray: Any, address: str,
-           score_parts: tuple[Any, Any, Any]) -> int:
+           score_parts: tuple[Any, Any]) -> int:
     from ..datasets import Row
     from ..datasets import count_rows
     from ..datasets import has_column
@@ -124,7 +125,7 @@ def _score(args: argparse.Namespace, plan: Any, scorer: AnsweredScorer, setup: A
     from ._output import ScoredRows
     from ._output import prints_to_stderr
     from ._output import stop_on_signals
-    finish, Progress, _say = score_parts
+    finish, Progress = score_parts
 
     names = [f.name for f in scorer.facts]
     needing = [f.name for f in scorer.facts if f.needs_ground_truth]
@@ -183,11 +184,11 @@ def _score(args: argparse.Namespace, plan: Any, scorer: AnsweredScorer, setup: A
                 n_rows += len(rows)
                 progress(n_rows)
     except Interrupted as exc:
-        _say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows} rows; {out.where_kept()}")
+        say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows} rows; {out.where_kept()}")
         return 128 + exc.signum
     except RewardhubError:
         if out.kept:
-            _say(f"note: {out.where_kept()}")
+            say(f"note: {out.where_kept()}")
         raise
     finally:
         progress.finish()

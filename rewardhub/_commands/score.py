@@ -22,6 +22,7 @@ from ..scoring import missing_ground_truth
 from ..scoring import output_row
 from ..scoring import read_pairs
 from ..types import InputRow
+from ._chunk import say
 from ._chunk import score_chunk
 from ._common import table
 from ._failures import WARN_ERROR_RATE
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if address:
         from ._score_cluster import run_on_cluster
 
-        return run_on_cluster(args, address, finish=finish, progress=Progress, say=_say)
+        return run_on_cluster(args, address, finish=finish, progress=Progress)
     # validate everything first; the output is written last, to a temporary file renamed at the end
     check_outputs(args.output, args.summary_json, [args.config, *input_files(args.data)])
     plan = load_plan_told(args.config, args.overrides)
@@ -215,11 +216,11 @@ def run(args: argparse.Namespace) -> int:
                     progress(n_rows)
         except Interrupted as exc:
             of = f" of {count_rows(args.data)}" if all(map(is_regular, input_files(args.data))) else ""
-            _say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; {out.where_kept()}")
+            say(f"ERROR: interrupted ({exc.signal_name}) after {out.rows}{of} rows; {out.where_kept()}")
             return 128 + exc.signum
         except RewardhubError:
             if out.kept:
-                _say(f"note: {out.where_kept()}")
+                say(f"note: {out.where_kept()}")
             raise
         finally:
             progress.finish()
@@ -263,13 +264,13 @@ def finish(args: argparse.Namespace, plan: Any, facts: Any, columns: dict[str, A
                                           **({"pools": pools} if pools else {})}, args.output)
     if debug_enabled():
         for line in debug_lines(failures):
-            _say(line)
+            say(line)
     policies = {f.name: f.on_failure for f in facts}
     for line in drop_notes(columns, policies):
-        _say(line)
+        say(line)
     too_many = over_the_limit(failures, args.max_error_rate)
     for line in warnings_over(failures, args.warn_error_rate, args.max_error_rate) + too_many:
-        _say(line)
+        say(line)
     return 1 if too_many else 0
 
 
@@ -296,13 +297,5 @@ def _calibration_figures(reward: Any, names: list[str]) -> dict[str, Any]:
     return {"calibration": [f for f in FIGURES.values() if f["term"] in set(names)]}
 
 
-def _say(line: str) -> None:
-    """``line`` on stderr, if there still is one (a closed terminal's, after SIGHUP, is gone)."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
-
-
 def _say_warning(line: str) -> None:
-    _say(f"WARNING: {line}")
+    say(f"WARNING: {line}")

@@ -16,7 +16,7 @@ import re
 
 from ._judge_http import JudgeError
 
-__all__ = ["neutralised", "quoted", "verdict"]
+__all__ = ["neutralised", "num", "quoted", "verdict"]
 
 _NUM = r"-?\d+(?:\.\d+)?"
 #: a number ends at a non-word character, and not inside a decimal (``7.5`` is one number)
@@ -49,7 +49,8 @@ def neutralised(text: str) -> str:
     return re.sub(r">{3,}", lambda m: "\u203a" * len(m.group(0)), text)
 
 
-def _num(x: float) -> str:
+def num(x: float) -> str:
+    """``x`` as a prompt or an error shows it: ``10``, not ``10.0``."""
     x = float(x)
     return str(int(x)) if x.is_integer() else str(x)
 
@@ -61,7 +62,7 @@ def _one(values: list[float], text: str, what: str, how: str) -> float:
                          "adjust template or score_regex to the judge's replies")
     if len(distinct) > 1:
         raise JudgeError(f"the judge's reply is ambiguous: its {what} is given {len(distinct)} different "
-                         f"values ({', '.join(map(_num, distinct))}): {quoted(text)}")
+                         f"values ({', '.join(map(num, distinct))}): {quoted(text)}")
     return distinct[0]
 
 
@@ -84,10 +85,10 @@ def verdict(text: str, low: float, high: float, *, regex: str | None = None, wha
             pairs = [(alone.group(1), None)] if alone else []
         for _, scale in pairs:
             if scale is not None and float(scale) != high:
-                raise JudgeError(f"the judge's {what} is out of {scale}, not out of {_num(high)} "
-                                 f"(score_range [{_num(low)}, {_num(high)}]): {quoted(text)}")
+                raise JudgeError(f"the judge's {what} is out of {scale}, not out of {num(high)} "
+                                 f"(score_range [{num(low)}, {num(high)}]): {quoted(text)}")
         value = _one([float(v) for v, _ in pairs], text, what, "expected `Score: N`")
     if not low <= value <= high:
-        raise JudgeError(f"the judge's {what} {_num(value)} is outside score_range [{_num(low)}, "
-                         f"{_num(high)}]: {quoted(text)}")
+        raise JudgeError(f"the judge's {what} {num(value)} is outside score_range [{num(low)}, "
+                         f"{num(high)}]: {quoted(text)}")
     return value

@@ -36,6 +36,7 @@ from ._judge_settings import KEY_IN_NAME
 from ._judge_settings import SAMPLE_KEYS
 from ._judge_settings import check_settings
 from ._verdict import neutralised
+from ._verdict import num
 from ._verdict import quoted
 from ._verdict import verdict
 
@@ -114,10 +115,6 @@ def _range(score_range: Sequence[float]) -> tuple[float, float]:
         raise UsageError(f"llm_judge score_range={list(score_range)!r} is not valid\n"
                          "use [low, high], low < high")
     return low, high
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if x.is_integer() else str(x)
 
 
 def _headers(api_key_env: str | None) -> dict[str, str]:
@@ -228,7 +225,7 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     gt = "(none)" if gt in (None, "") else _text(gt)
     user = _fill(template, "llm_judge", prompt=_block("PROMPT", _prompt_text(prompt)),
                  response=_block("RESPONSE", _text(response)), ground_truth=_block("REFERENCE", gt),
-                 messages=_block("CHAT", render_messages(chat)), low=_num(low), high=_num(high))
+                 messages=_block("CHAT", render_messages(chat)), low=num(low), high=num(high))
     if serve is not None:  # a model rewardhub serves: its pool's endpoint
         base_url, model = await _served_endpoint(serve)
     text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
@@ -262,8 +259,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                          for k, r in enumerate(responses, 1))
     user = _fill(template, "llm_judge_group", n=n, prompt=_block("PROMPT", _prompt_text(prompts[0])),
                  ground_truth=_block("REFERENCE", "(none)" if gt in (None, "") else _text(gt)),
-                 responses=blocks, reply_format=_FORMATS[mode].format(low=_num(low), high=_num(high)),
-                 low=_num(low), high=_num(high))
+                 responses=blocks, reply_format=_FORMATS[mode].format(low=num(low), high=num(high)),
+                 low=num(low), high=num(high))
     if serve is not None:
         base_url, model = await _served_endpoint(serve)
     text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
@@ -307,5 +304,5 @@ def rewardhub_register_rewards() -> list[Any]:
 
 
 # the pieces the judging modes (rewardhub.builtin.judging: pairwise, tournament, rubric) build on
-block, fill, prompt_text, text_of, num = _block, _fill, _prompt_text, _text, _num
+block, fill, prompt_text, text_of = _block, _fill, _prompt_text, _text
 valid_range, auth_headers = _range, _headers

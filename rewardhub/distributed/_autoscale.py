@@ -19,26 +19,23 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from ..execution import Outcome
-from ..execution import TermFacts
-from ._chunks import WorkerTerm
 from ._chunks import make_chunks
-from ._dispatch import call_bound
 from ._dispatch import outcomes_of
 from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
-from ._figures import PoolFigures
+from ._group import PoolGroup
 from ._ray import actor_errors
-from ._ray import ensure_ray
 from ._ray import short_error
 from ._replica import RewardReplica
 from ._replica import clear_refusals
 from ._replica import read_refusals
 from ._settings import PoolSettings
 from ._setup import WorkerSetup
+from ._slots import WorkerSlot
+from ._slots import slot_facts
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
 
@@ -76,13 +73,12 @@ def serve_autoscaling(scale: Any, per_replica: int) -> dict[str, Any]:
             "look_back_period_s": look, "metrics_interval_s": look / 2}
 
 
-class AutoscaleGroup:
+class AutoscaleGroup(PoolGroup):
     """The workers of one pool on Ray Serve, between ``min_workers`` and ``max_workers`` replicas (the
     same face as :class:`~rewardhub.distributed._group.WorkerGroup` to the pool)."""
 
     def __init__(self, setup: WorkerSetup, settings: PoolSettings) -> None:
         s, w = settings, setup.reward_cfg.workers
-        self.setup, self.pool = setup, setup.pool
         from ..config.schema import AutoscaleConfig
         from ..config.schema import validate_reward
 
@@ -91,47 +87,26 @@ class AutoscaleGroup:
             scale = validate_reward({"workers": {"autoscale": dict(scale)}}).workers.autoscale
         self.scale: AutoscaleConfig = scale
         self.min_workers, self.max_workers = scale.min_workers, int(scale.max_workers or 1)
-        self.num_workers = self.min_workers
-        self.resources = {str(k): float(v) for k, v in dict(s.resources if s.resources is not None
-                                                              else w.resources).items()}
-        self.num_cpus = float(s.num_cpus if s.num_cpus is not None else w.num_cpus)
-        self.num_gpus = float(s.num_gpus if s.num_gpus is not None else w.num_gpus)
-        self.max_attempts, self.max_inflight = max(1, s.max_attempts), max(1, s.max_inflight)
-        self.chunk_size = s.chunk_size
-        self.call_timeout_s = s.call_timeout_s if s.call_timeout_s is not None else w.call_timeout_s
-        self.restarts = 0
-        self.rescored_samples = 0
-        self.figures = PoolFigures(setup.pool, self.min_workers)
-        self.notes: list[str] = []
-        self.last_pids: set[int] = set()
         #: replica id -> its hello(), as each replica's first answer brought it
         self.replicas: dict[str, dict[str, Any]] = {}
         self._dead: set[str] = set()  #: actors (replicas) that died under a call
         self._refused: set[str] = set()  #: refused replicas already noted
-        self.app = f"rewardhub-{self.pool}-{uuid.uuid4().hex[:8]}"
+        self.app = f"rewardhub-{setup.pool}-{uuid.uuid4().hex[:8]}"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._serve: Any = None
-        self._ray, self._started_ray = ensure_ray(s.address or w.address)
+        super().__init__(setup, settings, self.min_workers)
         try:
             check_placeable(self._ray, self._needs(), self.pool)
-            self._start(setup, dict(s.runtime_env) if s.runtime_env else None, s.start_timeout_s)
+            self._start(setup, s.start_timeout_s)
         except BaseException:
             self.close()
             raise
         info = self.replicas[next(iter(self.replicas))]
         warn_unused_differences([info], self.pool)
-        self._terms_info = list(info.get("terms", []))
-        self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
-                      for t in self._terms_info]
-        self.facts = [TermFacts.from_dict({**t, "executor": "ray"}) for t in self._terms_info]
-        self._whole = {t["name"] for t in self._terms_info if t["kind"] == "group" or t.get("cache")}
+        self._take_terms(info.get("terms", []))
 
     # ---- start-up ----------------------------------------------------------------------
-    def _needs(self) -> dict[str, float]:
-        needs = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
-        return {k: v for k, v in needs.items() if v > 0}
-
-    def _start(self, setup: WorkerSetup, runtime_env: dict[str, Any] | None, timeout_s: float) -> None:
+    def _start(self, setup: WorkerSetup, timeout_s: float) -> None:
         # the handle (this process) tells Serve its queue every 10 s by default: a burst would wait that
         # long before Serve hears of it; as often as the window Serve averages over (read when Serve is
         # first imported here; an environment that sets it wins)
@@ -140,13 +115,9 @@ class AutoscaleGroup:
 
         self._serve = serve
         serve.start(proxy_location="Disabled")
-        actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
-        if self.resources:
-            actor["resources"] = self.resources
-        if runtime_env:
-            actor["runtime_env"] = runtime_env
         deployment: Any = serve.deployment(
-            RewardReplica, name=DEPLOYMENT, max_ongoing_requests=self.max_inflight, ray_actor_options=actor,
+            RewardReplica, name=DEPLOYMENT, max_ongoing_requests=self.max_inflight,
+            ray_actor_options=self._actor_options(),
             autoscaling_config=serve_autoscaling(self.scale, self.max_inflight))
         # serve.run waits for min_workers replicas: bounded (a cluster without room for them never places
         # them), by the pool's start timeout
@@ -240,12 +211,6 @@ class AutoscaleGroup:
             return res
         return {"failed": f"reward replicas failed it {self.max_attempts} times (last: {why})"}
 
-    def call_bound(self, rows: int, terms: Sequence[str] | None) -> float | None:
-        """Seconds a call of ``rows`` samples may take (:func:`._dispatch.call_bound`)."""
-        info = [t for t in self._terms_info if not terms or t["name"] in terms] if hasattr(
-            self, "_terms_info") else []
-        return call_bound(info, rows, self.call_timeout_s)
-
     # ---- figures and notes -------------------------------------------------------------
     def replica_states(self) -> dict[str, int]:
         """Serve's replicas of this pool by state (``RUNNING``, ``STARTING``, ``STOPPING``, ...)."""
@@ -278,25 +243,11 @@ class AutoscaleGroup:
         return {**self.figures.as_dict(), "autoscale": {"min_workers": self.min_workers,
                                                         "max_workers": self.max_workers}}
 
-    def note(self, line: str) -> None:
-        log.warning("%s", line)
-        self.notes.append(line)
-
-    def take_notes(self) -> list[str]:
-        out, self.notes = self.notes, []
-        return out
-
     def workers_info(self) -> list[dict[str, Any]]:
-        """One dict per replica that answered so far (its hello())."""
-        out = []
-        for n, (tag, i) in enumerate(self.replicas.items()):
-            out.append({"role": "reward_worker", "pool": self.pool, "index": n, "replica": tag,
-                        "node": i.get("node_id"), "node_id": i.get("node_id"), "ip": i.get("ip"),
-                        "hostname": i.get("hostname"), "pid": i.get("pid"),
-                        "registry_fingerprint": i.get("fingerprint"), "restarts": 0, "alive": None,
-                        "start_s": i.get("start_s"), "files": i.get("files") or {},
-                        "rewards": i.get("rewards") or {}, "cuda_visible": i.get("cuda_visible")})
-        return out
+        """One dict per replica that answered so far (its hello(), as a fixed pool's worker's); ``alive``:
+        None (Serve keeps that)."""
+        return [{**slot_facts(WorkerSlot(n, info=i), self.pool), "replica": tag, "alive": None}
+                for n, (tag, i) in enumerate(self.replicas.items())]
 
     def close(self) -> None:
         """Delete the Serve application (and stop Serve and Ray when this group started Ray)."""
@@ -318,6 +269,4 @@ class AutoscaleGroup:
             if not self._thread.is_alive():
                 self._loop.close()
             self._loop = None
-        if getattr(self, "_started_ray", False):
-            self._ray.shutdown()
-            self._started_ray = False
+        self._stop_ray()

@@ -32,14 +32,87 @@ from ._slots import slot_facts
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
 
-__all__ = ["WorkerGroup"]
+__all__ = ["PoolGroup", "WorkerGroup"]
 
 log = logging.getLogger("rewardhub.distributed")
 
 _actor_cls: Any = None
 
 
-class WorkerGroup:
+class PoolGroup:
+    """What a fixed :class:`WorkerGroup` and an autoscaling group
+    (:class:`~rewardhub.distributed._autoscale.AutoscaleGroup`) share: the pool's settings, figures and
+    notes, and the terms its workers report."""
+
+    def __init__(self, setup: WorkerSetup, settings: PoolSettings, num_workers: int) -> None:
+        s, w = settings, setup.reward_cfg.workers
+        self.setup, self.pool, self.num_workers = setup, setup.pool, num_workers
+        self.resources = {str(k): float(v) for k, v in dict(s.resources if s.resources is not None
+                                                              else w.resources).items()}
+        self.num_cpus = float(s.num_cpus if s.num_cpus is not None else w.num_cpus)
+        self.num_gpus = float(s.num_gpus if s.num_gpus is not None else w.num_gpus)
+        self.runtime_env = dict(s.runtime_env) if s.runtime_env else None
+        self.max_attempts, self.max_inflight = max(1, s.max_attempts), max(1, s.max_inflight)
+        self.chunk_size = s.chunk_size
+        #: seconds one score call may take (None: from the terms' timeouts: :meth:`call_bound`)
+        self.call_timeout_s = s.call_timeout_s if s.call_timeout_s is not None else w.call_timeout_s
+        self.restarts = 0
+        self.rescored_samples = 0
+        self.figures = PoolFigures(setup.pool, num_workers)
+        self.notes: list[str] = []  #: lines for the user since :meth:`take_notes` (a hung worker's)
+        #: pids of the workers that scored the last batch (a killed worker's re-scored chunk counts once)
+        self.last_pids: set[int] = set()
+        self._terms_info: list[dict[str, Any]] = []
+        self._ray, self._started_ray = ensure_ray(s.address or w.address)
+
+    def _take_terms(self, terms_info: list[dict[str, Any]]) -> None:
+        """The terms as a started worker reported them (its hello())."""
+        self._terms_info = list(terms_info)
+        self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
+                      for t in self._terms_info]
+        #: each term as callers see it (the worker's own facts, run on Ray)
+        self.facts = [TermFacts.from_dict({**t, "executor": "ray"}) for t in self._terms_info]
+        #: terms whose chunks keep a prompt's group whole: group rewards, and those with cache on (the
+        #: identical completions of a group meet on one worker, and make one call)
+        self._whole = {t["name"] for t in self._terms_info if t["kind"] == "group" or t.get("cache")}
+
+    def _needs(self) -> dict[str, float]:
+        needs = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        return {k: v for k, v in needs.items() if v > 0}
+
+    def _actor_options(self) -> dict[str, Any]:
+        """The Ray options of one worker's actor: what it needs, and where it runs."""
+        opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.resources:
+            opts["resources"] = self.resources
+        if self.runtime_env:
+            opts["runtime_env"] = self.runtime_env
+        return opts
+
+    def call_bound(self, rows: int, terms: Sequence[str] | None) -> float | None:
+        """Seconds a score call of ``rows`` samples (of ``terms``; None: every term) may take
+        (:func:`~rewardhub.distributed._dispatch.call_bound`)."""
+        info = [t for t in self._terms_info if not terms or t["name"] in terms]
+        return call_bound(info, rows, self.call_timeout_s)
+
+    def note(self, line: str) -> None:
+        """A line the user must see: logged, and kept for the caller that shows them (:meth:`take_notes`)."""
+        log.warning("%s", line)
+        self.notes.append(line)
+
+    def take_notes(self) -> list[str]:
+        """The lines noted since the last call."""
+        out, self.notes = self.notes, []
+        return out
+
+    def _stop_ray(self) -> None:
+        """Shut Ray down, when this group started it."""
+        if getattr(self, "_started_ray", False):
+            self._ray.shutdown()
+            self._started_ray = False
+
+
+class WorkerGroup(PoolGroup):
     """``num_workers`` reward workers (Ray actors) on one named pool, scoring the terms of ``setup``.
 
     Every worker builds the registry from the same sources as the driver and proves it by its
@@ -49,11 +122,11 @@ class WorkerGroup:
 
     def __init__(self, setup: WorkerSetup, settings: PoolSettings) -> None:
         s, w = settings, setup.reward_cfg.workers
-        self.setup, self.pool = setup, setup.pool
-        self.num_workers = int(s.num_workers if s.num_workers is not None else w.num_workers or 0)
-        if self.num_workers < 1:
-            raise UsageError(f"reward worker pool {self.pool!r} needs num_workers >= 1, got "
-                             f"{self.num_workers}\nset reward.workers.num_workers (0 means: score in-process "
+        pool = setup.pool
+        num_workers = int(s.num_workers if s.num_workers is not None else w.num_workers or 0)
+        if num_workers < 1:
+            raise UsageError(f"reward worker pool {pool!r} needs num_workers >= 1, got "
+                             f"{num_workers}\nset reward.workers.num_workers (0 means: score in-process "
                              "with a Runner)")
         self.dispatch = s.dispatch or w.dispatch or "least_loaded"
         from ..config.schema import CHOICES  # the validator's table of allowed values
@@ -61,26 +134,12 @@ class WorkerGroup:
         allowed = CHOICES["workers.dispatch"]  # how work is handed to workers
         if self.dispatch not in allowed:
             raise UsageError(f"dispatch={self.dispatch!r} is not valid\nallowed: {', '.join(allowed)}")
-        self.resources = {str(k): float(v) for k, v in dict(s.resources if s.resources is not None
-                                                              else w.resources).items()}
-        self.num_cpus = float(s.num_cpus if s.num_cpus is not None else w.num_cpus)
-        self.num_gpus = float(s.num_gpus if s.num_gpus is not None else w.num_gpus)
-        self.runtime_env = dict(s.runtime_env) if s.runtime_env else None
-        self.max_restarts, self.max_attempts = s.max_restarts, max(1, s.max_attempts)
-        self.chunk_size, self.max_inflight = s.chunk_size, max(1, s.max_inflight)
-        self.restarts = 0
-        self.rescored_samples = 0
+        super().__init__(setup, settings, num_workers)
+        self.max_restarts = s.max_restarts
         #: seconds a restarted worker may wait for Ray to place it; then the pool goes on without it
         self.replace_timeout_s = float(s.replace_timeout_s if s.replace_timeout_s is not None
                                        else w.replace_timeout_s)
-        self.figures = PoolFigures(setup.pool, self.num_workers)
-        #: seconds one score call may take (None: from the terms' timeouts: :meth:`call_bound`)
-        self.call_timeout_s = s.call_timeout_s if s.call_timeout_s is not None else w.call_timeout_s
-        self.notes: list[str] = []  #: lines for the user since :meth:`take_notes` (a hung worker's)
-        #: pids of the workers that scored the last batch (a killed worker's re-scored chunk counts once)
-        self.last_pids: set[int] = set()
         self._rr = 0
-        self._ray, self._started_ray = ensure_ray(s.address or w.address)
         check_placeable(self._ray, self._needs(), self.pool)
         from ._fleetcache import store_name
 
@@ -94,19 +153,11 @@ class WorkerGroup:
         except BaseException:
             self.close()
             raise
-        info = self._slots[0].info or {}
-        self.terms = [WorkerTerm(t["name"], t["reward"], float(t["weight"]), t["on_failure"])
-                      for t in info.get("terms", [])]
-        self._own = [t.name for t in self.terms]
-        #: each term as callers see it (the worker's own facts, run on Ray)
-        self.facts = [TermFacts.from_dict({**t, "executor": "ray"}) for t in info.get("terms", [])]
-        #: terms whose chunks keep a prompt's group whole: group rewards, and those with cache on (the
-        #: identical completions of a group meet on one worker, and make one call)
-        self._whole = {t["name"] for t in info.get("terms", []) if t["kind"] == "group" or t.get("cache")}
+        self._take_terms((self._slots[0].info or {}).get("terms", []))
         #: the cache every worker of the pool shares (:mod:`._fleetcache`), when a term has cache on
         self.cache_store: Any = None
         self._cache_dir = s.cache_dir
-        if self.setup.cache_store and any(t.get("cache") for t in info.get("terms", [])):
+        if self.setup.cache_store and any(t.get("cache") for t in self._terms_info):
             self.cache_store = self._start_store(self.setup.cache_store, s.cache_dir)
 
     def _start_store(self, name: str, folder: str | None) -> Any:
@@ -123,20 +174,11 @@ class WorkerGroup:
             return None
 
     # ---- start-up ----------------------------------------------------------------------
-    def _needs(self) -> dict[str, float]:
-        needs = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
-        return {k: v for k, v in needs.items() if v > 0}
-
     def _new_actor(self, slot: WorkerSlot) -> None:
         global _actor_cls
         if _actor_cls is None:
             _actor_cls = self._ray.remote(RewardWorker)
-        opts: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "max_restarts": 0,
-                                "name": None}
-        if self.resources:
-            opts["resources"] = self.resources
-        if self.runtime_env:
-            opts["runtime_env"] = self.runtime_env
+        opts = {**self._actor_options(), "max_restarts": 0, "name": None}
         slot.actor = _actor_cls.options(**opts).remote(self._setup_ref, slot.index)
         slot.starting = slot.actor.hello.remote()
         slot.starting_since = time.monotonic()
@@ -186,33 +228,17 @@ class WorkerGroup:
         slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
         return slot
 
-    def call_bound(self, rows: int, terms: Sequence[str] | None) -> float | None:
-        """Seconds a score call of ``rows`` samples (of ``terms``; None: every term) may take
-        (:func:`~rewardhub.distributed._dispatch.call_bound`)."""
-        info = [t for t in (self._slots[0].info or {}).get("terms", []) if not terms or t["name"] in terms]
-        return call_bound(info, rows, self.call_timeout_s)
-
     def hung(self, slot: WorkerSlot, rows: int, terms: Sequence[str] | None) -> str:
         """A score call of ``rows`` samples on ``slot`` passed its bound: why the worker is restarted (its
         death path does that)."""
         bound = self.call_bound(rows, terms)
-        names = ", ".join(repr(n) for n in (terms or self._own)) or "its rewards"
+        names = ", ".join(repr(n) for n in (terms or [t.name for t in self.terms])) or "its rewards"
         where = slot.info or {}
         why = (f"did not answer a chunk of {rows} samples within {bound or 0:g}s (reward {names}; "
                "reward.workers.call_timeout_s, else the rewards' timeout_s x the samples)")
         self.note(f"reward worker {slot.index} of pool {self.pool!r} on node {where.get('ip')} "
                   f"(pid {where.get('pid')}) {why}: killed, restarted, its chunk re-scored")
         return why
-
-    def note(self, line: str) -> None:
-        """A line the user must see: logged, and kept for the caller that shows them (:meth:`take_notes`)."""
-        log.warning("%s", line)
-        self.notes.append(line)
-
-    def take_notes(self) -> list[str]:
-        """The lines noted since the last call."""
-        out, self.notes = self.notes, []
-        return out
 
     def _died(self, slot: WorkerSlot, why: str, pending: dict[Any, tuple[str, int, WorkerSlot, int]]) -> None:
         where = slot.info or {}
@@ -320,6 +346,4 @@ class WorkerGroup:
             except Exception:  # noqa: BLE001 - gone already
                 pass
             self.cache_store = None
-        if getattr(self, "_started_ray", False):
-            self._ray.shutdown()
-            self._started_ray = False
+        self._stop_ray()

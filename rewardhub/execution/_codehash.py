@@ -89,12 +89,10 @@ def _module_file(name: str) -> str | None:
         return None
 
 
-def code_digest(path: str, module: str, *, warn: bool = True) -> str | None:
+def code_digest(path: str, module: str) -> str | None:
     """The sha256 of the local source files reachable from the file ``path`` of module ``module``
-    (that file included), or ``None`` when ``path`` itself lies in an installed tree.
-
-    :param warn: say on stderr when the walk stops at :data:`MAX_FILES` files.
-    """
+    (that file included), or ``None`` when ``path`` itself lies in an installed tree; a walk that stops at
+    :data:`MAX_FILES` files says so on stderr."""
     roots = installed_roots()
     if not is_local(path, roots):
         return None
@@ -105,12 +103,11 @@ def code_digest(path: str, module: str, *, warn: bool = True) -> str | None:
         if file in seen:
             continue
         if len(seen) >= MAX_FILES:
-            if warn:
-                from ._routing import say_warning
+            from ._routing import say_warning
 
-                say_warning(f"the reward cache hashes at most {MAX_FILES} source files of the reward in "
-                            f"{path}; a change in the others keeps old entries (clear the cache folder "
-                            "after editing them)")
+            say_warning(f"the reward cache hashes at most {MAX_FILES} source files of the reward in "
+                        f"{path}; a change in the others keeps old entries (clear the cache folder "
+                        "after editing them)")
             break
         seen[file] = name
         try:

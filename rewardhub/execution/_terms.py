@@ -18,6 +18,7 @@ from ..config.frozen import thaw
 from ..config.schema import RewardConfig
 from ..config.schema import TermConfig
 from ..decorator import CHECK_KWARGS_ATTR
+from ..decorator import POLICY_KEYS
 from ..errors import UsageError
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
@@ -130,17 +131,7 @@ def resolve_term(
     spec, fn = registry.load_full(spec)
     kind = term_cfg.kind or spec.kind
     name = str(term_cfg.alias or spec.name)
-    policy = spec.policy.merged(
-        executor=term_cfg.executor,
-        timeout_s=term_cfg.timeout_s,
-        max_concurrency=term_cfg.max_concurrency,
-        retries=term_cfg.retries,
-        on_failure=term_cfg.on_failure,
-        pure=term_cfg.pure,
-        memory_limit_mb=term_cfg.memory_limit_mb,
-        cache=term_cfg.cache,
-        max_rpm=term_cfg.max_rpm,
-    )
+    policy = spec.policy.merged(**{k: getattr(term_cfg, k) for k in POLICY_KEYS})
     kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
     # max_rpm counts requests where they go: to the endpoint of a reward that sends its own (it takes a
     # base_url: the judges; one bucket per endpoint, retries counted), else to the term (each call, each try)

@@ -85,9 +85,9 @@ def row_lengths(data: Any) -> list[int | VerlBatchError]:
     return out
 
 
-def _mapping(value: Any, field: str, row: int, *, none_ok: bool = True) -> dict[str, Any] | None:
+def _mapping(value: Any, field: str, row: int) -> dict[str, Any] | None:
     """A row's dict field: a mapping, a JSON object in a string, or None."""
-    if value is None and none_ok:
+    if value is None:
         return None
     if isinstance(value, Mapping):
         return dict(value)

@@ -190,9 +190,9 @@ class Rollouters:
         self.acks[ack] = (i, self.pool.epochs[i], self._calls)
         self.sent[i] = tag
 
-    def settle(self, i: int | None = None, *, block: bool = True, before: int | None = None) -> None:
-        """Check the acknowledgements of rollouter ``i`` (of all when None) that are in (all, when
-        ``block``); with ``before``, only those of calls sent before call number ``before``."""
+    def settle(self, i: int | None = None, *, before: int | None = None) -> None:
+        """Wait for the acknowledgements of rollouter ``i`` (of all when None) and check them; with
+        ``before``, only those of calls sent before call number ``before``."""
         import ray
 
         while True:
@@ -200,11 +200,9 @@ class Rollouters:
                     if (i is None or j == i) and (before is None or n < before)]
             if not mine:
                 return
-            done, stuck = ray.wait(mine, num_returns=len(mine), timeout=SYNC_TIMEOUT_S if block else 0)
+            done, stuck = ray.wait(mine, num_returns=len(mine), timeout=SYNC_TIMEOUT_S)
             for ack in done:
                 self.acked(ack)
-            if not block:
-                return
             for ack in stuck:  # alive but not answering (e.g. a stopped process): a fresh one
                 j, epoch, _n = self.acks.pop(ack)
                 if epoch == self.pool.epochs[j]:

@@ -52,9 +52,11 @@ class Slot:
         self.release()
 
 
-def try_slot(uid: int) -> Slot | None:
-    """Lock ``uid``'s slot if no one holds it (without waiting), else ``None``."""
-    fd = os.open(os.path.join(lock_dir(), f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def try_slot(uid: int, directory: str | None = None) -> Slot | None:
+    """Lock ``uid``'s slot if no one holds it (without waiting), else ``None`` (``directory``: the
+    :func:`lock_dir` already found)."""
+    path = os.path.join(directory or lock_dir(), f"{uid}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -74,13 +76,9 @@ def acquire_slot(uids: range, wait_s: float = 60.0) -> Slot:
     while True:
         random.shuffle(order)  # spread concurrent callers over the pool
         for uid in order:
-            fd = os.open(os.path.join(directory, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            return Slot(uid, fd)
+            slot = try_slot(uid, directory)
+            if slot is not None:
+                return slot
         if time.monotonic() > end:
             raise TimeoutError(f"no free sandbox uid in {uids} after {wait_s:g}s")
         time.sleep(0.01)

@@ -20,12 +20,12 @@ from typing import Any
 from ...decorator import reward
 from ...errors import UsageError
 from .._judge_http import JudgeError
+from .._verdict import num
 from .._verdict import verdict
 from ..judge import DEFAULT_TEMPLATE
 from ..judge import EXPENSIVE
 from ..judge import block
 from ..judge import fill
-from ..judge import num
 from ..judge import prompt_text
 from ..judge import render_messages
 from ..judge import text_of
