@@ -29,7 +29,9 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
 def registry_from_args(args: argparse.Namespace) -> Any:
     from ..registry import build_registry
 
-    cfg = {"plugins": {"load": list(args.load_plugins)}}
+    # no -p: no reward section to check (the registry's stand-in for the default one; the schema is
+    # a tenth of `rewardhub list`'s start-up)
+    cfg = {"plugins": {"load": list(args.load_plugins)}} if args.load_plugins else None
     return build_registry(cfg, autoload=False if args.no_autoload else None)
 
 
