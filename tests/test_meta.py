@@ -73,8 +73,8 @@ def test_rewardhub_list_is_light():
 
 
 #: what `rewardhub list` has no use for (each a share of its start-up, issue 44 §4): the config schema
-#: (no config is read)
-LIST_SKIPS = ("rewardhub.config.schema",)
+#: (no config is read), difflib (close-match suggestions, only for an unknown key or name)
+LIST_SKIPS = ("rewardhub.config.schema", "difflib")
 
 
 def test_rewardhub_list_imports_only_what_it_uses():

@@ -12,7 +12,6 @@ a ``serve`` (a model rewardhub serves: :mod:`.served`) that is not valid or stan
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import math
@@ -63,6 +62,8 @@ def check_settings(who: str, fn: Callable[..., Any], settings: Mapping[str, Any]
     known = _settings_of(getattr(fn, "__wrapped__", fn))
     for key in settings:
         if key not in known and key not in SAMPLE_KEYS:
+            import difflib  # only for a setting that is not known: `rewardhub list` imports no difflib
+
             close = difflib.get_close_matches(str(key), sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(f"{who} has no setting {key!r}{hint}\nits settings: {', '.join(sorted(known))}")
