@@ -16,7 +16,6 @@ import functools
 import inspect
 import math
 import re
-import string
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
@@ -119,6 +118,8 @@ def _check_template(who: str, template: Any) -> None:
     fields = TEMPLATE_FIELDS.get(who, TEMPLATE_FIELDS["llm_judge"])
     if not isinstance(template, str):
         raise UsageError(f"{who} template={template!r} is not text")
+    import string  # when a judge term is checked: `rewardhub list` imports no string
+
     try:
         named = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
