@@ -10,11 +10,11 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .._discovery import UNREADABLE
 from .._discovery import find_module_file
-from .._discovery import static_docstring
-from .._discovery import static_meta
-from .._discovery import static_params
+from .._source_facts import UNREADABLE
+from .._source_facts import static_docstring
+from .._source_facts import static_meta
+from .._source_facts import static_params
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
 
