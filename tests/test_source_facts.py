@@ -150,3 +150,19 @@ def test_rewardhub_list_says_the_same_with_a_cold_a_warm_and_no_cache(cache, mon
     assert (cache / os.path.basename(_source_facts._cache_path())).exists()
     assert listed() == uncached  # warm
     assert any(row["source"] == "entry-point" and row["summary"] for row in json.loads(uncached))
+
+
+def test_a_lazy_entry_points_module_is_found_once_per_row(monkeypatch):
+    """`list` reads three things from a lazy entry point's source (policy, reads, summary): its module is
+    looked up on sys.path once for them (a lookup per reading: a share of `list` with many entry points)."""
+    from rewardhub._commands import _common
+    from rewardhub.registry import build_registry
+
+    lazy = [s for s in build_registry().list_rewards() if s.source == "entry-point" and s.status == "ok"]
+    assert lazy
+    looked = []
+    real = _common.find_module_file
+    monkeypatch.setattr(_common, "find_module_file", lambda m: looked.append(m) or real(m))
+    rows = [_common.spec_row(s) for s in lazy]
+    assert sorted(looked) == sorted(s.target.partition(":")[0] for s in lazy)
+    assert all(row["summary"] and row["reads"] in ("text", "trajectory") for row in rows)
