@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
@@ -17,8 +18,8 @@ from ._targets import sha256
 if TYPE_CHECKING:
     import importlib.metadata
 
-__all__ = ["GRADER_GROUP", "PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "cache_folder",
-           "scan_entry_points", "find_module_file"]
+__all__ = ["GRADER_GROUP", "PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "cache_file", "cache_keep",
+           "prune_cache", "scan_entry_points", "find_module_file"]
 
 #: entry-point group of pluggy plugin modules
 PLUGIN_GROUP = "rewardhub"
@@ -91,7 +92,7 @@ def _dist_name(dist: importlib.metadata.Distribution) -> str | None:
 CACHE_KEEP = 8
 
 
-def _cache_keep() -> int:
+def cache_keep() -> int:
     """``REWARDHUB_CACHE_KEEP`` (default :data:`CACHE_KEEP`): the most recently used files kept."""
     try:
         return max(1, int(os.environ.get("REWARDHUB_CACHE_KEEP") or CACHE_KEEP))
@@ -99,10 +100,11 @@ def _cache_keep() -> int:
         return CACHE_KEEP
 
 
-def _prune_cache(folder: str, keep: int) -> None:
-    """Delete all but the ``keep`` most recently used entry-point cache files of ``folder``."""
+def prune_cache(folder: str, keep: int, kind: str = "entry-points") -> None:
+    """Delete all but the ``keep`` most recently used cache files of ``kind`` (see :func:`cache_file`) of
+    ``folder``."""
     try:
-        names = [n for n in os.listdir(folder) if n.startswith("entry-points-") and n.endswith(".json")]
+        names = [n for n in os.listdir(folder) if n.startswith(f"{kind}-") and n.endswith(".json")]
         files = sorted((os.path.join(folder, n) for n in names), key=os.path.getmtime, reverse=True)
         for old in files[keep:]:
             os.remove(old)
@@ -110,22 +112,23 @@ def _prune_cache(folder: str, keep: int) -> None:
         pass
 
 
-def cache_folder() -> str | None:
-    """Where rewardhub keeps what it read from the installation (``$XDG_CACHE_HOME/rewardhub``, else
-    ``~/.cache/rewardhub``); ``None`` under ``REWARDHUB_NO_CACHE``."""
+def cache_file(kind: str) -> str | None:
+    """This environment's (interpreter and ``sys.path``) cache file of ``kind``, in
+    ``$XDG_CACHE_HOME/rewardhub`` (else ``~/.cache/rewardhub``); ``None`` under ``REWARDHUB_NO_CACHE``."""
     if os.environ.get("REWARDHUB_NO_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "rewardhub")
+    return os.path.join(base, "rewardhub", f"{kind}-{_env_key(sys.executable, tuple(sys.path))}.json")
+
+
+@functools.lru_cache(maxsize=8)
+def _env_key(executable: str, path: tuple[str, ...]) -> str:
+    # the groups are part of the key: a cache written before a group existed does not hold its entries
+    return sha256("\0".join([executable, *path, *ALL_GROUPS]).encode()).hexdigest()[:20]
 
 
 def _cache_file() -> str | None:
-    folder = cache_folder()
-    if folder is None:
-        return None
-    # the groups are part of the key: a cache written before a group existed does not hold its entries
-    key = sha256("\0".join([sys.executable, *sys.path, *ALL_GROUPS]).encode()).hexdigest()[:20]
-    return os.path.join(folder, f"entry-points-{key}.json")
+    return cache_file("entry-points")
 
 
 #: what ``importlib.metadata`` finds a distribution by, in a ``sys.path`` folder
@@ -225,7 +228,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP, GRA
             os.replace(tmp, path)
         except OSError:
             pass
-        _prune_cache(os.path.dirname(path), _cache_keep())
+        prune_cache(os.path.dirname(path), cache_keep())
     return [e for e in found if e.group in groups]
 
 

@@ -2,9 +2,9 @@
 parameters and the reward metadata it declares, read with ``ast``.
 
 ``rewardhub list`` asks this of every lazy entry point, and parsing their files was a tenth of its run:
-the answers are kept on disk, one small file per Python version next to the entry-point cache
-(``REWARDHUB_NO_CACHE=1`` turns it off), each file's answers under its modification time and size (what
-Python checks a ``.pyc`` by); a file that changed is parsed again.
+the answers are kept on disk, one small file per environment beside its entry-point cache (kept and pruned
+alike; ``REWARDHUB_NO_CACHE=1`` turns both off), each source file's answers under its modification time
+and size (what Python checks a ``.pyc`` by): a file that changed is parsed again.
 """
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ import ast
 import functools
 import json
 import os
-import sys
 from typing import Any
 
-from ._discovery import cache_folder
+from ._discovery import cache_file
+from ._discovery import cache_keep
+from ._discovery import prune_cache
 
 __all__ = ["UNREADABLE", "static_docstring", "static_meta", "static_params"]
 
 #: no reward metadata can be read from the source without running it
 UNREADABLE = "unreadable"
 
-#: the most source files whose answers the cache file keeps (the first added go first)
-KEEP_FILES = 256
+#: the most source files whose answers an environment's cache file keeps (the first added go first)
+KEEP_FILES = 512
 
 
 @functools.lru_cache(maxsize=32)
@@ -112,9 +113,7 @@ _memo: tuple[str, dict[str, Any]] | None = None
 
 
 def _cache_path() -> str | None:
-    folder = cache_folder()
-    version = f"{sys.version_info[0]}{sys.version_info[1]}"
-    return None if folder is None else os.path.join(folder, f"source-facts-py{version}.json")
+    return cache_file("source-facts")
 
 
 def _facts(module_file: str, attr: str) -> tuple[str, frozenset[str] | None, Any]:
@@ -161,6 +160,7 @@ def _read(path: str) -> dict[str, Any]:
         try:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
+            os.utime(path)  # most recently used: the last to be pruned
         except (OSError, ValueError, UnicodeDecodeError):
             raw = {}
         _memo = (path, raw if isinstance(raw, dict) else {})
@@ -196,4 +196,5 @@ def _remember(path: str, files: dict[str, Any], module_file: str, stamp: list[in
             json.dump(files, f)
         os.replace(tmp, path)
     except OSError:  # a read-only home: the answers are parsed again next time
-        pass
+        return
+    prune_cache(os.path.dirname(path), cache_keep(), "source-facts")

@@ -133,6 +133,24 @@ def test_a_damaged_cache_file_is_read_past(tmp_path, cache, monkeypatch, content
     assert str(src) in json.loads(file.read_text())
 
 
+def test_one_cache_file_per_environment_pruned_like_the_entry_point_caches(tmp_path, cache, monkeypatch):
+    src = tmp_path / "rewards.py"
+    src.write_text(SOURCE)
+    cache.mkdir(parents=True)
+    for i in range(3):  # the files of three other environments, oldest first
+        old = cache / f"source-facts-old{i}.json"
+        old.write_text("{}")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    (cache / "entry-points-other.json").write_text("{}")  # another kind: not pruned with these
+    monkeypatch.setenv("REWARDHUB_CACHE_KEEP", "2")
+    assert static_docstring(str(src), "plain") == "Plain dict metadata."
+    mine = os.path.basename(_source_facts._cache_path())
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [mine, "source-facts-old2.json", "entry-points-other.json"])
+    monkeypatch.syspath_prepend(str(tmp_path))  # another environment: another file
+    assert os.path.basename(_source_facts._cache_path()) != mine
+
+
 def test_rewardhub_list_says_the_same_with_a_cold_a_warm_and_no_cache(cache, monkeypatch):
     from rewardhub.cli import main
 
