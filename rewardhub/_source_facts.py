@@ -13,6 +13,7 @@ import ast
 import functools
 import json
 import os
+import threading
 from typing import Any
 
 from ._discovery import cache_file
@@ -110,6 +111,7 @@ def static_meta(module_file: str, attr: str) -> Any:
 
 #: (cache file, its entries) as this process read and wrote them; read once per file
 _memo: tuple[str, dict[str, Any]] | None = None
+_WRITING = threading.Lock()
 
 
 def _cache_path() -> str | None:
@@ -128,10 +130,9 @@ def _facts(module_file: str, attr: str) -> tuple[str, frozenset[str] | None, Any
     stamp = [st.st_mtime_ns, st.st_size]
     path = _cache_path()
     files = _read(path) if path else {}
-    entry = files.get(module_file)
-    if entry is not None and not _valid_entry(entry):  # not what this module writes: parsed again
-        entry = files[module_file] = {"stamp": None, "attrs": {}}
-    held = entry["attrs"].get(attr) if entry is not None and entry["stamp"] == stamp else None
+    entry: Any = files.get(module_file)
+    valid = _valid_entry(entry) and entry["stamp"] == stamp  # else: parsed again
+    held = entry["attrs"].get(attr) if valid else None
     if held is not None:  # its metadata is stored as its repr, checked to read back as itself
         try:
             return held[0], None if held[1] is None else frozenset(held[1]), ast.literal_eval(held[2])
@@ -156,15 +157,19 @@ def _round_trips(text: str) -> bool:
 def _read(path: str) -> dict[str, Any]:
     """The cache file's entries (each checked by :func:`_valid_entry` when used)."""
     global _memo
-    if _memo is None or _memo[0] != path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                raw = json.load(f)
-            os.utime(path)  # most recently used: the last to be pruned
-        except (OSError, ValueError, UnicodeDecodeError):
-            raw = {}
-        _memo = (path, raw if isinstance(raw, dict) else {})
-    return _memo[1]
+    memo = _memo
+    if memo is None or memo[0] != path:
+        with _WRITING:  # read once, by one thread: every thread then adds to the same entries
+            if _memo is None or _memo[0] != path:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        raw = json.load(f)
+                    os.utime(path)  # most recently used: the last to be pruned
+                except (OSError, ValueError, UnicodeDecodeError):
+                    raw = {}
+                _memo = (path, raw if isinstance(raw, dict) else {})
+            memo = _memo
+    return memo[1]
 
 
 def _valid_entry(entry: Any) -> bool:
@@ -182,19 +187,18 @@ def _valid_entry(entry: Any) -> bool:
 
 def _remember(path: str, files: dict[str, Any], module_file: str, stamp: list[int], attr: str,
               answers: list[Any]) -> None:
-    entry = files.pop(module_file, None)
-    if not isinstance(entry, dict) or entry.get("stamp") != stamp:
-        entry = {"stamp": stamp, "attrs": {}}
-    entry["attrs"][attr] = answers
-    files[module_file] = entry  # the most recently added last
-    while len(files) > KEEP_FILES:
-        files.pop(next(iter(files)))
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(files, f)
-        os.replace(tmp, path)
-    except OSError:  # a read-only home: the answers are parsed again next time
-        return
+    with _WRITING:  # one writer at a time; an entry is replaced, never changed, as others may read it
+        old = files.pop(module_file, None)
+        keep = old["attrs"] if old is not None and _valid_entry(old) and old["stamp"] == stamp else {}
+        files[module_file] = {"stamp": stamp, "attrs": {**keep, attr: answers}}  # the most recent last
+        while len(files) > KEEP_FILES:
+            files.pop(next(iter(files)))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(files, f)
+            os.replace(tmp, path)
+        except OSError:  # a read-only home: the answers are parsed again next time
+            return
     prune_cache(os.path.dirname(path), cache_keep(), "source-facts")

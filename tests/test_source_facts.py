@@ -133,6 +133,22 @@ def test_a_damaged_cache_file_is_read_past(tmp_path, cache, monkeypatch, content
     assert str(src) in json.loads(file.read_text())
 
 
+@pytest.mark.timeout(60)
+def test_threads_asking_at_once_get_their_answers_and_leave_a_whole_file(tmp_path, cache, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = []
+    for i in range(16):
+        src = tmp_path / f"rewards_{i}.py"
+        src.write_text(SOURCE.replace("Plain dict metadata.", f"Reward {i}."))
+        files.append(str(src))
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda f: static_docstring(f, "plain"), files))
+    assert got == [f"Reward {i}." for i in range(16)]
+    written = json.loads((cache / os.path.basename(_source_facts._cache_path())).read_text())
+    assert set(written) == set(files)
+
+
 def test_one_cache_file_per_environment_pruned_like_the_entry_point_caches(tmp_path, cache, monkeypatch):
     src = tmp_path / "rewards.py"
     src.write_text(SOURCE)
