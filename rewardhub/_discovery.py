@@ -1,8 +1,7 @@
-"""Entry-point scanning and import-free module lookup."""
+"""Entry-point scanning and import-free module lookup (what a source declares: :mod:`._source_facts`)."""
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import importlib.machinery
@@ -19,8 +18,8 @@ from ._targets import sha256
 if TYPE_CHECKING:
     import importlib.metadata
 
-__all__ = ["GRADER_GROUP", "PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "scan_entry_points",
-           "find_module_file"]
+__all__ = ["GRADER_GROUP", "PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "cache_file", "cache_keep",
+           "prune_cache", "scan_entry_points", "find_module_file"]
 
 #: entry-point group of pluggy plugin modules
 PLUGIN_GROUP = "rewardhub"
@@ -93,7 +92,7 @@ def _dist_name(dist: importlib.metadata.Distribution) -> str | None:
 CACHE_KEEP = 8
 
 
-def _cache_keep() -> int:
+def cache_keep() -> int:
     """``REWARDHUB_CACHE_KEEP`` (default :data:`CACHE_KEEP`): the most recently used files kept."""
     try:
         return max(1, int(os.environ.get("REWARDHUB_CACHE_KEEP") or CACHE_KEEP))
@@ -101,10 +100,11 @@ def _cache_keep() -> int:
         return CACHE_KEEP
 
 
-def _prune_cache(folder: str, keep: int) -> None:
-    """Delete all but the ``keep`` most recently used entry-point cache files of ``folder``."""
+def prune_cache(folder: str, keep: int, kind: str = "entry-points") -> None:
+    """Delete all but the ``keep`` most recently used cache files of ``kind`` (see :func:`cache_file`) of
+    ``folder``."""
     try:
-        names = [n for n in os.listdir(folder) if n.startswith("entry-points-") and n.endswith(".json")]
+        names = [n for n in os.listdir(folder) if n.startswith(f"{kind}-") and n.endswith(".json")]
         files = sorted((os.path.join(folder, n) for n in names), key=os.path.getmtime, reverse=True)
         for old in files[keep:]:
             os.remove(old)
@@ -112,13 +112,23 @@ def _prune_cache(folder: str, keep: int) -> None:
         pass
 
 
-def _cache_file() -> str | None:
+def cache_file(kind: str) -> str | None:
+    """This environment's (interpreter and ``sys.path``) cache file of ``kind``, in
+    ``$XDG_CACHE_HOME/rewardhub`` (else ``~/.cache/rewardhub``); ``None`` under ``REWARDHUB_NO_CACHE``."""
     if os.environ.get("REWARDHUB_NO_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "rewardhub", f"{kind}-{_env_key(sys.executable, tuple(sys.path))}.json")
+
+
+@functools.lru_cache(maxsize=8)
+def _env_key(executable: str, path: tuple[str, ...]) -> str:
     # the groups are part of the key: a cache written before a group existed does not hold its entries
-    key = sha256("\0".join([sys.executable, *sys.path, *ALL_GROUPS]).encode()).hexdigest()[:20]
-    return os.path.join(base, "rewardhub", f"entry-points-{key}.json")
+    return sha256("\0".join([executable, *path, *ALL_GROUPS]).encode()).hexdigest()[:20]
+
+
+def _cache_file() -> str | None:
+    return cache_file("entry-points")
 
 
 #: what ``importlib.metadata`` finds a distribution by, in a ``sys.path`` folder
@@ -218,7 +228,7 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP, GRA
             os.replace(tmp, path)
         except OSError:
             pass
-        _prune_cache(os.path.dirname(path), _cache_keep())
+        prune_cache(os.path.dirname(path), cache_keep())
     return [e for e in found if e.group in groups]
 
 
@@ -307,85 +317,3 @@ def find_module_file(module: str) -> str | None:
     assert spec is not None
     origin = spec.origin
     return origin if origin and os.path.exists(origin) else ""
-
-
-def _parsed(module_file: str) -> ast.Module | None:
-    """The syntax tree of a source file (``None`` when it cannot be read or parsed)."""
-    if not module_file or not module_file.endswith(".py"):
-        return None
-    try:
-        return _parsed_at(module_file, os.stat(module_file).st_mtime_ns)
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=32)
-def _parsed_at(module_file: str, mtime_ns: int) -> ast.Module | None:
-    try:
-        with open(module_file, encoding="utf-8") as f:
-            return ast.parse(f.read())
-    except (OSError, SyntaxError, ValueError):
-        return None
-
-
-def static_docstring(module_file: str, attr: str) -> str:
-    """First docstring line of top-level function/class ``attr`` in a source file, read with ``ast``."""
-    tree = _parsed(module_file)
-    for node in tree.body if tree else ():
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attr:
-            doc = ast.get_docstring(node) or ""
-            return doc.strip().splitlines()[0].strip() if doc.strip() else ""
-    return ""
-
-
-def static_params(module_file: str, attr: str) -> set[str] | None:
-    """The parameter names of top-level function ``attr`` of a source file, read with ``ast``
-    (``None`` when it is not such a function)."""
-    tree = _parsed(module_file)
-    for node in tree.body if tree else ():
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
-            a = node.args
-            return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
-    return None
-
-
-#: no reward metadata can be read from the source without running it
-UNREADABLE = "unreadable"
-
-
-def static_meta(module_file: str, attr: str) -> Any:
-    """The reward metadata that top-level ``attr`` of a source file declares, read with ``ast``:
-
-    - ``attr.__rewardhub__ = {...}`` (a plain dict, what a package without rewardhub writes), or
-    - ``@rewardhub.reward(...)`` / ``@reward(...)`` keyword arguments on ``def attr``.
-
-    :returns: what is declared (a dict of keys and values, for a valid declaration), ``None`` when
-        nothing is, or :data:`UNREADABLE` when a declaration is not made of literals (only an import
-        can tell).
-    """
-    tree = _parsed(module_file)
-    found: Any = None
-    for node in tree.body if tree else ():
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == attr:
-            for deco in node.decorator_list:
-                func = deco.func if isinstance(deco, ast.Call) else deco
-                if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) != "reward":
-                    continue
-                if not isinstance(deco, ast.Call):
-                    found = {}
-                    continue
-                try:
-                    found = {kw.arg: ast.literal_eval(kw.value) for kw in deco.keywords if kw.arg}
-                except ValueError:
-                    found = UNREADABLE
-                if deco.args or any(kw.arg is None for kw in deco.keywords):
-                    found = UNREADABLE
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Attribute) and t.attr == "__rewardhub__"
-                   and isinstance(t.value, ast.Name) and t.value.id == attr for t in targets):
-                try:
-                    found = ast.literal_eval(node.value) if node.value is not None else UNREADABLE
-                except ValueError:
-                    found = UNREADABLE
-    return found

@@ -8,7 +8,10 @@ import sys
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
+from types import FunctionType
 from types import MappingProxyType
+from types import MethodType
+from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -43,6 +46,10 @@ def env_plugins() -> tuple[str, ...]:
 
 _Broken = tuple[str | None, str | None, str]  # dist, version, error text
 
+_ABSENT = object()
+#: what pluggy can take a hook implementation from (anything else it skips)
+_HOOKABLE = (FunctionType, MethodType, staticmethod, classmethod)
+
 
 class RewardhubPluginManager(pluggy.PluginManager):
     """A pluggy manager with rewardhub's hookspecs and a record of what failed to load.
@@ -62,6 +69,12 @@ class RewardhubPluginManager(pluggy.PluginManager):
             self.enable_tracing()
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        if isinstance(plugin, ModuleType):
+            # a module's value that pluggy would skip (a constant, an imported module or class) is skipped
+            # without pluggy's static lookup: that lookup of every name was most of `list`'s registering
+            value = plugin.__dict__.get(name, _ABSENT)
+            if value is not _ABSENT and not isinstance(value, _HOOKABLE):
+                return {} if name.startswith("rewardhub_") and callable(value) else None
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is None and name.startswith("rewardhub_") and callable(getattr(plugin, name, None)):
             # unmarked functions with our prefix count too, so a typo is caught by check_pending

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -179,6 +178,8 @@ def plain_meta(raw: Any, where: str) -> dict[str, Any]:
                          f"expected e.g. {{'timeout_s': 5, 'pure': True}} (keys: {', '.join(PLAIN_KEYS)})")
     for key, value in raw.items():
         if key not in PLAIN_KEYS:
+            import difflib  # only for a key that is not known: `rewardhub list` imports no difflib
+
             close = difflib.get_close_matches(str(key), PLAIN_KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(f"{where}: __rewardhub__ key {key!r} is not known{hint}\n"

@@ -72,6 +72,19 @@ def test_rewardhub_list_is_light():
     assert _heavy_after(code) == []
 
 
+#: what `rewardhub list` has no use for (each a share of its start-up, issue 44 §4): the config schema
+#: (no config is read), difflib (close-match suggestions, only for an unknown key or name)
+LIST_SKIPS = ("rewardhub.config.schema", "difflib")
+
+
+def test_rewardhub_list_imports_only_what_it_uses():
+    code = "import io, contextlib\nfrom rewardhub.cli import main\n" \
+           "with contextlib.redirect_stdout(io.StringIO()):\n    main(['list', '--json'])\n" \
+           f"import sys\nprint(','.join(m for m in {LIST_SKIPS!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1:] == [""], out
+
+
 def test_public_names_exported():
     for name in rewardhub.__all__:
         assert getattr(rewardhub, name) is not None

@@ -105,6 +105,50 @@ def test_misspelled_hook_is_a_broken_plugin(tmp_path, monkeypatch):
     assert "rewardhub_register_reward" in spec.error and spec.dist == "typo-plugin"
 
 
+PLUGIN_MODULE = """
+import json
+from rewardhub import hookimpl
+LIMIT = 3
+class Helper:
+    pass
+def helper():
+    pass
+@hookimpl
+def rewardhub_register_rewards():
+    return []
+def rewardhub_legacy_aliases():
+    return {}
+def rewardhub_register_reward():  # a misspelled hook: caught by check_pending
+    return []
+"""
+
+
+def test_a_module_plugins_values_that_cannot_be_hooks_are_skipped_at_once(monkeypatch):
+    """Registering a module looks up statically (pluggy's getattr_static) only its functions: constants,
+    imported modules and classes are skipped at once (that lookup of every name was most of `list`'s
+    registering); the hooks found are the same."""
+    import inspect
+    import types
+
+    import pluggy
+
+    from rewardhub._manager import RewardhubPluginManager
+
+    mod = types.ModuleType("plug")
+    exec(PLUGIN_MODULE, mod.__dict__)
+    pm = RewardhubPluginManager()
+    looked = []
+    real = inspect.getattr_static
+    monkeypatch.setattr(inspect, "getattr_static", lambda o, n, *d: looked.append(n) or real(o, n, *d))
+    pm.register(mod, name="plug")
+    assert set(looked) == {"helper", "rewardhub_register_rewards", "rewardhub_legacy_aliases",
+                           "rewardhub_register_reward"}
+    assert pm.hooks_of("plug") == ["rewardhub_legacy_aliases", "rewardhub_register_reward",
+                                   "rewardhub_register_rewards"]
+    with pytest.raises(pluggy.PluginValidationError, match="rewardhub_register_reward"):
+        pm.check_pending()
+
+
 def test_broken_plugin_does_not_break_others(tmp_path, monkeypatch):
     write_distribution(tmp_path, "bad-plugin", "0.3.1", {"rewardhub": {"bad": "bad_mod"}},
                        {"bad_mod": "import no_such_dependency_xyz\n"})

@@ -10,11 +10,11 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .._discovery import UNREADABLE
 from .._discovery import find_module_file
-from .._discovery import static_docstring
-from .._discovery import static_meta
-from .._discovery import static_params
+from .._source_facts import UNREADABLE
+from .._source_facts import static_docstring
+from .._source_facts import static_meta
+from .._source_facts import static_params
 from ..types import ExecutionPolicy
 from ..types import RewardSpec
 
@@ -29,7 +29,9 @@ def add_registry_options(parser: argparse.ArgumentParser) -> None:
 def registry_from_args(args: argparse.Namespace) -> Any:
     from ..registry import build_registry
 
-    cfg = {"plugins": {"load": list(args.load_plugins)}}
+    # no -p: no reward section to check (the registry's stand-in for the default one; the schema is
+    # a tenth of `rewardhub list`'s start-up)
+    cfg = {"plugins": {"load": list(args.load_plugins)}} if args.load_plugins else None
     return build_registry(cfg, autoload=False if args.no_autoload else None)
 
 
@@ -69,18 +71,19 @@ def load_plan_told(config: str | None, overrides: Sequence[str]) -> Any:
     return plan
 
 
-def summary(spec: RewardSpec) -> str:
-    """The spec's summary; for a lazy entry point, read from the source without importing it."""
+def summary(spec: RewardSpec, module_file: str | None = None) -> str:
+    """The spec's summary; for a lazy entry point, read from the source without importing it
+    (``module_file``: its module's file, where the caller has found it)."""
     if spec.summary or spec.status != "ok":
         return spec.summary
     module, _, attr = spec.target.partition(":")
     if spec.is_file_target:
         module, _, attr = spec.target.rpartition(":")
         return static_docstring(module, attr)
-    return static_docstring(find_module_file(module) or "", attr.split(".")[-1])
+    return static_docstring(_found(module, module_file), attr.split(".")[-1])
 
 
-def with_declared_policy(spec: RewardSpec) -> tuple[RewardSpec, str]:
+def with_declared_policy(spec: RewardSpec, module_file: str | None = None) -> tuple[RewardSpec, str]:
     """A lazy entry point's spec with the policy its source declares (read without importing it:
     a plain ``__rewardhub__`` dict or ``@reward`` arguments), and a note: ``""``, or why the
     declaration cannot be read (``"?"`` when it is not made of literals)."""
@@ -90,7 +93,7 @@ def with_declared_policy(spec: RewardSpec) -> tuple[RewardSpec, str]:
     if spec.source != "entry-point" or spec.status != "ok" or spec.is_file_target:
         return spec, ""
     module, _, attr = spec.target.partition(":")
-    raw = static_meta(find_module_file(module) or "", attr.split(".")[-1])
+    raw = static_meta(_found(module, module_file), attr.split(".")[-1])
     if raw is None:
         return spec, ""
     if raw == UNREADABLE:
@@ -103,7 +106,7 @@ def with_declared_policy(spec: RewardSpec) -> tuple[RewardSpec, str]:
                       kind=meta["kind"] if spec.kind == "function" else spec.kind), ""
 
 
-def reads(spec: RewardSpec, loaded: bool) -> str:
+def reads(spec: RewardSpec, loaded: bool, module_file: str | None = None) -> str:
     """What a reward reads: ``trajectory`` (it takes ``messages``), ``text``, or ``?`` (a lazy entry
     point whose source does not show its parameters)."""
     if "trajectory" in spec.capabilities:
@@ -111,7 +114,7 @@ def reads(spec: RewardSpec, loaded: bool) -> str:
     if loaded or spec.source != "entry-point" or spec.status != "ok":
         return "text"
     module, _, attr = spec.target.rpartition(":") if spec.is_file_target else spec.target.partition(":")
-    source = module if spec.is_file_target else find_module_file(module) or ""
+    source = module if spec.is_file_target else _found(module, module_file)
     names = static_params(source, attr.split(".")[-1])
     return "?" if names is None else "trajectory" if "messages" in names else "text"
 
@@ -134,9 +137,16 @@ def policy_text(spec: RewardSpec) -> str:
     return ", ".join(parts) or "-"
 
 
+def _found(module: str, module_file: str | None) -> str:
+    return module_file if module_file is not None else find_module_file(module) or ""
+
+
 def spec_row(spec: RewardSpec, *, loaded: bool = False) -> dict[str, Any]:
     """``spec`` as a row of ``list`` / ``show``; a spec not ``loaded`` gets the policy its source declares."""
-    spec, note = (spec, "") if loaded else with_declared_policy(spec)
+    lazy = spec.source == "entry-point" and spec.status == "ok" and not spec.is_file_target
+    # a lazy entry point's module is found once for the three readings of its source
+    module_file = (find_module_file(spec.target.partition(":")[0]) or "") if lazy and not loaded else None
+    spec, note = (spec, "") if loaded else with_declared_policy(spec, module_file)
     return {
         "data_sources": list(spec.data_sources),
         "policy": {k: getattr(spec.policy, k) for k in spec.policy.__slots__},
@@ -147,11 +157,11 @@ def spec_row(spec: RewardSpec, *, loaded: bool = False) -> dict[str, Any]:
         "kind": spec.kind,
         "name": spec.name,
         "plugin": spec.plugin,
-        "reads": reads(spec, loaded),
+        "reads": reads(spec, loaded, module_file),
         "sha256": spec.sha256,
         "source": spec.source,
         "status": spec.status,
-        "summary": summary(spec),
+        "summary": summary(spec, module_file),
         "target": spec.target,
         "version": spec.version,
     }

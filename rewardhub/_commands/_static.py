@@ -86,8 +86,8 @@ def read_reward(file: str, function: str, target: str) -> tuple[Any, list[str]]:
     node = defs[-1]  # the last definition wins, as on import
     fn, notes = _stand_in(node, target)
     if fn is not None and getattr(fn, "__rewardhub__", None) is None:
-        from .._discovery import UNREADABLE
-        from .._discovery import static_meta
+        from .._source_facts import UNREADABLE
+        from .._source_facts import static_meta
 
         plain = static_meta(file, function)  # `function.__rewardhub__ = {...}` (see decorator.plain_meta)
         if plain == UNREADABLE:

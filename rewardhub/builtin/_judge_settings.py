@@ -12,12 +12,10 @@ a ``serve`` (a model rewardhub serves: :mod:`.served`) that is not valid or stan
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import math
 import re
-import string
 from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
@@ -63,6 +61,8 @@ def check_settings(who: str, fn: Callable[..., Any], settings: Mapping[str, Any]
     known = _settings_of(getattr(fn, "__wrapped__", fn))
     for key in settings:
         if key not in known and key not in SAMPLE_KEYS:
+            import difflib  # only for a setting that is not known: `rewardhub list` imports no difflib
+
             close = difflib.get_close_matches(str(key), sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UsageError(f"{who} has no setting {key!r}{hint}\nits settings: {', '.join(sorted(known))}")
@@ -118,6 +118,8 @@ def _check_template(who: str, template: Any) -> None:
     fields = TEMPLATE_FIELDS.get(who, TEMPLATE_FIELDS["llm_judge"])
     if not isinstance(template, str):
         raise UsageError(f"{who} template={template!r} is not text")
+    import string  # when a judge term is checked: `rewardhub list` imports no string
+
     try:
         named = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:

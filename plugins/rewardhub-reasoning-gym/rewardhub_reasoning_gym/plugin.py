@@ -22,27 +22,39 @@ def _cache_dir() -> Path:
     return Path(base) / "rewardhub"
 
 
-def _version(dist: str) -> str:
-    """The installed version of ``dist``: from the name of its ``.dist-info`` folder, the first on
-    ``sys.path`` (as the import system would find it), else ``importlib.metadata`` (not imported
-    otherwise: it pulls in the email package, a tenth of ``rewardhub list``'s start-up)."""
-    prefix = dist.replace("-", "_").lower() + "-"
+def _versions(*dists: str) -> dict[str, str]:
+    """The installed version of each of ``dists``: from the name of its ``.dist-info`` folder, the
+    first on ``sys.path`` (as the import system would find it), else ``importlib.metadata`` (not
+    imported otherwise: it pulls in the email package, a tenth of ``rewardhub list``'s start-up).
+    One listing of each ``sys.path`` folder serves every dist."""
+    prefixes = {dist: dist.replace("-", "_").lower() + "-" for dist in dists}
+    found: dict[str, str] = {}
     for entry in sys.path:
+        if len(found) == len(prefixes):
+            break
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
-        for name in names:
-            if name.endswith(".dist-info") and name.lower().startswith(prefix):
-                return name[len(prefix):-len(".dist-info")]
-    import importlib.metadata
+        for dist, prefix in prefixes.items():
+            if dist in found:
+                continue
+            for name in names:
+                if name.endswith(".dist-info") and name.lower().startswith(prefix):
+                    found[dist] = name[len(prefix):-len(".dist-info")]
+                    break
+    missing = [d for d in dists if d not in found]
+    if missing:
+        import importlib.metadata
 
-    return importlib.metadata.version(dist)
+        found.update((d, importlib.metadata.version(d)) for d in missing)
+    return found
 
 
-def dataset_names() -> list[str]:
-    """The dataset names of the installed reasoning-gym (shipped list, else a cached one)."""
-    version = _version("reasoning-gym")
+def dataset_names(version: str | None = None) -> list[str]:
+    """The dataset names of the installed reasoning-gym (shipped list, else a cached one); ``version``:
+    the installed reasoning-gym's, when the caller has read it already."""
+    version = version or _versions("reasoning-gym")["reasoning-gym"]
     for path in (_HERE / f"datasets-{version}.txt", _cache_dir() / f"reasoning-gym-{version}.txt"):
         if path.is_file():
             return [n for n in path.read_text().split() if n]
@@ -62,7 +74,8 @@ def dataset_names() -> list[str]:
 
 @hookimpl
 def rewardhub_register_rewards() -> list[RewardSpec]:
-    version = _version("rewardhub-reasoning-gym")
+    versions = _versions("rewardhub-reasoning-gym", "reasoning-gym")
+    version = versions["rewardhub-reasoning-gym"]
     common = dict(source="plugin", dist="rewardhub-reasoning-gym", version=version,
                   plugin="reasoning_gym", policy=_POLICY)
     specs = [
@@ -73,7 +86,7 @@ def rewardhub_register_rewards() -> list[RewardSpec]:
             **common,  # type: ignore[arg-type]
         )
     ]
-    for name in dataset_names():
+    for name in dataset_names(versions["reasoning-gym"]):
         specs.append(
             RewardSpec(
                 name=f"reasoning_gym.{name}",

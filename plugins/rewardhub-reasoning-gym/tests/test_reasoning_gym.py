@@ -22,6 +22,25 @@ def test_one_reward_per_dataset_through_the_hook():
     assert plugin["hooks"] == ["rewardhub_register_rewards"]
 
 
+def test_versions_read_in_one_pass_are_the_installed_ones(monkeypatch):
+    """The plugin reads both versions from one listing of each sys.path folder (no importlib.metadata):
+    what importlib.metadata says, the first folder on sys.path winning."""
+    import importlib.metadata
+    import sys
+
+    from rewardhub_reasoning_gym import plugin
+
+    dists = ("rewardhub-reasoning-gym", "reasoning-gym")
+    assert plugin._versions(*dists) == {d: importlib.metadata.version(d) for d in dists}
+    reg = build_registry()
+    assert reg.get_reward("reasoning_gym").version == importlib.metadata.version("rewardhub-reasoning-gym")
+    listed = []
+    real = plugin.os.listdir
+    monkeypatch.setattr(plugin.os, "listdir", lambda p: listed.append(p) or real(p))
+    plugin.rewardhub_register_rewards()
+    assert len(listed) <= len(sys.path)  # each sys.path folder listed once at most
+
+
 def _samples(dataset, n, wrong=False):
     out = []
     for entry in reasoning_gym.create_dataset(dataset, size=n, seed=3):

@@ -9,12 +9,14 @@ that cannot be read is listed as broken, with its package and the error; the oth
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rewardhub import RewardSpec
 from rewardhub import hookimpl
 from rewardhub.types import ExecutionPolicy
 
-from ._scan import Environment
-from ._scan import scan
+if TYPE_CHECKING:
+    from ._scan import Environment
 
 __all__ = ["environments", "rewardhub_register_rewards"]
 
@@ -23,6 +25,12 @@ _POLICY = ExecutionPolicy(timeout_s=60.0)
 
 def environments() -> list[Environment]:
     """The installed verifiers environments, each with its rewards or the error that hides them."""
+    import importlib.util
+
+    if importlib.util.find_spec("verifiers") is None:  # none can be scored: the scanner is not imported
+        return []
+    from ._scan import scan
+
     return scan()
 
 

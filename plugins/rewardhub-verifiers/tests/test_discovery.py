@@ -133,3 +133,21 @@ def test_list_and_show_agree_on_what_a_reward_reads(site: Path) -> None:
         shown = rewardhub(site, "show", name, "--json")
         assert shown.returncode == 0, shown.stderr
         assert rows[name]["reads"] == json.loads(shown.stdout)["reads"] == "trajectory"
+
+
+@pytest.mark.timeout(300)
+def test_without_verifiers_list_imports_no_scanner(site: Path) -> None:
+    """Where verifiers is not importable no environment can be scored: `rewardhub list` lists none and
+    does not import the scanner (csv, its patterns: a share of every start-up), an environment installed
+    or not."""
+    install(site, "vf-there", {"vf_there/__init__.py": REWARD.format(w=1.0, name="r")})
+    probe = ("import io, sys, contextlib\nsys.modules['verifiers'] = None\nfrom rewardhub.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+             "    assert main(['list', '--json']) == 0\n"
+             "print('verifiers.' in out.getvalue(), 'rewardhub_verifiers._scan' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "REWARDHUB_NO_CACHE": "1"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+    assert "verifiers.vf_there.r" in listed(site)  # importable again: the same environment is listed
