@@ -60,8 +60,9 @@ test: $(STAMP)
 	$(PY) -m mypy trainer/rewardhub_trainer $(dir $(wildcard plugins/*/rewardhub_*/__init__.py))
 	# --durations: every run says where its time goes. -n 2: modules run on two workers (pytest-xdist; the
 	# root conftest.py keeps a module whole on one worker and starts the longest first); a worker often
-	# waits on a Ray cluster or a subprocess, so two use a 2-core host better than one
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=25 --ignore=tests/vllm_engine --ignore=plugins/rewardhub-code
+	# waits on a Ray cluster or a subprocess, so two use a 2-core host better than one; a worker that dies
+	# ends the run (--max-worker-restart=0) rather than leave its module to a new one
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --max-worker-restart=0 --durations=25 --ignore=tests/vllm_engine --ignore=plugins/rewardhub-code
 	# then, side by side: the code sandbox's tests (each checks that no sandbox process, cgroup or folder on
 	# the machine outlives it, which the main stage's sandbox runs would break) and the vLLM engine's (own
 	# process: vLLM's start-up sets process-wide state); the sandbox's report follows the vLLM one

@@ -51,7 +51,13 @@ def own_ray():
         ray.shutdown()
     _shared["up"] = False
     assert not ray.is_initialized(), "another test left Ray running"
-    return ray
+    yield ray
+    # Ray Serve leaves threads in this process (its router loop, a long-poll client) that call Ray after
+    # ray.shutdown(); Ray's auto-connect would then join the cluster this machine started last (another
+    # worker's: this process dies with it). The tests start Ray explicitly: auto-connect is off from here.
+    from ray._private import auto_init_hook
+
+    auto_init_hook.enable_auto_connect = False
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
