@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -52,12 +54,18 @@ def own_ray():
     _shared["up"] = False
     assert not ray.is_initialized(), "another test left Ray running"
     yield ray
-    # Ray Serve leaves threads in this process (its router loop, a long-poll client) that call Ray after
-    # ray.shutdown(); Ray's auto-connect would then join the cluster this machine started last (another
-    # worker's: this process dies with it). The tests start Ray explicitly: auto-connect is off from here.
-    from ray._private import auto_init_hook
 
-    auto_init_hook.enable_auto_connect = False
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ray's auto-connect off in every test process: a Ray call with no Ray up here (Ray Serve's router
+    and long-poll threads make such calls after ``ray.shutdown()``) would otherwise ``ray.init()`` with
+    no address, which joins the cluster this machine started last: another worker's, or anyone's, and
+    this process dies with it. The tests and the package start Ray explicitly. (The variable reaches the
+    processes the tests start; Ray reads it when first imported.)"""
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
+    hook = sys.modules.get("ray._private.auto_init_hook")
+    if hook is not None:
+        hook.enable_auto_connect = False
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
