@@ -18,8 +18,7 @@ import threading
 from typing import Any
 
 from ._discovery import cache_file
-from ._discovery import cache_keep
-from ._discovery import prune_cache
+from ._discovery import write_cache
 
 __all__ = ["UNREADABLE", "static_docstring", "static_meta", "static_params"]
 
@@ -209,13 +208,4 @@ def flush() -> None:
         if _memo is None or not _dirty:
             return
         _dirty = False
-        path, files = _memo
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(files, f)
-            os.replace(tmp, path)
-        except OSError:  # a read-only home: the answers are parsed again next time
-            return
-    prune_cache(os.path.dirname(path), cache_keep(), "source-facts")
+        write_cache(*_memo, "source-facts")

@@ -172,17 +172,16 @@ def test_one_cache_file_per_environment_pruned_like_the_entry_point_caches(tmp_p
 
 def test_a_cold_cache_is_written_and_pruned_once_per_process_not_once_per_answer(tmp_path, cache,
                                                                                 monkeypatch):
-    writes, prunes = [], []
-    real_replace, real_prune = os.replace, _source_facts.prune_cache
-    monkeypatch.setattr(_source_facts.os, "replace", lambda *a: writes.append(a) or real_replace(*a))
-    monkeypatch.setattr(_source_facts, "prune_cache", lambda *a: prunes.append(a) or real_prune(*a))
+    writes = []
+    real = _source_facts.write_cache
+    monkeypatch.setattr(_source_facts, "write_cache", lambda *a: writes.append(a) or real(*a))
     for i in range(3):
         src = tmp_path / f"rewards_{i}.py"
         src.write_text(SOURCE)
         _answers(str(src))  # five answers kept per file
     _source_facts.flush()
     _source_facts.flush()  # nothing new: not written again
-    assert len(writes) == 1 and len(prunes) == 1
+    assert len(writes) == 1
     assert len(json.loads((cache / os.path.basename(_source_facts._cache_path())).read_text())) == 3
 
 
