@@ -56,9 +56,13 @@ __all__ = [
 ]
 
 def _freeze(section: Any, *names: str) -> None:
-    """A frozen section's containers frozen too, however it was made (:func:`.frozen.freeze`)."""
+    """A frozen section's containers frozen too, however it was made (:func:`.frozen.freeze`), and its
+    ``autoscale`` a section."""
     for name in names:
         object.__setattr__(section, name, freeze(getattr(section, name)))
+    scale = getattr(section, "autoscale", None)
+    if isinstance(scale, Mapping):  # built from checked plain data
+        object.__setattr__(section, "autoscale", AutoscaleConfig(**scale))
 
 
 # check_section reads these annotations at run time (typing.get_type_hints: `X | None` and `tuple[X, ...]`
@@ -145,9 +149,6 @@ class WorkersConfig:
 
     def __post_init__(self) -> None:
         _freeze(self, "resources")
-        scale: Any = self.autoscale
-        if isinstance(scale, Mapping):  # built from checked plain data
-            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
@@ -172,9 +173,6 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         _freeze(self, "rollout")
-        scale: Any = self.autoscale
-        if isinstance(scale, Mapping):  # built from checked plain data
-            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
