@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from .errors import UsageError
 
-__all__ = ["decode_line", "is_regular", "kind_of", "open_rows", "unreadable"]
+__all__ = ["DuplicateKey", "decode_line", "is_regular", "kind_of", "open_rows", "unique_keys", "unreadable"]
 
 #: first bytes of the formats told apart (compressed ones are looked into)
 _MAGIC = (
@@ -164,7 +164,7 @@ def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[s
                 continue
             try:
                 row = _DECODER.decode(line)
-            except _DuplicateKey as exc:
+            except DuplicateKey as exc:
                 raise UsageError(
                     f"{path}, row {n}: the key {exc.args[0]!r} appears twice in one object; a row can hold "
                     "only one of its values\nrename one of them"
@@ -182,21 +182,21 @@ def _jsonl_rows(path: str, f: BinaryIO, what: str) -> Iterator[tuple[int, dict[s
         raise unreadable(path, what, exc) from None
 
 
-class _DuplicateKey(ValueError):
-    pass
+class DuplicateKey(ValueError):
+    """An object with a key given twice (JSON allows it; a row cannot hold both values): ``args[0]``."""
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object as a dict, refusing a key given twice (``json`` would keep the last one silently)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
     return obj
 
 
 #: one decoder for every line (``json.loads`` with a hook would build a decoder per call)
-_DECODER = json.JSONDecoder(object_pairs_hook=_object)
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys)
 
 
 def decode_line(line: str) -> Any:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import importlib.metadata
 
 __all__ = ["GRADER_GROUP", "PLUGIN_GROUP", "REWARD_GROUP", "EntryPointInfo", "cache_file", "cache_keep",
-           "prune_cache", "scan_entry_points", "find_module_file"]
+           "scan_entry_points", "find_module_file", "write_cache"]
 
 #: entry-point group of pluggy plugin modules
 PLUGIN_GROUP = "rewardhub"
@@ -100,13 +100,22 @@ def cache_keep() -> int:
         return CACHE_KEEP
 
 
-def prune_cache(folder: str, keep: int, kind: str = "entry-points") -> None:
-    """Delete all but the ``keep`` most recently used cache files of ``kind`` (see :func:`cache_file`) of
-    ``folder``."""
+def write_cache(path: str, data: Any, kind: str) -> None:
+    """Write the cache file ``path`` of ``kind`` (see :func:`cache_file`) whole (a reader sees the old
+    file or the new one), then delete all but the :func:`cache_keep` most recently used of its kind."""
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: found again next time
+        pass
     try:
         names = [n for n in os.listdir(folder) if n.startswith(f"{kind}-") and n.endswith(".json")]
         files = sorted((os.path.join(folder, n) for n in names), key=os.path.getmtime, reverse=True)
-        for old in files[keep:]:
+        for old in files[cache_keep():]:
             os.remove(old)
     except OSError:  # another process pruned first, or the folder is not ours to clean
         pass
@@ -214,21 +223,8 @@ def scan_entry_points(groups: tuple[str, ...] = (PLUGIN_GROUP, REWARD_GROUP, GRA
                 return [EntryPointInfo(g, n, v, d, ver, None) for g, n, v, d, ver in eps if g in groups]
     found = _scan(ALL_GROUPS if path else groups)
     if path:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(
-                    {
-                        "state": _with_dists(state),
-                        "eps": [[e.group, e.name, e.value, e.dist, e.version] for e in found],
-                    },
-                    f,
-                )
-            os.replace(tmp, path)
-        except OSError:
-            pass
-        prune_cache(os.path.dirname(path), cache_keep())
+        eps = [[e.group, e.name, e.value, e.dist, e.version] for e in found]
+        write_cache(path, {"state": _with_dists(state), "eps": eps}, "entry-points")
     return [e for e in found if e.group in groups]
 
 

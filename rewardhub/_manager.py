@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -97,27 +99,19 @@ class RewardhubPluginManager(pluggy.PluginManager):
             self.register(plugin, name=getattr(plugin, "__name__", None) or f"plugin-{i}")
         self.check_pending()
 
-    def load_entry_point(self, ep: EntryPointInfo) -> None:
-        """Import one ``rewardhub`` entry point; a failure is recorded, not raised."""
-        if self.has_plugin(ep.name) or ep.name in self.broken:
+    def _load(self, name: str, load: Callable[[], Any], dist: str | None = None,
+              version: str | None = None) -> None:
+        """Register plugin ``name``, the object ``load()`` imports (an entry point's, or a module forced by
+        ``REWARDHUB_PLUGINS`` / ``reward.plugins.load``); a failure is recorded, not raised."""
+        if self.has_plugin(name) or name in self.broken:
             return
         try:
-            plugin = ep.load()
-            self.register(plugin, name=ep.name)
+            self.register(load(), name=name)
         # a broken plugin (even one calling sys.exit) must not break the others
         except (Exception, SystemExit) as exc:
-            self.mark_broken(ep.name, f"{type(exc).__name__}: {exc}", ep.dist, ep.version)
+            self.mark_broken(name, f"{type(exc).__name__}: {exc}", dist, version)
             return
-        self.plugin_dists[ep.name] = (ep.dist, ep.version)
-
-    def load_module(self, modname: str) -> None:
-        """Force-load a plugin module by import name (``REWARDHUB_PLUGINS``, ``reward.plugins.load``)."""
-        if self.has_plugin(modname) or modname in self.broken:
-            return
-        try:
-            self.register(importlib.import_module(modname), name=modname)
-        except (Exception, SystemExit) as exc:
-            self.mark_broken(modname, f"{type(exc).__name__}: {exc}")
+        self.plugin_dists[name] = (dist, version)
 
     def load_plugins(
         self,
@@ -137,14 +131,15 @@ class RewardhubPluginManager(pluggy.PluginManager):
         if autoload:
             for ep in plugin_eps:
                 if ep.name not in blocked and (ep.dist or "") not in blocked:
-                    self.load_entry_point(ep)
+                    self._load(ep.name, ep.load, ep.dist, ep.version)
         for name in load:
             if name in blocked:
                 continue
-            if name in by_name:
-                self.load_entry_point(by_name[name])
+            found = by_name.get(name)
+            if found is not None:
+                self._load(name, found.load, found.dist, found.version)
             else:
-                self.load_module(name)
+                self._load(name, functools.partial(importlib.import_module, name))
         self._check_pending()
 
     def _check_pending(self) -> None:
@@ -204,28 +199,12 @@ class RewardhubPluginManager(pluggy.PluginManager):
     # ---- facts ------------------------------------------------------------------------------
     def facts(self) -> list[dict[str, Any]]:
         """One dict per plugin, loaded or broken, sorted by name (what ``rewardhub list`` shows)."""
-        facts = [
-            {
-                "name": pname,
-                "dist": self.dist_of(pname)[0],
-                "version": self.dist_of(pname)[1],
-                "hooks": self.hooks_of(pname),
-                "builtin": pname.startswith("rewardhub.builtin."),
-                "status": "ok",
-                "error": None,
-            }
-            for pname, _ in self.list_name_plugin()
-            if pname is not None
-        ] + [
-            {
-                "name": n,
-                "dist": d,
-                "version": v,
-                "hooks": [],
-                "builtin": False,
-                "status": "broken",
-                "error": e,
-            }
-            for n, (d, v, e) in self.broken.items()
-        ]
+        facts = [self._fact(n, *self.dist_of(n), None) for n, _ in self.list_name_plugin() if n is not None]
+        facts += [self._fact(n, d, v, e) for n, (d, v, e) in self.broken.items()]
         return sorted(facts, key=lambda p: p["name"])
+
+    def _fact(self, name: str, dist: str | None, version: str | None, error: str | None) -> dict[str, Any]:
+        ok = error is None
+        return {"name": name, "dist": dist, "version": version, "hooks": self.hooks_of(name) if ok else [],
+                "builtin": ok and name.startswith("rewardhub.builtin."), "status": "ok" if ok else "broken",
+                "error": error}

@@ -10,6 +10,7 @@ and size (what Python checks a ``.pyc`` by): a file that changed is parsed again
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import json
 import os
@@ -17,8 +18,7 @@ import threading
 from typing import Any
 
 from ._discovery import cache_file
-from ._discovery import cache_keep
-from ._discovery import prune_cache
+from ._discovery import write_cache
 
 __all__ = ["UNREADABLE", "static_docstring", "static_meta", "static_params"]
 
@@ -109,9 +109,10 @@ def static_meta(module_file: str, attr: str) -> Any:
 
 # ---- the cache ------------------------------------------------------------------------------------
 
-#: (cache file, its entries) as this process read and wrote them; read once per file
+#: (cache file, its entries) as this process read and added to them; read once, written once (at exit)
 _memo: tuple[str, dict[str, Any]] | None = None
-_WRITING = threading.Lock()
+_dirty = False  # entries were added since the file was read or written
+_WRITING = threading.RLock()
 
 
 def _cache_path() -> str | None:
@@ -142,8 +143,8 @@ def _facts(module_file: str, attr: str) -> tuple[str, frozenset[str] | None, Any
     params = _params(tree, attr)
     doc, meta = _docstring(tree, attr), _meta(tree, attr)
     if path and _round_trips(repr(meta)):  # not one whose repr is no literal (a nan): parsed each time
-        _remember(path, files, module_file, stamp, attr, [doc, None if params is None else sorted(params),
-                                                          repr(meta)])
+        answers = [doc, None if params is None else sorted(params), repr(meta)]
+        _remember(files, module_file, stamp, attr, answers)
     return doc, None if params is None else frozenset(params), meta
 
 
@@ -161,6 +162,7 @@ def _read(path: str) -> dict[str, Any]:
     if memo is None or memo[0] != path:
         with _WRITING:  # read once, by one thread: every thread then adds to the same entries
             if _memo is None or _memo[0] != path:
+                flush()  # what was learned for another environment (its sys.path changed)
                 try:
                     with open(path, encoding="utf-8") as f:
                         raw = json.load(f)
@@ -185,20 +187,25 @@ def _valid_entry(entry: Any) -> bool:
     )
 
 
-def _remember(path: str, files: dict[str, Any], module_file: str, stamp: list[int], attr: str,
+def _remember(files: dict[str, Any], module_file: str, stamp: list[int], attr: str,
               answers: list[Any]) -> None:
-    with _WRITING:  # one writer at a time; an entry is replaced, never changed, as others may read it
+    global _dirty
+    with _WRITING:  # an entry is replaced, never changed, as other threads may read it
         old = files.pop(module_file, None)
         keep = old["attrs"] if old is not None and _valid_entry(old) and old["stamp"] == stamp else {}
         files[module_file] = {"stamp": stamp, "attrs": {**keep, attr: answers}}  # the most recent last
         while len(files) > KEEP_FILES:
             files.pop(next(iter(files)))
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(files, f)
-            os.replace(tmp, path)
-        except OSError:  # a read-only home: the answers are parsed again next time
+        _dirty = True
+
+
+@atexit.register
+def flush() -> None:
+    """Write the answers this process added to its cache file: once, at exit (a cold cache is not
+    rewritten per answer)."""
+    global _dirty
+    with _WRITING:
+        if _memo is None or not _dirty:
             return
-    prune_cache(os.path.dirname(path), cache_keep(), "source-facts")
+        _dirty = False
+        write_cache(*_memo, "source-facts")

@@ -105,23 +105,7 @@ def reward_facts(spec: Any, identity: str | None = None) -> dict[str, Any]:
     source, distribution and version, target, sha256 of a file reward, and ``identity`` (its
     fingerprint item, the value compared between processes). A built-in's distribution is rewardhub.
     """
-    if spec is None:
-        return {
-            "source": None,
-            "dist": None,
-            "version": None,
-            "target": None,
-            "sha256": None,
-            "identity": identity,
-        }
-    dist, version = spec.dist, spec.version
-    if spec.source == "builtin" and not dist:
-        dist, version = "rewardhub", core_version()
-    out = {
-        "source": spec.source,
-        "dist": dist,
-        "version": version,
-        "target": spec.target,
-        "sha256": spec.sha256,
-    }
-    return {**out, "identity": identity} if identity is not None else out
+    out = {k: getattr(spec, k, None) for k in ("source", "dist", "version", "target", "sha256")}
+    if spec is not None and spec.source == "builtin" and not spec.dist:
+        out.update(dist="rewardhub", version=core_version())
+    return {**out, "identity": identity} if identity is not None or spec is None else out

@@ -18,6 +18,7 @@ naming the file, the row and the column.
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -112,19 +113,15 @@ def iter_rows(
     from ._datafiles import open_rows
 
     for path in expand_paths(paths, key):
-        empty = True
-        if os.path.isdir(path):
-            n = 0
-            for file in _hf_files(path):
-                for _, data in open_rows(file, batch_rows):
-                    n += 1
-                    empty = False
-                    yield Row(path, n, data)
+        if os.path.isdir(path):  # a save_to_disk folder: its shards' rows numbered as one file's
+            shards = itertools.chain.from_iterable(open_rows(f, batch_rows) for f in _hf_files(path))
+            rows: Iterator[tuple[int, dict[str, Any]]] = enumerate((data for _, data in shards), 1)
         else:
-            for n, data in open_rows(path, batch_rows):
-                empty = False
-                yield Row(path, n, data)
-        if empty:
+            rows = open_rows(path, batch_rows)
+        n = 0
+        for n, data in rows:
+            yield Row(path, n, data)
+        if n == 0:
             raise UsageError(
                 f"{path}: the file has no rows\ngive a file with at least one row, or leave it out"
             )

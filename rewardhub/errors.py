@@ -30,8 +30,6 @@ class RewardhubError(Exception):
     ``kind`` says what went wrong for a program that must tell errors apart (``rewardhub serve``
     answers a :data:`TOO_LARGE` request 413), never by reading the message.
     """
-
-    __module__ = "rewardhub"
     kind: str = "error"
 
     def __init__(self, *args: Any, kind: str | None = None) -> None:
@@ -43,8 +41,6 @@ class RewardhubError(Exception):
 class UsageError(RewardhubError):
     """Bad configuration or command-line input; the CLI prints it and exits with 2."""
 
-    __module__ = "rewardhub"
-
 
 class PluginLoadError(RewardhubError):
     """A plugin or reward entry point could not be imported.
@@ -52,8 +48,6 @@ class PluginLoadError(RewardhubError):
     :param plugin_name: the entry point or plugin name.
     :param dist: ``"name version"`` of the distribution that declared it, if known.
     """
-
-    __module__ = "rewardhub"
 
     def __init__(self, message: str, *, plugin_name: str, dist: str | None = None) -> None:
         super().__init__(message)
@@ -64,13 +58,9 @@ class PluginLoadError(RewardhubError):
 class BrokenRewardError(PluginLoadError):
     """A reward that was listed but cannot be loaded was used."""
 
-    __module__ = "rewardhub"
-
 
 class DuplicateRewardError(RewardhubError, ValueError):
     """Two sources register a reward under the same name."""
-
-    __module__ = "rewardhub"
 
     def __init__(self, name: str, first: str, second: str) -> None:
         super().__init__(
@@ -84,8 +74,6 @@ class DuplicateRewardError(RewardhubError, ValueError):
 
 class ConflictingRewardError(RewardhubError, LookupError):
     """A config uses a reward name that two installed sources register; the config must choose."""
-
-    __module__ = "rewardhub"
 
     def __init__(self, name: str, candidates: Sequence[tuple[str, str]]) -> None:
         """:param candidates: (what to write in ``prefer``/``block``, human origin) per source."""
@@ -103,8 +91,6 @@ class ConflictingRewardError(RewardhubError, LookupError):
 
 class UnknownRewardError(RewardhubError, LookupError):
     """A reward name that no source registers."""
-
-    __module__ = "rewardhub"
 
     def __init__(self, name: str, available: Iterable[str], where: str | None = None) -> None:
         import difflib
@@ -131,8 +117,6 @@ class UnknownRewardError(RewardhubError, LookupError):
 class RewardExecutionError(RewardhubError):
     """A reward failed on a sample and its policy is ``on_failure: raise``."""
 
-    __module__ = "rewardhub"
-
     def __init__(self, message: str, *, reward: str, index: int | None = None,
                  where: str | None = None) -> None:
         super().__init__(message)
@@ -156,8 +140,6 @@ class Interrupted(KeyboardInterrupt):
     :param signal_name: ``"SIGINT"``, ``"SIGTERM"`` or ``"SIGHUP"``.
     """
 
-    __module__ = "rewardhub"
-
     def __init__(self, signal_name: str = "SIGINT") -> None:
         super().__init__(signal_name)
         self.signal_name = signal_name
@@ -176,10 +158,10 @@ class Interrupted(KeyboardInterrupt):
 class RewardhubWarning(UserWarning):
     """Base class of rewardhub's warnings."""
 
-    __module__ = "rewardhub"
-
 
 class RewardhubDeprecationWarning(RewardhubWarning, DeprecationWarning):
     """A legacy key or API that still works but has a new spelling."""
 
-    __module__ = "rewardhub"
+
+for _name in __all__:  # shown and pickled as rewardhub.X, where users import them from
+    globals()[_name].__module__ = "rewardhub"

@@ -173,19 +173,12 @@ class RewardRegistry:
         File and module terms are registered (source ``config``) under the term's alias, else the
         function name.
         """
-        from .config.schema import TermConfig
+        from .config.schema import check_term_source
         from .config.schema import checked_term
 
-        if not isinstance(term, TermConfig):
-            term = checked_term(term)
+        term = checked_term(term)  # a TermConfig as it is
         name, path, module, function = term.name, term.path, term.module, term.function
-        if sum(x is not None for x in (name, path, module)) == 0:
-            raise UsageError(
-                "reward term has neither 'name' nor 'path' nor 'module'\n"
-                "set name: <registered reward> or path: file.py (+ function: fn)"
-            )
-        if path is not None and module is not None:
-            raise UsageError(f"reward term sets both path={path!r} and module={module!r}; keep one")
+        check_term_source(name, path, module, function, "reward term")
         if path is None and module is None:
             spec = self.get_reward(str(name))
             self._check_usable(spec)

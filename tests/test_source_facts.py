@@ -61,6 +61,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def _new_process(monkeypatch):
+    _source_facts.flush()  # what the last one did at exit
     monkeypatch.setattr(_source_facts, "_memo", None)
     _source_facts._parsed_at.cache_clear()
 
@@ -145,6 +146,7 @@ def test_threads_asking_at_once_get_their_answers_and_leave_a_whole_file(tmp_pat
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda f: static_docstring(f, "plain"), files))
     assert got == [f"Reward {i}." for i in range(16)]
+    _source_facts.flush()
     written = json.loads((cache / os.path.basename(_source_facts._cache_path())).read_text())
     assert set(written) == set(files)
 
@@ -160,11 +162,27 @@ def test_one_cache_file_per_environment_pruned_like_the_entry_point_caches(tmp_p
     (cache / "entry-points-other.json").write_text("{}")  # another kind: not pruned with these
     monkeypatch.setenv("REWARDHUB_CACHE_KEEP", "2")
     assert static_docstring(str(src), "plain") == "Plain dict metadata."
+    _source_facts.flush()
     mine = os.path.basename(_source_facts._cache_path())
     assert sorted(p.name for p in cache.iterdir()) == sorted(
         [mine, "source-facts-old2.json", "entry-points-other.json"])
     monkeypatch.syspath_prepend(str(tmp_path))  # another environment: another file
     assert os.path.basename(_source_facts._cache_path()) != mine
+
+
+def test_a_cold_cache_is_written_and_pruned_once_per_process_not_once_per_answer(tmp_path, cache,
+                                                                                monkeypatch):
+    writes = []
+    real = _source_facts.write_cache
+    monkeypatch.setattr(_source_facts, "write_cache", lambda *a: writes.append(a) or real(*a))
+    for i in range(3):
+        src = tmp_path / f"rewards_{i}.py"
+        src.write_text(SOURCE)
+        _answers(str(src))  # five answers kept per file
+    _source_facts.flush()
+    _source_facts.flush()  # nothing new: not written again
+    assert len(writes) == 1
+    assert len(json.loads((cache / os.path.basename(_source_facts._cache_path())).read_text())) == 3
 
 
 def test_rewardhub_list_says_the_same_with_a_cold_a_warm_and_no_cache(cache, monkeypatch):
@@ -181,6 +199,7 @@ def test_rewardhub_list_says_the_same_with_a_cold_a_warm_and_no_cache(cache, mon
     uncached = listed()
     monkeypatch.delenv("REWARDHUB_NO_CACHE")
     assert listed() == uncached  # cold
+    _source_facts.flush()  # at exit
     assert (cache / os.path.basename(_source_facts._cache_path())).exists()
     assert listed() == uncached  # warm
     assert any(row["source"] == "entry-point" and row["summary"] for row in json.loads(uncached))

@@ -72,15 +72,10 @@ def load_plan_told(config: str | None, overrides: Sequence[str]) -> Any:
 
 
 def summary(spec: RewardSpec, module_file: str | None = None) -> str:
-    """The spec's summary; for a lazy entry point, read from the source without importing it
-    (``module_file``: its module's file, where the caller has found it)."""
+    """The spec's summary; for a lazy entry point, read from the source without importing it."""
     if spec.summary or spec.status != "ok":
         return spec.summary
-    module, _, attr = spec.target.partition(":")
-    if spec.is_file_target:
-        module, _, attr = spec.target.rpartition(":")
-        return static_docstring(module, attr)
-    return static_docstring(_found(module, module_file), attr.split(".")[-1])
+    return static_docstring(*_source(spec, module_file))
 
 
 def with_declared_policy(spec: RewardSpec, module_file: str | None = None) -> tuple[RewardSpec, str]:
@@ -92,8 +87,7 @@ def with_declared_policy(spec: RewardSpec, module_file: str | None = None) -> tu
 
     if spec.source != "entry-point" or spec.status != "ok" or spec.is_file_target:
         return spec, ""
-    module, _, attr = spec.target.partition(":")
-    raw = static_meta(_found(module, module_file), attr.split(".")[-1])
+    raw = static_meta(*_source(spec, module_file))
     if raw is None:
         return spec, ""
     if raw == UNREADABLE:
@@ -113,9 +107,7 @@ def reads(spec: RewardSpec, loaded: bool, module_file: str | None = None) -> str
         return "trajectory"
     if loaded or spec.source != "entry-point" or spec.status != "ok":
         return "text"
-    module, _, attr = spec.target.rpartition(":") if spec.is_file_target else spec.target.partition(":")
-    source = module if spec.is_file_target else _found(module, module_file)
-    names = static_params(source, attr.split(".")[-1])
+    names = static_params(*_source(spec, module_file))
     return "?" if names is None else "trajectory" if "messages" in names else "text"
 
 
@@ -137,8 +129,15 @@ def policy_text(spec: RewardSpec) -> str:
     return ", ".join(parts) or "-"
 
 
-def _found(module: str, module_file: str | None) -> str:
-    return module_file if module_file is not None else find_module_file(module) or ""
+def _source(spec: RewardSpec, module_file: str | None) -> tuple[str, str]:
+    """The source file and top-level name of ``spec``'s target (``module_file``: its module's file,
+    where the caller has found it)."""
+    if spec.is_file_target:
+        file, _, attr = spec.target.rpartition(":")
+    else:
+        module, _, attr = spec.target.partition(":")
+        file = module_file if module_file is not None else find_module_file(module) or ""
+    return file, attr.split(".")[-1]
 
 
 def spec_row(spec: RewardSpec, *, loaded: bool = False) -> dict[str, Any]:

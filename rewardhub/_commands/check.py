@@ -81,30 +81,11 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
 
             problems.extend(calibration_problems(term, registry))
         problems.extend(f"{where}: {p}" for p in judge_preflight(term))
-        pol = term.policy
-        terms.append(
-            {
-                "index": i,
-                "name": term.name,
-                "reward": spec.name,
-                "source": spec.source,
-                "dist": spec.dist,
-                "version": spec.version,
-                "target": spec.target,
-                "kind": spec.kind,
-                "executor": effective_executor(term),
-                "executor_why": executor_reason(term),
-                "timeout_s": pol.timeout_s,
-                "on_failure": pol.on_failure,
-                "weight": term.weight,
-                "pure": pol.pure,
-                "cache": pol.cache,
-                "max_concurrency": pol.max_concurrency,
-                "max_rpm": pol.max_rpm,
-                "memory_limit_mb": pol.memory_limit_mb,
-                "capabilities": sorted(spec.capabilities),
-            }
-        )
+        terms.append({"index": i, "name": term.name, "reward": spec.name, "weight": term.weight,
+                      "executor": effective_executor(term), "executor_why": executor_reason(term),
+                      "capabilities": sorted(spec.capabilities),
+                      **{k: getattr(spec, k) for k in ("source", "dist", "version", "target", "kind")},
+                      **{k: getattr(term.policy, k) for k in _POLICY_SHOWN}})
     if not scores_remotely(reward) and len(terms) > 1:
         from ._failures import drop_note
 
@@ -133,6 +114,9 @@ def check_config(path: str | None, overrides: list[str]) -> dict[str, Any]:
     return {"terms": terms, "problems": problems, "notes": notes + list(report.notes),
             "migration": {"moved": report.moved, "dropped": report.dropped}, "manager": reward.manager}
 
+
+#: the policy settings a term's row shows
+_POLICY_SHOWN = ("timeout_s", "on_failure", "pure", "cache", "max_concurrency", "max_rpm", "memory_limit_mb")
 
 #: ``data.source`` values that are the trainer's own datasets, not task names (rewardhub_trainer.config)
 _TRAINER_SOURCES = ("builtin", "reasoning_gym")

@@ -125,21 +125,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--host {args.host} listens beyond this machine, and ${TOKEN_ENV} is not set\n"
                          f"set {TOKEN_ENV} to a secret the clients send as 'Authorization: Bearer ...', "
                          "or listen on 127.0.0.1")
-    end_tokens = _end_tokens(args)
     opts = ServeOptions(
-        host=args.host,
-        port=args.port,
-        token=token,
-        max_rows=args.max_rows,
-        max_body=int(args.max_body_mb * 1024 * 1024),
-        max_waiting=int(args.max_waiting_mb * 1024 * 1024),
-        max_batch_rows=max(args.max_batch_rows, args.max_rows),
-        drain_timeout=args.drain_timeout,
-        read_timeout=args.read_timeout,
-        stuck_after=args.stuck_after,
-        max_connections=args.max_connections,
-        max_calls=args.max_calls,
-        end_tokens=end_tokens,
+        token=token, end_tokens=_end_tokens(args), max_batch_rows=max(args.max_batch_rows, args.max_rows),
+        max_body=int(args.max_body_mb * 1024 * 1024), max_waiting=int(args.max_waiting_mb * 1024 * 1024),
+        **{k: getattr(args, k) for k in ("host", "port", "max_rows", "drain_timeout", "read_timeout",
+                                         "stuck_after", "max_connections", "max_calls")},
     )
     plan = load_plan(args.config, args.overrides)
     runner = open_scorer(plan.reward)

@@ -39,10 +39,8 @@ def run(args: argparse.Namespace) -> int:
         signature=signature,
         doc=inspect.getdoc(target) or "",
         file=source_file,
-        policy={k: getattr(spec.policy, k) for k in spec.policy.__slots__},
         runs_on=_runs_on(spec),
         params=dict(spec.params),
-        data_sources=list(spec.data_sources),
     )
     if args.json:
         dump_json(row)
@@ -64,11 +62,7 @@ def run(args: argparse.Namespace) -> int:
 def _runs_on(spec: RewardSpec) -> str:
     """The executor the reward's own policy really runs it on, and why."""
     pol = spec.policy
-    ex = pol.executor
-    why = ""
-    if ex == "inline" and pol.timeout_s and "async" not in spec.capabilities:
-        ex, why = (
-            "process",
-            f" (inline with timeout_s {pol.timeout_s:g}: a sync call is timed out by killing its process)",
-        )
-    return ex + why
+    if pol.executor == "inline" and pol.timeout_s and "async" not in spec.capabilities:
+        return (f"process (inline with timeout_s {pol.timeout_s:g}: a sync call is timed out by killing its "
+                "process)")
+    return pol.executor

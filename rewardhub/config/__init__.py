@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from .loader import ConfigPlan
     from .loader import MigrationReport
     from .loader import load_config
-    from .loader import load_config_with_report
     from .loader import load_plan
     from .overrides import parse_overrides
     from .schema import RewardConfig
@@ -24,7 +23,6 @@ _WHERE = {
     "ConfigPlan": "loader",
     "MigrationReport": "loader",
     "load_config": "loader",
-    "load_config_with_report": "loader",
     "load_plan": "loader",
     "parse_overrides": "overrides",
     "RewardConfig": "schema",
@@ -36,7 +34,6 @@ __all__ = [
     "RewardConfig",
     "TermConfig",
     "load_config",
-    "load_config_with_report",
     "load_plan",
     "parse_overrides",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -147,13 +148,7 @@ def between(minimum: float, maximum: float, *, exclusive: bool = False, why: str
     )
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _type_hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+_type_hints = functools.cache(typing.get_type_hints)
 
 
 def _split_optional(typ: Any) -> tuple[Any, bool]:
@@ -206,10 +201,8 @@ def has_interpolation(node: Any) -> bool:
         return True
     if isinstance(node, str):
         return "${" in node
-    if isinstance(node, Mapping):
-        return any(has_interpolation(v) for v in node.values())
-    if isinstance(node, (list, tuple)):
-        return any(has_interpolation(v) for v in node)
+    if isinstance(node, (Mapping, list, tuple)):
+        return any(map(has_interpolation, node.values() if isinstance(node, Mapping) else node))
     return False
 
 

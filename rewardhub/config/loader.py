@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 __all__ = ["ConfigPlan", "MigrationReport", "Migrated", "anchor_holders", "check_sections",
-           "config_file_kind", "load_config", "load_config_with_report", "load_plan", "owned_sections",
+           "config_file_kind", "load_config", "load_plan", "owned_sections",
            "parse_text", "read_and_migrate", "read_config_file", "read_migrated", "read_text",
            "resolve_or_explain"]
 
@@ -205,10 +205,8 @@ def _resolve_paths(
 
 def _strings(node: Any) -> set[str]:
     """Every string value in a parsed config (where a term's path may have been written)."""
-    if isinstance(node, Mapping):
-        return set().union(*(_strings(v) for v in node.values())) if node else set()
-    if isinstance(node, (list, tuple)):
-        return set().union(*(_strings(v) for v in node)) if node else set()
+    if isinstance(node, (Mapping, list, tuple)):
+        return set().union(*map(_strings, node.values() if isinstance(node, Mapping) else node))
     return {node} if isinstance(node, str) else set()
 
 
@@ -337,13 +335,6 @@ def load_plan(
     typed = validate_reward(resolve_or_explain(whole.reward, "reward") if section is not None else {})
     OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
     return ConfigPlan(whole, typed, report, path)
-
-
-def load_config_with_report(path: str | None = None, overrides: Iterable[str] = (), *,
-                            base_dir: str | None = None) -> tuple[Any, Any]:
-    """Like :func:`load_config`, and also the migration report."""
-    plan = load_plan(path, overrides, base_dir=base_dir)
-    return plan.config, plan.report
 
 
 def load_config(

@@ -53,12 +53,8 @@ class MigrationReport:
 
     def unknown_error(self) -> UsageError:
         """The ``unknown key`` error for :attr:`unknown` (``train`` and ``check`` refuse to run with one)."""
-        lines = [unknown_line(u) for u in self.unknown]
-        return UsageError(
-            lines[0]
-            + "".join(f"\n{line}" for line in lines[1:])
-            + "\nfix the spelling (verl's keys: verl/trainer/config/ppo_trainer.yaml), or remove it"
-        )
+        return UsageError("\n".join([*map(unknown_line, self.unknown), "fix the spelling (verl's keys: "
+                                      "verl/trainer/config/ppo_trainer.yaml), or remove it"]))
 
 
 class KeyMoves:
@@ -104,9 +100,7 @@ def put_key(cfg: dict[str, Any], dotted: str, value: Any, key: str, owner: str =
     *parents, last = dotted.split(".")
     node = cfg
     for k, p in enumerate(parents):
-        nxt = node.get(p)
-        if nxt is None:
-            nxt = {}
+        nxt = {} if node.get(p) is None else node[p]
         if not isinstance(nxt, Mapping):
             raise UsageError(f"{key} moves to {dotted}, but {'.'.join(parents[:k + 1])}={nxt!r} is not a "
                              "mapping")

@@ -88,29 +88,24 @@ def parse_value(text: str) -> Any:
             loaded = yaml.safe_load(_FLOW_KEY_RE.sub(r"\1\2: ", hidden))
         except yaml.YAMLError:
             return text
-        return _convert_nested(_shown(loaded, interpolations) if interpolations else loaded)
+        return _convert_nested(loaded, interpolations)
     return text
 
 
-def _shown(x: Any, interpolations: list[str]) -> Any:
-    """``x`` with the interpolations that :func:`parse_value` hid put back."""
+def _convert_nested(x: Any, hidden: list[str]) -> Any:
+    """A loaded ``[list]`` / ``{dict}``: its strings read by :func:`parse_value` too, with the
+    interpolations it ``hidden`` put back."""
     if isinstance(x, list):
-        return [_shown(v, interpolations) for v in x]
+        return [_convert_nested(v, hidden) for v in x]
     if isinstance(x, dict):
-        return {_shown(k, interpolations): _shown(v, interpolations) for k, v in x.items()}
-    if isinstance(x, str):
-        return re.sub(r"rhinterp(\d+)x", lambda m: interpolations[int(m.group(1))], x)
-    return x
+        return {str(_unhide(k, hidden)): _convert_nested(v, hidden) for k, v in x.items()}
+    return parse_value(_unhide(x, hidden)) if isinstance(x, str) else x
 
 
-def _convert_nested(x: Any) -> Any:
-    if isinstance(x, list):
-        return [_convert_nested(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): _convert_nested(v) for k, v in x.items()}
-    if isinstance(x, str):
-        return parse_value(x)
-    return x
+def _unhide(x: Any, hidden: list[str]) -> Any:
+    if not hidden or not isinstance(x, str):
+        return x
+    return re.sub(r"rhinterp(\d+)x", lambda m: hidden[int(m.group(1))], x)
 
 
 def format_value(value: Any) -> str:
@@ -193,42 +188,28 @@ def apply_overrides(config: Mapping[str, Any], overrides: Iterable[Override | st
             ov = parse_override(ov)
         parts = ov.key.split(".")
         node: Any = out
-        for i, part in enumerate(parts[:-1]):
-            nxt = parts[i + 1]
-            node = _child(node, part, ov.key, want_list=nxt.isdigit())
-        last = parts[-1]
+        for part, nxt in zip(parts, parts[1:]):
+            slot = _slot(node, part, ov.key)
+            if not isinstance(node[slot] if isinstance(node, list) else node.get(slot), (dict, list)):
+                node[slot] = [] if nxt.isdigit() else {}
+            node = node[slot]
         if ov.op == "~":
-            _delete(node, last)
+            _delete(node, parts[-1])
         else:
-            _set(node, last, copy.deepcopy(ov.value), ov.key)
+            node[_slot(node, parts[-1], ov.key)] = copy.deepcopy(ov.value)
     return out
 
 
-def _child(node: Any, part: str, key: str, want_list: bool) -> Any:
-    if isinstance(node, list):
-        if not part.isdigit() or int(part) > len(node):
-            raise UsageError(f"override {key!r}: {part!r} is not an index of a list of {len(node)}")
-        idx = int(part)
-        if idx == len(node):
-            node.append([] if want_list else {})
-        if not isinstance(node[idx], (dict, list)):
-            node[idx] = [] if want_list else {}
-        return node[idx]
-    if not isinstance(node.get(part), (dict, list)):
-        node[part] = [] if want_list else {}
-    return node[part]
-
-
-def _set(node: Any, last: str, value: Any, key: str) -> None:
-    if isinstance(node, list):
-        if not last.isdigit() or int(last) > len(node):
-            raise UsageError(f"override {key!r}: {last!r} is not an index of a list of {len(node)}")
-        if int(last) == len(node):
-            node.append(value)
-        else:
-            node[int(last)] = value
-    else:
-        node[last] = value
+def _slot(node: Any, part: str, key: str) -> Any:
+    """Where ``part`` of override ``key`` is in ``node``: a key, or a list's index (one past its end
+    appends)."""
+    if not isinstance(node, list):
+        return part
+    if not part.isdigit() or int(part) > len(node):
+        raise UsageError(f"override {key!r}: {part!r} is not an index of a list of {len(node)}")
+    if int(part) == len(node):
+        node.append(None)
+    return int(part)
 
 
 def _delete(node: Any, last: str) -> None:

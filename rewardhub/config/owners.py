@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._targets import load_target
 from .migration_report import MigrationReport
 
 __all__ = ["BUILTIN_OWNERS", "ENTRY_POINT_GROUP", "SectionOwner", "check_sections", "installed_owners",
@@ -51,13 +52,6 @@ class SectionOwner:
     read_script: Callable[[str], dict[str, Any]] | None = None
 
 
-def _load(spec: str) -> Any:
-    import importlib
-
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 @functools.cache
 def installed_owners() -> tuple[SectionOwner, ...]:
     """The built-in owners, then those of the ``rewardhub.config_owners`` entry points (cached; tests
@@ -66,7 +60,7 @@ def installed_owners() -> tuple[SectionOwner, ...]:
 
     from ..errors import UsageError
 
-    owners = [_load(spec) for spec in BUILTIN_OWNERS]
+    owners = [load_target(spec) for spec in BUILTIN_OWNERS]
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         owner = ep.load()
         if not isinstance(owner, SectionOwner):

@@ -49,15 +49,20 @@ __all__ = [
     "TermConfig",
     "WorkersConfig",
     "as_dict",
+    "check_term_source",
     "check_url",
     "checked_term",
     "validate_reward",
 ]
 
 def _freeze(section: Any, *names: str) -> None:
-    """A frozen section's containers frozen too, however it was made (:func:`.frozen.freeze`)."""
+    """A frozen section's containers frozen too, however it was made (:func:`.frozen.freeze`), and its
+    ``autoscale`` a section."""
     for name in names:
         object.__setattr__(section, name, freeze(getattr(section, name)))
+    scale = getattr(section, "autoscale", None)
+    if isinstance(scale, Mapping):  # built from checked plain data
+        object.__setattr__(section, "autoscale", AutoscaleConfig(**scale))
 
 
 # check_section reads these annotations at run time (typing.get_type_hints: `X | None` and `tuple[X, ...]`
@@ -144,9 +149,6 @@ class WorkersConfig:
 
     def __post_init__(self) -> None:
         _freeze(self, "resources")
-        scale: Any = self.autoscale
-        if isinstance(scale, Mapping):  # built from checked plain data
-            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,6 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         _freeze(self, "rollout")
-        scale: Any = self.autoscale
-        if isinstance(scale, Mapping):  # built from checked plain data
-            object.__setattr__(self, "autoscale", AutoscaleConfig(**scale))
 
 
 @dataclass(frozen=True)
@@ -276,17 +275,22 @@ def _check_term(term: Any, index: int) -> dict[str, Any]:
             f"reward.{where}", term, "expected a mapping with 'name', or 'path'/'module' and 'function'"
         )
     out = check_section(term, TermConfig, f"reward.{where}", RULES, "rewards.*")
-    name, path, module = out.get("name"), out.get("path"), out.get("module")
+    check_term_source(out.get("name"), out.get("path"), out.get("module"), out.get("function"),
+                      f"reward.{where}")
+    return out
+
+
+def check_term_source(name: Any, path: Any, module: Any, function: Any, where: str) -> None:
+    """A term names a registered reward, or a file or a module (one of them) where its function is."""
     if name is None and path is None and module is None:
-        raise UsageError(f"reward.{where} has neither 'name' nor 'path' nor 'module'\n"
+        raise UsageError(f"{where} has neither 'name' nor 'path' nor 'module'\n"
                          "set name: <registered reward> (see `rewardhub list`), or path: file.py "
                          "with function: fn")
     if path is not None and module is not None:
-        raise UsageError(f"reward.{where} sets both path={path!r} and module={module!r}\nkeep one")
-    if out.get("function") is not None and path is None and module is None:
-        raise UsageError(f"reward.{where}.function={out['function']!r} names no file or module\n"
+        raise UsageError(f"{where} sets both path={path!r} and module={module!r}\nkeep one")
+    if function is not None and path is None and module is None:
+        raise UsageError(f"{where}.function={function!r} names no file or module\n"
                          "add path: file.py or module: package.module")
-    return out
 
 
 def checked_term(term: Any, index: int = 0) -> TermConfig:

@@ -84,7 +84,6 @@ class Batcher:
         self._threads = concurrent.futures.ThreadPoolExecutor(
             self.max_calls, thread_name_prefix="rewardhub-score"
         )
-        self._tasks: set[asyncio.Task[None]] = set()
         #: the Runner calls running now: their requests and when each started (``/health``)
         self.busy: dict[asyncio.Task[None], tuple[float, list[_Pending]]] = {}
         self._closing = False
@@ -128,13 +127,8 @@ class Batcher:
                 self._slots.release()
                 continue
             task = asyncio.get_running_loop().create_task(self._score_batch(batch))
-            self._tasks.add(task)
             self.busy[task] = (time.monotonic(), batch)
-            task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self.busy.pop(task, None)
+            task.add_done_callback(lambda t: self.busy.pop(t, None))
 
     def _take(self) -> list[_Pending]:
         """The next call's requests: those waiting, in order, up to ``max_batch_rows`` rows; a request
@@ -245,11 +239,11 @@ class Batcher:
         waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(hurry.wait())]
         if self._loop_task is not None:
             waits.append(self._loop_task)
-        while self._tasks or (self._loop_task is not None and not self._loop_task.done()):
+        while self.busy or (self._loop_task is not None and not self._loop_task.done()):
             left = deadline - time.monotonic()
             if left <= 0 or hurry.is_set():
                 break
-            pending = [*waits[1:], *self._tasks]
+            pending = [*waits[1:], *self.busy]
             await asyncio.wait([waits[0], *pending], timeout=left, return_when=asyncio.FIRST_COMPLETED)
         waits[0].cancel()
         stuck = self.busy_calls()

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from .._datafiles import DuplicateKey
+from .._datafiles import unique_keys
 from ..errors import RewardhubError
 from ..errors import UsageError
 
@@ -33,10 +35,6 @@ MAX_DIGITS = getattr(sys, "get_int_max_str_digits", lambda: 4300)() or 4300
 
 class _NotJson(ValueError):
     """A token that JSON does not allow (the message says which)."""
-
-
-class _DuplicateKey(ValueError):
-    """An object with a key given twice (JSON allows it; a row cannot hold both values)."""
 
 
 def _constant(token: str) -> Any:
@@ -51,18 +49,8 @@ def _float(text: str) -> float:
     return value
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _DuplicateKey(f"the key {key!r} appears twice in one object; a row can hold only one of "
-                            "its values: rename one of them")
-    return obj
-
-
 #: one decoder for every body (``json.loads`` with hooks would build one per call)
-_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant, parse_float=_float)
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_constant, parse_float=_float)
 
 
 def strict_json(raw: bytes) -> Any:
@@ -78,8 +66,9 @@ def strict_json(raw: bytes) -> Any:
         return _DECODER.decode(text)
     except _NotJson as exc:
         raise UsageError(f"the request body is not JSON: {exc}") from None
-    except _DuplicateKey as exc:
-        raise UsageError(f"the request body is refused: {exc}") from None
+    except DuplicateKey as exc:
+        raise UsageError(f"the request body is refused: the key {exc.args[0]!r} appears twice in one object; "
+                         "a row can hold only one of its values: rename one of them") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"the request body is not JSON: {exc}") from None
     except ValueError as exc:  # int()'s own limit, met inside the decoder

@@ -121,8 +121,8 @@ class ConnectionGate:
         self.limit = limit
         self.header_timeout = header_timeout
         self.on_close = on_close
-        self._conns: dict[_Conn, None] = {}
-        self._by_transport: dict[Any, _Conn] = {}
+        #: the open connections, by their transport (what the middleware knows a request by)
+        self._conns: dict[Any, _Conn] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
     def __call__(self) -> asyncio.Protocol:
@@ -134,25 +134,23 @@ class ConnectionGate:
 
     # ---- the connections' side ---------------------------------------------------------------
     def opened(self, conn: _Conn) -> None:
-        self._conns[conn] = None
-        self._by_transport[conn.transport] = conn
+        self._conns[conn.transport] = conn
         if len(self._conns) > self.limit:
-            waiting = [c for c in self._conns if c.waiting_since is not None and c is not conn]
+            waiting = [c for c in self._conns.values() if c.waiting_since is not None and c is not conn]
             victim = min(waiting, key=lambda c: c.waiting_since or 0.0) if waiting else conn
             self._close(victim, "limit")
 
     def closed(self, conn: _Conn) -> None:
-        self._conns.pop(conn, None)
-        self._by_transport.pop(conn.transport, None)
+        self._conns.pop(conn.transport, None)
 
     # ---- the handlers' side (the app's middleware) --------------------------------------------
     def request_started(self, transport: Any) -> None:
-        conn = self._by_transport.get(transport)
+        conn = self._conns.get(transport)
         if conn is not None:
             conn.waiting_since = None
 
     def request_done(self, transport: Any) -> None:
-        conn = self._by_transport.get(transport)
+        conn = self._conns.get(transport)
         if conn is not None:
             conn.waiting_since = time.monotonic()
 
@@ -168,7 +166,7 @@ class ConnectionGate:
         while True:
             await asyncio.sleep(min(1.0, self.header_timeout / 4))
             now = time.monotonic()
-            for conn in list(self._conns):
+            for conn in list(self._conns.values()):
                 since = conn.waiting_since
                 if since is None or now - since < self.header_timeout:
                     continue

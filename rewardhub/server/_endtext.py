@@ -36,15 +36,11 @@ class EndTrimmer:
         self.tokens: tuple[str, ...] = tuple(sorted({t for t in tokens if t}, key=len, reverse=True))
 
     def __call__(self, text: str) -> str:
-        tokens = self.tokens
-        changed = True
-        while changed and text:
-            changed = False
-            for tok in tokens:
-                if text.endswith(tok):
-                    text = text[: len(text) - len(tok)]
-                    changed = True
-                    break
+        while text:
+            tok = next((t for t in self.tokens if text.endswith(t)), None)
+            if tok is None:
+                break
+            text = text[: len(text) - len(tok)]
         return text
 
 

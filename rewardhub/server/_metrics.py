@@ -48,7 +48,6 @@ class ServerMetrics:
         self.terms = {name: _Term() for name in terms}
         self.requests: dict[tuple[str, int], int] = {}
         self.batches = 0
-        self.batch_rows = 0
         self.rows = 0
         self.inflight = 0
         #: Runner calls running now (at most the batcher's max_calls)
@@ -71,7 +70,6 @@ class ServerMetrics:
         from ..execution import TIMEOUT
 
         self.batches += 1
-        self.batch_rows += rows
         self.rows += rows
         for name, col in columns.items():
             t = self.terms.setdefault(name, _Term())
@@ -100,30 +98,29 @@ class ServerMetrics:
         family("rewardhub_requests_total", "counter", "HTTP requests by endpoint and status code")
         for (endpoint, code), n in sorted(self.requests.items()):
             out.append(f'rewardhub_requests_total{{endpoint="{_esc(endpoint)}",code="{code}"}} {n}')
-        family("rewardhub_inflight_requests", "gauge", "requests being scored now")
-        out.append(f"rewardhub_inflight_requests {self.inflight}")
-        family("rewardhub_inflight_batches", "gauge", "Runner calls running now (at most --max-calls)")
-        out.append(f"rewardhub_inflight_batches {self.calls}")
-        family("rewardhub_rows_total", "counter", "rows scored")
-        out.append(f"rewardhub_rows_total {self.rows}")
-        family(
-            "rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)"
-        )
-        out.append(f"rewardhub_batches_total {self.batches}")
-        family("rewardhub_batch_failures_total", "counter",
-               "requests failed by a reward's on_failure: raise (or by a Runner call that raised)")
-        out.append(f"rewardhub_batch_failures_total {self.batch_failures}")
-        family("rewardhub_open_connections", "gauge", "client connections open now")
-        out.append(f"rewardhub_open_connections {self.open_connections}")
+        for name, kind, help_, value in (
+            ("rewardhub_inflight_requests", "gauge", "requests being scored now", self.inflight),
+            ("rewardhub_inflight_batches", "gauge", "Runner calls running now (at most --max-calls)",
+             self.calls),
+            ("rewardhub_rows_total", "counter", "rows scored", self.rows),
+            ("rewardhub_batches_total", "counter", "Runner calls (each pools the requests that were waiting)",
+             self.batches),
+            ("rewardhub_batch_failures_total", "counter",
+             "requests failed by a reward's on_failure: raise (or by a Runner call that raised)",
+             self.batch_failures),
+            ("rewardhub_open_connections", "gauge", "client connections open now", self.open_connections),
+            ("rewardhub_prompt_not_prefix_total", "counter",
+             "/get_reward queries that do not start with their prompt (scored whole, prompt included)",
+             self.prompt_not_prefix),
+        ):
+            family(name, kind, help_)
+            out.append(f"{name} {value}")
         family("rewardhub_connections_closed_total", "counter",
                "connections closed before they sent a request's headers (header_timeout: within "
                "--read-timeout; limit: to make room at the connection limit; bad_request: a request "
                "head that could not be read, answered 400)")
         for reason, n in sorted(self.connections_closed.items()):
             out.append(f'rewardhub_connections_closed_total{{reason="{_esc(reason)}"}} {n}')
-        family("rewardhub_prompt_not_prefix_total", "counter",
-               "/get_reward queries that do not start with their prompt (scored whole, prompt included)")
-        out.append(f"rewardhub_prompt_not_prefix_total {self.prompt_not_prefix}")
         for metric, attr, help_ in (
             ("rewardhub_reward_samples_total", "samples", "samples given to the reward term"),
             ("rewardhub_reward_errors_total", "errors", "calls that raised or returned no valid score"),
