@@ -15,6 +15,7 @@ answer row carries the index it was sent with and is checked (:mod:`._answers`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -195,11 +196,10 @@ class RemoteScorer:
                     f"reward server {self.url} refused {_group_of(samples, part[0])} ({len(positions)} rows) "
                     "as too large (413), and a group reward needs a group in one request\nstart `rewardhub "
                     "serve` with larger limits (--max-rows, --max-body-mb)")
-            k, half = 0, len(positions) // 2
-            while k < len(part) - 1 and sum(map(len, part[:k + 1])) < half:
-                k += 1
-            cut = k + 1
-            rows = sum(map(len, part[:cut]))
+            # cut after the first unit that ends past half the rows, but never after the last unit
+            sizes = list(itertools.accumulate(map(len, part)))
+            cut = next((k + 1 for k, n in enumerate(sizes[:-1]) if n >= len(positions) // 2), len(part) - 1)
+            rows = sizes[cut - 1]
             self.splits += 1
             self._max_rows = rows if self._max_rows is None else min(self._max_rows, rows)
             print(f"WARNING: reward server {self.url} refused {len(positions)} rows as too large (413); "
