@@ -40,6 +40,7 @@ from ._http import TOKEN_LABEL
 from ._http import Answer
 from ._http import Retrying
 from ._http import ServerUnavailable
+from ._http import reason_of
 
 __all__ = ["START_RETRY_S", "TOKEN_ENV", "RemoteScorer", "ServerUnavailable", "check_url", "reached"]
 
@@ -102,12 +103,9 @@ class RemoteScorer:
     def _json(self, answer: Answer, what: str) -> Any:
         """A 2xx answer's JSON; any other status is an error naming the server and its reason."""
         if not 200 <= answer.status < 300:
-            try:
-                reason = json.loads(answer.body.decode("utf-8")).get("error")
-            except (ValueError, AttributeError):
-                reason = None
+            reason = reason_of(answer.body)
             secrets = bearer_secrets(self.http.headers)  # redacted before it is cut
-            if isinstance(reason, str):
+            if reason is not None:
                 reason = redact(reason, secrets, TOKEN_LABEL)
             else:
                 reason = redact(answer.body[:1000].decode("utf-8", "replace"), secrets, TOKEN_LABEL)[:200]
@@ -174,15 +172,8 @@ class RemoteScorer:
             kept = {i: {k: rows[i][k] for k in RESULT_KEYS if k in rows[i]} for i in answered}
             exc.answered = kept  # type: ignore[attr-defined]
             raise
-        self.last_pids = sorted(
-            {
-                w["pid"]
-                for r in self.info().get("rewards", [])
-                if isinstance(r, Mapping)
-                for w in r.get("workers", [])
-                if isinstance(w, Mapping) and isinstance(w.get("pid"), int)
-            }
-        )
+        self.last_pids = sorted({w["pid"] for r in self.provenance() for w in r.get("workers", [])
+                                 if isinstance(w, Mapping) and isinstance(w.get("pid"), int)})
         return ScoreResult.from_rows(rows, terms)
 
     def _score_part(self, part: list[list[int]], samples: Sequence[Mapping[str, Any]], encoded: list[bytes]
