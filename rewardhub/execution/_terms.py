@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ from ..types import ExecutionPolicy
 from ..types import RewardSpec
 from ._calls import Invoker
 from ._calls import make_invoker
+from ._calls import params_of
 from ._outcome import Outcome
 from ._task import WorkerPayload
 
@@ -133,9 +133,11 @@ def resolve_term(
     name = str(term_cfg.alias or spec.name)
     policy = spec.policy.merged(**{k: getattr(term_cfg, k) for k in POLICY_KEYS})
     kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
-    # max_rpm counts requests where they go: to the endpoint of a reward that sends its own (it takes a
-    # base_url: the judges; one bucket per endpoint, retries counted), else to the term (each call, each try)
-    to_endpoint = bool(policy.max_rpm) and _sends_requests(fn)
+    # max_rpm counts requests where they go: to the endpoint of a reward that sends its own and paces them
+    # itself (it takes base_url, and max_rpm by name or **kwargs: the judges; one bucket per endpoint,
+    # retries counted), else to the term (each call, each try)
+    names, takes_any = params_of(fn)
+    to_endpoint = bool(policy.max_rpm) and "base_url" in names and ("max_rpm" in names or takes_any)
     if to_endpoint:
         kwargs["max_rpm"] = min(policy.max_rpm, kwargs.get("max_rpm") or math.inf)
     paces = bool(policy.max_rpm) and not to_endpoint
@@ -160,17 +162,6 @@ def resolve_term(
     return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=term_cfg.weight,
                 kwargs=kwargs, data_sources=data_sources, tags=tuple(term_cfg.tags), adapter=term_cfg.adapter,
                 config=term_cfg)
-
-
-def _sends_requests(fn: Any) -> bool:
-    """Whether reward ``fn`` sends requests to an endpoint it is given and paces them itself: it takes
-    ``base_url`` by name, and ``max_rpm`` (by name or through ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    return "base_url" in params and ("max_rpm" in params or takes_any)
 
 
 class RemoteExecutor(Protocol):
