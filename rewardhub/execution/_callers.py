@@ -107,7 +107,7 @@ class Callers:
     def __init__(self) -> None:
         self._incoming: list[Task] = []  # under _cond: tasks the driver has not taken yet
         self._cond = threading.Condition()
-        self._driving = False
+        self.driving = False  # a caller drives the pool now
         self._driver: int | None = None  # the driving thread's ident
         self.closed = False
         self._shut = False
@@ -134,16 +134,16 @@ class Callers:
             self._wake()
             if cancel is not None:
                 cancel.on_set(lambda: self._cancel(batch))
-            while batch.left and self._driving:
+            while batch.left and self.driving:
                 self._cond.wait()
             if batch.left:  # this caller drives now
-                self._driving = True
+                self.driving = True
                 self._driver = threading.get_ident()
         return batch
 
     def _wake(self) -> None:
         """End the driver's wait in ``poll()`` (under _cond)."""
-        if self._driving:
+        if self.driving:
             try:
                 os.write(self._wake_w, b"w")
             except OSError:  # the pipe is full: a wake-up is pending anyway
@@ -167,7 +167,7 @@ class Callers:
     def hand_on(self) -> None:
         """The driver's own tasks are done (or it stopped): another caller may drive."""
         with self._cond:
-            self._driving = False
+            self.driving = False
             self._cond.notify_all()
 
     @property
@@ -239,11 +239,11 @@ class Callers:
             if self.closed:
                 return False
             self.closed = True
-            if self._driving:
+            if self.driving:
                 self.closing = True
                 self._wake()
                 if self._driver != threading.get_ident():  # (closed from a progress callback: no wait)
-                    self._cond.wait_for(lambda: not self._driving, wait_s)
+                    self._cond.wait_for(lambda: not self.driving, wait_s)
         return True
 
     def shut_down_once(self) -> bool:
@@ -251,10 +251,6 @@ class Callers:
         with self._cond:
             first, self._shut = not self._shut, True
         return first
-
-    @property
-    def driving(self) -> bool:
-        return self._driving
 
     def close_fds(self) -> None:
         os.close(self.wake_fd)

@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import Interrupted
 from ._outcome import error_text
 
-__all__ = ["Call", "Result", "in_fresh_loop", "interrupts_told_apart", "reward_exit", "run_inline",
-           "run_threads"]
+__all__ = ["Call", "Result", "in_fresh_loop", "interrupts_told_apart", "reward_exit", "run_awaitable",
+           "run_inline", "run_threads"]
 
 #: a zero-argument callable that performs one reward call (sync, or returning an awaitable)
 Call = Callable[[], Any]
@@ -82,7 +82,7 @@ def _call_once(call: Call, own_thread: bool = False) -> Result:
     try:
         raw = call()
         if inspect.isawaitable(raw):
-            raw = _run_coro(raw)
+            raw = run_awaitable(raw)
         return ("ok", raw, time.perf_counter() - start)
     except Exception as exc:  # a bad reward is data
         return ("error", error_text(exc), time.perf_counter() - start)
@@ -107,7 +107,8 @@ def run_inline(calls: Sequence[Call], retries: int) -> list[Result]:
     return out
 
 
-def _run_coro(aw: Any) -> Any:
+def run_awaitable(aw: Any) -> Any:
+    """``await aw`` to completion from sync code (:func:`in_fresh_loop`)."""
     async def _go() -> Any:
         return await aw
 
@@ -150,10 +151,6 @@ class _Slot:
         self.pos = 0
         self.began: float | None = None
         self.lock = threading.Lock()
-
-    def over(self) -> bool:
-        """Whether the pool has taken this thread's calls back (read under ``lock``, anew each time)."""
-        return self.abandoned
 
 
 #: a reward thread takes at most this many calls at once, and about _BATCH_S seconds of them
@@ -206,7 +203,7 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
             for pos, i in enumerate(batch):
                 while True:
                     with slot.lock:
-                        if slot.over():
+                        if slot.abandoned:
                             return
                         slot.pos = pos
                         attempts[i] += 1
@@ -216,7 +213,7 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
                     except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
                         res = ("error", error_text(exc), 0.0)
                     with slot.lock:
-                        if slot.over():  # timed out meanwhile: the pool has taken over its calls
+                        if slot.abandoned:  # timed out meanwhile: the pool has taken over its calls
                             return
                         slot.began = None
                         if res[0] != "ok" and attempts[i] <= retries:

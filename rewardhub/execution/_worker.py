@@ -52,43 +52,31 @@ def run_call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
     """One call of an invoker on a sample (``mode == "one"``) or a list of them, awaited if async."""
     raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
     if inspect.isawaitable(raw):
-        import asyncio  # here: ~15 ms of every pool process's start-up that most rewards never need
+        from ._local import run_awaitable  # asyncio imported only here: most rewards never need it
 
-        raw = asyncio.run(_await(raw))
+        raw = run_awaitable(raw)
     return raw
-
-
-def _die_with_parent() -> None:
-    """On Linux, have the kernel SIGKILL this worker when the parent dies (no orphan outlives a killed
-    run)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before we got here
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
-
-
-def _single_threaded_torch() -> None:
-    """A forked worker of a parent that has run torch ops must keep torch to one thread: torch's
-    OpenMP thread pool does not survive fork, and a child that uses more threads hangs for ever."""
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "set_num_threads"):
-        torch.set_num_threads(1)
 
 
 def detach() -> None:
     """A pool process's start: its own process group (so a kill takes whatever it started), killed
     with its parent, deaf to the terminal's Ctrl-C (the parent handles it), torch on one thread."""
     os.setpgrp()
-    _die_with_parent()
+    if sys.platform.startswith("linux"):  # the kernel SIGKILLs it when the parent dies: no orphan lives on
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() == 1:  # the parent died before we got here
+                os._exit(1)
+        except (OSError, AttributeError):
+            pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _single_threaded_torch()
+    # a fork of a parent that has run torch ops keeps torch to one thread: torch's OpenMP thread pool
+    # does not survive fork, and a child that uses more threads hangs for ever
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(1)
 
 
 def tell_to_stop(conn: Any) -> None:
@@ -190,10 +178,6 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 return
 
 
-async def _await(aw: Any) -> Any:
-    return await aw
-
-
 # ---------------------------------------------------------------------------- parent side
 class Worker:
     """The pool's handle on one worker process, and the calls it has been sent."""
@@ -222,17 +206,13 @@ class Worker:
         self._replies = select.poll()
         self._replies.register(conn.fileno(), select.POLLIN)
 
-    def has_reply(self) -> bool:
-        """A reply (or the pipe's end: the worker died) can be read without waiting."""
-        return bool(self._replies.poll(0))
-
     def read(self) -> tuple[str, Any]:
         """The next message, without waiting: ``("ok", answer)`` the answer to the running call;
         ``("none", None)`` nothing waiting; ``("dead", None)`` the pipe has ended; ``("stray", None)``
         an answer to a call answered before; ``("bad", what)`` anything else (a reward wrote to the
         pipe itself, or answered out of turn: the worker cannot be trusted)."""
         try:
-            if not self.has_reply():
+            if not self._replies.poll(0):  # no reply (nor the pipe's end: the worker died) to read
                 return "none", None
             data = self.conn.recv_bytes()
         except (EOFError, OSError):
@@ -246,13 +226,18 @@ class Worker:
             return "bad", f"{got} while running call {running}"
         return "ok", answer
 
-    def state(self) -> str | None:
-        """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
+    def _stat(self) -> list[bytes]:
+        """The fields of Linux's ``/proc/PID/stat`` after the command's name (none where unknown)."""
         try:
             with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                return f.read().rsplit(b")", 1)[1].split()[0].decode()
-        except (OSError, IndexError, ValueError):
-            return None
+                return f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return []
+
+    def state(self) -> str | None:
+        """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
+        fields = self._stat()
+        return fields[0].decode() if fields else None
 
     def cpu_s(self) -> float | None:
         """CPU seconds this worker has used (Linux ``/proc``); ``None`` where unknown."""
@@ -263,11 +248,10 @@ class Worker:
                 return ns / 1e9
         except (OSError, IndexError, ValueError):
             pass
+        fields = self._stat()
         try:
-            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / _HZ
-        except (OSError, IndexError, ValueError):
+        except (IndexError, ValueError):
             return None
 
     @classmethod
