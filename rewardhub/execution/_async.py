@@ -218,9 +218,7 @@ class _Loop:
                     continue
                 if began is not None and now - began >= timeout_s and (slot.expired or _running(slot)):
                     if b.tries[i] > b.retries:
-                        b.results[i] = ("timeout", f"timed out after {timeout_s:g}s; the call held its "
-                                                   "event loop (a blocking call in an async reward?)",
-                                        now - began)
+                        b.results[i] = _held_timeout(timeout_s, now - began)
                         continue
                 else:
                     b.tries[i] -= 1
@@ -245,6 +243,11 @@ def _running(slot: _Slot) -> bool:
     return task is not None and bool(getattr(task.get_coro(), "cr_running", False))
 
 
+def _held_timeout(timeout_s: float, took: float) -> Result:
+    return ("timeout", f"timed out after {timeout_s:g}s; the call held its event loop (a blocking call "
+                       "in an async reward?)", took)
+
+
 def _hold_s(timeout_s: float) -> float:
     """How long a loop's watchdog may go without running (while a call began as long ago) before the
     loop counts as held by a blocking call."""
@@ -264,13 +267,11 @@ def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: i
         loop's, and those of calls that timed out on threads).
     """
     batch = _Batch(calls, timeout_s, retries)
-    limit = max_concurrency or 64
+    run = _Loop(batch, max_concurrency or 64)  # its slots tell ._stall the calls running
     abandoned = 0
     if not timeout_s:
-        run = _Loop(batch, limit)  # its slots tell ._stall the calls running
         in_fresh_loop(run.main)
     else:
-        run = _Loop(batch, limit)
         done = _watched(run, timeout_s)
         if run.given_up:
             abandoned = 1 + _after_held(run, done)
@@ -310,8 +311,7 @@ def _after_held(run: _Loop, done: threading.Event) -> int:
                     continue
                 del run.kept[i]
                 if late and b.tries[i] > b.retries:
-                    b.results[i] = ("timeout", f"timed out after {timeout_s:g}s; the call held its event "
-                                               "loop (a blocking call in an async reward?)", now - began)
+                    b.results[i] = _held_timeout(timeout_s, now - began)
                 else:  # tries left, or its loop ended without its answer: once more, on a thread
                     b.todo.append(i)
 
