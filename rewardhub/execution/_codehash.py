@@ -34,11 +34,8 @@ def installed_roots() -> tuple[str, ...]:
     import site
     import sysconfig
 
-    roots = set()
     paths = sysconfig.get_paths()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        if paths.get(key):
-            roots.add(paths[key])
+    roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     try:
         roots.update(site.getsitepackages())
         roots.add(site.getusersitepackages())
