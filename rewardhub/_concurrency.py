@@ -17,6 +17,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextlib import suppress
 from typing import Any
 
 from ._ratelimit import in_ray
@@ -140,10 +141,8 @@ class _Slots:
                     self.leases[token] = (holder, time.monotonic() + lease_s)
                     self.peak = max(self.peak, len(self.leases))
                     return True
-                try:
+                with suppress(TimeoutError):
                     await asyncio.wait_for(self._cond.wait(), timeout=_TICK_S)
-                except TimeoutError:
-                    pass
 
     async def release(self, token: str) -> None:
         """Give back ``token``'s slot (or, not granted yet, its turn)."""
@@ -207,10 +206,8 @@ class SharedSlots:
         self._release_quietly(token)
 
     def _release_quietly(self, token: str) -> None:
-        try:
+        with suppress(Exception):  # the lease expires on its own
             self.actor.release.remote(token)
-        except Exception:  # noqa: BLE001 - the lease expires on its own
-            pass
 
     def renew(self) -> None:
         with self._lock:

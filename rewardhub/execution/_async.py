@@ -15,6 +15,7 @@ batch, not one per call.
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import threading
 import time
@@ -226,10 +227,8 @@ class _Loop:
             b.todo.extendleft(reversed(back))
         loop = self.loop
         if loop is not None:  # if the held call ever returns, the rest stop at once
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
                 loop.call_soon_threadsafe(self._cancel_all)
-            except RuntimeError:  # the loop has closed meanwhile
-                pass
 
     def _cancel_all(self) -> None:
         for slot in self.slots:

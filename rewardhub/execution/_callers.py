@@ -8,6 +8,7 @@ queue, who drives, and a wake-up pipe that ends the driver's wait in ``poll()`` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -144,10 +145,8 @@ class Callers:
     def _wake(self) -> None:
         """End the driver's wait in ``poll()`` (under _cond)."""
         if self.driving:
-            try:
+            with contextlib.suppress(OSError):  # the pipe is full: a wake-up is pending anyway
                 os.write(self._wake_w, b"w")
-            except OSError:  # the pipe is full: a wake-up is pending anyway
-                pass
 
     def _cancel(self, batch: Batch) -> None:
         with self._cond:
@@ -181,11 +180,9 @@ class Callers:
         has its tasks moved too, and one that joins after leaves its byte in the pipe, so the
         driver's next ``poll()`` returns. (Emptied after, a byte could be read whose tasks were
         not moved; they then waited until some other event, up to a call's whole timeout.)"""
-        try:
+        with contextlib.suppress(OSError):  # raised once there is nothing more to read
             while os.read(self.wake_fd, 4096):
                 pass
-        except OSError:  # nothing more to read
-            pass
         with self._cond:
             queue.extend(self._incoming)
             self._incoming.clear()

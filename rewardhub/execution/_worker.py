@@ -8,6 +8,7 @@ number in a small shared array, so that the pool can take back the calls it has 
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import inspect
 import os
@@ -63,14 +64,12 @@ def detach() -> None:
     with its parent, deaf to the terminal's Ctrl-C (the parent handles it), torch on one thread."""
     os.setpgrp()
     if sys.platform.startswith("linux"):  # the kernel SIGKILLs it when the parent dies: no orphan lives on
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
             if os.getppid() == 1:  # the parent died before we got here
                 os._exit(1)
-        except (OSError, AttributeError):
-            pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a fork of a parent that has run torch ops keeps torch to one thread: torch's OpenMP thread pool
     # does not survive fork, and a child that uses more threads hangs for ever
@@ -81,10 +80,8 @@ def detach() -> None:
 
 def tell_to_stop(conn: Any) -> None:
     """Ask a pool process to exit (it may be gone already)."""
-    try:
+    with contextlib.suppress(BrokenPipeError, OSError):
         conn.send(None)
-    except (BrokenPipeError, OSError):
-        pass
 
 
 def next_message(conn: Any) -> Any:
@@ -97,13 +94,11 @@ def next_message(conn: Any) -> Any:
 
 def _data_bytes() -> int:
     """This process's data segment now (``VmData``: heap and private mappings), 0 where unknown."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/self/status", "rb") as f:
             for line in f:
                 if line.startswith(b"VmData:"):
                     return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return 0
 
 
@@ -131,11 +126,9 @@ class _MemoryLimit:
         soft = r.RLIM_INFINITY if mb is None else self._base + (int(mb) << 20)
         if self._hard != r.RLIM_INFINITY and (soft == r.RLIM_INFINITY or soft > self._hard):
             soft = self._hard
-        try:
+        with contextlib.suppress(ValueError, OSError):
             r.setrlimit(r.RLIMIT_DATA, (soft, self._hard))
             self._now = mb
-        except (ValueError, OSError):
-            pass
 
 
 def worker_main(conn: Any, claim: Any, lock: Any) -> None:
@@ -241,13 +234,11 @@ class Worker:
 
     def cpu_s(self) -> float | None:
         """CPU seconds this worker has used (Linux ``/proc``); ``None`` where unknown."""
-        try:
+        with contextlib.suppress(OSError, IndexError, ValueError):
             with open(f"/proc/{self.proc.pid}/schedstat", "rb") as f:
                 ns = int(f.read().split()[0])
             if ns:  # 0 where the kernel keeps no schedstats
                 return ns / 1e9
-        except (OSError, IndexError, ValueError):
-            pass
         fields = self._stat()
         try:
             return (int(fields[11]) + int(fields[12])) / _HZ
@@ -349,10 +340,8 @@ class Worker:
         pid = self.proc.pid
         if pid is not None:
             for send in (os.killpg, os.kill):  # its group, and itself (if it has no group of its own yet)
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     send(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
         self.conn.close()
         if wait:
             self.proc.join(5)

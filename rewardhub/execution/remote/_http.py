@@ -17,6 +17,7 @@ it (or is scoring it) answers from that, and a retry never scores the rows twice
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import sys
 import time
@@ -150,10 +151,8 @@ def _cut(sock: Any) -> None:
     """End a request's connection from another thread (its reader wakes with an error)."""
     import socket
 
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def _until(sock: Any, deadline: float) -> None:
