@@ -13,7 +13,6 @@ from typing import Any
 
 from ..errors import UsageError
 from ..trajectory import chat_of
-from ..trajectory import reads_messages
 from ..trajectory import replies_of
 from ..trajectory import text_view
 from ..types import ADAPTERS
@@ -21,7 +20,7 @@ from ..types import sample_name
 from ._outcome import short
 
 __all__ = ["ADAPTERS", "FIXED", "CallsOne", "Invoker", "call_many", "check_sample", "copy_field", "group_key",
-           "group_name", "make_invoker", "own", "params_of", "sample_kwargs"]
+           "group_name", "make_invoker", "own", "params_of"]
 
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
 
@@ -84,11 +83,6 @@ def is_async_callable(fn: Any) -> bool:
     return call is not None and not inspect.isfunction(base) and inspect.iscoroutinefunction(call)
 
 
-def sample_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """The sample's fields as keywords (each the call's own copy: see :func:`own`)."""
-    return {k: own(sample.get(k)) for k in FIELDS}
-
-
 @dataclass
 class Invoker:
     """Calls one reward with samples, whatever its signature.
@@ -125,7 +119,7 @@ class Invoker:
                     "ground_truth": own(sample.get("ground_truth")),
                     "extra_info": own(sample.get("extra_info"))}
         else:
-            call = sample_kwargs(sample)
+            call = {k: own(sample.get(k)) for k in FIELDS}  # each the call's own copy
         if self.messages:
             call["messages"] = self._chat(sample)
         call.update(kwargs)
@@ -177,7 +171,7 @@ def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> 
     if kind == "model":
         kind = "batched"
     return Invoker(fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names,
-                   var_kw=var_kw, messages=adapter == "rewardhub" and reads_messages(names))
+                   var_kw=var_kw, messages=adapter == "rewardhub" and "messages" in names)
 
 
 def check_sample(s: Any, label: Any) -> dict[str, Any]:

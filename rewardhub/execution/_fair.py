@@ -62,9 +62,7 @@ class FairQueue:
         if first is task.owner:
             self._by[first].appendleft(task)
             return
-        q = self._by.pop(task.owner, None)
-        if q is None:
-            q = collections.deque()
+        q = self._by.pop(task.owner, None) or collections.deque()  # a caller's queue is never empty
         q.appendleft(task)
         self._by = {task.owner: q, **self._by}
 

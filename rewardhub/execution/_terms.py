@@ -27,8 +27,7 @@ from ._calls import params_of
 from ._outcome import Outcome
 from ._task import WorkerPayload
 
-__all__ = ["ExecutorFactory", "RemoteExecutor", "Term", "resolve_term", "resolve_terms", "routes_text",
-           "sandbox_settings"]
+__all__ = ["ExecutorFactory", "RemoteExecutor", "Term", "resolve_term", "resolve_terms", "sandbox_settings"]
 
 
 @dataclass
@@ -67,24 +66,18 @@ class Term:
 
     @property
     def routes(self) -> str:
-        """Where the term applies, in words (``""``: every row)."""
-        return routes_text(self.data_sources, self.tags)
+        """Where the term applies, in words: ``data_source in ['a', 'b']``, ``extra_info.tags has one of
+        ['x']``, or both joined by ``and`` (``""``: every row)."""
+        parts = [f"data_source in {list(self.data_sources)!r}"] if self.data_sources else []
+        if self.tags:
+            parts.append(f"extra_info.tags has one of {list(self.tags)!r}")
+        return " and ".join(parts)
 
     @property
     def payload(self) -> WorkerPayload:
         return WorkerPayload(self.spec.target, self.spec.sha256, self.spec.params, self.invoker.kind,
                              self.invoker.adapter, self.name, memory_limit_mb=self.policy.memory_limit_mb,
                              max_concurrency=self.policy.max_concurrency)
-
-
-def routes_text(data_sources: Sequence[str], tags: Sequence[str] = ()) -> str:
-    """A term's routes in words: ``data_source in ['a', 'b']``, ``extra_info.tags has 'x'`` (``""``: none)."""
-    parts = []
-    if data_sources:
-        parts.append(f"data_source in {list(data_sources)!r}")
-    if tags:
-        parts.append(f"extra_info.tags has one of {list(tags)!r}")
-    return " and ".join(parts)
 
 
 def sandbox_settings(reward_cfg: RewardConfig) -> dict[str, Any]:
