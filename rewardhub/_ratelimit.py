@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from typing import TypeVar
 
 __all__ = ["Limiter", "SharedLimiter", "in_ray", "limiter", "paced", "shared_limiter"]
 
@@ -39,7 +40,10 @@ _LIMITERS: dict[tuple[str, str, float], Limiter] = {}
 _LOCK = threading.RLock()
 
 
-def once(cache: dict[Any, Any], key: Any, make: Callable[[], Any]) -> Any:
+T = TypeVar("T")
+
+
+def once(cache: dict[Any, T], key: Any, make: Callable[[], T]) -> T:
     """``cache[key]``, made by ``make()`` the first time (by one thread: what this process shares)."""
     with _LOCK:
         if key not in cache:

@@ -249,9 +249,9 @@ def to_verl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = No
 
             sample["messages"] = verl_chat(list(raw_prompt), solution_str)
         runner = lazy.get()
-        first = lazy.first  # a verl function gets a None ground truth, as verl passes it
-        if ground_truth is None and first and first.needs_ground_truth and first.adapter != "verl":
-            name, policy = first.name, first.on_failure
+        facts = lazy.first  # a verl function gets a None ground truth, as verl passes it
+        if ground_truth is None and facts and facts.needs_ground_truth and facts.adapter != "verl":
+            name, policy = facts.name, facts.on_failure
             if policy == "raise":
                 raise RewardExecutionError(f"reward {name!r}: {_NO_GROUND_TRUTH}\n(on_failure: raise for "
                                            f"reward {name!r})", reward=name)

@@ -152,6 +152,10 @@ class _Slot:
         self.began: float | None = None
         self.lock = threading.Lock()
 
+    def over(self) -> bool:
+        """Whether the pool has taken this thread's calls back (read under ``lock``, anew each time)."""
+        return self.abandoned
+
 
 #: a reward thread takes at most this many calls at once, and about _BATCH_S seconds of them
 _BATCH_MAX = 64
@@ -203,7 +207,7 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
             for pos, i in enumerate(batch):
                 while True:
                     with slot.lock:
-                        if slot.abandoned:
+                        if slot.over():
                             return
                         slot.pos = pos
                         attempts[i] += 1
@@ -213,7 +217,7 @@ def run_threads(calls: Sequence[Call], timeout_s: float | None, max_concurrency:
                     except BaseException as exc:  # noqa: BLE001 - whatever the reward raised; the run must go on
                         res = ("error", error_text(exc), 0.0)
                     with slot.lock:
-                        if slot.abandoned:  # timed out meanwhile: the pool has taken over its calls
+                        if slot.over():  # timed out meanwhile: the pool has taken over its calls
                             return
                         slot.began = None
                         if res[0] != "ok" and attempts[i] <= retries:
