@@ -382,9 +382,3 @@ class ProcessPool:
         self._poll.unregister(self._callers.wake_fd)
         self._callers.close_fds()
 
-    def __enter__(self) -> ProcessPool:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-

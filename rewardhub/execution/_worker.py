@@ -84,14 +84,6 @@ def tell_to_stop(conn: Any) -> None:
         conn.send(None)
 
 
-def next_message(conn: Any) -> Any:
-    """The next message from the pool; None when told to stop or when the pool is gone."""
-    try:
-        return conn.recv()
-    except (EOFError, OSError):
-        return None
-
-
 def _data_bytes() -> int:
     """This process's data segment now (``VmData``: heap and private mappings), 0 where unknown."""
     with contextlib.suppress(OSError, ValueError, IndexError):
@@ -140,8 +132,11 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
     memory = _MemoryLimit()
     clock = time.perf_counter
     while True:
-        msg = next_message(conn)
-        if msg is None:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the pool is gone
+            return
+        if msg is None:  # told to stop
             return
         key, payload, kwargs, seq, items = msg
         build_error = None
