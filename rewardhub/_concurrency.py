@@ -17,10 +17,13 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextlib import suppress
 from typing import Any
 
-from ._ratelimit import NAMESPACE
 from ._ratelimit import in_ray
+from ._ratelimit import named_actor
+from ._ratelimit import on_its_own
+from ._ratelimit import once
 
 __all__ = ["LEASE_S", "ProcessGate", "SharedSlots", "slot"]
 
@@ -30,7 +33,6 @@ LEASE_S = 15.0
 _TICK_S = 0.5
 
 _LOCAL: dict[tuple[str, int], ProcessGate] = {}
-_LOCAL_LOCK = threading.Lock()
 
 
 @asynccontextmanager
@@ -47,19 +49,12 @@ async def slot(where: str, limit: int) -> AsyncIterator[None]:
             finally:
                 shared.release(token)
             return
-    gate = _local_gate(where, limit)
+    gate = once(_LOCAL, (where, limit), lambda: ProcessGate(limit))
     await gate.acquire()
     try:
         yield
     finally:
         gate.release()
-
-
-def _local_gate(where: str, limit: int) -> ProcessGate:
-    with _LOCAL_LOCK:
-        if (where, limit) not in _LOCAL:
-            _LOCAL[(where, limit)] = ProcessGate(limit)
-        return _LOCAL[(where, limit)]
 
 
 class ProcessGate:
@@ -146,10 +141,8 @@ class _Slots:
                     self.leases[token] = (holder, time.monotonic() + lease_s)
                     self.peak = max(self.peak, len(self.leases))
                     return True
-                try:
+                with suppress(TimeoutError):
                     await asyncio.wait_for(self._cond.wait(), timeout=_TICK_S)
-                except TimeoutError:
-                    pass
 
     async def release(self, token: str) -> None:
         """Give back ``token``'s slot (or, not granted yet, its turn)."""
@@ -213,10 +206,8 @@ class SharedSlots:
         self._release_quietly(token)
 
     def _release_quietly(self, token: str) -> None:
-        try:
+        with suppress(Exception):  # the lease expires on its own
             self.actor.release.remote(token)
-        except Exception:  # noqa: BLE001 - the lease expires on its own
-            pass
 
     def renew(self) -> None:
         with self._lock:
@@ -228,14 +219,9 @@ class SharedSlots:
             self._give_up(exc)
 
     def _give_up(self, exc: BaseException) -> None:
-        if self.broken:
-            return
-        self.broken = True
-        import logging
-
-        logging.getLogger("rewardhub.ratelimit").warning(
-            "the cluster's concurrency limit %s cannot be reached (%s); this process keeps to the limit "
-            "on its own from now on", self.name, type(exc).__name__)
+        if not self.broken:
+            self.broken = True
+            on_its_own(f"concurrency limit {self.name}", exc)
 
 
 class _Renewer:
@@ -265,28 +251,18 @@ class _Renewer:
 
 _renewer = _Renewer()
 _SHARED: dict[tuple[str, int], SharedSlots] = {}
-_SHARED_LOCK = threading.Lock()
 
 
 def shared_slots(where: str, limit: int) -> SharedSlots:
-    """The cluster's ``limit`` slots of ``where``: a detached async actor named after them (created by
-    the first process that asks, found by name by the others), with no CPU of its own."""
-    import ray
+    """The cluster's ``limit`` slots of ``where``: a :func:`~rewardhub._ratelimit.named_actor` (async)."""
 
-    key = (where, int(limit))
-    with _SHARED_LOCK:
-        if key not in _SHARED:
-            import hashlib
+    def make() -> SharedSlots:
+        shared = SharedSlots(None, f"max_concurrency {limit} of {where}")
+        try:
+            shared.actor = named_actor(_Slots, "rewardhub-slots", (where, limit), limit,
+                                       max_concurrency=10_000)
+        except Exception as exc:  # noqa: BLE001 - Ray refused the actor
+            shared._give_up(exc)
+        return shared
 
-            digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
-            try:
-                actor = ray.remote(_Slots).options(
-                    name=f"rewardhub-slots-{digest}", namespace=NAMESPACE, lifetime="detached",
-                    get_if_exists=True, num_cpus=0, max_restarts=-1, max_concurrency=10_000,
-                ).remote(int(limit))
-                shared = SharedSlots(actor, f"max_concurrency {limit} of {where}")
-            except Exception as exc:  # noqa: BLE001 - Ray refused the actor
-                shared = SharedSlots(None, f"max_concurrency {limit} of {where}")
-                shared._give_up(exc)
-            _SHARED[key] = shared
-        return _SHARED[key]
+    return once(_SHARED, (where, int(limit)), make)

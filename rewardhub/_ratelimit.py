@@ -10,9 +10,9 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from typing import TypeVar
 
 __all__ = ["Limiter", "SharedLimiter", "in_ray", "limiter", "paced", "shared_limiter"]
-
 
 
 class Limiter:
@@ -37,7 +37,18 @@ class Limiter:
 
 
 _LIMITERS: dict[tuple[str, str, float], Limiter] = {}
-_LIMITERS_LOCK = threading.Lock()
+_LOCK = threading.RLock()
+
+
+T = TypeVar("T")
+
+
+def once(cache: dict[Any, T], key: Any, make: Callable[[], T]) -> T:
+    """``cache[key]``, made by ``make()`` the first time (by one thread: what this process shares)."""
+    with _LOCK:
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
 
 
 def limiter(where: str, unit: str, per_minute: float) -> Limiter:
@@ -50,11 +61,7 @@ def limiter(where: str, unit: str, per_minute: float) -> Limiter:
     burst = 1.0 if unit == "requests" else per_minute / 60.0
     if in_ray():
         return shared_limiter(where, unit, per_minute, burst)  # type: ignore[return-value]
-    with _LIMITERS_LOCK:
-        key = (where, unit, float(per_minute))
-        if key not in _LIMITERS:
-            _LIMITERS[key] = Limiter(per_minute, burst)
-        return _LIMITERS[key]
+    return once(_LIMITERS, (where, unit, float(per_minute)), lambda: Limiter(per_minute, burst))
 
 
 def in_ray() -> bool:
@@ -99,36 +106,41 @@ class SharedLimiter:
                 return float(ray.get(self.actor.reserve.remote(units), timeout=_RESERVE_TIMEOUT_S))
             except Exception as exc:  # noqa: BLE001 - the actor died, or Ray went away
                 self.broken = True
-                import logging  # only here: logging costs every CLI start ~4 ms
-
-                logging.getLogger("rewardhub.ratelimit").warning(
-                    "the cluster's rate limiter %s cannot be reached (%s); this process keeps to the limit "
-                    "on its own from now on", self.name, type(exc).__name__)
+                on_its_own(f"rate limiter {self.name}", exc)
         return self.fallback.reserve(units)
 
 
+def on_its_own(what: str, exc: BaseException) -> None:
+    """Say (once per limit) that the cluster's ``what`` is out of reach and this process keeps to it alone."""
+    import logging  # only here: logging costs every CLI start ~4 ms
+
+    logging.getLogger("rewardhub.ratelimit").warning(
+        "the cluster's %s cannot be reached (%s); this process keeps to the limit on its own from now on",
+        what, type(exc).__name__)
+
+
+def named_actor(cls: type, prefix: str, key: Any, *args: Any, **options: Any) -> Any:
+    """A detached Ray actor of ``cls`` named after ``prefix`` and ``key`` (created by the first process
+    that asks, found by name by the others), with no CPU of its own: it outlives the job (it holds a few
+    numbers) so that every run on the cluster shares it."""
+    import hashlib
+
+    import ray
+
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    return ray.remote(cls).options(name=f"{prefix}-{digest}", namespace=NAMESPACE, lifetime="detached",
+                                   get_if_exists=True, num_cpus=0, max_restarts=-1, **options).remote(*args)
+
+
 _SHARED: dict[tuple[str, str, float], SharedLimiter] = {}
-_LOCK = threading.Lock()
 
 
 def shared_limiter(where: str, unit: str, per_minute: float, burst: float) -> SharedLimiter:
-    """The cluster's bucket for ``unit`` of ``where`` at ``per_minute``: a detached actor named after
-    them (created by the first process that asks, found by name by the others), with no CPU of its own.
-    It outlives the job (it holds a few numbers) so that every run on the cluster shares it."""
-    import ray
-
+    """The cluster's bucket for ``unit`` of ``where`` at ``per_minute``: a :func:`named_actor`."""
     key = (where, unit, float(per_minute))
-    with _LOCK:
-        if key not in _SHARED:
-            import hashlib
-
-            digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
-            name = f"rewardhub-limit-{unit}-{digest}"
-            actor = ray.remote(_Bucket).options(
-                name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
-                max_restarts=-1).remote(per_minute, burst)
-            _SHARED[key] = SharedLimiter(actor, Limiter(per_minute, burst), f"{unit} of {where}")
-        return _SHARED[key]
+    return once(_SHARED, key, lambda: SharedLimiter(
+        named_actor(_Bucket, f"rewardhub-limit-{unit}", key, per_minute, burst), Limiter(per_minute, burst),
+        f"{unit} of {where}"))
 
 
 def paced(fn: Callable[..., Any], where: str, max_rpm: float) -> Callable[..., Any]:

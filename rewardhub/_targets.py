@@ -90,11 +90,6 @@ class _FileFinder:
 _finder = _FileFinder()
 
 
-def _ensure_finder() -> None:
-    if _finder not in sys.meta_path:
-        sys.meta_path.append(_finder)
-
-
 def import_file(path: str, sha256: str | None = None) -> Any:
     """Import a Python file under its deterministic module name (once per process)."""
     path = os.path.abspath(path)
@@ -104,7 +99,8 @@ def import_file(path: str, sha256: str | None = None) -> Any:
     with _lock:
         if name in sys.modules:
             return sys.modules[name]
-        _ensure_finder()
+        if _finder not in sys.meta_path:
+            sys.meta_path.append(_finder)
         _name2file[name] = path
         importlib.import_module(FILE_MODULE_PREFIX)
         spec = importlib.util.spec_from_file_location(name, path)
@@ -130,6 +126,5 @@ def load_target(target: str, sha256: str | None = None) -> Any:
         try:
             obj = getattr(obj, piece)
         except AttributeError:
-            where = module_part
-            raise AttributeError(f"{where!r} has no attribute {attr!r}") from None
+            raise AttributeError(f"{module_part!r} has no attribute {attr!r}") from None
     return obj

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .config.schema import RemoteConfig
     from .execution import Scorer
     from .execution import ScoreResult
+    from .execution import TermFacts
 
 __all__ = ["to_trl", "to_verl"]
 
@@ -54,12 +55,8 @@ class _LazyRunner:
         self.server, self.pick = remote, pick
         self._runner: Scorer | None = None
         self._lock = threading.Lock()
-        #: whether the reward takes a ground truth (known once the runner is built)
-        self.needs_ground_truth = False
-        #: ... and is not a verl function (which gets a None ground truth, as verl passes it)
-        self.withheld_without_ground_truth = False
-        #: the term's name and on_failure (a sample withheld for want of a ground truth gets the latter)
-        self.name_policy = ("", "zero")
+        #: the term's facts, once the runner is built (None: a server's terms, whose server checks them)
+        self.first: TermFacts | None = None
         #: every extra key the reward has returned so far (verl stacks the same keys for every sample)
         self.extra_keys: dict[str, None] = {}
         #: says once (per callable) when the reward has applied to none of the rows it was given
@@ -90,11 +87,7 @@ class _LazyRunner:
             url = remote["url"] if isinstance(remote, dict) else remote
             raise UsageError(f"reward server {url} scores with {', '.join(names)}, not {self.pick!r}\n"
                              "name one of those, or none for the server's aggregate score")
-        if remote is None:
-            first = facts[0]
-            self.needs_ground_truth = first.needs_ground_truth
-            self.withheld_without_ground_truth = first.needs_ground_truth and first.adapter != "verl"
-            self.name_policy = (first.name, first.on_failure)
+        self.first = facts[0] if remote is None else None
         self.watch = RoutingWatch({f.name: f.routes for f in facts} if remote is None else {})
         return scorer
 
@@ -160,12 +153,13 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
 
     def reward_func(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         runner = lazy.get()
+        needs_ground_truth = lazy.first is not None and lazy.first.needs_ground_truth
         n = len(completions)
         key = ground_truth_key or next((k for k in _GT_KEYS if k in kwargs), None)
         columns = {
             k: v for k, v in kwargs.items() if k not in skip and isinstance(v, (list, tuple)) and len(v) == n
         }
-        if lazy.needs_ground_truth and n and key not in columns:
+        if needs_ground_truth and n and key not in columns:
             wanted = repr(ground_truth_key) if ground_truth_key else " or ".join(map(repr, _GT_KEYS))
             raise UsageError(
                 f"to_trl({name!r}): the reward needs a ground truth, but TRL passed no column {wanted}"
@@ -203,7 +197,7 @@ def to_trl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = Non
                 sample["response"] = _text(completions[i])
             samples.append(sample)
         missing = unusable | {
-            i for i, s in enumerate(samples) if lazy.needs_ground_truth and s["ground_truth"] is None}
+            i for i, s in enumerate(samples) if needs_ground_truth and s["ground_truth"] is None}
         ok = [i for i in range(n) if i not in missing]
         out: list[float | None] = [None] * n
         failed = len(missing)
@@ -255,8 +249,9 @@ def to_verl(reward: str | Mapping[str, Any] | None = None, *, registry: Any = No
 
             sample["messages"] = verl_chat(list(raw_prompt), solution_str)
         runner = lazy.get()
-        if ground_truth is None and lazy.withheld_without_ground_truth:
-            name, policy = lazy.name_policy
+        facts = lazy.first  # a verl function gets a None ground truth, as verl passes it
+        if ground_truth is None and facts and facts.needs_ground_truth and facts.adapter != "verl":
+            name, policy = facts.name, facts.on_failure
             if policy == "raise":
                 raise RewardExecutionError(f"reward {name!r}: {_NO_GROUND_TRUTH}\n(on_failure: raise for "
                                            f"reward {name!r})", reward=name)

@@ -92,19 +92,13 @@ def term_problems(term: Term, registry: Any = None) -> list[str]:
     (unless it takes ``**kwargs``), an executor that cannot run here, and a judge under its calibration
     gate."""
     bad, _ = kwargs_problems(term)
-    return [f"reward term {term.name!r}: kwargs: {p}" for p in bad] + \
-        [f"reward term {term.name!r}: {p}" for p in executor_problems(term)] + \
-        (_calibration_gate(term, registry) if not bad else [])
+    out = [f"reward term {term.name!r}: kwargs: {p}" for p in bad]
+    out += [f"reward term {term.name!r}: {p}" for p in executor_problems(term)]
+    if not bad and getattr(term.config, "calibration", None) is not None:  # no import without it
+        from .builtin.judging.calibrate import calibration_problems
 
-
-def _calibration_gate(term: Term, registry: Any) -> list[str]:
-    """A judge term's calibration gate (``rewardhub.builtin.judging.calibrate``): one line naming the term
-    and its figure when it falls under it; nothing (and no import) without ``calibration``."""
-    if getattr(term.config, "calibration", None) is None:
-        return []
-    from .builtin.judging.calibrate import calibration_problems
-
-    return calibration_problems(term, registry)
+        out += calibration_problems(term, registry)  # one line naming the term and its figure
+    return out
 
 
 _SAMPLE_KEYS = {"prompt", "response", "ground_truth", "data_source", "extra_info", "sandbox"}

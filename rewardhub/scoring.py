@@ -281,14 +281,9 @@ def scored_before_stop(scorer: Scorer, n: int, skip: Mapping[int, Mapping[str, s
     done = [k for k in range(len(ok))
             if all(k < len(c) and CANCELLED not in (c.errors.get(k) or "") for c in cols)]
     subset: dict[str, Any] = {}
-    where = {k: j for j, k in enumerate(done)}
     for name, col in zip(names, cols):
-        sub = subset[name] = Column(len(done))
-        sub.values = [col.values[k] for k in done]
-        for field in ("status", "errors", "where", "extra", "attempts", "cache"):
-            setattr(sub, field, {where[k]: v for k, v in getattr(col, field).items() if k in where})
-        latency = col.latency
-        sub.timed = [latency[k] for k in done]
+        outs = col.outcomes()
+        subset[name] = Column.from_outcomes([outs[k] for k in done])
     res = combine([(f.name, f.weight) for f in scorer.facts], scorer.aggregation, len(done), subset)
     out = [(ok[k], _row_result(res, j)) for j, k in enumerate(done)]
     last = ok[done[-1]] if done else -1

@@ -25,17 +25,12 @@ from typing import Any
 from .errors import UsageError
 from .types import sample_name
 
-__all__ = ["chat_of", "hermes_message", "message_text", "reads_messages", "replies_of", "text_view",
-           "tool_calls_of", "without_markers"]
+__all__ = ["chat_of", "hermes_message", "message_text", "replies_of", "text_view", "tool_calls_of",
+           "without_markers"]
 
 #: ChatML's turn markers and end text, as a decode that keeps special tokens leaves them
 _MARKERS = re.compile(r"<\|im_start\|>|<\|im_end\|>|<\|endoftext\|>")
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
-def reads_messages(names: Any) -> bool:
-    """Whether a reward whose keyword parameters are ``names`` is a trajectory reward."""
-    return "messages" in names
 
 
 def message_text(message: Mapping[str, Any]) -> str:

@@ -197,3 +197,23 @@ def test_a_413_under_unpublished_limits_halves_the_request(tmp_path, capsys):
         assert scorer.score(batch).scores == [1.0] * 10
         assert stub.posts - posts == 5
     assert "refused 10 rows as too large (413); sending at most 5 rows per request" in capsys.readouterr().err
+
+
+class GroupStub(Stub):
+    """A server whose one term is a group reward: its client never splits a group between requests."""
+
+    async def _info(self, request: Any) -> Any:
+        return web.json_response({"terms": [{"name": "t", "kind": "group"}], "rewards": []})
+
+
+@pytest.mark.timeout(120)
+def test_a_413_on_a_small_group_then_a_large_one_names_the_large_group():
+    """Refused as 6 rows (a group of 1, then one of 5; no limit published): the request is cut between
+    the groups, never into the same request again (that looped until Python's recursion limit), and
+    the group of 5, refused alone, is one error naming it."""
+    rows = [{"prompt": "p", "response": "r", "extra_info": {"uid": uid}} for uid in ["a"] + ["b"] * 5]
+    with GroupStub(limit_of_three) as stub:
+        with pytest.raises(RewardhubError, match=r"refused the group extra_info.uid='b' \(5 rows\) as too "
+                                                 r"large \(413\), and a group reward needs a group in one"):
+            RemoteScorer(stub.url).score(rows)
+        assert stub.posts == 3  # 6 rows refused, then the group of 1 answered, the group of 5 refused

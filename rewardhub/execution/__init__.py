@@ -21,8 +21,6 @@ from ._outcome import NOT_APPLICABLE
 from ._outcome import TIMEOUT
 from ._outcome import Outcome
 from ._outcome import noting_bools
-from ._process import ProcessPool
-from ._results import AGGREGATIONS
 from ._results import Scorer
 from ._results import ScoreResult
 from ._results import aggregate
@@ -45,7 +43,6 @@ from ._where import debug_enabled
 from .runner import Runner
 
 __all__ = [
-    "AGGREGATIONS",
     "CANCELLED",
     "Cancel",
     "ERROR",
@@ -55,7 +52,6 @@ __all__ = [
     "Disk",
     "ExecutorFactory",
     "Outcome",
-    "ProcessPool",
     "RemoteExecutor",
     "RoutingWatch",
     "Runner",

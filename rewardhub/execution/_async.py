@@ -15,6 +15,7 @@ batch, not one per call.
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import threading
 import time
@@ -218,9 +219,7 @@ class _Loop:
                     continue
                 if began is not None and now - began >= timeout_s and (slot.expired or _running(slot)):
                     if b.tries[i] > b.retries:
-                        b.results[i] = ("timeout", f"timed out after {timeout_s:g}s; the call held its "
-                                                   "event loop (a blocking call in an async reward?)",
-                                        now - began)
+                        b.results[i] = _held_timeout(timeout_s, now - began)
                         continue
                 else:
                     b.tries[i] -= 1
@@ -228,10 +227,8 @@ class _Loop:
             b.todo.extendleft(reversed(back))
         loop = self.loop
         if loop is not None:  # if the held call ever returns, the rest stop at once
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
                 loop.call_soon_threadsafe(self._cancel_all)
-            except RuntimeError:  # the loop has closed meanwhile
-                pass
 
     def _cancel_all(self) -> None:
         for slot in self.slots:
@@ -243,6 +240,11 @@ def _running(slot: _Slot) -> bool:
     """Whether the slot's coroutine is running at this moment (on a held loop: the one holding it)."""
     task = slot.task
     return task is not None and bool(getattr(task.get_coro(), "cr_running", False))
+
+
+def _held_timeout(timeout_s: float, took: float) -> Result:
+    return ("timeout", f"timed out after {timeout_s:g}s; the call held its event loop (a blocking call "
+                       "in an async reward?)", took)
 
 
 def _hold_s(timeout_s: float) -> float:
@@ -264,13 +266,11 @@ def run_async(calls: Sequence[Call], timeout_s: float | None, max_concurrency: i
         loop's, and those of calls that timed out on threads).
     """
     batch = _Batch(calls, timeout_s, retries)
-    limit = max_concurrency or 64
+    run = _Loop(batch, max_concurrency or 64)  # its slots tell ._stall the calls running
     abandoned = 0
     if not timeout_s:
-        run = _Loop(batch, limit)  # its slots tell ._stall the calls running
         in_fresh_loop(run.main)
     else:
-        run = _Loop(batch, limit)
         done = _watched(run, timeout_s)
         if run.given_up:
             abandoned = 1 + _after_held(run, done)
@@ -310,8 +310,7 @@ def _after_held(run: _Loop, done: threading.Event) -> int:
                     continue
                 del run.kept[i]
                 if late and b.tries[i] > b.retries:
-                    b.results[i] = ("timeout", f"timed out after {timeout_s:g}s; the call held its event "
-                                               "loop (a blocking call in an async reward?)", now - began)
+                    b.results[i] = _held_timeout(timeout_s, now - began)
                 else:  # tries left, or its loop ended without its answer: once more, on a thread
                     b.todo.append(i)
 

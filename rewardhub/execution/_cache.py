@@ -13,6 +13,7 @@ stored: the next batch calls again. A cache file that fails warns and is left as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import OrderedDict
@@ -183,10 +184,8 @@ class RewardCache:
             if self._disk is not None and items:
                 rows = []
                 for key, stored in items:
-                    try:
+                    with contextlib.suppress(TypeError, ValueError):  # extras JSON cannot write: not on disk
                         rows.append((key, json.dumps(stored, allow_nan=False)))
-                    except (TypeError, ValueError):  # extras JSON cannot write: kept in memory only
-                        pass
                 self._disk.put(rows)
 
 

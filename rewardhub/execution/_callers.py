@@ -8,6 +8,7 @@ queue, who drives, and a wake-up pipe that ends the driver's wait in ``poll()`` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -107,7 +108,7 @@ class Callers:
     def __init__(self) -> None:
         self._incoming: list[Task] = []  # under _cond: tasks the driver has not taken yet
         self._cond = threading.Condition()
-        self._driving = False
+        self.driving = False  # a caller drives the pool now
         self._driver: int | None = None  # the driving thread's ident
         self.closed = False
         self._shut = False
@@ -134,20 +135,18 @@ class Callers:
             self._wake()
             if cancel is not None:
                 cancel.on_set(lambda: self._cancel(batch))
-            while batch.left and self._driving:
+            while batch.left and self.driving:
                 self._cond.wait()
             if batch.left:  # this caller drives now
-                self._driving = True
+                self.driving = True
                 self._driver = threading.get_ident()
         return batch
 
     def _wake(self) -> None:
         """End the driver's wait in ``poll()`` (under _cond)."""
-        if self._driving:
-            try:
+        if self.driving:
+            with contextlib.suppress(OSError):  # the pipe is full: a wake-up is pending anyway
                 os.write(self._wake_w, b"w")
-            except OSError:  # the pipe is full: a wake-up is pending anyway
-                pass
 
     def _cancel(self, batch: Batch) -> None:
         with self._cond:
@@ -167,7 +166,7 @@ class Callers:
     def hand_on(self) -> None:
         """The driver's own tasks are done (or it stopped): another caller may drive."""
         with self._cond:
-            self._driving = False
+            self.driving = False
             self._cond.notify_all()
 
     @property
@@ -181,11 +180,9 @@ class Callers:
         has its tasks moved too, and one that joins after leaves its byte in the pipe, so the
         driver's next ``poll()`` returns. (Emptied after, a byte could be read whose tasks were
         not moved; they then waited until some other event, up to a call's whole timeout.)"""
-        try:
+        with contextlib.suppress(OSError):  # raised once there is nothing more to read
             while os.read(self.wake_fd, 4096):
                 pass
-        except OSError:  # nothing more to read
-            pass
         with self._cond:
             queue.extend(self._incoming)
             self._incoming.clear()
@@ -239,11 +236,11 @@ class Callers:
             if self.closed:
                 return False
             self.closed = True
-            if self._driving:
+            if self.driving:
                 self.closing = True
                 self._wake()
                 if self._driver != threading.get_ident():  # (closed from a progress callback: no wait)
-                    self._cond.wait_for(lambda: not self._driving, wait_s)
+                    self._cond.wait_for(lambda: not self.driving, wait_s)
         return True
 
     def shut_down_once(self) -> bool:
@@ -251,10 +248,6 @@ class Callers:
         with self._cond:
             first, self._shut = not self._shut, True
         return first
-
-    @property
-    def driving(self) -> bool:
-        return self._driving
 
     def close_fds(self) -> None:
         os.close(self.wake_fd)

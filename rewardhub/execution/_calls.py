@@ -13,14 +13,14 @@ from typing import Any
 
 from ..errors import UsageError
 from ..trajectory import chat_of
-from ..trajectory import reads_messages
 from ..trajectory import replies_of
 from ..trajectory import text_view
 from ..types import ADAPTERS
 from ..types import sample_name
+from ._outcome import short
 
 __all__ = ["ADAPTERS", "FIXED", "CallsOne", "Invoker", "call_many", "check_sample", "copy_field", "group_key",
-           "group_name", "make_invoker", "own", "sample_kwargs"]
+           "group_name", "make_invoker", "own", "params_of"]
 
 FIELDS = ("prompt", "response", "ground_truth", "data_source", "extra_info")
 
@@ -60,7 +60,8 @@ def copy_field(value: Any) -> Any:
         return value
 
 
-def _params(fn: Any) -> tuple[set[str], bool]:
+def params_of(fn: Any) -> tuple[set[str], bool]:
+    """The names ``fn`` takes by keyword, and whether it takes ``**kwargs`` (as it does when unreadable)."""
     target = fn
     if not (inspect.isfunction(fn) or inspect.ismethod(fn) or isinstance(fn, functools.partial)):
         target = getattr(fn, "__call__", fn)
@@ -80,20 +81,6 @@ def is_async_callable(fn: Any) -> bool:
         return True
     call = getattr(base, "__call__", None)
     return call is not None and not inspect.isfunction(base) and inspect.iscoroutinefunction(call)
-
-
-def detect_adapter(fn: Any, kind: str) -> str:
-    names, _ = _params(fn)
-    if "solution_str" in names or "solution_strs" in names:
-        return "verl"
-    if "completions" in names and "response" not in names and "responses" not in names:
-        return "trl"
-    return "rewardhub"
-
-
-def sample_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """The sample's fields as keywords (each the call's own copy: see :func:`own`)."""
-    return {k: own(sample.get(k)) for k in FIELDS}
 
 
 @dataclass
@@ -132,7 +119,7 @@ class Invoker:
                     "ground_truth": own(sample.get("ground_truth")),
                     "extra_info": own(sample.get("extra_info"))}
         else:
-            call = sample_kwargs(sample)
+            call = {k: own(sample.get(k)) for k in FIELDS}  # each the call's own copy
         if self.messages:
             call["messages"] = self._chat(sample)
         call.update(kwargs)
@@ -174,16 +161,17 @@ def make_invoker(fn: Any, kind: str, adapter: str = "auto", name: str = "?") -> 
         raise UsageError(
             f"adapter={adapter!r} for reward {name!r} is not valid\nallowed: {', '.join(ADAPTERS)}"
         )
-    if adapter == "auto":
-        adapter = detect_adapter(fn, kind)
-    names, var_kw = _params(fn)
+    names, var_kw = params_of(fn)
+    if adapter == "auto":  # by the parameters' names
+        adapter = ("verl" if names & {"solution_str", "solution_strs"} else
+                   "trl" if "completions" in names and not names & {"response", "responses"} else "rewardhub")
     if adapter == "trl" or (adapter == "verl" and "solution_strs" in names):
         if kind == "function":
             kind = "batched"
     if kind == "model":
         kind = "batched"
     return Invoker(fn=fn, kind=kind, adapter=adapter, is_async=is_async_callable(fn), names=names,
-                   var_kw=var_kw, messages=adapter == "rewardhub" and reads_messages(names))
+                   var_kw=var_kw, messages=adapter == "rewardhub" and "messages" in names)
 
 
 def check_sample(s: Any, label: Any) -> dict[str, Any]:
@@ -214,24 +202,22 @@ def group_key(sample: Mapping[str, Any]) -> str:
     A trajectory with no ``prompt`` field is keyed by its messages before the first assistant turn."""
     key = _group_id(sample)
     prompt = _group_prompt(sample)
-    return repr(prompt) if key is None else repr((key, prompt))
+    return repr(prompt) if key is None else repr((key[1], prompt))
 
 
 def group_name(sample: Mapping[str, Any]) -> str:
     """How a message names a sample's group: ``extra_info.uid=3``, or its prompt (cut short)."""
-    info = sample.get("extra_info")
-    if isinstance(info, Mapping):
-        for k in ("group", "group_id", "uid"):
-            if info.get(k) is not None:
-                return f"extra_info.{k}={info[k]!r}"
-    text = repr(_group_prompt(sample))
-    return f"the group of prompt {text if len(text) <= 60 else text[:57] + '...'}"
+    key = _group_id(sample)
+    if key is not None:
+        return f"extra_info.{key[0]}={key[1]!r}"
+    return f"the group of prompt {short(_group_prompt(sample), 60)}"
 
 
-def _group_id(sample: Mapping[str, Any]) -> Any:
+def _group_id(sample: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """``(field, id)`` of the first of ``extra_info``'s ``group``, ``group_id``, ``uid`` that is set."""
     extra = sample.get("extra_info")
     info: Mapping[str, Any] = extra if isinstance(extra, Mapping) else {}
-    return next((info[k] for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
+    return next(((k, info[k]) for k in ("group", "group_id", "uid") if info.get(k) is not None), None)
 
 
 def _group_prompt(sample: Mapping[str, Any]) -> Any:

@@ -15,6 +15,7 @@ version. Past :data:`MAX_FILES` files the walk stops, with a warning.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -34,16 +35,11 @@ def installed_roots() -> tuple[str, ...]:
     import site
     import sysconfig
 
-    roots = set()
     paths = sysconfig.get_paths()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        if paths.get(key):
-            roots.add(paths[key])
-    try:
+    roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    with contextlib.suppress(AttributeError):  # a virtualenv's old site module
         roots.update(site.getsitepackages())
         roots.add(site.getusersitepackages())
-    except AttributeError:  # a virtualenv's old site module
-        pass
     roots.update(p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in ("site-packages",
                                                                                "dist-packages"))
     return tuple(sorted({os.path.join(os.path.realpath(r), "") for r in roots if r}))

@@ -25,7 +25,7 @@ class FairQueue:
     Reads like a deque of the current caller's calls followed by the others': ``queue[0]`` and
     :meth:`popleft` are the current caller's next call, :meth:`appendleft` puts a call back at the
     front of its caller's queue and makes that caller current (a call taken back from a worker goes
-    first), and :meth:`next_turn` passes the turn on.
+    first), and :meth:`take_chunk` passes the turn on.
     """
 
     def __init__(self) -> None:
@@ -62,9 +62,7 @@ class FairQueue:
         if first is task.owner:
             self._by[first].appendleft(task)
             return
-        q = self._by.pop(task.owner, None)
-        if q is None:
-            q = collections.deque()
+        q = self._by.pop(task.owner, None) or collections.deque()  # a caller's queue is never empty
         q.appendleft(task)
         self._by = {task.owner: q, **self._by}
 
@@ -90,14 +88,10 @@ class FairQueue:
             if t.key != first.key or t.kwargs is not first.kwargs:
                 break
             chunk.append(self.popleft())
-        self.next_turn()
-        return chunk
-
-    def next_turn(self) -> None:
-        """The current caller has had its turn: it goes after the others."""
-        if len(self._by) > 1:
+        if len(self._by) > 1:  # the current caller has had its turn: it goes after the others
             owner = next(iter(self._by))
             self._by[owner] = self._by.pop(owner)
+        return chunk
 
     def owners(self) -> list[Any]:
         return list(self._by)

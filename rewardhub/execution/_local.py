@@ -17,8 +17,8 @@ from typing import Any
 from ..errors import Interrupted
 from ._outcome import error_text
 
-__all__ = ["Call", "Result", "in_fresh_loop", "interrupts_told_apart", "reward_exit", "run_inline",
-           "run_threads"]
+__all__ = ["Call", "Result", "in_fresh_loop", "interrupts_told_apart", "reward_exit", "run_awaitable",
+           "run_inline", "run_threads"]
 
 #: a zero-argument callable that performs one reward call (sync, or returning an awaitable)
 Call = Callable[[], Any]
@@ -82,7 +82,7 @@ def _call_once(call: Call, own_thread: bool = False) -> Result:
     try:
         raw = call()
         if inspect.isawaitable(raw):
-            raw = _run_coro(raw)
+            raw = run_awaitable(raw)
         return ("ok", raw, time.perf_counter() - start)
     except Exception as exc:  # a bad reward is data
         return ("error", error_text(exc), time.perf_counter() - start)
@@ -107,7 +107,8 @@ def run_inline(calls: Sequence[Call], retries: int) -> list[Result]:
     return out
 
 
-def _run_coro(aw: Any) -> Any:
+def run_awaitable(aw: Any) -> Any:
+    """``await aw`` to completion from sync code (:func:`in_fresh_loop`)."""
     async def _go() -> Any:
         return await aw
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import RewardhubError
 from ..types import sample_name
 
-__all__ = ["Outcome", "check_value", "error_kind_of", "error_text", "noting_bools"]
+__all__ = ["Outcome", "check_value", "error_kind_of", "error_text", "noting_bools", "short"]
 
 #: while :func:`noting_bools` runs: the rewards seen returning a Python ``bool`` in this process
 _bools: set[str] | None = None
@@ -96,24 +96,20 @@ class Outcome:
         return cls(*t)
 
 
-def _finite(x: Any) -> float | None:
-    if isinstance(x, bool):
-        return float(x)
-    if isinstance(x, (int, float)) and not isinstance(x, complex):
-        try:
-            f = float(x)
-        except OverflowError:  # an int past a float's range (10**400)
-            return None
-        return f if math.isfinite(f) else None
-    try:  # numpy / torch scalars
+def _finite(x: Any, reward: str) -> float | None:
+    """A score ``x`` of ``reward`` as a finite float (a Python ``bool`` is noted: :func:`noting_bools`)."""
+    if type(x) is bool and _bools is not None:
+        _bools.add(reward)
+    if not isinstance(x, (int, float)):
         import numbers
 
-        if isinstance(x, numbers.Real):
-            f = float(x)
-            return f if math.isfinite(f) else None
-    except (TypeError, ValueError, OverflowError):
-        pass
-    return None
+        if not isinstance(x, numbers.Real):  # numpy / torch scalars are
+            return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError, OverflowError):  # an int past a float's range (10**400)
+        return None
+    return f if math.isfinite(f) else None
 
 
 def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
@@ -129,26 +125,22 @@ def check_value(raw: Any, reward: str, index: int | None) -> Outcome:
     if isinstance(raw, dict):
         if "score" not in raw:
             who = _reward_label(reward, index)
-            return Outcome(None, ERROR, error=f"{who} returned a dict without 'score': {_short(raw)}")
+            return Outcome(None, ERROR, error=f"{who} returned a dict without 'score': {short(raw)}")
         score = raw["score"]
         if score is None:
             rest = {k: v for k, v in raw.items() if k not in ("score", "failed")}
             if isinstance(raw.get("failed"), str):  # a failure that keeps its extras (a judge's counts)
                 return Outcome(None, ERROR, extra=rest, error=raw["failed"])
             return Outcome(None, NOT_APPLICABLE, extra=rest)
-        value = _finite(score)
-        if _bools is not None and type(score) is bool:
-            _bools.add(reward)
+        value = _finite(score, reward)
         if value is None:
             who = _reward_label(reward, index)
-            return Outcome(None, ERROR, error=f"{who} returned score {_short(score)}: not a finite number")
+            return Outcome(None, ERROR, error=f"{who} returned score {short(score)}: not a finite number")
         return Outcome(value, OK, extra={k: v for k, v in raw.items() if k != "score"})
-    value = _finite(raw)
-    if _bools is not None and type(raw) is bool:
-        _bools.add(reward)
+    value = _finite(raw, reward)
     if value is None:
         who = _reward_label(reward, index)
-        return Outcome(None, ERROR, error=f"{who} returned {_short(raw)}: not a finite number "
+        return Outcome(None, ERROR, error=f"{who} returned {short(raw)}: not a finite number "
                                           "or a dict with a finite 'score'")
     return Outcome(value, OK)
 
@@ -158,6 +150,7 @@ def _reward_label(reward: str, index: int | None) -> str:
     return f"reward {reward!r} on {sample_name(index)}" if index is not None else f"reward {reward!r}"
 
 
-def _short(x: Any) -> str:
+def short(x: Any, width: int = 80) -> str:
+    """``repr(x)``, cut to ``width`` characters."""
     r = repr(x)
-    return r if len(r) <= 80 else r[:77] + "..."
+    return r if len(r) <= width else r[:width - 3] + "..."

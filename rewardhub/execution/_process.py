@@ -54,27 +54,24 @@ class ProcessPool:
     :ivar spares_started: extra workers started because others were stuck.
     """
 
-    def __init__(self, size: int, start_method: str | None = None, stuck_after_s: float = 0.2,
-                 max_spares: int | None = None) -> None:
-        if start_method is None:
-            start_method = "fork" if sys.platform.startswith("linux") else "spawn"
-        self._ctx = multiprocessing.get_context(start_method)
+    def __init__(self, size: int) -> None:
+        self._ctx = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.size = max(1, int(size))
         self._workers: list[Worker] = []
         self._payloads: dict[str, WorkerPayload] = {}
         self.kills = self.crashes = 0
-        #: a call running longer than ``stuck_after_s`` (or 30 times the reward's mean call time,
+        #: a call running longer than ``stuck_after_s`` (0.2; or 30 times the reward's mean call time,
         #: if less; at least 25 ms) is "stuck": the calls queued behind it go to other workers, and
         #: if it waits rather than computes, a spare worker takes its place in the rotation (at
         #: most ``max_spares``) until it finishes or its timeout kills it
-        self.watch = Watch(stuck_after_s)
+        self.watch = Watch(0.2)
         self.spares_started = 0
         self.taken_back = 0  #: calls taken back from stuck workers and run elsewhere
         self.strays = 0  #: answers dropped: their call had been answered already
         #: (a hung call holds its sleeping worker until its timeout: with 1 % of calls hanging for
         #: 1 s at 10,000 calls/s, 100 at a time; with too few spares the pool stalls until the first
         #: timeouts free some); the cap is also what bounds the spares' memory
-        self.max_spares = max(128, 16 * self.size) if max_spares is None else max_spares
+        self.max_spares = max(128, 16 * self.size)
         self._dying: list[Worker] = []  # killed, not yet reaped
         #: every worker's connection and sentinel, registered once (``connection.wait`` would build
         #: and fill a selector on every turn of the loop, i.e. for every answer)
@@ -129,14 +126,12 @@ class ProcessPool:
         return [w.proc.pid for w in self._workers if w.proc.pid is not None]
 
     # ---- dispatch ----------------------------------------------------------------------
-    def _chunk_size(self, key: str, remaining: int) -> int:
-        est = self.watch.mean(key)
-        cap = 2 if est is None else max(1, min(_CHUNK_MAX, int(_CHUNK_TARGET_S / max(est, 1e-6))))
-        # guided: big chunks while much is left, small ones at the end so workers finish together
-        return max(1, min(cap, math.ceil(remaining / (4 * self.size))))
-
     def _take(self, queue: FairQueue) -> list[Task]:
-        return queue.take_chunk(self._chunk_size(queue[0].key, len(queue)))
+        """The next chunk of calls: guided, big chunks while much is left, small ones at the end so
+        that the workers finish together."""
+        est = self.watch.mean(queue[0].key)
+        cap = 2 if est is None else max(1, min(_CHUNK_MAX, int(_CHUNK_TARGET_S / max(est, 1e-6))))
+        return queue.take_chunk(max(1, min(cap, math.ceil(len(queue) / (4 * self.size)))))
 
     def _finish(self, task: Task, result: tuple[str, Any, float], queue: FairQueue) -> None:
         task.attempts += 1
@@ -163,12 +158,6 @@ class ProcessPool:
             else:
                 left.append(w)
         self._dying[:] = left
-
-    def _want_spare(self, now: float) -> bool:
-        """Whether to start a spare worker: room for one, and the watch says it would help."""
-        if len(self._workers) >= self.size + self.max_spares:
-            return False
-        return self.watch.want_spare(self._workers, self.size, now)
 
     def run(self, tasks: list[Task], done: Callable[[Task], None] = lambda t: None,
             cancel: Cancel | None = None) -> list[Task]:
@@ -224,7 +213,8 @@ class ProcessPool:
             busy = [w for w in busy if w.inflight]
             if not busy:
                 continue
-            if queue and self._room(queue[0].key) and self._want_spare(now):
+            if (queue and self._room(queue[0].key) and len(self._workers) < self.size + self.max_spares
+                    and self.watch.want_spare(self._workers, self.size, now)):  # a spare would help
                 self._add(self._new_worker())
                 self.spares_started += 1
                 continue
@@ -391,10 +381,4 @@ class ProcessPool:
         self._reap()
         self._poll.unregister(self._callers.wake_fd)
         self._callers.close_fds()
-
-    def __enter__(self) -> ProcessPool:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 

@@ -41,11 +41,7 @@ class SlowestSamples:
                 s = samples[i]
                 response = s.get("response")
                 text = response if isinstance(response, str) else repr(response)
-                entry = (seconds, offset + i, s.get("data_source"), text[:SHOWN_CHARS])
-                if len(heap) < self.k:
-                    heapq.heappush(heap, entry)
-                else:
-                    heapq.heapreplace(heap, entry)
+                self._keep(heap, (seconds, offset + i, s.get("data_source"), text[:SHOWN_CHARS]))
 
     def merge(self, other: SlowestSamples, offset: int) -> None:
         """Take in ``other``'s samples (another batch's, numbered from 0), that batch's first sample being
@@ -53,11 +49,14 @@ class SlowestSamples:
         for name, entries in other._by_term.items():
             heap = self._by_term.setdefault(name, [])
             for seconds, i, source, text in entries:
-                entry = (seconds, i + offset, source, text)
-                if len(heap) < self.k:
-                    heapq.heappush(heap, entry)
-                elif seconds > heap[0][0]:
-                    heapq.heapreplace(heap, entry)
+                self._keep(heap, (seconds, i + offset, source, text))
+
+    def _keep(self, heap: list[tuple[float, int, Any, str]], entry: tuple[float, int, Any, str]) -> None:
+        """``entry`` in ``heap`` if it is one of the ``k`` slowest."""
+        if len(heap) < self.k:
+            heapq.heappush(heap, entry)
+        elif entry[0] > heap[0][0]:
+            heapq.heapreplace(heap, entry)
 
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         """Term name -> its slowest samples, the slowest first."""

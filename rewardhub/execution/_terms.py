@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -24,11 +23,11 @@ from ..types import ExecutionPolicy
 from ..types import RewardSpec
 from ._calls import Invoker
 from ._calls import make_invoker
+from ._calls import params_of
 from ._outcome import Outcome
 from ._task import WorkerPayload
 
-__all__ = ["ExecutorFactory", "RemoteExecutor", "Term", "resolve_term", "resolve_terms", "routes_text",
-           "sandbox_settings"]
+__all__ = ["ExecutorFactory", "RemoteExecutor", "Term", "resolve_term", "resolve_terms", "sandbox_settings"]
 
 
 @dataclass
@@ -67,24 +66,18 @@ class Term:
 
     @property
     def routes(self) -> str:
-        """Where the term applies, in words (``""``: every row)."""
-        return routes_text(self.data_sources, self.tags)
+        """Where the term applies, in words: ``data_source in ['a', 'b']``, ``extra_info.tags has one of
+        ['x']``, or both joined by ``and`` (``""``: every row)."""
+        parts = [f"data_source in {list(self.data_sources)!r}"] if self.data_sources else []
+        if self.tags:
+            parts.append(f"extra_info.tags has one of {list(self.tags)!r}")
+        return " and ".join(parts)
 
     @property
     def payload(self) -> WorkerPayload:
         return WorkerPayload(self.spec.target, self.spec.sha256, self.spec.params, self.invoker.kind,
                              self.invoker.adapter, self.name, memory_limit_mb=self.policy.memory_limit_mb,
                              max_concurrency=self.policy.max_concurrency)
-
-
-def routes_text(data_sources: Sequence[str], tags: Sequence[str] = ()) -> str:
-    """A term's routes in words: ``data_source in ['a', 'b']``, ``extra_info.tags has 'x'`` (``""``: none)."""
-    parts = []
-    if data_sources:
-        parts.append(f"data_source in {list(data_sources)!r}")
-    if tags:
-        parts.append(f"extra_info.tags has one of {list(tags)!r}")
-    return " and ".join(parts)
 
 
 def sandbox_settings(reward_cfg: RewardConfig) -> dict[str, Any]:
@@ -133,9 +126,11 @@ def resolve_term(
     name = str(term_cfg.alias or spec.name)
     policy = spec.policy.merged(**{k: getattr(term_cfg, k) for k in POLICY_KEYS})
     kwargs = thaw(term_cfg.kwargs)  # the function gets plain dicts and lists, as the config gave
-    # max_rpm counts requests where they go: to the endpoint of a reward that sends its own (it takes a
-    # base_url: the judges; one bucket per endpoint, retries counted), else to the term (each call, each try)
-    to_endpoint = bool(policy.max_rpm) and _sends_requests(fn)
+    # max_rpm counts requests where they go: to the endpoint of a reward that sends its own and paces them
+    # itself (it takes base_url, and max_rpm by name or **kwargs: the judges; one bucket per endpoint,
+    # retries counted), else to the term (each call, each try)
+    names, takes_any = params_of(fn)
+    to_endpoint = bool(policy.max_rpm) and "base_url" in names and ("max_rpm" in names or takes_any)
     if to_endpoint:
         kwargs["max_rpm"] = min(policy.max_rpm, kwargs.get("max_rpm") or math.inf)
     paces = bool(policy.max_rpm) and not to_endpoint
@@ -160,17 +155,6 @@ def resolve_term(
     return Term(name=name, spec=spec, policy=policy, invoker=invoker, weight=term_cfg.weight,
                 kwargs=kwargs, data_sources=data_sources, tags=tuple(term_cfg.tags), adapter=term_cfg.adapter,
                 config=term_cfg)
-
-
-def _sends_requests(fn: Any) -> bool:
-    """Whether reward ``fn`` sends requests to an endpoint it is given and paces them itself: it takes
-    ``base_url`` by name, and ``max_rpm`` (by name or through ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    return "base_url" in params and ("max_rpm" in params or takes_any)
 
 
 class RemoteExecutor(Protocol):

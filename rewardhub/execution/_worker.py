@@ -8,6 +8,7 @@ number in a small shared array, so that the pool can take back the calls it has 
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import inspect
 import os
@@ -52,70 +53,44 @@ def run_call(inv: Any, mode: str, data: Any, kwargs: dict[str, Any]) -> Any:
     """One call of an invoker on a sample (``mode == "one"``) or a list of them, awaited if async."""
     raw = inv.call_one(data, kwargs) if mode == "one" else inv.call_many(data, kwargs)
     if inspect.isawaitable(raw):
-        import asyncio  # here: ~15 ms of every pool process's start-up that most rewards never need
+        from ._local import run_awaitable  # asyncio imported only here: most rewards never need it
 
-        raw = asyncio.run(_await(raw))
+        raw = run_awaitable(raw)
     return raw
-
-
-def _die_with_parent() -> None:
-    """On Linux, have the kernel SIGKILL this worker when the parent dies (no orphan outlives a killed
-    run)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the parent died before we got here
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
-
-
-def _single_threaded_torch() -> None:
-    """A forked worker of a parent that has run torch ops must keep torch to one thread: torch's
-    OpenMP thread pool does not survive fork, and a child that uses more threads hangs for ever."""
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "set_num_threads"):
-        torch.set_num_threads(1)
 
 
 def detach() -> None:
     """A pool process's start: its own process group (so a kill takes whatever it started), killed
     with its parent, deaf to the terminal's Ctrl-C (the parent handles it), torch on one thread."""
     os.setpgrp()
-    _die_with_parent()
+    if sys.platform.startswith("linux"):  # the kernel SIGKILLs it when the parent dies: no orphan lives on
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() == 1:  # the parent died before we got here
+                os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _single_threaded_torch()
+    # a fork of a parent that has run torch ops keeps torch to one thread: torch's OpenMP thread pool
+    # does not survive fork, and a child that uses more threads hangs for ever
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(1)
 
 
 def tell_to_stop(conn: Any) -> None:
     """Ask a pool process to exit (it may be gone already)."""
-    try:
+    with contextlib.suppress(BrokenPipeError, OSError):
         conn.send(None)
-    except (BrokenPipeError, OSError):
-        pass
-
-
-def next_message(conn: Any) -> Any:
-    """The next message from the pool; None when told to stop or when the pool is gone."""
-    try:
-        return conn.recv()
-    except (EOFError, OSError):
-        return None
 
 
 def _data_bytes() -> int:
     """This process's data segment now (``VmData``: heap and private mappings), 0 where unknown."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/self/status", "rb") as f:
             for line in f:
                 if line.startswith(b"VmData:"):
                     return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     return 0
 
 
@@ -143,11 +118,9 @@ class _MemoryLimit:
         soft = r.RLIM_INFINITY if mb is None else self._base + (int(mb) << 20)
         if self._hard != r.RLIM_INFINITY and (soft == r.RLIM_INFINITY or soft > self._hard):
             soft = self._hard
-        try:
+        with contextlib.suppress(ValueError, OSError):
             r.setrlimit(r.RLIMIT_DATA, (soft, self._hard))
             self._now = mb
-        except (ValueError, OSError):
-            pass
 
 
 def worker_main(conn: Any, claim: Any, lock: Any) -> None:
@@ -159,8 +132,11 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
     memory = _MemoryLimit()
     clock = time.perf_counter
     while True:
-        msg = next_message(conn)
-        if msg is None:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the pool is gone
+            return
+        if msg is None:  # told to stop
             return
         key, payload, kwargs, seq, items = msg
         build_error = None
@@ -188,10 +164,6 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
                 return
             if reply[5]:  # out of memory: a fresh worker takes this one's place and its calls
                 return
-
-
-async def _await(aw: Any) -> Any:
-    return await aw
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -222,17 +194,13 @@ class Worker:
         self._replies = select.poll()
         self._replies.register(conn.fileno(), select.POLLIN)
 
-    def has_reply(self) -> bool:
-        """A reply (or the pipe's end: the worker died) can be read without waiting."""
-        return bool(self._replies.poll(0))
-
     def read(self) -> tuple[str, Any]:
         """The next message, without waiting: ``("ok", answer)`` the answer to the running call;
         ``("none", None)`` nothing waiting; ``("dead", None)`` the pipe has ended; ``("stray", None)``
         an answer to a call answered before; ``("bad", what)`` anything else (a reward wrote to the
         pipe itself, or answered out of turn: the worker cannot be trusted)."""
         try:
-            if not self.has_reply():
+            if not self._replies.poll(0):  # no reply (nor the pipe's end: the worker died) to read
                 return "none", None
             data = self.conn.recv_bytes()
         except (EOFError, OSError):
@@ -246,28 +214,30 @@ class Worker:
             return "bad", f"{got} while running call {running}"
         return "ok", answer
 
-    def state(self) -> str | None:
-        """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
+    def _stat(self) -> list[bytes]:
+        """The fields of Linux's ``/proc/PID/stat`` after the command's name (none where unknown)."""
         try:
             with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                return f.read().rsplit(b")", 1)[1].split()[0].decode()
-        except (OSError, IndexError, ValueError):
-            return None
+                return f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return []
+
+    def state(self) -> str | None:
+        """The worker's scheduler state (``R`` running, ``S`` sleeping, ...) from Linux ``/proc``."""
+        fields = self._stat()
+        return fields[0].decode() if fields else None
 
     def cpu_s(self) -> float | None:
         """CPU seconds this worker has used (Linux ``/proc``); ``None`` where unknown."""
-        try:
+        with contextlib.suppress(OSError, IndexError, ValueError):
             with open(f"/proc/{self.proc.pid}/schedstat", "rb") as f:
                 ns = int(f.read().split()[0])
             if ns:  # 0 where the kernel keeps no schedstats
                 return ns / 1e9
-        except (OSError, IndexError, ValueError):
-            pass
+        fields = self._stat()
         try:
-            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / _HZ
-        except (OSError, IndexError, ValueError):
+        except (IndexError, ValueError):
             return None
 
     @classmethod
@@ -365,10 +335,8 @@ class Worker:
         pid = self.proc.pid
         if pid is not None:
             for send in (os.killpg, os.kill):  # its group, and itself (if it has no group of its own yet)
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     send(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
         self.conn.close()
         if wait:
             self.proc.join(5)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...errors import RewardhubError
 from .._outcome import ERROR
+from .._outcome import short
 
 __all__ = ["BadAnswer", "checked_info", "checked_rows", "json_of"]
 
@@ -117,18 +118,13 @@ def _failed_where_not_finite(row: dict[str, Any], url: str) -> dict[str, Any]:
     errors, kinds = dict(row.get("errors") or {}), dict(row.get("error_kinds") or {})
     for name, value in bad.items():
         rewards[name] = None
-        errors[name] = f"reward server {url} sent {_shown(value)} as reward {name!r}: not a finite number"
+        errors[name] = f"reward server {url} sent {short(value, 60)} as reward {name!r}: not a finite number"
         kinds[name] = ERROR
     if not _finite(row["score"]):
         for name in rewards:
             if name not in errors:
-                errors[name] = (f"reward server {url} sent {_shown(row['score'])} as this row's score: not a "
-                                "finite number")
+                errors[name] = (f"reward server {url} sent {short(row['score'], 60)} as this row's score: "
+                                "not a finite number")
                 kinds[name] = ERROR
     row.update(score=None, rewards=rewards, errors=errors, error_kinds=kinds)
     return row
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

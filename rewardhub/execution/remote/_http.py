@@ -17,12 +17,12 @@ it (or is scoring it) answers from that, and a retry never scores the rows twice
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +123,8 @@ def exchange(url: str, method: str, path: str, body: bytes | None, headers: Mapp
         conn.close()
     data = b"".join(chunks)
     if resp.status in RETRY_STATUSES:
-        raise Transient(f"answered {resp.status} {resp.reason}{_reason(data)}",
+        reason = reason_of(data)
+        raise Transient(f"answered {resp.status} {resp.reason}{'' if reason is None else ': ' + reason}",
                         retry_after_s(resp.getheader("Retry-After")))
     return Answer(resp.status, resp.getheader("Content-Type") or "", data)
 
@@ -150,10 +151,8 @@ def _cut(sock: Any) -> None:
     """End a request's connection from another thread (its reader wakes with an error)."""
     import socket
 
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def _until(sock: Any, deadline: float) -> None:
@@ -163,29 +162,27 @@ def _until(sock: Any, deadline: float) -> None:
     sock.settimeout(left)
 
 
-def _reason(body: bytes) -> str:
-    """``: REASON`` from a ``{"error": REASON}`` body, else nothing."""
+def reason_of(body: bytes) -> str | None:
+    """``REASON`` of a ``{"error": REASON}`` body, else None."""
     import json
 
     try:
         reason = json.loads(body).get("error")
     except (ValueError, AttributeError):
-        return ""
-    return f": {reason}" if isinstance(reason, str) else ""
+        return None
+    return reason if isinstance(reason, str) else None
 
 
 class Retrying:
     """Sends requests to one server through its :class:`Transient` failures (see the module's doc)."""
 
     def __init__(self, url: str, *, timeout_s: float, connect_timeout_s: float, retry_for_s: float,
-                 headers: Mapping[str, str] | None = None,
-                 send: Callable[..., Answer] = exchange) -> None:
+                 headers: Mapping[str, str] | None = None) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.retry_for_s = retry_for_s
         self.headers = dict(headers or {})
-        self._send = send
         #: retries made (every request together), for the tests and the logs
         self.retries = 0
         #: seconds between probes of the server while a POST waits for its answer (:mod:`._liveness`);
@@ -222,8 +219,8 @@ class Retrying:
                 self.url, f"{method} {path}", headers[IDEMPOTENCY_HEADER], self.headers,
                 every_s=self.probe_every_s, probe_timeout_s=self.probe_timeout_s)
             try:
-                answer = self._send(self.url, method, path, body, headers,
-                                    connect_timeout_s=self.connect_timeout_s, timeout_s=timeout, watch=watch)
+                answer = exchange(self.url, method, path, body, headers,
+                                  connect_timeout_s=self.connect_timeout_s, timeout_s=timeout, watch=watch)
                 if secrets:
                     answer = Answer(answer.status, answer.content_type,
                                     redact_bytes(answer.body, secrets, TOKEN_LABEL))

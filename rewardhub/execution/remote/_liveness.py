@@ -45,12 +45,10 @@ class LivenessProbe:
     """Probes ``url`` while one request (``method path`` with ``key``) waits; see the module's doc."""
 
     def __init__(self, url: str, what: str, key: str, headers: Mapping[str, str], *,
-                 every_s: float = PROBE_EVERY_S, probe_timeout_s: float = PROBE_TIMEOUT_S,
-                 dead_after: int = DEAD_AFTER, say: Callable[[str], None] | None = None) -> None:
+                 every_s: float = PROBE_EVERY_S, probe_timeout_s: float = PROBE_TIMEOUT_S) -> None:
         self.url, self.what, self.key = url, what, key
         self.headers = {k: v for k, v in headers.items() if k.lower() == "authorization"}
-        self.every_s, self.probe_timeout_s, self.dead_after = every_s, probe_timeout_s, dead_after
-        self.say = say or _stderr
+        self.every_s, self.probe_timeout_s = every_s, probe_timeout_s
         #: why the request's try was ended (None: it was not)
         self.aborted: str | None = None
         #: the probes made, and what the last one learnt (for the tests and the logs)
@@ -84,16 +82,16 @@ class LivenessProbe:
                 self.last = "no answer"
                 if self._stop.is_set():
                     return
-                if failed >= self.dead_after:
+                if failed >= DEAD_AFTER:
                     self.aborted = (f"the server did not answer GET /health in {failed} probes over "
                                     f"{waited:.0f} s while {self.what} waited ({self._why(exc)}): it is hung "
                                     "or gone")
-                    self.say(f"WARNING: reward server {self.url}: {self.aborted}; ending this try")
+                    _say(f"WARNING: reward server {self.url}: {self.aborted}; ending this try")
                     abort()
                     return
-                self.say(f"WARNING: reward server {self.url}: no answer to GET /health ({self._why(exc)}) "
-                         f"while {self.what} has waited {waited:.0f} s: it may be hung or gone (the try "
-                         f"ends after {self.dead_after} such probes in a row)")
+                _say(f"WARNING: reward server {self.url}: no answer to GET /health ({self._why(exc)}) "
+                     f"while {self.what} has waited {waited:.0f} s: it may be hung or gone (the try "
+                     f"ends after {DEAD_AFTER} such probes in a row)")
                 continue
             failed = 0
             line, worry = _reading(health, self.what, waited)
@@ -105,7 +103,7 @@ class LivenessProbe:
                     if isinstance(health.get("request"), Mapping) else None)
             if kind != said_kind or said_at is None or now - said_at >= SAY_EVERY_S:  # news, or a minute
                 said_at, said_kind = now, kind
-                self.say(f"{'WARNING: ' if worry else ''}reward server {self.url}: {line}")
+                _say(f"{'WARNING: ' if worry else ''}reward server {self.url}: {line}")
 
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
@@ -154,5 +152,5 @@ def _reading(health: Mapping[str, Any], what: str, waited: float) -> tuple[str, 
             "still be on its way, the server lost it, or it is older than this client"), True
 
 
-def _stderr(line: str) -> None:
+def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)

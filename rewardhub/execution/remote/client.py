@@ -15,6 +15,7 @@ answer row carries the index it was sent with and is checked (:mod:`._answers`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -39,6 +40,7 @@ from ._http import TOKEN_LABEL
 from ._http import Answer
 from ._http import Retrying
 from ._http import ServerUnavailable
+from ._http import reason_of
 
 __all__ = ["START_RETRY_S", "TOKEN_ENV", "RemoteScorer", "ServerUnavailable", "check_url", "reached"]
 
@@ -101,12 +103,9 @@ class RemoteScorer:
     def _json(self, answer: Answer, what: str) -> Any:
         """A 2xx answer's JSON; any other status is an error naming the server and its reason."""
         if not 200 <= answer.status < 300:
-            try:
-                reason = json.loads(answer.body.decode("utf-8")).get("error")
-            except (ValueError, AttributeError):
-                reason = None
+            reason = reason_of(answer.body)
             secrets = bearer_secrets(self.http.headers)  # redacted before it is cut
-            if isinstance(reason, str):
+            if reason is not None:
                 reason = redact(reason, secrets, TOKEN_LABEL)
             else:
                 reason = redact(answer.body[:1000].decode("utf-8", "replace"), secrets, TOKEN_LABEL)[:200]
@@ -173,15 +172,8 @@ class RemoteScorer:
             kept = {i: {k: rows[i][k] for k in RESULT_KEYS if k in rows[i]} for i in answered}
             exc.answered = kept  # type: ignore[attr-defined]
             raise
-        self.last_pids = sorted(
-            {
-                w["pid"]
-                for r in self.info().get("rewards", [])
-                if isinstance(r, Mapping)
-                for w in r.get("workers", [])
-                if isinstance(w, Mapping) and isinstance(w.get("pid"), int)
-            }
-        )
+        self.last_pids = sorted({w["pid"] for r in self.provenance() for w in r.get("workers", [])
+                                 if isinstance(w, Mapping) and isinstance(w.get("pid"), int)})
         return ScoreResult.from_rows(rows, terms)
 
     def _score_part(self, part: list[list[int]], samples: Sequence[Mapping[str, Any]], encoded: list[bytes]
@@ -195,11 +187,10 @@ class RemoteScorer:
                     f"reward server {self.url} refused {_group_of(samples, part[0])} ({len(positions)} rows) "
                     "as too large (413), and a group reward needs a group in one request\nstart `rewardhub "
                     "serve` with larger limits (--max-rows, --max-body-mb)")
-            k, half = 0, len(positions) // 2
-            while k < len(part) - 1 and sum(map(len, part[:k + 1])) < half:
-                k += 1
-            cut = k + 1
-            rows = sum(map(len, part[:cut]))
+            # cut after the first unit that ends past half the rows, but never after the last unit
+            sizes = list(itertools.accumulate(map(len, part)))
+            cut = next((k + 1 for k, n in enumerate(sizes[:-1]) if n >= len(positions) // 2), len(part) - 1)
+            rows = sizes[cut - 1]
             self.splits += 1
             self._max_rows = rows if self._max_rows is None else min(self._max_rows, rows)
             print(f"WARNING: reward server {self.url} refused {len(positions)} rows as too large (413); "
