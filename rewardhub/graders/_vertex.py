@@ -228,7 +228,7 @@ def vertex_score(config: Mapping[str, Any], scope: Mapping[str, Any]) -> float:
 async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], endpoint: Any) -> float:
     """An ``autoraterScorer``'s reward: the prompt, the question and the (parsed) response to the endpoint's
     ``autoraterModel``; its reply parsed and scored as the config says."""
-    from ..builtin import model_http
+    from ..builtin._judge_http import chat_url
     from ._model import endpoint_of
     from ._model import post_grader
 
@@ -246,7 +246,7 @@ async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], end
         "temperature": 0.0,
         "messages": [{"role": "user", "content": user}],
     }
-    reply = await post_grader(model_http.chat_url(base), body, headers, key)
+    reply = await post_grader(chat_url(base), body, headers, key)
     try:
         said = str(reply["choices"][0]["message"]["content"])
     except (KeyError, IndexError, TypeError):
