@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -243,10 +244,7 @@ class WorkerGroup(PoolGroup):
     def _died(self, slot: WorkerSlot, why: str, pending: dict[Any, tuple[str, int, WorkerSlot, int]]) -> None:
         where = slot.info or {}
         slot.alive, slot.inflight = False, 0
-        try:  # dead, or hung (a stopped process, a stuck kernel): it must not come back on its own
-            self._ray.kill(slot.actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
+        self._kill(slot.actor)  # dead, or hung (a stopped process, a stuck kernel): it must not come back
         if slot.restarts >= self.max_restarts:
             slot.gone = True
             log.error("reward worker %d of pool %r died (%s); out of restarts", slot.index, self.pool, why)
@@ -260,6 +258,11 @@ class WorkerGroup(PoolGroup):
         self._new_actor(slot)
         pending[slot.starting] = ("hello", -1, slot, slot.generation)
 
+    def _kill(self, actor: Any) -> None:
+        """Stop ``actor`` for good (one that is gone already, or Ray shut down: nothing to do)."""
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor, no_restart=True)
+
     def start_deadline(self, slot: WorkerSlot) -> float:
         """When a (re)started worker that Ray has not placed yet is given up (:meth:`unplaceable`)."""
         return slot.starting_since + self.replace_timeout_s
@@ -269,10 +272,7 @@ class WorkerGroup(PoolGroup):
         other has room), or by the time the pool closes: dropped, with one line, and the pool goes on
         with the workers it has."""
         waited = time.monotonic() - slot.starting_since
-        try:
-            self._ray.kill(slot.actor, no_restart=True)  # its pending creation too
-        except Exception:  # noqa: BLE001
-            pass
+        self._kill(slot.actor)  # its pending creation too
         slot.actor, slot.starting, slot.alive, slot.gone, slot.inflight = None, None, False, True, 0
         left = sum(not s.gone for s in self._slots)
         if at_close:  # maybe only slow to start: said as what is known
@@ -334,16 +334,10 @@ class WorkerGroup(PoolGroup):
             if slot.starting is not None and slot.restarts and not self._placed(slot):
                 self.unplaceable(slot, at_close=True)  # the user hears of a worker that never came back
             if slot.actor is not None:
-                try:
-                    self._ray.kill(slot.actor, no_restart=True)
-                except Exception:  # noqa: BLE001
-                    pass
+                self._kill(slot.actor)
                 slot.actor, slot.alive, slot.starting = None, False, None
         store = getattr(self, "cache_store", None)
         if store is not None and not self._cache_dir:  # in memory: this pool's own (a file's may be shared)
-            try:
-                self._ray.kill(store, no_restart=True)
-            except Exception:  # noqa: BLE001 - gone already
-                pass
+            self._kill(store)
             self.cache_store = None
         self._stop_ray()
