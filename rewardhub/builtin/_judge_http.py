@@ -7,6 +7,7 @@ aiohttp is imported when a judge first calls out (``pip install rewardhub[serve]
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
 import weakref
@@ -27,7 +28,8 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["KEY_LABEL", "REPLY_TOO_LARGE", "JudgeError", "Limiter", "chat_url", "limiter", "post_json"]
+__all__ = ["KEY_LABEL", "REPLY_TOO_LARGE", "JudgeError", "Limiter", "chat_reply", "chat_url", "limiter",
+           "post_json"]
 
 #: what stands for the judge's API key in any text rewardhub keeps
 KEY_LABEL = "<api key>"
@@ -174,3 +176,40 @@ async def post_json(url: str, body: Mapping[str, Any], headers: Mapping[str, str
                          f"is the server running at {base}? start it, or set kwargs.base_url to where it is")
     raise JudgeError(f"the judge at {url} failed {retries + 1} times; the last: {last}\n"
                      "raise kwargs.retries or lower the request rate (max_rpm, max_concurrency)")
+
+
+async def chat_reply(url: str, headers: Mapping[str, str], *, system: str, user: str, model: str,
+                     max_tokens: int, temperature: float, max_rpm: float | None = None,
+                     max_tpm: float | None = None, max_concurrency: int | None = None, gate: Any = None,
+                     extra: Mapping[str, Any] | None = None, no_text_kind: str | None = None,
+                     **post: Any) -> tuple[str, Any]:
+    """One chat request (``extra``: more of its body) after its turn under the per-minute limits, within
+    the endpoint's ``max_concurrency`` and ``gate`` (an async context); the reply's text, and the reply.
+    ``post``: :func:`post_json`'s settings.
+
+    :raises JudgeError: the request failed, or the reply has no text (its kind ``no_text_kind``).
+    """
+    import asyncio
+
+    body = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            **(extra or {})}
+    wait = limiter(url, "requests", max_rpm).reserve(1) if max_rpm else 0.0
+    if max_tpm:  # an estimate made before the call: 4 characters a token, plus the longest reply
+        wait = max(wait, limiter(url, "tokens", max_tpm).reserve((len(system) + len(user)) / 4 + max_tokens))
+    if wait:
+        await asyncio.sleep(wait)
+    from .._concurrency import slot
+
+    async with gate or contextlib.nullcontext():
+        async with slot(url, max_concurrency) if max_concurrency else contextlib.nullcontext():
+            reply = await post_json(url, body, headers, max_rpm=max_rpm, **post)
+    try:
+        text = reply["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        text = None
+    if not isinstance(text, str):
+        shown = redact(json.dumps(reply), bearer_secrets(headers), KEY_LABEL)
+        raise JudgeError(f"the judge at {url} replied without choices[0].message.content: {shown[:200]}",
+                         kind=no_text_kind)
+    return text, reply

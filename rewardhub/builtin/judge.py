@@ -12,8 +12,6 @@ tells the judge to answer 100 gets no 100.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import re
@@ -29,9 +27,8 @@ from ..errors import UsageError
 from ..hookspecs import hookimpl
 from ._judge_http import KEY_LABEL
 from ._judge_http import JudgeError
+from ._judge_http import chat_reply
 from ._judge_http import chat_url
-from ._judge_http import limiter
-from ._judge_http import post_json
 from ._judge_settings import KEY_IN_NAME
 from ._judge_settings import SAMPLE_KEYS
 from ._judge_settings import check_settings
@@ -129,45 +126,20 @@ def _headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None, max_tokens: int,
-               temperature: float, max_rpm: float | None, max_tpm: float | None, retries: int,
-               backoff_s: float, request_timeout_s: float, max_reply_bytes: int = MAX_REPLY_BYTES,
-               max_concurrency: int | None = None) -> str:
-    """Send one judging request (after its turn under the per-minute limits, and within the endpoint's
-    ``max_concurrency``); the reply's text."""
-    url = chat_url(base_url)
+async def _ask(user: str, *, base_url: str, api_key_env: str | None, max_reply_bytes: int = MAX_REPLY_BYTES,
+               **ask: Any) -> str:
+    """Send one judging request (:func:`~._judge_http.chat_reply`: ``ask`` holds its model, limits and
+    retries); the reply's text."""
     headers = _headers(api_key_env)
-    body = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
-            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]}
-    wait = 0.0
-    if max_rpm:
-        wait = limiter(url, "requests", max_rpm).reserve(1)
-    if max_tpm:  # an estimate made before the call: 4 characters a token, plus the longest reply
-        wait = max(wait, limiter(url, "tokens", max_tpm).reserve((len(SYSTEM) + len(user)) / 4 + max_tokens))
-    if wait:
-        import asyncio
-
-        await asyncio.sleep(wait)
     key = headers.get("Authorization", "")[7:]
-    secrets = [key] if key else []
     try:
-        from .._concurrency import slot
-
-        async with slot(url, max_concurrency) if max_concurrency else contextlib.nullcontext():
-            reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s, max_rpm=max_rpm,
-                                    request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
-        try:
-            text = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            text = None
-        if not isinstance(text, str):
-            raise JudgeError(f"the judge at {url} replied without choices[0].message.content: "
-                             f"{redact(json.dumps(reply), secrets, KEY_LABEL)[:200]}")
+        text, _ = await chat_reply(chat_url(base_url), headers, system=SYSTEM, user=user,
+                                   max_bytes=max_reply_bytes, **ask)
     except JudgeError as exc:  # a server may echo the request back: the key is taken out of its words
         if key and key in str(exc):
-            raise JudgeError(redact(str(exc), secrets, KEY_LABEL)) from None
+            raise JudgeError(redact(str(exc), [key], KEY_LABEL)) from None
         raise
-    return redact(text, secrets, KEY_LABEL) if key else text
+    return redact(text, [key], KEY_LABEL) if key else text
 
 
 async def _served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
