@@ -65,7 +65,7 @@ _FORMATS = {
 }
 
 
-def _block(label: str, text: str) -> str:
+def block(label: str, text: str) -> str:
     """``text`` between markers that carry its hash (its verdict and marker look-alikes neutralised)."""
     text = neutralised(text)
     import hashlib  # here: its import costs `rewardhub list` ~3 ms
@@ -74,7 +74,12 @@ def _block(label: str, text: str) -> str:
     return f"<<<{tag}\n{text}\n{tag}>>>"
 
 
-def _text(content: Any) -> str:
+def reference_block(ground_truth: Any) -> str:
+    """The REFERENCE block of a sample's ground truth (``(none)`` without one)."""
+    return block("REFERENCE", "(none)" if ground_truth in (None, "") else text_of(ground_truth))
+
+
+def text_of(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
     return "" if content is None else str(content)
@@ -85,19 +90,19 @@ def render_messages(messages: Sequence[Any]) -> str:
     lines = []
     for m in messages:
         m = m if isinstance(m, Mapping) else {"role": "?", "content": m}
-        line = f"[{m.get('role', '?')}] {_text(m.get('content'))}"
+        line = f"[{m.get('role', '?')}] {text_of(m.get('content'))}"
         for call in m.get("tool_calls") or ():
             fn = call.get("function", call) if isinstance(call, Mapping) else {}
-            line += f"\n[tool call] {fn.get('name', '?')}({_text(fn.get('arguments'))})"
+            line += f"\n[tool call] {fn.get('name', '?')}({text_of(fn.get('arguments'))})"
         lines.append(line)
     return "\n".join(lines)
 
 
-def _prompt_text(prompt: Any) -> str:
-    return render_messages(prompt) if isinstance(prompt, list) else _text(prompt)
+def prompt_text(prompt: Any) -> str:
+    return render_messages(prompt) if isinstance(prompt, list) else text_of(prompt)
 
 
-def _fill(template: str, where: str, **fields: Any) -> str:
+def fill(template: str, where: str, **fields: Any) -> str:
     try:
         return template.format(**fields)
     except (KeyError, IndexError, ValueError) as exc:
@@ -106,7 +111,7 @@ def _fill(template: str, where: str, **fields: Any) -> str:
                          "brace as {{ or }}") from None
 
 
-def _range(score_range: Sequence[float]) -> tuple[float, float]:
+def valid_range(score_range: Sequence[float]) -> tuple[float, float]:
     low, high = (float(x) for x in score_range)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise UsageError(f"llm_judge score_range={list(score_range)!r} is not valid\n"
@@ -114,7 +119,7 @@ def _range(score_range: Sequence[float]) -> tuple[float, float]:
     return low, high
 
 
-def _headers(api_key_env: str | None) -> dict[str, str]:
+def auth_headers(api_key_env: str | None) -> dict[str, str]:
     if not api_key_env:
         return {}
     if looks_like_key(str(api_key_env)):
@@ -130,7 +135,7 @@ async def _ask(user: str, *, base_url: str, api_key_env: str | None, max_reply_b
                **ask: Any) -> str:
     """Send one judging request (:func:`~._judge_http.chat_reply`: ``ask`` holds its model, limits and
     retries); the reply's text."""
-    headers = _headers(api_key_env)
+    headers = auth_headers(api_key_env)
     key = headers.get("Authorization", "")[7:]
     try:
         text, _ = await chat_reply(chat_url(base_url), headers, system=SYSTEM, user=user,
@@ -149,12 +154,6 @@ async def _served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
     from .served import served_endpoint
 
     return await asyncio.to_thread(served_endpoint, serve)
-
-
-def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:
-    """The reply's one verdict (``regex``: a user's ``score_regex``; ``None``: ``Score: N`` as
-    :func:`~._verdict.verdict` reads it)."""
-    return verdict(text, low, high, regex=regex, what=what)
 
 
 @reward(name="llm_judge", timeout_s=120, max_concurrency=32, cache=True,
@@ -190,21 +189,20 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
         {name: llm_judge, kwargs: {serve: {model: HuggingFaceTB/SmolLM2-135M-Instruct, replicas: 2}}}
     """
     _check_judge({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}, **kwargs})
-    low, high = _range(score_range)
-    chat = list(messages) if messages else [{"role": "user", "content": _prompt_text(prompt)},
+    low, high = valid_range(score_range)
+    chat = list(messages) if messages else [{"role": "user", "content": prompt_text(prompt)},
                                             {"role": "assistant", "content": response}]
     gt = kwargs.get("ground_truth")  # optional: a parameter of that name would make `score` require it
-    gt = "(none)" if gt in (None, "") else _text(gt)
-    user = _fill(template, "llm_judge", prompt=_block("PROMPT", _prompt_text(prompt)),
-                 response=_block("RESPONSE", _text(response)), ground_truth=_block("REFERENCE", gt),
-                 messages=_block("CHAT", render_messages(chat)), low=num(low), high=num(high))
+    user = fill(template, "llm_judge", prompt=block("PROMPT", prompt_text(prompt)),
+                response=block("RESPONSE", text_of(response)), ground_truth=reference_block(gt),
+                messages=block("CHAT", render_messages(chat)), low=num(low), high=num(high))
     if serve is not None:  # a model rewardhub serves: its pool's endpoint
         base_url, model = await _served_endpoint(serve)
     text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
                       max_tokens=max_tokens, temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm,
                       retries=retries, backoff_s=backoff_s, request_timeout_s=request_timeout_s,
                       max_reply_bytes=max_reply_bytes, max_concurrency=max_concurrency)
-    return _score(text, score_regex, low, high)
+    return verdict(text, low, high, regex=score_regex)
 
 
 @reward(name="llm_judge_group", kind="group", timeout_s=300, max_concurrency=8, capabilities=(EXPENSIVE,))
@@ -224,15 +222,14 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
     """
     _check_group({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"},
                   **kwargs})
-    low, high = _range(score_range)
+    low, high = valid_range(score_range)
     n = len(responses)
-    gt = (kwargs.get("ground_truths") or [None])[0]
-    blocks = "\n\n".join(f"RESPONSE {k}:\n{_block(f'RESPONSE{k}', _text(r))}"
+    blocks = "\n\n".join(f"RESPONSE {k}:\n{block(f'RESPONSE{k}', text_of(r))}"
                          for k, r in enumerate(responses, 1))
-    user = _fill(template, "llm_judge_group", n=n, prompt=_block("PROMPT", _prompt_text(prompts[0])),
-                 ground_truth=_block("REFERENCE", "(none)" if gt in (None, "") else _text(gt)),
-                 responses=blocks, reply_format=_FORMATS[mode].format(low=num(low), high=num(high)),
-                 low=num(low), high=num(high))
+    user = fill(template, "llm_judge_group", n=n, prompt=block("PROMPT", prompt_text(prompts[0])),
+                ground_truth=reference_block((kwargs.get("ground_truths") or [None])[0]),
+                responses=blocks, reply_format=_FORMATS[mode].format(low=num(low), high=num(high)),
+                low=num(low), high=num(high))
     if serve is not None:
         base_url, model = await _served_endpoint(serve)
     text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
@@ -250,8 +247,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
         if sorted(order) != list(range(1, n + 1)):
             raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {quoted(text)}")
         return [1.0 if n == 1 else 1.0 - order.index(k) / (n - 1) for k in range(1, n + 1)]
-    return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)", low, high,
-                   f"score for response {k}") for k in range(1, n + 1)]
+    return [verdict(text, low, high, regex=rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)",
+                    what=f"score for response {k}") for k in range(1, n + 1)]
 
 
 def _check_judge(settings: Mapping[str, Any]) -> None:
@@ -274,7 +271,3 @@ setattr(llm_judge_group, CHECK_KWARGS_ATTR, _check_group)
 def rewardhub_register_rewards() -> list[Any]:
     return [llm_judge, llm_judge_group]
 
-
-# the pieces the judging modes (rewardhub.builtin.judging: pairwise, tournament, rubric) build on
-block, fill, prompt_text, text_of = _block, _fill, _prompt_text, _text
-valid_range, auth_headers = _range, _headers
