@@ -96,12 +96,10 @@ def _is_verl(leaf: Leaf) -> bool:
 
 
 def rule_of(leaf: Leaf) -> tuple[str, ...]:
-    if leaf.ns in ("drop", "num_workers"):
-        return (
-            ("drop", "not a mapping of settings")
-            if leaf.ns == "drop"
-            else ("move", "reward.workers.num_workers")
-        )
+    if leaf.ns == "drop":
+        return ("drop", "not a mapping of settings")
+    if leaf.ns == "num_workers":
+        return ("move", "reward.workers.num_workers")
     if leaf.rel.split(".")[-1] == "_target_":
         return ("drop", "a verl dataclass target; no meaning here")
     for pattern, action in RULES[leaf.ns]:
