@@ -37,16 +37,12 @@ def describe_problem(p: Mapping[str, Any]) -> str:
     return f"reward {fields['reward']!r}: {fields['detail']}" if fields["reward"] else str(fields["detail"])
 
 
-def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
-
-
 def _grouped(problems: Sequence[Mapping[str, Any]]) -> list[str]:
     """One phrase per difference and node (workers of one node that differ alike are named together)."""
     groups: dict[tuple[str, ...], list[int]] = {}
     for p in problems:
         key = (str(p.get("pool")), str(p.get("ip") or "?"), str(p.get("node_id") or "?")[:12],
-               _one_line(describe_problem(p)))
+               " ".join(describe_problem(p).split()))
         idx = p.get("index")
         groups.setdefault(key, []).extend([idx] if isinstance(idx, int) and idx >= 0 else [])
     out = []
