@@ -131,29 +131,33 @@ def auth_headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def _ask(user: str, *, base_url: str, api_key_env: str | None, max_reply_bytes: int = MAX_REPLY_BYTES,
-               **ask: Any) -> str:
-    """Send one judging request (:func:`~._judge_http.chat_reply`: ``ask`` holds its model, limits and
-    retries); the reply's text."""
-    headers = auth_headers(api_key_env)
+#: the judge settings :func:`~._judge_http.chat_reply` takes as they are
+_REQUEST_KEYS = ("max_tokens", "temperature", "max_rpm", "max_tpm", "max_concurrency", "retries", "backoff_s",
+                 "request_timeout_s")
+
+
+async def _ask(user: str, settings: Mapping[str, Any], **overrides: Any) -> str:
+    """Send one judging request with a judge's ``settings`` (its kwargs; ``overrides`` win), to the
+    endpoint of the pool its ``serve`` names (:mod:`.served`, started in a thread if need be) or to its
+    ``base_url``; the reply's text."""
+    s = {**settings, **overrides}
+    if s.get("serve") is not None:
+        import asyncio
+
+        from .served import served_endpoint
+
+        s["base_url"], s["model"] = await asyncio.to_thread(served_endpoint, s["serve"])
+    headers = auth_headers(s["api_key_env"])
     key = headers.get("Authorization", "")[7:]
     try:
-        text, _ = await chat_reply(chat_url(base_url), headers, system=SYSTEM, user=user,
-                                   max_bytes=max_reply_bytes, **ask)
+        text, _ = await chat_reply(chat_url(str(s["base_url"])), headers, system=SYSTEM, user=user,
+                                   model=str(s["model"]), max_bytes=s["max_reply_bytes"],
+                                   **{k: s[k] for k in _REQUEST_KEYS})
     except JudgeError as exc:  # a server may echo the request back: the key is taken out of its words
         if key and key in str(exc):
             raise JudgeError(redact(str(exc), [key], KEY_LABEL)) from None
         raise
     return redact(text, [key], KEY_LABEL) if key else text
-
-
-async def _served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
-    """(base_url, model) of the pool ``serve`` names (:mod:`.served`; started in a thread if need be)."""
-    import asyncio
-
-    from .served import served_endpoint
-
-    return await asyncio.to_thread(served_endpoint, serve)
 
 
 @reward(name="llm_judge", timeout_s=120, max_concurrency=32, cache=True,
@@ -188,7 +192,8 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
         {name: llm_judge, kwargs: {base_url: "http://127.0.0.1:8000/v1", model: judge}, timeout_s: 60}
         {name: llm_judge, kwargs: {serve: {model: HuggingFaceTB/SmolLM2-135M-Instruct, replicas: 2}}}
     """
-    _check_judge({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}, **kwargs})
+    settings = {k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}
+    _check_judge({**settings, **kwargs})
     low, high = valid_range(score_range)
     chat = list(messages) if messages else [{"role": "user", "content": prompt_text(prompt)},
                                             {"role": "assistant", "content": response}]
@@ -196,13 +201,7 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
     user = fill(template, "llm_judge", prompt=block("PROMPT", prompt_text(prompt)),
                 response=block("RESPONSE", text_of(response)), ground_truth=reference_block(gt),
                 messages=block("CHAT", render_messages(chat)), low=num(low), high=num(high))
-    if serve is not None:  # a model rewardhub serves: its pool's endpoint
-        base_url, model = await _served_endpoint(serve)
-    text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
-                      max_tokens=max_tokens, temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm,
-                      retries=retries, backoff_s=backoff_s, request_timeout_s=request_timeout_s,
-                      max_reply_bytes=max_reply_bytes, max_concurrency=max_concurrency)
-    return verdict(text, low, high, regex=score_regex)
+    return verdict(await _ask(user, settings), low, high, regex=score_regex)
 
 
 @reward(name="llm_judge_group", kind="group", timeout_s=300, max_concurrency=8, capabilities=(EXPENSIVE,))
@@ -220,8 +219,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
     ``scores``: each response's score, in score_range. ``rank``: ``1 - place / (n - 1)``, the best 1.0 and the
     worst 0.0. A reply that misses a response fails the whole group. Other kwargs as ``llm_judge``.
     """
-    _check_group({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"},
-                  **kwargs})
+    settings = {k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}
+    _check_group({**settings, **kwargs})
     low, high = valid_range(score_range)
     n = len(responses)
     blocks = "\n\n".join(f"RESPONSE {k}:\n{block(f'RESPONSE{k}', text_of(r))}"
@@ -230,13 +229,7 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
                 ground_truth=reference_block((kwargs.get("ground_truths") or [None])[0]),
                 responses=blocks, reply_format=_FORMATS[mode].format(low=num(low), high=num(high)),
                 low=num(low), high=num(high))
-    if serve is not None:
-        base_url, model = await _served_endpoint(serve)
-    text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
-                      max_tokens=max_tokens or 16 * n + 32, temperature=temperature, max_rpm=max_rpm,
-                      max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
-                      request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes,
-                      max_concurrency=max_concurrency)
+    text = await _ask(user, settings, max_tokens=max_tokens or 16 * n + 32)
     if mode == "rank":
         orders = list(dict.fromkeys(tuple(int(k) for k in re.findall(r"\d+", m.group(1)))
                                     for m in re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text)))
