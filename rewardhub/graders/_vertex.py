@@ -3,17 +3,8 @@
 A ``SingleReinforcementTuningRewardConfig`` (``rewardName`` and one scorer) becomes a grader of the internal
 type ``vertex``; a ``CompositeReinforcementTuningRewardConfig`` a ``multi`` of them whose ``calculate_output``
 is the weighted sum. Each reward is clipped to [-1, 1], as Vertex does. Keys are read in camelCase (the REST
-API's) or snake_case (the Python SDK's):
-
-- ``parseResponseConfig``: ``IDENTITY`` or ``REGEX_EXTRACT`` (group 1 of the first match, else the match);
-- ``stringMatchRewardScorer``: ``EXACT_MATCH``, ``PARTIAL_MATCH`` (the expression is a substring of the
-  response) or ``REGEX_CONTAINS``, with ``{{references.key}}`` filled from the row; or ``jsonMatchExpression``
-  (``keyName`` of the response read as JSON); ``correctAnswerReward`` / ``wrongAnswerReward``;
-- ``codeExecutionRewardScorer``: ``evaluate(example, response)`` of ``pythonCodeSnippet`` in the sandbox;
-- ``autoraterScorer``: the prompt and the response sent to the grader endpoint's ``autoraterModel``, its reply
-  parsed (``autoraterResponseParseConfig``) and scored by ``exactMatchScorer`` or read as a number
-  (``parsedResponseConversionScorer``);
-- ``cloudRunRewardScorer``: not run here (it calls a Google service); refused with the way out.
+API's) or snake_case (the Python SDK's). What each scorer and ``parseResponseConfig`` does, and why
+``cloudRunRewardScorer`` is refused: docs/graders.md ("Vertex AI reward configs").
 """
 
 from __future__ import annotations
