@@ -139,12 +139,9 @@ def _serve_port(port: int) -> tuple[int, bool]:
 
     client = _get_global_client(raise_if_no_controller_running=False)
     if client is None:
-        if not port:
-            import socket
+        from ._served_replica import free_port
 
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = int(s.getsockname()[1])
+        port = port or free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         return port, True
     return int(client.http_config.port), False
