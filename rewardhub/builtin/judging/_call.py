@@ -189,9 +189,7 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
     except JudgeError as exc:
         kind = exc.kind if exc.kind != "error" else failure_kind(str(exc))
         message = str(exc).replace(secret, "<api key>") if secret else str(exc)
-        tally.failed += 1
-        tally.kinds[kind] = tally.kinds.get(kind, 0) + 1
-        raise JudgeFailure(kind, message) from None
+        raise fail(tally, JudgeFailure(kind, message)) from None
     if secret:
         text = text.replace(secret, "<api key>")
     usage = reply.get("usage") if isinstance(reply, Mapping) else None
@@ -218,7 +216,7 @@ def no_verdict(text: str, what: str) -> JudgeFailure:
 
 
 def fail(tally: Tally, exc: JudgeFailure) -> JudgeFailure:
-    """Count a verdict failure (a reply that came but held no verdict) in ``tally``."""
+    """Count a failure (a call that gave no reply, or a reply that held no verdict) in ``tally``."""
     tally.failed += 1
     tally.kinds[exc.kind] = tally.kinds.get(exc.kind, 0) + 1
     return exc

@@ -75,9 +75,8 @@ def _criteria(raw: Any) -> list[tuple[str, str, float]]:
 
 
 def _sample_text(prompt: Any, response: Any, messages: Sequence[Any] | None) -> tuple[str, str]:
-    if messages and not text_of(response):
-        return block("PROMPT", prompt_text(prompt)), block("RESPONSE", render_messages(messages))
-    return block("PROMPT", prompt_text(prompt)), block("RESPONSE", text_of(response))
+    graded = render_messages(messages) if messages and not text_of(response) else text_of(response)
+    return block("PROMPT", prompt_text(prompt)), block("RESPONSE", graded)
 
 
 @reward(name="llm_judge_rubric", timeout_s=180, max_concurrency=16, cache=True, capabilities=(EXPENSIVE,))
