@@ -28,7 +28,6 @@ from ._reward_worker import RewardWorker
 from ._settings import PoolSettings
 from ._setup import WorkerSetup
 from ._slots import WorkerSlot
-from ._slots import pick_slot
 from ._slots import slot_facts
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
@@ -159,20 +158,15 @@ class WorkerGroup(PoolGroup):
         self.cache_store: Any = None
         self._cache_dir = s.cache_dir
         if self.setup.cache_store and any(t.get("cache") for t in self._terms_info):
-            self.cache_store = self._start_store(self.setup.cache_store, s.cache_dir)
+            from ._fleetcache import start_store
 
-    def _start_store(self, name: str, folder: str | None) -> Any:
-        """The pool's cache store, up and answering (else none: each worker keeps its own cache)."""
-        from ._fleetcache import start_store
-
-        try:
-            store = start_store(self._ray, name, folder)
-            self._ray.get(store.info.remote(), timeout=120)
-            return store
-        except Exception as exc:  # noqa: BLE001 - the pool scores on without it
-            self.note(f"the reward cache of pool {self.pool!r} could not start ({short_error(exc)}); each "
-                      "worker keeps its own in memory")
-            return None
+            try:  # up and answering, else none: each worker keeps its own cache
+                self.cache_store = start_store(self._ray, self.setup.cache_store, s.cache_dir)
+                self._ray.get(self.cache_store.info.remote(), timeout=120)
+            except Exception as exc:  # noqa: BLE001 - the pool scores on without it
+                self.cache_store = None
+                self.note(f"the reward cache of pool {self.pool!r} could not start ({short_error(exc)}); "
+                          "each worker keeps its own in memory")
 
     # ---- start-up ----------------------------------------------------------------------
     def _new_actor(self, slot: WorkerSlot) -> None:
@@ -224,10 +218,6 @@ class WorkerGroup(PoolGroup):
         chunks = make_chunks(batch, size, groups)
         results = dispatch(self, batch, chunks, list(terms) if terms else None, idx)
         return outcomes_of(len(batch), names, chunks, [results[c] for c in range(len(chunks))], idx)
-
-    def _pick(self) -> WorkerSlot | None:
-        slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
-        return slot
 
     def hung(self, slot: WorkerSlot, rows: int, terms: Sequence[str] | None) -> str:
         """A score call of ``rows`` samples on ``slot`` passed its bound: why the worker is restarted (its
