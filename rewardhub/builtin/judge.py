@@ -25,10 +25,6 @@ from ..decorator import CHECK_KWARGS_ATTR
 from ..decorator import reward
 from ..errors import UsageError
 from ..hookspecs import hookimpl
-from ._judge_http import KEY_LABEL
-from ._judge_http import JudgeError
-from ._judge_http import chat_reply
-from ._judge_http import chat_url
 from ._judge_settings import KEY_IN_NAME
 from ._judge_settings import SAMPLE_KEYS
 from ._judge_settings import check_settings
@@ -36,6 +32,10 @@ from ._verdict import neutralised
 from ._verdict import num
 from ._verdict import quoted
 from ._verdict import verdict
+from .model_http import KEY_LABEL
+from .model_http import JudgeError
+from .model_http import chat_reply
+from .model_http import chat_url
 
 __all__ = ["DEFAULT_GROUP_TEMPLATE", "DEFAULT_TEMPLATE", "EXPENSIVE", "SYSTEM", "llm_judge",
            "llm_judge_group"]
@@ -131,7 +131,7 @@ def auth_headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-#: the judge settings :func:`~._judge_http.chat_reply` takes as they are
+#: the judge settings :func:`~.model_http.chat_reply` takes as they are
 _REQUEST_KEYS = ("max_tokens", "temperature", "max_rpm", "max_tpm", "max_concurrency", "retries", "backoff_s",
                  "request_timeout_s")
 

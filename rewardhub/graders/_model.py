@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
-from ..builtin._judge_http import JudgeError
-from ..builtin._judge_http import chat_url
-from ..builtin._judge_http import post_json
+from ..builtin.model_http import JudgeError
+from ..builtin.model_http import chat_url
+from ..builtin.model_http import post_json
 from ..errors import UsageError
 from ._flags import GraderError
 from ._template import render_template

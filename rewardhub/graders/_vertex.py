@@ -219,7 +219,7 @@ def vertex_score(config: Mapping[str, Any], scope: Mapping[str, Any]) -> float:
 async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], endpoint: Any) -> float:
     """An ``autoraterScorer``'s reward: the prompt, the question and the (parsed) response to the endpoint's
     ``autoraterModel``; its reply parsed and scored as the config says."""
-    from ..builtin._judge_http import chat_url
+    from ..builtin.model_http import chat_url
     from ._model import endpoint_of
     from ._model import post_grader
 

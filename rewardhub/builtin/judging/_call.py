@@ -2,7 +2,7 @@
 and ``top_logprobs``, a bound on requests in flight per endpoint, a failure's kind, and a cache of
 verdicts so no pair or criterion is asked twice in a process.
 
-It reuses ``llm_judge``'s HTTP side (:mod:`rewardhub.builtin._judge_http`: the session, retries and the
+It reuses ``llm_judge``'s HTTP side (:mod:`rewardhub.builtin.model_http`: the session, retries and the
 per-minute limits) and its prompt pieces (the system prompt, the marked blocks).
 """
 
@@ -19,11 +19,11 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 
-from .._judge_http import JudgeError
-from .._judge_http import chat_reply
-from .._judge_http import chat_url
 from ..judge import SYSTEM
 from ..judge import auth_headers
+from ..model_http import JudgeError
+from ..model_http import chat_reply
+from ..model_http import chat_url
 
 if TYPE_CHECKING:
     import asyncio

@@ -18,7 +18,6 @@ from typing import Any
 
 from ...decorator import reward
 from ...errors import UsageError
-from .._judge_http import JudgeError
 from .._verdict import num
 from .._verdict import verdict
 from ..judge import DEFAULT_TEMPLATE
@@ -30,6 +29,7 @@ from ..judge import reference_block
 from ..judge import render_messages
 from ..judge import text_of
 from ..judge import valid_range
+from ..model_http import JudgeError
 from ._call import Endpoint
 from ._call import JudgeFailure
 from ._call import Tally

@@ -1,5 +1,6 @@
-"""The HTTP side of ``llm_judge``: per-minute limits, one client session per event loop, and a POST to an
-OpenAI-compatible ``/chat/completions`` retried with back-off on 429, 5xx and transport errors.
+"""The HTTP side of ``llm_judge`` and of the graders that call a model (``score_model``, ``label_model``,
+``cosine``): per-minute limits, one client session per event loop, and a POST to an OpenAI-compatible
+endpoint retried with back-off on 429, 5xx and transport errors.
 
 aiohttp is imported when a judge first calls out (``pip install rewardhub[serve]`` provides it), so that
 ``import rewardhub`` stays light.
