@@ -28,7 +28,7 @@ def test_retry_after_is_read_in_seconds_or_not_at_all(header, seconds):
     assert retry_after_s(header) == seconds
 
 
-@pytest.mark.parametrize("module", ["rewardhub/builtin/_judge_http.py",
+@pytest.mark.parametrize("module", ["rewardhub/builtin/model_http.py",
                                     "rewardhub/execution/remote/_http.py"])
 def test_both_clients_wait_by_the_one_schedule(module):
     tree = ast.parse((REPO / module).read_text(encoding="utf-8"))

@@ -74,7 +74,7 @@ def check_settings(who: str, fn: Callable[..., Any], settings: Mapping[str, Any]
         if merged.get(key) in (None, "", inspect.Parameter.empty):
             raise UsageError(f"{who} needs kwargs.{key}\nset it, e.g. base_url: http://127.0.0.1:8000/v1, "
                              "model: the name the server serves")
-    from ._judge_http import chat_url
+    from .model_http import chat_url
 
     chat_url(merged["base_url"])  # UsageError for anything but http(s)://host
     for key in _POSITIVE:

@@ -24,14 +24,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VLLMReplica"]
+__all__ = ["VLLMReplica", "free_port"]
 
 #: vLLM's environment on a CPU replica (the config's ``env`` wins): one OpenMP thread, not bound to cores
 #: (more made generation ~100x slower on a shared 2-core host), a 1 GiB KV cache
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port no process listens on now, on 127.0.0.1."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -43,7 +44,7 @@ class VLLMReplica:
 
     def __init__(self, model: str, served_name: str, args: Sequence[str], env: Mapping[str, str],
                  log_dir: str, start_timeout_s: float, gpu: bool) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self._closing = False
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         self.log = Path(log_dir) / f"replica-{os.getpid()}.log"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ._judge_http import JudgeError
+from .model_http import JudgeError
 
 __all__ = ["neutralised", "num", "quoted", "verdict"]
 

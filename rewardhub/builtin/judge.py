@@ -12,8 +12,6 @@ tells the judge to answer 100 gets no 100.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import re
@@ -27,11 +25,6 @@ from ..decorator import CHECK_KWARGS_ATTR
 from ..decorator import reward
 from ..errors import UsageError
 from ..hookspecs import hookimpl
-from ._judge_http import KEY_LABEL
-from ._judge_http import JudgeError
-from ._judge_http import chat_url
-from ._judge_http import limiter
-from ._judge_http import post_json
 from ._judge_settings import KEY_IN_NAME
 from ._judge_settings import SAMPLE_KEYS
 from ._judge_settings import check_settings
@@ -39,6 +32,10 @@ from ._verdict import neutralised
 from ._verdict import num
 from ._verdict import quoted
 from ._verdict import verdict
+from .model_http import KEY_LABEL
+from .model_http import JudgeError
+from .model_http import chat_reply
+from .model_http import chat_url
 
 __all__ = ["DEFAULT_GROUP_TEMPLATE", "DEFAULT_TEMPLATE", "EXPENSIVE", "SYSTEM", "llm_judge",
            "llm_judge_group"]
@@ -68,7 +65,7 @@ _FORMATS = {
 }
 
 
-def _block(label: str, text: str) -> str:
+def block(label: str, text: str) -> str:
     """``text`` between markers that carry its hash (its verdict and marker look-alikes neutralised)."""
     text = neutralised(text)
     import hashlib  # here: its import costs `rewardhub list` ~3 ms
@@ -77,7 +74,12 @@ def _block(label: str, text: str) -> str:
     return f"<<<{tag}\n{text}\n{tag}>>>"
 
 
-def _text(content: Any) -> str:
+def reference_block(ground_truth: Any) -> str:
+    """The REFERENCE block of a sample's ground truth (``(none)`` without one)."""
+    return block("REFERENCE", "(none)" if ground_truth in (None, "") else text_of(ground_truth))
+
+
+def text_of(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
     return "" if content is None else str(content)
@@ -88,19 +90,19 @@ def render_messages(messages: Sequence[Any]) -> str:
     lines = []
     for m in messages:
         m = m if isinstance(m, Mapping) else {"role": "?", "content": m}
-        line = f"[{m.get('role', '?')}] {_text(m.get('content'))}"
+        line = f"[{m.get('role', '?')}] {text_of(m.get('content'))}"
         for call in m.get("tool_calls") or ():
             fn = call.get("function", call) if isinstance(call, Mapping) else {}
-            line += f"\n[tool call] {fn.get('name', '?')}({_text(fn.get('arguments'))})"
+            line += f"\n[tool call] {fn.get('name', '?')}({text_of(fn.get('arguments'))})"
         lines.append(line)
     return "\n".join(lines)
 
 
-def _prompt_text(prompt: Any) -> str:
-    return render_messages(prompt) if isinstance(prompt, list) else _text(prompt)
+def prompt_text(prompt: Any) -> str:
+    return render_messages(prompt) if isinstance(prompt, list) else text_of(prompt)
 
 
-def _fill(template: str, where: str, **fields: Any) -> str:
+def fill(template: str, where: str, **fields: Any) -> str:
     try:
         return template.format(**fields)
     except (KeyError, IndexError, ValueError) as exc:
@@ -109,7 +111,7 @@ def _fill(template: str, where: str, **fields: Any) -> str:
                          "brace as {{ or }}") from None
 
 
-def _range(score_range: Sequence[float]) -> tuple[float, float]:
+def valid_range(score_range: Sequence[float]) -> tuple[float, float]:
     low, high = (float(x) for x in score_range)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise UsageError(f"llm_judge score_range={list(score_range)!r} is not valid\n"
@@ -117,7 +119,7 @@ def _range(score_range: Sequence[float]) -> tuple[float, float]:
     return low, high
 
 
-def _headers(api_key_env: str | None) -> dict[str, str]:
+def auth_headers(api_key_env: str | None) -> dict[str, str]:
     if not api_key_env:
         return {}
     if looks_like_key(str(api_key_env)):
@@ -129,60 +131,33 @@ def _headers(api_key_env: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def _ask(user: str, *, base_url: str, model: str, api_key_env: str | None, max_tokens: int,
-               temperature: float, max_rpm: float | None, max_tpm: float | None, retries: int,
-               backoff_s: float, request_timeout_s: float, max_reply_bytes: int = MAX_REPLY_BYTES,
-               max_concurrency: int | None = None) -> str:
-    """Send one judging request (after its turn under the per-minute limits, and within the endpoint's
-    ``max_concurrency``); the reply's text."""
-    url = chat_url(base_url)
-    headers = _headers(api_key_env)
-    body = {"model": model, "max_tokens": max_tokens, "temperature": temperature,
-            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]}
-    wait = 0.0
-    if max_rpm:
-        wait = limiter(url, "requests", max_rpm).reserve(1)
-    if max_tpm:  # an estimate made before the call: 4 characters a token, plus the longest reply
-        wait = max(wait, limiter(url, "tokens", max_tpm).reserve((len(SYSTEM) + len(user)) / 4 + max_tokens))
-    if wait:
+#: the judge settings :func:`~.model_http.chat_reply` takes as they are
+_REQUEST_KEYS = ("max_tokens", "temperature", "max_rpm", "max_tpm", "max_concurrency", "retries", "backoff_s",
+                 "request_timeout_s")
+
+
+async def _ask(user: str, settings: Mapping[str, Any], **overrides: Any) -> str:
+    """Send one judging request with a judge's ``settings`` (its kwargs; ``overrides`` win), to the
+    endpoint of the pool its ``serve`` names (:mod:`.served`, started in a thread if need be) or to its
+    ``base_url``; the reply's text."""
+    s = {**settings, **overrides}
+    if s.get("serve") is not None:
         import asyncio
 
-        await asyncio.sleep(wait)
-    key = headers.get("Authorization", "")[7:]
-    secrets = [key] if key else []
-    try:
-        from .._concurrency import slot
+        from .served import served_endpoint
 
-        async with slot(url, max_concurrency) if max_concurrency else contextlib.nullcontext():
-            reply = await post_json(url, body, headers, retries=retries, backoff_s=backoff_s, max_rpm=max_rpm,
-                                    request_timeout_s=request_timeout_s, max_bytes=max_reply_bytes)
-        try:
-            text = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            text = None
-        if not isinstance(text, str):
-            raise JudgeError(f"the judge at {url} replied without choices[0].message.content: "
-                             f"{redact(json.dumps(reply), secrets, KEY_LABEL)[:200]}")
+        s["base_url"], s["model"] = await asyncio.to_thread(served_endpoint, s["serve"])
+    headers = auth_headers(s["api_key_env"])
+    key = headers.get("Authorization", "")[7:]
+    try:
+        text, _ = await chat_reply(chat_url(str(s["base_url"])), headers, system=SYSTEM, user=user,
+                                   model=str(s["model"]), max_bytes=s["max_reply_bytes"],
+                                   **{k: s[k] for k in _REQUEST_KEYS})
     except JudgeError as exc:  # a server may echo the request back: the key is taken out of its words
         if key and key in str(exc):
-            raise JudgeError(redact(str(exc), secrets, KEY_LABEL)) from None
+            raise JudgeError(redact(str(exc), [key], KEY_LABEL)) from None
         raise
-    return redact(text, secrets, KEY_LABEL) if key else text
-
-
-async def _served_endpoint(serve: Mapping[str, Any]) -> tuple[str, str]:
-    """(base_url, model) of the pool ``serve`` names (:mod:`.served`; started in a thread if need be)."""
-    import asyncio
-
-    from .served import served_endpoint
-
-    return await asyncio.to_thread(served_endpoint, serve)
-
-
-def _score(text: str, regex: str | None, low: float, high: float, what: str = "score") -> float:
-    """The reply's one verdict (``regex``: a user's ``score_regex``; ``None``: ``Score: N`` as
-    :func:`~._verdict.verdict` reads it)."""
-    return verdict(text, low, high, regex=regex, what=what)
+    return redact(text, [key], KEY_LABEL) if key else text
 
 
 @reward(name="llm_judge", timeout_s=120, max_concurrency=32, cache=True,
@@ -217,22 +192,16 @@ async def llm_judge(*, prompt: Any = None, response: str = "", messages: Sequenc
         {name: llm_judge, kwargs: {base_url: "http://127.0.0.1:8000/v1", model: judge}, timeout_s: 60}
         {name: llm_judge, kwargs: {serve: {model: HuggingFaceTB/SmolLM2-135M-Instruct, replicas: 2}}}
     """
-    _check_judge({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}, **kwargs})
-    low, high = _range(score_range)
-    chat = list(messages) if messages else [{"role": "user", "content": _prompt_text(prompt)},
+    settings = {k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}
+    _check_judge({**settings, **kwargs})
+    low, high = valid_range(score_range)
+    chat = list(messages) if messages else [{"role": "user", "content": prompt_text(prompt)},
                                             {"role": "assistant", "content": response}]
     gt = kwargs.get("ground_truth")  # optional: a parameter of that name would make `score` require it
-    gt = "(none)" if gt in (None, "") else _text(gt)
-    user = _fill(template, "llm_judge", prompt=_block("PROMPT", _prompt_text(prompt)),
-                 response=_block("RESPONSE", _text(response)), ground_truth=_block("REFERENCE", gt),
-                 messages=_block("CHAT", render_messages(chat)), low=num(low), high=num(high))
-    if serve is not None:  # a model rewardhub serves: its pool's endpoint
-        base_url, model = await _served_endpoint(serve)
-    text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
-                      max_tokens=max_tokens, temperature=temperature, max_rpm=max_rpm, max_tpm=max_tpm,
-                      retries=retries, backoff_s=backoff_s, request_timeout_s=request_timeout_s,
-                      max_reply_bytes=max_reply_bytes, max_concurrency=max_concurrency)
-    return _score(text, score_regex, low, high)
+    user = fill(template, "llm_judge", prompt=block("PROMPT", prompt_text(prompt)),
+                response=block("RESPONSE", text_of(response)), ground_truth=reference_block(gt),
+                messages=block("CHAT", render_messages(chat)), low=num(low), high=num(high))
+    return verdict(await _ask(user, settings), low, high, regex=score_regex)
 
 
 @reward(name="llm_judge_group", kind="group", timeout_s=300, max_concurrency=8, capabilities=(EXPENSIVE,))
@@ -250,24 +219,17 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
     ``scores``: each response's score, in score_range. ``rank``: ``1 - place / (n - 1)``, the best 1.0 and the
     worst 0.0. A reply that misses a response fails the whole group. Other kwargs as ``llm_judge``.
     """
-    _check_group({**{k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"},
-                  **kwargs})
-    low, high = _range(score_range)
+    settings = {k: v for k, v in locals().items() if k not in SAMPLE_KEYS and k != "kwargs"}
+    _check_group({**settings, **kwargs})
+    low, high = valid_range(score_range)
     n = len(responses)
-    gt = (kwargs.get("ground_truths") or [None])[0]
-    blocks = "\n\n".join(f"RESPONSE {k}:\n{_block(f'RESPONSE{k}', _text(r))}"
+    blocks = "\n\n".join(f"RESPONSE {k}:\n{block(f'RESPONSE{k}', text_of(r))}"
                          for k, r in enumerate(responses, 1))
-    user = _fill(template, "llm_judge_group", n=n, prompt=_block("PROMPT", _prompt_text(prompts[0])),
-                 ground_truth=_block("REFERENCE", "(none)" if gt in (None, "") else _text(gt)),
-                 responses=blocks, reply_format=_FORMATS[mode].format(low=num(low), high=num(high)),
-                 low=num(low), high=num(high))
-    if serve is not None:
-        base_url, model = await _served_endpoint(serve)
-    text = await _ask(user, base_url=str(base_url), model=str(model), api_key_env=api_key_env,
-                      max_tokens=max_tokens or 16 * n + 32, temperature=temperature, max_rpm=max_rpm,
-                      max_tpm=max_tpm, retries=retries, backoff_s=backoff_s,
-                      request_timeout_s=request_timeout_s, max_reply_bytes=max_reply_bytes,
-                      max_concurrency=max_concurrency)
+    user = fill(template, "llm_judge_group", n=n, prompt=block("PROMPT", prompt_text(prompts[0])),
+                ground_truth=reference_block((kwargs.get("ground_truths") or [None])[0]),
+                responses=blocks, reply_format=_FORMATS[mode].format(low=num(low), high=num(high)),
+                low=num(low), high=num(high))
+    text = await _ask(user, settings, max_tokens=max_tokens or 16 * n + 32)
     if mode == "rank":
         orders = list(dict.fromkeys(tuple(int(k) for k in re.findall(r"\d+", m.group(1)))
                                     for m in re.finditer(r"(?i)ranking\s*:\s*([\d ,>\t]+)", text)))
@@ -278,8 +240,8 @@ async def llm_judge_group(*, prompts: Sequence[Any], responses: Sequence[str], b
         if sorted(order) != list(range(1, n + 1)):
             raise JudgeError(f"the judge's reply has no ranking of responses 1..{n}: {quoted(text)}")
         return [1.0 if n == 1 else 1.0 - order.index(k) / (n - 1) for k in range(1, n + 1)]
-    return [_score(text, rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)", low, high,
-                   f"score for response {k}") for k in range(1, n + 1)]
+    return [verdict(text, low, high, regex=rf"(?i)response\s*{k}\s*[:=]\s*(-?\d+(?:\.\d+)?)(?!\w)",
+                    what=f"score for response {k}") for k in range(1, n + 1)]
 
 
 def _check_judge(settings: Mapping[str, Any]) -> None:
@@ -302,7 +264,3 @@ setattr(llm_judge_group, CHECK_KWARGS_ATTR, _check_group)
 def rewardhub_register_rewards() -> list[Any]:
     return [llm_judge, llm_judge_group]
 
-
-# the pieces the judging modes (rewardhub.builtin.judging: pairwise, tournament, rubric) build on
-block, fill, prompt_text, text_of = _block, _fill, _prompt_text, _text
-valid_range, auth_headers = _range, _headers

@@ -49,11 +49,6 @@ def _fail(key: str, value: Any, fix: str) -> UsageError:
     return UsageError(f"llm_judge serve.{key}={value!r} is not valid\n{fix}")
 
 
-def _positive_int(key: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(key, value, "use a whole number of 1 or more")
-
-
 def check_serve(serve: Any) -> dict[str, Any]:
     """``serve`` checked and completed with :data:`SERVE_DEFAULTS`.
 
@@ -70,7 +65,8 @@ def check_serve(serve: Any) -> dict[str, Any]:
         raise UsageError("llm_judge serve needs a model\nset serve.model to a model folder or a Hugging Face "
                          "model name")
     for key in ("replicas", "max_ongoing_requests"):
-        _positive_int(key, spec[key])
+        if isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1:
+            raise _fail(key, spec[key], "use a whole number of 1 or more")
     for key in ("num_cpus", "num_gpus", "start_timeout_s"):
         v = spec[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
@@ -143,12 +139,9 @@ def _serve_port(port: int) -> tuple[int, bool]:
 
     client = _get_global_client(raise_if_no_controller_running=False)
     if client is None:
-        if not port:
-            import socket
+        from ._served_replica import free_port
 
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = int(s.getsockname()[1])
+        port = port or free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         return port, True
     return int(client.http_config.port), False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
 import os
@@ -252,16 +253,12 @@ class AutoscaleGroup(PoolGroup):
     def close(self) -> None:
         """Delete the Serve application (and stop Serve and Ray when this group started Ray)."""
         if self._serve is not None:
-            try:
+            with contextlib.suppress(Exception):  # Ray already down
                 self._serve.delete(self.app)
                 clear_refusals(self.app)
-            except Exception:  # noqa: BLE001 - Ray already down
-                pass
             if self._started_ray:
-                try:
+                with contextlib.suppress(Exception):
                     self._serve.shutdown()
-                except Exception:  # noqa: BLE001
-                    pass
             self._serve = None
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -21,6 +21,7 @@ from ._errors import RegistryMismatchError
 from ._errors import WorkerFailedError
 from ._ray import actor_errors
 from ._ray import short_error
+from ._slots import pick_slot
 
 if TYPE_CHECKING:
     from ._group import WorkerGroup
@@ -87,7 +88,7 @@ def dispatch(pool: WorkerGroup, batch: list[dict[str, Any]], chunks: list[list[i
 
     while todo or any(kind == "score" for kind, *_ in pending.values()):
         while todo:
-            slot = pool._pick()
+            slot, pool._rr = pick_slot(pool._slots, pool.dispatch, pool.max_inflight, pool._rr)
             if slot is None:
                 break
             cid = todo.popleft()

@@ -31,21 +31,17 @@ def configured_pools(cfg: RewardConfig) -> list[dict[str, Any]]:
     return pools
 
 
-def _fits(node: Mapping[str, Any], needs: Mapping[str, float]) -> bool:
-    have = node.get("Resources") or {}
-    return all(have.get(k, 0.0) >= v for k, v in needs.items())
-
-
 def _node_report(
     node: Mapping[str, Any], info: Mapping[str, Any], pools: list[dict[str, Any]]
 ) -> dict[str, Any]:
     problems = list(info.get("problems") or ())
-    resources = {k: v for k, v in (node.get("Resources") or {}).items()
+    have = node.get("Resources") or {}
+    resources = {k: v for k, v in have.items()
                  if not k.startswith(("node:", "memory", "object_store_memory"))}
     return {
         "node": node["NodeID"], "node_id": node["NodeID"], "ip": node.get("NodeManagerAddress"),
         "hostname": info.get("hostname") or node.get("NodeManagerHostname"), "pid": info.get("pid"),
-        "is_head": "node:__internal_head__" in (node.get("Resources") or {}),
+        "is_head": "node:__internal_head__" in have,
         "fingerprint": info.get("fingerprint"),
         "missing": sorted(str(p["reward"]) for p in problems if p.get("kind") in _MISSING),
         "mismatched": [{k: p.get(k) for k in ("reward", "kind", "driver", "worker")}
@@ -56,7 +52,7 @@ def _node_report(
         # differences in rewards the config does not use (every reward, without a config): warnings
         "warnings": [describe_problem(p) for p in info.get("notes") or ()],
         "warned_rewards": sorted({str(p["reward"]) for p in info.get("notes") or () if p.get("reward")}),
-        "pools": [p["pool"] for p in pools if _fits(node, p["needs"])],
+        "pools": [p["pool"] for p in pools if all(have.get(k, 0.0) >= v for k, v in p["needs"].items())],
         "files": dict(info.get("files") or {}), "resources": resources, "ok": not problems,
     }
 

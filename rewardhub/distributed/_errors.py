@@ -15,35 +15,26 @@ __all__ = ["DriverOnlyRewardError", "RegistryMismatchError", "WorkerFailedError"
 _MAX_LINES = 20
 
 
+#: a problem's line by its ``kind``, filled from its fields (``detail_note``: `` (detail)`` or empty)
+_PROBLEM_LINES = {
+    "missing": "reward {reward!r} is missing on the worker (driver has {driver})",
+    "version": "reward {reward!r} has a different version: driver {driver}, worker {worker}",
+    "target": "reward {reward!r} has a different target: driver {driver}, worker {worker}",
+    "file_hash": "reward {reward!r} file hash differs: driver {driver}, worker {worker}{detail_note}",
+    "file_missing": "reward {reward!r}: file {detail!r} does not exist on the node and was not shipped",
+    "mismatched": "reward {reward!r} differs: driver {driver}, worker {worker}",
+    "extra": "reward {reward!r} exists only on the worker ({worker})",
+    "broken": "reward {reward!r} cannot be loaded on the worker: {detail}",
+}
+
+
 def describe_problem(p: Mapping[str, Any]) -> str:
     """One line for one problem dict (``kind``, ``reward``, ``driver``, ``worker``, ``detail``)."""
-    kind, reward = p.get("kind"), p.get("reward")
-    if kind == "missing":
-        return f"reward {reward!r} is missing on the worker (driver has {p.get('driver')})"
-    if kind == "version":
-        return (
-            f"reward {reward!r} has a different version: driver {p.get('driver')}, worker {p.get('worker')}"
-        )
-    if kind == "target":
-        return f"reward {reward!r} has a different target: driver {p.get('driver')}, worker {p.get('worker')}"
-    if kind == "file_hash":
-        return f"reward {reward!r} file hash differs: driver {p.get('driver')}, worker {p.get('worker')}" + (
-            f" ({p['detail']})" if p.get("detail") else "")
-    if kind == "file_missing":
-        return f"reward {reward!r}: file {p.get('detail')!r} does not exist on the node and was not shipped"
-    if kind == "mismatched":
-        return f"reward {reward!r} differs: driver {p.get('driver')}, worker {p.get('worker')}"
-    if kind == "extra":
-        return f"reward {reward!r} exists only on the worker ({p.get('worker')})"
-    if kind == "broken":
-        return f"reward {reward!r} cannot be loaded on the worker: {p.get('detail')}"
-    if reward:
-        return f"reward {reward!r}: {p.get('detail')}"
-    return str(p.get("detail"))
-
-
-def _one_line(text: Any) -> str:
-    return " ".join(str(text).split())
+    fields = {k: p.get(k) for k in ("reward", "driver", "worker", "detail")}
+    line = _PROBLEM_LINES.get(str(p.get("kind")))
+    if line is not None:
+        return line.format(**fields, detail_note=f" ({p['detail']})" if p.get("detail") else "")
+    return f"reward {fields['reward']!r}: {fields['detail']}" if fields["reward"] else str(fields["detail"])
 
 
 def _grouped(problems: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -51,7 +42,7 @@ def _grouped(problems: Sequence[Mapping[str, Any]]) -> list[str]:
     groups: dict[tuple[str, ...], list[int]] = {}
     for p in problems:
         key = (str(p.get("pool")), str(p.get("ip") or "?"), str(p.get("node_id") or "?")[:12],
-               _one_line(describe_problem(p)))
+               " ".join(describe_problem(p).split()))
         idx = p.get("index")
         groups.setdefault(key, []).extend([idx] if isinstance(idx, int) and idx >= 0 else [])
     out = []

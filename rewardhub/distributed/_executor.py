@@ -123,11 +123,6 @@ class RayExecutors:
         )
 
 
-def ray_options_of(reward_cfg: RewardConfig) -> dict[str, Any]:
-    """``reward.workers`` as Ray options, with ``reward.plugins`` so the workers load the same plugins."""
-    return {**dataclasses.asdict(reward_cfg.workers), "plugins": reward_cfg.plugins}
-
-
 def runner_from_config(reward_cfg: Any, registry: Any = None, **kwargs: Any) -> Runner:
     """A :class:`~rewardhub.execution.Runner` for a ``reward:`` section, ``executor: ray`` included.
 
@@ -139,6 +134,7 @@ def runner_from_config(reward_cfg: Any, registry: Any = None, **kwargs: Any) -> 
     """
     reward = validate_reward(reward_cfg)
     terms = resolve_terms(reward, registry)
-    opts = ray_options_of(reward)
+    # reward.workers as Ray options, with reward.plugins so the workers load the same plugins
+    opts = {**dataclasses.asdict(reward.workers), "plugins": reward.plugins}
     pools = place_reward_models(reward, terms, opts)
     return Runner(terms, reward.aggregation, executors={"ray": RayExecutors(opts, pools)}, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -27,7 +28,6 @@ from ._reward_worker import RewardWorker
 from ._settings import PoolSettings
 from ._setup import WorkerSetup
 from ._slots import WorkerSlot
-from ._slots import pick_slot
 from ._slots import slot_facts
 from ._startup import check_placeable
 from ._startup import warn_unused_differences
@@ -158,20 +158,15 @@ class WorkerGroup(PoolGroup):
         self.cache_store: Any = None
         self._cache_dir = s.cache_dir
         if self.setup.cache_store and any(t.get("cache") for t in self._terms_info):
-            self.cache_store = self._start_store(self.setup.cache_store, s.cache_dir)
+            from ._fleetcache import start_store
 
-    def _start_store(self, name: str, folder: str | None) -> Any:
-        """The pool's cache store, up and answering (else none: each worker keeps its own cache)."""
-        from ._fleetcache import start_store
-
-        try:
-            store = start_store(self._ray, name, folder)
-            self._ray.get(store.info.remote(), timeout=120)
-            return store
-        except Exception as exc:  # noqa: BLE001 - the pool scores on without it
-            self.note(f"the reward cache of pool {self.pool!r} could not start ({short_error(exc)}); each "
-                      "worker keeps its own in memory")
-            return None
+            try:  # up and answering, else none: each worker keeps its own cache
+                self.cache_store = start_store(self._ray, self.setup.cache_store, s.cache_dir)
+                self._ray.get(self.cache_store.info.remote(), timeout=120)
+            except Exception as exc:  # noqa: BLE001 - the pool scores on without it
+                self.cache_store = None
+                self.note(f"the reward cache of pool {self.pool!r} could not start ({short_error(exc)}); "
+                          "each worker keeps its own in memory")
 
     # ---- start-up ----------------------------------------------------------------------
     def _new_actor(self, slot: WorkerSlot) -> None:
@@ -224,10 +219,6 @@ class WorkerGroup(PoolGroup):
         results = dispatch(self, batch, chunks, list(terms) if terms else None, idx)
         return outcomes_of(len(batch), names, chunks, [results[c] for c in range(len(chunks))], idx)
 
-    def _pick(self) -> WorkerSlot | None:
-        slot, self._rr = pick_slot(self._slots, self.dispatch, self.max_inflight, self._rr)
-        return slot
-
     def hung(self, slot: WorkerSlot, rows: int, terms: Sequence[str] | None) -> str:
         """A score call of ``rows`` samples on ``slot`` passed its bound: why the worker is restarted (its
         death path does that)."""
@@ -243,10 +234,7 @@ class WorkerGroup(PoolGroup):
     def _died(self, slot: WorkerSlot, why: str, pending: dict[Any, tuple[str, int, WorkerSlot, int]]) -> None:
         where = slot.info or {}
         slot.alive, slot.inflight = False, 0
-        try:  # dead, or hung (a stopped process, a stuck kernel): it must not come back on its own
-            self._ray.kill(slot.actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead
-            pass
+        self._kill(slot.actor)  # dead, or hung (a stopped process, a stuck kernel): it must not come back
         if slot.restarts >= self.max_restarts:
             slot.gone = True
             log.error("reward worker %d of pool %r died (%s); out of restarts", slot.index, self.pool, why)
@@ -260,6 +248,11 @@ class WorkerGroup(PoolGroup):
         self._new_actor(slot)
         pending[slot.starting] = ("hello", -1, slot, slot.generation)
 
+    def _kill(self, actor: Any) -> None:
+        """Stop ``actor`` for good (one that is gone already, or Ray shut down: nothing to do)."""
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor, no_restart=True)
+
     def start_deadline(self, slot: WorkerSlot) -> float:
         """When a (re)started worker that Ray has not placed yet is given up (:meth:`unplaceable`)."""
         return slot.starting_since + self.replace_timeout_s
@@ -269,10 +262,7 @@ class WorkerGroup(PoolGroup):
         other has room), or by the time the pool closes: dropped, with one line, and the pool goes on
         with the workers it has."""
         waited = time.monotonic() - slot.starting_since
-        try:
-            self._ray.kill(slot.actor, no_restart=True)  # its pending creation too
-        except Exception:  # noqa: BLE001
-            pass
+        self._kill(slot.actor)  # its pending creation too
         slot.actor, slot.starting, slot.alive, slot.gone, slot.inflight = None, None, False, True, 0
         left = sum(not s.gone for s in self._slots)
         if at_close:  # maybe only slow to start: said as what is known
@@ -334,16 +324,10 @@ class WorkerGroup(PoolGroup):
             if slot.starting is not None and slot.restarts and not self._placed(slot):
                 self.unplaceable(slot, at_close=True)  # the user hears of a worker that never came back
             if slot.actor is not None:
-                try:
-                    self._ray.kill(slot.actor, no_restart=True)
-                except Exception:  # noqa: BLE001
-                    pass
+                self._kill(slot.actor)
                 slot.actor, slot.alive, slot.starting = None, False, None
         store = getattr(self, "cache_store", None)
         if store is not None and not self._cache_dir:  # in memory: this pool's own (a file's may be shared)
-            try:
-                self._ray.kill(store, no_restart=True)
-            except Exception:  # noqa: BLE001 - gone already
-                pass
+            self._kill(store)
             self.cache_store = None
         self._stop_ray()

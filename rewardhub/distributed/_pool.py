@@ -93,7 +93,7 @@ class RewardWorkerPool:
         workers = self.workers_info()
         out = []
         for f in self.facts:
-            mine = [w for w in workers if f.name in {t.name for t in self._group_of[f.name].terms}]
+            mine = [w for w in workers if w.get("pool") == self._group_of[f.name].pool]
             own = next(((w.get("rewards") or {}).get(f.reward) for w in mine if w.get("rewards")), None) or {}
             out.append({"name": f.name, "reward": f.reward, **own, "executor": "ray",
                         "workers": [{**{k: w.get(k) for k in ("pool", "node", "pid", "registry_fingerprint")},

@@ -160,18 +160,12 @@ class RewardWorker:
                 from ..errors import UsageError
 
                 raise UsageError(f"reward worker has no term {', '.join(map(repr, unknown))}")
-            runner = self._runners[key] = Runner(chosen, self.aggregation, cache_store=self._fleet_store())
+            if self._store is None and self.setup.cache_store is not None:  # the pool's, for every runner
+                from ._fleetcache import FleetStore
+
+                self._store = FleetStore(self.setup.cache_store)
+            runner = self._runners[key] = Runner(chosen, self.aggregation, cache_store=self._store)
         return runner
-
-    def _fleet_store(self) -> Any:
-        """The pool's cache store (one per worker, shared by its runners), when the pool has one."""
-        if self.setup.cache_store is None:
-            return None
-        if self._store is None:
-            from ._fleetcache import FleetStore
-
-            self._store = FleetStore(self.setup.cache_store)
-        return self._store
 
     def close(self) -> None:
         for runner in self._runners.values():

@@ -15,7 +15,6 @@ from typing import Any
 from .._discovery import find_module_file
 from .._targets import file_sha256
 from ..config.schema import RewardConfig
-from ..config.schema import TermConfig
 from ._errors import DriverOnlyRewardError
 
 __all__ = ["ShippedFile", "WorkerSetup", "check_items", "prepare_setup", "used_names", "used_targets"]
@@ -65,10 +64,6 @@ def _fold_env(cfg: RewardConfig) -> RewardConfig:
     load = tuple(env_plugins()) + tuple(p for p in plugins.load if p not in env_plugins())
     autoload = plugins.autoload and env_autoload()
     return dataclasses.replace(cfg, plugins=dataclasses.replace(plugins, load=load, autoload=autoload))
-
-
-def _is_name_term(term: TermConfig) -> bool:
-    return term.path is None and term.module is None
 
 
 def used_names(registry: Any, cfg: RewardConfig) -> list[str]:
@@ -162,11 +157,14 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
     if registry is None:
         registry = build_registry(cfg)
     for term in cfg.rewards:
-        if _is_name_term(term) and term.name and not registry.has_reward(term.name):
+        if term.path is None and term.module is None and term.name and not registry.has_reward(term.name):
             check_driver_only(term.name)
     used = used_names(registry, cfg)  # raises UnknownRewardError / BrokenRewardError
-    if reference is not None:
-        return _from_reference(reference, cfg, pool_name, used, strict), registry
+    if reference is not None:  # this pool's terms, with the driver's values from reference
+        return dataclasses.replace(
+            reference, reward_cfg=cfg, pool=pool_name, used=tuple(used), strict=strict,
+            files=tuple(f for f in reference.files if f.reward in used),
+            driver_targets={n: t for n, t in reference.driver_targets.items() if n in used}), registry
     files = []
     for name in used:
         spec = registry.get_reward(name)
@@ -188,12 +186,3 @@ def prepare_setup(reward_cfg: Any, *, pool: str | None = None, ship_files: bool 
                         driver_fingerprint=registry.fingerprint(), used=tuple(used), files=tuple(files),
                         strict=strict, driver_targets=used_targets(registry, used))
     return setup, registry
-
-
-def _from_reference(reference: WorkerSetup, cfg: RewardConfig, pool: str, used: list[str],
-                    strict: bool) -> WorkerSetup:
-    """A setup for ``cfg`` (this pool's terms) that carries the driver's values from ``reference``."""
-    return dataclasses.replace(
-        reference, reward_cfg=cfg, pool=pool, used=tuple(used), strict=strict,
-        files=tuple(f for f in reference.files if f.reward in used),
-        driver_targets={n: t for n, t in reference.driver_targets.items() if n in used})

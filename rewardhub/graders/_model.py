@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
-from ..builtin import model_http
+from ..builtin.model_http import JudgeError
+from ..builtin.model_http import chat_url
+from ..builtin.model_http import post_json
 from ..errors import UsageError
 from ._flags import GraderError
 from ._template import render_template
@@ -114,9 +116,8 @@ def _scrub(text: str, key: str) -> str:
 
 async def post_grader(url: str, body: dict[str, Any], headers: dict[str, str], key: str) -> Any:
     try:
-        return await model_http.post_json(url, body, headers, retries=4, backoff_s=0.5,
-                                          request_timeout_s=120.0)
-    except model_http.JudgeError as exc:
+        return await post_json(url, body, headers, retries=4, backoff_s=0.5, request_timeout_s=120.0)
+    except JudgeError as exc:
         raise GraderError("model_grader_server_error", _scrub(str(exc), key)) from None
 
 
@@ -157,7 +158,7 @@ async def ask_grader(spec: Mapping[str, Any], scope: Mapping[str, Any], endpoint
     base, headers, key = endpoint_of(spec, endpoint)
     if spec["type"] == "text_similarity":
         return await _cosine(spec, scope, base, headers, key)
-    reply = await post_grader(model_http.chat_url(base), _body(spec, scope), headers, key)
+    reply = await post_grader(chat_url(base), _body(spec, scope), headers, key)
     result = _result(reply, spec, key)
     if spec["type"] == "label_model":
         if result not in spec["labels"]:
@@ -175,7 +176,7 @@ async def ask_grader(spec: Mapping[str, Any], scope: Mapping[str, Any], endpoint
 async def _cosine(
     spec: Mapping[str, Any], scope: Mapping[str, Any], base: str, headers: dict[str, str], key: str
 ) -> float:
-    url = model_http.chat_url(base).removesuffix("/chat/completions") + "/embeddings"
+    url = chat_url(base).removesuffix("/chat/completions") + "/embeddings"
     texts = [render_template(spec["input"], scope), render_template(spec["reference"], scope)]
     reply = await post_grader(
         url, {"model": spec.get("model") or "text-embedding-3-large", "input": texts}, headers, key

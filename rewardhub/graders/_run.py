@@ -56,13 +56,11 @@ class CompiledGrader:
 
     def grade(self, scope: Mapping[str, Any]) -> tuple[float, dict[str, float]]:
         """The score and the sub-graders' scores, for the deterministic types (and ``python``)."""
-        if self.kind == "string_check":
-            s = self.spec
+        s = self.spec
+        if self.kind == "string_check" or (self.kind == "text_similarity" and self.metric is not None):
             text, ref = render_template(s["input"], scope), render_template(s["reference"], scope)
-            return string_check(s["operation"], text, ref), {}
-        if self.kind == "text_similarity" and self.metric is not None:
-            s = self.spec
-            text, ref = render_template(s["input"], scope), render_template(s["reference"], scope)
+            if self.metric is None:
+                return string_check(s["operation"], text, ref), {}
             return _checked(self.metric(text, ref)), {}
         if self.kind == "vertex" and not self.needs_network:
             from ._vertex import vertex_score

@@ -66,6 +66,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "vertex": ("config",),  # a Vertex AI reward config, read by _vertex (not an OpenAI type)
 }
 TYPES = tuple(_KEYS)
+#: the key of a text grader that picks how the texts are compared, and its values
+_CHOICE = {"string_check": ("operation", OPERATIONS), "text_similarity": ("evaluation_metric", METRICS)}
 _SAMPLING = (
     "temperature",
     "top_p",
@@ -245,12 +247,9 @@ def grader_problems(spec: Any, at: str = "", depth: int = 0) -> list[str]:
         out.append(f"{at}name: {spec['name']!r} is not a string")
     if "pass_threshold" in spec and not _is_num(spec["pass_threshold"]):
         out.append(f"{at}pass_threshold: {spec['pass_threshold']!r} is not a number")
-    if kind == "string_check":
+    if kind in ("string_check", "text_similarity"):
         out += _text_field(spec, "input", at) + _text_field(spec, "reference", at)
-        out += _choice(spec, "operation", OPERATIONS, at)
-    elif kind == "text_similarity":
-        out += _text_field(spec, "input", at) + _text_field(spec, "reference", at)
-        out += _choice(spec, "evaluation_metric", METRICS, at)
+        out += _choice(spec, *_CHOICE[kind], at)
     elif kind == "score_model":
         out += _model_grader(spec, at) + _range(spec, at)
     elif kind == "label_model":

@@ -40,13 +40,8 @@ def parse_path(path: str) -> list[str | int] | None:
         s = _STEP.match(path, pos)
         if not s:
             return None
-        steps.append(
-            s.group(1)
-            if s.group(1) is not None
-            else int(s.group(2))
-            if s.group(2) is not None
-            else s.group(3)
-        )
+        name, index, quoted = s.groups()  # .name, [0] or ['key']
+        steps.append(name if name is not None else int(index) if index is not None else quoted)
         pos = s.end()
     return steps
 

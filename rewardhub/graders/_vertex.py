@@ -3,17 +3,8 @@
 A ``SingleReinforcementTuningRewardConfig`` (``rewardName`` and one scorer) becomes a grader of the internal
 type ``vertex``; a ``CompositeReinforcementTuningRewardConfig`` a ``multi`` of them whose ``calculate_output``
 is the weighted sum. Each reward is clipped to [-1, 1], as Vertex does. Keys are read in camelCase (the REST
-API's) or snake_case (the Python SDK's):
-
-- ``parseResponseConfig``: ``IDENTITY`` or ``REGEX_EXTRACT`` (group 1 of the first match, else the match);
-- ``stringMatchRewardScorer``: ``EXACT_MATCH``, ``PARTIAL_MATCH`` (the expression is a substring of the
-  response) or ``REGEX_CONTAINS``, with ``{{references.key}}`` filled from the row; or ``jsonMatchExpression``
-  (``keyName`` of the response read as JSON); ``correctAnswerReward`` / ``wrongAnswerReward``;
-- ``codeExecutionRewardScorer``: ``evaluate(example, response)`` of ``pythonCodeSnippet`` in the sandbox;
-- ``autoraterScorer``: the prompt and the response sent to the grader endpoint's ``autoraterModel``, its reply
-  parsed (``autoraterResponseParseConfig``) and scored by ``exactMatchScorer`` or read as a number
-  (``parsedResponseConversionScorer``);
-- ``cloudRunRewardScorer``: not run here (it calls a Google service); refused with the way out.
+API's) or snake_case (the Python SDK's). What each scorer and ``parseResponseConfig`` does, and why
+``cloudRunRewardScorer`` is refused: docs/graders.md ("Vertex AI reward configs").
 """
 
 from __future__ import annotations
@@ -228,7 +219,7 @@ def vertex_score(config: Mapping[str, Any], scope: Mapping[str, Any]) -> float:
 async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], endpoint: Any) -> float:
     """An ``autoraterScorer``'s reward: the prompt, the question and the (parsed) response to the endpoint's
     ``autoraterModel``; its reply parsed and scored as the config says."""
-    from ..builtin import model_http
+    from ..builtin.model_http import chat_url
     from ._model import endpoint_of
     from ._model import post_grader
 
@@ -246,7 +237,7 @@ async def ask_autorater(config: Mapping[str, Any], scope: Mapping[str, Any], end
         "temperature": 0.0,
         "messages": [{"role": "user", "content": user}],
     }
-    reply = await post_grader(model_http.chat_url(base), body, headers, key)
+    reply = await post_grader(chat_url(base), body, headers, key)
     try:
         said = str(reply["choices"][0]["message"]["content"])
     except (KeyError, IndexError, TypeError):

@@ -31,13 +31,10 @@ def _legacy_applied(cfg: dict[str, Any]) -> dict[str, Any]:
     set replaces its place under ``reward.`` (verl's defaults there are no choice of the user's)."""
     cfg = dict(cfg)
     reward = dict(cfg.get("reward") or {})
-    for legacy, new in (
-        ("custom_reward_function", "custom_reward_function"),
-        ("sandbox_fusion", "sandbox_fusion"),
-    ):
-        block = cfg.pop(legacy, None)  # gone after verl's migration, set or not
+    for name in ("custom_reward_function", "sandbox_fusion"):  # the same name under reward.
+        block = cfg.pop(name, None)  # gone after verl's migration, set or not
         if isinstance(block, Mapping) and any(v is not None for v in block.values()):
-            reward[new] = dict(block)
+            reward[name] = dict(block)
     rm = cfg.get("reward_model")
     if isinstance(rm, Mapping):
         manager = dict(reward.get("reward_manager") or {})

@@ -11,6 +11,7 @@ from ..config.overrides import leaves as dotted_leaves
 from ..errors import UsageError
 from ._legacy_rules import RM_FIELDS
 from ._legacy_rules import RULES
+from .keys import is_verl_key
 from .keys import matches
 
 __all__ = ["Leaf", "is_legacy_key", "legacy_keys", "legacy_leaves", "plain_dict", "rule_of"]
@@ -89,24 +90,17 @@ def legacy_keys(config: Any) -> list[str]:
     return [leaf.key for leaf in legacy_leaves(plain_dict(config))]
 
 
-def _is_verl(leaf: Leaf) -> bool:
-    from .keys import is_verl_key
-
-    return is_verl_key(leaf.key) or is_verl_key(f"{leaf.ns}.{leaf.rel}")
-
-
 def rule_of(leaf: Leaf) -> tuple[str, ...]:
-    if leaf.ns in ("drop", "num_workers"):
-        return (
-            ("drop", "not a mapping of settings")
-            if leaf.ns == "drop"
-            else ("move", "reward.workers.num_workers")
-        )
+    if leaf.ns == "drop":
+        return ("drop", "not a mapping of settings")
+    if leaf.ns == "num_workers":
+        return ("move", "reward.workers.num_workers")
     if leaf.rel.split(".")[-1] == "_target_":
         return ("drop", "a verl dataclass target; no meaning here")
     for pattern, action in RULES[leaf.ns]:
         if matches(pattern, leaf.rel):
-            if pattern == "*" and action[0] == "drop" and not _is_verl(leaf):
+            if pattern == "*" and action[0] == "drop" and not (
+                    is_verl_key(leaf.key) or is_verl_key(f"{leaf.ns}.{leaf.rel}")):
                 return ("unknown",)  # a misspelling (reward_model.reward_manger), not a setting to drop
             return action
     raise AssertionError(leaf)  # every namespace ends with "*"

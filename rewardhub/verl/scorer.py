@@ -108,7 +108,9 @@ class VerlBatchScorer:
         failures: list[str] = []
         for i, res in enumerate(scored.results):
             errors = res.get("errors", {})
-            total = _failure_score([self.policies[n] for n in errors]) if i in skip else res["score"]
+            # a row no term scored: NaN where a failed term says nan, else 0.0
+            nan = any(self.policies[n] == "nan" for n in errors)
+            total = (math.nan if nan else 0.0) if i in skip else res["score"]
             info: dict[str, Any] = {}
             for name, extra in res["extra"].items():
                 for key, v in extra.items():
@@ -144,11 +146,6 @@ class VerlBatchScorer:
                 for key in self._extra_keys:
                     r[1].setdefault(key, None)
         return out
-
-
-def _failure_score(policies: Sequence[str]) -> float:
-    """The reward of a row that no failed term scored: NaN where a term says ``nan``, else 0.0."""
-    return math.nan if "nan" in policies else 0.0
 
 
 def reward_tensor(data: Any, scores: list[float]) -> Any:

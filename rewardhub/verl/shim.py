@@ -38,6 +38,9 @@ from .keys import closest_key
 __all__ = ["DEFAULT_FUNCTION", "KNOWN_MANAGERS", "LEGACY_KEYS", "MigrationReport", "is_legacy_key",
            "legacy_keys", "migrate", "truthy", "unknown_line"]
 
+#: overlong_buffer_cfg's settings -> the overlong_penalty term's kwargs
+_OVERLONG_KWARGS = {"len": "overlong_buffer_len", "penalty_factor": "penalty_factor"}
+
 
 class _Migration(KeyMoves):
     def __init__(self, cfg: dict[str, Any], report: MigrationReport) -> None:
@@ -290,15 +293,11 @@ class _Migration(KeyMoves):
                        report=max_len[1] != "data.max_response_length")
         for k, (value, key) in cfg_keys.items():
             rel = k[len("overlong_buffer_cfg."):]
-            if rel == "enable":
-                continue
-            if rel == "len":
-                self._term_put(index, "kwargs.overlong_buffer_len", value, key)
-            elif rel == "penalty_factor":
-                self._term_put(index, "kwargs.penalty_factor", value, key)
+            if rel in _OVERLONG_KWARGS:
+                self._term_put(index, f"kwargs.{_OVERLONG_KWARGS[rel]}", value, key)
             elif rel == "log":
                 self.dropped(key, "the penalty is always reported as a per-reward metric", value)
-            else:
+            elif rel != "enable":
                 self.dropped(key, "not an overlong_buffer_cfg setting (enable, len, penalty_factor, log)",
                              value)
 

@@ -66,3 +66,28 @@ def test_no_pool_builds_a_pool():
         calls = [n.func.id for n in ast.walk(tree)
                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
         assert "RewardWorkerPool" not in calls, rel
+
+
+def test_a_terms_provenance_is_its_own_groups_workers():
+    """With the reward-model terms on a group of their own, a term's provenance comes from the workers
+    that run it: the other group's workers have not its reward (their facts of it are none)."""
+    from types import SimpleNamespace
+
+    from rewardhub.distributed._chunks import WorkerTerm
+    from rewardhub.execution import TermFacts
+
+    def group(pool, name, dist):
+        facts = [{"pool": pool, "node": "n", "pid": 7, "registry_fingerprint": "f",
+                  "rewards": {name: {"dist": dist}}}]
+        return SimpleNamespace(pool=pool, terms=[WorkerTerm(name, name, 1.0, "nan")],
+                               facts=[TermFacts(name, name, "ray", "nan")], workers_info=lambda: facts)
+
+    pool = RewardWorkerPool.__new__(RewardWorkerPool)  # its groups' layer stood in for (no Ray here)
+    pool.groups = [group("reward", "regex_match", "rewardhub"),
+                   group("rm", "reward_model", "rewardhub-models")]
+    pool.terms = [t for g in pool.groups for t in g.terms]
+    pool._group_of = {t.name: g for g in pool.groups for t in g.terms}
+    got = {p["name"]: p for p in pool.provenance()}
+    assert got["reward_model"]["dist"] == "rewardhub-models" and got["regex_match"]["dist"] == "rewardhub"
+    assert [w["pool"] for w in got["reward_model"]["workers"]] == ["rm"]
+    assert [w["pool"] for w in got["regex_match"]["workers"]] == ["reward"]

@@ -2,13 +2,12 @@
 and ``top_logprobs``, a bound on requests in flight per endpoint, a failure's kind, and a cache of
 verdicts so no pair or criterion is asked twice in a process.
 
-It reuses ``llm_judge``'s HTTP side (:mod:`rewardhub.builtin._judge_http`: the session, retries and the
+It reuses ``llm_judge``'s HTTP side (:mod:`rewardhub.builtin.model_http`: the session, retries and the
 per-minute limits) and its prompt pieces (the system prompt, the marked blocks).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import threading
@@ -20,12 +19,11 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 
-from .._judge_http import JudgeError
-from .._judge_http import chat_url
-from .._judge_http import limiter
-from .._judge_http import post_json
 from ..judge import SYSTEM
 from ..judge import auth_headers
+from ..model_http import JudgeError
+from ..model_http import chat_reply
+from ..model_http import chat_url
 
 if TYPE_CHECKING:
     import asyncio
@@ -168,8 +166,6 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
 
     :raises JudgeFailure: the call gave no reply; it is counted in ``tally`` with its kind.
     """
-    import asyncio
-
     key = None
     if cache_key is not None:
         key = _key(user, ep, cache_key)
@@ -181,40 +177,19 @@ async def ask(user: str, ep: Endpoint, tally: Tally, *, cache_key: Any = None) -
     url = _url(ep.base_url)
     headers = auth_headers(ep.api_key_env)
     secret = headers.get("Authorization", "")[7:]
-    body: dict[str, Any] = {"model": ep.model, "max_tokens": ep.max_tokens, "temperature": ep.temperature,
-                            "messages": [{"role": "system", "content": SYSTEM},
-                                         {"role": "user", "content": user}]}
-    if ep.logprobs:
-        body.update(logprobs=True, top_logprobs=int(ep.logprobs))
-    wait = limiter(url, "requests", ep.max_rpm).reserve(1) if ep.max_rpm else 0.0
-    if ep.max_tpm:
-        est = (len(SYSTEM) + len(user)) / 4 + ep.max_tokens
-        wait = max(wait, limiter(url, "tokens", ep.max_tpm).reserve(est))
-    if wait:
-        await asyncio.sleep(wait)
     tally.calls += 1
     try:
-        async with _gate(url, ep.max_in_flight):
-            from ..._concurrency import slot
-
-            async with slot(url, ep.max_concurrency) if ep.max_concurrency else contextlib.nullcontext():
-                reply = await post_json(url, body, headers, retries=ep.retries, backoff_s=ep.backoff_s,
-                                        request_timeout_s=ep.request_timeout_s, max_rpm=ep.max_rpm)
-        try:
-            text = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            text = None
-        if not isinstance(text, str):
-            raise JudgeFailure("bad_reply", f"the judge at {url} replied without choices[0].message.content: "
-                                            f"{json.dumps(reply)[:200]}")
+        text, reply = await chat_reply(
+            url, headers, system=SYSTEM, user=user, model=ep.model, max_tokens=ep.max_tokens,
+            temperature=ep.temperature, max_rpm=ep.max_rpm, max_tpm=ep.max_tpm,
+            max_concurrency=ep.max_concurrency, gate=_gate(url, ep.max_in_flight),
+            extra={"logprobs": True, "top_logprobs": int(ep.logprobs)} if ep.logprobs else None,
+            no_text_kind="bad_reply", retries=ep.retries, backoff_s=ep.backoff_s,
+            request_timeout_s=ep.request_timeout_s)
     except JudgeError as exc:
-        kind = exc.kind if isinstance(exc, JudgeFailure) else failure_kind(str(exc))
+        kind = exc.kind if exc.kind != "error" else failure_kind(str(exc))
         message = str(exc).replace(secret, "<api key>") if secret else str(exc)
-        tally.failed += 1
-        tally.kinds[kind] = tally.kinds.get(kind, 0) + 1
-        if isinstance(exc, JudgeFailure) and not secret:
-            raise
-        raise JudgeFailure(kind, message) from None
+        raise fail(tally, JudgeFailure(kind, message)) from None
     if secret:
         text = text.replace(secret, "<api key>")
     usage = reply.get("usage") if isinstance(reply, Mapping) else None
@@ -241,7 +216,7 @@ def no_verdict(text: str, what: str) -> JudgeFailure:
 
 
 def fail(tally: Tally, exc: JudgeFailure) -> JudgeFailure:
-    """Count a verdict failure (a reply that came but held no verdict) in ``tally``."""
+    """Count a failure (a call that gave no reply, or a reply that held no verdict) in ``tally``."""
     tally.failed += 1
     tally.kinds[exc.kind] = tally.kinds.get(exc.kind, 0) + 1
     return exc

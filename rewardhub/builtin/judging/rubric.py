@@ -14,12 +14,10 @@ import math
 import re
 from collections.abc import Mapping
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 from typing import Any
 
 from ...decorator import reward
 from ...errors import UsageError
-from .._judge_http import JudgeError
 from .._verdict import num
 from .._verdict import verdict
 from ..judge import DEFAULT_TEMPLATE
@@ -27,9 +25,11 @@ from ..judge import EXPENSIVE
 from ..judge import block
 from ..judge import fill
 from ..judge import prompt_text
+from ..judge import reference_block
 from ..judge import render_messages
 from ..judge import text_of
 from ..judge import valid_range
+from ..model_http import JudgeError
 from ._call import Endpoint
 from ._call import JudgeFailure
 from ._call import Tally
@@ -39,9 +39,6 @@ from ._call import no_verdict
 from ._call import remember
 from .vote import check_voting
 from .vote import vote
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["DEFAULT_RUBRIC_TEMPLATE", "llm_judge_rubric", "llm_judge_sampled"]
 
@@ -78,9 +75,8 @@ def _criteria(raw: Any) -> list[tuple[str, str, float]]:
 
 
 def _sample_text(prompt: Any, response: Any, messages: Sequence[Any] | None) -> tuple[str, str]:
-    if messages and not text_of(response):
-        return block("PROMPT", prompt_text(prompt)), block("RESPONSE", render_messages(messages))
-    return block("PROMPT", prompt_text(prompt)), block("RESPONSE", text_of(response))
+    graded = render_messages(messages) if messages and not text_of(response) else text_of(response)
+    return block("PROMPT", prompt_text(prompt)), block("RESPONSE", graded)
 
 
 @reward(name="llm_judge_rubric", timeout_s=180, max_concurrency=16, cache=True, capabilities=(EXPENSIVE,))
@@ -110,8 +106,7 @@ async def llm_judge_rubric(*, prompt: Any = None, response: str = "", messages: 
                 f"max_calls is {max_calls}", **tally.extra()}
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model}, max_tokens=64 + 48 * int(max_criteria))
     ptext, rtext = _sample_text(prompt, response, messages)
-    gt = kwargs.get("ground_truth")
-    gtext = block("REFERENCE", "(none)" if gt in (None, "") else text_of(gt))
+    gtext = reference_block(kwargs.get("ground_truth"))
 
     async def one(chunk: list[int], k: int) -> dict[int, tuple[float, str]]:
         listing = "\n".join(f"Criterion {j + 1}: {crit[i][1]}" for j, i in enumerate(chunk))
@@ -178,13 +173,11 @@ async def llm_judge_sampled(*, prompt: Any = None, response: str = "", messages:
     ep = Endpoint.of({**kwargs, "base_url": base_url, "model": model,
                       "logprobs": top_logprobs if logp else 0}, max_tokens=8 if logp else 64)
     ptext, rtext = _sample_text(prompt, response, messages)
-    gt = kwargs.get("ground_truth")
     chat = list(messages) if messages else [{"role": "user", "content": prompt_text(prompt)},
                                             {"role": "assistant", "content": text_of(response)}]
     user = fill(template or (_LOGPROB_TEMPLATE if logp else DEFAULT_TEMPLATE), "llm_judge_sampled",
-                 prompt=ptext, response=rtext, ground_truth=block("REFERENCE", "(none)" if gt in (None, "")
-                                                                     else text_of(gt)),
-                 messages=block("CHAT", render_messages(chat)), low=num(low), high=num(high))
+                prompt=ptext, response=rtext, ground_truth=reference_block(kwargs.get("ground_truth")),
+                messages=block("CHAT", render_messages(chat)), low=num(low), high=num(high))
     tally = Tally()
 
     async def one(k: int) -> float:
