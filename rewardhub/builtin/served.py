@@ -156,13 +156,13 @@ def start_served(serve: Mapping[str, Any]) -> ServedModel:
         if app in _LIVE:
             _LIVE[app].users += 1
             return _LIVE[app]
+        import ray
         from ray import serve as ray_serve
 
-        from ..distributed._ray import ensure_ray
         from ._served_replica import VLLMReplica
 
-        # never ray.init() with no address: it would join whatever cluster this machine started last
-        ensure_ray()
+        if not ray.is_initialized():  # with no address, ray.init() would join the cluster started here last
+            ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
         port, owns = _serve_port(int(spec["port"]))
         log_dir = str(spec["log_dir"] or os.path.join(tempfile.gettempdir(), "rewardhub-served", app))
         gpus = spec["num_gpus"]

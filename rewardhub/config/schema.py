@@ -263,20 +263,17 @@ RULES: dict[str, Rule] = {
 
 
 def _check_term(term: Any, index: int) -> dict[str, Any]:
-    where = f"rewards[{index}]"
+    key = f"reward.rewards[{index}]"
     if isinstance(term, str):
         term = {"name": term}
     if isinstance(term, Mapping) and "grader" in term:  # an OpenAI RFT grader (rewardhub.graders)
         from ..graders import grader_term
 
-        term = grader_term(term, f"reward.{where}")
+        term = grader_term(term, key)
     if not isinstance(term, Mapping):
-        raise invalid(
-            f"reward.{where}", term, "expected a mapping with 'name', or 'path'/'module' and 'function'"
-        )
-    out = check_section(term, TermConfig, f"reward.{where}", RULES, "rewards.*")
-    check_term_source(out.get("name"), out.get("path"), out.get("module"), out.get("function"),
-                      f"reward.{where}")
+        raise invalid(key, term, "expected a mapping with 'name', or 'path'/'module' and 'function'")
+    out = check_section(term, TermConfig, key, RULES, "rewards.*")
+    check_term_source(out.get("name"), out.get("path"), out.get("module"), out.get("function"), key)
     return out
 
 
