@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import itertools
 import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Interrupted
@@ -171,7 +173,10 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(total, show)
     n_rows = 0
     with contextlib.ExitStack() as stack:
-        with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
+        # a reward module that prints when imported; what loading makes (math-verify's sympy) lives
+        # until the end: the garbage collector is paused meanwhile and leaves it alone afterwards
+        # (frozen), instead of walking it again and again for nothing (~35 ms)
+        with contextlib.redirect_stdout(sys.stderr), _collector_paused():
             scorer = open_scorer(plan.reward, cache_dir=args.cache)
         stack.callback(scorer.close)
         facts = scorer.facts
@@ -295,6 +300,18 @@ def _calibration_figures(reward: Any, names: list[str]) -> dict[str, Any]:
     from ..builtin.judging.calibrate import FIGURES
 
     return {"calibration": [f for f in FIGURES.values() if f["term"] in set(names)]}
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was:
+            gc.enable()
 
 
 def _say_warning(line: str) -> None:
