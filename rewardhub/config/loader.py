@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import cast
 
 from ..errors import UsageError
 from ._resolve import resolve_or_explain
@@ -308,7 +309,7 @@ class ConfigPlan:
 
         whole = self.document if OmegaConf.is_config(self.document) else OmegaConf.create(self.document)
         OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
-        return whole
+        return cast("DictConfig", whole)
 
 
 def load_plan(
