@@ -11,7 +11,6 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Interrupted
@@ -177,8 +176,15 @@ def run(args: argparse.Namespace) -> int:
         # until the end: the garbage collector is paused meanwhile and leaves it alone afterwards
         # (frozen until the run ends), instead of walking it again and again for nothing (~35 ms)
         stack.callback(gc.unfreeze)
-        with contextlib.redirect_stdout(sys.stderr), _collector_paused():
-            scorer = open_scorer(plan.reward, cache_dir=args.cache)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                scorer = open_scorer(plan.reward, cache_dir=args.cache)
+        finally:
+            gc.freeze()
+            if collecting:
+                gc.enable()
         stack.callback(scorer.close)
         facts = scorer.facts
         if args.cache and not any(f.cache for f in facts):
@@ -301,18 +307,6 @@ def _calibration_figures(reward: Any, names: list[str]) -> dict[str, Any]:
     from ..builtin.judging.calibrate import FIGURES
 
     return {"calibration": [f for f in FIGURES.values() if f["term"] in set(names)]}
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was:
-            gc.enable()
 
 
 def _say_warning(line: str) -> None:
