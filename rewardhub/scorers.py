@@ -63,9 +63,18 @@ def open_scorer(reward: Any, *, registry: Any = None, cache_dir: str | None = No
 
             workers = dataclasses.replace(workers, cache_dir=cache_dir)
         return RewardWorkerPool(section, workers, reference=reference, registry=registry)
-    from .distributed import runner_from_config
+    from .execution import Runner
+    from .execution import resolve_terms
+    from .registry import build_registry
 
-    runner = runner_from_config(section, registry=registry, cache_dir=cache_dir)
+    registry = build_registry(section) if registry is None else registry
+    terms = resolve_terms(section, registry)
+    if section.reward_model.enable or any(t.policy.executor == "ray" for t in terms):
+        from .distributed import runner_from_config  # with its Ray executor (~15 ms to import)
+
+        runner = runner_from_config(section, registry=registry, cache_dir=cache_dir)
+    else:
+        runner = Runner(terms, section.aggregation, cache_dir=cache_dir)
     problems = [p for t in runner.terms for p in term_problems(t, registry)] if check else []
     if problems:
         runner.close()

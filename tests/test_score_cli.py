@@ -191,3 +191,27 @@ def test_progress_bar_on_a_terminal_and_errors_in_the_table(tmp_path):
     res = subprocess.run([sys.executable, "-m", "rewardhub", "score", str(cfg), str(data), "-o", str(out)],
                          capture_output=True, text=True, timeout=120)
     assert "scoring [" not in res.stderr
+
+
+def test_a_local_score_loads_neither_omegaconf_nor_the_ray_side(tmp_path):
+    """What a plain local ``score`` does not need stays unimported: OmegaConf (no ``${...}`` in the
+    reward section) and :mod:`rewardhub.distributed` (no term runs on Ray): ~55 ms of its start-up."""
+    import subprocess
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - name: exact_match\n      executor: process\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"response": "4", "ground_truth": "4"}\n{"response": "5", "ground_truth": "4"}\n')
+    code = (
+        "import sys\nfrom rewardhub.cli import main\n"
+        f"sys.argv = ['rewardhub', 'score', {str(cfg)!r}, {str(data)!r}, '-o', "
+        f"{str(tmp_path / 'o.jsonl')!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m == 'omegaconf' or m.startswith('rewardhub.distributed')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["rewards"]["exact_match"] for r in rows] == [1.0, 0.0]

@@ -178,3 +178,30 @@ def test_no_validated_flag_term_config_or_to_node_remains():
             ):
                 found.append(f"{path}:{node.lineno} def {node.name}")
     assert found == []
+
+
+def test_a_plan_without_interpolations_leaves_omegaconf_unloaded_until_its_config_is_asked_for(tmp_path):
+    """``score`` never reads ``plan.config``: a reward section with no ``${...}`` is validated as read,
+    and OmegaConf (a tenth of ``score``'s start-up) is imported only when the ``DictConfig`` is asked for."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("reward:\n  rewards:\n    - name: exact_match\n      weight: 2.0\ndata:\n  n: 3\n")
+    code = (
+        "import sys\nfrom rewardhub.config import load_plan\n"
+        f"plan = load_plan({str(cfg)!r}, ['data.m=${{data.n}}'])\n"
+        "assert plan.reward.rewards[0].weight == 2.0\n"
+        "assert 'omegaconf' not in sys.modules, 'imported by load_plan'\n"
+        "from omegaconf import OmegaConf\n"
+        "assert OmegaConf.is_readonly(plan.config) and plan.config.data.m == 3\n"
+        "assert plan.config.reward.rewards[0].name == 'exact_match'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_reward_section_with_an_interpolation_is_resolved_against_the_whole_document():
+    plan = load_plan(None, ["data.w=3.5", "reward.rewards=[{name: exact_match, weight: '${data.w}'}]"])
+    assert plan.reward.rewards[0].weight == 3.5 and plan.config.data.w == 3.5

@@ -40,6 +40,9 @@ __all__ = [
 if TYPE_CHECKING:
     from ._parquet_out import ParquetRows
 
+#: one encoder for every row (``json.dumps`` with options builds one per call)
+_ENCODE = json.JSONEncoder(sort_keys=True, default=str, allow_nan=True).encode
+
 # ---- before the run ----------------------------------------------------------------------------
 
 def _same_file(a: str, b: str) -> bool:
@@ -163,7 +166,7 @@ class ScoredRows:
         lines = []
         for row in rows:
             try:
-                lines.append(json.dumps(row, sort_keys=True, default=str, allow_nan=True))
+                lines.append(_ENCODE(row))
             except (RecursionError, ValueError) as exc:
                 raise UsageError(f"row {self.rows + len(lines) + 1} cannot be written as JSON: "
                                  f"{type(exc).__name__}: {exc}") from None

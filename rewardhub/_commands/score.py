@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import itertools
 import math
 import os
@@ -171,8 +172,19 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(total, show)
     n_rows = 0
     with contextlib.ExitStack() as stack:
-        with contextlib.redirect_stdout(sys.stderr):  # a reward module that prints when imported
-            scorer = open_scorer(plan.reward, cache_dir=args.cache)
+        # a reward module that prints when imported; what loading makes (math-verify's sympy) lives
+        # until the end: the garbage collector is paused meanwhile and leaves it alone afterwards
+        # (frozen until the run ends), instead of walking it again and again for nothing (~35 ms)
+        stack.callback(gc.unfreeze)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                scorer = open_scorer(plan.reward, cache_dir=args.cache)
+        finally:
+            gc.freeze()
+            if collecting:
+                gc.enable()
         stack.callback(scorer.close)
         facts = scorer.facts
         if args.cache and not any(f.cache for f in facts):

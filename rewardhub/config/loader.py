@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import cast
 
 from ..errors import UsageError
 from ._resolve import resolve_or_explain
@@ -282,19 +285,29 @@ def read_migrated(path: str | None = None, overrides: Iterable[str] = (), *,
 class ConfigPlan:
     """A config read, overridden, migrated and validated once: what every command works from.
 
-    :ivar config: the whole document as read and migrated (a read-only ``DictConfig``; reward file
-        paths absolute, interpolations as written): the trainer's sections are checked from it, and a
-        run writes it out. Its ``reward`` is raw data: use :attr:`reward`.
+    :ivar document: the whole document as read and migrated (reward file paths absolute,
+        interpolations as written); :attr:`config` is it as a ``DictConfig``.
     :ivar reward: the ``reward:`` section, validated (interpolations resolved, defaults filled): a frozen
         :class:`~rewardhub.config.schema.RewardConfig` every layer takes as it is.
     :ivar report: what the migration of legacy keys did.
     :ivar path: the file it was read from (``None``: overrides only).
     """
 
-    config: DictConfig
+    document: Any
     reward: RewardConfig
     report: MigrationReport
     path: str | None = None
+
+    @functools.cached_property
+    def config(self) -> DictConfig:
+        """:attr:`document` as a read-only ``DictConfig``, made when first asked (``score`` never asks:
+        OmegaConf is a tenth of its start-up): the trainer's sections are checked from it, and a run
+        writes it out. Its ``reward`` is raw data: use :attr:`reward`."""
+        from omegaconf import OmegaConf
+
+        whole = self.document if OmegaConf.is_config(self.document) else OmegaConf.create(self.document)
+        OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
+        return cast("DictConfig", whole)
 
 
 def load_plan(
@@ -302,8 +315,7 @@ def load_plan(
 ) -> ConfigPlan:
     """Read the file once, apply overrides, migrate once, validate ``reward:`` once (see
     :func:`load_config`)."""
-    from omegaconf import OmegaConf
-
+    from .fields import has_interpolation
     from .schema import validate_reward
 
     overrides = list(overrides)
@@ -330,11 +342,14 @@ def load_plan(
     else:
         from_file = set()
     _resolve_paths(reward, file_dir, from_file, notes)
-    whole = OmegaConf.create({**cfg, "reward": reward} if section is not None else cfg)
+    whole: Any = {**cfg, "reward": reward} if section is not None else cfg
+    if not has_interpolation(reward):
+        return ConfigPlan(copy.deepcopy(whole), validate_reward(reward), report, path)
+    from omegaconf import OmegaConf
+
     # interpolations resolve against the whole document (``${data.x}``), then the section is checked once
-    typed = validate_reward(resolve_or_explain(whole.reward, "reward") if section is not None else {})
-    OmegaConf.set_readonly(whole, True)  # the plan is read once and never changed afterwards
-    return ConfigPlan(whole, typed, report, path)
+    whole = OmegaConf.create(whole)
+    return ConfigPlan(whole, validate_reward(resolve_or_explain(whole.reward, "reward")), report, path)
 
 
 def load_config(

@@ -159,7 +159,7 @@ def worker_main(conn: Any, claim: Any, lock: Any) -> None:
             else:
                 reply = answer(j, lambda: run_call(inv, mode, data, kwargs), clock, start)
             try:
-                conn.send(reply)
+                conn.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
             except OSError:  # the pool is gone
                 return
             if reply[5]:  # out of memory: a fresh worker takes this one's place and its calls
