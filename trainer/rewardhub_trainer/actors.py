@@ -191,8 +191,6 @@ class Learner:
                 rank = (addr, port, 0, world)
             assert rank is not None
             group = Group(*rank, device=self.choice.device)
-        self.rank = group.rank if group else 0
-        self.world = world
         self.impl = GRPOLearner(model_path, settings, seed=seed, group=group)
         self.scale = scale_advantages
         if init_from:
@@ -200,26 +198,12 @@ class Learner:
         self.share = _share(cores if world == 1 else None, threads, self.choice.device, self.impl.model)
 
     def info(self) -> dict[str, Any]:
+        where = {"role": "learner", **process_location(), "rank": self.rank, "world": self.world}
         if self.error is not None:
-            return {
-                "role": "learner",
-                **process_location(),
-                "error": self.error,
-                "rank": self.rank,
-                "world": self.world,
-            }
+            return {**where, "error": self.error}
         dtype = self.choice.model_dtype + ("+bf16 autocast" if self.choice.autocast == "bfloat16" else "")
-        return {
-            "role": "learner",
-            **process_location(),
-            "version": self.impl.version,
-            "loaded_from": self.loaded_from,
-            "device": self.choice.device,
-            "dtype": dtype,
-            "choice": self.choice,
-            "rank": self.rank,
-            "world": self.world,
-        }
+        return {**where, "version": self.impl.version, "loaded_from": self.loaded_from,
+                "device": self.choice.device, "dtype": dtype, "choice": self.choice}
 
     def ranks(self) -> list[dict[str, Any]]:
         """The :meth:`info` of the other ranks (none for a single learner)."""
@@ -305,13 +289,11 @@ class MessageQueue:
         self.maxsize = maxsize
         self.staleness_limit = staleness_limit
         self._items: deque[Rollout] = deque()
-        self.max_size_seen = 0
 
     def put(self, rollout: Rollout) -> int:
         if len(self._items) >= self.maxsize:
             raise RuntimeError(f"message queue full ({self.maxsize}); the driver must apply backpressure")
         self._items.append(rollout)
-        self.max_size_seen = max(self.max_size_seen, len(self._items))
         return len(self._items)
 
     def get(self, current_version: int) -> tuple[Rollout | None, list[dict[str, int]], int]:
@@ -331,6 +313,3 @@ class MessageQueue:
         items = list(self._items)
         self._items.clear()
         return items
-
-    def info(self) -> dict[str, Any]:
-        return {"role": "message_queue", **process_location()}

@@ -56,16 +56,12 @@ def commit_checkpoint(staged: Path, step: int, *, keep: int) -> Path:
     A step saved again (after the learner restarted from an earlier checkpoint) replaces the old one.
     """
     root = staged.parent
-    final = root / f"step_{step:06d}"
+    final, old = root / f"step_{step:06d}", root / f".step_{step:06d}.old"
+    shutil.rmtree(old, ignore_errors=True)  # left by a writer that was killed
     if final.exists():
-        old = root / f".step_{step:06d}.old"
-        if old.exists():
-            shutil.rmtree(old)
         os.replace(final, old)
-        os.replace(staged, final)
-        shutil.rmtree(old)
-    else:
-        os.replace(staged, final)
+    os.replace(staged, final)
+    shutil.rmtree(old, ignore_errors=True)
     _write_atomic(root / "latest", final.name + "\n")
     done = sorted(p for p in root.glob("step_*") if (p / STATE).exists())
     for p in done[: max(0, len(done) - keep)]:

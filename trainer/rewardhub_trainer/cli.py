@@ -231,14 +231,8 @@ def _data_report(counts: dict[str, Any], limit: int) -> str:
     for split in ("train", "val"):
         if f"{split}_rows" in counts:
             filtered = counts.get(f"{split}_filtered", 0)
-            parts.append(
-                f"{counts[f'{split}_rows']} {split} rows"
-                + (
-                    f" ({filtered} filtered: longer than data.max_prompt_length={limit} tokens)"
-                    if filtered
-                    else ""
-                )
-            )
+            why = f" ({filtered} filtered: longer than data.max_prompt_length={limit} tokens)"
+            parts.append(f"{counts[f'{split}_rows']} {split} rows" + (why if filtered else ""))
     return "data: " + ", ".join(parts) if parts else ""
 
 

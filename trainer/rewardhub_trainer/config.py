@@ -249,14 +249,8 @@ class TrainConfig:
                                temperature=self.rollout.temperature, dtype=self.model.dtype)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "trainer": dataclasses.asdict(self.trainer),
-            "model": dataclasses.asdict(self.model),
-            "rollout": dataclasses.asdict(self.rollout),
-            "data": dataclasses.asdict(self.data),
-            "reward": as_dict(self.reward),
-            "resources": self.resources.to_dict(),
-        }
+        plain = {k: dataclasses.asdict(getattr(self, k)) for k in ("trainer", "model", "rollout", "data")}
+        return {**plain, "reward": as_dict(self.reward), "resources": self.resources.to_dict()}
 
 
 #: section -> field path -> what its value may be (beyond its type); shown in the errors

@@ -139,30 +139,19 @@ def check_trainer(trainer: TrainerConfig) -> None:
 
 def check_rollout(rollout: RolloutConfig) -> None:
     """Sampling settings the chosen engine cannot honour, and the stop lists' types."""
-    if rollout.engine == "vllm" and rollout.top_p < 1:
-        raise invalid(
-            "rollout.top_p",
-            rollout.top_p,
-            "use rollout.top_p=1 with vllm, or rollout.engine=transformers (which "
-            "records whole-vocabulary log-probs, as the learner does)",
-            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated "
-            "(top-p "
-            "renormalised) distribution while the learner computes them over the whole vocabulary, so the "
-            "PPO ratio "
-            "would be wrong from the first step",
-        )
-    if rollout.engine == "vllm" and rollout.top_k > 0:
-        raise invalid(
-            "rollout.top_k",
-            rollout.top_k,
-            "use rollout.top_k=-1 (or 0) with vllm, or rollout.engine=transformers (which "
-            "records whole-vocabulary log-probs, as the learner does)",
-            "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated "
-            "(top-k "
-            "renormalised) distribution while the learner computes them over the whole vocabulary, so the "
-            "PPO ratio "
-            "would be wrong from the first step",
-        )
+    truncated = {"top_p": (rollout.top_p < 1, "rollout.top_p=1"),
+                 "top_k": (rollout.top_k > 0, "rollout.top_k=-1 (or 0)")}
+    for key, (cut, fix) in truncated.items():
+        if rollout.engine == "vllm" and cut:
+            raise invalid(
+                f"rollout.{key}",
+                getattr(rollout, key),
+                f"use {fix} with vllm, or rollout.engine=transformers (which records whole-vocabulary "
+                "log-probs, as the learner does)",
+                "with rollout.engine=vllm it is not supported: vLLM records the log-probs of the truncated "
+                f"({key.replace('_', '-')} renormalised) distribution while the learner computes them over "
+                "the whole vocabulary, so the PPO ratio would be wrong from the first step",
+            )
     if rollout.val_n != 1 and rollout.val_temperature <= 0:
         raise invalid("rollout.val_n", rollout.val_n, "set rollout.val_temperature > 0 (0 is greedy)",
                       "more than one response per prompt needs sampling")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import sys
 import time
 from collections import defaultdict
@@ -23,6 +22,7 @@ from .actors import Rollout
 from .fleet import Fleet
 from .prepare import Prepared
 from .stats import StepStats
+from .stats import finite_mean
 
 __all__ = ["Evaluator", "val_metrics"]
 
@@ -30,11 +30,6 @@ __all__ = ["Evaluator", "val_metrics"]
 CHUNK = 32
 #: batch indices of validation batches start here (they seed generation; never a training index)
 _INDEX0 = 1 << 40
-
-
-def _mean(values: list[float]) -> float:
-    good = [v for v in values if not math.isnan(v)]
-    return sum(good) / len(good) if good else math.nan
 
 
 def val_metrics(rollouts: list[Rollout]) -> dict[str, float]:
@@ -51,9 +46,9 @@ def val_metrics(rollouts: list[Rollout]) -> dict[str, float]:
                         terms[(ds, name)].append(value)
     out: dict[str, float] = {"val/samples": float(len(scores[""]))}
     for ds, values in sorted(scores.items()):
-        out[f"val/{ds}/score" if ds else "val/score"] = _mean(values)
+        out[f"val/{ds}/score" if ds else "val/score"] = finite_mean(values)
     for (ds, name), values in sorted(terms.items()):
-        out[f"val/{ds}/{name}/mean" if ds else f"val/{name}/mean"] = _mean(values)
+        out[f"val/{ds}/{name}/mean" if ds else f"val/{name}/mean"] = finite_mean(values)
     return out
 
 
@@ -114,10 +109,11 @@ class Evaluator:
         a fresh one, given the weights again, and the call sent again; after trainer.max_restarts
         replacements in one evaluation the run stops with one line naming it. One restarted by Ray
         (holding the base weights) is given the weights before it generates."""
+        from ray.exceptions import RayTaskError
+
         from .faults import RunAborted
         from .faults import actor_fault
         from .faults import cause
-        from .faults import raised_in_actor
 
         fleet, t, rollout = self.fleet, self.t, self.prep.cfg.rollout
         replaced = 0
@@ -136,12 +132,11 @@ class Evaluator:
                 self.synced = None  # restarted by Ray: it holds other weights
                 continue
             except Exception as exc:  # noqa: BLE001 - sorted by actor_fault; what is not a fault is raised
-                fault = actor_fault(exc, t.call_timeout_s)
-                if fault is None and raised_in_actor(exc):
+                why = actor_fault(exc, t.call_timeout_s)
+                if why is None and isinstance(exc, RayTaskError):  # the actor's method raised it
                     raise RunAborted(f"evaluator: evaluation at step {step} failed: {cause(exc)}") from None
-                if fault is None:
+                if why is None:
                     raise
-                why = fault
             fleet.stop_evaluator()  # killed (a hung one too): a fresh one takes its place
             replaced += 1
             if replaced > t.max_restarts:

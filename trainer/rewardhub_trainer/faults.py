@@ -21,7 +21,7 @@ from .rollouts import PromptBatch
 from .rollouts import Rollout
 
 __all__ = ["ActorGroup", "LearnerLost", "Rollouters", "RunAborted", "actor_fault", "cause", "hang",
-           "raised_in_actor", "wait_alive"]
+           "kill_actors", "wait_alive"]
 
 from ray.exceptions import ActorUnavailableError  # noqa: E402 - loaded only once the config is valid
 from ray.exceptions import RayActorError  # noqa: E402
@@ -57,11 +57,6 @@ def actor_fault(exc: BaseException, deadline: float) -> str | None:
     if isinstance(exc, ACTOR_ERRORS):
         return f"died ({cause(exc)})"
     return None
-
-
-def raised_in_actor(exc: BaseException) -> bool:
-    """Did the actor's method raise ``exc`` (Ray's wrapper of its error)?"""
-    return isinstance(exc, RayTaskError)
 
 
 def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
@@ -103,6 +98,15 @@ def hang(handle: Any, what: str, why: str) -> None:
         ray.kill(handle, no_restart=False)
 
 
+def kill_actors(handles: list[Any]) -> None:
+    """Kill the actors of ``handles`` for good (those gone already too)."""
+    import ray
+
+    for h in handles:
+        with contextlib.suppress(Exception):  # gone already
+            ray.kill(h, no_restart=True)
+
+
 class ActorGroup:
     """The actor handles of one role (rollouters, learners, the reward client), one per slot; a handle whose
     actor died with no Ray restarts left is re-created (``epochs`` count incarnations)."""
@@ -129,18 +133,12 @@ class ActorGroup:
 
     def replace(self, i: int) -> Any:
         """Replace handle ``i`` (alive but broken) by a fresh process."""
-        self._kill(i)
+        kill_actors([self.handles[i]])
         self.handles[i] = self.factory(i)
         self.epochs[i] += 1
         self.restarts += 1
         self.recreated += 1
         return self.handles[i]
-
-    def _kill(self, i: int) -> None:
-        import ray
-
-        with contextlib.suppress(Exception):  # already gone
-            ray.kill(self.handles[i], no_restart=True)
 
 
 class Rollouters:

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .config import RolloutConfig
-from .config import TrainerConfig
 from .devices import NO_GPU_ENV
 from .devices import print_choices
 from .faults import ACTOR_ERRORS
@@ -30,6 +29,7 @@ from .faults import LearnerLost
 from .faults import Rollouters
 from .faults import RunAborted
 from .faults import cause
+from .faults import kill_actors
 from .faults import wait_alive
 from .fleet_calls import FleetCalls
 from .ledger import RestorePoint
@@ -38,7 +38,7 @@ from .prepare import Prepared
 from .rollouts import PromptBatch
 from .rollouts import Rollout
 
-__all__ = ["Fleet", "check_infos", "base_threads"]
+__all__ = ["Fleet", "check_infos"]
 
 #: seconds the reward clients get to close their pools at the end of a run, and when it stops on an
 #: error or a signal (a client busy scoring answers only once its batch is in: then it is killed)
@@ -51,14 +51,6 @@ def starting(line: str) -> None:
     """One short line on stderr about what the run is doing while it starts (Ray, the actors, the
     models: a minute or more, silent otherwise)."""
     print(f"starting: {line}", file=sys.stderr, flush=True)
-
-
-def base_threads(t: TrainerConfig) -> int:
-    """Torch threads per model actor: ``trainer.torch_threads``, else the cores shared out by mode."""
-    if t.torch_threads:
-        return t.torch_threads
-    cores = os.cpu_count() or 1
-    return cores if t.mode == "sync" else max(1, cores // (t.num_rollouters + 1))
 
 
 def check_infos(infos: list[dict[str, Any]]) -> None:
@@ -95,7 +87,11 @@ class Fleet(FleetCalls):
 
     @property
     def threads(self) -> int:
-        return base_threads(self.t)
+        """Torch threads per model actor: ``trainer.torch_threads``, else the cores shared out by mode."""
+        t, cores = self.t, os.cpu_count() or 1
+        if t.torch_threads:
+            return t.torch_threads
+        return cores if t.mode == "sync" else max(1, cores // (t.num_rollouters + 1))
 
     # -- start ----------------------------------------------------------------------------------
     def _lend_cores(self) -> str | None:
@@ -151,7 +147,7 @@ class Fleet(FleetCalls):
                 seed=t.seed, cores=cores(1 + i))
 
         group = ActorGroup("rollouter", rollouter, t.num_rollouters, t.max_restarts)
-        self._stoppers.append(lambda: _kill(group.handles))
+        self._stoppers.append(lambda: kill_actors(group.handles))
         self.rollouters = Rollouters(group, retries=t.weight_sync_retries, check_weights=self._weights_ok,
                                      deadline_s=t.call_timeout_s)
         self._start_reward_client(opts)
@@ -166,11 +162,11 @@ class Fleet(FleetCalls):
                 init_from=init_from, peers=peers, cores=cores(0))
 
         self.learners = ActorGroup("learner", learner, 1, t.max_restarts)
-        self._stoppers.append(lambda: _kill(self.learners.handles))
+        self._stoppers.append(lambda: kill_actors(self.learners.handles))
         self.queue = queue = ray.remote(MessageQueue).options(num_cpus=0, max_restarts=0,
                                                               runtime_env=NO_GPU_ENV).remote(
             t.queue_size, t.staleness_limit if t.mode == "fully_async" else 0)
-        self._stoppers.append(lambda: _kill([queue]))
+        self._stoppers.append(lambda: kill_actors([queue]))
         version = self._first_infos()
         starting(f"the actors are up ({time.monotonic() - began:.1f}s)")
         return version
@@ -216,7 +212,7 @@ class Fleet(FleetCalls):
                 ray.wait(refs, num_returns=len(refs), timeout=CLOSE_HURRIED_S if self.hurry else CLOSE_S)
             except Exception:  # noqa: BLE001 - gone already: Ray stops what it owned
                 pass
-            _kill(clients.handles)
+            kill_actors(clients.handles)
 
         self._stoppers.append(close)
 
@@ -357,7 +353,7 @@ class Fleet(FleetCalls):
 
     def stop_evaluator(self) -> None:
         if self.evaluator is not None:
-            _kill([self.evaluator])
+            kill_actors([self.evaluator])
             self.evaluator = None
 
     # -- the end --------------------------------------------------------------------------------
@@ -380,12 +376,3 @@ class Fleet(FleetCalls):
         while self._stoppers:  # the last started first: the queue, ..., the placement group last
             self._stoppers.pop()()
 
-
-def _kill(handles: list[Any]) -> None:
-    import ray
-
-    for h in handles:
-        try:
-            ray.kill(h, no_restart=True)
-        except Exception:  # noqa: BLE001 - gone already
-            pass

@@ -6,10 +6,8 @@ applies it to a causal LM. A training batch is a list of groups, each group the 
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -258,22 +256,20 @@ class GRPOLearner:
             returns: the store's copy is the only one needed).
         :raises FloatingPointError: when a weight is not finite (they are never sent anywhere).
         """
+        tied = getattr(self.model.config, "tie_word_embeddings", False)  # the head is the embeddings
         out = {k: v.detach().to("cpu", copy=copy) for k, v in self.model.state_dict().items()
-               if not k.endswith("lm_head.weight") or not _tied(self.model)}
+               if not (tied and k.endswith("lm_head.weight"))}
         bad = [k for k, v in out.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
         if bad:
             raise FloatingPointError(f"non-finite weights in {', '.join(bad[:3])}"
                                      + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""))
         return out
 
-    def save(self, path: str, extra: Mapping[str, Any] | None = None) -> None:
+    def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
         self.model.save_pretrained(path, safe_serialization=True)
         torch.save({"optimizer": self.optimizer.state_dict(), "version": self.version, "steps": self.steps,
                     "rng": torch.get_rng_state()}, os.path.join(path, "learner.pt"))
-        if extra is not None:
-            with open(os.path.join(path, "learner.json"), "w") as f:
-                json.dump(dict(extra), f, sort_keys=True)
 
     def load(self, path: str) -> None:
         from safetensors.torch import load_file
@@ -310,10 +306,6 @@ def _move(model: torch.nn.Module, device: torch.device) -> None:
     """``model.to(device)``, in place, through ``torch.nn.Module``'s signature (transformers' ``.to`` is
     wrapped with a decorator whose types say it takes a model, not a device)."""
     model.to(device)
-
-
-def _tied(model: Any) -> bool:
-    return bool(getattr(model.config, "tie_word_embeddings", False))
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:

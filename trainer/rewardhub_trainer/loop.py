@@ -18,6 +18,7 @@ the same batches an uninterrupted run would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -221,11 +222,9 @@ class Run:
     # -- the learner died ------------------------------------------------------------------------
     def _recover(self) -> None:
         while True:  # it may die again while being restored: bounded by trainer.max_restarts
-            try:
+            with contextlib.suppress(LearnerLost):
                 self._restore()
                 return
-            except LearnerLost:
-                continue
 
     def _restore(self) -> None:
         """Continue from the latest checkpoint; what came after it is lost (and counted)."""

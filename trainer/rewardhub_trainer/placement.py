@@ -131,15 +131,11 @@ class Bundle:
 def bundles(res: Resources, num_rollouters: int, num_learners: int = 1, evaluators: int = 0) -> list[Bundle]:
     """The placement group's bundles: each learner rank, each rollouter, then the evaluator (``evaluators``:
     1 with a validation set), when they ask for anything."""
-    out = []
-    if res.learner.as_ray():
-        out += [Bundle("learner", i, res.learner.as_ray()) for i in range(num_learners)]
-    if res.rollouter.as_ray():
-        out += [Bundle("rollouter", i, res.rollouter.as_ray()) for i in range(num_rollouters)]
     evaluator = res.evaluator if res.evaluator is not None else res.rollouter
-    if evaluator.as_ray():
-        out += [Bundle("evaluator", i, evaluator.as_ray()) for i in range(evaluators)]
-    return out
+    roles = (("learner", res.learner, num_learners), ("rollouter", res.rollouter, num_rollouters),
+             ("evaluator", evaluator, evaluators))
+    return [Bundle(role, i, asks.as_ray()) for role, asks, count in roles if asks.as_ray()
+            for i in range(count)]
 
 
 def _node_resources(node: Mapping[str, Any]) -> dict[str, float]:
@@ -195,13 +191,13 @@ def plan(items: Sequence[Bundle], nodes: Sequence[Mapping[str, Any]], placement:
         if node is None:
             raise fail("strict_pack needs every bundle on one node, and no node has all of it")
         return [node] * len(items)
+    # spread: the least-used node that fits first, pack: the most-used; ties in node order (a stable sort)
+    fewest = 1 if placement == "spread" else -1
     for b in items:
-        if placement == "pack":
-            candidates = sorted((n for n in order if fits(n, b)), key=lambda n: (-used[n], order.index(n)))
-        elif placement == "spread":
-            candidates = sorted((n for n in order if fits(n, b)), key=lambda n: (used[n], order.index(n)))
-        else:  # strict_spread
+        if placement == "strict_spread":
             candidates = [n for n in order if used[n] == 0 and fits(n, b)]
+        else:
+            candidates = sorted((n for n in order if fits(n, b)), key=lambda n: fewest * used[n])
         if not candidates:
             raise fail(
                 f"no node has room for {b.name} ({', '.join(f'{k}={v:g}' for k, v in b.needs.items())})"

@@ -121,15 +121,13 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], png: str | os.PathLike[str],
     if val:
         ax1.plot([r["step"] for r in val], [r["val/score"] for r in val], marker="o", linestyle="--",
                  color="black", label="val/score")
-    ax1.set_ylabel("reward")
-    ax1.legend(fontsize=7)
-    ax1.grid(alpha=0.3)
     ax2.plot(steps, [r.get("throughput/samples_per_s", float("nan")) for r in rows], marker=".",
              label="samples trained / s")
     ax2.set_xlabel("step")
-    ax2.set_ylabel("throughput")
-    ax2.legend(fontsize=7)
-    ax2.grid(alpha=0.3)
+    for ax, label in ((ax1, "reward"), (ax2, "throughput")):
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

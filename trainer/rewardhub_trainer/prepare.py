@@ -113,11 +113,8 @@ def prepare(raw: Any) -> Prepared:
     used = None if scores_remotely(reward) else used_rewards(reward, registry=registry)
     remote = remote_identities(used_rewards(reward)) if scores_remotely(reward) else None
     dataset = load_dataset(cfg.data, needs)
-    val = None
-    if cfg.data.val_files:
-        val = PromptDataset(
-            load_files(cfg.data.val_files, cfg.data, "data.val_files", needs), seed=cfg.data.seed
-        )
+    val = PromptDataset(load_files(cfg.data.val_files, cfg.data, "data.val_files", needs),
+                        seed=cfg.data.seed) if cfg.data.val_files else None
     model_path = materialize(cfg.model)
     tokenizer = load_tokenizer(model_path)
     report: dict[str, Any] = {"train_rows": len(dataset)}

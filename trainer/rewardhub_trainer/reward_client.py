@@ -10,6 +10,7 @@ plain class that :mod:`rewardhub_trainer.loop` wraps with ``ray.remote``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Collection
@@ -25,6 +26,7 @@ from rewardhub.execution import Scorer
 from .reward_failures import error_rates
 from .reward_failures import failed_without_value
 from .reward_failures import failures
+from .reward_failures import reward_value
 from .rollouts import Rollout
 
 __all__ = ["RewardClient", "RewardPool", "reward_value", "samples_of", "training_scores"]
@@ -106,12 +108,9 @@ class RewardClient:
         res = self.pool.score(samples_of(rollout))
         scores = training_scores(res)
         terms = [{k: reward_value(v) for k, v in dict(r).items()} for r in res.rewards]
-        rewards, per_term, k = [], [], 0
-        for group in rollout.groups:
-            rewards.append(scores[k:k + len(group)])
-            per_term.append(terms[k:k + len(group)])
-            k += len(group)
-        rollout.rewards, rollout.terms = rewards, per_term
+        bounds = list(itertools.pairwise([0, *itertools.accumulate(len(g) for g in rollout.groups)]))
+        rollout.rewards = [scores[a:b] for a, b in bounds]  # the groups' rows
+        rollout.terms = [terms[a:b] for a, b in bounds]
         rollout.reward_metrics = {key: float(v) for key, v in dict(res.metrics).items()
                                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
         from rewardhub.distributed import figure_metrics
@@ -153,15 +152,3 @@ def training_scores(res: Any) -> list[float]:
         return [reward_value(v) for v in res.scores]
     return [math.nan if failed_without_value(errs, terms) else reward_value(v)
             for v, errs, terms in zip(res.scores, res.errors, res.rewards)]
-
-
-def reward_value(value: Any) -> float:
-    """A reward that does not apply or failed (``None``), or is not a finite number (``inf``, ``-inf``),
-    is NaN: an invalid sample, left out of its group's statistics and counted in ``reward/nan``."""
-    if value is None:
-        return math.nan
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return number if math.isfinite(number) else math.nan

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["STEPS_IN_A_ROW", "FailureWatch", "error_rates", "failed_without_value", "failures",
-           "invalid_samples", "progress_postfix"]
+           "invalid_samples", "progress_postfix", "reward_value"]
 
 #: trained steps in a row above ``trainer.max_reward_error_rate`` before the run stops
 STEPS_IN_A_ROW = 3
@@ -46,16 +46,20 @@ def failed_without_value(errors: Mapping[str, Any], rewards: Mapping[str, Any]) 
 
     ``errors``/``rewards``: one row of :class:`rewardhub.execution.ScoreResult` (``errors[i]``,
     ``rewards[i]``): a failed term is one named in the row's errors."""
-    for name in errors:
-        value = rewards.get(name)
-        if value is None or isinstance(value, bool):
-            return True
-        try:
-            if not math.isfinite(float(value)):
-                return True
-        except (TypeError, ValueError):
-            return True
-    return False
+    return any(isinstance(rewards.get(name), bool) or math.isnan(reward_value(rewards.get(name)))
+               for name in errors)
+
+
+def reward_value(value: Any) -> float:
+    """A reward that does not apply or failed (``None``), or is not a finite number (``inf``, ``-inf``),
+    is NaN: an invalid sample, left out of its group's statistics and counted in ``reward/nan``."""
+    if value is None:
+        return math.nan
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
 
 
 def error_rates(fails: dict[str, tuple[int, int, str]]) -> dict[str, float]:
@@ -119,8 +123,5 @@ class FailureWatch:
 
 def progress_postfix(metrics: Mapping[str, Any]) -> dict[str, str]:
     """The progress line's error rates: ``err[name]=0.25`` for each reward that failed in the step."""
-    out = {}
-    for key, value in metrics.items():
-        if key.startswith("rewards/") and key.endswith("/error_rate") and value:
-            out[f"err[{key[len('rewards/'):-len('/error_rate')]}]"] = f"{value:.2f}"
-    return out
+    failed = [k for k, v in metrics.items() if k.startswith("rewards/") and k.endswith("/error_rate") and v]
+    return {f"err[{k[len('rewards/'):-len('/error_rate')]}]": f"{metrics[k]:.2f}" for k in failed}

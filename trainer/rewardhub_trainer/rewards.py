@@ -58,22 +58,18 @@ def validate_rewards(reward: RewardConfig, *, default_timeout_s: float | None = 
     from rewardhub.registry import build_registry
     from rewardhub.scorers import scores_remotely
 
-    if scores_remotely(reward):
-        return _validate_remote(reward)
+    if scores_remotely(reward):  # the server answers (GET /info) before Ray starts; its terms are its own
+        _server_provenance(reward)
+        return reward, prepare_setup(reward)[0], None
     try:
         registry = build_registry(reward)
-    except UsageError:
-        raise
-    except RewardhubError as exc:
-        raise UsageError(f"reward: {exc}") from exc
-    for i, term in enumerate(reward.rewards):
-        if not term.name or term.path or term.module:
-            continue
-        try:
-            registry.get_reward(term.name)
-        except UnknownRewardError as exc:
-            raise UsageError(f"reward.rewards[{i}].name: {exc}") from exc
-    try:
+        for i, term in enumerate(reward.rewards):
+            if not term.name or term.path or term.module:
+                continue
+            try:
+                registry.get_reward(term.name)
+            except UnknownRewardError as exc:
+                raise UsageError(f"reward.rewards[{i}].name: {exc}") from exc
         # resolves (imports) file and module terms too; a judge's served model starts with the fleet, not here
         runner = Runner.from_config(reward, registry, serve_models=False)
         runner.close()
@@ -171,16 +167,6 @@ def provenance(reward: RewardConfig, workers: list[dict[str, Any]], *,
                          **({"file": w["files"][r["name"]]} if r["name"] in (w.get("files") or {}) else {})}
                         for w in scorers]
     return used
-
-
-def _validate_remote(reward: RewardConfig) -> tuple[RewardConfig, Any, None]:
-    """``reward.remote``: the server answers (``GET /info``) before Ray starts; its terms are its own
-    (``reward.rewards`` is empty: the config check refuses both)."""
-    from rewardhub.distributed import prepare_setup
-
-    _server_provenance(reward)
-    setup, _ = prepare_setup(reward)
-    return reward, setup, None
 
 
 #: ``reward.remote``'s provenance, by the section's text: the driver asks the server once (``GET /info``)

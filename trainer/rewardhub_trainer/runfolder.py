@@ -19,6 +19,7 @@ import json
 import operator
 import os
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -267,19 +268,18 @@ def _check_resume_config(path: Path, config: Mapping[str, Any], resume: str, *, 
         differ = []
     what = (f"the run in that folder has another config "
             f"({', '.join(differ) or 'its fingerprint'} differ{'s' if len(differ) == 1 else ''})")
-    if allow:
-        import sys
-
-        print(f"WARNING: --resume {resume}: {what} (--allow-config-change: going on with this config)",
-              file=sys.stderr)
-        return
     fix = ("another --output, or --overwrite" if here
            else "without --resume (its --output may stay)")
-    raise UsageError(
-        f"--resume {resume}: {what}\n"
-        f"resume it with its own config, or start a new run: {fix}; or pass --allow-config-change to go "
-        "on from its checkpoint with this config"
-    )
+    _refuse(resume, what, f"resume it with its own config, or start a new run: {fix}; or pass "
+            "--allow-config-change to go on from its checkpoint with this config",
+            allowed="--allow-config-change: going on with this config" if allow else "")
+
+
+def _refuse(resume: str, what: str, fix: str, *, allowed: str) -> None:
+    """``--resume``'s error line ``what`` (and ``fix``), or only a warning where its flag ``allowed`` it."""
+    if not allowed:
+        raise UsageError(f"--resume {resume}: {what}\n{fix}")
+    print(f"WARNING: --resume {resume}: {what} ({allowed})", file=sys.stderr)
 
 
 def check_resume_rewards(ckpt: Path, now: Mapping[str, str], resume: str, *, allow: bool) -> None:
@@ -299,15 +299,9 @@ def check_resume_rewards(ckpt: Path, now: Mapping[str, str], resume: str, *, all
                if was[name] != now[name]]
     if not changed:
         return
-    what = f"reward code changed since its checkpoint {ckpt.name}: {', '.join(changed)}"
-    if allow:
-        import sys
-
-        print(f"WARNING: --resume {resume}: {what} (--allow-reward-change: going on with the new code)",
-              file=sys.stderr)
-        return
-    raise UsageError(f"--resume {resume}: {what}\n"
-                     "restore the reward as it was, or pass --allow-reward-change to go on with the new code")
+    _refuse(resume, f"reward code changed since its checkpoint {ckpt.name}: {', '.join(changed)}",
+            "restore the reward as it was, or pass --allow-reward-change to go on with the new code",
+            allowed="--allow-reward-change: going on with the new code" if allow else "")
 
 
 def begin(out: Path, config: Mapping[str, Any], *, overwrite: bool, resumed_here: bool,

@@ -13,7 +13,7 @@ from .plot import open_event_writer
 from .plot import plot_metrics
 from .plot import read_metrics
 
-__all__ = ["StepStats", "fifths"]
+__all__ = ["StepStats", "fifths", "finite_mean"]
 
 
 def fifths(values: list[float]) -> tuple[float, float]:
@@ -23,7 +23,8 @@ def fifths(values: list[float]) -> tuple[float, float]:
     return sum(first) / len(first), sum(last) / len(last)
 
 
-def _finite_mean(values: list[float]) -> float:
+def finite_mean(values: list[float]) -> float:
+    """The mean of the values that are not NaN (NaN: none is)."""
     good = [v for v in values if not math.isnan(v)]
     return sum(good) / len(good) if good else math.nan
 
@@ -89,7 +90,7 @@ class StepStats:
         self.reward_pids.update(int(p) for p in item.reward_pids)
         flat = [r for g in (item.rewards or []) for r in g]
         good = [r for r in flat if not math.isnan(r)]
-        mean = _finite_mean(flat)
+        mean = finite_mean(flat)
         std = math.sqrt(sum((r - mean) ** 2 for r in good) / len(good)) if good else math.nan
         finished = [c.finished for g in item.groups for c in g]
         metrics: dict[str, Any] = {
@@ -153,9 +154,7 @@ class StepStats:
         }
         rewards = [r["reward/mean"] for r in rows if not math.isnan(r.get("reward/mean", math.nan))]
         if rewards:
-            first, last = fifths(rewards)
-            out["reward_first_fifth"] = first
-            out["reward_last_fifth"] = last
+            out["reward_first_fifth"], out["reward_last_fifth"] = fifths(rewards)
         if rows:
             out["plot"] = plot_metrics(rows, self.out / "metrics.png", title=str(self.out.name))
         return out

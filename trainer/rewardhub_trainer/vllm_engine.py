@@ -208,12 +208,11 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        if top_p < 1:
-            raise ValueError(f"top_p={top_p}: the vLLM engine records log-probs of the distribution after "
-                             "top-p truncation, which the learner does not compute; sample with top_p=1")
-        if top_k > 0:
-            raise ValueError(f"top_k={top_k}: the vLLM engine records log-probs of the distribution after "
-                             "top-k truncation, which the learner does not compute; sample with top_k=-1")
+        for key, value, cut, fix in (("top_p", top_p, top_p < 1, 1), ("top_k", top_k, top_k > 0, -1)):
+            if cut:
+                raise ValueError(f"{key}={value}: the vLLM engine records log-probs of the distribution "
+                                 f"after {key.replace('_', '-')} truncation, which the learner does not "
+                                 f"compute; sample with {key}={fix}")
         tok = self.tokenizer
         prompt_ids = [list(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         for ids in prompt_ids:
@@ -224,24 +223,10 @@ class VLLMEngine:
                     "prompt or lower rollout.max_new_tokens")
         # one seed per prompt (vLLM gives its n children seed + 0 .. n - 1)
         rng = random.Random(seed)
-        params = [
-            SamplingParams(
-                n=n,
-                max_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                seed=rng.getrandbits(31),
-                logprobs=0,
-                detokenize=False,
-                stop_token_ids=[
-                    *([self.eos_token_id] if self.eos_token_id is not None else []),
-                    *stop_token_ids,
-                ]
-                or None,
-            )
-            for _ in prompt_ids
-        ]
+        ends = [*([self.eos_token_id] if self.eos_token_id is not None else []), *stop_token_ids] or None
+        params = [SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                 top_k=top_k, seed=rng.getrandbits(31), logprobs=0, detokenize=False,
+                                 stop_token_ids=ends) for _ in prompt_ids]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids],
                                     params, use_tqdm=False)
         result: list[list[Completion]] = []

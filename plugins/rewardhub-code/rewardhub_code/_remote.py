@@ -47,10 +47,7 @@ def endpoint(url: str) -> str:
 
 def _semaphore(url: str, n: int) -> threading.BoundedSemaphore:
     with _LOCK:
-        key = (url, n)
-        if key not in _SEMAPHORES:
-            _SEMAPHORES[key] = threading.BoundedSemaphore(max(1, n))
-        return _SEMAPHORES[key]
+        return _SEMAPHORES.setdefault((url, n), threading.BoundedSemaphore(max(1, n)))
 
 
 class RemoteSandbox:

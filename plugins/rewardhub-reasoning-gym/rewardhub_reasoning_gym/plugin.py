@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rewardhub import RewardSpec
 from rewardhub import hookimpl
@@ -75,26 +76,10 @@ def dataset_names(version: str | None = None) -> list[str]:
 @hookimpl
 def rewardhub_register_rewards() -> list[RewardSpec]:
     versions = _versions("rewardhub-reasoning-gym", "reasoning-gym")
-    version = versions["rewardhub-reasoning-gym"]
-    common = dict(source="plugin", dist="rewardhub-reasoning-gym", version=version,
-                  plugin="reasoning_gym", policy=_POLICY)
-    specs = [
-        RewardSpec(
-            name="reasoning_gym",
-            target=_TARGET,
-            summary="reasoning-gym score_answer of the dataset named by the sample's data_source",
-            **common,  # type: ignore[arg-type]
-        )
-    ]
-    for name in dataset_names(versions["reasoning-gym"]):
-        specs.append(
-            RewardSpec(
-                name=f"reasoning_gym.{name}",
-                target=_TARGET,
-                params=(("dataset", name),),
-                data_sources=(name, f"reasoning_gym/{name}"),
-                summary=f"reasoning-gym {name!r} score_answer",
-                **common,  # type: ignore[arg-type]
-            )
-        )
-    return specs
+    common: dict[str, Any] = dict(source="plugin", dist="rewardhub-reasoning-gym", plugin="reasoning_gym",
+                                  version=versions["rewardhub-reasoning-gym"], policy=_POLICY, target=_TARGET)
+    return [RewardSpec(name="reasoning_gym", summary="reasoning-gym score_answer of the dataset named by the "
+                       "sample's data_source", **common)] + [
+        RewardSpec(name=f"reasoning_gym.{name}", params=(("dataset", name),), data_sources=(
+            name, f"reasoning_gym/{name}"), summary=f"reasoning-gym {name!r} score_answer", **common)
+        for name in dataset_names(versions["reasoning-gym"])]

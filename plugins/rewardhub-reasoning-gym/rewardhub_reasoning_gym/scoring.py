@@ -41,10 +41,9 @@ def _metadata(extra_info: Any) -> Any:
 
 
 def _dataset_of(data_source: Any, extra_info: Any) -> str:
-    if isinstance(extra_info, dict):
-        meta = _metadata(extra_info) or {}
-        if isinstance(meta, dict) and meta.get("source_dataset"):
-            return str(meta["source_dataset"])
+    meta = _metadata(extra_info)
+    if isinstance(meta, dict) and meta.get("source_dataset"):
+        return str(meta["source_dataset"])
     if not data_source:
         raise ValueError("reasoning_gym: the sample has no data_source naming its dataset")
     return str(data_source).removeprefix("reasoning_gym/")

@@ -10,6 +10,7 @@ that cannot be read is listed as broken, with its package and the error; the oth
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from typing import Any
 
 from rewardhub import RewardSpec
 from rewardhub import hookimpl
@@ -43,30 +44,25 @@ def rewardhub_register_rewards() -> list[RewardSpec]:
     specs = []
     for env in environments():
         # trajectory: the rewards read the conversation (messages=), as the loaded target's signature says
-        common = dict(source="plugin", dist=env.dist, version=env.version, plugin="verifiers",
-                      policy=_POLICY, capabilities=("async", "trajectory"))
+        common: dict[str, Any] = dict(source="plugin", dist=env.dist, version=env.version, policy=_POLICY,
+                                      plugin="verifiers", capabilities=("async", "trajectory"))
+        rubric = dict(name=f"verifiers.{env.module}", target="rewardhub_verifiers.scoring:score_rubric",
+                      params=(("env", env.module),), **common)
         if env.error:
             specs.append(RewardSpec(
-                name=f"verifiers.{env.module}", target="rewardhub_verifiers.scoring:score_rubric",
-                params=(("env", env.module),), status="broken",
-                error=f"verifiers environment {env.module!r} of {env.dist} {env.version}: {env.error}",
-                **common,  # type: ignore[arg-type]
-            ))
+                status="broken", error=f"verifiers environment {env.module!r} of {env.dist} {env.version}: "
+                f"{env.error}", **rubric))
             continue
         weights = ", ".join(f"{name} x{_w(w)}" for name, w in sorted(env.rewards.items()))
         notes = "".join(f"; {note}" for note in env.notes)
         specs.append(RewardSpec(
-            name=f"verifiers.{env.module}", target="rewardhub_verifiers.scoring:score_rubric",
-            params=(("env", env.module),),
             summary=f"verifiers environment {env.module!r}: its rubric's weighted sum ({weights}){notes}",
-            **common,  # type: ignore[arg-type]
-        ))
+            **rubric))
         for reward, weight in sorted(env.rewards.items()):
             specs.append(RewardSpec(
                 name=f"verifiers.{env.module}.{reward}", target="rewardhub_verifiers.scoring:score_reward",
                 params=(("env", env.module), ("reward", reward)),
                 summary=f"verifiers environment {env.module!r}: its {reward!r} reward (rubric weight "
                         f"{_w(weight)})",
-                **common,  # type: ignore[arg-type]
-            ))
+                **common))
     return specs

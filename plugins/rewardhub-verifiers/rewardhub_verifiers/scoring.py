@@ -41,6 +41,14 @@ def _message(m: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _task_trace(env: str, messages: Any, extra_info: Any, fields: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Environment ``env``'s task and trace of one sample."""
+    task_cls = _task_type(env)
+    trace = _trace(task_cls, fields.get("prompt"), fields.get("response"), fields.get("ground_truth"),
+                   extra_info, messages)
+    return task_cls(trace.task.data), trace
+
+
 def _trace(task_cls: Any, prompt: Any, response: Any, ground_truth: Any, extra_info: Any,
            messages: Any) -> Any:
     from pydantic import TypeAdapter
@@ -84,10 +92,7 @@ async def score_reward(messages: Any = None, extra_info: Any = None, *, env: str
     """One ``@vf.reward`` of environment ``env``, unweighted, as the environment computes it (a trajectory
     reward: a text sample comes as one user and one assistant turn; ``fields`` takes the ground truth,
     which is optional)."""
-    task_cls = _task_type(env)
-    trace = _trace(task_cls, fields.get("prompt"), fields.get("response"), fields.get("ground_truth"),
-                   extra_info, messages)
-    task = task_cls(trace.task.data)
+    task, trace = _task_trace(env, messages, extra_info, fields)
     hooks = {fn.__name__: fn for fn in task.hooks("reward")}
     if reward not in hooks:
         raise ValueError(f"verifiers.{env} has no reward {reward!r}; its rewards: {', '.join(sorted(hooks))}")
@@ -137,10 +142,7 @@ async def score_rubric(messages: Any = None, extra_info: Any = None, *, env: str
     """The environment's rubric: every reward it can score offline, weighted and summed, as
     ``Task.score`` computes it (``trace.reward``); an error when it has no such reward, and a
     ``WARNING:`` line (once a process) naming those it leaves out when it has some."""
-    task_cls = _task_type(env)
-    trace = _trace(task_cls, fields.get("prompt"), fields.get("response"), fields.get("ground_truth"),
-                   extra_info, messages)
-    task = task_cls(trace.task.data)
+    task, trace = _task_trace(env, messages, extra_info, fields)
     _offline_rewards(env, task)
     await task.score(trace)
     missing = sorted(name for name, r in trace.rewards.items() if r is None)
