@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -66,6 +67,11 @@ def pytest_configure(config: pytest.Config) -> None:
     hook = sys.modules.get("ray._private.auto_init_hook")
     if hook is not None:
         hook.enable_auto_connect = False
+    # a suite started in the background (``make test &``, nohup, some CI runners) inherits SIGINT ignored,
+    # and passes it on to every command a test starts: the tests that press Ctrl-C on one would see it
+    # ignored. The processes the tests start get SIGINT as from a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -109,11 +109,10 @@ class Evaluator:
         a fresh one, given the weights again, and the call sent again; after trainer.max_restarts
         replacements in one evaluation the run stops with one line naming it. One restarted by Ray
         (holding the base weights) is given the weights before it generates."""
-        from ray.exceptions import RayTaskError
-
         from .faults import RunAborted
         from .faults import actor_fault
         from .faults import cause
+        from .faults import raised_in_actor
 
         fleet, t, rollout = self.fleet, self.t, self.prep.cfg.rollout
         replaced = 0
@@ -133,7 +132,7 @@ class Evaluator:
                 continue
             except Exception as exc:  # noqa: BLE001 - sorted by actor_fault; what is not a fault is raised
                 why = actor_fault(exc, t.call_timeout_s)
-                if why is None and isinstance(exc, RayTaskError):  # the actor's method raised it
+                if why is None and raised_in_actor(exc):
                     raise RunAborted(f"evaluator: evaluation at step {step} failed: {cause(exc)}") from None
                 if why is None:
                     raise

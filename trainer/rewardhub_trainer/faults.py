@@ -21,7 +21,7 @@ from .rollouts import PromptBatch
 from .rollouts import Rollout
 
 __all__ = ["ActorGroup", "LearnerLost", "Rollouters", "RunAborted", "actor_fault", "cause", "hang",
-           "kill_actors", "wait_alive"]
+           "kill_actors", "raised_in_actor", "wait_alive"]
 
 from ray.exceptions import ActorUnavailableError  # noqa: E402 - loaded only once the config is valid
 from ray.exceptions import RayActorError  # noqa: E402
@@ -57,6 +57,12 @@ def actor_fault(exc: BaseException, deadline: float) -> str | None:
     if isinstance(exc, ACTOR_ERRORS):
         return f"died ({cause(exc)})"
     return None
+
+
+def raised_in_actor(exc: BaseException) -> bool:
+    """Did the actor's method raise ``exc`` (Ray's wrapper of its error)? (The parts that never import
+    Ray ask here.)"""
+    return isinstance(exc, RayTaskError)
 
 
 def wait_alive(handle: Any, what: str, timeout: float = 300.0) -> None:
