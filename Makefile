@@ -62,19 +62,23 @@ test: $(STAMP)
 	# --durations: every run says where its time goes. -n 2: modules run on two workers (pytest-xdist; the
 	# root conftest.py keeps a module whole on one worker and starts the longest first); a worker often
 	# waits on a Ray cluster or a subprocess, so two use a 2-core host better than one; a worker that dies
-	# ends the run (--max-worker-restart=0) rather than leave its module to a new one
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --max-worker-restart=0 --durations=25 --ignore=tests/vllm_engine --ignore=plugins/rewardhub-code
-	# then, side by side: the vLLM engine's tests (own process: vLLM's start-up sets process-wide state),
-	# and in a second process the code sandbox's tests (each checks that no sandbox process, cgroup or folder
-	# on the machine outlives it, which the main stage's sandbox runs would break), then mypy, on the CPU
-	# that vLLM's mostly one-threaded start-ups leave free; their report follows the vLLM one
-	( $(PY) -m pytest -q --durations=10 plugins/rewardhub-code; a=$$?; \
-	  echo "== mypy"; $(PY) -m mypy rewardhub; b=$$?; \
-	  $(PY) -m mypy trainer/rewardhub_trainer $(dir $(wildcard plugins/*/rewardhub_*/__init__.py)); \
-	  exit $$(( a | b | $$? )) ) > $(VENV)/side-stage.log 2>&1 & side=$$!; \
-	$(PY) -m pytest -q --durations=10 tests/vllm_engine; vllm=$$?; \
-	wait $$side; code=$$?; echo "== the code sandbox's tests, then mypy"; cat $(VENV)/side-stage.log; \
-	test $$vllm -eq 0 -a $$code -eq 0
+	# ends the run (--max-worker-restart=0) rather than leave its module to a new one. Beside them, the vLLM
+	# engine's tests in a process of their own (vLLM's start-up sets process-wide state): the main stage
+	# leaves about a third of the CPU idle (its tests wait on Ray, subprocesses and signals); their report
+	# follows the main one
+	$(PY) -m pytest -q --durations=10 tests/vllm_engine > $(VENV)/vllm-tests.log 2>&1 & vllm=$$!; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --max-worker-restart=0 --durations=25 --ignore=tests/vllm_engine \
+	  --ignore=plugins/rewardhub-code; main=$$?; \
+	wait $$vllm; code=$$?; echo "== the vLLM engine's tests"; cat $(VENV)/vllm-tests.log; \
+	test $$main -eq 0 -a $$code -eq 0
+	# then the code sandbox's tests (each checks that no sandbox process, cgroup or folder on the machine
+	# outlives it, which the main stage's sandbox runs would break), beside mypy; mypy's report follows
+	( $(PY) -m mypy rewardhub && \
+	  $(PY) -m mypy trainer/rewardhub_trainer $(dir $(wildcard plugins/*/rewardhub_*/__init__.py)) ) \
+	  > $(VENV)/mypy.log 2>&1 & types=$$!; \
+	$(PY) -m pytest -q --durations=10 plugins/rewardhub-code; code=$$?; \
+	wait $$types; typed=$$?; echo "== mypy"; cat $(VENV)/mypy.log; \
+	test $$code -eq 0 -a $$typed -eq 0
 
 # the docs site: the generated pages (CLI, config keys, hooks) written anew, then built, warnings as errors
 docs: $(STAMP)
