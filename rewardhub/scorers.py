@@ -72,7 +72,7 @@ def open_scorer(reward: Any, *, registry: Any = None, cache_dir: str | None = No
     if section.reward_model.enable or any(t.policy.executor == "ray" for t in terms):
         from .distributed import runner_from_config  # with its Ray executor (~15 ms to import)
 
-        runner = runner_from_config(section, registry=registry, cache_dir=cache_dir)
+        runner = runner_from_config(section, registry=registry, terms=terms, cache_dir=cache_dir)
     else:
         runner = Runner(terms, section.aggregation, cache_dir=cache_dir)
     problems = [p for t in runner.terms for p in term_problems(t, registry)] if check else []

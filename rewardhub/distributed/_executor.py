@@ -123,17 +123,20 @@ class RayExecutors:
         )
 
 
-def runner_from_config(reward_cfg: Any, registry: Any = None, **kwargs: Any) -> Runner:
+def runner_from_config(reward_cfg: Any, registry: Any = None, *, terms: list[Term] | None = None,
+                       **kwargs: Any) -> Runner:
     """A :class:`~rewardhub.execution.Runner` for a ``reward:`` section, ``executor: ray`` included.
 
     :param reward_cfg: a :class:`~rewardhub.config.schema.RewardConfig` (a loaded plan's), or a raw
         section, validated here.
 
+    :param terms: the section's terms, where the caller resolved them already.
+
     Reward-model terms (``reward.reward_model.enable``) are placed on their own Ray pool; the
     Ray workers start when a term that runs there is first scored.
     """
     reward = validate_reward(reward_cfg)
-    terms = resolve_terms(reward, registry)
+    terms = resolve_terms(reward, registry) if terms is None else terms
     # reward.workers as Ray options, with reward.plugins so the workers load the same plugins
     opts = {**dataclasses.asdict(reward.workers), "plugins": reward.plugins}
     pools = place_reward_models(reward, terms, opts)
