@@ -133,18 +133,35 @@ _LOCK = threading.Lock()
 
 
 def _serve_port(port: int) -> tuple[int, bool]:
-    """Start Ray Serve's HTTP proxy on 127.0.0.1 unless it runs; (its port, whether it was started)."""
+    """Start Ray Serve's HTTP proxy on 127.0.0.1 unless it runs; (its port, whether it was started).
+
+    A free port is found by binding and closing it, so another process may take it before the proxy binds
+    it: Serve is then shut down and started on another one (three tries). A given port that is taken is a
+    :class:`UsageError` naming it."""
     from ray import serve
     from ray.serve.context import _get_global_client
 
     client = _get_global_client(raise_if_no_controller_running=False)
-    if client is None:
-        from ._served_replica import free_port
+    if client is not None:
+        return int(client.http_config.port), False
+    from . import _served_replica
 
-        port = port or free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        return port, True
-    return int(client.http_config.port), False
+    tries = 3
+    while True:
+        chosen = port or _served_replica.free_port()
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": chosen})
+            return chosen, True
+        except Exception as e:
+            if "Failed to bind" not in str(e):
+                raise
+            serve.shutdown()  # type: ignore[no-untyped-call]  # the controller it started, and its proxy
+            tries -= 1
+            if port:
+                raise UsageError(f"llm_judge serve.port={port}: another process listens on 127.0.0.1:{port}\n"
+                                 "use a free port, or 0 for a free one") from None
+            if not tries:
+                raise
 
 
 def start_served(serve: Mapping[str, Any]) -> ServedModel:

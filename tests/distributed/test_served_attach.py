@@ -179,3 +179,50 @@ def test_the_trainers_config_check_starts_no_served_judge(tmp_path, own_ray):
     validate_rewards(reward)
     assert not _started(tmp_path) and not (tmp_path / "replicas").exists()
     assert not ray.is_initialized()
+
+
+@pytest.mark.timeout(300)
+def test_a_serve_port_another_process_takes_first_is_named_or_picked_again(cluster, tmp_path, monkeypatch):
+    """CI: between finding a free port (bind, close) and Serve's proxy binding it, another process took
+    it, and ``rewardhub train`` failed with Serve's "Failed to bind to address". Now a port it picked is
+    picked again; a port the config names is an error naming it."""
+    import socket
+    import urllib.request
+
+    from ray.serve.context import _get_global_client
+
+    from rewardhub.builtin import _served_replica
+    from rewardhub.builtin import served
+    from rewardhub.errors import UsageError
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    picks, real = [taken], _served_replica.free_port  # the first port it finds, another process then takes
+    monkeypatch.setattr(_served_replica, "free_port", lambda: picks.pop() if picks else real())
+    spec = _served_judge(tmp_path)["kwargs"]["serve"]
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        named = rf"(?s)serve\.port={taken}: .*127\.0\.0\.1:{taken}.*0 for a free one"
+        with pytest.raises(UsageError, match=named):
+            served.start_served({**spec, "port": taken})
+        assert _get_global_client(raise_if_no_controller_running=False) is None  # nothing left started
+        model = served.start_served(spec)
+        try:
+            assert not picks and f"127.0.0.1:{taken}/" not in model.base_url
+            deadline = time.monotonic() + 120  # the replica starts the stand-in server
+            while True:
+                try:
+                    with urllib.request.urlopen(model.base_url + "/models", timeout=10) as r:
+                        assert json.load(r)["data"][0]["id"] == "judge"
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the served model never answered through Serve"
+                    time.sleep(0.5)
+        finally:
+            model.close()
+        assert _get_global_client(raise_if_no_controller_running=False) is None  # closed with its last user
+    finally:
+        ray.shutdown()
+        held.close()
