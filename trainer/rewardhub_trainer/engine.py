@@ -34,14 +34,13 @@ class TransformersEngine:
 
     def __init__(self, model_path: str, *, dtype: str = "float32", device: str = "cpu") -> None:
         import torch
-        from transformers import AutoModelForCausalLM
 
+        from .models import load_causal_lm
         from .models import load_tokenizer
 
         self.device = torch.device(device)
         self.tokenizer = load_tokenizer(model_path)
-        model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
-        self.model = model.to(self.device).eval()  # (transformers types .to() as taking a model)
+        self.model = load_causal_lm(model_path, getattr(torch, dtype), self.device).eval()
         #: sampling settings of the folder's generation_config.json that are *not* used (see below)
         self.ignored_settings = neutralize_generation_config(self.model)
         self.version = 0

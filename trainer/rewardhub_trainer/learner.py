@@ -67,22 +67,20 @@ class GRPOLearner:
     ) -> None:
         """``group``: a :class:`rewardhub_trainer.ddp.Group` when this is one of several data-parallel
         ranks."""
-        from transformers import AutoModelForCausalLM
+        from .models import load_causal_lm
 
         torch.manual_seed(seed)
         self.settings = settings
         self.group = group
         dtype = getattr(torch, settings.dtype)
         self.device = torch.device(settings.device)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-        _move(self.model, self.device)
+        self.model = load_causal_lm(model_path, dtype, self.device)
         self.model.train()
         if group is not None:
             group.broadcast(self.model)  # every rank starts from rank 0's weights
         self.ref = None
         if settings.kl_coef > 0:
-            self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-            _move(self.ref, self.device)
+            self.ref = load_causal_lm(model_path, dtype, self.device)
             self.ref.train(False)  # eval mode (transformers' eval() is this, unannotated)
             for p in self.ref.parameters():
                 p.requires_grad_(False)
@@ -300,12 +298,6 @@ def without_gradient(settings: LearnerSettings, has_ref: bool, sample: TrainSamp
     """Is ``sample``'s loss gradient zero whatever the weights? With advantage 0, the clipped surrogate
     is ``-min(ratio * 0, clip(ratio) * 0) = 0`` at every token; only a KL or an entropy term would add one."""
     return sample.advantage == 0.0 and not has_ref and not settings.kl_coef and not settings.entropy_coeff
-
-
-def _move(model: torch.nn.Module, device: torch.device) -> None:
-    """``model.to(device)``, in place, through ``torch.nn.Module``'s signature (transformers' ``.to`` is
-    wrapped with a decorator whose types say it takes a model, not a device)."""
-    model.to(device)
 
 
 def _pad_rows(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:

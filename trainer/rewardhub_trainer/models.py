@@ -26,7 +26,7 @@ from rewardhub.errors import UsageError
 from .config import ModelConfig
 from .config_checks import TINY_DEFAULTS
 
-__all__ = ["cache_dir", "load_tokenizer", "materialize", "smollm2_gguf"]
+__all__ = ["CPU_ATTENTION", "cache_dir", "load_causal_lm", "load_tokenizer", "materialize", "smollm2_gguf"]
 
 _DONE = ".rewardhub-complete"
 _TOKENIZER_MARKER = "rewardhub_tokenizer.json"
@@ -91,6 +91,54 @@ def _build_tiny(spec: Mapping[str, Any], out: Path) -> None:
     # ByT5Tokenizer() needs no files, and AutoTokenizer would reload a saved one as the model's own
     # tokenizer class; record the choice instead.
     (out / _TOKENIZER_MARKER).write_text(json.dumps({"tokenizer": "byt5"}) + "\n")
+
+
+#: the attention of a model on the CPU where transformers chose "sdpa" (:func:`load_causal_lm`)
+CPU_ATTENTION = "rewardhub_cpu_sdpa"
+
+
+def load_causal_lm(path: str, dtype: Any, device: Any) -> Any:
+    """The causal LM of a materialised model folder in ``dtype`` on ``device``.
+
+    On the CPU a model whose attention is transformers' "sdpa" computes with :data:`CPU_ATTENTION`: the same
+    PyTorch kernel given the key/value heads as they are (``enable_gqa``). transformers' "sdpa" copies each
+    key/value head once per query head sharing it, every layer and every generated token, because on CUDA a
+    masked GQA call would leave the fast kernels; on the CPU that copy is all it changes. The logits are
+    the same bits; on SmolLM2-135M (3 key/value heads for 9 query heads, 2 threads) generation takes ~12 %
+    and a training step ~6 % less time. Elsewhere, and for models on another attention, nothing changes.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    torch.nn.Module.to(model, device)  # (transformers types .to() as taking a model)
+    if torch.device(device).type == "cpu" and model.config._attn_implementation == "sdpa":
+        _register_cpu_attention()
+        model.set_attn_implementation(CPU_ATTENTION)
+    return model
+
+
+def _register_cpu_attention() -> None:
+    import torch
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                  scaling: float | None = None, is_causal: bool | None = None, **_: Any) -> tuple[Any, None]:
+        # transformers' "sdpa" (integrations/sdpa_attention.py) less the key/value copies and what only other
+        # devices or models (a paged cache, a position bias) need
+        causal = bool(query.shape[2] > 1 and attention_mask is None
+                      and (getattr(module, "is_causal", True) if is_causal is None else is_causal))
+        if causal and key.shape[2] > query.shape[2]:  # an empty static cache's prefill: its unwritten slots
+            key, value = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal,
+            enable_gqa=key.shape[1] != query.shape[1])
+        return out.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register(CPU_ATTENTION, attention)
+    AttentionMaskInterface.register(CPU_ATTENTION, sdpa_mask)  # the masks "sdpa" is given
 
 
 def load_tokenizer(path: str) -> Any:
