@@ -20,7 +20,8 @@ TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
 def path(request, model_cache):
     from rewardhub_trainer.models import materialize
 
-    return materialize(ModelConfig(tiny={"arch": request.param, "seed": 5}))  # 4 query heads, 2 key/value heads
+    # 4 query heads, 2 key/value heads
+    return materialize(ModelConfig(tiny={"arch": request.param, "seed": 5}))
 
 
 def _both(path):
@@ -69,7 +70,8 @@ def test_logits_and_gradients_are_those_of_transformers_sdpa(path):
         steps = []
         for model in (ours, plain):
             out = model(input_ids=ids, attention_mask=mask, use_cache=True)
-            steps.append(model(input_ids=nxt, attention_mask=wider, past_key_values=out.past_key_values).logits)
+            cache = out.past_key_values
+            steps.append(model(input_ids=nxt, attention_mask=wider, past_key_values=cache).logits)
     torch.testing.assert_close(steps[0], steps[1], **TOLERANCE)
 
 
