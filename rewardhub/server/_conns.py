@@ -23,12 +23,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BACKLOG", "ConnectionGate", "EveryMinute", "accept_errors_quietly", "connection_limit",
-           "quiet_bad_requests"]
+__all__ = ["BACKLOG", "IN_FLIGHT", "ConnectionGate", "EveryMinute", "accept_errors_quietly",
+           "connection_limit", "quiet_bad_requests"]
 
-#: the listening socket's backlog; asyncio accepts up to this many connections at a time before the
-#: ones closed to make room give their descriptors back, so the limit leaves this many free
+#: the listening socket's backlog, and how many connections asyncio accepts in one turn of its loop
 BACKLOG = 128
+#: backlogs' worth of descriptors a full one can hold beyond the limit: a connection accepted in one turn
+#: reaches the gate two turns later (a task makes its transport, which then calls ``connection_made``),
+#: and the one it evicts closes a turn after that; a client that keeps the backlog full meanwhile has
+#: three turns' accepts open at once
+IN_FLIGHT = 3
 
 
 class EveryMinute:
@@ -48,8 +52,9 @@ class EveryMinute:
 
 def connection_limit(wanted: int) -> int:
     """``wanted``, or fewer where the file-descriptor limit (raised to its hard limit first) would not
-    leave :data:`BACKLOG` and a quarter of it (at least 64) for everything else: the pool's pipes, the
-    log, the rewards."""
+    leave :data:`IN_FLIGHT` backlogs, and a quarter of it (at least 64) for everything else: the pool's
+    pipes, the log, the rewards. Before, it left one backlog: a loaded host, where the server does not
+    get a turn for each connection, ran it out of descriptors."""
     try:
         import resource
     except ImportError:  # not on this platform
@@ -64,7 +69,7 @@ def connection_limit(wanted: int) -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(8, min(wanted, soft - max(64, soft // 4) - BACKLOG))
+    return max(8, min(wanted, soft - max(64, soft // 4) - IN_FLIGHT * BACKLOG))
 
 
 class _Conn(asyncio.Protocol):
